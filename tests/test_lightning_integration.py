@@ -1,0 +1,105 @@
+"""The core inside Lightning: checkpoint resume mid-epoch, DDP injection, torchrun, workers."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning.pytorch as pl
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from toy import ToyDataModule, ToyModel
+
+from varlen.batching import BucketBatchSampler
+
+HERE = Path(__file__).parent
+
+
+class Recorder(pl.Callback):
+    def __init__(self) -> None:
+        self.batches: list[tuple[int, list[int]]] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.batches.append((trainer.current_epoch, batch["index"].tolist()))
+
+
+def fit(tmp_path: Path, ckpt_path=None, checkpoint_every=None, max_epochs=2, num_workers=0):
+    recorder = Recorder()
+    callbacks = [recorder]
+    if checkpoint_every:
+        callbacks.append(
+            pl.callbacks.ModelCheckpoint(
+                dirpath=tmp_path / "ckpt", every_n_train_steps=checkpoint_every, save_top_k=-1, filename="{step}"
+            )
+        )
+    trainer = pl.Trainer(
+        max_epochs=max_epochs,
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_checkpointing=bool(checkpoint_every),
+        callbacks=callbacks,
+        num_sanity_val_steps=0,
+    )
+    dm = ToyDataModule(num_samples=200, batch_size=None, max_tokens=128, num_workers=num_workers)
+    trainer.fit(ToyModel(), datamodule=dm, ckpt_path=ckpt_path)
+    return recorder.batches
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_resume_from_mid_epoch_checkpoint_is_exact(tmp_path: Path, num_workers: int) -> None:
+    full = fit(tmp_path, checkpoint_every=7, num_workers=num_workers)
+    steps_per_epoch = len(full) // 2
+    assert steps_per_epoch > 7
+    step = 7 * (steps_per_epoch // 7 + 1)  # a checkpoint inside the second epoch
+    assert step % steps_per_epoch != 0
+    resumed = fit(tmp_path / "again", ckpt_path=tmp_path / "ckpt" / f"step={step}.ckpt", num_workers=num_workers)
+    assert resumed == full[step:]
+
+
+def test_epochs_reshuffle_inside_lightning(tmp_path: Path) -> None:
+    batches = fit(tmp_path)
+    first = [b for e, b in batches if e == 0]
+    second = [b for e, b in batches if e == 1]
+    assert len(first) == len(second)
+    assert first != second
+    assert sorted(i for b in first for i in b) == sorted(i for b in second for i in b) == list(range(200))
+
+
+def test_lightning_ddp_with_default_flags(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    subprocess.run(
+        [sys.executable, str(HERE / "ddp_toy_fit.py"), str(tmp_path), "120"], check=True, env=env, timeout=600
+    )
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert ranks[0]["global_step"] == ranks[1]["global_step"] > 0
+    assert ranks[0]["batches"] == ranks[1]["batches"] == 2 * ranks[0]["num_training_batches"]
+    served = np.bincount(ranks[0]["indices"] + ranks[1]["indices"], minlength=301)
+    assert (served == 2).all()  # two epochs, every sample exactly once per epoch
+
+
+def _torchrun_worker(rank: int, world_size: int, port: int, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    lengths = np.random.default_rng(0).integers(1, 50, 101)
+    sampler = BucketBatchSampler(lengths, max_tokens=100)  # ranks come from torch.distributed
+    loader = torch.utils.data.DataLoader(range(101), batch_sampler=sampler)
+    mine = [b.tolist() for b in loader]
+    gathered = [None] * world_size
+    dist.all_gather_object(gathered, (sampler.rank, sampler.num_replicas, mine))
+    if rank == 0:
+        Path(out).write_text(json.dumps(gathered))
+    dist.destroy_process_group()
+
+
+def test_plain_torch_distributed_without_lightning(tmp_path: Path) -> None:
+    out = tmp_path / "gathered.json"
+    mp.spawn(_torchrun_worker, args=(3, 29511, str(out)), nprocs=3)
+    gathered = json.loads(out.read_text())
+    assert [g[:2] for g in gathered] == [[0, 3], [1, 3], [2, 3]]
+    assert len({len(g[2]) for g in gathered}) == 1
+    assert sorted(i for g in gathered for b in g[2] for i in b) == list(range(101))

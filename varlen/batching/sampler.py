@@ -1,0 +1,208 @@
+"""`BucketBatchSampler`: length-bucketed, budgeted, distributed-safe and resumable batches."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import torch.distributed as dist
+from torch.utils.data import BatchSampler, Sampler
+
+from varlen.batching.plan import Plan, PlanSpec, as_size_matrix, bucketize, build_plan
+
+
+class EpochTracker(Sampler[int]):
+    """The batch sampler's ``.sampler``: a sequential sampler that remembers its epoch.
+
+    Lightning calls ``set_epoch`` only on ``batch_sampler.sampler``; this is where it lands when
+    no ``DistributedSampler`` was injected.
+    """
+
+    def __init__(self, num_samples: int) -> None:
+        self.num_samples = num_samples
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(self.num_samples))
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class BucketBatchSampler(BatchSampler):
+    """Batches of similar-size samples, under a fixed batch size or a token budget.
+
+    One global plan per (lengths, seed, epoch) is built on every rank, and rank ``r`` takes
+    every ``num_replicas``-th batch, so all ranks get the same number of batches (unequal counts
+    hang DDP) and, with ``drop_last=False``, every sample is served exactly once per epoch.
+    The number of batches is the same every epoch (see :mod:`varlen.batching.plan`), which is
+    what Lightning assumes after reading ``len()`` once.
+
+    Args:
+        lengths: size of each sample, ``[N]`` or ``[N, D]`` for costs over several axes
+            (e.g. video frames and text tokens).
+        batch_size: fixed samples per batch.
+        max_tokens: budget per batch (an int, or one int per size dimension); see ``cost``.
+        shuffle: new random batches every epoch (seeded); if False, batches are sorted by size,
+            largest first, in a fixed order (good for evaluation: an OOM shows up at once).
+        seed: base seed; the plan depends on ``(seed, epoch)`` only.
+        drop_last: drop the last partial batch (fixed size) and the batches that do not divide
+            evenly over ranks. Off by default: nothing is dropped.
+        num_replicas: number of ranks; defaults to the injected ``DistributedSampler``, then to
+            ``torch.distributed`` when initialised, else 1.
+        rank: this rank, defaulted the same way.
+        cost: ``"padded"`` (``len(batch) * max(size) <= max_tokens``) or ``"sum"``
+            (``sum(size) <= max_tokens``, for graphs where nothing is padded).
+        max_batch_size: optional cap on samples per batch under a token budget.
+        num_buckets: size buckets per dimension; default: enough that each bucket holds about
+            four batches (sizes with few distinct values get one bucket each, so no padding).
+        pad_to_multiple_of: cost sizes rounded up to this multiple, to match the collate.
+        sampler: set by Lightning, which injects a ``DistributedSampler`` under DDP; only its
+            ``num_replicas``, ``rank`` and ``epoch`` are read. Leave it None yourself.
+    """
+
+    def __init__(
+        self,
+        lengths: Sequence[int] | np.ndarray,
+        batch_size: int | None = None,
+        max_tokens: int | Sequence[int] | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        cost: str = "padded",
+        max_batch_size: int | None = None,
+        num_buckets: int | None = None,
+        pad_to_multiple_of: int | None = None,
+        sampler: Sampler | None = None,
+    ) -> None:
+        # BatchSampler.__init__ is not called: it insists on a sampler and an int batch size.
+        self.sizes = as_size_matrix(lengths)
+        if isinstance(max_tokens, (int, np.integer)):
+            max_tokens = (int(max_tokens),) * self.sizes.shape[1]
+        self.spec = PlanSpec(
+            batch_size=batch_size,
+            max_tokens=tuple(int(t) for t in max_tokens) if max_tokens is not None else None,
+            cost=cost,
+            max_batch_size=max_batch_size,
+            num_buckets=num_buckets,
+            pad_to_multiple_of=pad_to_multiple_of,
+        )
+        self.batch_size = batch_size
+        self.max_tokens = max_tokens
+        self.shuffle = shuffle
+        self.seed = int(seed)
+        self.drop_last = drop_last
+        self.sampler = sampler if sampler is not None else EpochTracker(len(self.sizes))
+        self.num_replicas, self.rank = self._resolve_ranks(num_replicas, rank, sampler)
+        self._buckets = bucketize(self.sizes, self.spec)
+        self._plan_key: tuple[int, int] | None = None
+        self._plan: Plan | None = None
+        self._position = (0, 0)  # (epoch, batches served in it) of the current iteration
+        self._resume: tuple[int, int] | None = None  # the same, restored and not yet iterated
+        self.num_oversized = self._count_oversized()
+        if self.num_oversized:
+            warnings.warn(
+                f"{self.num_oversized} samples exceed max_tokens={self.max_tokens} on their own; "
+                "each gets a batch of its own (none is dropped)",
+                stacklevel=2,
+            )
+
+    @staticmethod
+    def _resolve_ranks(num_replicas: int | None, rank: int | None, sampler: Sampler | None) -> tuple[int, int]:
+        if num_replicas is None:
+            num_replicas = getattr(sampler, "num_replicas", None)
+        if rank is None:
+            rank = getattr(sampler, "rank", None)
+        initialised = dist.is_available() and dist.is_initialized()
+        if num_replicas is None:
+            num_replicas = dist.get_world_size() if initialised else 1
+        if rank is None:
+            rank = dist.get_rank() if initialised else 0
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
+        return int(num_replicas), int(rank)
+
+    def _count_oversized(self) -> int:
+        if self.spec.max_tokens is None:
+            return 0
+        budget = np.asarray(self.spec.max_tokens)
+        return int(np.any(self._buckets[1] > budget, axis=1).sum())
+
+    @property
+    def epoch(self) -> int:
+        return int(getattr(self.sampler, "epoch", 0))
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose plan the next iteration yields."""
+        self.sampler.set_epoch(epoch)
+
+    def global_plan(self, epoch: int | None = None) -> Plan:
+        """All ranks' batches for ``epoch`` (default: the current one), in serving order."""
+        epoch = self.epoch if epoch is None else epoch
+        key = (epoch, self.num_replicas)
+        if self._plan_key != key:
+            self._plan = build_plan(
+                self.sizes,
+                self.spec,
+                shuffle=self.shuffle,
+                seed=self.seed,
+                epoch=epoch,
+                num_replicas=self.num_replicas,
+                drop_last=self.drop_last,
+                rounded=self._buckets,
+            )
+            self._plan_key = key
+        return self._plan
+
+    def __len__(self) -> int:
+        return len(self.global_plan()) // self.num_replicas
+
+    def __iter__(self) -> Iterator[list[int]]:
+        epoch = self.epoch
+        plan = self.global_plan(epoch)
+        mine = plan.bounds[self.rank :: self.num_replicas]
+        start = 0
+        if self._resume is not None and self._resume[0] == epoch:
+            start = self._resume[1]
+        self._resume = None
+        self._position = (epoch, start)
+        for served, (first, end) in enumerate(mine[start:].tolist(), start + 1):
+            self._position = (epoch, served)
+            yield plan.order[first:end].tolist()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Rank-independent position: all ranks have served the same number of batches."""
+        epoch, served = self._resume or self._position
+        if epoch != self.epoch:  # the epoch moved on and nothing of the new one was served yet
+            epoch, served = self.epoch, 0
+        return {
+            "epoch": epoch,
+            "batches_served": served,
+            "num_replicas": self.num_replicas,
+            "num_samples": len(self.sizes),
+            "seed": self.seed,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume mid-epoch: the next iteration yields exactly what an uninterrupted run would."""
+        if state["num_samples"] != len(self.sizes):
+            raise ValueError(f"sampler state is for {state['num_samples']} samples, this dataset has {len(self.sizes)}")
+        if state["seed"] != self.seed:
+            raise ValueError(f"sampler state was saved with seed {state['seed']}, this sampler has seed {self.seed}")
+        served = int(state["batches_served"])
+        if state["num_replicas"] != self.num_replicas:
+            served = (served * state["num_replicas"]) // self.num_replicas
+            warnings.warn(
+                f"resuming on {self.num_replicas} ranks from a state saved on {state['num_replicas']}: "
+                "the position is approximate",
+                stacklevel=2,
+            )
+        self.set_epoch(int(state["epoch"]))
+        self._resume = (int(state["epoch"]), served)

@@ -1,0 +1,96 @@
+"""Padding and throughput telemetry: how much of each batch is real data, and how fast it flows."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import lightning.pytorch as pl
+import torch
+
+
+class BatchStats(NamedTuple):
+    """What one batch holds: samples, real elements, and elements after padding."""
+
+    samples: int
+    real: int
+    padded: int
+
+
+def mask_stats(batch: Mapping[str, Any], mask_keys: Sequence[str]) -> BatchStats:
+    """Batch stats from keep-masks (True = real): real = sum over masks, padded = their sizes."""
+    masks = [batch[k] for k in mask_keys]
+    if not masks:
+        raise ValueError("mask_stats needs at least one mask key")
+    real = sum(int(m.sum()) for m in masks)
+    padded = sum(m.numel() for m in masks)
+    return BatchStats(int(masks[0].shape[0]), real, padded)
+
+
+class PaddingTelemetry(pl.Callback):
+    """Logs padding efficiency (real / padded elements), real elements per second and batch size.
+
+    Per training step: ``telemetry/padding_efficiency``, ``telemetry/real_per_s`` and
+    ``telemetry/batch_size``. Per epoch: ``telemetry/epoch_padding_efficiency``,
+    ``telemetry/epoch_samples_per_s``, ``telemetry/epoch_real_per_s``, kept in
+    :attr:`epochs` as well. Rates use the wall time between batch starts, so they include data
+    loading. Works with any logger (it logs through ``LightningModule.log``).
+
+    Args:
+        mask_keys: batch keys of keep-masks to count. Default: ask the DataModule
+            (``datamodule.batch_stats(batch)``), which every varlen DataModule provides.
+    """
+
+    def __init__(self, mask_keys: Sequence[str] | None = None) -> None:
+        self.mask_keys = tuple(mask_keys) if mask_keys else None
+        self.epochs: list[dict[str, float]] = []
+        self._reset()
+
+    def _reset(self) -> None:
+        self._totals = [0, 0, 0]
+        self._epoch_start: float | None = None
+        self._last_start: float | None = None
+
+    def _stats_fn(self, trainer: pl.Trainer) -> Callable[[Any], BatchStats]:
+        if self.mask_keys:
+            return lambda batch: mask_stats(batch, self.mask_keys)
+        datamodule = getattr(trainer, "datamodule", None)
+        if datamodule is None or not hasattr(datamodule, "batch_stats"):
+            raise RuntimeError("PaddingTelemetry needs mask_keys= or a DataModule with batch_stats(batch)")
+        return datamodule.batch_stats
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._reset()
+
+    @torch.no_grad()
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        now = time.perf_counter()
+        stats = self._stats_fn(trainer)(batch)
+        for i, value in enumerate(stats):
+            self._totals[i] += value
+        if self._epoch_start is None:
+            self._epoch_start = now
+        metrics = {
+            "telemetry/padding_efficiency": stats.real / max(stats.padded, 1),
+            "telemetry/batch_size": float(stats.samples),
+        }
+        if self._last_start is not None:
+            metrics["telemetry/real_per_s"] = self._last_real / max(now - self._last_start, 1e-9)
+        self._last_start, self._last_real = now, stats.real
+        pl_module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=stats.samples)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._epoch_start is None:
+            return
+        elapsed = max(time.perf_counter() - self._epoch_start, 1e-9)
+        samples, real, padded = self._totals
+        summary = {
+            "telemetry/epoch_padding_efficiency": real / max(padded, 1),
+            "telemetry/epoch_samples_per_s": samples / elapsed,
+            "telemetry/epoch_real_per_s": real / elapsed,
+        }
+        self.epochs.append({k.split("/")[-1].removeprefix("epoch_"): v for k, v in summary.items()})
+        pl_module.log_dict(summary, on_step=False, on_epoch=True, batch_size=1, sync_dist=False)

@@ -1,0 +1,181 @@
+"""What every scenario's DataModule shares: loaders, sampler wiring, splits, batch stats."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+from varlen.batching import BucketBatchSampler
+from varlen.batching.telemetry import BatchStats, mask_stats
+
+SPLITS = ("train", "val", "test", "predict")
+
+
+class SizedSubset(Dataset):
+    """A view of some samples of a dataset that keeps the per-sample ``lengths``.
+
+    Samples keep their parent's ``index`` key, so batches always name the samples they hold.
+    """
+
+    def __init__(self, dataset: Dataset, indices: Sequence[int] | np.ndarray) -> None:
+        self.dataset = dataset
+        self.indices = np.asarray(indices, dtype=np.int64)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.asarray(self.dataset.lengths)[self.indices]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, i: int) -> Any:
+        return self.dataset[int(self.indices[i])]
+
+
+def stratified_split(labels: Sequence[int] | np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Split indices into (kept, held out) with ``fraction`` of every class held out (seeded).
+
+    Every class with at least two samples keeps one on each side.
+    """
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"split fraction must be in (0, 1), got {fraction}")
+    labels = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    held: list[np.ndarray] = []
+    for cls in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == cls))
+        take = int(round(fraction * len(members)))
+        take = min(max(take, 1 if len(members) > 1 else 0), len(members) - 1)
+        held.append(members[:take])
+    held_out = np.sort(np.concatenate(held)) if held else np.empty(0, np.int64)
+    kept = np.setdiff1d(np.arange(len(labels)), held_out)
+    return kept, held_out
+
+
+class VarLenDataModule(pl.LightningDataModule):
+    """Base of every varlen DataModule: the loaders, their bucketing sampler and the splits.
+
+    A subclass builds its datasets in ``setup`` into ``self.datasets[split]`` (each with a
+    ``lengths`` array and samples that carry an ``index``), sets ``self.collate_fn``, and lists
+    its keep-mask keys in ``mask_keys`` (or overrides :meth:`batch_stats`). Everything else,
+    the ``StatefulDataLoader``s (resumable through Lightning checkpoints) and the
+    :class:`~varlen.batching.BucketBatchSampler` (DDP-safe), comes from here.
+
+    Args:
+        batch_size: samples per batch (set this or ``max_tokens``).
+        max_tokens: budget per batch on the padded size (or summed size, see ``sampler_cost``).
+        shuffle: reshuffle training batches every epoch (seeded by ``seed``).
+        seed: seed of the batch plan and of the splits.
+        num_buckets: size buckets of the sampler (None: automatic).
+        pad_to_multiple_of: pad the ragged axis to a multiple of this (8 for tensor cores).
+        num_workers: loader worker processes.
+        pin_memory: pin batches for fast host-to-GPU copies (None: when CUDA is available).
+        persistent_workers: keep workers between epochs (needs ``num_workers > 0``).
+        prefetch_factor: batches prefetched per worker (needs ``num_workers > 0``).
+    """
+
+    mask_keys: tuple[str, ...] = ()
+    sampler_cost: str = "padded"
+
+    def __init__(
+        self,
+        batch_size: int | None = 32,
+        max_tokens: int | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        num_buckets: int | None = None,
+        pad_to_multiple_of: int | None = None,
+        num_workers: int = 0,
+        pin_memory: bool | None = None,
+        persistent_workers: bool = False,
+        prefetch_factor: int | None = None,
+    ) -> None:
+        super().__init__()
+        if max_tokens is not None:
+            batch_size = None
+        if batch_size is None and max_tokens is None:
+            raise ValueError("set batch_size or max_tokens")
+        if num_workers == 0 and (persistent_workers or prefetch_factor is not None):
+            raise ValueError("persistent_workers and prefetch_factor need num_workers > 0")
+        self.batch_size = batch_size
+        self.max_tokens = max_tokens
+        self.shuffle = shuffle
+        self.seed = seed
+        self.num_buckets = num_buckets
+        self.pad_to_multiple_of = pad_to_multiple_of
+        self.num_workers = num_workers
+        self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
+        self.persistent_workers = persistent_workers
+        self.prefetch_factor = prefetch_factor
+        self.datasets: dict[str, Dataset] = {}
+        self.collate_fn: Any = None
+
+    # -- what subclasses may override -------------------------------------------------------
+
+    def sampler_lengths(self, dataset: Dataset) -> np.ndarray:
+        """Per-sample sizes the sampler batches by (default: the dataset's ``lengths``)."""
+        return np.asarray(dataset.lengths)
+
+    def batch_stats(self, batch: Mapping[str, Any]) -> BatchStats:
+        """Samples, real and padded elements of a collated batch (for telemetry)."""
+        return mask_stats(batch, self.mask_keys)
+
+    # -- loaders ----------------------------------------------------------------------------
+
+    def dataset(self, split: str) -> Dataset:
+        """The dataset of ``split``, with a clear error when ``setup`` did not build it."""
+        if split not in self.datasets:
+            raise RuntimeError(
+                f"{type(self).__name__} has no {split!r} split (built: {sorted(self.datasets)}); "
+                "call setup() first or give that split a source"
+            )
+        return self.datasets[split]
+
+    def batch_sampler(
+        self, split: str, shuffle: bool, num_replicas: int | None = None, rank: int | None = None
+    ) -> BucketBatchSampler:
+        """The bucketing batch sampler of ``split`` (ranks default to torch.distributed's)."""
+        return BucketBatchSampler(
+            self.sampler_lengths(self.dataset(split)),
+            batch_size=self.batch_size,
+            max_tokens=self.max_tokens,
+            shuffle=shuffle,
+            seed=self.seed,
+            cost=self.sampler_cost,
+            num_buckets=self.num_buckets,
+            pad_to_multiple_of=self.pad_to_multiple_of,
+            num_replicas=num_replicas,
+            rank=rank,
+        )
+
+    def loader(self, split: str, shuffle: bool = False) -> StatefulDataLoader:
+        """A resumable loader over ``split``, batched by :meth:`batch_sampler`."""
+        extra: dict[str, Any] = {}
+        if self.num_workers > 0:
+            extra = {"persistent_workers": self.persistent_workers, "prefetch_factor": self.prefetch_factor}
+        return StatefulDataLoader(
+            self.dataset(split),
+            batch_sampler=self.batch_sampler(split, shuffle),
+            collate_fn=self.collate_fn,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            **extra,
+        )
+
+    def train_dataloader(self) -> StatefulDataLoader:
+        return self.loader("train", shuffle=self.shuffle)
+
+    def val_dataloader(self) -> StatefulDataLoader:
+        return self.loader("val")
+
+    def test_dataloader(self) -> StatefulDataLoader:
+        return self.loader("test")
+
+    def predict_dataloader(self) -> StatefulDataLoader:
+        return self.loader("predict" if "predict" in self.datasets else "test")

@@ -1,0 +1,1 @@
+"""Readers, downloads and synthetic generators: one module per scenario."""
