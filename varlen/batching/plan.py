@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 
 COST_MODES = ("padded", "sum")
+#: ratio between consecutive geometric bucket edges: rounding costs at most ~5% padding
+GROWTH = 1.05
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,12 @@ def auto_buckets(sizes: np.ndarray, spec: PlanSpec) -> int:
 
 
 def bucketize(sizes: np.ndarray, spec: PlanSpec) -> tuple[np.ndarray, np.ndarray]:
-    """Bucket ids [N, D] and rounded-up sizes [N, D] (the upper edge of each sample's bucket)."""
+    """Bucket ids [N, D] and rounded-up sizes [N, D] (the largest size in each sample's bucket).
+
+    With few distinct sizes each gets its own bucket (no rounding at all). Otherwise bucket
+    edges are count quantiles (so every bucket has samples to mix) joined with a geometric grid
+    of ratio :data:`GROWTH` (so the sparse long tail is not lumped into one wide bucket).
+    """
     num_buckets = spec.num_buckets or auto_buckets(sizes, spec)
     multiple = spec.pad_to_multiple_of
     if multiple:
@@ -99,9 +106,14 @@ def bucketize(sizes: np.ndarray, spec: PlanSpec) -> tuple[np.ndarray, np.ndarray
         if len(distinct) <= num_buckets:
             edges = distinct
         else:
-            edges = np.unique(np.quantile(col, np.linspace(0, 1, num_buckets + 1)[1:], method="higher"))
+            quantiles = np.quantile(col, np.linspace(0, 1, num_buckets + 1)[1:], method="higher")
+            low = max(int(distinct[0]), 1)
+            steps = int(np.ceil(np.log(distinct[-1] / low) / np.log(GROWTH))) + 1
+            edges = np.unique(np.concatenate([quantiles, np.floor(low * GROWTH ** np.arange(steps))]))
         ids[:, d] = np.searchsorted(edges, col, side="left")
-        rounded[:, d] = edges[ids[:, d]]
+        bucket_max = np.zeros(len(edges) + 1, dtype=np.int64)
+        np.maximum.at(bucket_max, np.searchsorted(edges, distinct, side="left"), distinct)
+        rounded[:, d] = bucket_max[ids[:, d]]
     return ids, rounded
 
 
@@ -111,7 +123,10 @@ def order_samples(bucket_ids: np.ndarray, rng: np.random.Generator | None) -> np
     base = rng.permutation(n) if rng is not None else np.arange(n)
     if n == 0:
         return base
-    key = np.ravel_multi_index(tuple(bucket_ids[base].T), tuple(bucket_ids.max(axis=0) + 1))
+    if dims == 1:
+        key = bucket_ids[base, 0]
+    else:
+        key = np.ravel_multi_index(tuple(bucket_ids[base].T), tuple(bucket_ids.max(axis=0) + 1))
     key = key.max() - key  # largest first
     if key.max() < np.iinfo(np.int16).max:
         key = key.astype(np.int16)  # a stable sort of small ints is a radix sort
@@ -126,7 +141,9 @@ def cut_batches(rounded: np.ndarray, spec: PlanSpec) -> np.ndarray:
     """
     n = len(rounded)
     if spec.batch_size is not None:
-        return np.append(np.arange(0, n, spec.batch_size), n)
+        # the partial batch goes first, among the largest samples, where a long tail is sparse
+        partial = n % spec.batch_size
+        return np.unique(np.concatenate([[0], np.arange(partial, n, spec.batch_size), [n]]))
     budget = np.asarray(spec.max_tokens, dtype=np.int64)
     if budget.shape != (rounded.shape[1],):
         raise ValueError(f"max_tokens has {budget.size} values but samples have {rounded.shape[1]} size dimensions")
@@ -233,8 +250,8 @@ def build_plan(
     order = order_samples(ids, rng)
     starts = cut_batches(rounded_sizes[order], spec)
     bounds = np.stack([starts[:-1], starts[1:]], axis=1)
-    if spec.batch_size is not None and drop_last and len(bounds) and bounds[-1, 1] - bounds[-1, 0] < spec.batch_size:
-        bounds = bounds[:-1]
+    if spec.batch_size is not None and drop_last and len(bounds) and bounds[0, 1] - bounds[0, 0] < spec.batch_size:
+        bounds = bounds[1:]
     if rng is not None:
         bounds = bounds[rng.permutation(len(bounds))]
     if drop_last:

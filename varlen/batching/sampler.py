@@ -133,7 +133,7 @@ class BucketBatchSampler(BatchSampler):
         if self.spec.max_tokens is None:
             return 0
         budget = np.asarray(self.spec.max_tokens)
-        return int(np.any(self._buckets[1] > budget, axis=1).sum())
+        return int(np.any(self.sizes > budget, axis=1).sum())
 
     @property
     def epoch(self) -> int:
