@@ -71,7 +71,7 @@ def test_epochs_reshuffle_inside_lightning(tmp_path: Path) -> None:
 
 
 def test_lightning_ddp_with_default_flags(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    env = {"OMP_NUM_THREADS": "1", **os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     subprocess.run(
         [sys.executable, str(HERE / "ddp_toy_fit.py"), str(tmp_path), "120"], check=True, env=env, timeout=600
     )

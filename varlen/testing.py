@@ -58,7 +58,8 @@ class StepCounter(pl.Callback):
 
 def run_cli(args: Sequence[str], cwd: str | Path, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run ``python -m varlen ARGS`` in a subprocess (DDP needs its own process tree)."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
+    # one thread per rank: two ranks with a thread per core each would oversubscribe the cores
+    env = {"OMP_NUM_THREADS": "1", **os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
     result = subprocess.run(
         [sys.executable, "-m", "varlen", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
     )

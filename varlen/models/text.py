@@ -50,6 +50,7 @@ class TextClassifier(VarLenModule):
             self.encoder = AutoModelForSequenceClassification.from_pretrained(path, config=config)
         else:
             self.encoder = AutoModelForSequenceClassification.from_config(config)
+        self.encoder.train()  # from_pretrained returns eval mode, which would silence dropout in fit
         metrics = MetricCollection(
             {
                 "accuracy": MulticlassAccuracy(num_classes, average="micro"),
