@@ -187,3 +187,71 @@ def test_ddp_fit_ends_with_equal_steps(tmp_path: Path) -> None:
     assert ranks[0]["global_step"] == ranks[1]["global_step"] == ranks[0]["num_training_batches"] > 0
     served = sorted(ranks[0]["indices"] + ranks[1]["indices"])
     assert served == list(range(90))
+
+
+class BatchRecorder(__import__("lightning").pytorch.Callback):
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.batches.append(batch["index"].tolist())
+
+
+def test_resume_through_a_lightning_checkpoint_with_a_warmup_schedule(tmp_path: Path) -> None:
+    """The LR schedule reads trainer.estimated_stepping_batches; the loader state must survive it."""
+    import lightning.pytorch as pl
+
+    def fit(ckpt_path=None):
+        recorder = BatchRecorder()
+        callbacks = [recorder]
+        if ckpt_path is None:
+            callbacks.append(
+                pl.callbacks.ModelCheckpoint(tmp_path, every_n_train_steps=3, save_top_k=-1, filename="{step}")
+            )
+        trainer = pl.Trainer(
+            max_epochs=2,
+            accelerator="cpu",
+            logger=False,
+            enable_progress_bar=False,
+            callbacks=callbacks,
+            enable_checkpointing=ckpt_path is None,
+            num_sanity_val_steps=0,
+            limit_val_batches=0,
+        )
+        dm = TextClassificationDataModule(synthetic_samples=60, batch_size=8)
+        trainer.fit(tiny_model(), datamodule=dm, ckpt_path=ckpt_path)
+        return recorder.batches
+
+    full = fit()
+    assert len(full) == 16  # 8 batches per epoch
+    resumed = fit(tmp_path / "step=9.ckpt")  # one batch into the second epoch
+    assert resumed == full[9:]
+
+
+def test_hub_style_dataset_folder_and_two_workers(tmp_path: Path) -> None:
+    """``dataset_name`` goes through ``datasets.load_dataset``: a local folder takes the same path."""
+    folder = tmp_path / "reviews"
+    folder.mkdir()
+    rows = [{"text": f"review number {i} " + "great " * (i % 7), "label": i % 3} for i in range(60)]
+    write_csv(folder / "train.csv", rows)
+    write_csv(folder / "validation.csv", rows[:12])
+    dm = TextClassificationDataModule(dataset_name=str(folder), batch_size=8, num_workers=2, persistent_workers=True)
+    assert dm.num_classes == 3
+    dm.setup("fit")
+    assert len(dm.dataset("val")) == 12 and len(dm.dataset("test")) == 12
+    seen = [i for batch in dm.train_dataloader() for i in batch["index"].tolist()]
+    assert sorted(seen) == list(range(60))
+
+
+def test_warmup_linear_decay_schedule() -> None:
+    from varlen.models.base import WarmupLinearDecay
+
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = WarmupLinearDecay(optimizer, 0.2, lambda: 10)
+    rates = []
+    for _ in range(11):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert rates == pytest.approx([0.0, 0.5, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125, 0.0])
+    assert "total_steps" not in scheduler.state_dict()  # checkpoints stay picklable

@@ -8,7 +8,7 @@ import torch
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
-from varlen.models.base import VarLenModule
+from varlen.models.base import VarLenModule, warmup_linear_decay
 
 
 class TextClassifier(VarLenModule):
@@ -87,8 +87,6 @@ class TextClassifier(VarLenModule):
         return {"index": batch["index"], "probabilities": logits.softmax(-1), "prediction": logits.argmax(-1)}
 
     def configure_optimizers(self):
-        from transformers import get_linear_schedule_with_warmup
-
         no_decay = ("bias", "LayerNorm.weight", "layernorm.weight")
         groups = [
             {"params": [], "weight_decay": self.hparams.weight_decay},
@@ -98,6 +96,4 @@ class TextClassifier(VarLenModule):
             if param.requires_grad:
                 groups[any(name.endswith(n) for n in no_decay)]["params"].append(param)
         optimizer = torch.optim.AdamW(groups, lr=self.hparams.learning_rate)
-        total = max(int(self.trainer.estimated_stepping_batches), 1)
-        scheduler = get_linear_schedule_with_warmup(optimizer, int(self.hparams.warmup_ratio * total), total)
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+        return {"optimizer": optimizer, "lr_scheduler": warmup_linear_decay(optimizer, self, self.hparams.warmup_ratio)}
