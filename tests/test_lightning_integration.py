@@ -71,7 +71,11 @@ def test_epochs_reshuffle_inside_lightning(tmp_path: Path) -> None:
 
 
 def test_lightning_ddp_with_default_flags(tmp_path: Path) -> None:
-    env = {"OMP_NUM_THREADS": "1", **os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        "OMP_NUM_THREADS": "1",
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
     subprocess.run(
         [sys.executable, str(HERE / "ddp_toy_fit.py"), str(tmp_path), "120"], check=True, env=env, timeout=600
     )
@@ -103,3 +107,31 @@ def test_plain_torch_distributed_without_lightning(tmp_path: Path) -> None:
     assert [g[:2] for g in gathered] == [[0, 3], [1, 3], [2, 3]]
     assert len({len(g[2]) for g in gathered}) == 1
     assert sorted(i for g in gathered for b in g[2] for i in b) == list(range(101))
+
+
+def test_padding_telemetry_logs_and_summarises(tmp_path: Path) -> None:
+    from varlen.batching.telemetry import PaddingTelemetry
+
+    telemetry = PaddingTelemetry()
+    recorder = Recorder()
+    trainer = pl.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        logger=pl.loggers.CSVLogger(tmp_path),
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        callbacks=[telemetry, recorder],
+        log_every_n_steps=1,
+    )
+    dm = ToyDataModule(num_samples=120, batch_size=None, max_tokens=200)
+    trainer.fit(ToyModel(), datamodule=dm)
+    lengths = dm.dataset("train").lengths
+    batches = [b for _, b in recorder.batches]
+    real = sum(int(lengths[b].sum()) for b in batches)
+    padded = sum(len(b) * int(lengths[b].max()) for b in batches)
+    (summary,) = telemetry.epochs
+    assert summary["padding_efficiency"] == pytest.approx(real / padded)
+    assert summary["samples_per_s"] > 0 and summary["real_per_s"] > 0
+    logged = (Path(trainer.logger.log_dir) / "metrics.csv").read_text()
+    for name in ("telemetry/padding_efficiency", "telemetry/batch_size", "telemetry/epoch_padding_efficiency"):
+        assert name in logged
