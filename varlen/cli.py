@@ -50,3 +50,8 @@ def main(args: ArgsType = None, run: bool = True) -> LightningCLI:
         save_config_kwargs={"overwrite": True},
         seed_everything_default=0,
     )
+
+
+def console() -> None:
+    """The ``varlen`` console script: runs the CLI and exits 0 (``main`` returns the CLI object)."""
+    main()

@@ -35,11 +35,8 @@ def round_up(n: int, multiple: int | None) -> int:
     return -(-n // multiple) * multiple if multiple else n
 
 
-def _concat(arrays: Sequence) -> torch.Tensor:
-    """One tensor of all samples along the first axis (numpy joins them without a per-item tensor)."""
-    if all(isinstance(a, torch.Tensor) for a in arrays):
-        return torch.cat(list(arrays))
-    return torch.from_numpy(np.concatenate([np.asarray(a) for a in arrays]))
+#: below this many elements per sample, one masked scatter beats a copy per sample
+SCATTER_BELOW = 256
 
 
 def pad_sequences(
@@ -49,12 +46,16 @@ def pad_sequences(
     dtype: torch.dtype | None = None,
     ragged_dims: int = 1,
 ) -> Padded:
-    """Pad arrays that differ in their leading ``ragged_dims`` axes into one tensor.
+    """Pad CPU arrays that differ in their leading ``ragged_dims`` axes into one tensor.
+
+    The work is done in numpy on one preallocated buffer that becomes the tensor without a
+    copy: short samples (token ids) are joined and scattered through the mask in one step,
+    long ones (signal windows) are copied one slice per sample.
 
     Args:
         arrays: one array per sample; trailing axes after the ragged ones must agree.
         pad_value: value written where a sample has no data (e.g. the tokenizer's pad id).
-        pad_to_multiple_of: round the padded first axis up to this multiple (tensor cores).
+        pad_to_multiple_of: round the innermost ragged axis up to this multiple (tensor cores).
         dtype: output dtype; default: that of the first array.
         ragged_dims: how many leading axes vary between samples (1 for sequences, 2 for
             segments x tokens).
@@ -64,36 +65,37 @@ def pad_sequences(
     """
     if len(arrays) == 0:
         raise ValueError("cannot pad an empty list of arrays")
-    tensors = [a if isinstance(a, torch.Tensor) else np.asarray(a) for a in arrays]
-    ndims = {t.ndim for t in tensors}
-    if len(ndims) != 1 or next(iter(ndims)) < ragged_dims:
-        raise ValueError(f"arrays must all have the same number of axes (>= {ragged_dims}), got {sorted(ndims)}")
-    trailing = {tuple(t.shape[ragged_dims:]) for t in tensors}
-    if len(trailing) != 1:
-        raise ValueError(f"arrays differ beyond their first {ragged_dims} axes: shapes {sorted(trailing)}")
-    shapes = torch.tensor([t.shape[:ragged_dims] for t in tensors], dtype=torch.long).reshape(len(tensors), ragged_dims)
-    max_shape = shapes.amax(dim=0).tolist()
-    max_shape[-1] = round_up(max_shape[-1], pad_to_multiple_of)  # the innermost ragged axis
-    if dtype is None:
-        first = tensors[0]
-        dtype = first.dtype if isinstance(first, torch.Tensor) else torch.from_numpy(first[:0].copy()).dtype
-    out = torch.full((len(tensors), *max_shape, *next(iter(trailing))), pad_value, dtype=dtype)
-    grids = [torch.arange(m) for m in max_shape]
-    if ragged_dims == 1:
-        lengths = shapes[:, 0]
-        mask = grids[0][None, :] < lengths[:, None]
-        out[mask] = _concat(tensors).to(dtype)
-        return Padded(out, lengths, mask)
-    mask = torch.ones((len(tensors), *max_shape), dtype=torch.bool)
-    for d, grid in enumerate(grids):
-        view = [1] * (ragged_dims + 1)
-        view[d + 1] = max_shape[d]
-        mask &= grid.view(view) < shapes[:, d].view([len(tensors)] + [1] * ragged_dims)
-    for i, t in enumerate(tensors):
-        out[(i, *[slice(0, s) for s in t.shape[:ragged_dims]])] = torch.as_tensor(
-            np.array(t) if isinstance(t, np.ndarray) else t, dtype=dtype
+    arrays = [np.asarray(a) for a in arrays]
+    shapes = {a.shape[ragged_dims:] for a in arrays}
+    if len(shapes) != 1 or min(a.ndim for a in arrays) < ragged_dims:
+        raise ValueError(
+            f"arrays differ beyond their first {ragged_dims} axes: shapes {sorted(a.shape for a in arrays)}"
         )
-    return Padded(out, shapes, mask)
+    trailing = next(iter(shapes))
+    np_dtype = torch.empty(0, dtype=dtype).numpy().dtype if dtype is not None else arrays[0].dtype
+    if ragged_dims == 1:
+        lengths = np.fromiter(map(len, arrays), np.int64, len(arrays))
+        width = round_up(int(lengths.max()), pad_to_multiple_of)
+        out = np.full((len(arrays), width, *trailing), pad_value, dtype=np_dtype)
+        mask = np.arange(width) < lengths[:, None]
+        if out[0, 0].size * lengths.mean() < SCATTER_BELOW:
+            out[mask] = np.concatenate(arrays)
+        else:
+            for i, a in enumerate(arrays):
+                out[i, : len(a)] = a
+        return Padded(torch.from_numpy(out), torch.from_numpy(lengths), torch.from_numpy(mask))
+    sizes = np.array([a.shape[:ragged_dims] for a in arrays], dtype=np.int64)
+    max_shape = sizes.max(axis=0).tolist()
+    max_shape[-1] = round_up(max_shape[-1], pad_to_multiple_of)
+    out = np.full((len(arrays), *max_shape, *trailing), pad_value, dtype=np_dtype)
+    mask = np.ones((len(arrays), *max_shape), dtype=bool)
+    for d in range(ragged_dims):
+        grid_shape = [1] * (ragged_dims + 1)
+        grid_shape[d + 1] = max_shape[d]
+        mask &= np.arange(max_shape[d]).reshape(grid_shape) < sizes[:, d].reshape([-1] + [1] * ragged_dims)
+    for i, a in enumerate(arrays):
+        out[(i, *[slice(0, n) for n in a.shape[:ragged_dims]])] = a
+    return Padded(torch.from_numpy(out), torch.from_numpy(sizes), torch.from_numpy(mask))
 
 
 def lengths_to_mask(lengths: torch.Tensor, max_length: int | None = None) -> torch.Tensor:
