@@ -1,0 +1,449 @@
+"""Bearing-fault vibration scenario: contract, leakage, views, readers, bad input, download, DDP."""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import varlen.datasets.bearing as bearing_data
+from varlen.datamodules.bearing import BearingDataModule
+from varlen.datasets.bearing import (
+    CWRU_FILES,
+    BearingDataError,
+    DatasetNotFoundError,
+    parse_cwru_name,
+    parse_paderborn_name,
+    plan_windows,
+    resample,
+)
+from varlen.models.bearing import BearingClassifier, MaskedBatchNorm1d, aggregate_by_recording
+from varlen.testing import DataModuleContract, ddp_fit
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data" / "bearing"
+CONFIG = ROOT / "configs" / "bearing_cwru.yaml"
+SMALL = {"simulated_per_class": 2, "simulated_seconds": (1.0, 3.0), "window_length": 512, "stride": 256}
+TINY = {"window_length": 128, "stride": 64, "batch_size": 8}
+CLI_SMALL = (
+    "--data.init_args.simulated_per_class=1",
+    "--data.init_args.simulated_seconds=[1.0, 2.0]",
+    "--data.init_args.window_length=512",
+    "--data.init_args.stride=256",
+    "--data.init_args.batch_size=16",
+)
+
+
+def coverage(dm: BearingDataModule) -> dict[str, dict[int, np.ndarray]]:
+    """Per split and recording: which samples of the recording its windows cover."""
+    out: dict[str, dict[int, np.ndarray]] = {}
+    for split, ds in dm.datasets.items():
+        out[split] = {}
+        for r in np.unique(ds.recording).tolist():
+            mine = ds.recording == r
+            edges = np.zeros(ds.buffers[r].shape[1] + 1, dtype=np.int64)
+            np.add.at(edges, ds.starts[mine], 1)
+            np.add.at(edges, ds.starts[mine] + ds.lengths[mine], -1)
+            out[split][r] = np.cumsum(edges[:-1]) > 0
+    return out
+
+
+def shared_positions(dm: BearingDataModule) -> int:
+    """Sample positions (recording, sample) that windows of two different splits both cover."""
+    cover = coverage(dm)
+    splits = sorted(cover)
+    shared = 0
+    for i, a in enumerate(splits):
+        for b in splits[i + 1 :]:
+            for r in set(cover[a]) & set(cover[b]):
+                shared += int((cover[a][r] & cover[b][r]).sum())
+    return shared
+
+
+class TestBearingContract(DataModuleContract):
+    config = str(CONFIG)
+    cli_overrides = CLI_SMALL
+
+    def make_datamodule(self, **overrides):
+        return BearingDataModule(**{**SMALL, "batch_size": 16, **overrides})
+
+    def make_model(self, datamodule):
+        return BearingClassifier(num_classes=datamodule.num_classes, in_channels=datamodule.in_channels)
+
+    def budget_overrides(self):
+        return {"max_tokens": 2048}
+
+    def test_samples_are_views_and_memory_is_one_copy(self, datamodule):
+        ds = datamodule.dataset("train")
+        sample = ds[3]
+        assert np.shares_memory(sample["signal"], ds.buffers[sample["recording_id"]])
+        raw = sum(r.signal.nbytes for r in datamodule.recordings)
+        assert ds.nbytes() <= 1.1 * raw
+        copies = sum(int(n) for n in ds.lengths) * 4  # what a copy per window (float32, 1 channel) holds
+        covered = sum(int(m.sum()) for m in coverage(datamodule)["train"].values()) * 4
+        assert copies > 1.8 * covered  # 50% overlap: a copy per window would hold the signal twice
+
+    def test_batch_layout_and_tail_padding(self, datamodule):
+        ds = datamodule.dataset("val")
+        tail = int(np.argmin(ds.lengths))
+        assert ds.lengths[tail] < datamodule.window  # the tail window is kept, with its true length
+        batch = datamodule.collate_fn([ds[0], ds[tail]])
+        assert batch["signals"].shape == (2, 1, datamodule.window) and batch["signals"].dtype == torch.float32
+        n = int(ds.lengths[tail])
+        assert batch["lengths"].tolist() == [datamodule.window, n]
+        assert batch["mask"][1, :n].all() and not batch["mask"][1, n:].any()
+        assert torch.all(batch["signals"][1, :, n:] == 0)
+        torch.testing.assert_close(batch["signals"][1, :, :n], torch.from_numpy(ds[tail]["signal"]))
+        assert batch["recording_ids"].tolist() == [ds[0]["recording_id"], ds[tail]["recording_id"]]
+        assert batch["window_index"][1] == ds.window_index[tail]
+
+    def test_normalisation_uses_train_statistics_only(self, datamodule):
+        cover = coverage(datamodule)
+        train = np.concatenate([datamodule.recordings[r].signal[0, m] for r, m in cover["train"].items()])
+        test = np.concatenate([datamodule.recordings[r].signal[0, m] for r, m in cover["test"].items()])
+        assert abs(train.mean()) < 1e-4 and abs(train.std() - 1) < 1e-3
+        assert abs(test.mean()) > 1e-4  # test statistics were not used
+
+    def test_recording_votes_in_validation(self, datamodule):
+        model = self.make_model(datamodule).eval()
+        for batch in datamodule.val_dataloader():
+            with torch.no_grad():
+                model.val_recording_metrics.update(
+                    model(batch).log_softmax(-1), batch["recording_ids"], batch["labels"]
+                )
+        values = model.val_recording_metrics.compute()
+        assert set(values) == {"acc", "macro_f1"} and 0 <= float(values["acc"]) <= 1
+
+
+class TestBearingGroupedContract(TestBearingContract):
+    """The same contract with recording-grouped batches (no CLI runs: the config is the same)."""
+
+    config = None
+
+    def make_datamodule(self, **overrides):
+        return super().make_datamodule(grouping="recording", **overrides)
+
+    def test_batches_group_windows_of_one_recording(self, datamodule):
+        ds = datamodule.dataset("train")
+        sampler = datamodule.train_dataloader().batch_sampler
+        per_batch = [len(np.unique(ds.recording[b])) for b in sampler]
+        # a batch spans few recordings (a recording's windows are consecutive in the plan)
+        assert np.median(per_batch) <= 2
+        shuffled = BearingDataModule(**{**SMALL, "batch_size": 16})
+        shuffled.setup()
+        mixed = [
+            len(np.unique(shuffled.dataset("train").recording[b])) for b in shuffled.train_dataloader().batch_sampler
+        ]
+        assert np.median(mixed) > np.median(per_batch)
+
+
+# -- splits and windows --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "split_args",
+    [
+        {"split": "time_block"},
+        {"split": "recording", "simulated_per_class": 3},  # 3 recordings per class: one for each split
+        {"split": "condition", "test_conditions": ["3"]},
+    ],
+)
+def test_splits_never_share_a_sample_position(split_args):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dm = BearingDataModule(**{**SMALL, **split_args})
+        dm.setup()
+    assert shared_positions(dm) == 0
+    if split_args["split"] == "time_block":
+        cover = coverage(dm)
+        for r in cover["train"]:  # blocks in time order, a gap of at least one window between them
+            spans = [np.flatnonzero(cover[s][r])[[0, -1]] for s in ("train", "val", "test")]
+            assert spans[1][0] - spans[0][1] > dm.window and spans[2][0] - spans[1][1] > dm.window
+    if split_args["split"] == "condition":
+        test_conditions = {dm.recordings[r].condition for r in np.unique(dm.dataset("test").recording)}
+        train_conditions = {dm.recordings[r].condition for r in np.unique(dm.dataset("train").recording)}
+        assert test_conditions == {"3"} and "3" not in train_conditions
+
+
+def test_random_window_split_leaks_and_says_so():
+    with pytest.warns(UserWarning, match="leakage"):
+        dm = BearingDataModule(**SMALL, split="random_window")
+        dm.setup()
+    assert shared_positions(dm) > 0  # the check above can fail: this split does leak
+
+
+def test_windows_keep_the_tail_unless_asked():
+    segment, offset, length = plan_windows(np.array([1000, 300, 512]), 512, 256)
+    assert segment.tolist() == [0, 0, 0, 1, 2]
+    assert offset.tolist() == [0, 256, 512, 0, 0]
+    assert length.tolist() == [512, 512, 488, 300, 512]
+    segment, _, length = plan_windows(np.array([1000, 300, 512]), 512, 256, drop_tail=True)
+    assert segment.tolist() == [0, 0, 2] and set(length.tolist()) == {512}
+
+
+def test_every_sample_is_in_a_window_by_default():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dm = BearingDataModule(**SMALL, split="random_window")
+        dm.setup()
+    cover = coverage(dm)
+    for r, rec in enumerate(dm.recordings):
+        covered = np.zeros(rec.signal.shape[1], dtype=bool)
+        for split in cover.values():
+            covered |= split.get(r, False)
+        assert covered.all()
+
+
+def test_windows_in_seconds_and_polyphase_resampling():
+    t = np.arange(48000) / 48000
+    out = resample(np.sin(2 * np.pi * 1000 * t)[None].astype(np.float32), 48000, 12000)
+    assert out.shape == (1, 12000) and out.dtype == np.float32
+    assert np.argmax(np.abs(np.fft.rfft(out[0]))) == 1000  # 1 Hz bins: the tone stays at 1 kHz
+    dm = BearingDataModule(**{**SMALL, "window_seconds": 0.05, "stride_seconds": 0.025})
+    dm.setup()
+    assert dm.window == 600 and dm.hop == 300
+    assert {r.sampling_rate for r in dm.recordings} == {12000.0}
+
+
+# -- readers -------------------------------------------------------------------------------------
+
+
+def test_cwru_names():
+    assert parse_cwru_name("12k_Drive_End_OR014@6_2_199.mat") == {
+        "label": "OR014",
+        "fault": "OR",
+        "size": 14,
+        "position": "6",
+        "end": "DE",
+        "load": 2,
+        "sampling_rate": 12000,
+        "number": 199,
+    }
+    assert parse_cwru_name("48k_Drive_End_B028_3_3008.mat")["label"] == "B028"
+    assert parse_cwru_name("normal_3_100.mat")["sampling_rate"] == 48000
+    assert parse_cwru_name("105.mat") is None
+    assert parse_paderborn_name("N09_M07_F10_KB23_20.mat")["label"] == "OR+IR"
+
+
+def test_cwru_files_with_real_quirks():
+    dm = BearingDataModule(root=str(DATA / "cwru"), **TINY)
+    assert dm.num_classes == 10 and dm.in_channels == 1
+    dm.setup()
+    recs = {r.name: r for r in dm.recordings}
+    assert recs["normal_0_97"].signal.shape == (1, 600)  # 48 kHz baseline resampled to 12 kHz
+    assert recs["12k_Drive_End_B007_0_118"].rpm == 1772.0  # read from the X119 keys it holds
+    assert recs["12k_Drive_End_OR007@6_1_131"].rpm is None and recs["12k_Drive_End_OR007@6_1_131"].condition == "1"
+    assert sorted(r.label for r in recs.values()) == ["B007", "IR007", "OR007", "normal"]
+
+
+def test_cwru_missing_channel_fails_clearly_or_is_counted():
+    dm = BearingDataModule(root=str(DATA / "cwru"), channels=["DE", "BA"], **TINY)
+    with pytest.raises(BearingDataError, match=r"12k_Drive_End_B007_0_118.mat.*\['BA'\] absent"):
+        dm.setup()
+    dm = BearingDataModule(root=str(DATA / "cwru"), channels=["DE", "BA"], on_bad="skip", **TINY)
+    with pytest.warns(UserWarning, match="skipped 3 bad recordings"):
+        dm.setup()
+    assert [r.name for r in dm.recordings] == ["12k_Drive_End_IR007_0_105"]
+    assert len(dm.skipped) == 3 and all("absent" in reason for _, reason in dm.skipped)
+
+
+def test_paderborn_structs():
+    dm = BearingDataModule(root=str(DATA / "paderborn"), sampling_rate=16000, **TINY)
+    assert dm.data_format == "paderborn" and dm.class_names == ["healthy", "OR", "IR", "OR+IR"]
+    dm.setup()
+    recs = {r.name: r for r in dm.recordings}
+    assert recs["N15_M07_F10_K001_1"].signal.shape == (1, 650)  # 64 kHz -> 16 kHz
+    assert recs["N09_M07_F10_KI01_1"].label == "IR" and recs["N09_M07_F10_KI01_1"].condition == "N09_M07_F10"
+    with pytest.raises(BearingDataError, match="'vibration_2'.*absent"):
+        BearingDataModule(root=str(DATA / "paderborn"), channels=["vibration_2"], **TINY).setup()
+
+
+def test_generic_folder_with_metadata_and_mixed_rates():
+    dm = BearingDataModule(root=str(DATA / "folder"), metadata="metadata.csv", **TINY)
+    assert dm.class_names == ["faulty", "healthy"] and dm.in_channels == 2
+    dm.setup()
+    recs = {r.name: r for r in dm.recordings}
+    assert recs["rec_b"].signal.shape == (2, 1950)  # 16 kHz resampled to the 12 kHz default
+    assert recs["rec_c"].signal.shape == (2, 1950)  # CSV at 8 kHz
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["signals"].shape[1] == 2
+
+
+# -- bad input -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def folder_copy(tmp_path):
+    shutil.copytree(DATA / "folder", tmp_path / "folder")
+    return tmp_path / "folder"
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_non_finite_signal(folder_copy, bad):
+    signal = np.load(folder_copy / "a.npy")
+    signal[5, 1] = bad
+    np.save(folder_copy / "a.npy", signal)
+    args = {"root": str(folder_copy), "metadata": "metadata.csv", **TINY}
+    with pytest.raises(BearingDataError, match=rf"a.npy: non-finite value {bad} at channel 1, sample 5"):
+        BearingDataModule(**args).setup()
+    dm = BearingDataModule(**args, on_bad="skip")
+    with pytest.warns(UserWarning, match="skipped 1 bad recordings"):
+        dm.setup()
+    assert len(dm.skipped) == 1 and "a.npy" in dm.skipped[0][0]
+    assert sorted(dm.recording_names) == ["rec_b", "rec_c"]
+
+
+def test_unknown_label(folder_copy):
+    args = {"root": str(folder_copy), "metadata": "metadata.csv", "class_names": ["healthy", "faulty", "x"], **TINY}
+    text = (folder_copy / "metadata.csv").read_text().replace("b.npy,faulty", "b.npy,cracked")
+    (folder_copy / "metadata.csv").write_text(text)
+    with pytest.raises(BearingDataError, match="b.npy: unknown label 'cracked'"):
+        BearingDataModule(**args).setup()
+    dm = BearingDataModule(**args, on_bad="skip", split="time_block")
+    with pytest.warns(UserWarning, match="skipped 1"):
+        dm.setup()
+    assert sorted(dm.recording_names) == ["rec_a", "rec_c"]
+
+
+def test_recording_shorter_than_one_window():
+    with pytest.raises(BearingDataError, match="normal_0_97.mat: 600 samples at 12000 Hz, shorter than one window"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the leaky split's warning
+            BearingDataModule(root=str(DATA / "cwru"), window_length=1000, batch_size=8, split="random_window").setup()
+    dm = BearingDataModule(root=str(DATA / "cwru"), window_length=1000, on_bad="skip", batch_size=8)
+    with pytest.warns(UserWarning, match="skipped 4"):  # the others are too short for time blocks
+        with pytest.raises(ValueError, match="no usable recordings"):
+            dm.setup()
+    assert any("shorter than one window" in r for _, r in dm.skipped)
+    assert any("too short for a time_block split" in r for _, r in dm.skipped)
+
+
+def test_corrupt_mat_file(tmp_path):
+    shutil.copytree(DATA / "cwru", tmp_path / "cwru")
+    (tmp_path / "cwru" / "12k_Drive_End_IR007_0_105.mat").write_bytes(b"MATLAB 5.0 MAT-file" + b"\x00" * 50)
+    with pytest.raises(BearingDataError, match="12k_Drive_End_IR007_0_105.mat: not a readable .mat file"):
+        BearingDataModule(root=str(tmp_path / "cwru"), **TINY).setup()
+    dm = BearingDataModule(root=str(tmp_path / "cwru"), on_bad="skip", **TINY)
+    with pytest.warns(UserWarning, match="skipped 1"):
+        dm.setup()
+    assert len(dm.recordings) == 3
+
+
+def test_missing_dataset_says_what_to_fetch(tmp_path):
+    with pytest.raises(DatasetNotFoundError, match="download=True"):
+        BearingDataModule(root=str(tmp_path / "nothing"), **TINY).setup()
+
+
+# -- download ------------------------------------------------------------------------------------
+
+
+def test_download_verifies_checksums(tmp_path, monkeypatch):
+    monkeypatch.setattr(bearing_data, "download_file", lambda url, dest: Path(dest).write_bytes(b"not the file"))
+    dm = BearingDataModule(root=str(tmp_path / "cwru"), download=True, **TINY)
+    with pytest.raises(BearingDataError, match="checksum mismatch"):
+        dm.prepare_data()
+    assert not list((tmp_path / "cwru").glob("*.mat*"))  # the bad download is removed
+
+
+def test_download_fetches_the_standard_files(tmp_path, monkeypatch, shared_data):
+    source = {name.rsplit("_", 1)[-1]: shared_data / "bearing" / name for name in CWRU_FILES}
+    urls = []
+
+    def copy(url: str, dest: Path) -> None:  # a file copy instead of the network
+        urls.append(url)
+        shutil.copy(source[url.rsplit("/", 1)[-1]], dest)
+
+    monkeypatch.setattr(bearing_data, "download_file", copy)
+    dm = BearingDataModule(root=str(tmp_path / "cwru"), download=True)
+    dm.prepare_data()
+    assert sorted(p.name for p in (tmp_path / "cwru").glob("*.mat")) == sorted(CWRU_FILES)
+    assert "https://engineering.case.edu/sites/default/files/97.mat" in urls
+    dm.prepare_data()  # verified files are not fetched again
+    assert len(urls) == len(CWRU_FILES)
+
+
+# -- real CWRU files -----------------------------------------------------------------------------
+
+
+def test_real_cwru_time_blocks_and_memory(shared_data):
+    dm = BearingDataModule(root=str(shared_data / "bearing"))
+    dm.setup()
+    assert sorted(r.label for r in dm.recordings) == sorted(dm.class_names)
+    normal = next(r for r in dm.recordings if r.label == "normal")
+    assert normal.signal.shape[1] == int(np.ceil(243938 / 4))  # 48 kHz -> 12 kHz
+    assert shared_positions(dm) == 0
+    for split in ("train", "val", "test"):
+        assert set(dm.dataset(split).labels.tolist()) == set(range(10))  # every class in every split
+    raw = sum(r.signal.nbytes for r in dm.recordings)
+    assert dm.dataset("train").nbytes() <= 1.1 * raw
+
+
+# -- model ---------------------------------------------------------------------------------------
+
+
+def test_recording_votes_sum_log_probabilities():
+    log_probs = torch.log(torch.tensor([[0.9, 0.1], [0.2, 0.8], [0.3, 0.7], [0.6, 0.4]]))
+    ids, summed, labels = aggregate_by_recording(log_probs, torch.tensor([7, 3, 7, 7]), torch.tensor([1, 0, 1, 1]))
+    assert ids.tolist() == [3, 7] and labels.tolist() == [0, 1]
+    torch.testing.assert_close(summed[1], log_probs[[0, 2, 3]].sum(0))
+    assert summed.argmax(1).tolist() == [1, 0]  # 0.9*0.3*0.6 > 0.1*0.7*0.4
+
+
+def test_masked_batchnorm_ignores_padding():
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 10)
+    mask = torch.ones(2, 10, dtype=torch.bool)
+    padded = torch.cat([x, 100 * torch.randn(2, 3, 6)], dim=-1)
+    pmask = torch.cat([mask, torch.zeros(2, 6, dtype=torch.bool)], dim=-1)
+    a, b = MaskedBatchNorm1d(3).train(), MaskedBatchNorm1d(3).train()
+    out_a, out_b = a(x, mask), b(padded, pmask)
+    torch.testing.assert_close(out_b[..., :10], out_a)
+    assert torch.all(out_b[..., 10:] == 0)
+    torch.testing.assert_close(a.running_mean, b.running_mean)
+    torch.testing.assert_close(a.running_var, b.running_var)
+
+
+def test_very_short_tail_runs_and_stays_invariant():
+    model = BearingClassifier(num_classes=3).eval()
+    rng = np.random.default_rng(0)
+    samples = [
+        {
+            "index": i,
+            "signal": rng.normal(size=(1, n)).astype(np.float32),
+            "label": 0,
+            "recording_id": i,
+            "window_index": 0,
+            "start": 0,
+        }
+        for i, n in enumerate([7, 2048])
+    ]
+    from varlen.datamodules.bearing import BearingCollate
+
+    collate = BearingCollate()
+    with torch.no_grad():
+        together = model(collate(samples))
+        alone = model(collate(samples[:1]))
+    torch.testing.assert_close(together[0], alone[0], atol=1e-5, rtol=1e-4)
+
+
+# -- configs and DDP -----------------------------------------------------------------------------
+
+
+def test_configs_parse():
+    from varlen.cli import main
+
+    for config in sorted((ROOT / "configs").glob("bearing_*.yaml")):
+        cli = main(["--config", str(config)], run=False)
+        assert isinstance(cli.datamodule, BearingDataModule)
+        assert cli.model.hparams.num_classes == cli.datamodule.num_classes == 10
+
+
+def test_ddp_fit_two_processes(tmp_path):
+    records = ddp_fit(CONFIG, tmp_path, [*CLI_SMALL, "--trainer.limit_train_batches=null"])
+    assert records[0]["global_step"] == records[1]["global_step"] > 0
+    assert records[0]["batches"] == records[1]["batches"] == records[0]["num_training_batches"]
+    assert not set(records[0]["indices"]) & set(records[1]["indices"])

