@@ -79,7 +79,11 @@ def main() -> None:
 
     hf_collator = DataCollatorWithPadding(dm.tokenizer)
     hf_samples = [
-        {"input_ids": train[i]["input_ids"].tolist(), "attention_mask": [1] * int(lengths[i]), "labels": train[i]["label"]}
+        {
+            "input_ids": train[i]["input_ids"].tolist(),
+            "attention_mask": [1] * int(lengths[i]),
+            "labels": train[i]["label"],
+        }
         for i in range(len(train))
     ]
     varlen_samples = [train[i] for i in range(len(train))]
@@ -95,7 +99,9 @@ def main() -> None:
         (f"varlen BucketBatchSampler, batch_size={bs}", varlen_batches),
         (f"varlen BucketBatchSampler, max_tokens={budget}", budget_batches),
     ]
-    print("| batching | mean batch size | padding efficiency | HF collate us/batch | varlen collate us/batch | speed-up |")
+    print(
+        "| batching | mean batch size | padding efficiency | HF collate us/batch | varlen collate us/batch | speed-up |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     for name, batches in rows:
         some = subset(batches)
