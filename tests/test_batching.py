@@ -228,3 +228,19 @@ def test_mask_conventions_match_multihead_attention() -> None:
     a = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=sdpa_mask)
     b = torch.nn.functional.scaled_dot_product_attention(q, k, v_changed, attn_mask=keep[:, None, None, :])
     torch.testing.assert_close(a, b)  # sdpa's bool mask is True = *allowed*, the opposite of MHA's
+
+
+@pytest.mark.parametrize("budget", [{"batch_size": 8}, {"max_tokens": 500}])
+def test_groups_are_never_mixed_and_all_served(budget: dict) -> None:
+    groups = RNG.integers(0, 12, len(LONG_TAILED))
+    for world_size in (1, 3):
+        served, counts = [], set()
+        for rank in range(world_size):
+            sampler = BucketBatchSampler(LONG_TAILED, groups=groups, num_replicas=world_size, rank=rank, **budget)
+            lengths = {len(epoch_of(sampler, e)) for e in range(3)}
+            counts |= lengths
+            for batch in epoch_of(sampler, 0):
+                assert len(set(groups[batch])) == 1
+                served += batch
+        assert len(counts) == 1
+        assert sorted(served) == list(range(len(LONG_TAILED)))

@@ -238,20 +238,29 @@ def build_plan(
     num_replicas: int = 1,
     drop_last: bool = False,
     rounded: tuple[np.ndarray, np.ndarray] | None = None,
+    groups: np.ndarray | None = None,
 ) -> Plan:
     """The global batches of one epoch, the same on every rank.
 
     Rank ``r`` takes batches ``r, r + num_replicas, ...``. With ``drop_last=False`` the count is
     made a multiple of ``num_replicas`` by splitting batches (no sample dropped or repeated);
-    with ``drop_last=True`` the surplus batches are dropped instead.
+    with ``drop_last=True`` the surplus batches are dropped instead. With ``groups`` (one int
+    per sample), a batch only holds samples of one group: e.g. the windows of one recording.
     """
     ids, rounded_sizes = rounded if rounded is not None else bucketize(sizes, spec)
     rng = np.random.default_rng([seed, epoch]) if shuffle else None
-    order = order_samples(ids, rng)
-    starts = cut_batches(rounded_sizes[order], spec)
+    if groups is None:
+        order = order_samples(ids, rng)
+        starts = cut_batches(rounded_sizes[order], spec)
+    else:
+        _, group_ids = np.unique(groups, return_inverse=True)
+        order = order_samples(np.column_stack([group_ids, ids]), rng)
+        edges = np.flatnonzero(np.diff(group_ids[order])) + 1
+        segments = zip(np.concatenate([[0], edges]), np.concatenate([edges, [len(order)]]), strict=True)
+        starts = np.unique(np.concatenate([cut_batches(rounded_sizes[order[a:b]], spec) + a for a, b in segments]))
     bounds = np.stack([starts[:-1], starts[1:]], axis=1)
-    if spec.batch_size is not None and drop_last and len(bounds) and bounds[0, 1] - bounds[0, 0] < spec.batch_size:
-        bounds = bounds[1:]
+    if spec.batch_size is not None and drop_last:
+        bounds = bounds[bounds[:, 1] - bounds[:, 0] == spec.batch_size]
     if rng is not None:
         bounds = bounds[rng.permutation(len(bounds))]
     if drop_last:

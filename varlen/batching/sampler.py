@@ -62,6 +62,8 @@ class BucketBatchSampler(BatchSampler):
         num_buckets: size buckets per dimension; default: enough that each bucket holds about
             four batches (sizes with few distinct values get one bucket each, so no padding).
         pad_to_multiple_of: cost sizes rounded up to this multiple, to match the collate.
+        groups: optional group id per sample; a batch then holds samples of one group only
+            (e.g. the windows of one recording), and groups mix through the batch order.
         sampler: set by Lightning, which injects a ``DistributedSampler`` under DDP; only its
             ``num_replicas``, ``rank`` and ``epoch`` are read. Leave it None yourself.
     """
@@ -80,10 +82,14 @@ class BucketBatchSampler(BatchSampler):
         max_batch_size: int | None = None,
         num_buckets: int | None = None,
         pad_to_multiple_of: int | None = None,
+        groups: Sequence[int] | np.ndarray | None = None,
         sampler: Sampler | None = None,
     ) -> None:
         # BatchSampler.__init__ is not called: it insists on a sampler and an int batch size.
         self.sizes = as_size_matrix(lengths)
+        self.groups = None if groups is None else np.asarray(groups)
+        if self.groups is not None and self.groups.shape != (len(self.sizes),):
+            raise ValueError(f"groups must have one id per sample ({len(self.sizes)}), got shape {self.groups.shape}")
         if isinstance(max_tokens, (int, np.integer)):
             max_tokens = (int(max_tokens),) * self.sizes.shape[1]
         self.spec = PlanSpec(
@@ -157,6 +163,7 @@ class BucketBatchSampler(BatchSampler):
                 num_replicas=self.num_replicas,
                 drop_last=self.drop_last,
                 rounded=self._buckets,
+                groups=self.groups,
             )
             self._plan_key = key
         return self._plan

@@ -68,8 +68,10 @@ class VarLenDataModule(pl.LightningDataModule):
     :class:`~varlen.batching.BucketBatchSampler` (DDP-safe), comes from here.
 
     Args:
-        batch_size: samples per batch (set this or ``max_tokens``).
-        max_tokens: budget per batch on the padded size (or summed size, see ``sampler_cost``).
+        batch_size: samples per batch.
+        max_tokens: budget per batch on the padded size (or summed size, see ``sampler_cost``);
+            one value per size axis for multi-axis sizes. When set, it takes precedence over
+            ``batch_size``.
         shuffle: reshuffle training batches every epoch (seeded by ``seed``).
         seed: seed of the batch plan and of the splits.
         num_buckets: size buckets of the sampler (None: automatic).
@@ -86,7 +88,7 @@ class VarLenDataModule(pl.LightningDataModule):
     def __init__(
         self,
         batch_size: int | None = 32,
-        max_tokens: int | None = None,
+        max_tokens: int | list[int] | None = None,
         shuffle: bool = True,
         seed: int = 0,
         num_buckets: int | None = None,
@@ -122,6 +124,10 @@ class VarLenDataModule(pl.LightningDataModule):
         """Per-sample sizes the sampler batches by (default: the dataset's ``lengths``)."""
         return np.asarray(dataset.lengths)
 
+    def sampler_groups(self, dataset: Dataset) -> np.ndarray | None:
+        """Optional group id per sample; batches then never mix groups (default: no groups)."""
+        return None
+
     def batch_stats(self, batch: Mapping[str, Any]) -> BatchStats:
         """Samples, real and padded elements of a collated batch (for telemetry)."""
         return mask_stats(batch, self.mask_keys)
@@ -152,6 +158,7 @@ class VarLenDataModule(pl.LightningDataModule):
             pad_to_multiple_of=self.pad_to_multiple_of,
             num_replicas=num_replicas,
             rank=rank,
+            groups=self.sampler_groups(self.dataset(split)),
         )
 
     def loader(self, split: str, shuffle: bool = False) -> StatefulDataLoader:
