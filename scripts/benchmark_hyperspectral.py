@@ -1,0 +1,251 @@
+"""Hyperspectral benchmarks and acceptance figures; prints markdown tables.
+
+Parts (``--parts``, default all but ``accuracy``):
+
+* ``memory``: resident memory of a 2-worker loader over a memory-mapped cube vs the cube's size on
+  disk, and the same loader when every worker loads the cube itself (the mistake to avoid).
+  Resident memory is the proportional set size (PSS) summed over the main process and its
+  workers, minus the main process before the loader existed: pages shared by several processes
+  (the page-cache pages of the mapped cube) count once. Summed RSS, which counts a shared page
+  once per process, is shown too.
+* ``throughput``: patches/s of the loader (0 and 2 workers).
+* ``padding``: padding efficiency (real / padded band slots) of band-count batching against
+  random batching, same batch size and same token budget.
+* ``accuracy``: trains the SpectralTransformer on the embedded default (spatially disjoint split)
+  with random band subsets and reports test OA / AA / kappa evaluated with 25, 50, 100 and all
+  bands; ``--compare-fixed`` also trains on all bands only, as the baseline.
+
+    python scripts/benchmark_hyperspectral.py                       # memory, throughput, padding
+    python scripts/benchmark_hyperspectral.py --parts accuracy --compare-fixed
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import torch
+
+from varlen.batching import BucketBatchSampler
+from varlen.datamodules.hyperspectral import HyperspectralDataModule
+from varlen.datasets.hyperspectral import generate_field_layout, shared_layout_path
+
+
+def smaps(pid: int) -> dict[str, int]:
+    """``Pss``, ``Pss_Anon`` and ``Pss_File`` of a process in bytes (Linux ``smaps_rollup``)."""
+    out = {}
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in {"Pss", "Pss_Anon", "Pss_File"}:
+                out[key] = int(rest.split()[0]) * 1024
+    return out
+
+
+def tree_memory() -> np.ndarray:
+    """[PSS, PSS anonymous, PSS file-backed, summed RSS] over this process and its children (the workers)."""
+    me = psutil.Process(os.getpid())
+    total = np.zeros(4)
+    for p in [me, *me.children(recursive=True)]:
+        m = smaps(p.pid)
+        total += [m["Pss"], m["Pss_Anon"], m["Pss_File"], p.memory_info().rss]
+    return total
+
+
+def write_big_cube(folder: Path, height: int, width: int, bands: int) -> tuple[Path, Path]:
+    """A float32 cube written slab by slab (never whole in memory) and a field label map."""
+    cube_path, labels_path = folder / "big_cube.npy", folder / "big_gt.npy"
+    rng = np.random.default_rng(0)
+    out = np.lib.format.open_memmap(cube_path, mode="w+", dtype=np.float32, shape=(height, width, bands))
+    for r0 in range(0, height, 50):
+        out[r0 : r0 + 50] = rng.random((min(50, height - r0), width, bands), dtype=np.float32)
+    out.flush()
+    del out
+    np.save(labels_path, generate_field_layout(height, width, 16, seed=0).astype(np.uint8))
+    return cube_path, labels_path
+
+
+class WholeCubePerWorker(torch.utils.data.Dataset):
+    """The mistake: each worker reads the whole cube into its own memory (np.load without mmap)."""
+
+    def __init__(self, inner, cube_path: Path) -> None:
+        self.inner, self.cube_path, self.lengths = inner, cube_path, inner.lengths
+        self.loaded = False
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitems__(self, indices):
+        if not self.loaded:
+            self.inner.scenes[0].cube = np.load(self.cube_path)  # a private copy in this worker
+            self.loaded = True
+        return self.inner.__getitems__(indices)
+
+
+def big_dm(cube_path: Path, labels_path: Path, workers: int, root: Path) -> HyperspectralDataModule:
+    return HyperspectralDataModule(
+        scenes=["custom"], root=str(root), cube_path=str(cube_path), labels_path=str(labels_path), sensor="aviris",
+        patch_size=5, min_bands=25, max_bands=200, block_size=16, val_fraction=0.1, test_fraction=0.2,
+        batch_size=256, num_workers=workers, persistent_workers=workers > 0, nan_bands="ignore",
+    )  # fmt: skip
+
+
+def epoch_memory(loader) -> tuple[int, np.ndarray]:
+    """Iterate one epoch; return (patches, peak of each :func:`tree_memory` figure, sampled every 10 batches)."""
+    peak, patches = np.zeros(4), 0
+    for n, batch in enumerate(loader):
+        patches += len(batch["index"])
+        if n % 10 == 0:
+            peak = np.maximum(peak, tree_memory())
+    return patches, np.maximum(peak, tree_memory())
+
+
+def bench_memory(folder: Path, height: int, width: int) -> None:
+    cube_path, labels_path = write_big_cube(folder, height, width, 224)
+    disk = cube_path.stat().st_size
+    rows = []
+    for label in ("memory-mapped (varlen)", "whole cube per worker (baseline)"):
+        gc.collect()
+        base = tree_memory()  # before setup: no page of the cube is mapped yet
+        dm = big_dm(cube_path, labels_path, 2, folder)
+        dm.setup("fit")  # reads the train centres (statistics): part of the cost
+        if label.startswith("whole"):
+            dm.datasets["train"] = WholeCubePerWorker(dm.datasets["train"], cube_path)
+        loader = dm.train_dataloader()
+        patches, peak = epoch_memory(loader)
+        del loader, dm
+        gc.collect()
+        rows.append((label, patches, (peak - base) / disk))
+    print(
+        f"\n### Resident memory of a 2-worker loader, cube {height}x{width}x224 float32 "
+        f"= {disk / 2**20:.0f} MiB on disk (peak over one epoch, added to the process tree)\n"
+    )
+    print("| loader | patches | PSS total / cube | file-backed PSS (cube pages) / cube | anonymous PSS / cube "
+          "| summed RSS / cube |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|")
+    for label, patches, r in rows:
+        print(f"| {label} | {patches} | {r[0]:.2f}x | {r[2]:.2f}x | {r[1]:.2f}x | {r[3]:.2f}x |")
+
+
+def bench_throughput(folder: Path) -> None:
+    cube_path, labels_path = folder / "big_cube.npy", folder / "big_gt.npy"
+    print("\n### Loader throughput (5x5 patches, 25-224 random bands, batch 256)\n")
+    print("| workers | patches/s | real band values/s |")
+    print("|---:|---:|---:|")
+    for workers in (0, 2):
+        dm = big_dm(cube_path, labels_path, workers, folder)
+        dm.setup("fit")
+        loader = dm.train_dataloader()
+        it = iter(loader)
+        next(it)  # start-up (worker fork) excluded
+        start, patches, values = time.perf_counter(), 0, 0
+        for n, batch in enumerate(it):
+            patches += len(batch["index"])
+            values += int(batch["band_mask"].sum()) * 25
+            if n == 40:
+                break
+        elapsed = time.perf_counter() - start
+        print(f"| {workers} | {patches / elapsed:,.0f} | {values / elapsed:,.0f} |")
+        del it, loader
+
+
+def padding_efficiency(lengths: np.ndarray, batches) -> float:
+    real = sum(int(lengths[b].sum()) for b in batches)
+    padded = sum(len(b) * int(lengths[b].max()) for b in batches)
+    return real / padded
+
+
+def bench_padding(root: Path) -> None:
+    dm = HyperspectralDataModule(root=str(root), patch_size=3, min_bands=25, max_bands=200, batch_size=64)
+    dm.setup("fit")
+    lengths = dm.dataset("train").lengths
+    rng = np.random.default_rng(0)
+    print(f"\n### Padding efficiency, embedded default train split ({len(lengths)} pixels, 25-200 random bands)\n")
+    print("| batching | batch size 64 | max_tokens 8192 | batches (tokens) |")
+    print("|---|---:|---:|---:|")
+    by_count = list(BucketBatchSampler(lengths, batch_size=64, seed=0))
+    by_count_tok = list(BucketBatchSampler(lengths, max_tokens=8192, seed=0))
+    perm = rng.permutation(len(lengths))
+    random_fixed = [perm[i : i + 64] for i in range(0, len(perm), 64)]
+    random_tok, current = [], []
+    for i in perm:  # random order, cut greedily under the same padded-token budget
+        if current and (len(current) + 1) * max(lengths[current + [i]]) > 8192:
+            random_tok.append(current)
+            current = []
+        current.append(int(i))
+    random_tok.append(current)
+    eff = padding_efficiency
+    print(
+        f"| band-count buckets (BucketBatchSampler) | {eff(lengths, by_count):.3f} | "
+        f"{eff(lengths, by_count_tok):.3f} | {len(by_count_tok)} |"
+    )
+    print(f"| random | {eff(lengths, random_fixed):.3f} | {eff(lengths, random_tok):.3f} | {len(random_tok)} |")
+
+
+def bench_accuracy(root: Path, epochs: int, compare_fixed: bool) -> None:
+    import lightning.pytorch as pl
+
+    from varlen.models.hyperspectral import SpectralTransformer
+
+    counts = [25, 50, 100, None]
+    runs = [("random subsets (25-200 bands)", 25)] + ([("all bands (baseline)", None)] if compare_fixed else [])
+    layout = "Indian Pines label map" if shared_layout_path().exists() else "generated field layout"
+    for label, min_bands in runs:
+        pl.seed_everything(0)
+        dm = HyperspectralDataModule(root=str(root), patch_size=3, min_bands=min_bands, max_tokens=8192)
+        model = SpectralTransformer(num_classes=dm.num_classes, d_model=32, dim_feedforward=64, lr=2e-3)
+        trainer = pl.Trainer(
+            max_epochs=epochs, accelerator="cpu", logger=False, enable_checkpointing=False,
+            enable_progress_bar=False, num_sanity_val_steps=0, limit_val_batches=0,
+        )  # fmt: skip
+        start = time.perf_counter()
+        trainer.fit(model, datamodule=dm)
+        train_s = time.perf_counter() - start
+        rows = []
+        for count in counts:
+            eval_dm = HyperspectralDataModule(root=str(root), patch_size=3, eval_bands=count, max_tokens=8192)
+            (metrics,) = trainer.test(model, datamodule=eval_dm, verbose=False)
+            rows.append((count, metrics["test/oa"], metrics["test/aa"], metrics["test/kappa"]))
+        report = dm.report["synthetic"]
+        print(f"\n### Embedded default ({layout}), spatially disjoint blocks, 3x3 patches: trained on {label}\n")
+        print(f"{epochs} epochs on CPU in {train_s:.0f} s. Pixels per split: {report['pixels']}; ", end="")
+        print(f"labelled pixels given up to buffers and borders: {report['lost_to_buffers']}\n")
+        print("| eval bands | test OA | test AA | test kappa |")
+        print("|---:|---:|---:|---:|")
+        for count, oa, aa, kappa in rows:
+            print(f"| {count or 'all (200)'} | {oa:.3f} | {aa:.3f} | {kappa:.3f} |", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", default="memory,throughput,padding", help="comma list; add 'accuracy'")
+    parser.add_argument("--size", type=int, nargs=2, default=(500, 400), help="memory-test cube height width")
+    parser.add_argument("--epochs", type=int, default=6, help="training epochs for 'accuracy'")
+    parser.add_argument("--compare-fixed", action="store_true", help="also train on all bands (baseline)")
+    parser.add_argument("--root", default=None, help="folder for the synthetic scene (default: a temp folder)")
+    args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    with tempfile.TemporaryDirectory(prefix="varlen_hs_bench_") as tmp:
+        folder = Path(tmp)
+        root = Path(args.root) if args.root else folder
+        if "memory" in parts or "throughput" in parts:
+            if "memory" in parts:
+                bench_memory(folder, *args.size)
+            else:
+                write_big_cube(folder, *args.size, 224)
+            if "throughput" in parts:
+                bench_throughput(folder)
+        if "padding" in parts:
+            bench_padding(root)
+        if "accuracy" in parts:
+            bench_accuracy(root, args.epochs, args.compare_fixed)
+
+
+if __name__ == "__main__":
+    main()

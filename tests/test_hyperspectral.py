@@ -1,0 +1,418 @@
+"""Hyperspectral scenario: contract, band sampling, spatial splits, readers, downloads, bad input, DDP."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy.io import savemat
+
+import varlen.datasets.hyperspectral as hs
+from varlen.datamodules.hyperspectral import HyperspectralDataModule
+from varlen.models.hyperspectral import SpectralTransformer
+from varlen.testing import DataModuleContract, ddp_fit
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data" / "hyperspectral"
+CONFIG = str(ROOT / "configs" / "hyperspectral.yaml")
+# one cache of the synthetic cubes for the whole module (written once, then memory-mapped)
+SCENE_ROOT = Path(tempfile.mkdtemp(prefix="varlen_hs_"))
+CLI_OVERRIDES = [
+    f"--data.init_args.root={SCENE_ROOT}",
+    "--data.init_args.layout=generated",
+    "--trainer.enable_progress_bar=false",
+]
+
+
+def tiny_dm(tmp_path: Path, **kwargs) -> HyperspectralDataModule:
+    args = {
+        "scenes": ["custom"],
+        "root": str(tmp_path),
+        "cube_path": str(DATA / "tiny_v5.mat"),
+        "labels_path": str(DATA / "tiny_v5_gt.mat"),
+        "wavelengths": hs.np.linspace(450.0, 2400.0, 12).tolist(),
+        "block_size": 4,
+        "val_fraction": 0.2,
+        "test_fraction": 0.3,
+        "batch_size": 8,
+        **kwargs,
+    }
+    return HyperspectralDataModule(**args)
+
+
+class TestHyperspectralContract(DataModuleContract):
+    """Two sensors in one DataModule (200 AVIRIS-like and 103 ROSIS-like bands), random subsets, 3x3 patches."""
+
+    config = CONFIG
+    cli_overrides = CLI_OVERRIDES
+
+    def make_datamodule(self, **overrides):
+        args = {
+            "scenes": ["synthetic", "synthetic_rosis"],
+            "root": str(SCENE_ROOT),
+            "layout": "generated",
+            "patch_size": 3,
+            "min_bands": 10,
+            "max_bands": 150,
+            "batch_size": 64,
+            **overrides,
+        }
+        return HyperspectralDataModule(**args)
+
+    def make_model(self, datamodule):
+        return SpectralTransformer(num_classes=datamodule.num_classes, d_model=32, nhead=4, num_layers=2)
+
+    def budget_overrides(self):
+        return {"max_tokens": 4096}
+
+    def test_band_padding_does_not_change_outputs(self, datamodule, model):
+        """Training samples carry 10..150 random bands: pad short ones into a batch with long ones."""
+        dataset = datamodule.dataset("train")
+        order = np.argsort(dataset.lengths)
+        picks = [int(order[0]), int(order[-1]), int(order[len(order) // 2])]
+        samples = [dataset[i] for i in picks]
+        assert len({len(s["bands"]) for s in samples}) == 3
+        batch = datamodule.collate_fn(samples)
+        assert batch["band_mask"].sum(1).tolist() == [len(s["bands"]) for s in samples]
+        with torch.no_grad():
+            together = model(batch)
+            for i, sample in enumerate(samples):
+                torch.testing.assert_close(together[i], model(datamodule.collate_fn([sample]))[0], atol=1e-5, rtol=1e-4)
+
+
+# -- band sampling ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def synthetic_dm() -> HyperspectralDataModule:
+    dm = HyperspectralDataModule(
+        root=str(SCENE_ROOT), layout="generated", patch_size=3, min_bands=20, max_bands=60, batch_size=32
+    )
+    dm.setup("fit")
+    return dm
+
+
+def test_band_subsets_are_sorted_sized_by_lengths_and_change_per_epoch(synthetic_dm) -> None:
+    ds = synthetic_dm.dataset("train")
+    assert ds.lengths.min() >= 20 and ds.lengths.max() <= 60 and len(np.unique(ds.lengths)) > 10
+    for i in (0, 7, len(ds) - 1):
+        b0, b1 = ds.bands_of(i, 0), ds.bands_of(i, 1)
+        assert len(b0) == len(b1) == ds.lengths[i]
+        assert np.all(np.diff(b0) > 0) and not np.array_equal(b0, b1)
+        assert np.array_equal(b0, ds.bands_of(i, 0))  # deterministic per (seed, epoch, index)
+        sample = ds[i]
+        assert np.all(np.diff(sample["wavelengths"]) > 0)  # kept in wavelength order
+
+
+def test_loader_batches_use_their_epoch_bands_and_resume_exactly(synthetic_dm) -> None:
+    def run(loader, epoch, cut=None):
+        loader.batch_sampler.set_epoch(epoch)
+        out, it = [], iter(loader)
+        for n, batch in enumerate(it):
+            out.append((batch["index"].clone(), batch["bands"].clone()))
+            if cut is not None and n + 1 == cut:
+                return out, loader.state_dict()
+        return out, None
+
+    full, _ = run(synthetic_dm.train_dataloader(), 1)
+    ds = synthetic_dm.dataset("train")
+    index, bands = full[0]
+    for row, i in enumerate(index.tolist()):
+        k = int(ds.lengths[i])
+        assert bands[row, :k].tolist() == ds.bands_of(i, 1).tolist()  # epoch 1's draw, not epoch 0's
+        assert np.all(bands[row, k:].numpy() == -1)
+    head, state = run(synthetic_dm.train_dataloader(), 1, cut=3)
+    resumed = synthetic_dm.train_dataloader()
+    resumed.load_state_dict(state)
+    tail = [(b["index"], b["bands"]) for b in resumed]
+    assert len(head) + len(tail) == len(full)
+    for (i0, b0), (i1, b1) in zip(full, head + tail, strict=True):
+        assert torch.equal(i0, i1) and torch.equal(b0, b1)
+
+
+def test_workers_draw_the_same_bands(synthetic_dm, tmp_path) -> None:
+    dm = HyperspectralDataModule(
+        root=str(SCENE_ROOT), layout="generated", patch_size=3, min_bands=20, max_bands=60, batch_size=32,
+        num_workers=2,
+    )  # fmt: skip
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    loader.batch_sampler.set_epoch(2)
+    ref = synthetic_dm.train_dataloader()
+    ref.batch_sampler.set_epoch(2)
+    for a, b in zip(loader, ref, strict=True):
+        assert torch.equal(a["index"], b["index"]) and torch.equal(a["spectra"], b["spectra"])
+
+
+def test_collate_copies_selected_bands_normalised(synthetic_dm) -> None:
+    ds = synthetic_dm.dataset("train")
+    samples = [ds[3], ds[10]]
+    assert np.shares_memory(samples[0]["patch"], ds.scenes[0].cube)  # a view into the memmap
+    batch = synthetic_dm.collate_fn(samples)
+    s = samples[1]
+    k = len(s["bands"])
+    raw = np.asarray(s["patch"])[..., s["bands"]].transpose(2, 0, 1).astype(np.float32)
+    expect = (raw - s["mean"][:, None, None]) / s["std"][:, None, None]
+    np.testing.assert_allclose(batch["spectra"][1, :k].numpy(), expect, rtol=1e-5, atol=1e-5)
+    assert batch["spectra"].shape[2:] == (3, 3)
+    assert torch.all(batch["spectra"][1, k:] == 0) and torch.all(batch["wavelengths"][1, k:] == 0)
+
+
+def test_eval_band_counts(tmp_path) -> None:
+    for count, expect in ((25, 25), (None, 200), ([0, 5, 199], 3)):
+        dm = HyperspectralDataModule(root=str(SCENE_ROOT), layout="generated", eval_bands=count, batch_size=16)
+        dm.setup("fit")
+        ds = dm.dataset("test")
+        assert set(ds.lengths.tolist()) == {expect}
+        assert np.all(np.diff(ds[0]["wavelengths"]) > 0)
+
+
+# -- spatial split ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("patch_size", [1, 5])
+def test_train_and_test_footprints_share_no_pixel(patch_size) -> None:
+    dm = HyperspectralDataModule(root=str(SCENE_ROOT), layout="generated", patch_size=patch_size, block_size=12)
+    dm.setup("fit")
+    r = patch_size // 2
+    shape = dm.scenes[0].labels.shape
+    prints = {}
+    for split in ("train", "val", "test"):
+        ds = dm.dataset(split)
+        centres = np.zeros(shape, dtype=bool)
+        centres[ds.rows, ds.cols] = True
+        prints[split] = hs.footprint_map(centres, r)
+        assert len(ds) > 100
+    assert not np.any(prints["train"] & prints["test"])
+    assert not np.any(prints["train"] & prints["val"])
+    assert not np.any(prints["val"] & prints["test"])
+    if r == 0:
+        return
+    # and it is not vacuous: a random pixel split would overlap
+    rng = np.random.default_rng(0)
+    labelled = np.argwhere(dm.scenes[0].labels > 0)
+    pick = rng.random(len(labelled)) < 0.5
+    a, b = np.zeros(shape, bool), np.zeros(shape, bool)
+    a[tuple(labelled[pick].T)] = True
+    b[tuple(labelled[~pick].T)] = True
+    assert np.any(hs.footprint_map(a, r) & hs.footprint_map(b, r))
+
+
+def test_buffer_smaller_than_radius_is_refused() -> None:
+    with pytest.raises(ValueError, match="buffer 1 < patch radius 2"):
+        HyperspectralDataModule(root=str(SCENE_ROOT), layout="generated", patch_size=5, buffer=1)
+
+
+def test_normalisation_uses_train_pixels_only(synthetic_dm) -> None:
+    ds = synthetic_dm.dataset("train")
+    cube = synthetic_dm.scenes[0].cube
+    np.testing.assert_allclose(ds.mean[0], cube[ds.rows, ds.cols].astype(np.float64).mean(0), rtol=1e-5)
+    assert synthetic_dm.dataset("test").mean[0] is not None
+    np.testing.assert_array_equal(synthetic_dm.dataset("test").mean[0], ds.mean[0])
+
+
+# -- readers ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "cube,labels",
+    [
+        ("tiny_v5.mat", "tiny_v5_gt.mat"),
+        ("tiny_v73.mat", "tiny_v73_gt.mat"),
+        ("tiny.npy", "tiny_gt.npy"),
+        ("tiny_envi.hdr", "tiny_gt.npy"),
+    ],
+)
+def test_readers_agree_and_memory_map(cube, labels, tmp_path) -> None:
+    ref = np.load(DATA / "tiny.npy")
+    arr = hs.read_array(DATA / cube, ndim=3, cache_dir=tmp_path)
+    assert isinstance(arr, np.memmap) or isinstance(getattr(arr, "base", None), np.memmap)
+    np.testing.assert_array_equal(np.asarray(arr), ref)
+    np.testing.assert_array_equal(hs.read_array(DATA / labels, ndim=2), np.load(DATA / "tiny_gt.npy"))
+
+
+def test_envi_wavelengths_are_converted_to_nm(tmp_path) -> None:
+    wl = hs.read_wavelengths(DATA / "tiny_envi.hdr")
+    np.testing.assert_allclose(wl, np.linspace(450.0, 2400.0, 12), atol=0.1)
+    dm = tiny_dm(
+        tmp_path, cube_path=str(DATA / "tiny_envi.hdr"), labels_path=str(DATA / "tiny_gt.npy"), wavelengths=None
+    )
+    dm.setup("fit")
+    np.testing.assert_allclose(dm.scenes[0].wavelengths, wl)
+
+
+def test_sensor_wavelengths_account_for_removed_bands() -> None:
+    assert hs.aviris_wavelengths(hs.INDIAN_PINES_REMOVED, hs.INDIAN_PINES_CHANNELS).size == 200
+    assert hs.aviris_wavelengths(hs.SALINAS_REMOVED).size == 204
+    assert len(hs.SCENES["pavia_u"].wavelengths) == 103
+    wl = hs.aviris_wavelengths(hs.INDIAN_PINES_REMOVED, hs.INDIAN_PINES_CHANNELS)
+    assert not np.any((wl > 1380) & (wl < 1430)) and not np.any((wl > 1830) & (wl < 1950))  # water bands gone
+
+
+def test_tiny_custom_scene_end_to_end(tmp_path) -> None:
+    dm = tiny_dm(tmp_path)
+    assert dm.num_classes == 3
+    dm.setup("fit")
+    batch = next(iter(dm.train_dataloader()))
+    assert batch["spectra"].shape[1] == 12 and batch["spectra"].dim() == 2
+    model = SpectralTransformer(num_classes=3, d_model=16, nhead=2, num_layers=1)
+    assert model(batch).shape == (len(batch["index"]), 3)
+
+
+def test_external_maps_drop_test_pixels_touching_train_patches(tmp_path) -> None:
+    dm = tiny_dm(
+        tmp_path, train_map=str(DATA / "tiny_TR.mat"), test_map=str(DATA / "tiny_TS.mat"), patch_size=3,
+        block_size=3, buffer=1, val_fraction=0.3,
+    )  # fmt: skip
+    with pytest.warns(UserWarning, match="overlapping train"):
+        dm.setup("fit")
+    assert dm.report["custom"]["test_overlapping_train_dropped"] > 0
+    shape = dm.scenes[0].labels.shape
+    prints = {}
+    for split in ("train", "test"):
+        c = np.zeros(shape, bool)
+        c[dm.dataset(split).rows, dm.dataset(split).cols] = True
+        prints[split] = hs.footprint_map(c, 1)
+    assert len(dm.dataset("test")) > 0 and not np.any(prints["train"] & prints["test"])
+
+
+@pytest.mark.parametrize("name", ["TRpaviaU", "TSpaviaU"])
+def test_real_pavia_maps_read(shared_data, name) -> None:
+    labels = hs.read_array(shared_data / "hyperspectral" / f"{name}.mat", ndim=2)
+    assert labels.shape == (610, 340) and set(np.unique(labels).tolist()) == set(range(10))
+
+
+def test_salinas_a_labels_remap(shared_data) -> None:
+    raw = hs.read_array(shared_data / "hyperspectral" / "SalinasA_gt.mat", ndim=2)
+    info = hs.SCENES["salinas_a"]
+    labels = hs.remap_labels(raw, info.label_values, "SalinasA_gt.mat")
+    assert labels.max() == 6 and hs.check_labels(labels, 6, "x") == 6
+
+
+def test_synthetic_uses_real_indian_pines_layout(shared_data, tmp_path) -> None:
+    dm = HyperspectralDataModule(root=str(tmp_path), layout="auto")
+    real = hs.read_array(shared_data / "hyperspectral" / "Indian_pines_gt.mat", ndim=2)
+    dm.setup("fit")
+    np.testing.assert_array_equal(dm.scenes[0].labels, real)
+    assert dm.num_classes == 16
+
+
+# -- downloads ----------------------------------------------------------------------------------
+
+
+def test_download_is_patched_to_a_copy_and_checksummed(shared_data, tmp_path, monkeypatch) -> None:
+    """Indian Pines: the real label map (known MD5) plus a fake cube (wrong MD5, then accepted)."""
+    source = tmp_path / "remote"
+    source.mkdir()
+    shutil.copy(shared_data / "hyperspectral" / "Indian_pines_gt.mat", source / "Indian_pines_gt.mat")
+    rng = np.random.default_rng(0)
+    savemat(
+        source / "Indian_pines_corrected.mat",
+        {"indian_pines_corrected": rng.integers(1000, 5000, (145, 145, 200)).astype(np.int16)},
+    )
+    fetched = []
+
+    def fake_fetch(url: str, destination: Path) -> None:
+        fetched.append(url)
+        shutil.copy(source / url.rsplit("/", 1)[-1], destination)
+
+    monkeypatch.setattr(hs, "_fetch", fake_fetch)
+    root = tmp_path / "root"
+    with pytest.raises(OSError, match="checksum mismatch"):
+        HyperspectralDataModule(scenes=["indian_pines"], root=str(root), download=True).prepare_data()
+    assert not (root / "indian_pines" / "Indian_pines_corrected.mat").exists()  # nothing half-verified kept
+    real_md5 = hs.md5sum(source / "Indian_pines_corrected.mat")
+    info = hs.SCENES["indian_pines"]
+    patched = hs.SceneInfo(hs.RemoteFile(info.cube.filename, info.cube.url, real_md5), *list(vars(info).values())[1:])
+    monkeypatch.setitem(hs.SCENES, "indian_pines", patched)
+    dm = HyperspectralDataModule(scenes=["indian_pines"], root=str(root), download=True, patch_size=3)
+    dm.prepare_data()
+    dm.setup("fit")
+    assert {u.rsplit("/", 1)[-1] for u in fetched} == {"Indian_pines_corrected.mat", "Indian_pines_gt.mat"}
+    assert all(u.startswith("https://www.ehu.eus/ccwintco/uploads/") for u in fetched)
+    assert dm.scenes[0].cube.shape == (145, 145, 200) and isinstance(dm.scenes[0].cube, np.memmap)
+    assert (root / "cache" / "Indian_pines_corrected.indian_pines_corrected.npy").exists()
+
+
+def test_real_layout_config_instantiates() -> None:
+    from varlen.cli import main
+
+    cli = main(["--config", str(ROOT / "configs" / "hyperspectral_pavia_u.yaml")], run=False)
+    assert cli.datamodule.num_classes == cli.model.hparams.num_classes == 9
+    assert cli.datamodule.scene_names == ["pavia_u"]
+
+
+def test_missing_scene_says_what_to_fetch(tmp_path) -> None:
+    dm = HyperspectralDataModule(scenes=["pavia_u"], root=str(tmp_path))
+    with pytest.raises(hs.DatasetNotFoundError, match="download=True.*PaviaU.mat"):
+        dm.setup("fit")
+
+
+# -- bad input ----------------------------------------------------------------------------------
+
+
+def test_cube_and_label_shapes_differ(tmp_path) -> None:
+    np.save(tmp_path / "gt.npy", np.ones((15, 14), dtype=np.uint8))
+    dm = tiny_dm(tmp_path, labels_path=str(tmp_path / "gt.npy"))
+    with pytest.raises(ValueError, match=r"tiny_v5.mat: cube is 16x14 pixels but its label map is 15x14"):
+        dm.setup("fit")
+
+
+def test_band_index_out_of_range(tmp_path) -> None:
+    dm = tiny_dm(tmp_path, eval_bands=[0, 3, 12])
+    with pytest.raises(ValueError, match="band index 12 out of range for scene 'custom' with 12 bands"):
+        dm.setup("fit")
+
+
+def test_nan_bands_raise_or_are_dropped(tmp_path) -> None:
+    cube = np.load(DATA / "tiny.npy").astype(np.float32)
+    cube[2, 3, 5] = np.nan
+    np.save(tmp_path / "nan.npy", cube)
+    dm = tiny_dm(tmp_path, cube_path=str(tmp_path / "nan.npy"))
+    with pytest.raises(ValueError, match=r"nan.npy: band\(s\) \[5\].*NaN"):
+        dm.setup("fit")
+    dm = tiny_dm(tmp_path, cube_path=str(tmp_path / "nan.npy"), nan_bands="drop", min_bands=4)
+    with pytest.warns(UserWarning, match="dropping 1 band"):
+        dm.setup("fit")
+    assert dm.report["custom"]["dropped_bands"] == [5]
+    ds = dm.dataset("train")
+    assert all(5 not in ds.bands_of(i, e) for i in range(len(ds)) for e in (0, 1))
+    assert 5 not in dm.dataset("test")[0]["bands"]
+
+
+def test_wavelengths_not_increasing(tmp_path) -> None:
+    wl = np.linspace(450.0, 2400.0, 12)
+    wl[6] = wl[4]
+    with pytest.raises(ValueError, match="strictly increasing.*band 6"):
+        tiny_dm(tmp_path, wavelengths=wl.tolist()).setup("fit")
+    with pytest.raises(ValueError, match="11 wavelengths for a cube of 12 bands"):
+        tiny_dm(tmp_path, wavelengths=wl[:11].tolist()).setup("fit")
+
+
+def test_empty_class(tmp_path) -> None:
+    labels = np.load(DATA / "tiny_gt.npy")
+    labels[labels == 2] = 4  # class 2 now has no pixel
+    np.save(tmp_path / "gap.npy", labels)
+    with pytest.raises(ValueError, match=r"gap.npy: class\(es\) \[2\] have no labelled pixel"):
+        tiny_dm(tmp_path, labels_path=str(tmp_path / "gap.npy"))
+
+
+def test_no_wavelengths_for_a_custom_cube(tmp_path) -> None:
+    with pytest.raises(ValueError, match="no wavelengths"):
+        tiny_dm(tmp_path, wavelengths=None).setup("fit")
+
+
+# -- DDP ----------------------------------------------------------------------------------------
+
+
+def test_ddp_fit_two_processes(tmp_path) -> None:
+    records = ddp_fit(
+        CONFIG, tmp_path, [*CLI_OVERRIDES, "--trainer.limit_train_batches=6", "--model.init_args.d_model=32"]
+    )
+    assert records[0]["global_step"] == records[1]["global_step"] == 6
+    assert records[0]["batches"] == records[1]["batches"] == 6
+    assert not set(records[0]["indices"]) & set(records[1]["indices"])
