@@ -10,7 +10,9 @@ Part ``memory``: the windowed datasets (50% overlap) over every recording, measu
 what the datasets refer to (:meth:`BearingWindows.nbytes`) and what ``tracemalloc`` saw numpy
 allocate and keep during ``setup`` (after the raw ``.mat`` arrays were released); against a
 baseline that materialises every window as its own array (what ``np.stack`` of windows holds).
-Then loader windows/s for both, one epoch each, same batch size, same process.
+Then loader windows/s (median over several epochs, same batch size, same process) for the views
+with the scenario's collate, the views with the core ``pad_sequences`` (windows transposed in and
+out, since they are ragged on their last axis), and the copy-per-window baseline.
 
 Part ``leakage``: the same WDCNN trained on the same recordings with the leak-free time-block
 split and with a random window split (overlapping windows of one recording on both sides);
@@ -32,7 +34,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from varlen.datamodules.bearing import BearingDataModule
+from varlen.batching import pad_sequences
+from varlen.datamodules.bearing import BearingCollate, BearingDataModule
 
 DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "shared" / "data" / "bearing"
 
@@ -55,6 +58,30 @@ class CopyPerWindow(Dataset):
 
     def __getitem__(self, i: int) -> dict:
         return {"signal": self.data[i], "length": self.lengths[i], "label": self.labels[i]}
+
+
+EPOCHS = 9
+
+
+class TransposedPadCollate(BearingCollate):
+    """The alternative to :class:`BearingCollate`: the core ``pad_sequences`` on ``[W, C]`` views.
+
+    ``pad_sequences`` pads the leading axis, so windows go in transposed and the batch is
+    transposed back to ``[B, C, W]`` (one extra strided copy of the batch).
+    """
+
+    def __call__(self, samples):
+        padded = pad_sequences([s["signal"].T for s in samples], pad_to_multiple_of=self.pad_to_multiple_of)
+        return {
+            "index": torch.tensor([s["index"] for s in samples], dtype=torch.long),
+            "signals": padded.values.permute(0, 2, 1).contiguous(),
+            "lengths": padded.lengths,
+            "mask": padded.mask,
+            "labels": torch.tensor([s["label"] for s in samples], dtype=torch.long),
+            "recording_ids": torch.tensor([s["recording_id"] for s in samples], dtype=torch.long),
+            "window_index": torch.tensor([s["window_index"] for s in samples], dtype=torch.long),
+            "starts": torch.tensor([s["start"] for s in samples], dtype=torch.long),
+        }
 
 
 def make_datamodule(root: str | None, **overrides) -> BearingDataModule:
@@ -107,26 +134,35 @@ def memory(root: str | None) -> None:
     print(f"| baseline: a copy per window (array bytes) | {copy_bytes:,} | {copy_bytes / raw:.3f} |")
     print(f"| baseline: a copy per window (tracemalloc) | {copy_traced:,} | {copy_traced / raw:.3f} |")
 
-    # loader throughput, one epoch over the train windows each
+    # loader throughput over the train windows: median of EPOCHS timed epochs after one warm-up
+    # (one epoch is only ~12 batches, too short to time alone on a shared machine)
     loader = dm.train_dataloader()
+    transposed = dm.train_dataloader()
+    transposed.collate_fn = TransposedPadCollate()
     baseline = DataLoader(copies["train"], batch_size=dm.batch_size, shuffle=True)
     rates = {}
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in loader workers; avoids intra-op thread contention in collates
     for name, it in (
-        ("views + varlen collate (StatefulDataLoader, bucketing sampler)", loader),
+        ("views + BearingCollate (StatefulDataLoader, bucketing sampler)", loader),
+        ("views + core pad_sequences on transposed windows (same loader)", transposed),
         ("copy per window + default collate (DataLoader)", baseline),
     ):
-        for _ in range(2):  # second epoch timed (warm)
+        epoch_rates = []
+        for epoch in range(EPOCHS + 1):
             t0 = time.perf_counter()
             n = 0
             for batch in it:
                 n += len(batch["labels"] if "labels" in batch else batch["label"])
-            elapsed = time.perf_counter() - t0
-        rates[name] = n / elapsed
+            if epoch:  # the first epoch warms up
+                epoch_rates.append(n / (time.perf_counter() - t0))
+        rates[name] = float(np.median(epoch_rates))
     torch.set_num_threads(threads)
     base = rates["copy per window + default collate (DataLoader)"]
-    print(f"\n### Loader throughput: train split, {len(windows['train'])} windows, batch {dm.batch_size}, 0 workers\n")
+    print(
+        f"\n### Loader throughput: train split, {len(windows['train'])} windows, batch {dm.batch_size}, 0 workers, "
+        f"median of {EPOCHS} epochs\n"
+    )
     print("| loader | windows/s | x baseline |")
     print("|---|---:|---:|")
     for name, rate in rates.items():

@@ -25,7 +25,7 @@ SCENARIOS = {
     "bearing": ("configs/bearing_cwru.yaml", ("val/macro_f1", "val/recording_macro_f1")),
     "video_text": ("configs/video_text.yaml", ("val/align_acc", "val/t2v_R1")),
     "molecules": ("configs/molecules_esol.yaml", ("val/rmse",)),
-    "hyperspectral": ("configs/hyperspectral.yaml", ("val/overall_accuracy",)),
+    "hyperspectral": ("configs/hyperspectral.yaml", ("val/oa", "val/aa", "val/kappa")),
 }
 
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import gc
+import io
+import logging
 import shutil
+import tracemalloc
+import urllib.request
 import warnings
 from pathlib import Path
 
@@ -10,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 
-import varlen.datasets.bearing as bearing_data
-from varlen.datamodules.bearing import BearingDataModule
+from varlen.cli import main
+from varlen.datamodules.bearing import BearingCollate, BearingDataModule
 from varlen.datasets.bearing import (
     CWRU_FILES,
     BearingDataError,
@@ -52,6 +57,26 @@ def coverage(dm: BearingDataModule) -> dict[str, dict[int, np.ndarray]]:
     return out
 
 
+def held_after_setup(dm: BearingDataModule) -> int:
+    """Bytes that ``dm.setup()`` allocates and keeps (tracemalloc; transient arrays are freed)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        dm.setup()
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+
+
+def assert_windows_are_views(ds) -> None:
+    """Every window ``ds`` serves is a view of its recording's buffer (no copy per window)."""
+    for i in range(len(ds)):
+        sample = ds[i]
+        buffer = ds.buffers[sample["recording_id"]]
+        assert sample["signal"].base is not None and np.shares_memory(sample["signal"], buffer), i
+
+
 def shared_positions(dm: BearingDataModule) -> int:
     """Sample positions (recording, sample) that windows of two different splits both cover."""
     cover = coverage(dm)
@@ -77,15 +102,13 @@ class TestBearingContract(DataModuleContract):
     def budget_overrides(self):
         return {"max_tokens": 2048}
 
-    def test_samples_are_views_and_memory_is_one_copy(self, datamodule):
-        ds = datamodule.dataset("train")
-        sample = ds[3]
-        assert np.shares_memory(sample["signal"], ds.buffers[sample["recording_id"]])
-        raw = sum(r.signal.nbytes for r in datamodule.recordings)
-        assert ds.nbytes() <= 1.1 * raw
-        copies = sum(int(n) for n in ds.lengths) * 4  # what a copy per window (float32, 1 channel) holds
-        covered = sum(int(m.sum()) for m in coverage(datamodule)["train"].values()) * 4
-        assert copies > 1.8 * covered  # 50% overlap: a copy per window would hold the signal twice
+    def test_windows_are_views_of_the_recording_buffers(self, datamodule):
+        for split in ("train", "val", "test"):
+            assert_windows_are_views(datamodule.dataset(split))
+        # every buffer is one recording's signal, shared by the splits (not one copy per split)
+        assert all(ds.buffers is datamodule.dataset("train").buffers for ds in datamodule.datasets.values())
+        buffers = datamodule.dataset("train").buffers
+        assert all(b is r.signal for b, r in zip(buffers, datamodule.recordings, strict=True))
 
     def test_batch_layout_and_tail_padding(self, datamodule):
         ds = datamodule.dataset("val")
@@ -102,11 +125,19 @@ class TestBearingContract(DataModuleContract):
         assert batch["window_index"][1] == ds.window_index[tail]
 
     def test_normalisation_uses_train_statistics_only(self, datamodule):
-        cover = coverage(datamodule)
-        train = np.concatenate([datamodule.recordings[r].signal[0, m] for r, m in cover["train"].items()])
-        test = np.concatenate([datamodule.recordings[r].signal[0, m] for r, m in cover["test"].items()])
-        assert abs(train.mean()) < 1e-4 and abs(train.std() - 1) < 1e-3
-        assert abs(test.mean()) > 1e-4  # test statistics were not used
+        raw = self.make_datamodule(normalize=False)  # the same recordings and windows, not normalised
+        raw.setup()
+        cover = coverage(raw)
+        train = np.concatenate([raw.recordings[r].signal[:, m] for r, m in cover["train"].items()], axis=1)
+        train = train.astype(np.float64)
+        mean, std = datamodule.normalization
+        np.testing.assert_allclose(mean, train.mean(axis=1), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(std, train.std(axis=1), rtol=1e-5)
+        every = np.concatenate([r.signal for r in raw.recordings], axis=1).astype(np.float64)
+        assert not np.allclose(std, every.std(axis=1), rtol=1e-5)  # the check can tell train from all samples
+        for normalised, original in zip(datamodule.recordings, raw.recordings, strict=True):
+            expected = (original.signal - mean[:, None]) / std[:, None]
+            np.testing.assert_allclose(normalised.signal, expected, rtol=1e-5, atol=1e-5)
 
     def test_recording_votes_in_validation(self, datamodule):
         model = self.make_model(datamodule).eval()
@@ -127,18 +158,16 @@ class TestBearingGroupedContract(TestBearingContract):
     def make_datamodule(self, **overrides):
         return super().make_datamodule(grouping="recording", **overrides)
 
-    def test_batches_group_windows_of_one_recording(self, datamodule):
-        ds = datamodule.dataset("train")
-        sampler = datamodule.train_dataloader().batch_sampler
-        per_batch = [len(np.unique(ds.recording[b])) for b in sampler]
-        # a batch spans few recordings (a recording's windows are consecutive in the plan)
-        assert np.median(per_batch) <= 2
-        shuffled = BearingDataModule(**{**SMALL, "batch_size": 16})
+    def test_every_batch_holds_one_recording(self, datamodule):
+        for split in ("train", "val", "test"):
+            ds = datamodule.dataset(split)
+            batches = list(datamodule.loader(split, shuffle=split == "train").batch_sampler)
+            assert all(len(np.unique(ds.recording[b])) == 1 for b in batches), split
+            assert sorted(i for b in batches for i in b) == list(range(len(ds)))
+        shuffled = BearingDataModule(**{**SMALL, "batch_size": 16})  # the default mixes recordings
         shuffled.setup()
-        mixed = [
-            len(np.unique(shuffled.dataset("train").recording[b])) for b in shuffled.train_dataloader().batch_sampler
-        ]
-        assert np.median(mixed) > np.median(per_batch)
+        ds = shuffled.dataset("train")
+        assert max(len(np.unique(ds.recording[b])) for b in shuffled.train_dataloader().batch_sampler) > 1
 
 
 # -- splits and windows --------------------------------------------------------------------------
@@ -169,6 +198,27 @@ def test_splits_never_share_a_sample_position(split_args):
         assert test_conditions == {"3"} and "3" not in train_conditions
 
 
+def test_condition_split_takes_val_from_the_rest_and_rejects_overlap():
+    args = {**SMALL, "simulated_per_class": 3, "split": "condition", "test_conditions": ["3"]}
+    with pytest.raises(ValueError, match=r"\['3'\] are in both val_conditions and test_conditions"):
+        BearingDataModule(**args, val_conditions=["2", "3"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # classes missing under some loads
+        dm = BearingDataModule(**args, val_conditions=["2"])
+        dm.setup()
+    recordings = {s: set(np.unique(dm.dataset(s).recording).tolist()) for s in ("train", "val", "test")}
+    assert not recordings["val"] & recordings["test"] and not recordings["train"] & recordings["val"]
+    assert {dm.recordings[r].condition for r in recordings["val"]} == {"2"}
+    assert {dm.recordings[r].condition for r in recordings["test"]} == {"3"}
+    assert shared_positions(dm) == 0
+
+
+def test_condition_split_warns_when_test_lacks_classes():
+    dm = BearingDataModule(**SMALL, split="condition", test_conditions=["3"])  # 2 recordings per class
+    with pytest.warns(UserWarning, match=r"split='condition': test has no recording of classes \["):
+        dm.setup()
+
+
 def test_random_window_split_leaks_and_says_so():
     with pytest.warns(UserWarning, match="leakage"):
         dm = BearingDataModule(**SMALL, split="random_window")
@@ -183,6 +233,25 @@ def test_windows_keep_the_tail_unless_asked():
     assert length.tolist() == [512, 512, 488, 300, 512]
     segment, _, length = plan_windows(np.array([1000, 300, 512]), 512, 256, drop_tail=True)
     assert segment.tolist() == [0, 0, 2] and set(length.tolist()) == {512}
+
+
+def test_unused_samples_are_counted_and_reported(caplog):
+    dm = BearingDataModule(**SMALL)
+    with caplog.at_level(logging.INFO, logger="varlen.datamodules.bearing"):
+        dm.setup()
+    total = sum(r.signal.shape[1] for r in dm.recordings)
+    covered = sum(int(m.sum()) for split in coverage(dm).values() for m in split.values())
+    # time blocks: two gaps of one window per recording, nothing else left out
+    assert dm.unused_samples == {"gap": 2 * dm.window * len(dm.recordings), "dropped_tail": 0}
+    assert total - covered == dm.unused_samples["gap"]
+    assert any(f"{dm.unused_samples['gap']:,} in gaps between time_block blocks" in m for m in caplog.messages)
+
+    dropping = BearingDataModule(**SMALL, drop_tail=True)
+    with pytest.warns(UserWarning, match="in tails dropped by drop_tail=True"):
+        dropping.setup()
+    covered = sum(int(m.sum()) for split in coverage(dropping).values() for m in split.values())
+    assert dropping.unused_samples["dropped_tail"] > 0
+    assert sum(dropping.unused_samples.values()) == total - covered
 
 
 def test_every_sample_is_in_a_window_by_default():
@@ -223,7 +292,8 @@ def test_cwru_names():
         "sampling_rate": 12000,
         "number": 199,
     }
-    assert parse_cwru_name("48k_Drive_End_B028_3_3008.mat")["label"] == "B028"
+    assert parse_cwru_name("48k_Drive_End_B028_3_3008.mat")["label"] == "B028"  # not one of the 10 classes
+    assert parse_cwru_name("12k_Fan_End_IR007_0_278.mat")["label"] == "FE_IR007"  # the other bearing
     assert parse_cwru_name("normal_3_100.mat")["sampling_rate"] == 48000
     assert parse_cwru_name("105.mat") is None
     assert parse_paderborn_name("N09_M07_F10_KB23_20.mat")["label"] == "OR+IR"
@@ -248,7 +318,7 @@ def test_cwru_missing_channel_fails_clearly_or_is_counted():
     with pytest.warns(UserWarning, match="skipped 3 bad recordings"):
         dm.setup()
     assert [r.name for r in dm.recordings] == ["12k_Drive_End_IR007_0_105"]
-    assert len(dm.skipped) == 3 and all("absent" in reason for _, reason in dm.skipped)
+    assert dm.skipped == 3 and all("absent" in example for example in dm.report.examples)
 
 
 def test_paderborn_structs():
@@ -260,6 +330,17 @@ def test_paderborn_structs():
     assert recs["N09_M07_F10_KI01_1"].label == "IR" and recs["N09_M07_F10_KI01_1"].condition == "N09_M07_F10"
     with pytest.raises(BearingDataError, match="'vibration_2'.*absent"):
         BearingDataModule(root=str(DATA / "paderborn"), channels=["vibration_2"], **TINY).setup()
+
+
+def test_paderborn_files_listed_by_a_metadata_csv(tmp_path):
+    shutil.copytree(DATA / "paderborn", tmp_path / "pb")
+    rows = ["path,label", "N15_M07_F10_K001_1.mat,healthy", "N15_M07_F10_KA01_1.mat,OR", "N09_M07_F10_KI01_1.mat,IR"]
+    (tmp_path / "pb" / "meta.csv").write_text("\n".join(rows) + "\n")
+    dm = BearingDataModule(root=str(tmp_path / "pb"), metadata="meta.csv", sampling_rate=16000, **TINY)
+    assert dm.data_format == "folder" and dm.channels == ["vibration_1"]  # not CWRU's DE
+    dm.setup()
+    assert sorted(r.label for r in dm.recordings) == ["IR", "OR", "healthy"]
+    assert {r.sampling_rate for r in dm.recordings} == {16000.0}
 
 
 def test_generic_folder_with_metadata_and_mixed_rates():
@@ -293,7 +374,7 @@ def test_non_finite_signal(folder_copy, bad):
     dm = BearingDataModule(**args, on_bad="skip")
     with pytest.warns(UserWarning, match="skipped 1 bad recordings"):
         dm.setup()
-    assert len(dm.skipped) == 1 and "a.npy" in dm.skipped[0][0]
+    assert dm.skipped == 1 and "a.npy" in dm.report.examples[0]
     assert sorted(dm.recording_names) == ["rec_b", "rec_c"]
 
 
@@ -318,8 +399,8 @@ def test_recording_shorter_than_one_window():
     with pytest.warns(UserWarning, match="skipped 4"):  # the others are too short for time blocks
         with pytest.raises(ValueError, match="no usable recordings"):
             dm.setup()
-    assert any("shorter than one window" in r for _, r in dm.skipped)
-    assert any("too short for a time_block split" in r for _, r in dm.skipped)
+    assert any("shorter than one window" in r for r in dm.report.examples)
+    assert any("too short for a time_block split" in r for r in dm.report.examples)
 
 
 def test_corrupt_mat_file(tmp_path):
@@ -342,9 +423,9 @@ def test_missing_dataset_says_what_to_fetch(tmp_path):
 
 
 def test_download_verifies_checksums(tmp_path, monkeypatch):
-    monkeypatch.setattr(bearing_data, "download_file", lambda url, dest: Path(dest).write_bytes(b"not the file"))
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout=None: io.BytesIO(b"not the file"))
     dm = BearingDataModule(root=str(tmp_path / "cwru"), download=True, **TINY)
-    with pytest.raises(BearingDataError, match="checksum mismatch"):
+    with pytest.raises(OSError, match=r"normal_0_97.mat.*md5 is .*expected ee410e72"):
         dm.prepare_data()
     assert not list((tmp_path / "cwru").glob("*.mat*"))  # the bad download is removed
 
@@ -353,11 +434,11 @@ def test_download_fetches_the_standard_files(tmp_path, monkeypatch, shared_data)
     source = {name.rsplit("_", 1)[-1]: shared_data / "bearing" / name for name in CWRU_FILES}
     urls = []
 
-    def copy(url: str, dest: Path) -> None:  # a file copy instead of the network
+    def copy(url: str, timeout: float | None = None):  # a file instead of the network
         urls.append(url)
-        shutil.copy(source[url.rsplit("/", 1)[-1]], dest)
+        return open(source[url.rsplit("/", 1)[-1]], "rb")
 
-    monkeypatch.setattr(bearing_data, "download_file", copy)
+    monkeypatch.setattr(urllib.request, "urlopen", copy)
     dm = BearingDataModule(root=str(tmp_path / "cwru"), download=True)
     dm.prepare_data()
     assert sorted(p.name for p in (tmp_path / "cwru").glob("*.mat")) == sorted(CWRU_FILES)
@@ -371,7 +452,7 @@ def test_download_fetches_the_standard_files(tmp_path, monkeypatch, shared_data)
 
 def test_real_cwru_time_blocks_and_memory(shared_data):
     dm = BearingDataModule(root=str(shared_data / "bearing"))
-    dm.setup()
+    held = held_after_setup(dm)
     assert sorted(r.label for r in dm.recordings) == sorted(dm.class_names)
     normal = next(r for r in dm.recordings if r.label == "normal")
     assert normal.signal.shape[1] == int(np.ceil(243938 / 4))  # 48 kHz -> 12 kHz
@@ -379,7 +460,18 @@ def test_real_cwru_time_blocks_and_memory(shared_data):
     for split in ("train", "val", "test"):
         assert set(dm.dataset(split).labels.tolist()) == set(range(10))  # every class in every split
     raw = sum(r.signal.nbytes for r in dm.recordings)
-    assert dm.dataset("train").nbytes() <= 1.1 * raw
+    assert held <= 1.1 * raw  # 50% overlap: a copy per window would hold about 2x
+    assert_windows_are_views(dm.dataset("test"))
+
+
+def test_setup_keeps_one_copy_of_the_signal():
+    BearingDataModule(**SMALL).setup()  # warm-up: lazy imports and caches are not the dataset's memory
+    dm = BearingDataModule(**SMALL)
+    held = held_after_setup(dm)
+    raw = sum(r.signal.nbytes for r in dm.recordings)
+    windows = sum(int(ds.lengths.sum()) for ds in dm.datasets.values()) * 4  # float32, one channel
+    assert windows > 1.8 * raw  # what a copy per window would hold: about 2x at 50% overlap
+    assert held <= 1.1 * raw
 
 
 # -- model ---------------------------------------------------------------------------------------
@@ -407,6 +499,19 @@ def test_masked_batchnorm_ignores_padding():
     torch.testing.assert_close(a.running_var, b.running_var)
 
 
+def test_masked_batchnorm_momentum_none_is_a_cumulative_average():
+    torch.manual_seed(0)
+    masked, reference = MaskedBatchNorm1d(3, momentum=None).train(), torch.nn.BatchNorm1d(3, momentum=None).train()
+    for _ in range(3):
+        x = torch.randn(4, 3, 10)
+        masked(x, torch.ones(4, 10, dtype=torch.bool))
+        reference(x)
+    torch.testing.assert_close(masked.running_mean, reference.running_mean)
+    torch.testing.assert_close(masked.running_var, reference.running_var)
+    with pytest.raises(ValueError, match="track_running_stats=True"):
+        MaskedBatchNorm1d(3, track_running_stats=False)
+
+
 def test_very_short_tail_runs_and_stays_invariant():
     model = BearingClassifier(num_classes=3).eval()
     rng = np.random.default_rng(0)
@@ -421,8 +526,6 @@ def test_very_short_tail_runs_and_stays_invariant():
         }
         for i, n in enumerate([7, 2048])
     ]
-    from varlen.datamodules.bearing import BearingCollate
-
     collate = BearingCollate()
     with torch.no_grad():
         together = model(collate(samples))
@@ -433,17 +536,11 @@ def test_very_short_tail_runs_and_stays_invariant():
 # -- configs and DDP -----------------------------------------------------------------------------
 
 
-def test_configs_parse():
-    from varlen.cli import main
-
-    for config in sorted((ROOT / "configs").glob("bearing_*.yaml")):
-        cli = main(["--config", str(config)], run=False)
-        assert isinstance(cli.datamodule, BearingDataModule)
-        assert cli.model.hparams.num_classes == cli.datamodule.num_classes == 10
-
-
 def test_ddp_fit_two_processes(tmp_path):
     records = ddp_fit(CONFIG, tmp_path, [*CLI_SMALL, "--trainer.limit_train_batches=null"])
     assert records[0]["global_step"] == records[1]["global_step"] > 0
     assert records[0]["batches"] == records[1]["batches"] == records[0]["num_training_batches"]
-    assert not set(records[0]["indices"]) & set(records[1]["indices"])
+    dm = main(["--config", str(CONFIG), *CLI_SMALL], run=False).datamodule  # the datamodule the ranks built
+    dm.setup()
+    served = sorted(records[0]["indices"] + records[1]["indices"])
+    assert served == list(range(len(dm.dataset("train"))))  # every train window once, on exactly one rank

@@ -13,25 +13,26 @@ The two mistakes this DataModule makes impossible by default:
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import pandas as pd
 import torch
 
-from varlen.batching import BucketBatchSampler, round_up
+from varlen.batching import lengths_to_mask, round_up
 from varlen.datamodules.base import VarLenDataModule, stratified_split
 from varlen.datasets.bearing import (
     CWRU_CLASSES,
-    CWRU_FILES,
     PADERBORN_CLASSES,
+    BearingDataError,
     BearingWindows,
     DatasetNotFoundError,
     Recording,
     SkipReport,
+    default_channels,
     detect_format,
     download_cwru,
     load_recordings,
@@ -44,6 +45,7 @@ from varlen.datasets.bearing import (
 Split = Literal["time_block", "recording", "condition", "random_window"]
 #: per split: (recording, start, length, window_index) per window
 WindowTable = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+log = logging.getLogger(__name__)
 
 
 class BearingCollate:
@@ -65,16 +67,18 @@ class BearingCollate:
         lengths = np.array([s["signal"].shape[1] for s in samples], dtype=np.int64)
         width = round_up(int(lengths.max()), self.pad_to_multiple_of)
         signals = np.zeros((len(samples), samples[0]["signal"].shape[0], width), dtype=np.float32)
-        # One memcpy per window into a preallocated numpy batch (no loop over samples' values):
-        # 0.13 ms for 64 x 2048 here, against 12-100 ms for the core pad_sequences, whose
-        # boolean-mask scatter (a torch CPU kernel) dominates for long windows.
+        # The core pad_sequences pads the LEADING axis ([T, ...]); windows are ragged on their
+        # LAST axis ([C, W]), and the model wants [B, C, W]. Transposing in and out would add a
+        # strided copy of the whole batch, so each window is written into its row directly: one
+        # slice copy per window, the same thing pad_sequences does for long rows.
         for row, sample in zip(signals, samples, strict=True):
             row[:, : sample["signal"].shape[1]] = sample["signal"]
+        lengths_t = torch.from_numpy(lengths)
         return {
             "index": torch.tensor([s["index"] for s in samples], dtype=torch.long),
             "signals": torch.from_numpy(signals),
-            "lengths": torch.from_numpy(lengths),
-            "mask": torch.from_numpy(np.arange(width)[None, :] < lengths[:, None]),
+            "lengths": lengths_t,
+            "mask": lengths_to_mask(lengths_t, width),
             "labels": torch.tensor([s["label"] for s in samples], dtype=torch.long),
             "recording_ids": torch.tensor([s["recording_id"] for s in samples], dtype=torch.long),
             "window_index": torch.tensor([s["window_index"] for s in samples], dtype=torch.long),
@@ -107,7 +111,8 @@ class BearingDataModule(VarLenDataModule):
         window_seconds: window length in seconds (overrides ``window_length``).
         stride_seconds: hop in seconds (overrides ``stride``).
         drop_tail: drop each segment's last, shorter window (default: keep it, padded, so no
-            signal is lost).
+            signal is lost). Samples dropped that way are counted in :attr:`unused_samples`
+            and warned about.
         normalize: standardise every channel with the train split's mean and std.
         split: ``time_block`` (default; blocks of each recording), ``recording`` (whole
             recordings, stratified), ``condition`` (``test_conditions`` held out) or
@@ -116,15 +121,17 @@ class BearingDataModule(VarLenDataModule):
         val_fraction: share of each recording (time_block) or of the recordings (recording) for
             validation.
         test_fraction: the same for test.
-        gap: samples left out between two blocks of different splits (default: one window).
+        gap: samples left out between two blocks of different splits (default: one window);
+            counted in :attr:`unused_samples` and logged.
         test_conditions: conditions held out for test with ``split="condition"`` (e.g. ``["3"]``
             for CWRU load 3).
-        val_conditions: conditions for validation; default: the last time block of each train
-            recording.
-        grouping: ``shuffle`` (windows of all recordings mixed) or ``recording`` (the windows of
-            one recording batched together, batches in random order).
+        val_conditions: conditions for validation, taken from the recordings not held out for
+            test (they must not overlap ``test_conditions``); default: the last time block of
+            each train recording.
+        grouping: ``shuffle`` (windows of all recordings mixed) or ``recording`` (every batch
+            holds windows of one recording only, batches in random order).
         on_bad: ``raise`` on the first bad recording (NaN/inf, shorter than one window, unknown
-            label, missing channel, corrupt file) or ``skip`` it, counted in :attr:`skipped`
+            label, missing channel, corrupt file) or ``skip`` it, counted in :attr:`report`
             with a warning.
         simulated_per_class: simulator recordings per class.
         simulated_seconds: simulator duration range in seconds.
@@ -190,6 +197,12 @@ class BearingDataModule(VarLenDataModule):
             )
         if split == "condition" and not test_conditions:
             raise ValueError("split='condition' needs test_conditions (e.g. ['3'] to test on CWRU load 3)")
+        overlap = sorted({str(c) for c in test_conditions or []} & {str(c) for c in val_conditions or []})
+        if overlap:
+            raise ValueError(
+                f"conditions {overlap} are in both val_conditions and test_conditions: the same recordings "
+                "would be validated and tested on"
+            )
         self.root = Path(root) if root is not None else None
         self.metadata = metadata
         self.download = download
@@ -218,10 +231,12 @@ class BearingDataModule(VarLenDataModule):
         self.num_classes = len(self.class_names)
         self.in_channels = len(self.channels)
         self.collate_fn = BearingCollate(pad_to_multiple_of)
-        self.report = SkipReport(on_bad)
+        self.report = SkipReport(on_bad, error=BearingDataError)
         self.recordings: list[Recording] = []
         self.recording_names: list[str] = []
         self.normalization: tuple[np.ndarray, np.ndarray] | None = None
+        #: samples of the kept recordings that no window covers, by cause (set by ``setup``)
+        self.unused_samples: dict[str, int] = {"gap": 0, "dropped_tail": 0}
 
     # -- cheap things the CLI links at instantiation ------------------------------------------
 
@@ -243,14 +258,9 @@ class BearingDataModule(VarLenDataModule):
             return ["DE"]
         if self.data_format == "paderborn":
             return ["vibration_1"]
-        # a generic folder: every column of the first listed file
-        path = self.root / str(read_metadata(self._metadata_path())["path"].iloc[0])
-        if path.suffix.lower() == ".csv":
-            return list(pd.read_csv(path, nrows=0).columns)
-        if path.suffix.lower() == ".npy":
-            array = np.load(path, mmap_mode="r")
-            return [str(c) for c in range(1 if array.ndim == 1 else array.shape[1])]
-        return ["DE"]
+        # a generic folder: what the first listed file's format usually means (all columns of a
+        # .npy/.csv, DE of a CWRU .mat, vibration_1 of a Paderborn .mat)
+        return default_channels(self.root / str(read_metadata(self._metadata_path())["path"].iloc[0]))
 
     def _default_classes(self) -> list[str]:
         if self.metadata is not None:
@@ -260,23 +270,23 @@ class BearingDataModule(VarLenDataModule):
         return list(CWRU_CLASSES)
 
     @property
-    def skipped(self) -> list[tuple[str, str]]:
-        """Recordings left out as bad input, as ``(source, reason)``."""
-        return self.report.skipped
+    def skipped(self) -> int:
+        """How many recordings were left out as bad input (reasons and examples: :attr:`report`)."""
+        return self.report.total
 
     # -- setup ----------------------------------------------------------------------------------
 
     def prepare_data(self) -> None:
+        """Fetch the CWRU files when ``download=True`` (Lightning calls this once, before setup)."""
         if self.download and self.root is not None and self.data_format == "cwru":
             download_cwru(self.root)
 
     def load(self) -> list[Recording]:
         """The raw recordings (simulated, or read and validated from ``root``)."""
         if self.root is None:
-            recs = simulate_recordings(self.simulated_per_class, self.seed, self.simulated_seconds)
-            return [r for r in recs if r.label in set(self.class_names)]
-        if self.download and self.data_format == "cwru" and not all((self.root / f).exists() for f in CWRU_FILES):
-            download_cwru(self.root)
+            return simulate_recordings(
+                self.simulated_per_class, self.seed, self.simulated_seconds, class_names=self.class_names
+            )
         if not self.root.is_dir():
             raise DatasetNotFoundError(
                 f"data folder {self.root} does not exist; "
@@ -290,8 +300,8 @@ class BearingDataModule(VarLenDataModule):
             return
         recordings = self.load()
         if not recordings:
-            self.report.warn()
-            raise ValueError(f"no usable recordings in {self.root} (skipped: {self.report.skipped})")
+            self.report.warn("recordings")
+            raise ValueError(f"no usable recordings in {self.root} (skipped: {self.report.examples})")
         rates = {r.sampling_rate for r in recordings}
         if self.sampling_rate is None and len(rates) > 1:
             raise ValueError(f"recordings have sampling rates {sorted(rates)}; set sampling_rate to resample them")
@@ -306,15 +316,17 @@ class BearingDataModule(VarLenDataModule):
         if self.window < 1 or self.hop < 1:
             raise ValueError(f"window ({self.window}) and stride ({self.hop}) must be >= 1 sample")
         recordings = self._drop_short(recordings)
-        self.report.warn()
+        self.report.warn("recordings")
         if not recordings:
-            raise ValueError(f"no usable recordings left (skipped: {self.report.skipped})")
+            raise ValueError(f"no usable recordings left (skipped: {self.report.examples})")
         self.recordings = recordings
         self.recording_names = [r.name for r in recordings]
         labels = np.array([self.class_names.index(r.label) for r in recordings], dtype=np.int64)
         self.recording_labels = labels
         buffers = [r.signal for r in recordings]
+        self._segment_samples = self._dropped_tail = 0
         tables = self._split_windows(recordings, labels)
+        self._report_unused(sum(r.signal.shape[1] for r in recordings))
         if self.normalize:
             self.normalization = self._normalise(buffers, tables["train"])
         self.datasets = {name: BearingWindows(buffers, labels, *table) for name, table in tables.items()}
@@ -364,8 +376,39 @@ class BearingDataModule(VarLenDataModule):
         return blocks[::-1]
 
     def _windows(self, recs: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> WindowTable:
-        segment, offset, length = plan_windows(ends - starts, self.window, self.hop, self.drop_tail)
+        """Windows of the segments ``[starts, ends)`` of recordings ``recs``; counts what they leave out."""
+        sizes = ends - starts
+        segment, offset, length = plan_windows(sizes, self.window, self.hop, self.drop_tail)
+        covered = np.zeros(len(sizes), dtype=np.int64)
+        np.maximum.at(covered, segment, offset + length)  # windows cover each segment from its start
+        self._segment_samples += int(sizes.sum())
+        self._dropped_tail += int((sizes - covered).sum())
         return recs[segment], starts[segment] + offset, length, (offset // self.hop)
+
+    def _report_unused(self, total: int) -> None:
+        """Count the samples no window covers (gaps between split blocks, dropped tails) and say so once."""
+        self.unused_samples = {"gap": total - self._segment_samples, "dropped_tail": self._dropped_tail}
+        unused = sum(self.unused_samples.values())
+        message = (
+            f"windows leave {unused:,} of {total:,} samples unused ({100 * unused / max(total, 1):.2f}%): "
+            f"{self.unused_samples['gap']:,} in gaps between {self.split} blocks, "
+            f"{self.unused_samples['dropped_tail']:,} in tails dropped by drop_tail=True"
+        )
+        if self._dropped_tail:
+            warnings.warn(message, stacklevel=3)
+        else:
+            log.info(message)
+
+    def _warn_missing_classes(self, labels: np.ndarray, parts: Mapping[str, np.ndarray], hint: str) -> None:
+        """Warn for every non-train split that lacks some classes (its scores would skip them)."""
+        for name, part in parts.items():
+            missing = sorted(set(range(self.num_classes)) - set(labels[part].tolist()))
+            if missing and name != "train":
+                warnings.warn(
+                    f"split={self.split!r}: {name} has no recording of classes "
+                    f"{[self.class_names[m] for m in missing]} ({hint})",
+                    stacklevel=3,
+                )
 
     def _split_windows(self, recordings: list[Recording], labels: np.ndarray) -> dict[str, WindowTable]:
         lengths = np.array([r.signal.shape[1] for r in recordings], dtype=np.int64)
@@ -385,16 +428,11 @@ class BearingDataModule(VarLenDataModule):
             )
             parts = {"train": kept[train_pos], "val": kept[val_pos], "test": test}
             for name, part in parts.items():
-                missing = sorted(set(range(self.num_classes)) - set(labels[part].tolist()))
                 if len(part) == 0:
                     raise ValueError(f"split='recording' leaves no recording for {name}; use split='time_block'")
-                if missing and name != "train":
-                    warnings.warn(
-                        f"split='recording': {name} has no recording of classes "
-                        f"{[self.class_names[m] for m in missing]} (too few recordings per class; "
-                        "split='time_block' keeps every class in every split)",
-                        stacklevel=2,
-                    )
+            self._warn_missing_classes(
+                labels, parts, "too few recordings per class; split='time_block' keeps every class in every split"
+            )
             return {name: self._windows(part, zero[part], lengths[part]) for name, part in parts.items()}
         if self.split == "condition":
             conditions = np.array([r.condition for r in recordings])
@@ -406,8 +444,8 @@ class BearingDataModule(VarLenDataModule):
                     f"(conditions present: {sorted(set(conditions.tolist()))})"
                 )
             tables = {"test": self._windows(test, zero[test], lengths[test])}
-            if self.val_conditions is not None:
-                val = np.flatnonzero(np.isin(conditions, self.val_conditions))
+            if self.val_conditions is not None:  # val from the recordings not held out for test
+                val = rest[np.isin(conditions[rest], self.val_conditions)]
                 train = np.setdiff1d(rest, val)
                 if len(val) == 0 or len(train) == 0:
                     raise ValueError(
@@ -415,10 +453,15 @@ class BearingDataModule(VarLenDataModule):
                     )
                 tables["val"] = self._windows(val, zero[val], lengths[val])
                 tables["train"] = self._windows(train, zero[train], lengths[train])
+                parts = {"train": train, "val": val, "test": test}
             else:
                 train_block, val_block = self._time_blocks(lengths[rest], (self.val_fraction,))
                 tables["train"] = self._windows(rest, *train_block)
                 tables["val"] = self._windows(rest, *val_block)
+                parts = {"train": rest, "val": rest, "test": test}
+            self._warn_missing_classes(
+                labels, parts, "no recording of those classes under these conditions; their scores are not measured"
+            )
             return tables
         # random_window: leaky on purpose (to measure the leakage effect)
         warnings.warn(
@@ -459,40 +502,6 @@ class BearingDataModule(VarLenDataModule):
 
     # -- sampler --------------------------------------------------------------------------------
 
-    def sampler_lengths(self, dataset: BearingWindows) -> np.ndarray:
-        """Window lengths ``[N]``; with ``grouping="recording"`` also the recording ``[N, 2]``.
-
-        The recording column makes each recording a bucket of the core sampler, so its windows
-        are ordered together (shuffled inside) and batches come in random order.
-        """
-        lengths = np.asarray(dataset.lengths)
-        if self.grouping != "recording":
-            return lengths
-        return np.stack([round_up_array(lengths, self.pad_to_multiple_of), dataset.recording], axis=1)
-
-    def batch_sampler(
-        self, split: str, shuffle: bool, num_replicas: int | None = None, rank: int | None = None
-    ) -> BucketBatchSampler:
-        if self.grouping != "recording":
-            return super().batch_sampler(split, shuffle, num_replicas, rank)
-        sizes = self.sampler_lengths(self.dataset(split))
-        # One bucket per distinct length and per recording; the recording column never limits a
-        # batch (its budget is out of reach), and lengths were already rounded to the multiple.
-        buckets = max(len(np.unique(sizes[:, 0])), len(np.unique(sizes[:, 1])), self.num_buckets or 1)
-        unreachable = int(len(sizes) * (sizes[:, 1].max() + 1) + 1)
-        return BucketBatchSampler(
-            sizes,
-            batch_size=self.batch_size,
-            max_tokens=None if self.max_tokens is None else (int(self.max_tokens), unreachable),
-            shuffle=shuffle,
-            seed=self.seed,
-            cost=self.sampler_cost,
-            num_buckets=buckets,
-            num_replicas=num_replicas,
-            rank=rank,
-        )
-
-
-def round_up_array(lengths: np.ndarray, multiple: int | None) -> np.ndarray:
-    """Lengths rounded up to ``multiple`` (the collate's padded size), vectorised."""
-    return -(-lengths // multiple) * multiple if multiple else lengths
+    def sampler_groups(self, dataset: BearingWindows) -> np.ndarray | None:
+        """With ``grouping="recording"``, the recording of every window: a batch then holds one recording."""
+        return np.asarray(dataset.recording) if self.grouping == "recording" else None

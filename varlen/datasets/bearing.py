@@ -12,21 +12,18 @@ float32 buffer per recording):
   of which ``vibration_1`` (64 kHz) is the usual one.
 - A generic folder of ``.npy`` / ``.csv`` signals listed by a metadata CSV.
 
-:class:`BearingWindows` serves windows as *views* into the recording buffers: a window is a
-``(recording, start, length)`` row of three index arrays, and ``__getitem__`` slices the buffer,
-so 50%-overlapping windows cost no extra signal memory (a copy per window would double it).
+:class:`BearingWindows` serves windows as *views* into the recording buffers: a window is one
+row of five int64 index arrays (recording, start, length, window index, label), and
+``__getitem__`` slices the buffer, so 50%-overlapping windows cost no extra signal memory (a copy
+per window would double it).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
-import shutil
-import urllib.request
-import warnings
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +33,34 @@ import scipy.io
 import scipy.signal
 from torch.utils.data import Dataset
 
-#: The ten classes of the usual CWRU benchmark: normal plus three fault sites x three sizes.
+from varlen.datasets.base import DatasetNotFoundError, SkipReport, download_url
+
+__all__ = [  # DatasetNotFoundError and SkipReport are re-exported: the DataModule and tests import them here
+    "CWRU_CLASSES",
+    "CWRU_FILES",
+    "PADERBORN_CLASSES",
+    "BearingDataError",
+    "BearingWindows",
+    "DatasetNotFoundError",
+    "Recording",
+    "SkipReport",
+    "default_channels",
+    "download_cwru",
+    "load_recordings",
+    "parse_cwru_name",
+    "parse_paderborn_name",
+    "plan_windows",
+    "read_cwru",
+    "read_paderborn",
+    "resample",
+    "simulate_recordings",
+]
+
+#: The ten classes of the usual CWRU benchmark: normal plus three drive-end fault sites x three
+#: sizes (7, 14, 21 mils). Files outside them get labels that are not in this tuple, so they are
+#: reported as unknown labels (an error, or a counted skip) unless ``class_names`` lists them:
+#: size-028 faults (``IR028``, ``B028``; CWRU has no 028 outer-race files) and every fan-end
+#: fault (``FE_IR007`` ...: a different bearing, the 6203, whose faults are not the drive-end classes).
 CWRU_CLASSES = ("normal", "B007", "B014", "B021", "IR007", "IR014", "IR021", "OR007", "OR014", "OR021")
 #: Paderborn bearing codes: K0xx healthy, KAxx outer ring, KIxx inner ring, KBxx both.
 PADERBORN_CLASSES = ("healthy", "OR", "IR", "OR+IR")
@@ -79,15 +103,12 @@ _CWRU_NAME = re.compile(
 _CWRU_NORMAL = re.compile(r"^normal_(?P<load>\d)_(?P<number>\d+)$", re.IGNORECASE)
 _CWRU_KEY = re.compile(r"^X(?P<number>\d+)_(?P<channel>DE|FE|BA)_time$")
 _CWRU_RPM = re.compile(r"^X(?P<number>\d+)RPM$")
+_SIMULATED_CLASS = re.compile(r"^(normal|(IR|B|OR)\d{3})$")
 _PADERBORN_NAME = re.compile(r"^(?P<condition>N\d\d_M\d\d_F\d\d)_(?P<bearing>K[0ABI]\d\d)_(?P<measurement>\d+)$")
 
 
 class BearingDataError(ValueError):
     """A recording that cannot be used, with the file (or recording) and the reason."""
-
-
-class DatasetNotFoundError(FileNotFoundError):
-    """The data folder holds no recordings; the message says what to fetch and where."""
 
 
 @dataclass
@@ -114,33 +135,6 @@ class Recording:
     source: str = ""
 
 
-@dataclass
-class SkipReport:
-    """Recordings left out, with why. With ``on_bad="raise"`` the first one raises instead.
-
-    Nothing is dropped silently: every skip is kept here, and :meth:`warn` says how many.
-    """
-
-    on_bad: str = "raise"
-    skipped: list[tuple[str, str]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        if self.on_bad not in ("raise", "skip"):
-            raise ValueError(f"on_bad must be 'raise' or 'skip', got {self.on_bad!r}")
-
-    def bad(self, source: str, reason: str) -> None:
-        """Raise or record one bad recording."""
-        if self.on_bad == "raise":
-            raise BearingDataError(f"{source}: {reason} (pass on_bad='skip' to skip such recordings)")
-        self.skipped.append((str(source), reason))
-
-    def warn(self) -> None:
-        if self.skipped:
-            listed = "; ".join(f"{s}: {r}" for s, r in self.skipped[:5])
-            more = f" (+{len(self.skipped) - 5} more)" if len(self.skipped) > 5 else ""
-            warnings.warn(f"skipped {len(self.skipped)} bad recordings: {listed}{more}", stacklevel=3)
-
-
 # -- file names ---------------------------------------------------------------------------------
 
 
@@ -149,16 +143,19 @@ def parse_cwru_name(name: str) -> dict[str, Any] | None:
 
     ``12k_Drive_End_OR007@6_0_130.mat`` -> label ``OR007``, load ``0``, 12 kHz, number 130,
     position 6 (o'clock). ``normal_0_97.mat`` -> ``normal`` at 48 kHz (the CWRU baseline rate).
+    Fan-end faults get an ``FE_`` prefix (``12k_Fan_End_IR007_0_278.mat`` -> ``FE_IR007``) because
+    they sit in the other bearing; with size-028 faults they fall outside :data:`CWRU_CLASSES`.
     """
     stem = Path(name).stem
     if match := _CWRU_NAME.match(stem):
         fault = match["fault"].upper()
+        end = match["end"].upper()[0] + "E"
         return {
-            "label": f"{fault}{match['size']}",
+            "label": f"{'FE_' if end == 'FE' else ''}{fault}{match['size']}",
             "fault": fault,
             "size": int(match["size"]),
             "position": match["pos"],
-            "end": match["end"].upper()[0] + "E",
+            "end": end,
             "load": int(match["load"]),
             "sampling_rate": 1000 * int(match["rate"]),
             "number": int(match["number"]),
@@ -307,42 +304,18 @@ def read_signal_file(path: str | Path, channels: Sequence[str] | None = None) ->
 # -- download -----------------------------------------------------------------------------------
 
 
-def md5sum(path: str | Path) -> str:
-    digest = hashlib.md5()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+def download_cwru(root: str | Path, files: Sequence[str] | None = None) -> list[Path]:
+    """Fetch the standard CWRU files into ``root``, each verified against its MD5 checksum.
 
-
-def download_file(url: str, destination: Path) -> None:
-    """Fetch ``url`` into ``destination`` (tests patch this to a file copy)."""
-    with urllib.request.urlopen(url, timeout=60) as response, open(destination, "wb") as out:
-        shutil.copyfileobj(response, out)
-
-
-def download_cwru(root: str | Path, files: Iterable[str] | None = None) -> list[Path]:
-    """Fetch the standard CWRU files into ``root`` and verify their MD5 checksums.
-
-    Files already present with the right checksum are kept. A checksum mismatch deletes the
-    download and raises, naming the file.
+    Files already present with the right checksum are kept. A download that does not match is
+    never left behind as a ``.mat`` file (see :func:`varlen.datasets.base.download_url`), and the
+    error names the file and both checksums.
     """
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
     paths = []
     for name in files or CWRU_FILES:
-        target = root / name
-        expected = CWRU_FILES[name]
-        if not (target.exists() and md5sum(target) == expected):
-            number = re.search(r"_(\d+)\.mat$", name)[1]
-            partial = target.with_name(target.name + ".part")
-            download_file(CWRU_URL.format(number=number), partial)
-            actual = md5sum(partial)
-            if actual != expected:
-                partial.unlink()
-                raise BearingDataError(f"{name}: checksum mismatch after download (md5 {actual}, expected {expected})")
-            partial.replace(target)
-        paths.append(target)
+        number = re.search(r"_(\d+)\.mat$", name)[1]
+        paths.append(download_url(CWRU_URL.format(number=number), root / name, f"md5:{CWRU_FILES[name]}"))
     return paths
 
 
@@ -369,6 +342,24 @@ def not_found(root: Path, fmt: str) -> DatasetNotFoundError:
         else "list the signal files in a metadata CSV (path,label,sampling_rate[,recording_id,condition])"
     )
     return DatasetNotFoundError(f"no {fmt} recordings found in {root}: {hint}")
+
+
+def default_channels(path: str | Path) -> list[str]:
+    """The channels read from ``path`` when none are given: what its users usually mean.
+
+    CWRU ``.mat``: ``DE`` (the drive-end accelerometer every benchmark uses); Paderborn ``.mat``
+    (recognised by its name): ``vibration_1``; ``.csv``: every column; ``.npy``: every column.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".mat":
+        return ["vibration_1"] if parse_paderborn_name(path.name) else ["DE"]
+    if suffix == ".csv":
+        return list(pd.read_csv(path, nrows=0).columns)
+    if suffix == ".npy":
+        array = np.load(path, mmap_mode="r")
+        return [str(c) for c in range(1 if array.ndim == 1 else array.shape[1])]
+    raise BearingDataError(f"{path}: unsupported signal file type {suffix!r} (use .npy, .csv or .mat)")
 
 
 def read_metadata(path: Path) -> pd.DataFrame:
@@ -403,7 +394,7 @@ def load_recordings(
         report: where bad recordings go (default: raise on the first one).
     """
     root = Path(root)
-    report = report or SkipReport()
+    report = report or SkipReport(error=BearingDataError)
     fmt = detect_format(root, metadata) if fmt == "auto" else fmt
     if fmt not in ("cwru", "paderborn", "folder"):
         raise ValueError(f"format must be auto, cwru, paderborn or folder, got {fmt!r}")
@@ -435,7 +426,9 @@ def load_recordings(
             raise BearingDataError(f"{rec.source}: duplicate recording id {rec.name!r}")
         names.add(rec.name)
         if known is not None and rec.label not in known:
-            report.bad(rec.source, f"unknown label {rec.label!r} (classes: {sorted(known)})")
+            report.bad(
+                rec.source, f"unknown label {rec.label!r} (classes: {sorted(known)}; list it in class_names to keep it)"
+            )
         elif not np.isfinite(rec.signal).all():
             bad = np.argwhere(~np.isfinite(rec.signal))[0]
             report.bad(rec.source, f"non-finite value {rec.signal[tuple(bad)]} at channel {bad[0]}, sample {bad[1]}")
@@ -538,8 +531,17 @@ def simulate_recordings(
     """``per_class`` simulated recordings per CWRU class, deterministic in ``seed``.
 
     Durations are log-normal (median 5 s, long right tail) clipped to ``seconds``; rates drawn
-    from ``sampling_rates``; motor loads 0-3 (the condition).
+    from ``sampling_rates``; motor loads 0-3 (the condition). ``class_names`` picks the classes
+    simulated (``normal`` or a drive-end fault ``IR|B|OR`` + size in mils, e.g. ``OR021``).
+
+    Raises:
+        ValueError: a class the simulator has no physics for.
     """
+    unknown = [c for c in class_names if not _SIMULATED_CLASS.match(c)]
+    if unknown:
+        raise ValueError(
+            f"the simulator has no model for classes {unknown}: use 'normal' or IR/B/OR + a 3-digit size in mils"
+        )
     rng = np.random.default_rng(seed)
     recordings = []
     for label in class_names:
@@ -600,8 +602,9 @@ def plan_windows(
 class BearingWindows(Dataset):
     """Windows of recordings, served as views into one buffer per recording.
 
-    Memory: the buffers (shared with the other splits) plus four int64 per window. A sample's
-    ``signal`` is ``buffers[r][:, start:start + length]``: a view, never a copy.
+    Memory: the buffers (shared with the other splits) plus five int64 per window (recording,
+    start, length, window index, label). A sample's ``signal`` is
+    ``buffers[r][:, start:start + length]``: a view, never a copy.
 
     Args:
         buffers: ``[C, T]`` float32 per recording (all recordings; indexed by ``recording``).
@@ -647,7 +650,11 @@ class BearingWindows(Dataset):
         }
 
     def nbytes(self) -> int:
-        """Bytes this dataset holds: the buffers it refers to plus its index arrays."""
+        """Bytes this dataset refers to: the buffers of its recordings plus its index arrays.
+
+        An accounting figure, not a measurement: tests check views with ``np.shares_memory``
+        and held memory with ``tracemalloc``.
+        """
         used = np.unique(self.recording)
         index = self.recording.nbytes + self.starts.nbytes + self.lengths.nbytes + self.window_index.nbytes
         return int(sum(self.buffers[r].nbytes for r in used.tolist()) + index + self.labels.nbytes)

@@ -33,8 +33,28 @@ class MaskedBatchNorm1d(nn.BatchNorm1d):
     """BatchNorm over ``[B, C, L]`` whose training statistics count only real positions.
 
     Padded tails would otherwise pull the mean towards zero and shrink the variance.
-    Outputs at padded positions are zeroed.
+    Outputs at padded positions are zeroed. ``momentum=None`` means a cumulative average of the
+    batch statistics, as in :class:`torch.nn.BatchNorm1d`; ``affine=False`` is supported.
+
+    Raises:
+        ValueError: ``track_running_stats=False``: eval mode would then normalise with the
+            statistics of the batch, so a window's output would depend on its batch mates.
     """
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        track_running_stats: bool = True,
+    ) -> None:
+        if not track_running_stats:
+            raise ValueError(
+                "MaskedBatchNorm1d needs track_running_stats=True: without running statistics eval mode "
+                "would normalise with batch statistics, and outputs would depend on the other windows"
+            )
+        super().__init__(num_features, eps=eps, momentum=momentum, affine=affine, track_running_stats=True)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
         keep = mask[:, None, :].to(x.dtype)
@@ -43,14 +63,18 @@ class MaskedBatchNorm1d(nn.BatchNorm1d):
             mean = (x * keep).sum(dim=(0, 2)) / count
             var = (((x - mean[None, :, None]) * keep) ** 2).sum(dim=(0, 2)) / count
             with torch.no_grad():
-                unbiased = var * count / torch.clamp(count - 1, min=1)
-                self.running_mean.lerp_(mean, self.momentum)
-                self.running_var.lerp_(unbiased, self.momentum)
                 self.num_batches_tracked += 1
+                # momentum=None: cumulative moving average, weight 1/n for the n-th batch
+                factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+                unbiased = var * count / torch.clamp(count - 1, min=1)
+                self.running_mean.lerp_(mean, factor)
+                self.running_var.lerp_(unbiased, factor)
         else:
             mean, var = self.running_mean, self.running_var
         y = (x - mean[None, :, None]) * torch.rsqrt(var[None, :, None] + self.eps)
-        return (y * self.weight[None, :, None] + self.bias[None, :, None]) * keep
+        if self.affine:
+            y = y * self.weight[None, :, None] + self.bias[None, :, None]
+        return y * keep
 
 
 class MaskedConvBlock(nn.Module):
