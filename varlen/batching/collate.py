@@ -8,6 +8,8 @@ assignment per sample.
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -39,6 +41,12 @@ def round_up(n: int, multiple: int | None) -> int:
 SCATTER_BELOW = 256
 
 
+@functools.cache
+def numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    """The numpy dtype of a torch dtype."""
+    return torch.empty(0, dtype=dtype).numpy().dtype
+
+
 def pad_sequences(
     arrays: Sequence[np.ndarray | torch.Tensor | Sequence],
     pad_value: float | int = 0,
@@ -65,20 +73,20 @@ def pad_sequences(
     """
     if len(arrays) == 0:
         raise ValueError("cannot pad an empty list of arrays")
-    arrays = [np.asarray(a) for a in arrays]
+    arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in arrays]
     shapes = {a.shape[ragged_dims:] for a in arrays}
-    if len(shapes) != 1 or min(a.ndim for a in arrays) < ragged_dims:
+    if len(shapes) != 1:
         raise ValueError(
             f"arrays differ beyond their first {ragged_dims} axes: shapes {sorted(a.shape for a in arrays)}"
         )
     trailing = next(iter(shapes))
-    np_dtype = torch.empty(0, dtype=dtype).numpy().dtype if dtype is not None else arrays[0].dtype
+    np_dtype = numpy_dtype(dtype) if dtype is not None else arrays[0].dtype
     if ragged_dims == 1:
         lengths = np.fromiter(map(len, arrays), np.int64, len(arrays))
         width = round_up(int(lengths.max()), pad_to_multiple_of)
         out = np.full((len(arrays), width, *trailing), pad_value, dtype=np_dtype)
         mask = np.arange(width) < lengths[:, None]
-        if out[0, 0].size * lengths.mean() < SCATTER_BELOW:
+        if width * math.prod(trailing) < SCATTER_BELOW:
             out[mask] = np.concatenate(arrays)
         else:
             for i, a in enumerate(arrays):

@@ -286,10 +286,10 @@ class TextCollator:
             [s["input_ids"] for s in samples], self.pad_token_id, self.pad_to_multiple_of, dtype=torch.long
         )
         batch = {
-            "index": torch.tensor([s["index"] for s in samples], dtype=torch.long),
+            "index": torch.from_numpy(np.fromiter((s["index"] for s in samples), np.int64, len(samples))),
             "input_ids": ids.values,
             "attention_mask": ids.mask.long(),
-            "labels": torch.tensor([s["label"] for s in samples], dtype=torch.long),
+            "labels": torch.from_numpy(np.fromiter((s["label"] for s in samples), np.int64, len(samples))),
         }
         if self.with_token_type_ids:
             if "token_type_ids" in samples[0]:
