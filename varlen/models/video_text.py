@@ -30,8 +30,11 @@ class RetrievalRanks(Metric):
     """Text-to-video retrieval over a whole split: R@1/5/10 and median rank.
 
     Keeps every video's and text's embedding (synced across ranks by torchmetrics, ``cat``),
-    then ranks all videos for each text query by cosine similarity. The rank of the true video
-    is one plus the number of videos scored strictly higher. Chance R@1 is ``1 / N``.
+    then ranks all videos for each text query by cosine similarity. Ties count against the
+    true video: its rank is the number of videos scored at least as high as it (itself
+    included), so a collapsed model that scores everything alike gets rank ``N``, not 1. The
+    median rank is the average of the two middle ranks when their number is even (not
+    ``torch.median``'s lower one). Chance R@1 is ``1 / N``.
     """
 
     full_state_update = False
@@ -45,14 +48,18 @@ class RetrievalRanks(Metric):
         self.video.append(video.detach().float())
         self.text.append(text.detach().float())
 
+    @staticmethod
+    def ranks(scores: torch.Tensor) -> torch.Tensor:
+        """``[Q]`` rank of the true item (the diagonal) in each row of ``scores`` ``[Q, N]``, ties pessimistic."""
+        return (scores >= scores.diagonal()[:, None]).sum(dim=1)
+
     def compute(self) -> dict[str, torch.Tensor]:
         video = torch.cat(self.video) if isinstance(self.video, list) else self.video
         text = torch.cat(self.text) if isinstance(self.text, list) else self.text
         scores = F.normalize(text, dim=-1) @ F.normalize(video, dim=-1).T  # [queries, videos]
-        true = scores.diagonal()
-        ranks = 1 + (scores > true[:, None]).sum(dim=1)
+        ranks = self.ranks(scores)
         out = {f"t2v_R{k}": (ranks <= k).float().mean() for k in (1, 5, 10)}
-        out["t2v_median_rank"] = ranks.float().median()
+        out["t2v_median_rank"] = torch.quantile(ranks.float(), 0.5)  # linear: mean of the middle two
         out["t2v_R1_chance"] = torch.tensor(1.0 / len(ranks), device=ranks.device)
         return out
 
@@ -75,6 +82,9 @@ class VideoTextAligner(VarLenModule):
       with cross-entropy on ``alignment_target``. Accuracy chance is ``1 / S_t`` per segment.
     - **Retrieval head**: video and caption-set embeddings (masked means), symmetric InfoNCE
       over the batch; evaluated as text-to-video R@1/5/10 and median rank over the whole split.
+      Under DDP the InfoNCE negatives are the *local* batch only (embeddings are not gathered
+      across ranks), so the effective number of negatives is the per-rank batch size; the
+      evaluation metrics, in contrast, rank over the whole split gathered from every rank.
 
     ``forward`` returns ``[B, 2 * embed_dim]``: the normalised video and text embeddings.
 
@@ -87,7 +97,9 @@ class VideoTextAligner(VarLenModule):
         layers: layers per transformer.
         embed_dim: retrieval embedding size.
         dropout: dropout in the transformers.
-        max_positions: longest caption (tokens) the position table covers.
+        max_positions: longest caption (tokens) the position table covers; at least the
+            DataModule's ``max_caption_tokens`` (rounded up to ``pad_to_multiple_of``), else a
+            batch with longer captions raises a clear error.
         temperature: initial InfoNCE temperature (learnt).
         align_weight: weight of the alignment loss.
         span_weight: weight of the segment-level (caption vs its time span) InfoNCE.
@@ -145,6 +157,12 @@ class VideoTextAligner(VarLenModule):
         """``[B, S_t, hidden]`` contextual caption features (zeros on padded caption slots)."""
         segments = batch["text_segment_mask"]
         ids, keep = batch["text_ids"][segments], batch["text_mask"][segments]  # real captions only: [N, L]
+        if ids.shape[1] > self.position_embed.num_embeddings:
+            raise ValueError(
+                f"captions padded to {ids.shape[1]} tokens exceed max_positions="
+                f"{self.position_embed.num_embeddings}; set the model's max_positions to at least the "
+                "DataModule's max_caption_tokens (rounded up to pad_to_multiple_of)"
+            )
         positions = torch.arange(ids.shape[1], device=ids.device)
         tokens = self.token_embed(ids) + self.position_embed(positions)[None]
         tokens = self.token_encoder(tokens, src_key_padding_mask=~keep)
