@@ -6,7 +6,10 @@ Tables (markdown):
 1. Padding efficiency (real / padded tokens) and collate microseconds per batch for random
    batches, HF ``LengthGroupedSampler`` + ``DataCollatorWithPadding`` (the ``group_by_length``
    recipe), and varlen's sampler at the same mean batch size and under a token budget. Each
-   batching is collated by both HF's collator and varlen's on the very same batches.
+   batching is collated by both HF's collator and varlen's on the very same batches: HF's from
+   the per-sample dicts a ``datasets`` table yields, varlen's from what its loader fetches
+   (``__getitems__``: the batch's ids back to back). The last columns add varlen's fetch, and
+   varlen's collate of per-sample dicts (``dataset[i]``).
 2. Time to build one epoch's plan for 1M lengths: varlen vs ``LengthGroupedSampler``.
 3. CPU training throughput (real tokens/s) of the reference MiniLM classifier, random vs
    varlen batches, same model, same steps.
@@ -32,9 +35,9 @@ def efficiency(batches: list[list[int]], lengths: np.ndarray) -> float:
     return real / padded
 
 
-def time_collate(collate, batches, samples, repeats: int = 1) -> float:
-    """Mean microseconds per batch."""
-    chosen = [[samples[i] for i in b] for b in batches]
+def time_collate(collate, batches, fetch, repeats: int = 1) -> float:
+    """Mean microseconds per batch to collate what ``fetch(batch)`` returned (fetched beforehand)."""
+    chosen = [fetch(b) for b in batches]
     start = time.perf_counter()
     for _ in range(repeats):
         for items in chosen:
@@ -87,6 +90,14 @@ def main() -> None:
         for i in range(len(train))
     ]
     varlen_samples = [train[i] for i in range(len(train))]
+
+    def fetch_and_collate_us(batches) -> float:
+        start = time.perf_counter()
+        for _ in range(3):
+            for b in batches:
+                dm.collate_fn(train.__getitems__(b))
+        return 1e6 * (time.perf_counter() - start) / (3 * len(batches))
+
     rng = np.random.default_rng(0)
 
     def subset(batches):
@@ -100,16 +111,19 @@ def main() -> None:
         (f"varlen BucketBatchSampler, max_tokens={budget}", budget_batches),
     ]
     print(
-        "| batching | mean batch size | padding efficiency | HF collate us/batch | varlen collate us/batch | speed-up |"
+        "| batching | mean batch size | padding efficiency | HF collate us/batch | varlen collate us/batch "
+        "| speed-up | varlen fetch+collate us/batch | varlen collate of sample dicts us/batch |"
     )
-    print("|---|---:|---:|---:|---:|---:|")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, batches in rows:
         some = subset(batches)
-        hf_us = time_collate(hf_collator, some, hf_samples)
-        ours_us = time_collate(dm.collate_fn, some, varlen_samples, repeats=3)
+        hf_us = time_collate(hf_collator, some, lambda b: [hf_samples[i] for i in b])
+        ours_us = time_collate(dm.collate_fn, some, train.__getitems__, repeats=3)
+        dicts_us = time_collate(dm.collate_fn, some, lambda b: [varlen_samples[i] for i in b], repeats=3)
         print(
             f"| {name} | {len(lengths) / len(batches):.1f} | {efficiency(batches, lengths):.4f} | "
-            f"{hf_us:.0f} | {ours_us:.0f} | {hf_us / ours_us:.1f}x |"
+            f"{hf_us:.0f} | {ours_us:.0f} | {hf_us / ours_us:.1f}x | {fetch_and_collate_us(some):.0f} | "
+            f"{dicts_us:.0f} |"
         )
 
     big = np.random.default_rng(1).choice(lengths, size=1_000_000)
@@ -142,7 +156,7 @@ def main() -> None:
                 if k == 1:  # the first step warms up
                     start = time.perf_counter()
                     real = 0
-                batch = dm.collate_fn([varlen_samples[i] for i in b])
+                batch = dm.collate_fn(train.__getitems__(b))
                 loss = torch.nn.functional.cross_entropy(model(batch), batch["labels"])
                 loss.backward()
                 optimizer.step()

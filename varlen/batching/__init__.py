@@ -1,6 +1,14 @@
 """The shared core: the batch plan, the bucketing sampler, collate helpers and telemetry."""
 
-from varlen.batching.collate import Padded, additive_mask, blocked_mask, lengths_to_mask, pad_sequences, round_up
+from varlen.batching.collate import (
+    Padded,
+    additive_mask,
+    blocked_mask,
+    lengths_to_mask,
+    pad_flat,
+    pad_sequences,
+    round_up,
+)
 from varlen.batching.plan import PlanSpec, build_plan
 from varlen.batching.sampler import BucketBatchSampler, EpochTracker
 
@@ -16,6 +24,7 @@ __all__ = [
     "build_plan",
     "lengths_to_mask",
     "mask_stats",
+    "pad_flat",
     "pad_sequences",
     "round_up",
 ]

@@ -87,7 +87,7 @@ def pad_sequences(
         out = np.full((len(arrays), width, *trailing), pad_value, dtype=np_dtype)
         mask = np.arange(width) < lengths[:, None]
         if width * math.prod(trailing) < SCATTER_BELOW:
-            out[mask] = np.concatenate(arrays)
+            return pad_flat(np.concatenate(arrays), lengths, pad_value, pad_to_multiple_of, dtype)
         else:
             for i, a in enumerate(arrays):
                 out[i, : len(a)] = a
@@ -104,6 +104,39 @@ def pad_sequences(
     for i, a in enumerate(arrays):
         out[(i, *[slice(0, n) for n in a.shape[:ragged_dims]])] = a
     return Padded(torch.from_numpy(out), torch.from_numpy(sizes), torch.from_numpy(mask))
+
+
+def pad_flat(
+    values: np.ndarray,
+    lengths: np.ndarray,
+    pad_value: float | int = 0,
+    pad_to_multiple_of: int | None = None,
+    dtype: torch.dtype | None = None,
+) -> Padded:
+    """Pad samples stored back to back (``values`` = their concatenation) in one scatter.
+
+    The fast path for ragged storage (token ids kept as one flat array plus offsets): no
+    per-sample work at all.
+
+    Args:
+        values: ``[sum(lengths), *trailing]``, the samples one after another.
+        lengths: ``[B]`` length of each sample.
+        pad_value: value written where a sample has no data.
+        pad_to_multiple_of: round the padded length up to this multiple.
+        dtype: output dtype; default: that of ``values``.
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if len(lengths) == 0:
+        raise ValueError("cannot pad an empty batch")
+    if int(lengths.sum()) != len(values):
+        raise ValueError(f"lengths add up to {int(lengths.sum())} but there are {len(values)} values")
+    width = round_up(int(lengths.max()), pad_to_multiple_of)
+    out = np.full(
+        (len(lengths), width, *values.shape[1:]), pad_value, dtype=numpy_dtype(dtype) if dtype else values.dtype
+    )
+    mask = np.arange(width) < lengths[:, None]
+    out[mask] = values
+    return Padded(torch.from_numpy(out), torch.from_numpy(lengths), torch.from_numpy(mask))
 
 
 def lengths_to_mask(lengths: torch.Tensor, max_length: int | None = None) -> torch.Tensor:

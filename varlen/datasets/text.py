@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from varlen.batching import pad_sequences
+from varlen.batching.collate import pad_flat
 
 #: local file suffix -> (datasets builder, extra builder arguments)
 FILE_BUILDERS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -159,6 +159,36 @@ def synthetic_reviews(num_samples: int, seed: int = 0) -> dict[str, list]:
 
 
 @dataclass
+class TextRows:
+    """Several unpadded texts, back to back: what the collate pads.
+
+    Attributes:
+        index: dataset index of each text.
+        ids: their token ids, concatenated.
+        lengths: tokens of each text.
+        labels: class id of each text.
+        type_ids: token type ids aligned with ``ids``, or None.
+    """
+
+    index: np.ndarray
+    ids: np.ndarray
+    lengths: np.ndarray
+    labels: np.ndarray
+    type_ids: np.ndarray | None = None
+
+    @classmethod
+    def from_samples(cls, samples: Sequence[dict[str, Any]]) -> TextRows:
+        """Join single samples (``dataset[i]`` dicts)."""
+        return cls(
+            index=np.fromiter((s["index"] for s in samples), np.int64, len(samples)),
+            ids=np.concatenate([s["input_ids"] for s in samples]),
+            lengths=np.fromiter((len(s["input_ids"]) for s in samples), np.int64, len(samples)),
+            labels=np.fromiter((s["label"] for s in samples), np.int64, len(samples)),
+            type_ids=np.concatenate([s["token_type_ids"] for s in samples]) if "token_type_ids" in samples[0] else None,
+        )
+
+
+@dataclass
 class TokenizedTexts(torch.utils.data.Dataset):
     """Unpadded token ids of many texts: one flat id array, offsets, labels, source rows.
 
@@ -190,12 +220,31 @@ class TokenizedTexts(torch.utils.data.Dataset):
             sample["token_type_ids"] = self.type_ids[start:end]
         return sample
 
+    def __getitems__(self, indices: Sequence[int]) -> TextRows:
+        """Several texts at once, for the loader's batched fetch: one gather, no per-text work."""
+        indices = np.asarray(indices, dtype=np.int64)
+        gather, lengths = self._gather(indices)
+        return TextRows(
+            index=indices,
+            ids=self.ids[gather],
+            lengths=lengths,
+            labels=self.labels[indices],
+            type_ids=None if self.type_ids is None else self.type_ids[gather],
+        )
+
+    def _gather(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Positions in ``ids`` of the texts ``indices``, back to back, and their lengths."""
+        lengths = self.offsets[indices + 1] - self.offsets[indices]
+        ends = np.cumsum(lengths)
+        return np.repeat(self.offsets[indices] - (ends - lengths), lengths) + np.arange(
+            ends[-1] if len(ends) else 0
+        ), lengths
+
     def subset(self, indices: Sequence[int] | np.ndarray) -> TokenizedTexts:
         """A compact copy holding only ``indices`` (gathered without a Python loop)."""
         indices = np.asarray(indices, dtype=np.int64)
-        lengths = self.lengths[indices]
+        gather, lengths = self._gather(indices)
         offsets = np.concatenate([[0], np.cumsum(lengths)])
-        gather = np.repeat(self.offsets[indices] - offsets[:-1], lengths) + np.arange(offsets[-1])
         return TokenizedTexts(
             ids=self.ids[gather],
             offsets=offsets,
@@ -281,20 +330,20 @@ class TextCollator:
         self.with_token_type_ids = with_token_type_ids
         self.pad_to_multiple_of = pad_to_multiple_of
 
-    def __call__(self, samples: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        ids = pad_sequences(
-            [s["input_ids"] for s in samples], self.pad_token_id, self.pad_to_multiple_of, dtype=torch.long
-        )
+    def __call__(self, samples: TextRows | Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """Pad a batch: :class:`TextRows` (the loader's batched fetch) or a list of samples."""
+        rows = samples if isinstance(samples, TextRows) else TextRows.from_samples(samples)
+        ids = pad_flat(rows.ids, rows.lengths, self.pad_token_id, self.pad_to_multiple_of, dtype=torch.long)
         batch = {
-            "index": torch.from_numpy(np.fromiter((s["index"] for s in samples), np.int64, len(samples))),
+            "index": torch.from_numpy(rows.index),
             "input_ids": ids.values,
             "attention_mask": ids.mask.long(),
-            "labels": torch.from_numpy(np.fromiter((s["label"] for s in samples), np.int64, len(samples))),
+            "labels": torch.from_numpy(rows.labels),
         }
         if self.with_token_type_ids:
-            if "token_type_ids" in samples[0]:
-                batch["token_type_ids"] = pad_sequences(
-                    [s["token_type_ids"] for s in samples], 0, self.pad_to_multiple_of, dtype=torch.long
+            if rows.type_ids is not None:
+                batch["token_type_ids"] = pad_flat(
+                    rows.type_ids, rows.lengths, 0, self.pad_to_multiple_of, dtype=torch.long
                 ).values
             else:
                 batch["token_type_ids"] = torch.zeros_like(ids.values)
