@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
+import dataclasses
+import pickle
 import shutil
 import tempfile
+import urllib.request
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +18,8 @@ from scipy.io import savemat
 
 import varlen.datasets.hyperspectral as hs
 from varlen.datamodules.hyperspectral import HyperspectralDataModule
-from varlen.models.hyperspectral import SpectralTransformer
+from varlen.datasets.base import DatasetNotFoundError, file_hash
+from varlen.models.hyperspectral import AverageAccuracy, SpectralTransformer
 from varlen.testing import DataModuleContract, ddp_fit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,6 +27,7 @@ DATA = Path(__file__).parent / "data" / "hyperspectral"
 CONFIG = str(ROOT / "configs" / "hyperspectral.yaml")
 # one cache of the synthetic cubes for the whole module (written once, then memory-mapped)
 SCENE_ROOT = Path(tempfile.mkdtemp(prefix="varlen_hs_"))
+atexit.register(shutil.rmtree, SCENE_ROOT, ignore_errors=True)
 CLI_OVERRIDES = [
     f"--data.init_args.root={SCENE_ROOT}",
     "--data.init_args.layout=generated",
@@ -78,8 +85,11 @@ class TestHyperspectralContract(DataModuleContract):
         assert len({len(s["bands"]) for s in samples}) == 3
         batch = datamodule.collate_fn(samples)
         assert batch["band_mask"].sum(1).tolist() == [len(s["bands"]) for s in samples]
+        wide = hs.collate_hyperspectral(samples, pad_to_multiple_of=8)  # extra padding beyond the batch max
+        assert wide["band_mask"].shape[1] % 8 == 0 and wide["band_mask"].shape[1] > batch["band_mask"].shape[1] - 8
         with torch.no_grad():
             together = model(batch)
+            torch.testing.assert_close(model(wide), together, atol=1e-5, rtol=1e-4)
             for i, sample in enumerate(samples):
                 torch.testing.assert_close(together[i], model(datamodule.collate_fn([sample]))[0], atol=1e-5, rtol=1e-4)
 
@@ -151,7 +161,7 @@ def test_workers_draw_the_same_bands(synthetic_dm, tmp_path) -> None:
 def test_collate_copies_selected_bands_normalised(synthetic_dm) -> None:
     ds = synthetic_dm.dataset("train")
     samples = [ds[3], ds[10]]
-    assert np.shares_memory(samples[0]["patch"], ds.scenes[0].cube)  # a view into the memmap
+    assert np.shares_memory(samples[0]["patch"], ds.cubes[0].array)  # a view into the memmap
     batch = synthetic_dm.collate_fn(samples)
     s = samples[1]
     k = len(s["bands"])
@@ -160,6 +170,23 @@ def test_collate_copies_selected_bands_normalised(synthetic_dm) -> None:
     np.testing.assert_allclose(batch["spectra"][1, :k].numpy(), expect, rtol=1e-5, atol=1e-5)
     assert batch["spectra"].shape[2:] == (3, 3)
     assert torch.all(batch["spectra"][1, k:] == 0) and torch.all(batch["wavelengths"][1, k:] == 0)
+
+
+def test_dataset_pickles_without_the_cube(synthetic_dm) -> None:
+    """What a spawn/forkserver worker receives: the cube's path, never its pixels."""
+    ds = synthetic_dm.dataset("train")
+    cube = ds.cubes[0]
+    _ = cube.array  # mapped in this process; the map must still not travel
+    blob = pickle.dumps(ds)
+    per_sample = sum(a.nbytes for a in (ds.scene_ids, ds.rows, ds.cols, ds.labels, ds.band_counts, ds.lengths))
+    assert len(blob) < per_sample + 200_000 < cube.array.nbytes
+    clone = pickle.loads(blob)
+    assert clone.cubes[0]._array is None and clone.cubes[0].path == cube.path
+    a, b = clone.__getitems__(hs.EpochIndices([0, 5], 3)), ds.__getitems__(hs.EpochIndices([0, 5], 3))
+    for x, y in zip(a, b, strict=True):
+        np.testing.assert_array_equal(x["patch"], y["patch"])
+        np.testing.assert_array_equal(x["bands"], y["bands"])
+    assert isinstance(clone.cubes[0].array, np.memmap)
 
 
 def test_eval_band_counts(tmp_path) -> None:
@@ -202,6 +229,26 @@ def test_train_and_test_footprints_share_no_pixel(patch_size) -> None:
     assert np.any(hs.footprint_map(a, r) & hs.footprint_map(b, r))
 
 
+def test_skipped_pixels_are_counted_and_warned_once(tmp_path) -> None:
+    labels = np.load(DATA / "tiny_gt.npy")
+    labels[0, 1:6] = 1  # a parcel touching the image edge: its 3x3 patches would leave the image
+    np.save(tmp_path / "edge.npy", labels)
+    dm = tiny_dm(tmp_path, labels_path=str(tmp_path / "edge.npy"), patch_size=3, block_size=4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dm.setup("fit")
+        dm.setup("fit")  # idempotent: no second report
+    messages = [str(w.message) for w in caught if "not used as patch centres" in str(w.message)]
+    assert len(messages) == 1 and f"{dm.num_skipped} labelled pixels" in messages[0]
+    labels = dm.scenes[0].labels
+    used = sum(len(dm.dataset(split)) for split in ("train", "val", "test"))
+    assert used + dm.num_skipped == int((labels > 0).sum())  # every labelled pixel is used or counted
+    border = sum(reasons.get("border", 0) for reasons in dm.skipped["custom"].values())
+    assert border == int(((labels > 0) & ~hs.patch_fits(labels.shape, 1)).sum()) > 0
+    assert sum(reasons.get("buffer", 0) for reasons in dm.skipped["custom"].values()) > 0
+    assert dm.report["custom"]["skipped"] == dm.skipped["custom"]
+
+
 def test_buffer_smaller_than_radius_is_refused() -> None:
     with pytest.raises(ValueError, match="buffer 1 < patch radius 2"):
         HyperspectralDataModule(root=str(SCENE_ROOT), layout="generated", patch_size=5, buffer=1)
@@ -210,9 +257,22 @@ def test_buffer_smaller_than_radius_is_refused() -> None:
 def test_normalisation_uses_train_pixels_only(synthetic_dm) -> None:
     ds = synthetic_dm.dataset("train")
     cube = synthetic_dm.scenes[0].cube
-    np.testing.assert_allclose(ds.mean[0], cube[ds.rows, ds.cols].astype(np.float64).mean(0), rtol=1e-5)
-    assert synthetic_dm.dataset("test").mean[0] is not None
-    np.testing.assert_array_equal(synthetic_dm.dataset("test").mean[0], ds.mean[0])
+    train = cube[ds.rows, ds.cols].astype(np.float64)
+    np.testing.assert_allclose(ds.mean[0], train.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(ds.std[0], train.std(0), rtol=1e-4)
+    test = synthetic_dm.dataset("test")
+    np.testing.assert_array_equal(test.mean[0], ds.mean[0])
+    everything = cube[test.rows, test.cols].astype(np.float64)
+    assert not np.allclose(everything.mean(0), ds.mean[0], rtol=1e-5)  # the test pixels would move it
+
+
+def test_band_statistics_in_chunks_match_direct() -> None:
+    cube = np.load(DATA / "tiny.npy")
+    centres = np.load(DATA / "tiny_gt.npy") == 1
+    mean, std = hs.band_statistics(cube, centres, rows_per_chunk=3)
+    direct = cube[centres].astype(np.float64)
+    np.testing.assert_allclose(mean, direct.mean(0), rtol=1e-10)
+    np.testing.assert_allclose(std, direct.std(0), rtol=1e-8)
 
 
 # -- readers ------------------------------------------------------------------------------------
@@ -268,9 +328,9 @@ def test_external_maps_drop_test_pixels_touching_train_patches(tmp_path) -> None
         tmp_path, train_map=str(DATA / "tiny_TR.mat"), test_map=str(DATA / "tiny_TS.mat"), patch_size=3,
         block_size=3, buffer=1, val_fraction=0.3,
     )  # fmt: skip
-    with pytest.warns(UserWarning, match="overlapping train"):
+    with pytest.warns(UserWarning, match="patch overlapping train patches"):
         dm.setup("fit")
-    assert dm.report["custom"]["test_overlapping_train_dropped"] > 0
+    assert dm.skipped["custom"]["test"]["patch overlapping train patches"] > 0
     shape = dm.scenes[0].labels.shape
     prints = {}
     for split in ("train", "test"):
@@ -316,26 +376,43 @@ def test_download_is_patched_to_a_copy_and_checksummed(shared_data, tmp_path, mo
     )
     fetched = []
 
-    def fake_fetch(url: str, destination: Path) -> None:
+    def fake_urlopen(url: str, timeout: float = 0):  # the network, as a local copy
         fetched.append(url)
-        shutil.copy(source / url.rsplit("/", 1)[-1], destination)
+        return open(source / url.rsplit("/", 1)[-1], "rb")
 
-    monkeypatch.setattr(hs, "_fetch", fake_fetch)
+    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
     root = tmp_path / "root"
-    with pytest.raises(OSError, match="checksum mismatch"):
+    with pytest.raises(OSError, match="expected 66dbc9f4a9b7c9b1445f60a87b505101"):
         HyperspectralDataModule(scenes=["indian_pines"], root=str(root), download=True).prepare_data()
     assert not (root / "indian_pines" / "Indian_pines_corrected.mat").exists()  # nothing half-verified kept
-    real_md5 = hs.md5sum(source / "Indian_pines_corrected.mat")
     info = hs.SCENES["indian_pines"]
-    patched = hs.SceneInfo(hs.RemoteFile(info.cube.filename, info.cube.url, real_md5), *list(vars(info).values())[1:])
+    fake_md5 = "md5:" + file_hash(source / "Indian_pines_corrected.mat", "md5")
+    patched = dataclasses.replace(info, cube=dataclasses.replace(info.cube, checksum=fake_md5))
     monkeypatch.setitem(hs.SCENES, "indian_pines", patched)
     dm = HyperspectralDataModule(scenes=["indian_pines"], root=str(root), download=True, patch_size=3)
     dm.prepare_data()
     dm.setup("fit")
     assert {u.rsplit("/", 1)[-1] for u in fetched} == {"Indian_pines_corrected.mat", "Indian_pines_gt.mat"}
     assert all(u.startswith("https://www.ehu.eus/ccwintco/uploads/") for u in fetched)
-    assert dm.scenes[0].cube.shape == (145, 145, 200) and isinstance(dm.scenes[0].cube, np.memmap)
-    assert (root / "cache" / "Indian_pines_corrected.indian_pines_corrected.npy").exists()
+    cube = dm.scenes[0].cube
+    assert cube.shape == (145, 145, 200) and isinstance(cube.array, np.memmap)
+    assert cube.path.parent == root / "cache" and cube.path.name.startswith("Indian_pines_corrected.")
+    before = len(fetched)
+    HyperspectralDataModule(scenes=["indian_pines"], root=str(root), download=True).prepare_data()
+    assert len(fetched) == before  # verified files are kept, not fetched again
+
+
+def test_mat_cache_is_per_file_not_per_name(tmp_path) -> None:
+    """Two cubes called data.mat in different folders must not share one converted .npy."""
+    paths = []
+    for n in (1, 2):
+        (tmp_path / f"d{n}").mkdir()
+        savemat(tmp_path / f"d{n}" / "data.mat", {"cube": np.full((4, 5, 3), n, dtype=np.int16)})
+        paths.append(tmp_path / f"d{n}" / "data.mat")
+    cache = tmp_path / "cache"
+    first, second = (hs.open_cube(p, cache_dir=cache) for p in paths)
+    assert first.path != second.path
+    assert np.all(np.asarray(first) == 1) and np.all(np.asarray(second) == 2)
 
 
 def test_real_layout_config_instantiates() -> None:
@@ -348,7 +425,7 @@ def test_real_layout_config_instantiates() -> None:
 
 def test_missing_scene_says_what_to_fetch(tmp_path) -> None:
     dm = HyperspectralDataModule(scenes=["pavia_u"], root=str(tmp_path))
-    with pytest.raises(hs.DatasetNotFoundError, match="download=True.*PaviaU.mat"):
+    with pytest.raises(DatasetNotFoundError, match="download=True.*PaviaU.mat"):
         dm.setup("fit")
 
 
@@ -362,10 +439,18 @@ def test_cube_and_label_shapes_differ(tmp_path) -> None:
         dm.setup("fit")
 
 
-def test_band_index_out_of_range(tmp_path) -> None:
-    dm = tiny_dm(tmp_path, eval_bands=[0, 3, 12])
-    with pytest.raises(ValueError, match="band index 12 out of range for scene 'custom' with 12 bands"):
+@pytest.mark.parametrize("arg", ["eval_bands", "train_bands"])
+def test_band_index_out_of_range(tmp_path, arg) -> None:
+    dm = tiny_dm(tmp_path, **{arg: [0, 3, 12]})
+    with pytest.raises(ValueError, match=f"{arg}: band index 12 out of range for scene 'custom' with 12 bands"):
         dm.setup("fit")
+
+
+def test_band_count_arguments_are_checked(tmp_path) -> None:
+    with pytest.raises(ValueError, match="max_bands needs min_bands"):
+        tiny_dm(tmp_path, max_bands=5)
+    with pytest.raises(ValueError, match="max_bands 3 < min_bands 5"):
+        tiny_dm(tmp_path, min_bands=5, max_bands=3)
 
 
 def test_nan_bands_raise_or_are_dropped(tmp_path) -> None:
@@ -404,6 +489,33 @@ def test_empty_class(tmp_path) -> None:
 def test_no_wavelengths_for_a_custom_cube(tmp_path) -> None:
     with pytest.raises(ValueError, match="no wavelengths"):
         tiny_dm(tmp_path, wavelengths=None).setup("fit")
+
+
+# -- metrics ------------------------------------------------------------------------------------
+
+
+def test_oa_aa_kappa_match_their_definitions() -> None:
+    """Class 2 is absent from the targets but predicted: AA averages the present classes only."""
+    target = torch.tensor([0, 0, 0, 1, 1, 1, 1, 3, 3, 3])
+    pred = torch.tensor([0, 0, 1, 1, 1, 2, 2, 3, 3, 0])
+    confusion = np.zeros((4, 4))
+    np.add.at(confusion, (target.numpy(), pred.numpy()), 1)
+    n = confusion.sum()
+    oa = np.trace(confusion) / n
+    present = confusion.sum(1) > 0
+    aa = np.mean(np.diag(confusion)[present] / confusion.sum(1)[present])  # classes 0, 1, 3: (2/3 + 2/4 + 2/3) / 3
+    expected = (confusion.sum(0) * confusion.sum(1)).sum() / n**2
+    kappa = (oa - expected) / (1 - expected)
+    model = SpectralTransformer(num_classes=4, d_model=16, nhead=2, num_layers=1)
+    logits = torch.nn.functional.one_hot(pred, 4).float()
+    got = model.test_metrics(logits, target)
+    assert got["test/oa"].item() == pytest.approx(oa)
+    assert got["test/aa"].item() == pytest.approx(aa) == pytest.approx((2 / 3 + 2 / 4 + 2 / 3) / 3)
+    assert got["test/kappa"].item() == pytest.approx(kappa)
+    metric = AverageAccuracy(4)  # accumulates over batches like any torchmetrics metric
+    metric.update(logits[:4], target[:4])
+    metric.update(logits[4:], target[4:])
+    assert metric.compute().item() == pytest.approx(aa)
 
 
 # -- DDP ----------------------------------------------------------------------------------------

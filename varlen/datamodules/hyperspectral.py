@@ -29,24 +29,25 @@ from scipy import ndimage
 
 from varlen.batching import BucketBatchSampler
 from varlen.datamodules.base import VarLenDataModule
+from varlen.datasets.base import DatasetNotFoundError
 from varlen.datasets.hyperspectral import (
     SCENES,
     SENSORS,
-    DatasetNotFoundError,
     EpochIndices,
     HyperspectralPixels,
     Scene,
+    band_statistics,
     block_split,
     check_labels,
     collate_hyperspectral,
-    download_file,
     evenly_spaced,
-    generate_field_layout,
+    fetch_scene_file,
+    open_cube,
     patch_fits,
     read_array,
     read_wavelengths,
     remap_labels,
-    shared_layout_path,
+    synthetic_layout,
     synthetic_scene,
     validate_scene,
 )
@@ -167,6 +168,8 @@ class HyperspectralDataModule(VarLenDataModule):
             raise ValueError(f"buffer {buffer} < patch radius {self.radius}: train and test patches would share pixels")
         if min_bands is not None and min_bands < 1:
             raise ValueError(f"min_bands must be >= 1, got {min_bands}")
+        if max_bands is not None and min_bands is None:
+            raise ValueError("max_bands needs min_bands: random band subsets draw k in [min_bands, max_bands]")
         if min_bands is not None and max_bands is not None and max_bands < min_bands:
             raise ValueError(f"max_bands {max_bands} < min_bands {min_bands}")
         if train_bands is not None and min_bands is not None:
@@ -176,6 +179,8 @@ class HyperspectralDataModule(VarLenDataModule):
         self.scene_names = list(scenes) if scenes else (["custom"] if cube_path else ["synthetic"])
         if (train_map or test_map) and len(self.scene_names) != 1:
             raise ValueError("external train/test maps apply to a single scene")
+        if len(set(self.scene_names)) != len(self.scene_names):
+            raise ValueError(f"a scene is listed twice: {self.scene_names}")
         unknown = [s for s in self.scene_names if s not in {*SCENES, *SYNTHETIC, "custom"}]
         if unknown:
             raise ValueError(f"unknown scene(s) {unknown}; known: {sorted({*SCENES, *SYNTHETIC, 'custom'})}")
@@ -200,8 +205,11 @@ class HyperspectralDataModule(VarLenDataModule):
         self.collate_fn = partial(collate_hyperspectral, pad_to_multiple_of=pad_to_multiple_of)
         self.scenes: list[Scene] = []
         self.report: dict[str, Any] = {}
+        #: labelled pixels not used as patch centres, per scene, split and reason (filled by setup)
+        self.skipped: dict[str, dict[str, dict[str, int]]] = {}
         # linked to the model at instantiation: from label maps / the scene table, never the cubes
-        per_scene = [self._class_names(name) for name in self.scene_names]
+        self.scene_classes = {name: self._class_names(name) for name in self.scene_names}
+        per_scene = list(self.scene_classes.values())
         multi = len(per_scene) > 1
         self.class_names = [
             f"{n}:{c}" if multi else c for n, names in zip(self.scene_names, per_scene, strict=True) for c in names
@@ -210,21 +218,15 @@ class HyperspectralDataModule(VarLenDataModule):
 
     # -- scenes ---------------------------------------------------------------------------
 
-    def _synthetic_layout(self, name: str) -> np.ndarray:
-        sensor, num_classes = SYNTHETIC[name]
-        layout = self.layout if sensor == "aviris" else "generated"
-        if layout == "auto":
-            layout = str(shared_layout_path()) if shared_layout_path().exists() else "generated"
-        if layout == "generated":
-            size = (145, 145) if sensor == "aviris" else (120, 90)
-            return generate_field_layout(*size, num_classes=num_classes, seed=0)
-        return np.asarray(read_array(layout, ndim=2))
+    def _layout(self, sensor: str) -> str:
+        return self.layout if sensor == "aviris" else "generated"  # no real ROSIS layout is shipped
 
     def _class_names(self, name: str) -> list[str]:
         if name in SCENES:
             return list(SCENES[name].class_names)
         if name in SYNTHETIC:
-            labels = self._synthetic_layout(name)
+            sensor, num_classes = SYNTHETIC[name]
+            labels, _ = synthetic_layout(self._layout(sensor), sensor, num_classes)
         else:
             labels = np.asarray(read_array(self.labels_path, self.labels_key, ndim=2))
         num_classes = check_labels(labels, None, self.labels_path if name == "custom" else f"{name} layout")
@@ -234,8 +236,8 @@ class HyperspectralDataModule(VarLenDataModule):
         info = SCENES[name]
         folder = self.root / name
         if self.download:
-            download_file(info.cube, folder)
-            download_file(info.labels, folder)
+            fetch_scene_file(info.cube, folder)
+            fetch_scene_file(info.labels, folder)
         cube, labels = folder / info.cube.filename, folder / info.labels.filename
         missing = [p for p in (cube, labels) if not p.exists()]
         if missing:
@@ -245,31 +247,34 @@ class HyperspectralDataModule(VarLenDataModule):
             )
         return cube, labels
 
-    def load_scene(self, name: str) -> Scene:
-        """Open (memory-map) and validate one scene; cheap after the first call (caches exist)."""
+    def _open_scene(self, name: str) -> Scene:
+        """Fetch / convert / write the scene's files as needed and map them, without validating."""
         if name in SYNTHETIC:
             sensor, num_classes = SYNTHETIC[name]
-            layout = self.layout if sensor == "aviris" else "generated"
-            path, labels, wl = synthetic_scene(self.root, layout, sensor, seed=0, num_classes=num_classes)
-            cube, source = np.load(path, mmap_mode="r"), str(path)
+            path, labels, wl = synthetic_scene(self.root, self._layout(sensor), sensor, seed=0, num_classes=num_classes)
+            cube, source = open_cube(path), str(path)
         elif name in SCENES:
             info = SCENES[name]
             cube_file, labels_file = self._scene_files(name)
-            cube = read_array(cube_file, info.cube_key, 3, self.cache_dir)
+            cube = open_cube(cube_file, info.cube_key, self.cache_dir)
             labels = np.asarray(read_array(labels_file, info.labels_key, 2))
             if info.label_values:
                 labels = remap_labels(labels, info.label_values, str(labels_file))
             wl, source = np.asarray(info.wavelengths), str(cube_file)
         else:
-            cube = read_array(self.cube_path, self.cube_key, 3, self.cache_dir)
+            cube = open_cube(self.cube_path, self.cube_key, self.cache_dir)
             labels = np.asarray(read_array(self.labels_path, self.labels_key, 2))
             wl, source = self._custom_wavelengths(cube.shape[-1]), str(self.cube_path)
-        names = self._class_names(name)
-        check_labels(np.asarray(labels), len(names), source if name != "custom" else str(self.labels_path))
-        scene = Scene(name, cube, np.asarray(labels, dtype=np.int64), wl, names, source=source)
+        return Scene(name, cube, np.asarray(labels), wl, self.scene_classes[name], source=source)
+
+    def load_scene(self, name: str) -> Scene:
+        """Open (memory-map) and validate one scene; cheap after the first call (caches exist)."""
+        scene = self._open_scene(name)
+        check_labels(scene.labels, scene.num_classes, scene.source if name != "custom" else str(self.labels_path))
+        scene.labels = scene.labels.astype(np.int64)
         if self.train_map:
-            scene.train_labels = self._external_map(self.train_map, len(names))
-            scene.test_labels = self._external_map(self.test_map, len(names)) if self.test_map else None
+            scene.train_labels = self._external_map(self.train_map, scene.num_classes)
+            scene.test_labels = self._external_map(self.test_map, scene.num_classes) if self.test_map else None
         return validate_scene(scene, self.nan_bands)
 
     def _external_map(self, path: str, num_classes: int) -> np.ndarray:
@@ -296,44 +301,43 @@ class HyperspectralDataModule(VarLenDataModule):
         return SENSORS["rosis"](num_bands)
 
     def prepare_data(self) -> None:
-        """Download, convert ``.mat`` cubes and write the synthetic cube once (rank 0)."""
+        """Download, convert ``.mat`` cubes and write the synthetic cube once (rank 0); validation is in setup."""
         for name in self.scene_names:
-            self.load_scene(name)
+            self._open_scene(name)
 
     # -- splits and datasets --------------------------------------------------------------
 
-    def _split_scene(self, scene: Scene) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, Any]]:
-        """Centre masks and their label maps per split, and what the split lost."""
-        r, info = self.radius, {}
+    def _split_scene(self, scene: Scene) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict[str, dict[str, int]]]:
+        """Centre masks and their label maps per split, and the labelled pixels skipped per split and reason."""
+        r = self.radius
         if scene.train_labels is None:
             fractions = (1.0 - self.val_fraction - self.test_fraction, self.val_fraction, self.test_fraction)
             if min(fractions) <= 0:
                 raise ValueError(f"val_fraction + test_fraction must be < 1 and both > 0, got {fractions[1:]}")
-            masks, _, lost = block_split(scene.labels, fractions, self.block_size, self.buffer, r, self.seed)
-            info["lost_to_buffers"] = dict(zip(("train", "val", "test"), lost, strict=True))
-            return {s: (m, scene.labels) for s, m in zip(("train", "val", "test"), masks, strict=True)}, info
+            masks, _, skipped = block_split(scene.labels, fractions, self.block_size, self.buffer, r, self.seed)
+            names = ("train", "val", "test")
+            out = {s: (m, scene.labels) for s, m in zip(names, masks, strict=True)}
+            return out, dict(zip(names, skipped, strict=True))
         fits = patch_fits(scene.labels.shape, r)
         train_all = (scene.train_labels > 0) & fits
-        masks, _, lost = block_split(
+        masks, _, (train_skip, val_skip) = block_split(
             scene.train_labels * train_all, (1.0 - self.val_fraction, self.val_fraction), self.block_size,
             self.buffer, r, self.seed,
         )  # fmt: skip
+        # the border pixels were masked out before block_split: count them on the train side
+        train_skip["border"] = int(((scene.train_labels > 0) & ~fits).sum())
         out = {"train": (masks[0], scene.train_labels), "val": (masks[1], scene.train_labels)}
-        info["lost_to_buffers"] = {"train": lost[0], "val": lost[1]}
+        skipped = {"train": train_skip, "val": val_skip}
         if scene.test_labels is not None:
             test = (scene.test_labels > 0) & fits
             # test centres whose footprint would touch a train footprint (centres <= 2r apart)
             near = ndimage.maximum_filter(masks[0].astype(np.uint8), size=4 * r + 1, mode="constant").astype(bool)
-            clash = int((test & near).sum())
-            if clash:
-                warnings.warn(
-                    f"{scene.source}: {clash} test pixels of the external map have patches overlapping train "
-                    "patches; they are left out of the test split",
-                    stacklevel=2,
-                )
-            info["test_overlapping_train_dropped"] = clash
+            skipped["test"] = {
+                "border": int(((scene.test_labels > 0) & ~fits).sum()),
+                "patch overlapping train patches": int((test & near).sum()),
+            }
             out["test"] = (test & ~near, scene.test_labels)
-        return out, info
+        return out, skipped
 
     def _fixed_bands(self, scene: Scene, spec: int | Sequence[int] | None, what: str) -> np.ndarray:
         usable = scene.usable_bands
@@ -363,17 +367,15 @@ class HyperspectralDataModule(VarLenDataModule):
         offset = 0
         mean, std = [], []
         for s, scene in enumerate(self.scenes):
-            splits, info = self._split_scene(scene)
+            splits, skipped = self._split_scene(scene)
             for split, (mask, labels) in splits.items():
                 rows, cols = np.nonzero(mask)
                 parts[split].append((np.full(rows.size, s), rows, cols, labels[rows, cols] - 1 + offset))
-            rows, cols = np.nonzero(splits["train"][0])
-            if rows.size == 0:
+            if not splits["train"][0].any():
                 raise ValueError(f"scene {scene.name!r}: no training pixel survives the split; use smaller blocks")
-            pixels = np.asarray(scene.cube[rows, cols], dtype=np.float64)  # train centres only: no test leakage
-            mean.append(pixels.mean(0))
-            std.append(np.where(pixels.std(0) > 0, pixels.std(0), 1.0))
-            counts = {k: int(v[0].sum()) for k, v in splits.items()}
+            m, sd = band_statistics(scene.cube, splits["train"][0])  # train centres only: no test leakage
+            mean.append(m)
+            std.append(sd)
             missing = {
                 k: (np.setdiff1d(np.arange(1, scene.num_classes + 1), np.unique(v[1][v[0]])).tolist())
                 for k, v in splits.items()
@@ -384,10 +386,16 @@ class HyperspectralDataModule(VarLenDataModule):
                     f"scene {scene.name!r}: class(es) absent from a split (blocks too coarse for them): {missing}",
                     stacklevel=2,
                 )
-            self.report[scene.name] = {**info, "pixels": counts, "classes_missing": missing,
-                                       "dropped_bands": scene.dropped_bands}  # fmt: skip
+            self.skipped[scene.name] = {k: {why: n for why, n in v.items() if n} for k, v in skipped.items()}
+            self.report[scene.name] = {
+                "pixels": {k: int(v[0].sum()) for k, v in splits.items()},
+                "skipped": self.skipped[scene.name],
+                "classes_missing": missing,
+                "dropped_bands": scene.dropped_bands,
+            }
             log.info("scene %r split: %s", scene.name, self.report[scene.name])
             offset += scene.num_classes
+        self._warn_skipped()
         joined = {k: [np.concatenate(col) for col in zip(*v, strict=True)] for k, v in parts.items() if v}
         eval_bands = [self._fixed_bands(sc, self.eval_bands, "eval_bands") for sc in self.scenes]
         for split, (scene_ids, rows, cols, labels) in joined.items():
@@ -399,6 +407,29 @@ class HyperspectralDataModule(VarLenDataModule):
             )
         if "test" in self.datasets:
             self.datasets["predict"] = self.datasets["test"]
+
+    @property
+    def num_skipped(self) -> int:
+        """Labelled pixels that are in no split's centres (image border, split buffers, overlaps)."""
+        return sum(n for splits in self.skipped.values() for reasons in splits.values() for n in reasons.values())
+
+    def _warn_skipped(self) -> None:
+        """One warning for all scenes: how many labelled pixels are not used, where and why."""
+        if not self.num_skipped:
+            return
+        detail = "; ".join(
+            f"{scene} {split}: " + ", ".join(f"{n} {why}" for why, n in reasons.items())
+            for scene, splits in self.skipped.items()
+            for split, reasons in splits.items()
+            if reasons
+        )
+        warnings.warn(
+            f"{self.num_skipped} labelled pixels are not used as patch centres ({detail}). 'border': the "
+            f"{self.patch_size}x{self.patch_size} patch would leave the image; 'buffer': within {self.buffer} "
+            "pixels of another split's blocks (kept free so that no two splits' patches share a pixel). "
+            "Counts are in .skipped",
+            stacklevel=3,
+        )
 
     def _train_band_kwargs(self, scene_ids: np.ndarray) -> dict[str, Any]:
         if self.min_bands is None:
@@ -425,4 +456,5 @@ class HyperspectralDataModule(VarLenDataModule):
             pad_to_multiple_of=self.pad_to_multiple_of,
             num_replicas=num_replicas,
             rank=rank,
+            groups=self.sampler_groups(self.dataset(split)),
         )

@@ -1,14 +1,17 @@
 """Hyperspectral scenes: readers, downloads, the synthetic default, spatial splits and pixel datasets.
 
-A *scene* is a cube ``[H, W, B]`` (memory-mapped, never loaded whole into a worker), a label map
-``[H, W]`` (0 = unlabelled) and the centre wavelength of every band in nm. A *sample* is one
+A *scene* is a cube ``[H, W, B]`` (a :class:`MappedCube`: memory-mapped, never loaded whole, and
+pickled to loader workers as its path only), a label map ``[H, W]`` (0 = unlabelled) and the
+centre wavelength of every band in nm. A *sample* is one
 labelled pixel: its spectrum, or the ``P x P`` patch around it, returned as a **view** into the
 cube together with the band indices it will use; the collate copies only those bands.
 
-Formats: MATLAB v5 ``.mat`` (scipy; converted once to a cached ``.npy`` that is memory-mapped),
+Formats: MATLAB v5 ``.mat`` (scipy; converted once to a cached ``.npy`` that is memory-mapped, see
+:func:`cache_path`),
 MATLAB v7.3 ``.mat`` (h5py; copied band slab by band slab into the same kind of cache), ENVI
 ``.hdr`` + image (the ``spectral`` package, memory-mapped in place) and ``.npy``
-(``np.load(mmap_mode="r")``).
+(``np.load(mmap_mode="r")``). Downloads go through :func:`varlen.datasets.base.download_url`
+(atomic, checksum-verified).
 
 Why spatial blocks: a random pixel split puts neighbouring pixels, whose patches overlap, on both
 sides, and published accuracies near 99% fall to about 80% on disjoint splits.
@@ -21,9 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import tempfile
-import urllib.request
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from scipy import ndimage
 from torch.utils.data import Dataset
 
 from varlen.batching import lengths_to_mask, pad_sequences, round_up
+from varlen.datasets.base import DatasetNotFoundError, download_url
 
 # -- sensors ------------------------------------------------------------------------------------
 
@@ -74,11 +76,11 @@ EHU = "https://www.ehu.eus/ccwintco/uploads"
 
 @dataclass(frozen=True)
 class RemoteFile:
-    """One file of a public scene: its name, URL and (when known) MD5."""
+    """One file of a public scene: its name, URL and (when known) checksum, ``"md5:<hex>"``."""
 
     filename: str
     url: str
-    md5: str | None = None
+    checksum: str | None = None
 
 
 @dataclass(frozen=True)
@@ -118,81 +120,49 @@ PAVIA_U_CLASSES = (
     "Shadows",
 )  # fmt: skip
 
-#: The standard scenes of the EHU Grupo de Inteligencia Computacional site. MD5s: the two label maps
-#: below were computed on the files in ``shared/data/hyperspectral``; the Indian Pines cube's is the
-#: value other projects publish (not verified here: no network). ``None`` = unknown: the download
-#: is kept but a warning says it was not verified.
-IP_CUBE_MD5 = "66dbc9f4a9b7c9b1445f60a87b505101"
+#: The standard scenes of the EHU Grupo de Inteligencia Computacional site. Checksums: the
+#: Indian Pines and Salinas-A label maps were computed on the files in ``shared/data/hyperspectral``;
+#: the others are the MD5s two independent projects publish for the same files (not verified
+#: here: no network). ``None`` = unknown: the download is kept, with a warning that it was not
+#: verified.
 SCENES: dict[str, SceneInfo] = {
     "indian_pines": _scene(
-        RemoteFile("Indian_pines_corrected.mat", f"{EHU}/6/67/Indian_pines_corrected.mat", IP_CUBE_MD5),
-        RemoteFile("Indian_pines_gt.mat", f"{EHU}/c/c4/Indian_pines_gt.mat", "9414943dac1d80faaa9165c8b460510c"),
+        RemoteFile("Indian_pines_corrected.mat", f"{EHU}/6/67/Indian_pines_corrected.mat",
+                   "md5:66dbc9f4a9b7c9b1445f60a87b505101"),
+        RemoteFile("Indian_pines_gt.mat", f"{EHU}/c/c4/Indian_pines_gt.mat", "md5:9414943dac1d80faaa9165c8b460510c"),
         "indian_pines_corrected", "indian_pines_gt",
         aviris_wavelengths(INDIAN_PINES_REMOVED, INDIAN_PINES_CHANNELS), INDIAN_PINES_CLASSES,
     ),
     "pavia_u": _scene(
-        RemoteFile("PaviaU.mat", f"{EHU}/e/ee/PaviaU.mat"),
-        RemoteFile("PaviaU_gt.mat", f"{EHU}/5/50/PaviaU_gt.mat"),
+        RemoteFile("PaviaU.mat", f"{EHU}/e/ee/PaviaU.mat", "md5:165a3c7488995f54a19add47c7eed4cd"),
+        RemoteFile("PaviaU_gt.mat", f"{EHU}/5/50/PaviaU_gt.mat", "md5:b8c3ba44b077c26e24220463aa855bd3"),
         "paviaU", "paviaU_gt", rosis_wavelengths(103), PAVIA_U_CLASSES,
     ),
     "salinas": _scene(
-        RemoteFile("Salinas_corrected.mat", f"{EHU}/a/a3/Salinas_corrected.mat"),
-        RemoteFile("Salinas_gt.mat", f"{EHU}/f/fa/Salinas_gt.mat"),
+        RemoteFile("Salinas_corrected.mat", f"{EHU}/a/a3/Salinas_corrected.mat",
+                   "md5:485d8802f4a6b4ebc0767d48dd0da06b"),
+        RemoteFile("Salinas_gt.mat", f"{EHU}/f/fa/Salinas_gt.mat", "md5:7b8da653a61bb0271b27b37fb926390f"),
         "salinas_corrected", "salinas_gt", aviris_wavelengths(SALINAS_REMOVED), SALINAS_CLASSES,
     ),
     "salinas_a": _scene(
         RemoteFile("SalinasA_corrected.mat", f"{EHU}/1/1a/SalinasA_corrected.mat"),
-        RemoteFile("SalinasA_gt.mat", f"{EHU}/a/aa/SalinasA_gt.mat", "d5c82204f36f9e10c9081e4e68ece1c3"),
+        RemoteFile("SalinasA_gt.mat", f"{EHU}/a/aa/SalinasA_gt.mat", "md5:d5c82204f36f9e10c9081e4e68ece1c3"),
         "salinasA_corrected", "salinasA_gt", aviris_wavelengths(SALINAS_REMOVED),
         [SALINAS_CLASSES[v - 1] for v in (1, 10, 11, 12, 13, 14)], (1, 10, 11, 12, 13, 14),
     ),
 }  # fmt: skip
 
 
-class DatasetNotFoundError(FileNotFoundError):
-    """A scene's files are missing: the message says what to fetch and where to put it."""
+def fetch_scene_file(remote: RemoteFile, root: str | Path) -> Path:
+    """``root/<filename>`` of a public scene, downloaded (and verified, when its checksum is known) if needed.
 
-
-def md5sum(path: str | Path, chunk: int = 1 << 20) -> str:
-    """MD5 of a file, read in chunks."""
-    digest = hashlib.md5()
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _fetch(url: str, destination: Path) -> None:
-    """Copy ``url`` to ``destination`` (tests patch this to a local file copy)."""
-    with urllib.request.urlopen(url, timeout=60) as response, open(destination, "wb") as out:  # noqa: S310
-        shutil.copyfileobj(response, out)
-
-
-def download_file(remote: RemoteFile, root: str | Path) -> Path:
-    """Download ``remote`` into ``root`` unless present, verifying its MD5 when one is known.
-
-    The file is written under a temporary name and renamed when complete (and verified), so an
-    interrupted download or a second rank never sees half a file.
+    A file already there is kept when it verifies, or when no checksum is known (it cannot be
+    checked, and fetching it again would not make it any more trustworthy).
     """
-    root = Path(root)
-    path = root / remote.filename
-    if path.exists():
+    path = Path(root) / remote.filename
+    if path.is_file() and remote.checksum is None:
         return path
-    root.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=root, prefix=f".{remote.filename}.", delete=False) as tmp:
-        tmp_path = Path(tmp.name)
-    try:
-        _fetch(remote.url, tmp_path)
-        if remote.md5 is not None:
-            got = md5sum(tmp_path)
-            if got != remote.md5:
-                raise OSError(f"checksum mismatch for {remote.url}: md5 {got}, expected {remote.md5}")
-        else:
-            warnings.warn(f"no checksum is known for {remote.filename}; downloaded without verification", stacklevel=2)
-        os.replace(tmp_path, path)
-    finally:
-        tmp_path.unlink(missing_ok=True)
-    return path
+    return download_url(remote.url, path, remote.checksum)
 
 
 # -- readers ------------------------------------------------------------------------------------
@@ -230,6 +200,104 @@ def _is_mat73(path: Path) -> bool:
     return h5py.is_hdf5(str(path))
 
 
+def cache_path(path: Path, key: str, cache_dir: Path) -> Path:
+    """Where a ``.mat`` cube is converted to ``.npy``: named after the file, its variable and a fingerprint.
+
+    The fingerprint (absolute path, size, modification time) keeps two files of the same name in
+    different folders, or a file that was replaced, from silently reusing a stale conversion.
+    """
+    stat = path.stat()
+    tag = hashlib.sha1(f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:10]
+    return cache_dir / f"{path.stem}.{key}.{tag}.npy"
+
+
+def mappable_path(path: str | Path, key: str | None = None, cache_dir: str | Path | None = None) -> Path:
+    """The file a cube is memory-mapped from: ``.npy`` and ENVI ``.hdr`` as they are, ``.mat`` via a cached ``.npy``.
+
+    Args:
+        path: ``.npy``, ``.mat`` (v5 or v7.3) or ENVI ``.hdr``.
+        key: the ``.mat`` variable; default: the only 3-D one.
+        cache_dir: where ``.mat`` cubes are converted (default: beside the file). The conversion
+            runs once; later calls (and every worker) only map the cache.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DatasetNotFoundError(f"{path} does not exist")
+    suffix = path.suffix.lower()
+    if suffix in {".npy", ".hdr"}:
+        return path
+    if suffix == ".mat":
+        return _convert_mat_cube(path, key, Path(cache_dir) if cache_dir else path.parent)
+    raise ValueError(f"{path}: unknown format {suffix!r} (expected .mat, .npy or ENVI .hdr)")
+
+
+def map_cube_file(path: Path) -> np.ndarray:
+    """Memory-map a ``.npy`` or ENVI cube read-only as ``[H, W, B]``."""
+    if path.suffix.lower() == ".hdr":
+        return _read_envi(path)[0]
+    return np.load(path, mmap_mode="r")
+
+
+class MappedCube:
+    """A read-only ``[H, W, B]`` cube memory-mapped from a file, that pickles as its path only.
+
+    Why: a loader worker started by ``spawn`` / ``forkserver`` (the default outside Linux, and on
+    Linux from Python 3.14) receives the dataset pickled, and a pickled ``np.memmap`` carries its
+    whole data: a private copy of the cube per worker. This wrapper sends the path and maps the
+    file again in the worker, so all processes read the same page-cache pages. Indexing returns
+    views of the map (nothing is read until used).
+
+    Args:
+        path: a ``.npy`` or ENVI ``.hdr`` file (see :func:`mappable_path`).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._array: np.ndarray | None = None
+
+    @property
+    def array(self) -> np.ndarray:
+        """The memory map (opened on first use in each process)."""
+        if self._array is None:
+            self._array = map_cube_file(self.path)
+        return self._array
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.path, self._array = state["path"], None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.array.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.array.ndim
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.array.dtype
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        return self.array[key]
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        return np.asarray(self.array, dtype=dtype)
+
+    def __repr__(self) -> str:
+        return f"MappedCube({str(self.path)!r})"
+
+
+def open_cube(path: str | Path, key: str | None = None, cache_dir: str | Path | None = None) -> MappedCube:
+    """A cube file as a :class:`MappedCube` (``.mat`` converted once to a cached ``.npy``)."""
+    cube = MappedCube(mappable_path(path, key, cache_dir))
+    if cube.ndim != 3:
+        raise ValueError(f"{path}: expected a 3-D cube [H, W, B], got shape {cube.shape}")
+    return cube
+
+
 def read_array(path: str | Path, key: str | None = None, ndim: int = 3, cache_dir: str | Path | None = None):
     """A cube (``ndim=3``, ``[H, W, B]``) or label map (``ndim=2``) from a file, memory-mapped where it can be.
 
@@ -240,37 +308,49 @@ def read_array(path: str | Path, key: str | None = None, ndim: int = 3, cache_di
         cache_dir: where ``.mat`` cubes are converted to ``.npy`` (default: beside the file).
 
     Returns:
-        A read-only array (``np.memmap`` for cubes) in ``[H, W, B]`` / ``[H, W]`` order.
+        A read-only array (a memory map for cubes) in ``[H, W, B]`` / ``[H, W]`` order.
     """
     path = Path(path)
-    if not path.exists():
+    if ndim == 3:
+        arr = map_cube_file(mappable_path(path, key, cache_dir))
+    elif not path.exists():
         raise DatasetNotFoundError(f"{path} does not exist")
-    suffix = path.suffix.lower()
-    if suffix == ".npy":
+    elif path.suffix.lower() == ".npy":
         arr = np.load(path, mmap_mode="r")
-    elif suffix == ".hdr":
-        arr = _read_envi(path)[0]
-    elif suffix == ".mat":
-        arr = _read_mat(path, key, ndim, Path(cache_dir) if cache_dir else path.parent)
+    elif path.suffix.lower() == ".mat":
+        arr = _read_mat_labels(path, key)
     else:
-        raise ValueError(f"{path}: unknown format {suffix!r} (expected .mat, .npy or ENVI .hdr)")
+        raise ValueError(f"{path}: unknown label-map format {path.suffix!r} (expected .mat or .npy)")
     if arr.ndim != ndim:
         raise ValueError(f"{path}: expected a {ndim}-D array, got shape {arr.shape}")
     return arr
 
 
-def _read_mat(path: Path, key: str | None, ndim: int, cache_dir: Path):
+def _read_mat_labels(path: Path, key: str | None) -> np.ndarray:
     if _is_mat73(path):
         import h5py
 
         with h5py.File(path, "r") as f:
             names = [k for k in f.keys() if not k.startswith("#")]
-            key = _pick_key(names, key, {k: f[k].ndim for k in names if hasattr(f[k], "ndim")}, ndim, path)
-            if ndim == 2:
-                return np.ascontiguousarray(f[key][()].T)  # MATLAB is column-major: HDF5 holds the transpose
-        cache = cache_dir / f"{path.stem}.{key}.npy"
-        if not cache.exists():
-            with h5py.File(path, "r") as f:
+            key = _pick_key(names, key, {k: f[k].ndim for k in names if hasattr(f[k], "ndim")}, 2, path)
+            return np.ascontiguousarray(f[key][()].T)  # MATLAB is column-major: HDF5 holds the transpose
+    from scipy.io import loadmat, whosmat
+
+    info = {name: len(shape) for name, shape, _ in whosmat(path)}
+    key = _pick_key(list(info), key, info, 2, path)
+    return np.asarray(loadmat(path, variable_names=[key])[key])
+
+
+def _convert_mat_cube(path: Path, key: str | None, cache_dir: Path) -> Path:
+    """Convert a ``.mat`` cube once into a memory-mappable ``.npy``; returns the cache's path."""
+    if _is_mat73(path):
+        import h5py
+
+        with h5py.File(path, "r") as f:
+            names = [k for k in f.keys() if not k.startswith("#")]
+            key = _pick_key(names, key, {k: f[k].ndim for k in names if hasattr(f[k], "ndim")}, 3, path)
+            cache = cache_path(path, key, cache_dir)
+            if not cache.exists():
                 ds = f[key]  # [B, W, H]
 
                 def fill(out, ds=ds):
@@ -279,14 +359,12 @@ def _read_mat(path: Path, key: str | None, ndim: int, cache_dir: Path):
                         out[:, :, b0 : b0 + step] = ds[b0 : b0 + step].transpose(2, 1, 0)
 
                 _atomic_npy(cache, ds.shape[::-1], ds.dtype, fill)
-        return np.load(cache, mmap_mode="r")
+        return cache
     from scipy.io import loadmat, whosmat
 
     info = {name: len(shape) for name, shape, _ in whosmat(path)}
-    key = _pick_key(list(info), key, info, ndim, path)
-    if ndim == 2:
-        return np.asarray(loadmat(path, variable_names=[key])[key])
-    cache = cache_dir / f"{path.stem}.{key}.npy"
+    key = _pick_key(list(info), key, info, 3, path)
+    cache = cache_path(path, key, cache_dir)
     if not cache.exists():  # v5 files cannot be mapped: read once here, then every worker maps the cache
         data = loadmat(path, variable_names=[key])[key]
 
@@ -295,7 +373,7 @@ def _read_mat(path: Path, key: str | None, ndim: int, cache_dir: Path):
 
         _atomic_npy(cache, data.shape, data.dtype, fill)
         del data
-    return np.load(cache, mmap_mode="r")
+    return cache
 
 
 def _read_envi(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
@@ -329,17 +407,18 @@ class Scene:
 
     Attributes:
         name: short name (used in class names and messages).
-        cube: ``[H, W, B]`` read-only array, memory-mapped.
+        cube: ``[H, W, B]`` read-only, a :class:`MappedCube` (or any array, e.g. in memory).
         labels: ``[H, W]`` int64 class ids, 0 = unlabelled, 1..C the scene's classes.
         wavelengths: ``[B]`` centre wavelengths in nm, strictly increasing.
         class_names: C names.
         source: where the cube came from (for error messages).
         usable_bands: bands that passed validation (all, unless NaN bands were dropped).
         train_labels / test_labels: optional external maps (0 = not in that split).
+        dropped_bands: bands left out because they hold NaN/inf values.
     """
 
     name: str
-    cube: np.ndarray
+    cube: MappedCube | np.ndarray
     labels: np.ndarray
     wavelengths: np.ndarray
     class_names: list[str]
@@ -422,7 +501,7 @@ def validate_scene(scene: Scene, nan_bands: str = "raise") -> Scene:
         raise ValueError(f"nan_bands must be 'raise', 'drop' or 'ignore', got {nan_bands!r}")
     if nan_bands != "ignore" and np.issubdtype(scene.cube.dtype, np.floating):
         finite = np.ones(scene.num_bands, dtype=bool)
-        step = max(1, (32 << 20) // max(1, scene.cube.shape[1] * scene.num_bands * scene.cube.itemsize))
+        step = max(1, (32 << 20) // max(1, scene.cube.shape[1] * scene.num_bands * scene.cube.dtype.itemsize))
         for r0 in range(0, scene.cube.shape[0], step):  # row slabs: bounded memory, one pass
             finite &= np.isfinite(scene.cube[r0 : r0 + step]).all(axis=(0, 1))
         bad = np.flatnonzero(~finite)
@@ -537,6 +616,25 @@ def synthesise_cube(labels: np.ndarray, wavelengths: np.ndarray, seed: int = 0) 
     return np.clip(spectra * 10000.0, 0, 32767).astype(np.int16)
 
 
+def synthetic_layout(layout: str = "auto", sensor: str = "aviris", num_classes: int = 16) -> tuple[np.ndarray, str]:
+    """The label map of a synthetic scene and a short tag naming it (for the cube's cache file).
+
+    Args:
+        layout: ``"auto"`` (the real Indian Pines label map from the shared data folder when
+            present, a generated field layout otherwise), ``"generated"``, or a label-map file.
+        sensor: ``"aviris"`` (145 x 145 generated layout) or ``"rosis"`` (120 x 90).
+        num_classes: classes of a generated layout.
+    """
+    if layout == "auto":
+        layout = str(shared_layout_path()) if shared_layout_path().exists() else "generated"
+    if layout == "generated":
+        size = (145, 145) if sensor == "aviris" else (120, 90)
+        labels = generate_field_layout(*size, num_classes=num_classes, seed=0)
+        return labels, f"generated{size[0]}x{size[1]}c{num_classes}"
+    labels = np.asarray(read_array(layout, ndim=2)).astype(np.int64)
+    return labels, hashlib.md5(labels.tobytes()).hexdigest()[:8]
+
+
 def synthetic_scene(
     root: str | Path, layout: str = "auto", sensor: str = "aviris", seed: int = 0, num_classes: int = 16
 ) -> tuple[Path, np.ndarray, np.ndarray]:
@@ -544,27 +642,18 @@ def synthetic_scene(
 
     Args:
         root: folder for the cached cube.
-        layout: ``"auto"`` (the real Indian Pines label map from the shared data folder when present,
-            a generated field layout otherwise), ``"generated"``, or a label-map file (.mat/.npy).
+        layout: see :func:`synthetic_layout`.
         sensor: ``"aviris"`` (200 bands, Indian Pines' grid) or ``"rosis"`` (103 bands, Pavia's).
         seed: generator seed.
         num_classes: classes of a generated layout.
     """
-    if layout == "auto":
-        layout = str(shared_layout_path()) if shared_layout_path().exists() else "generated"
-    if layout == "generated":
-        size = (145, 145) if sensor == "aviris" else (120, 90)
-        labels = generate_field_layout(*size, num_classes=num_classes, seed=seed)
-        tag = f"generated{size[0]}x{size[1]}c{num_classes}"
-    else:
-        labels = np.asarray(read_array(layout, ndim=2)).astype(np.int64)
-        tag = hashlib.md5(labels.tobytes()).hexdigest()[:8]
     if sensor == "aviris":
         wavelengths = aviris_wavelengths(INDIAN_PINES_REMOVED, INDIAN_PINES_CHANNELS)
     elif sensor == "rosis":
         wavelengths = rosis_wavelengths(103)
     else:
         raise ValueError(f"unknown synthetic sensor {sensor!r} (aviris or rosis)")
+    labels, tag = synthetic_layout(layout, sensor, num_classes)
     path = Path(root) / f"synthetic_{sensor}_{tag}_s{seed}.npy"
     if not path.exists():
         cube = synthesise_cube(labels, wavelengths, seed)
@@ -620,8 +709,9 @@ def block_split(
         seed: order of the blocks.
 
     Returns:
-        (one boolean centre mask per split, territory map of split ids with -1 = no split,
-        count of labelled pixels lost to the buffers / border per split).
+        (one boolean centre mask per split, territory map of split ids with -1 = no split, per
+        split the labelled pixels of its blocks that are not centres, by reason: ``"border"``
+        (the patch leaves the image) and ``"buffer"`` (within ``buffer`` of another split)).
     """
     if buffer < radius:
         raise ValueError(
@@ -654,12 +744,13 @@ def block_split(
         got[s] += hist[b]
     territory = owner[block]
     fits = patch_fits((h, w), radius)
-    masks, lost = [], []
+    masks, skipped = [], []
     for s in range(len(fractions)):
-        keep = inside_territory(territory, s, buffer) & fits & (labels > 0)
-        masks.append(keep)
-        lost.append(int(((territory == s) & (labels > 0)).sum() - keep.sum()))
-    return masks, territory, lost
+        own = (territory == s) & (labels > 0)
+        inside = inside_territory(territory, s, buffer)
+        masks.append(own & inside & fits)
+        skipped.append({"border": int((own & ~fits).sum()), "buffer": int((own & fits & ~inside).sum())})
+    return masks, territory, skipped
 
 
 def footprint_map(centres: np.ndarray, radius: int) -> np.ndarray:
@@ -667,6 +758,34 @@ def footprint_map(centres: np.ndarray, radius: int) -> np.ndarray:
     if radius == 0:
         return centres.copy()
     return ndimage.maximum_filter(centres.astype(np.uint8), size=2 * radius + 1, mode="constant").astype(bool)
+
+
+def band_statistics(cube: MappedCube | np.ndarray, centres: np.ndarray, rows_per_chunk: int | None = None):
+    """Per-band mean and standard deviation ``[B]`` (float64) over the pixels where ``centres`` is True.
+
+    Read in row slabs and merged with Chan's parallel update, so memory stays bounded (a few tens
+    of MB) however large the cube and the training split are. A band with zero spread gets std 1.
+    """
+    h, w = centres.shape
+    bands = cube.shape[-1]
+    step = rows_per_chunk or max(1, (32 << 20) // max(1, w * bands * 8))
+    count, mean, m2 = 0, np.zeros(bands), np.zeros(bands)
+    for r0 in range(0, h, step):
+        rows, cols = np.nonzero(centres[r0 : r0 + step])
+        if rows.size == 0:
+            continue
+        block = np.asarray(cube[r0 : r0 + step], dtype=np.float64)[rows, cols]  # [n, B]
+        n, block_mean = rows.size, block.mean(0)
+        block_m2 = ((block - block_mean) ** 2).sum(0)
+        delta = block_mean - mean
+        total = count + n
+        mean = mean + delta * n / total
+        m2 = m2 + block_m2 + delta**2 * count * n / total
+        count = total
+    if count == 0:
+        raise ValueError("no pixel to compute band statistics from")
+    std = np.sqrt(m2 / count)
+    return mean, np.where(std > 0, std, 1.0)
 
 
 # -- the pixel dataset ----------------------------------------------------------------------------
@@ -695,6 +814,10 @@ def evenly_spaced(usable: np.ndarray, count: int) -> np.ndarray:
 
 class HyperspectralPixels(Dataset):
     """Labelled pixels of one or more scenes, each a spectrum or a patch view plus its band indices.
+
+    The dataset keeps only what samples need: each scene's cube (a :class:`MappedCube`, which
+    pickles as its path, so a worker never receives a copy of the cube), wavelengths, usable bands
+    and statistics, and one row per sample. Label maps stay with the DataModule.
 
     Band sets:
         * ``band_counts`` given (training with random subsets): sample ``i`` always has
@@ -729,23 +852,26 @@ class HyperspectralPixels(Dataset):
     ) -> None:
         if band_counts is None and fixed_bands is None:
             raise ValueError("give band_counts (random subsets) or fixed_bands")
-        self.scenes = list(scenes)
-        self.scene_ids = np.asarray(scene_ids, dtype=np.int64)
-        self.rows = np.asarray(rows, dtype=np.int64)
-        self.cols = np.asarray(cols, dtype=np.int64)
-        self.labels = np.asarray(labels, dtype=np.int64)
+        self.cubes = [scene.cube for scene in scenes]
+        self.usable_bands = [np.asarray(scene.usable_bands, dtype=np.int64) for scene in scenes]
+        self.wavelengths = [np.asarray(scene.wavelengths, dtype=np.float32) for scene in scenes]
+        # one row per sample, int32: the per-sample tables are the dataset's only memory that grows
+        # with the scene (a 1.5 GiB cube has about a million training pixels)
+        self.scene_ids = np.asarray(scene_ids, dtype=np.int32)
+        self.rows = np.asarray(rows, dtype=np.int32)
+        self.cols = np.asarray(cols, dtype=np.int32)
+        self.labels = np.asarray(labels, dtype=np.int32)
         self.radius = int(radius)
         self.mean = [np.asarray(m, dtype=np.float32) for m in mean]
         self.std = [np.asarray(s, dtype=np.float32) for s in std]
-        self.band_counts = None if band_counts is None else np.asarray(band_counts, dtype=np.int64)
+        self.band_counts = None if band_counts is None else np.asarray(band_counts, dtype=np.int32)
         self.fixed_bands = None if fixed_bands is None else [np.asarray(b, dtype=np.int64) for b in fixed_bands]
         self.seed = int(seed)
         self.epoch = 0  # used by plain ``dataset[i]``; batches from the loader carry their own
-        self.wavelengths = [s.wavelengths.astype(np.float32) for s in self.scenes]
         if self.band_counts is not None:
-            self.lengths = self.band_counts.copy()
+            self.lengths = self.band_counts  # read-only for everyone: no copy
         else:
-            self.lengths = np.array([len(b) for b in self.fixed_bands], dtype=np.int64)[self.scene_ids]
+            self.lengths = np.array([len(b) for b in self.fixed_bands], dtype=np.int32)[self.scene_ids]
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -755,7 +881,7 @@ class HyperspectralPixels(Dataset):
         s = self.scene_ids[i]
         if self.band_counts is None:
             return self.fixed_bands[s]
-        usable = self.scenes[s].usable_bands
+        usable = self.usable_bands[s]
         rng = np.random.default_rng((self.seed, epoch, int(i)))
         return np.sort(usable[rng.permutation(usable.size)[: self.band_counts[i]]])
 
@@ -765,7 +891,7 @@ class HyperspectralPixels(Dataset):
             raise IndexError(f"sample {i} out of range for {len(self)} pixels")
         s = int(self.scene_ids[i])
         r, c, k = int(self.rows[i]), int(self.cols[i]), self.radius
-        cube = self.scenes[s].cube
+        cube = self.cubes[s]
         patch = cube[r, c] if k == 0 else cube[r - k : r + k + 1, c - k : c + k + 1]  # a view, nothing copied
         bands = self.bands_of(i, epoch)
         return {
@@ -792,7 +918,7 @@ def collate_hyperspectral(samples: Sequence[dict[str, Any]], pad_to_multiple_of:
     """Pad a list of pixel samples to the batch's largest band count.
 
     Only the selected bands of each patch are copied (one gather per sample straight into the
-    preallocated batch array); normalisation is one vectorised step over the whole batch.
+    preallocated batch array) and normalised there in place: no batch-sized temporaries.
 
     Returns:
         ``spectra`` float32 ``[B, K, P, P]`` (``[B, K]`` for spectra, P = 1), zero where padded;
@@ -804,15 +930,16 @@ def collate_hyperspectral(samples: Sequence[dict[str, Any]], pad_to_multiple_of:
     counts = np.array([len(s["bands"]) for s in samples], dtype=np.int64)
     width = round_up(int(counts.max()), pad_to_multiple_of)
     spatial = samples[0]["patch"].shape[:-1]
+    per_band = (-1,) + (1,) * len(spatial)
     out = np.zeros((len(samples), width, *spatial), dtype=np.float32)
-    for i, s in enumerate(samples):  # one copy per sample: the selected bands of its patch view
-        out[i, : counts[i]] = np.moveaxis(np.take(s["patch"], s["bands"], axis=-1), -1, 0)
+    for i, s in enumerate(samples):  # one gather per sample (its bands of its patch view), normalised in place
+        row = out[i, : counts[i]]
+        row[...] = np.moveaxis(np.take(s["patch"], s["bands"], axis=-1), -1, 0)
+        row -= s["mean"].reshape(per_band)
+        row /= s["std"].reshape(per_band)
     lengths = torch.from_numpy(counts)
     mask = lengths_to_mask(lengths, width)
-    mean = pad_sequences([s["mean"] for s in samples], 0.0, pad_to_multiple_of, torch.float32).values
-    std = pad_sequences([s["std"] for s in samples], 1.0, pad_to_multiple_of, torch.float32).values
-    view = (len(samples), width) + (1,) * len(spatial)
-    spectra = (torch.from_numpy(out) - mean.view(view)) / std.view(view)
+    spectra = torch.from_numpy(out)
     return {
         "index": torch.tensor([s["index"] for s in samples], dtype=torch.long),
         "spectra": spectra,

@@ -40,8 +40,29 @@ def patch_features(spectra: torch.Tensor) -> torch.Tensor:
     return torch.stack([centre, flat.mean(-1), flat.std(-1, unbiased=False)], dim=-1)
 
 
+class AverageAccuracy(torchmetrics.classification.MulticlassStatScores):
+    """Average accuracy (AA): the mean recall over the classes present in the targets.
+
+    ``MulticlassAccuracy(average="macro")`` also averages in classes absent from the targets but
+    predicted (recall 0/0 counted as 0), which lowers AA whenever a spatial split leaves a rare
+    class out of the test blocks; the hyperspectral literature averages over present classes only.
+    """
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__(num_classes, average="none")
+
+    def compute(self) -> torch.Tensor:
+        tp, _, _, fn = self._final_state()
+        support = tp + fn
+        present = support > 0
+        return (tp[present].float() / support[present]).mean()
+
+
 class SpectralTransformer(VarLenModule):
     """Pixel classifier over bands: value/patch features + wavelength encoding -> transformer -> masked mean.
+
+    Validation / test metrics: ``oa`` (overall accuracy, micro), ``aa`` (average accuracy: mean
+    recall over the classes present, :class:`AverageAccuracy`) and ``kappa`` (Cohen's kappa).
 
     Args:
         num_classes: classes (linked from the DataModule).
@@ -83,7 +104,7 @@ class SpectralTransformer(VarLenModule):
         self.head = nn.Linear(d_model, num_classes)
         metrics = {
             "oa": torchmetrics.classification.MulticlassAccuracy(num_classes, average="micro"),
-            "aa": torchmetrics.classification.MulticlassAccuracy(num_classes, average="macro"),
+            "aa": AverageAccuracy(num_classes),
             "kappa": torchmetrics.classification.MulticlassCohenKappa(num_classes),
         }
         self.val_metrics = torchmetrics.MetricCollection(metrics, prefix="val/")
