@@ -59,8 +59,11 @@ def run(name: str, config: str, metrics: tuple[str, ...], workdir: Path) -> dict
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("scenarios", nargs="*", choices=[[], *SCENARIOS], default=list(SCENARIOS))
+    parser.add_argument("scenarios", nargs="*", help=f"some of {', '.join(SCENARIOS)} (default: all)")
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.scenarios) - set(SCENARIOS))
+    if unknown:
+        parser.error(f"unknown scenario(s) {unknown}; choose from {list(SCENARIOS)}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     rows = []
     with tempfile.TemporaryDirectory(prefix="varlen-demo-") as tmp:
