@@ -15,6 +15,7 @@ import torch
 from rdkit import Chem
 from rdkit.Chem.Scaffolds import MurckoScaffold
 
+import varlen.datasets.base
 import varlen.datasets.molecules as mol
 from varlen.datamodules.molecules import MoleculeDataModule
 from varlen.models.molecules import MoleculeGNN
@@ -133,9 +134,9 @@ def test_multitask_missing_values_are_masked() -> None:
 
 def test_invalid_smiles_are_skipped_and_reported() -> None:
     dm = tiny("esol_invalid.csv")
-    with pytest.warns(UserWarning, match="skipped 2 molecule"):
+    with pytest.warns(UserWarning, match="skipped 2 bad molecule"):
         dm.setup("fit")
-    assert dm.num_invalid == 2 and dm.invalid_rows == [12, 13]
+    assert dm.num_invalid == 2 and dm.invalid_rows == [12, 13] and dm.skip_report.total == 2
     report = dm.invalid_report.read_text().splitlines()
     assert report[0] == "line,smiles,reason"
     assert report[1].startswith("12,C1CC,") and "parse" in report[1]
@@ -196,7 +197,7 @@ def test_parallel_featurisation_matches_serial() -> None:
     table = mol.read_table(DATA / "esol_tiny.csv", "smiles", ["measured log solubility in mols per litre"])
     serial = mol.featurize_all(table.smiles)
     parallel = mol.featurize_all(table.smiles, num_proc=2, chunk=8)
-    for key in ("x", "edge_index", "edge_attr", "node_ptr", "edge_ptr", "valid"):
+    for key in ("x", "edge_index", "edge_attr", "node_ptr", "edge_ptr", "valid", "descriptors"):
         np.testing.assert_array_equal(getattr(serial, key), getattr(parallel, key))
     assert serial.scaffolds == parallel.scaffolds
 
@@ -211,7 +212,7 @@ def fake_urlopen(path: Path):
 def test_download_is_verified(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     source = DATA / "SAMPL.csv"
     good = "sha256:" + hashlib.sha256(source.read_bytes()).hexdigest()
-    monkeypatch.setattr(mol.urllib.request, "urlopen", fake_urlopen(source))
+    monkeypatch.setattr(varlen.datasets.base.urllib.request, "urlopen", fake_urlopen(source))
     spec = mol.MOLECULENET["freesolv"]
     monkeypatch.setitem(mol.MOLECULENET, "freesolv", mol.MoleculeNetSpec(**{**spec.__dict__, "checksum": "md5:0"}))
     with pytest.raises(OSError, match="md5 is .* expected 0"):
@@ -285,6 +286,32 @@ def test_regression_outputs_are_in_original_units() -> None:
     batch = next(iter(dm.val_dataloader()))
     with torch.no_grad():
         torch.testing.assert_close(model(batch), model.raw(batch) * float(dm.target_std[0]) + float(dm.target_mean[0]))
+
+
+def test_descriptors_are_standardised_collated_and_invariant() -> None:
+    dm = MoleculeDataModule(descriptors=True, cache_dir=str(CACHE))
+    assert dm.num_descriptors == mol.NUM_DESCRIPTORS
+    dm.setup("fit")
+    train = np.stack([dm.dataset("train")[i]["descriptors"] for i in range(len(dm.dataset("train")))])
+    np.testing.assert_allclose(train.mean(0), 0.0, atol=1e-4)  # train statistics, not all molecules
+    # logP is the first descriptor: check one molecule against RDKit directly
+    from rdkit.Chem import Crippen
+
+    store = dm.dataset("val").store
+    position = int(dm.split_positions["val"][0])
+    assert store.descriptors[position, 0] == pytest.approx(
+        Crippen.MolLogP(Chem.MolFromSmiles(dm.table.smiles[position]))
+    )
+    val = dm.dataset("val")
+    model = MoleculeGNN(hidden=16, num_layers=2, pooling="add_mean", num_descriptors=dm.num_descriptors).eval()
+    batch = next(iter(dm.val_dataloader()))
+    assert batch.descriptors.shape == (batch.num_graphs, mol.NUM_DESCRIPTORS)
+    with torch.no_grad():
+        alone = torch.cat([model(dm.collate_fn([val[int(i)]])) for i in batch["index"]])
+        torch.testing.assert_close(model(batch), alone, atol=1e-5, rtol=1e-4)
+        del batch.descriptors
+        with pytest.raises(ValueError, match="descriptors=True"):
+            model(batch)
 
 
 # -- configs, DDP ---------------------------------------------------------------------------

@@ -25,6 +25,7 @@ LINKED = (
     "vocab_size",
     "pad_token_id",
     "class_names",
+    "num_descriptors",
 )
 
 

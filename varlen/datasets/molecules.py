@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import tempfile
-import urllib.request
-import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -34,8 +31,11 @@ import pandas as pd
 import torch
 from torch.utils.data import Dataset
 
+from varlen.datasets.base import DatasetNotFoundError, download_url, file_hash
+from varlen.datasets.base import verify_checksum as verify_checksum  # re-exported for users of this module
+
 #: bump when the features change: it is part of the cache key
-FEATURIZER_VERSION = "1"
+FEATURIZER_VERSION = "2"
 
 # -- featurisation vocabulary ---------------------------------------------------------------
 
@@ -62,6 +62,24 @@ BOND_OFFSETS = np.cumsum([0] + [n for _, n in BOND_FEATURES[:-1]]).astype(np.int
 #: size of the shared atom / bond vocabularies (what ``nn.Embedding`` needs)
 ATOM_VOCAB = int(sum(n for _, n in ATOM_FEATURES))
 BOND_VOCAB = int(sum(n for _, n in BOND_FEATURES))
+
+#: RDKit graph-level descriptors computed with every graph (optional model input): the
+#: quantities of Delaney's ESOL equation (logP, weight, rotatable bonds, aromatic proportion)
+#: plus common polarity / shape counts. Message passing over a few layers struggles to count
+#: whole-molecule properties such as these; giving them to the readout helps small datasets.
+DESCRIPTORS: tuple[str, ...] = (
+    "MolLogP",
+    "MolWt",
+    "TPSA",
+    "NumHDonors",
+    "NumHAcceptors",
+    "NumRotatableBonds",
+    "RingCount",
+    "FractionCSP3",
+    "HeavyAtomCount",
+    "AromaticProportion",
+)
+NUM_DESCRIPTORS = len(DESCRIPTORS)
 
 # -- MoleculeNet presets --------------------------------------------------------------------
 
@@ -135,58 +153,9 @@ MOLECULENET: dict[str, MoleculeNetSpec] = {
 MISSING_VALUES = frozenset({"", "nan", "NaN", "NA", "N/A", "n/a", "None", "null"})
 
 
-class DatasetNotFoundError(FileNotFoundError):
-    """A dataset file is missing; the message says what to fetch and where to put it."""
-
-
 def packaged_esol() -> Path:
     """Path of the ESOL table shipped inside the package (Delaney 2004, via MoleculeNet)."""
     return Path(str(resources.files("varlen.datasets") / "data" / "esol.csv"))
-
-
-def file_hash(path: str | Path, algorithm: str = "sha256") -> str:
-    """Hex digest of a file (read in chunks)."""
-    digest = hashlib.new(algorithm)
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def verify_checksum(path: str | Path, checksum: str, source: str = "") -> None:
-    """Raise if ``path`` does not match ``checksum`` (``"sha256:<hex>"`` or ``"md5:<hex>"``)."""
-    algorithm, _, expected = checksum.partition(":")
-    actual = file_hash(path, algorithm)
-    if actual != expected.lower():
-        where = f" (checksum from {source})" if source else ""
-        raise OSError(
-            f"{path}: {algorithm} is {actual}, expected {expected}{where}; the download is corrupt or the "
-            "remote file changed. Delete it and retry, or pass path= to a copy you trust."
-        )
-
-
-def download_url(url: str, destination: str | Path, checksum: str | None = None, source: str = "") -> Path:
-    """Download ``url`` to ``destination`` atomically and verify it.
-
-    The file is written under a temporary name and renamed only once complete and verified, so a
-    broken download never looks like a dataset.
-    """
-    destination = Path(destination)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=destination.parent, prefix=destination.name, suffix=".part")
-    os.close(handle)
-    try:
-        with urllib.request.urlopen(url, timeout=60) as response, open(tmp, "wb") as out:
-            shutil.copyfileobj(response, out)
-        if checksum is None:
-            warnings.warn(f"{url}: no known checksum, the download is not verified", stacklevel=2)
-        else:
-            verify_checksum(tmp, checksum, source)
-        os.replace(tmp, destination)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return destination
 
 
 def moleculenet_file(name: str, root: str | Path, download: bool = False) -> Path:
@@ -206,7 +175,12 @@ def moleculenet_file(name: str, root: str | Path, download: bool = False) -> Pat
             f"{name}: {path} not found. Download {spec.url} into {path.parent} (or pass download=True, "
             "or path= to your own copy)."
         )
-    return download_url(spec.url, path, spec.checksum, spec.checksum_source)
+    try:
+        return download_url(spec.url, path, spec.checksum)
+    except OSError as error:
+        if spec.checksum_source and "expected" in str(error):
+            raise OSError(f"{error} (checksum from {spec.checksum_source})") from error
+        raise
 
 
 # -- reading tables -------------------------------------------------------------------------
@@ -284,13 +258,25 @@ def _category(value: int, size: int) -> int:
     return value if 0 <= value < size - 1 else size - 1
 
 
-def featurize_smiles(smiles: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, str] | str:
+def molecule_descriptors(mol: Any) -> np.ndarray:
+    """The :data:`DESCRIPTORS` of a sanitised RDKit molecule, float32 ``[NUM_DESCRIPTORS]``."""
+    from rdkit.Chem import Descriptors
+
+    heavy = mol.GetNumHeavyAtoms()
+    aromatic = sum(atom.GetIsAromatic() for atom in mol.GetAtoms())
+    values = [getattr(Descriptors, name)(mol) for name in DESCRIPTORS[:-1]]
+    values.append(aromatic / heavy if heavy else 0.0)
+    return np.nan_to_num(np.asarray(values, dtype=np.float64), nan=0.0, posinf=0.0, neginf=0.0).astype(np.float32)
+
+
+def featurize_smiles(smiles: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, str, np.ndarray] | str:
     """One molecule's graph, or an error string when RDKit cannot parse or sanitise it.
 
     Returns:
-        ``(x [n, 8], edge_index [2, 2b], edge_attr [2b, 4], scaffold)``: int16 categorical
-        features shifted into the shared vocabularies, both directions of every bond, and the
-        Bemis-Murcko scaffold SMILES (for scaffold splits; '' for acyclic molecules).
+        ``(x [n, 8], edge_index [2, 2b], edge_attr [2b, 4], scaffold, descriptors [D])``: int16
+        categorical features shifted into the shared vocabularies, both directions of every
+        bond, the Bemis-Murcko scaffold SMILES (for scaffold splits; '' for acyclic molecules)
+        and the float32 :data:`DESCRIPTORS`.
     """
     from rdkit import Chem, rdBase
     from rdkit.Chem.Scaffolds import MurckoScaffold
@@ -344,11 +330,13 @@ def featurize_smiles(smiles: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, s
             scaffold = MurckoScaffold.MurckoScaffoldSmiles(mol=mol, includeChirality=False)
         except Exception:  # a scaffold failure must not lose the molecule: group it alone
             scaffold = f"<no scaffold: {smiles}>"
+        descriptors = molecule_descriptors(mol)
     return (
         (x + ATOM_OFFSETS).astype(np.int16),
         np.ascontiguousarray(edge_index),
         (edge_attr + BOND_OFFSETS).astype(np.int16),
         scaffold,
+        descriptors,
     )
 
 
@@ -368,6 +356,7 @@ class GraphStore:
         valid: bool ``[N]``, False where featurisation failed (empty graph).
         errors: row position -> why it failed.
         scaffolds: Bemis-Murcko scaffold SMILES per molecule ('' when acyclic or invalid).
+        descriptors: float32 ``[N, NUM_DESCRIPTORS]`` RDKit descriptors (zeros when invalid).
     """
 
     x: np.ndarray
@@ -378,6 +367,7 @@ class GraphStore:
     valid: np.ndarray
     errors: dict[int, str] = field(default_factory=dict)
     scaffolds: list[str] = field(default_factory=list)
+    descriptors: np.ndarray = field(default_factory=lambda: np.zeros((0, NUM_DESCRIPTORS), np.float32))
 
     @property
     def num_nodes(self) -> np.ndarray:
@@ -389,15 +379,16 @@ class GraphStore:
 
     @classmethod
     def from_results(cls, results: Sequence) -> GraphStore:
-        xs, edges, attrs, scaffolds, errors = [], [], [], [], {}
+        xs, edges, attrs, scaffolds, descriptors, errors = [], [], [], [], [], {}
         empty_x = np.zeros((0, len(ATOM_FEATURES)), np.int16)
         empty_e = np.zeros((2, 0), np.int64)
         empty_a = np.zeros((0, len(BOND_FEATURES)), np.int16)
         for i, result in enumerate(results):
             if isinstance(result, str):
                 errors[i] = result
-                result = (empty_x, empty_e, empty_a, "")
-            x, edge_index, edge_attr, scaffold = result
+                result = (empty_x, empty_e, empty_a, "", np.zeros(NUM_DESCRIPTORS, np.float32))
+            x, edge_index, edge_attr, scaffold, values = result
+            descriptors.append(values)
             xs.append(x)
             edges.append(edge_index)
             attrs.append(edge_attr)
@@ -415,6 +406,9 @@ class GraphStore:
             valid=valid,
             errors=errors,
             scaffolds=scaffolds,
+            descriptors=np.stack(descriptors).astype(np.float32)
+            if descriptors
+            else np.zeros((0, NUM_DESCRIPTORS), np.float32),
         )
 
     def state(self) -> dict[str, Any]:
@@ -490,14 +484,24 @@ class MoleculeGraphs(Dataset):
             standardised if wanted.
         positions: which table rows this dataset holds.
         rows: CSV line numbers of the table's rows (kept in samples for tracing).
+        descriptors: float32 ``[N_table, D]`` graph-level features of the whole table (already
+            standardised), or None to leave them out of the samples.
 
     Attributes:
         lengths: int64 ``[N]``, atoms + directed edges per molecule: what a batch's memory
             grows with; computed once from the store's offsets.
     """
 
-    def __init__(self, store: GraphStore, targets: np.ndarray, positions: np.ndarray, rows: np.ndarray) -> None:
+    def __init__(
+        self,
+        store: GraphStore,
+        targets: np.ndarray,
+        positions: np.ndarray,
+        rows: np.ndarray,
+        descriptors: np.ndarray | None = None,
+    ) -> None:
         self.store = store
+        self.descriptors = None if descriptors is None else np.asarray(descriptors, dtype=np.float32)
         self.targets = np.asarray(targets, dtype=np.float32)
         self.positions = np.asarray(positions, dtype=np.int64)
         self.rows = np.asarray(rows, dtype=np.int64)
@@ -509,12 +513,12 @@ class MoleculeGraphs(Dataset):
         return len(self.positions)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        """One molecule: unpadded int64 arrays ``x``, ``edge_index``, ``edge_attr``, float ``y [T]``."""
+        """One molecule: unpadded int64 ``x``, ``edge_index``, ``edge_attr``; float ``y [T]``, ``descriptors [D]``."""
         p = int(self.positions[i])
         s = self.store
         n0, n1 = s.node_ptr[p], s.node_ptr[p + 1]
         e0, e1 = s.edge_ptr[p], s.edge_ptr[p + 1]
-        return {
+        sample = {
             "index": int(i),
             "row": int(self.rows[p]),
             "x": s.x[n0:n1].astype(np.int64),
@@ -522,6 +526,9 @@ class MoleculeGraphs(Dataset):
             "edge_attr": s.edge_attr[e0:e1].astype(np.int64),
             "y": self.targets[p],
         }
+        if self.descriptors is not None:
+            sample["descriptors"] = self.descriptors[p]
+        return sample
 
 
 # -- splits ---------------------------------------------------------------------------------

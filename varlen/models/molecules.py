@@ -13,7 +13,13 @@ from torchmetrics.classification import BinaryAUROC
 from varlen.datasets.molecules import ATOM_VOCAB, BOND_VOCAB
 from varlen.models.base import VarLenModule
 
-POOLING = {"add": global_add_pool, "mean": global_mean_pool}
+
+def _add_mean_pool(h: torch.Tensor, graph: torch.Tensor, size: int) -> torch.Tensor:
+    """Sum and mean readouts side by side: the sum keeps size (what solubility grows with), the mean composition."""
+    return torch.cat([global_add_pool(h, graph, size), global_mean_pool(h, graph, size)], dim=-1)
+
+
+POOLING = {"add": global_add_pool, "mean": global_mean_pool, "add_mean": _add_mean_pool}
 
 
 NORMS = ("graph", "layer", "batch", "none")
@@ -74,7 +80,10 @@ class MoleculeGNN(VarLenModule):
         num_layers: message-passing layers.
         dropout: dropout after each layer and in the head.
         virtual_node: add a virtual node per graph.
-        pooling: ``"add"`` or ``"mean"`` graph readout.
+        pooling: ``"add"``, ``"mean"`` or ``"add_mean"`` (both, concatenated) graph readout.
+        num_descriptors: graph-level descriptors per molecule (``batch.descriptors``, from the
+            DataModule's ``descriptors=True``; linked by the CLI), concatenated to the pooled
+            embedding before the head; 0 = none.
         norm: ``"graph"``, ``"layer"``, ``"batch"`` or ``"none"`` after each layer (see
             :func:`_norm` for why not batch norm).
         lr: AdamW learning rate (cosine-annealed over ``max_epochs``).
@@ -95,6 +104,7 @@ class MoleculeGNN(VarLenModule):
         norm: str = "graph",
         lr: float = 2e-3,
         weight_decay: float = 1e-5,
+        num_descriptors: int = 0,
     ) -> None:
         super().__init__()
         if task not in ("regression", "classification"):
@@ -116,8 +126,10 @@ class MoleculeGNN(VarLenModule):
             )
         self.pool = POOLING[pooling]
         self.dropout = nn.Dropout(dropout)
+        self.num_descriptors = num_descriptors
+        readout = (2 if pooling == "add_mean" else 1) * hidden + num_descriptors
         self.head = nn.Sequential(
-            nn.Linear(hidden, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, num_tasks)
+            nn.Linear(readout, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, num_tasks)
         )
         self.register_buffer("target_mean", torch.zeros(num_tasks))
         self.register_buffer("target_std", torch.ones(num_tasks))
@@ -165,7 +177,16 @@ class MoleculeGNN(VarLenModule):
 
     def raw(self, batch: Any) -> torch.Tensor:
         """Network outputs: standardised predictions (regression) or logits, ``[B, T]``."""
-        return self.head(self.embed(batch))
+        embedding = self.embed(batch)
+        if self.num_descriptors:
+            descriptors = getattr(batch, "descriptors", None)
+            if descriptors is None or descriptors.shape[-1] != self.num_descriptors:
+                raise ValueError(
+                    f"the model expects {self.num_descriptors} descriptors per molecule in batch.descriptors; "
+                    "build the DataModule with descriptors=True (or the model with num_descriptors=0)"
+                )
+            embedding = torch.cat([embedding, descriptors.to(embedding.dtype)], dim=-1)
+        return self.head(embedding)
 
     def forward(self, batch: Any) -> torch.Tensor:
         """Per-molecule predictions ``[B, T]``: original units (regression) or logits."""
