@@ -4,11 +4,12 @@ Everything here is vectorised numpy except one loop per *batch* (never per sampl
 token budget is cut greedily. A plan for a million samples takes a fraction of a second.
 
 How the plan stays fixed in size while its contents change every epoch: each sample's size is
-rounded up to the upper edge of its size bucket (quantile buckets, or the exact size when there
-are few distinct sizes). Samples are sorted by bucket, with a fresh random order inside each
-bucket every epoch, and the batch cuts are computed on the *rounded* sizes. The rounded sequence
-is the same every epoch, so the cuts (and the number of batches) are too, while which samples
-fill each batch is reshuffled. Budgets hold because a real size never exceeds its rounded size.
+rounded up to the largest size in its bucket (exact sizes when there are few distinct ones,
+else count quantiles joined with a 5% geometric grid). Samples are sorted by bucket, with a
+fresh random order inside each bucket every epoch, and the batch cuts are computed on the
+*rounded* sizes. The rounded sequence is the same every epoch, so the cuts (and the number of
+batches) are too, while which samples fill each batch is reshuffled. Budgets hold because a
+real size never exceeds its rounded size.
 """
 
 from __future__ import annotations
@@ -194,13 +195,6 @@ class Plan:
 
     def __len__(self) -> int:
         return len(self.bounds)
-
-    def batch(self, k: int) -> np.ndarray:
-        start, end = self.bounds[k]
-        return self.order[start:end]
-
-    def batches(self, first: int = 0, step: int = 1) -> list[np.ndarray]:
-        return [self.order[a:b] for a, b in self.bounds[first::step]]
 
 
 def split_to_multiple(bounds: np.ndarray, multiple: int) -> np.ndarray:
