@@ -143,11 +143,15 @@ class VarLenDataModule(pl.LightningDataModule):
             )
         return self.datasets[split]
 
+    def sampler_class(self, split: str) -> type[BucketBatchSampler]:
+        """The batch sampler class of ``split``; a subclass may carry extra per-batch state."""
+        return BucketBatchSampler
+
     def batch_sampler(
         self, split: str, shuffle: bool, num_replicas: int | None = None, rank: int | None = None
     ) -> BucketBatchSampler:
         """The bucketing batch sampler of ``split`` (ranks default to torch.distributed's)."""
-        return BucketBatchSampler(
+        return self.sampler_class(split)(
             self.sampler_lengths(self.dataset(split)),
             batch_size=self.batch_size,
             max_tokens=self.max_tokens,

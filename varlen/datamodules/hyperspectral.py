@@ -440,21 +440,6 @@ class HyperspectralDataModule(VarLenDataModule):
         rng = np.random.default_rng((self.seed, 1))  # fixed per (seed, sample): lengths never change
         return {"band_counts": rng.integers(low, high + 1)}
 
-    def batch_sampler(
-        self, split: str, shuffle: bool, num_replicas: int | None = None, rank: int | None = None
-    ) -> BucketBatchSampler:
+    def sampler_class(self, split: str) -> type[BucketBatchSampler]:
         """Training batches carry their epoch (for the band draws); evaluation uses the plain sampler."""
-        cls = BandSubsetBatchSampler if split == "train" else BucketBatchSampler
-        return cls(
-            self.sampler_lengths(self.dataset(split)),
-            batch_size=self.batch_size,
-            max_tokens=self.max_tokens,
-            shuffle=shuffle,
-            seed=self.seed,
-            cost=self.sampler_cost,
-            num_buckets=self.num_buckets,
-            pad_to_multiple_of=self.pad_to_multiple_of,
-            num_replicas=num_replicas,
-            rank=rank,
-            groups=self.sampler_groups(self.dataset(split)),
-        )
+        return BandSubsetBatchSampler if split == "train" else BucketBatchSampler
