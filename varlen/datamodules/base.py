@@ -84,6 +84,9 @@ class VarLenDataModule(pl.LightningDataModule):
 
     mask_keys: tuple[str, ...] = ()
     sampler_cost: str = "padded"
+    #: the sampler rounds sizes up to ``pad_to_multiple_of``; False when ``sampler_lengths``
+    #: already holds padded sizes (e.g. products of several padded axes)
+    sampler_rounds_sizes: bool = True
 
     def __init__(
         self,
@@ -159,7 +162,7 @@ class VarLenDataModule(pl.LightningDataModule):
             seed=self.seed,
             cost=self.sampler_cost,
             num_buckets=self.num_buckets,
-            pad_to_multiple_of=self.pad_to_multiple_of,
+            pad_to_multiple_of=self.pad_to_multiple_of if self.sampler_rounds_sizes else None,
             num_replicas=num_replicas,
             rank=rank,
             groups=self.sampler_groups(self.dataset(split)),

@@ -37,7 +37,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from varlen.batching import BucketBatchSampler, additive_mask, blocked_mask, pad_sequences, round_up
+from varlen.batching import additive_mask, blocked_mask, pad_sequences, round_up
 from varlen.datamodules.base import VarLenDataModule
 from varlen.datasets.video_text import (
     READERS,
@@ -313,6 +313,9 @@ class VideoTextDataModule(VarLenDataModule):
     """
 
     mask_keys = ("video_mask", "text_mask")
+    # the collate rounds the frame and token axes, never the segment axis; sampler_lengths holds
+    # those padded products already, so the sampler must not round the whole product again
+    sampler_rounds_sizes = False
 
     def __init__(
         self,
@@ -477,29 +480,6 @@ class VideoTextDataModule(VarLenDataModule):
     def sampler_groups(self, dataset: VideoTextDataset) -> np.ndarray:
         """Segment-count class of each video: a batch holds one class (see :func:`budget_sizes`)."""
         return budget_sizes(dataset.shapes, self.frames, self.pad_to_multiple_of)[1]
-
-    def batch_sampler(
-        self, split: str, shuffle: bool, num_replicas: int | None = None, rank: int | None = None
-    ) -> BucketBatchSampler:
-        """The base sampler, except that ``pad_to_multiple_of`` is already in the sizes.
-
-        The core would round each whole size (a product, segments x tokens) up to the multiple;
-        the collate rounds the frame and token axes, which :meth:`sampler_lengths` already
-        accounts for, and never the segment axis.
-        """
-        dataset = self.dataset(split)
-        return BucketBatchSampler(
-            self.sampler_lengths(dataset),
-            batch_size=self.batch_size,
-            max_tokens=self.max_tokens,
-            shuffle=shuffle,
-            seed=self.seed,
-            cost=self.sampler_cost,
-            num_buckets=self.num_buckets,
-            num_replicas=num_replicas,
-            rank=rank,
-            groups=self.sampler_groups(dataset),
-        )
 
 
 def _first_videos(table: CaptionTable, limit: int) -> CaptionTable:
