@@ -157,6 +157,8 @@ def test_injected_distributed_sampler_sets_ranks_and_epoch() -> None:
         ({"batch_size": 4, "max_tokens": 10}, "exactly one of"),
         ({"batch_size": 0}, "batch_size must be"),
         ({"max_tokens": 10, "cost": "max"}, "cost must be"),
+        ({"batch_size": 4, "num_buckets": 0}, "num_buckets must be"),
+        ({"batch_size": 4, "num_buckets": 10**6}, "num_buckets must be"),
     ],
 )
 def test_bad_arguments(kwargs: dict, message: str) -> None:
@@ -244,3 +246,14 @@ def test_groups_are_never_mixed_and_all_served(budget: dict) -> None:
                 served += batch
         assert len(counts) == 1
         assert sorted(served) == list(range(len(LONG_TAILED)))
+
+
+def test_per_sample_arrays_are_compact_and_exact_for_huge_sizes() -> None:
+    """Plans keep int32 sizes and indices (half the memory of int64) unless values need int64."""
+    lengths = np.arange(1, 2001, dtype=np.int32)
+    sampler = BucketBatchSampler(lengths, batch_size=16)
+    assert sampler.sizes.dtype == np.int32 and sampler.global_plan().order.dtype == np.int32
+    huge = np.array([2**40, 3, 2**33, 7], dtype=np.int64)
+    sampler = BucketBatchSampler(huge, batch_size=1, shuffle=False)
+    assert sampler.sizes.dtype == np.int64
+    assert [b for b in sampler] == [[0], [2], [3], [1]]  # largest first, no overflow

@@ -1,5 +1,6 @@
 """The core inside Lightning: checkpoint resume mid-epoch, DDP injection, torchrun, workers."""
 
+import gc
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ import torch.multiprocessing as mp
 from toy import ToyDataModule, ToyModel
 
 from varlen.batching import BucketBatchSampler
+from varlen.datamodules.base import VarLenLoader
 
 HERE = Path(__file__).parent
 
@@ -135,3 +137,55 @@ def test_padding_telemetry_logs_and_summarises(tmp_path: Path) -> None:
     logged = (Path(trainer.logger.log_dir) / "metrics.csv").read_text()
     for name in ("telemetry/padding_efficiency", "telemetry/batch_size", "telemetry/epoch_padding_efficiency"):
         assert name in logged
+
+
+class FreezeRecorder(pl.Callback):
+    def __init__(self) -> None:
+        self.counts: list[int] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.counts.append(gc.get_freeze_count())
+
+
+def test_gc_frozen_exactly_while_forked_workers_live(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forked workers keep sharing the parent's objects (the GC leaves their pages alone) while they
+    live; once they are gone the objects are collectable again. Spawned workers need nothing."""
+    gc.unfreeze()
+    dm = ToyDataModule(num_workers=2)
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    assert isinstance(loader, VarLenLoader)
+    if not loader._forks_workers():
+        pytest.skip("workers are not forked on this platform")
+    try:
+        assert gc.get_freeze_count() == 0
+        frozen, served = [], []
+        for batch in loader:
+            frozen.append(gc.get_freeze_count())
+            served += batch["index"].tolist()
+        assert sorted(served) == list(range(len(dm.dataset("train"))))
+        assert min(frozen) > 0
+        assert gc.get_freeze_count() == 0  # non-persistent workers stop with the epoch
+
+        recorder = FreezeRecorder()
+        trainer = pl.Trainer(
+            max_epochs=2, accelerator="cpu", logger=False, enable_progress_bar=False, enable_checkpointing=False,
+            callbacks=[recorder], limit_train_batches=3,
+        )  # fmt: skip
+        persistent = ToyDataModule(num_workers=2)
+        persistent.persistent_workers = True
+        trainer.fit(ToyModel(), datamodule=persistent)
+        assert len(recorder.counts) == 6 and min(recorder.counts) > 0
+        gc.collect()
+        assert gc.get_freeze_count() == 0  # Lightning shut the persistent workers down
+
+        loader.multiprocessing_context = "spawn"
+        assert not loader._forks_workers()
+        loader.multiprocessing_context = "fork"
+        monkeypatch.setattr(VarLenLoader, "freeze_gc", False)
+        iterator = iter(loader)
+        next(iterator)
+        assert gc.get_freeze_count() == 0
+        del iterator
+    finally:
+        gc.unfreeze()

@@ -21,6 +21,8 @@ import numpy as np
 COST_MODES = ("padded", "sum")
 #: ratio between consecutive geometric bucket edges: rounding costs at most ~5% padding
 GROWTH = 1.05
+#: with the geometric edges (at most ~450 for int32 sizes), bucket ids stay within int16
+MAX_BUCKETS = 16384
 
 
 @dataclass(frozen=True)
@@ -56,12 +58,19 @@ class PlanSpec:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if self.cost not in COST_MODES:
             raise ValueError(f"cost must be one of {COST_MODES}, got {self.cost!r}")
-        if self.num_buckets is not None and self.num_buckets < 1:
-            raise ValueError(f"num_buckets must be >= 1, got {self.num_buckets}")
+        if self.num_buckets is not None and not 1 <= self.num_buckets <= MAX_BUCKETS:
+            raise ValueError(f"num_buckets must be in [1, {MAX_BUCKETS}], got {self.num_buckets}")
+
+
+def index_dtype(n: int) -> type[np.signedinteger]:
+    """int32 for indices and sizes below 2**31, else int64: per-sample arrays of a plan are half
+    the memory (a million-sample plan holds a few of them)."""
+    return np.int32 if n < 2**31 else np.int64
 
 
 def as_size_matrix(lengths) -> np.ndarray:
-    """Sizes as an int64 matrix [N, D] (D = 1 for plain lengths); rejects negatives and NaN."""
+    """Sizes as an integer matrix [N, D] (D = 1 for plain lengths; int32 when the values allow,
+    see :func:`index_dtype`); rejects negatives and NaN."""
     sizes = np.asarray(lengths)
     if sizes.ndim == 1:
         sizes = sizes[:, None]
@@ -70,11 +79,12 @@ def as_size_matrix(lengths) -> np.ndarray:
     if sizes.size and not np.all(np.isfinite(sizes)):
         bad = int(np.flatnonzero(~np.isfinite(sizes).all(axis=1))[0])
         raise ValueError(f"lengths of sample {bad} is not finite: {sizes[bad]}")
-    sizes = sizes.astype(np.int64)
     if sizes.size and sizes.min() < 0:
         bad = int(np.flatnonzero((sizes < 0).any(axis=1))[0])
         raise ValueError(f"lengths of sample {bad} is negative: {sizes[bad]}")
-    return sizes
+    # headroom for rounding up to a multiple (pad_to_multiple_of) without overflow; int32 sizes
+    # are used as they are (the caller's array is never written to)
+    return sizes.astype(index_dtype(2 * int(sizes.max()) if sizes.size else 0), copy=False)
 
 
 def auto_buckets(sizes: np.ndarray, spec: PlanSpec) -> int:
@@ -99,7 +109,7 @@ def bucketize(sizes: np.ndarray, spec: PlanSpec) -> tuple[np.ndarray, np.ndarray
     multiple = spec.pad_to_multiple_of
     if multiple:
         sizes = -(-sizes // multiple) * multiple
-    ids = np.empty_like(sizes)
+    ids = np.empty(sizes.shape, dtype=np.int16)  # see MAX_BUCKETS
     rounded = np.empty_like(sizes)
     for d in range(sizes.shape[1]):
         col = sizes[:, d]
@@ -123,7 +133,7 @@ def order_samples(bucket_ids: np.ndarray, rng: np.random.Generator | None) -> np
     n, dims = bucket_ids.shape
     base = rng.permutation(n) if rng is not None else np.arange(n)
     if n == 0:
-        return base
+        return base.astype(index_dtype(n))
     if dims == 1:
         key = bucket_ids[base, 0]
     else:
@@ -131,7 +141,7 @@ def order_samples(bucket_ids: np.ndarray, rng: np.random.Generator | None) -> np
     key = key.max() - key  # largest first
     if key.max() < np.iinfo(np.int16).max:
         key = key.astype(np.int16)  # a stable sort of small ints is a radix sort
-    return base[np.argsort(key, kind="stable")]
+    return base[np.argsort(key, kind="stable")].astype(index_dtype(n))
 
 
 def cut_batches(rounded: np.ndarray, spec: PlanSpec) -> np.ndarray:

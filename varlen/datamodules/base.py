@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -10,11 +12,72 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.stateful_dataloader import _StatefulMultiProcessingDataLoaderIter
 
 from varlen.batching import BucketBatchSampler
 from varlen.batching.telemetry import BatchStats, mask_stats
 
 SPLITS = ("train", "val", "test", "predict")
+
+
+class VarLenLoader(StatefulDataLoader):
+    """A resumable loader whose forked workers keep sharing the main process's memory.
+
+    A forked worker shares the parent's pages until either process writes to them, and CPython's
+    cyclic garbage collector writes into the header of every object it scans: one full collection
+    in either process turns the inherited interpreter state (torch, lightning, the datasets'
+    Python objects; ~100 MiB) into a private copy per worker (pytorch/pytorch#13246). So while
+    forked workers run, the objects that existed when they started are frozen (``gc.freeze``, as
+    CPython's documentation advises before a fork); reference counting still frees them, and the
+    collector takes them back once the last forked workers have shut down. Set
+    ``VarLenLoader.freeze_gc = False`` to opt out.
+    """
+
+    freeze_gc = True
+
+    def _get_iterator(self) -> _StatefulMultiProcessingDataLoaderIter:
+        if not (self.num_workers > 0 and self.freeze_gc and self._forks_workers()):
+            return super()._get_iterator()
+        self.check_worker_number_rationality()  # what StatefulDataLoader does, with our iterator class
+        iterator = _FrozenGCWorkers(self, self.next_iter_state)
+        self.next_iter_state = None
+        return iterator
+
+    def _forks_workers(self) -> bool:
+        context = self.multiprocessing_context
+        if context is not None:
+            return context.get_start_method() == "fork"
+        method = torch.multiprocessing.get_start_method(allow_none=True)
+        return (method or torch.multiprocessing.get_all_start_methods()[0]) == "fork"
+
+
+class _FrozenGCWorkers(_StatefulMultiProcessingDataLoaderIter):
+    """The multi-process iterator, holding the GC frozen from before its fork to its shutdown."""
+
+    holders = 0  # iterators whose forked workers are alive, over all loaders
+
+    def __init__(self, loader: VarLenLoader, next_iter_state: dict[str, Any] | None) -> None:
+        if _FrozenGCWorkers.holders == 0:
+            gc.collect()  # garbage that exists now would be frozen with the rest
+        gc.freeze()
+        _FrozenGCWorkers.holders += 1
+        self._holds_gc = True
+        try:
+            super().__init__(loader, next_iter_state)  # forks the workers
+        except BaseException:
+            self._release_gc()
+            raise
+
+    def _shutdown_workers(self) -> None:
+        super()._shutdown_workers()
+        self._release_gc()
+
+    def _release_gc(self) -> None:
+        if self._holds_gc and not sys.is_finalizing():
+            self._holds_gc = False
+            _FrozenGCWorkers.holders -= 1
+            if _FrozenGCWorkers.holders == 0:
+                gc.unfreeze()
 
 
 class SizedSubset(Dataset):
@@ -64,7 +127,7 @@ class VarLenDataModule(pl.LightningDataModule):
     A subclass builds its datasets in ``setup`` into ``self.datasets[split]`` (each with a
     ``lengths`` array and samples that carry an ``index``), sets ``self.collate_fn``, and lists
     its keep-mask keys in ``mask_keys`` (or overrides :meth:`batch_stats`). Everything else,
-    the ``StatefulDataLoader``s (resumable through Lightning checkpoints) and the
+    the loaders (:class:`VarLenLoader`, resumable through Lightning checkpoints) and the
     :class:`~varlen.batching.BucketBatchSampler` (DDP-safe), comes from here.
 
     Args:
@@ -168,12 +231,12 @@ class VarLenDataModule(pl.LightningDataModule):
             groups=self.sampler_groups(self.dataset(split)),
         )
 
-    def loader(self, split: str, shuffle: bool = False) -> StatefulDataLoader:
+    def loader(self, split: str, shuffle: bool = False) -> VarLenLoader:
         """A resumable loader over ``split``, batched by :meth:`batch_sampler`."""
         extra: dict[str, Any] = {}
         if self.num_workers > 0:
             extra = {"persistent_workers": self.persistent_workers, "prefetch_factor": self.prefetch_factor}
-        return StatefulDataLoader(
+        return VarLenLoader(
             self.dataset(split),
             batch_sampler=self.batch_sampler(split, shuffle),
             collate_fn=self.collate_fn,
@@ -182,14 +245,14 @@ class VarLenDataModule(pl.LightningDataModule):
             **extra,
         )
 
-    def train_dataloader(self) -> StatefulDataLoader:
+    def train_dataloader(self) -> VarLenLoader:
         return self.loader("train", shuffle=self.shuffle)
 
-    def val_dataloader(self) -> StatefulDataLoader:
+    def val_dataloader(self) -> VarLenLoader:
         return self.loader("val")
 
-    def test_dataloader(self) -> StatefulDataLoader:
+    def test_dataloader(self) -> VarLenLoader:
         return self.loader("test")
 
-    def predict_dataloader(self) -> StatefulDataLoader:
+    def predict_dataloader(self) -> VarLenLoader:
         return self.loader("predict" if "predict" in self.datasets else "test")

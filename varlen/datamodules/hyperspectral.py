@@ -271,14 +271,14 @@ class HyperspectralDataModule(VarLenDataModule):
         """Open (memory-map) and validate one scene; cheap after the first call (caches exist)."""
         scene = self._open_scene(name)
         check_labels(scene.labels, scene.num_classes, scene.source if name != "custom" else str(self.labels_path))
-        scene.labels = scene.labels.astype(np.int64)
+        scene.labels = scene.labels.astype(np.int32, copy=False)
         if self.train_map:
             scene.train_labels = self._external_map(self.train_map, scene.num_classes)
             scene.test_labels = self._external_map(self.test_map, scene.num_classes) if self.test_map else None
         return validate_scene(scene, self.nan_bands)
 
     def _external_map(self, path: str, num_classes: int) -> np.ndarray:
-        labels = np.asarray(read_array(path, None, 2)).astype(np.int64)
+        labels = np.asarray(read_array(path, None, 2)).astype(np.int32)
         if labels.max(initial=0) > num_classes or labels.min(initial=0) < 0:
             raise ValueError(f"{path}: labels outside 0..{num_classes}")
         return labels
@@ -369,8 +369,9 @@ class HyperspectralDataModule(VarLenDataModule):
         for s, scene in enumerate(self.scenes):
             splits, skipped = self._split_scene(scene)
             for split, (mask, labels) in splits.items():
-                rows, cols = np.nonzero(mask)
-                parts[split].append((np.full(rows.size, s), rows, cols, labels[rows, cols] - 1 + offset))
+                rows, cols = (a.astype(np.int32) for a in np.nonzero(mask))  # per-pixel tables in int32
+                ids = np.full(rows.size, s, dtype=np.int32)
+                parts[split].append((ids, rows, cols, (labels[rows, cols] - 1 + offset).astype(np.int32)))
             if not splits["train"][0].any():
                 raise ValueError(f"scene {scene.name!r}: no training pixel survives the split; use smaller blocks")
             m, sd = band_statistics(scene.cube, splits["train"][0])  # train centres only: no test leakage
@@ -396,7 +397,12 @@ class HyperspectralDataModule(VarLenDataModule):
             log.info("scene %r split: %s", scene.name, self.report[scene.name])
             offset += scene.num_classes
         self._warn_skipped()
-        joined = {k: [np.concatenate(col) for col in zip(*v, strict=True)] for k, v in parts.items() if v}
+        # one scene: its arrays as they are (a concatenate would copy them)
+        joined = {
+            k: [np.concatenate(col) if len(col) > 1 else col[0] for col in zip(*v, strict=True)]
+            for k, v in parts.items()
+            if v
+        }
         eval_bands = [self._fixed_bands(sc, self.eval_bands, "eval_bands") for sc in self.scenes]
         for split, (scene_ids, rows, cols, labels) in joined.items():
             kwargs: dict[str, Any] = {"fixed_bands": eval_bands}
@@ -434,11 +440,11 @@ class HyperspectralDataModule(VarLenDataModule):
     def _train_band_kwargs(self, scene_ids: np.ndarray) -> dict[str, Any]:
         if self.min_bands is None:
             return {"fixed_bands": [self._fixed_bands(sc, self.train_bands, "train_bands") for sc in self.scenes]}
-        usable = np.array([sc.usable_bands.size for sc in self.scenes])[scene_ids]
+        usable = np.array([sc.usable_bands.size for sc in self.scenes], dtype=np.int32)
         high = np.minimum(usable, self.max_bands if self.max_bands is not None else usable)
         low = np.minimum(self.min_bands, high)
         rng = np.random.default_rng((self.seed, 1))  # fixed per (seed, sample): lengths never change
-        return {"band_counts": rng.integers(low, high + 1)}
+        return {"band_counts": rng.integers(low[scene_ids], high[scene_ids] + 1).astype(np.int32)}
 
     def sampler_class(self, split: str) -> type[BucketBatchSampler]:
         """Training batches carry their epoch (for the band draws); evaluation uses the plain sampler."""

@@ -408,7 +408,7 @@ class Scene:
     Attributes:
         name: short name (used in class names and messages).
         cube: ``[H, W, B]`` read-only, a :class:`MappedCube` (or any array, e.g. in memory).
-        labels: ``[H, W]`` int64 class ids, 0 = unlabelled, 1..C the scene's classes.
+        labels: ``[H, W]`` int32 class ids, 0 = unlabelled, 1..C the scene's classes.
         wavelengths: ``[B]`` centre wavelengths in nm, strictly increasing.
         class_names: C names.
         source: where the cube came from (for error messages).
@@ -439,7 +439,7 @@ class Scene:
 
 def remap_labels(labels: np.ndarray, values: Sequence[int], source: str) -> np.ndarray:
     """Map label-map values to 1..C in the order of ``values`` (0 stays unlabelled)."""
-    lut = np.zeros(int(max(values, default=0)) + 1, dtype=np.int64)
+    lut = np.zeros(int(max(values, default=0)) + 1, dtype=np.int32)
     lut[np.asarray(values, dtype=np.int64)] = np.arange(1, len(values) + 1)
     unknown = np.setdiff1d(np.unique(labels), [0, *values])
     if unknown.size:
@@ -452,7 +452,7 @@ def check_labels(labels: np.ndarray, num_classes: int | None, source: str) -> in
     if not np.issubdtype(labels.dtype, np.integer):
         if not np.all(np.isfinite(labels)) or np.any(labels != np.round(labels)):
             raise ValueError(f"{source}: labels must be integers (0 = unlabelled), got non-integer values")
-    labels = labels.astype(np.int64)
+    labels = labels.astype(np.int32, copy=False)
     if labels.min(initial=0) < 0:
         raise ValueError(f"{source}: negative label {int(labels.min())} (0 = unlabelled, 1..C = classes)")
     top = int(labels.max(initial=0))
@@ -721,17 +721,17 @@ def block_split(
         raise ValueError(f"block_size {block_size} must exceed twice the buffer ({buffer}), or no centre survives")
     h, w = labels.shape
     num_classes = int(labels.max())
-    rows, cols = np.indices((h, w))
+    # int32 / int8 maps: a large scene's [H, W] temporaries stay small (they set setup's peak memory)
     nbx = -(-w // block_size)
-    block = (rows // block_size) * nbx + cols // block_size
-    num_blocks = int(block.max()) + 1
-    hist = np.zeros((num_blocks, num_classes + 1), dtype=np.int64)
-    np.add.at(hist, (block.ravel(), labels.ravel()), 1)
-    hist = hist[:, 1:]
+    block = (np.arange(h, dtype=np.int32) // block_size)[:, None] * nbx + np.arange(w, dtype=np.int32) // block_size
+    num_blocks = int(block[-1, -1]) + 1
+    cells = block * (num_classes + 1) + labels.astype(np.int32, copy=False)
+    hist = np.bincount(cells.ravel(), minlength=num_blocks * (num_classes + 1)).reshape(num_blocks, -1)[:, 1:]
+    del cells
     totals = hist.sum(0).astype(np.float64)
     targets = np.asarray(fractions, dtype=np.float64)[:, None] * totals[None, :]
     got = np.zeros_like(targets)
-    owner = np.full(num_blocks, -1, dtype=np.int64)
+    owner = np.full(num_blocks, -1, dtype=np.int8)
     rng = np.random.default_rng(seed)
     # blocks holding a large share of a rare class go first, while every split still needs it; the
     # rest in random order. One step per block (hundreds to thousands), never per pixel.
@@ -763,20 +763,21 @@ def footprint_map(centres: np.ndarray, radius: int) -> np.ndarray:
 def band_statistics(cube: MappedCube | np.ndarray, centres: np.ndarray, rows_per_chunk: int | None = None):
     """Per-band mean and standard deviation ``[B]`` (float64) over the pixels where ``centres`` is True.
 
-    Read in row slabs and merged with Chan's parallel update, so memory stays bounded (a few tens
-    of MB) however large the cube and the training split are. A band with zero spread gets std 1.
+    Read in row slabs and merged with Chan's parallel update, so memory stays bounded (some tens of
+    MB) however large the cube and the training split are. A band with zero spread gets std 1.
     """
     h, w = centres.shape
     bands = cube.shape[-1]
-    step = rows_per_chunk or max(1, (32 << 20) // max(1, w * bands * 8))
+    step = rows_per_chunk or max(1, (8 << 20) // max(1, w * bands * 4))
     count, mean, m2 = 0, np.zeros(bands), np.zeros(bands)
     for r0 in range(0, h, step):
         rows, cols = np.nonzero(centres[r0 : r0 + step])
         if rows.size == 0:
             continue
-        block = np.asarray(cube[r0 : r0 + step], dtype=np.float64)[rows, cols]  # [n, B]
+        block = np.asarray(cube[r0 : r0 + step])[rows, cols].astype(np.float64)  # [n, B], the centres only
         n, block_mean = rows.size, block.mean(0)
-        block_m2 = ((block - block_mean) ** 2).sum(0)
+        block -= block_mean
+        block_m2 = np.einsum("nb,nb->b", block, block)
         delta = block_mean - mean
         total = count + n
         mean = mean + delta * n / total
