@@ -4,17 +4,20 @@ Parts (``--parts``, default all but ``accuracy``):
 
 * ``memory``: resident memory of a 2-worker loader over a memory-mapped cube vs the cube's size on
   disk, at two sizes: a small cube (500 x 400 x 224 float32, 171 MiB), also against the same
-  loader when every worker loads the cube itself (the mistake to avoid), and a realistically
-  large one (``--large-gib``, default 1.5 GiB, written once to a temporary folder). Resident
+  loader when every worker loads the cube itself (the mistake to avoid), and realistically large
+  ones (``--large-gib``, default 1.5 and 3 GiB, written once to a temporary folder). Resident
   memory is the proportional set size (PSS) summed over the main process and its workers, minus
   the main process before the loader existed: pages shared by several processes (the page-cache
   pages of the mapped cube) count once. It is split into the PSS of the cube file's mappings and
   the rest (interpreter, torch and numpy state, the per-sample tables, batches in flight), which
-  grows with the number of labelled pixels, not with the cube's bands. The large cube reads the
-  first ``--large-batches`` (400) batches of the epoch: the train-only statistics of ``setup``
-  have mapped the training pixels' spectra by then, and the rest stops growing after a few
-  batches. Summed RSS, which counts a shared page once per process, is shown too, as is the size
-  of the dataset pickled to a worker (the cube travels as its path). About 4 minutes on 2 cores.
+  grows with the number of labelled pixels, not with the cube's bands. One full garbage collection
+  runs in the main process after 20 batches, as the allocations of a training run trigger them;
+  the second row shows what the loader's GC freeze (:class:`varlen.datamodules.base.VarLenLoader`)
+  saves then. The large cube reads the first ``--large-batches`` (400) batches of the epoch: the
+  train-only statistics of ``setup`` have mapped the training pixels' spectra by then, and the
+  rest stops growing after a few batches. Summed RSS, which counts a shared page once per
+  process, is shown too, as is the size of the dataset pickled to a worker (the cube travels as
+  its path). About 6 minutes on 2 cores.
 * ``throughput``: patches/s of the loader (0 and 2 workers).
 * ``padding``: padding efficiency (real / padded band slots) of band-count batching against
   random batching, same batch size and same token budget.
@@ -41,6 +44,7 @@ import psutil
 import torch
 
 from varlen.batching import BucketBatchSampler
+from varlen.datamodules.base import VarLenLoader
 from varlen.datamodules.hyperspectral import HyperspectralDataModule
 from varlen.datasets.hyperspectral import generate_field_layout, shared_layout_path
 
@@ -125,6 +129,8 @@ def epoch_memory(loader, mapped: Path, max_batches: int | None = None) -> tuple[
     for n, batch in enumerate(loader):
         if n == max_batches:
             break
+        if n == 20:
+            gc.collect()  # the full collections a long training run's allocations trigger, once here
         patches += len(batch["index"])
         if time.perf_counter() - last > 1.0:
             peak = np.maximum(peak, tree_memory(mapped))
@@ -147,7 +153,8 @@ def bench_memory(folder: Path, height: int, width: int, baseline: bool, max_batc
     disk = cube_path.stat().st_size
     written = time.perf_counter() - start
     rows = []
-    labels = ["memory-mapped (varlen)"] + (["whole cube per worker (baseline)"] if baseline else [])
+    labels = ["memory-mapped (varlen)", "memory-mapped, GC not frozen (freeze_gc=False)"]
+    labels += ["whole cube per worker (baseline)"] if baseline else []
     for label in labels:
         gc.collect()
         base = tree_memory(cube_path)  # before setup: no page of the cube is mapped yet
@@ -158,7 +165,9 @@ def bench_memory(folder: Path, height: int, width: int, baseline: bool, max_batc
             dm.datasets["train"] = WholeCubePerWorker(dm.datasets["train"], cube_path)
         shipped = len(pickle.dumps(dm.dataset("train")))  # what a spawn/forkserver worker would receive
         loader = dm.train_dataloader()
+        VarLenLoader.freeze_gc = "not frozen" not in label
         patches, peak = epoch_memory(loader, cube_path, max_batches)
+        VarLenLoader.freeze_gc = True
         elapsed = time.perf_counter() - start
         del loader, dm
         gc.collect()
@@ -275,7 +284,7 @@ def main() -> None:
     parser.add_argument("--parts", default="memory,throughput,padding", help="comma list; add 'accuracy'")
     parser.add_argument("--size", type=int, nargs=2, default=(500, 400), help="small memory-test cube height width")
     parser.add_argument(
-        "--large-gib", type=float, default=1.5, help="size of the large memory-test cube in GiB (0: skip it)"
+        "--large-gib", type=float, nargs="*", default=[1.5, 3.0], help="sizes of the large memory-test cubes in GiB"
     )
     parser.add_argument("--large-batches", type=int, default=400, help="batches read on the large cube (0: all)")
     parser.add_argument("--baseline-large", action="store_true", help="also run the whole-cube baseline on it")
@@ -289,8 +298,8 @@ def main() -> None:
         root = Path(args.root) if args.root else folder
         if "memory" in parts:
             bench_memory(folder, *args.size, baseline=True)
-            if args.large_gib > 0:
-                side = int(np.sqrt(args.large_gib * 2**30 / (224 * 4)))
+            for gib in args.large_gib:
+                side = int(np.sqrt(gib * 2**30 / (224 * 4)))
                 batches = args.large_batches or None
                 bench_memory(folder, side, side, baseline=args.baseline_large, max_batches=batches)
         if "throughput" in parts:
