@@ -486,6 +486,20 @@ def test_empty_class(tmp_path) -> None:
         tiny_dm(tmp_path, labels_path=str(tmp_path / "gap.npy"))
 
 
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [(2**32 + 3, r"class\(es\) \[4, 5, .*, 13\] and 4294967285 more have no"), (-1, "negative label -1")],
+)
+def test_label_values_out_of_range_are_refused_before_any_cast(tmp_path, value: int, message: str) -> None:
+    """A stray int64 label of 2**32 + 3 is neither wrapped to class 3 in the int32 tables nor
+    taken as 2**32 classes to count."""
+    labels = np.load(DATA / "tiny_gt.npy").astype(np.int64)
+    labels[0, 0] = value
+    np.save(tmp_path / "wide.npy", labels)
+    with pytest.raises(ValueError, match=f"wide.npy: {message}"):
+        tiny_dm(tmp_path, labels_path=str(tmp_path / "wide.npy")).setup("fit")
+
+
 def test_no_wavelengths_for_a_custom_cube(tmp_path) -> None:
     with pytest.raises(ValueError, match="no wavelengths"):
         tiny_dm(tmp_path, wavelengths=None).setup("fit")

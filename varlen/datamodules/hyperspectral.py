@@ -278,10 +278,10 @@ class HyperspectralDataModule(VarLenDataModule):
         return validate_scene(scene, self.nan_bands)
 
     def _external_map(self, path: str, num_classes: int) -> np.ndarray:
-        labels = np.asarray(read_array(path, None, 2)).astype(np.int32)
+        labels = np.asarray(read_array(path, None, 2))
         if labels.max(initial=0) > num_classes or labels.min(initial=0) < 0:
             raise ValueError(f"{path}: labels outside 0..{num_classes}")
-        return labels
+        return labels.astype(np.int32)
 
     def _custom_wavelengths(self, num_bands: int) -> np.ndarray:
         if self.custom_wavelengths is not None:

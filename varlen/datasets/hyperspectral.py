@@ -452,17 +452,22 @@ def check_labels(labels: np.ndarray, num_classes: int | None, source: str) -> in
     if not np.issubdtype(labels.dtype, np.integer):
         if not np.all(np.isfinite(labels)) or np.any(labels != np.round(labels)):
             raise ValueError(f"{source}: labels must be integers (0 = unlabelled), got non-integer values")
-    labels = labels.astype(np.int32, copy=False)
     if labels.min(initial=0) < 0:
         raise ValueError(f"{source}: negative label {int(labels.min())} (0 = unlabelled, 1..C = classes)")
     top = int(labels.max(initial=0))
     num_classes = top if num_classes is None else num_classes
     if top > num_classes:
         raise ValueError(f"{source}: label {top} exceeds the {num_classes} classes")
-    counts = np.bincount(labels.ravel(), minlength=num_classes + 1)
-    empty = (np.flatnonzero(counts[1:] == 0) + 1).tolist()
-    if empty:
-        raise ValueError(f"{source}: class(es) {empty} have no labelled pixel; remap the labels to 1..C without gaps")
+    present = np.unique(labels)
+    present = present[present > 0]
+    num_empty = num_classes - present.size
+    if num_empty:
+        # the ten smallest empty classes, without enumerating 1..C (C may be a stray 2**32)
+        empty = np.setdiff1d(np.arange(1, min(num_classes, present.size + 10) + 1), present)[:10].tolist()
+        more = f" and {num_empty - len(empty)} more" if num_empty > len(empty) else ""
+        raise ValueError(
+            f"{source}: class(es) {empty}{more} have no labelled pixel; remap the labels to 1..C without gaps"
+        )
     return num_classes
 
 
@@ -725,7 +730,8 @@ def block_split(
     nbx = -(-w // block_size)
     block = (np.arange(h, dtype=np.int32) // block_size)[:, None] * nbx + np.arange(w, dtype=np.int32) // block_size
     num_blocks = int(block[-1, -1]) + 1
-    cells = block * (num_classes + 1) + labels.astype(np.int32, copy=False)
+    cell_dtype = np.int32 if num_blocks * (num_classes + 1) < 2**31 else np.int64
+    cells = block.astype(cell_dtype, copy=False) * (num_classes + 1) + labels.astype(cell_dtype, copy=False)
     hist = np.bincount(cells.ravel(), minlength=num_blocks * (num_classes + 1)).reshape(num_blocks, -1)[:, 1:]
     del cells
     totals = hist.sum(0).astype(np.float64)
