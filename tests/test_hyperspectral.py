@@ -323,7 +323,19 @@ def test_tiny_custom_scene_end_to_end(tmp_path) -> None:
     assert model(batch).shape == (len(batch["index"]), 3)
 
 
-def test_external_maps_drop_test_pixels_touching_train_patches(tmp_path) -> None:
+def assert_footprints_disjoint(dm: HyperspectralDataModule, radius: int) -> None:
+    shape = dm.scenes[0].labels.shape
+    prints = {}
+    for split in ("train", "val", "test"):
+        c = np.zeros(shape, bool)
+        c[dm.dataset(split).rows, dm.dataset(split).cols] = True
+        prints[split] = hs.footprint_map(c, radius)
+        assert len(dm.dataset(split)) > 0, split
+    for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
+        assert not np.any(prints[a] & prints[b]), (a, b, int((prints[a] & prints[b]).sum()))
+
+
+def test_external_maps_drop_centres_whose_patches_touch_another_split(tmp_path) -> None:
     dm = tiny_dm(
         tmp_path, train_map=str(DATA / "tiny_TR.mat"), test_map=str(DATA / "tiny_TS.mat"), patch_size=3,
         block_size=3, buffer=1, val_fraction=0.3,
@@ -331,13 +343,39 @@ def test_external_maps_drop_test_pixels_touching_train_patches(tmp_path) -> None
     with pytest.warns(UserWarning, match="patch overlapping train patches"):
         dm.setup("fit")
     assert dm.skipped["custom"]["test"]["patch overlapping train patches"] > 0
-    shape = dm.scenes[0].labels.shape
-    prints = {}
-    for split in ("train", "test"):
-        c = np.zeros(shape, bool)
-        c[dm.dataset(split).rows, dm.dataset(split).cols] = True
-        prints[split] = hs.footprint_map(c, 1)
-    assert len(dm.dataset("test")) > 0 and not np.any(prints["train"] & prints["test"])
+    assert_footprints_disjoint(dm, 1)
+
+
+def test_real_pavia_maps_give_disjoint_train_val_test_patches(shared_data, tmp_path) -> None:
+    """The published TRpaviaU / TSpaviaU maps lie side by side: val (carved from TR) must not
+    touch test patches either."""
+    folder = shared_data / "hyperspectral"
+    train_map = hs.read_array(folder / "TRpaviaU.mat", ndim=2)
+    test_map = hs.read_array(folder / "TSpaviaU.mat", ndim=2)
+    np.save(tmp_path / "gt.npy", np.where(train_map > 0, train_map, test_map).astype(np.uint8))
+    np.save(tmp_path / "cube.npy", np.random.default_rng(0).random((*train_map.shape, 4), dtype=np.float32))
+    dm = HyperspectralDataModule(
+        scenes=["custom"], root=str(tmp_path), cube_path=str(tmp_path / "cube.npy"),
+        labels_path=str(tmp_path / "gt.npy"), sensor="rosis", patch_size=5, val_fraction=0.2,
+        train_map=str(folder / "TRpaviaU.mat"), test_map=str(folder / "TSpaviaU.mat"),
+    )  # fmt: skip
+    with pytest.warns(UserWarning, match="patch overlapping test patches"):
+        dm.setup("fit")
+    assert dm.skipped["custom"]["val"]["patch overlapping test patches"] > 0
+    assert_footprints_disjoint(dm, 2)
+
+
+def test_external_maps_must_hold_usable_integer_labels(tmp_path) -> None:
+    train = hs.read_array(DATA / "tiny_TR.mat", ndim=2).astype(np.float64)
+    fractional = train.copy()
+    r, c = np.argwhere(train > 0)[0]
+    fractional[r, c] = 1.5
+    np.save(tmp_path / "frac.npy", fractional)
+    with pytest.raises(ValueError, match=r"frac.npy: labels must be integers .*got 1.5 at row"):
+        tiny_dm(tmp_path, train_map=str(tmp_path / "frac.npy")).setup("fit")
+    np.save(tmp_path / "empty.npy", np.zeros_like(train))
+    with pytest.raises(ValueError, match=r"empty.npy: no labelled pixel of scene 'custom' whose 1x1 patch fits"):
+        tiny_dm(tmp_path, train_map=str(tmp_path / "empty.npy")).setup("fit")
 
 
 @pytest.mark.parametrize("name", ["TRpaviaU", "TSpaviaU"])
@@ -444,6 +482,12 @@ def test_band_index_out_of_range(tmp_path, arg) -> None:
     dm = tiny_dm(tmp_path, **{arg: [0, 3, 12]})
     with pytest.raises(ValueError, match=f"{arg}: band index 12 out of range for scene 'custom' with 12 bands"):
         dm.setup("fit")
+
+
+@pytest.mark.parametrize("arg", ["eval_bands", "train_bands"])
+def test_empty_band_list(tmp_path, arg) -> None:
+    with pytest.raises(ValueError, match=f"{arg}: the band list is empty"):
+        tiny_dm(tmp_path, **{arg: []}).setup("fit")
 
 
 def test_band_count_arguments_are_checked(tmp_path) -> None:

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from scipy import ndimage
 
 from varlen.batching import BucketBatchSampler
 from varlen.datamodules.base import VarLenDataModule
@@ -38,10 +37,12 @@ from varlen.datasets.hyperspectral import (
     Scene,
     band_statistics,
     block_split,
+    check_integer_labels,
     check_labels,
     collate_hyperspectral,
     evenly_spaced,
     fetch_scene_file,
+    near_centres,
     open_cube,
     patch_fits,
     read_array,
@@ -279,6 +280,7 @@ class HyperspectralDataModule(VarLenDataModule):
 
     def _external_map(self, path: str, num_classes: int) -> np.ndarray:
         labels = np.asarray(read_array(path, None, 2))
+        check_integer_labels(labels, path)
         if labels.max(initial=0) > num_classes or labels.min(initial=0) < 0:
             raise ValueError(f"{path}: labels outside 0..{num_classes}")
         return labels.astype(np.int32)
@@ -320,6 +322,11 @@ class HyperspectralDataModule(VarLenDataModule):
             return out, dict(zip(names, skipped, strict=True))
         fits = patch_fits(scene.labels.shape, r)
         train_all = (scene.train_labels > 0) & fits
+        if not train_all.any():
+            raise ValueError(
+                f"{self.train_map}: no labelled pixel of scene {scene.name!r} whose {self.patch_size}x"
+                f"{self.patch_size} patch fits in the image"
+            )
         masks, _, (train_skip, val_skip) = block_split(
             scene.train_labels * train_all, (1.0 - self.val_fraction, self.val_fraction), self.block_size,
             self.buffer, r, self.seed,
@@ -329,14 +336,20 @@ class HyperspectralDataModule(VarLenDataModule):
         out = {"train": (masks[0], scene.train_labels), "val": (masks[1], scene.train_labels)}
         skipped = {"train": train_skip, "val": val_skip}
         if scene.test_labels is not None:
+            # Footprints of centres <= 2r apart share pixels. Test centres near train centres are
+            # dropped, then val centres near the remaining test ones: val is carved out here,
+            # while the published test map is kept as whole as possible.
             test = (scene.test_labels > 0) & fits
-            # test centres whose footprint would touch a train footprint (centres <= 2r apart)
-            near = ndimage.maximum_filter(masks[0].astype(np.uint8), size=4 * r + 1, mode="constant").astype(bool)
+            test_touching = test & near_centres(masks[0], r)
+            test &= ~test_touching
+            val_touching = masks[1] & near_centres(test, r)
+            out["val"] = (masks[1] & ~val_touching, scene.train_labels)
+            val_skip["patch overlapping test patches"] = int(val_touching.sum())
             skipped["test"] = {
                 "border": int(((scene.test_labels > 0) & ~fits).sum()),
-                "patch overlapping train patches": int((test & near).sum()),
+                "patch overlapping train patches": int(test_touching.sum()),
             }
-            out["test"] = (test & ~near, scene.test_labels)
+            out["test"] = (test, scene.test_labels)
         return out, skipped
 
     def _fixed_bands(self, scene: Scene, spec: int | Sequence[int] | None, what: str) -> np.ndarray:
@@ -348,6 +361,8 @@ class HyperspectralDataModule(VarLenDataModule):
                 raise ValueError(f"{what}: band count must be >= 1, got {spec}")
             return evenly_spaced(usable, int(spec))
         bands = np.asarray(spec, dtype=np.int64)
+        if bands.size == 0:
+            raise ValueError(f"{what}: the band list is empty; give at least one band index")
         bad = bands[(bands < 0) | (bands >= scene.num_bands)]
         if bad.size:
             raise ValueError(

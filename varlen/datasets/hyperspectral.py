@@ -447,11 +447,20 @@ def remap_labels(labels: np.ndarray, values: Sequence[int], source: str) -> np.n
     return lut[labels]
 
 
+def check_integer_labels(labels: np.ndarray, source: str) -> None:
+    """Refuse NaN and fractional values in a label map stored as floats (MATLAB often does)."""
+    if not np.issubdtype(labels.dtype, np.integer):
+        bad = ~np.isfinite(labels) | (labels != np.round(labels))
+        if bad.any():
+            r, c = (int(v) for v in np.argwhere(bad)[0])
+            raise ValueError(
+                f"{source}: labels must be integers (0 = unlabelled), got {labels[r, c]} at row {r}, column {c}"
+            )
+
+
 def check_labels(labels: np.ndarray, num_classes: int | None, source: str) -> int:
     """Integer labels >= 0 with no empty class in 1..C; returns C."""
-    if not np.issubdtype(labels.dtype, np.integer):
-        if not np.all(np.isfinite(labels)) or np.any(labels != np.round(labels)):
-            raise ValueError(f"{source}: labels must be integers (0 = unlabelled), got non-integer values")
+    check_integer_labels(labels, source)
     if labels.min(initial=0) < 0:
         raise ValueError(f"{source}: negative label {int(labels.min())} (0 = unlabelled, 1..C = classes)")
     top = int(labels.max(initial=0))
@@ -757,6 +766,11 @@ def block_split(
         masks.append(own & inside & fits)
         skipped.append({"border": int((own & ~fits).sum()), "buffer": int((own & fits & ~inside).sum())})
     return masks, territory, skipped
+
+
+def near_centres(centres: np.ndarray, radius: int) -> np.ndarray:
+    """Pixels whose ``(2r+1)^2`` patch would share a pixel with the patch of a centre (<= 2r away)."""
+    return ndimage.maximum_filter(centres.astype(np.uint8), size=4 * radius + 1, mode="constant").astype(bool)
 
 
 def footprint_map(centres: np.ndarray, radius: int) -> np.ndarray:
