@@ -140,14 +140,22 @@ class TestBearingContract(DataModuleContract):
             np.testing.assert_allclose(normalised.signal, expected, rtol=1e-5, atol=1e-5)
 
     def test_recording_votes_in_validation(self, datamodule):
+        """Recording accuracy = accuracy of the argmax of each recording's summed window log-probs."""
         model = self.make_model(datamodule).eval()
+        log_probs, recordings, labels = [], [], []
         for batch in datamodule.val_dataloader():
             with torch.no_grad():
-                model.val_recording_metrics.update(
-                    model(batch).log_softmax(-1), batch["recording_ids"], batch["labels"]
-                )
+                log_probs.append(model(batch).log_softmax(-1))
+            recordings.append(batch["recording_ids"])
+            labels.append(batch["labels"])
+            model.val_recording_metrics.update(log_probs[-1], recordings[-1], labels[-1])
         values = model.val_recording_metrics.compute()
-        assert set(values) == {"acc", "macro_f1"} and 0 <= float(values["acc"]) <= 1
+        log_prob, recording, label = torch.cat(log_probs), torch.cat(recordings), torch.cat(labels)
+        ids = recording.unique()
+        votes = torch.stack([log_prob[recording == r].sum(0).argmax() for r in ids])
+        truth = torch.stack([label[recording == r][0] for r in ids])
+        assert len(ids) > 1 and set(values) == {"acc", "macro_f1"}
+        assert float(values["acc"]) == pytest.approx(float((votes == truth).float().mean()))
 
 
 class TestBearingGroupedContract(TestBearingContract):
@@ -242,7 +250,7 @@ def test_unused_samples_are_counted_and_reported(caplog):
     total = sum(r.signal.shape[1] for r in dm.recordings)
     covered = sum(int(m.sum()) for split in coverage(dm).values() for m in split.values())
     # time blocks: two gaps of one window per recording, nothing else left out
-    assert dm.unused_samples == {"gap": 2 * dm.window * len(dm.recordings), "dropped_tail": 0}
+    assert dm.unused_samples == {"gap": 2 * dm.window * len(dm.recordings), "stride": 0, "dropped_tail": 0}
     assert total - covered == dm.unused_samples["gap"]
     assert any(f"{dm.unused_samples['gap']:,} in gaps between time_block blocks" in m for m in caplog.messages)
 
@@ -252,6 +260,22 @@ def test_unused_samples_are_counted_and_reported(caplog):
     covered = sum(int(m.sum()) for split in coverage(dropping).values() for m in split.values())
     assert dropping.unused_samples["dropped_tail"] > 0
     assert sum(dropping.unused_samples.values()) == total - covered
+
+
+def test_strides_longer_than_a_window_count_the_samples_between_windows():
+    dm = BearingDataModule(**{**SMALL, "stride": 1500, "window_length": 1024})
+    with pytest.warns(UserWarning, match=r"between windows \(stride 1500 > window 1024\)"):
+        dm.setup()
+    total = sum(r.signal.shape[1] for r in dm.recordings)
+    covered = sum(int(m.sum()) for split in coverage(dm).values() for m in split.values())
+    assert dm.unused_samples["stride"] > 0
+    assert sum(dm.unused_samples.values()) == total - covered
+    assert dm.unused_samples["dropped_tail"] == 0  # nothing is blamed on drop_tail, which is off
+
+
+def test_negative_gap_is_refused():
+    with pytest.raises(ValueError, match="gap must be >= 0 samples"):
+        BearingDataModule(**SMALL, gap=-1024)
 
 
 def test_every_sample_is_in_a_window_by_default():

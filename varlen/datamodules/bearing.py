@@ -195,6 +195,8 @@ class BearingDataModule(VarLenDataModule):
             raise ValueError(
                 f"need 0 < val_fraction, test_fraction and their sum < 1; got {val_fraction}, {test_fraction}"
             )
+        if gap is not None and gap < 0:
+            raise ValueError(f"gap must be >= 0 samples (a negative gap makes splits overlap), got {gap}")
         if split == "condition" and not test_conditions:
             raise ValueError("split='condition' needs test_conditions (e.g. ['3'] to test on CWRU load 3)")
         overlap = sorted({str(c) for c in test_conditions or []} & {str(c) for c in val_conditions or []})
@@ -236,7 +238,7 @@ class BearingDataModule(VarLenDataModule):
         self.recording_names: list[str] = []
         self.normalization: tuple[np.ndarray, np.ndarray] | None = None
         #: samples of the kept recordings that no window covers, by cause (set by ``setup``)
-        self.unused_samples: dict[str, int] = {"gap": 0, "dropped_tail": 0}
+        self.unused_samples: dict[str, int] = {"gap": 0, "stride": 0, "dropped_tail": 0}
 
     # -- cheap things the CLI links at instantiation ------------------------------------------
 
@@ -324,7 +326,7 @@ class BearingDataModule(VarLenDataModule):
         labels = np.array([self.class_names.index(r.label) for r in recordings], dtype=np.int64)
         self.recording_labels = labels
         buffers = [r.signal for r in recordings]
-        self._segment_samples = self._dropped_tail = 0
+        self._segment_samples = self._dropped_tail = self._between_windows = 0
         tables = self._split_windows(recordings, labels)
         self._report_unused(sum(r.signal.shape[1] for r in recordings))
         if self.normalize:
@@ -379,22 +381,35 @@ class BearingDataModule(VarLenDataModule):
         """Windows of the segments ``[starts, ends)`` of recordings ``recs``; counts what they leave out."""
         sizes = ends - starts
         segment, offset, length = plan_windows(sizes, self.window, self.hop, self.drop_tail)
-        covered = np.zeros(len(sizes), dtype=np.int64)
-        np.maximum.at(covered, segment, offset + length)  # windows cover each segment from its start
+        reach = np.zeros(len(sizes), dtype=np.int64)  # end of each segment's last window
+        np.maximum.at(reach, segment, offset + length)
+        # windows start every hop samples: each covers min(length, hop) new samples, the last its length
+        last = np.append(segment[1:] != segment[:-1], True) if len(segment) else np.zeros(0, bool)
+        union = np.bincount(segment, np.where(last, length, np.minimum(length, self.hop)), minlength=len(sizes))
         self._segment_samples += int(sizes.sum())
-        self._dropped_tail += int((sizes - covered).sum())
+        after_last = int((sizes - reach).sum())  # a dropped tail, or (no tail dropped) a stride past the end
+        self._dropped_tail += after_last if self.drop_tail else 0
+        self._between_windows += int((reach - union).sum()) + (0 if self.drop_tail else after_last)
         return recs[segment], starts[segment] + offset, length, (offset // self.hop)
 
     def _report_unused(self, total: int) -> None:
-        """Count the samples no window covers (gaps between split blocks, dropped tails) and say so once."""
-        self.unused_samples = {"gap": total - self._segment_samples, "dropped_tail": self._dropped_tail}
+        """Count the samples no window covers (gaps between split blocks, strides longer than a
+        window, dropped tails) and say so once."""
+        self.unused_samples = {
+            "gap": total - self._segment_samples,
+            "stride": self._between_windows,
+            "dropped_tail": self._dropped_tail,
+        }
         unused = sum(self.unused_samples.values())
-        message = (
-            f"windows leave {unused:,} of {total:,} samples unused ({100 * unused / max(total, 1):.2f}%): "
-            f"{self.unused_samples['gap']:,} in gaps between {self.split} blocks, "
-            f"{self.unused_samples['dropped_tail']:,} in tails dropped by drop_tail=True"
-        )
-        if self._dropped_tail:
+        causes = {
+            "gap": f"in gaps between {self.split} blocks",
+            "stride": f"between windows (stride {self.hop} > window {self.window})",
+            "dropped_tail": "in tails dropped by drop_tail=True",
+        }
+        detail = ", ".join(f"{n:,} {causes[k]}" for k, n in self.unused_samples.items() if n)
+        message = f"windows leave {unused:,} of {total:,} samples unused ({100 * unused / max(total, 1):.2f}%)"
+        message += f": {detail}" if detail else ""
+        if self._dropped_tail or self._between_windows:
             warnings.warn(message, stacklevel=3)
         else:
             log.info(message)
