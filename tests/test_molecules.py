@@ -153,7 +153,7 @@ def test_invalid_smiles_can_raise() -> None:
     ("name", "columns", "message"),
     [
         ("esol_tiny.csv", ["solubility"], r"column\(s\) \['solubility'\] not found"),
-        ("bad_target.csv", ["y"], r"bad_target.csv, line 3: target 'y' is 'oops', not a number"),
+        ("bad_target.csv", ["y"], r"bad_target.csv, line 3: target 'y' is 'oops', not a finite number"),
         ("empty.csv", ["y"], "the file is empty"),
     ],
 )
@@ -161,6 +161,18 @@ def test_bad_tables_name_file_and_problem(name: str, columns: list[str], message
     dm = tiny(name, dataset=None, smiles_column="smiles", target_columns=columns)
     with pytest.raises(ValueError, match=message):
         dm.setup("fit")
+
+
+@pytest.mark.parametrize("value", ["inf", "-Infinity", "1e40"])
+def test_infinite_targets_are_refused_on_the_file_line(tmp_path: Path, value: str) -> None:
+    """Blank lines are skipped but still counted, so the error names the line an editor shows."""
+    path = tmp_path / "inf.csv"
+    path.write_text(f"smiles,y\nCCO,1.0\n\nCCC,2.0\n   \nCCN,{value}\nCCCl,0.5\n")
+    with pytest.raises(ValueError, match=rf"inf.csv, line 6: target 'y' is '{value}', not a finite number"):
+        mol.read_table(path, "smiles", ["y"])
+    path.write_text("smiles,y\nCCO,1.0\n\nCCC,2.0\n")
+    table = mol.read_table(path, "smiles", ["y"])
+    assert table.smiles == ["CCO", "CCC"] and table.rows.tolist() == [2, 4]
 
 
 def test_missing_preset_says_what_to_fetch(tmp_path: Path) -> None:
@@ -276,6 +288,24 @@ def test_classification_logs_roc_auc(tmp_path: Path) -> None:
     trainer.fit(model, datamodule=dm)
     metrics = trainer.callback_metrics
     assert "val/roc_auc" in metrics and 0.0 <= float(metrics["val/roc_auc"]) <= 1.0
+
+
+def test_an_empty_split_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "five.csv").write_text("smiles,y\nCCO,1\nCCC,2\nCCN,3\nCCCl,4\nc1ccccc1,5\n")
+    dm = MoleculeDataModule(path=str(tmp_path / "five.csv"), target_columns=["y"], cache_dir=str(CACHE))
+    with pytest.raises(ValueError, match=r"five.csv: the val split\(s\) would be empty \(5 valid molecules"):
+        dm.setup("fit")
+
+
+def test_classification_targets_must_be_binary(tmp_path: Path) -> None:
+    lines = (DATA / "bbbp_tiny.csv").read_text().splitlines()
+    header, first = lines[0].split(","), lines[1].split(",")
+    column = header.index("p_np")
+    first[column] = "2"
+    (tmp_path / "bbbp.csv").write_text("\n".join([lines[0], ",".join(first), *lines[2:]]) + "\n")
+    dm = MoleculeDataModule(path=str(tmp_path / "bbbp.csv"), dataset="bbbp", cache_dir=str(CACHE))
+    with pytest.raises(ValueError, match=r"bbbp.csv, line 2: target 'p_np' is 2; classification targets must be 0"):
+        dm.setup("fit")
 
 
 def test_regression_outputs_are_in_original_units() -> None:

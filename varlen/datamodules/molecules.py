@@ -217,6 +217,8 @@ class MoleculeDataModule(VarLenDataModule):
         if self.datasets:
             return
         table = read_table(self.resolve_path(), self.smiles_column, self.target_columns)
+        if self.task == "classification":
+            self._check_binary(table)
         store, cache_file = cached_graphs(
             table.path, table.smiles, self.smiles_column, cache_dir=self.cache_dir, num_proc=self.num_proc
         )
@@ -229,6 +231,18 @@ class MoleculeDataModule(VarLenDataModule):
         else:
             parts = scaffold_split([store.scaffolds[p] for p in valid], self.split_fractions)
         self.split_positions = {name: valid[part] for name, part in zip(("train", "val", "test"), parts, strict=True)}
+        empty = [
+            name
+            for (name, part), f in zip(self.split_positions.items(), self.split_fractions, strict=True)
+            if f > 0 and not len(part)
+        ]
+        if empty:
+            sizes = {name: len(part) for name, part in self.split_positions.items()}
+            raise ValueError(
+                f"{table.path}: the {'/'.join(empty)} split(s) would be empty ({len(valid)} valid molecules, "
+                f"split={self.split!r}, fractions {list(self.split_fractions)} give {sizes}); use more molecules "
+                "or larger fractions"
+            )
         if self.standardize:
             train = table.targets[self.split_positions["train"]]
             mean = np.nanmean(train, axis=0)
@@ -247,6 +261,17 @@ class MoleculeDataModule(VarLenDataModule):
             name: MoleculeGraphs(store, table.targets, positions, table.rows, features)
             for name, positions in self.split_positions.items()
         }
+
+    @staticmethod
+    def _check_binary(table: MoleculeTable) -> None:
+        """Classification targets are 0/1 per task (ROC-AUC and the BCE loss assume it)."""
+        bad = np.argwhere(~np.isnan(table.targets) & (table.targets != 0) & (table.targets != 1))
+        if len(bad):
+            i, j = (int(v) for v in bad[0])
+            raise ValueError(
+                f"{table.path}, line {table.rows[i]}: target {table.target_columns[j]!r} is "
+                f"{table.targets[i, j]:g}; classification targets must be 0 or 1 ({len(bad)} such value(s))"
+            )
 
     def _handle_invalid(self, table: MoleculeTable, store, cache_file: Path) -> None:
         if not store.errors:

@@ -210,7 +210,8 @@ def read_table(path: str | Path, smiles_column: str, target_columns: Sequence[st
 
     Stray whitespace around SMILES, headers and values is removed (MoleculeNet files have
     trailing spaces and CRLF line ends). Empty cells and ``nan``/``NA``-like strings are missing
-    targets (masked in the loss); anything else that is not a number is an error naming the row.
+    targets (masked in the loss); anything else that is not a finite number is an error naming the
+    file's line (blank lines are skipped but counted).
 
     Raises:
         FileNotFoundError: no such file.
@@ -222,7 +223,8 @@ def read_table(path: str | Path, smiles_column: str, target_columns: Sequence[st
     if not target_columns:
         raise ValueError(f"{path}: give at least one target column")
     try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True)
+        # blank lines are read (then dropped below) so that row numbers stay the file's line numbers
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False, skipinitialspace=True, skip_blank_lines=False)
     except pd.errors.EmptyDataError as error:
         raise ValueError(f"{path}: the file is empty (expected a CSV header with {smiles_column!r})") from error
     frame.columns = [str(c).strip() for c in frame.columns]
@@ -230,20 +232,23 @@ def read_table(path: str | Path, smiles_column: str, target_columns: Sequence[st
     missing = [c for c in wanted if c not in frame.columns]
     if missing:
         raise ValueError(f"{path}: column(s) {missing} not found; the header has {list(frame.columns)}")
+    rows = np.arange(len(frame), dtype=np.int64) + 2  # line 1 is the header
+    blank = (frame.apply(lambda column: column.str.strip()) == "").all(axis=1).to_numpy()
+    frame, rows = frame[~blank], rows[~blank]
     if len(frame) == 0:
         raise ValueError(f"{path}: the table has a header but no rows")
-    rows = np.arange(len(frame), dtype=np.int64) + 2  # line 1 is the header
     smiles = frame[smiles_column].str.strip().tolist()
     targets = np.empty((len(frame), len(target_columns)), dtype=np.float32)
     for j, column in enumerate(target_columns):
         text = frame[column].str.strip()
         absent = text.isin(MISSING_VALUES).to_numpy()
-        values = pd.to_numeric(text.where(~absent), errors="coerce").to_numpy(dtype=np.float64)
-        bad = np.flatnonzero(np.isnan(values) & ~absent)
+        with np.errstate(over="ignore"):  # beyond float32 becomes inf, refused just below
+            values = pd.to_numeric(text.where(~absent), errors="coerce").to_numpy(np.float64).astype(np.float32)
+        bad = np.flatnonzero(~np.isfinite(values) & ~absent)  # text, inf, or beyond float32
         if bad.size:
             i = int(bad[0])
             raise ValueError(
-                f"{path}, line {rows[i]}: target {column!r} is {text.iloc[i]!r}, not a number "
+                f"{path}, line {rows[i]}: target {column!r} is {text.iloc[i]!r}, not a finite number "
                 f"({bad.size} such row(s) in this column)"
             )
         targets[:, j] = values
