@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from varlen.datamodules import TextClassificationDataModule
-from varlen.datasets.text import TextCollator
+from varlen.datasets.text import TextCollator, class_list, encode_labels
 from varlen.models import TextClassifier
 from varlen.testing import DataModuleContract, ddp_fit
 
@@ -140,6 +140,17 @@ def test_unknown_label_names_the_row(tmp_path: Path) -> None:
     dm = TextClassificationDataModule(train_file=str(train), val_file=str(val))
     with pytest.raises(ValueError, match=r"val.csv: row 1 has label 'neutral'"):
         dm.setup("fit")
+
+
+def test_a_missing_label_names_its_row_and_integer_labels_survive_it(tmp_path: Path) -> None:
+    """One blank cell makes a CSV's integer label column float: 1.0 must still be class "1"."""
+    rows = [{"text": f"text {i}", "label": i % 2} for i in range(10)]
+    rows[2]["label"] = ""
+    path = write_csv(tmp_path / "blank.csv", rows)
+    with pytest.raises(ValueError, match=r"blank.csv: row 2 has no label \(empty cell\)"):
+        TextClassificationDataModule(train_file=str(path), val_fraction=0.3).setup("fit")
+    assert class_list([1.0, 0.0, float("nan"), None]) == ["0", "1"]
+    assert encode_labels([1.0, 0, np.int64(1)], ["0", "1"], "x").tolist() == [1, 0, 1]
 
 
 def test_missing_and_unreadable_files(tmp_path: Path) -> None:

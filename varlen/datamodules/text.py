@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from functools import cached_property
 from typing import Any
 
@@ -9,6 +10,8 @@ import numpy as np
 
 from varlen.datamodules.base import VarLenDataModule, stratified_split
 from varlen.datasets import text as text_data
+
+log = logging.getLogger(__name__)
 
 
 class TextClassificationDataModule(VarLenDataModule):
@@ -23,7 +26,8 @@ class TextClassificationDataModule(VarLenDataModule):
     Args:
         train_file: local training table.
         val_file: local validation table.
-        test_file: local test table.
+        test_file: local test table; without one, ``test`` (and ``predict``) use the validation set
+            (SST-2's test labels are hidden, so its dev set is the usual test), and setup logs it.
         dataset_name: a Hub dataset (e.g. ``"glue"``), used when no ``train_file`` is given.
         dataset_config_name: its configuration (e.g. ``"sst2"``).
         text_column: column with the text.
@@ -207,7 +211,9 @@ class TextClassificationDataModule(VarLenDataModule):
             _, chosen = stratified_split(train.labels, self.max_train_samples / len(train), self.seed)
             train = train.subset(chosen)
         splits["train"] = train
-        splits.setdefault("test", splits["val"])
+        if "test" not in splits:
+            log.info("no test split given: test and predict use the validation set (%d samples)", len(splits["val"]))
+            splits["test"] = splits["val"]
         self.datasets = splits
         self.collate_fn = text_data.TextCollator(
             self.tokenizer.pad_token_id, self.with_token_type_ids, self.pad_to_multiple_of

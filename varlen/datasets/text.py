@@ -87,13 +87,23 @@ def check_texts(texts: Sequence[Any], source: str, column: str) -> None:
         raise ValueError(f"{source}: {len(bad)} empty text(s) in column {column!r} at row(s) {shown}")
 
 
+def label_key(label: Any) -> str | None:
+    """A label as its class name: ints (and integral floats, which a column with one blank cell
+    becomes) as ``"1"``, other values as text; None for a missing label (None, NaN, blank)."""
+    if label is None or (isinstance(label, (float, np.floating)) and np.isnan(label)):
+        return None
+    if isinstance(label, (bool, int, np.integer)) or (isinstance(label, (float, np.floating)) and label.is_integer()):
+        return str(int(label))
+    return str(label).strip() or None
+
+
 def class_list(labels: Sequence[Any]) -> list[str]:
     """The stable class list of some labels: sorted numerically when all are ints, else as strings."""
-    unique = {label for label in labels if label is not None}
+    unique = {key for key in map(label_key, labels) if key is not None}
     try:
         return [str(v) for v in sorted(int(v) for v in unique)]
-    except (TypeError, ValueError):
-        return sorted(str(v) for v in unique)
+    except ValueError:
+        return sorted(unique)
 
 
 def encode_labels(labels: Sequence[Any], classes: Sequence[str], source: str) -> np.ndarray:
@@ -101,7 +111,9 @@ def encode_labels(labels: Sequence[Any], classes: Sequence[str], source: str) ->
     lookup = {name: i for i, name in enumerate(classes)}
     ids = np.empty(len(labels), dtype=np.int64)
     for row, label in enumerate(labels):
-        key = None if label is None else str(int(label)) if isinstance(label, (bool, int, np.integer)) else str(label)
+        key = label_key(label)
+        if key is None:
+            raise ValueError(f"{source}: row {row} has no label (empty cell)")
         if key not in lookup:
             raise ValueError(f"{source}: row {row} has label {label!r}, not one of the classes {list(classes)}")
         ids[row] = lookup[key]
