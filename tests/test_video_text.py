@@ -404,6 +404,40 @@ def test_malformed_lines_and_missing_files(tmp_path) -> None:
         read_msrvtt(tmp_path / "m.json")
 
 
+@pytest.mark.parametrize(
+    ("reader", "content", "message"),
+    [
+        (read_youcook2, {"database": {"v1": {"duration": 30, "annotations": [{"segment": ["a", 5], "sentence": "c"}]}}},
+         r"video 'v1', annotation 0: needs segment \[start, end\] in seconds"),
+        (read_youcook2, {"database": {"v1": {"duration": "n/a", "annotations": [{"segment": [0, 5], "sentence": ""}]}}},
+         r"video 'v1': duration must be a number of seconds, got 'n/a'"),
+        (read_msrvtt, {"videos": [{"id": "v1"}], "sentences": []}, r"videos\[0\]: needs a video_id"),
+        (read_msrvtt, {"videos": [{"video_id": "v1", "start time": 0, "end time": "x"}], "sentences": []},
+         r"video 'v1': end time must be a number of seconds"),
+        (read_msrvtt, "{not json", "not valid JSON"),
+    ],
+)  # fmt: skip
+def test_annotation_values_of_the_wrong_type_name_file_and_video(tmp_path, reader, content, message) -> None:
+    path = tmp_path / "annotations.json"
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    with pytest.raises(VideoTextDataError, match=f"annotations.json.*{message}"):
+        reader(path)
+
+
+def test_non_finite_features_name_the_video_and_frames(tmp_path) -> None:
+    folder = tmp_path / "features"
+    shutil.copytree(DATA / "features", folder)
+    feats = np.load(folder / "vid04.npy")
+    feats[[3, 7], 1] = [np.nan, np.inf]
+    np.save(folder / "vid04.npy", feats)
+    datamodule = _tiny(DATA / "youcook2.json", "youcook2", folder)
+    split, i = next(
+        (s, list(ds.video_ids).index("vid04")) for s, ds in datamodule.datasets.items() if "vid04" in ds.video_ids
+    )
+    with pytest.raises(VideoTextDataError, match=r"video 'vid04': features hold NaN or inf in frame\(s\) \[3, 7\]"):
+        datamodule.dataset(split)[i]
+
+
 def test_dataset_index_and_lengths_without_loading(monkeypatch) -> None:
     table = CaptionTable.from_records(
         [("a", 0, 2, "one two", 0), ("a", 2, 5, "three", 1), ("b", 1, 3, "four five six", 0)],

@@ -150,18 +150,34 @@ def read_youcook2(path: str | os.PathLike) -> CaptionTable:
         for k, ann in enumerate(entry.get("annotations", [])):
             try:
                 (s, e), sentence = ann["segment"], ann["sentence"]
+                records.append((vid, float(s), float(e), str(sentence), k))
             except (KeyError, TypeError, ValueError) as err:
                 raise VideoTextDataError(
-                    f"{path}, video {vid!r}, annotation {k}: needs segment [start, end] and sentence"
+                    f"{path}, video {vid!r}, annotation {k}: needs segment [start, end] in seconds and sentence, "
+                    f"got {ann!r}"
                 ) from err
-            records.append((vid, float(s), float(e), str(sentence), k))
+    durations = {}
+    for v, entry in database.items():
+        if "duration" in entry:
+            durations[v] = _seconds(entry["duration"], f"{path}, video {v!r}: duration")
     return CaptionTable.from_records(
         records,
-        durations={v: float(e["duration"]) for v, e in database.items() if "duration" in e},
+        durations=durations,
         subsets={v: str(e.get("subset", "")) for v, e in database.items()},
         source=str(path),
         extra_videos=list(database),
     )
+
+
+def _seconds(value: Any, where: str) -> float:
+    """A time in seconds, or an error naming where it came from."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError) as err:
+        raise VideoTextDataError(f"{where} must be a number of seconds, got {value!r}") from err
+    if not np.isfinite(seconds):
+        raise VideoTextDataError(f"{where} must be a finite number of seconds, got {value!r}")
+    return seconds
 
 
 def read_msrvtt(path: str | os.PathLike) -> CaptionTable:
@@ -175,18 +191,25 @@ def read_msrvtt(path: str | os.PathLike) -> CaptionTable:
     path = Path(path)
     if not path.is_file():
         raise _missing(path, "MSR-VTT caption file")
-    data = json.loads(path.read_text())
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise VideoTextDataError(f"{path}: not valid JSON ({err})") from err
     videos = data.get("videos", []) if isinstance(data, dict) else []
     sentences = data.get("sentences", []) if isinstance(data, dict) else data
     durations, subsets = {}, {}
-    for v in videos:
+    for k, v in enumerate(videos):
+        if not isinstance(v, dict) or "video_id" not in v:
+            raise VideoTextDataError(f"{path}, videos[{k}]: needs a video_id, got {v!r}")
         if "start time" in v and "end time" in v:
-            durations[v["video_id"]] = float(v["end time"]) - float(v["start time"])
+            where = f"{path}, video {v['video_id']!r}"
+            start = _seconds(v["start time"], f"{where}: start time")
+            durations[v["video_id"]] = _seconds(v["end time"], f"{where}: end time") - start
         subsets[v["video_id"]] = str(v.get("split", ""))
     records = []
     for k, s in enumerate(sentences):
-        if "video_id" not in s or "caption" not in s:
-            raise VideoTextDataError(f"{path}, sentence {k}: needs video_id and caption")
+        if not isinstance(s, dict) or "video_id" not in s or "caption" not in s:
+            raise VideoTextDataError(f"{path}, sentence {k}: needs video_id and caption, got {s!r}")
         records.append((s["video_id"], 0.0, np.nan, str(s["caption"]), k))  # end: the video's duration
     table = CaptionTable.from_records(
         records, durations=durations, subsets=subsets, source=str(path), extra_videos=[v["video_id"] for v in videos]
@@ -865,6 +888,12 @@ class VideoTextDataset(Dataset):
             raise VideoTextDataError(
                 f"{self.features.source}, video {vid!r}: features of shape {feats.shape}, "
                 f"expected [T, {self.feature_dim}]"
+            )
+        finite = np.isfinite(feats).all(axis=1)
+        if not finite.all():  # NaN would spread through pooling and attention to the whole batch
+            raise VideoTextDataError(
+                f"{self.features.source}, video {vid!r}: features hold NaN or inf in frame(s) "
+                f"{np.flatnonzero(~finite)[:10].tolist()}"
             )
         seg = slice(self.segment_offsets[i], self.segment_offsets[i + 1])
         cap = slice(self.text_offsets[i], self.text_offsets[i + 1])
