@@ -203,7 +203,7 @@ def test_pad_sequences_two_ragged_axes() -> None:
 
 
 def test_pad_sequences_rejects_mismatched_arrays() -> None:
-    with pytest.raises(ValueError, match="differ beyond"):
+    with pytest.raises(ValueError, match=r"sample 1 has shape \(2, 4\), sample 0 has \(2, 3\)"):
         pad_sequences([np.ones((2, 3)), np.ones((2, 4))])
     with pytest.raises(ValueError, match="empty list"):
         pad_sequences([])
@@ -257,3 +257,28 @@ def test_per_sample_arrays_are_compact_and_exact_for_huge_sizes() -> None:
     sampler = BucketBatchSampler(huge, batch_size=1, shuffle=False)
     assert sampler.sizes.dtype == np.int64
     assert [b for b in sampler] == [[0], [2], [3], [1]]  # largest first, no overflow
+
+
+def test_fractional_lengths_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"lengths of sample 1 is not a whole number: \[1.5\]"):
+        BucketBatchSampler([2.0, 1.5, 3.0], max_tokens=10)
+
+
+def test_samples_over_budget_after_padding_to_a_multiple_are_counted() -> None:
+    with pytest.warns(UserWarning, match="1 samples exceed"):
+        sampler = BucketBatchSampler([99, 10, 10], max_tokens=100, pad_to_multiple_of=8)
+    assert sampler.num_oversized == 1
+
+
+@pytest.mark.parametrize("width", [3, 5000])  # the scatter path and the copy path
+def test_pad_sequences_dtype_is_the_first_arrays_whatever_the_width(width: int) -> None:
+    arrays = [np.arange(width, dtype=np.int32), np.full(2, 0.5)]
+    padded = pad_sequences(arrays)
+    assert padded.values.dtype == torch.int32 and padded.values[1, :2].tolist() == [0, 0]
+
+
+def test_pad_sequences_names_the_odd_sample() -> None:
+    with pytest.raises(ValueError, match=r"sample 2 has shape \(2, 4\), sample 0 has \(1, 3\)"):
+        pad_sequences([np.zeros((1, 3)), np.zeros((5, 3)), np.zeros((2, 4))])
+    with pytest.raises(ValueError, match=r"sample 1 has shape \(3,\).*at least 2 ragged axes"):
+        pad_sequences([np.zeros((2, 3)), np.zeros(3)], ragged_dims=2)

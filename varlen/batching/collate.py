@@ -74,23 +74,23 @@ def pad_sequences(
     if len(arrays) == 0:
         raise ValueError("cannot pad an empty list of arrays")
     arrays = [a if isinstance(a, np.ndarray) else np.asarray(a) for a in arrays]
-    shapes = {a.shape[ragged_dims:] for a in arrays}
-    if len(shapes) != 1:
-        raise ValueError(
-            f"arrays differ beyond their first {ragged_dims} axes: shapes {sorted(a.shape for a in arrays)}"
-        )
-    trailing = next(iter(shapes))
+    for i, a in enumerate(arrays):
+        if a.ndim < ragged_dims or a.shape[ragged_dims:] != arrays[0].shape[ragged_dims:]:
+            raise ValueError(
+                f"sample {i} has shape {a.shape}, sample 0 has {arrays[0].shape}: samples must have at least "
+                f"{ragged_dims} ragged axes and agree beyond them"
+            )
+    trailing = arrays[0].shape[ragged_dims:]
     np_dtype = numpy_dtype(dtype) if dtype is not None else arrays[0].dtype
     if ragged_dims == 1:
         lengths = np.fromiter(map(len, arrays), np.int64, len(arrays))
         width = round_up(int(lengths.max()), pad_to_multiple_of)
-        out = np.full((len(arrays), width, *trailing), pad_value, dtype=np_dtype)
-        mask = np.arange(width) < lengths[:, None]
         if width * math.prod(trailing) < SCATTER_BELOW:
-            return pad_flat(np.concatenate(arrays), lengths, pad_value, pad_to_multiple_of, dtype)
-        else:
-            for i, a in enumerate(arrays):
-                out[i, : len(a)] = a
+            return pad_flat(np.concatenate(arrays).astype(np_dtype, copy=False), lengths, pad_value, pad_to_multiple_of)
+        out = np.full((len(arrays), width, *trailing), pad_value, dtype=np_dtype)
+        for i, a in enumerate(arrays):
+            out[i, : len(a)] = a
+        mask = np.arange(width) < lengths[:, None]
         return Padded(torch.from_numpy(out), torch.from_numpy(lengths), torch.from_numpy(mask))
     sizes = np.array([a.shape[:ragged_dims] for a in arrays], dtype=np.int64)
     max_shape = sizes.max(axis=0).tolist()

@@ -70,7 +70,7 @@ def index_dtype(n: int) -> type[np.signedinteger]:
 
 def as_size_matrix(lengths) -> np.ndarray:
     """Sizes as an integer matrix [N, D] (D = 1 for plain lengths; int32 when the values allow,
-    see :func:`index_dtype`); rejects negatives and NaN."""
+    see :func:`index_dtype`); rejects negatives, fractions and NaN."""
     sizes = np.asarray(lengths)
     if sizes.ndim == 1:
         sizes = sizes[:, None]
@@ -82,6 +82,9 @@ def as_size_matrix(lengths) -> np.ndarray:
     if sizes.size and sizes.min() < 0:
         bad = int(np.flatnonzero((sizes < 0).any(axis=1))[0])
         raise ValueError(f"lengths of sample {bad} is negative: {sizes[bad]}")
+    if sizes.size and not np.issubdtype(sizes.dtype, np.integer) and np.any(sizes != np.round(sizes)):
+        bad = int(np.flatnonzero((sizes != np.round(sizes)).any(axis=1))[0])
+        raise ValueError(f"lengths of sample {bad} is not a whole number: {sizes[bad]} (sizes count elements)")
     # headroom for rounding up to a multiple (pad_to_multiple_of) without overflow; int32 sizes
     # are used as they are (the caller's array is never written to)
     return sizes.astype(index_dtype(2 * int(sizes.max()) if sizes.size else 0), copy=False)

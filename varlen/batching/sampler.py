@@ -139,7 +139,10 @@ class BucketBatchSampler(BatchSampler):
         if self.spec.max_tokens is None:
             return 0
         budget = np.asarray(self.spec.max_tokens)
-        return int(np.any(self.sizes > budget, axis=1).sum())
+        padded = self.sizes
+        if self.spec.pad_to_multiple_of:  # what the collate will pad to, as the plan costs it
+            padded = -(-padded // self.spec.pad_to_multiple_of) * self.spec.pad_to_multiple_of
+        return int(np.any(padded > budget, axis=1).sum())
 
     @property
     def epoch(self) -> int:
@@ -172,6 +175,17 @@ class BucketBatchSampler(BatchSampler):
         return len(self.global_plan()) // self.num_replicas
 
     def __iter__(self) -> Iterator[list[int]]:
+        """This epoch's batches for this rank (resuming where a loaded state left off).
+
+        The epoch is read again at the first ``next()``, so a ``set_epoch`` between ``iter()``
+        and the first batch still counts (Lightning calls it after creating its first iterator).
+        """
+        epoch = self.epoch
+        resumed = self._resume is not None and self._resume[0] == epoch
+        self._position = (epoch, self._resume[1] if resumed else 0)  # what a state_dict now names
+        return self._batches()
+
+    def _batches(self) -> Iterator[list[int]]:
         epoch = self.epoch
         plan = self.global_plan(epoch)
         mine = plan.bounds[self.rank :: self.num_replicas]
@@ -211,5 +225,11 @@ class BucketBatchSampler(BatchSampler):
                 "the position is approximate",
                 stacklevel=2,
             )
-        self.set_epoch(int(state["epoch"]))
-        self._resume = (int(state["epoch"]), served)
+        epoch = int(state["epoch"])
+        self.set_epoch(epoch)
+        if served >= len(self):
+            # The saved epoch was complete: resume at the start of the next. A loader may plan
+            # its first batches before anyone calls set_epoch (torchdata's, when restoring workers).
+            epoch, served = epoch + 1, 0
+            self.set_epoch(epoch)
+        self._resume = (epoch, served)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import gc
-import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,25 +20,35 @@ SPLITS = ("train", "val", "test", "predict")
 
 
 class VarLenLoader(StatefulDataLoader):
-    """A resumable loader whose forked workers keep sharing the main process's memory.
+    """A resumable loader whose workers are started with care for what varlen relies on.
 
-    A forked worker shares the parent's pages until either process writes to them, and CPython's
-    cyclic garbage collector writes into the header of every object it scans: one full collection
-    in either process turns the inherited interpreter state (torch, lightning, the datasets'
-    Python objects; ~100 MiB) into a private copy per worker (pytorch/pytorch#13246). So while
-    forked workers run, the objects that existed when they started are frozen (``gc.freeze``, as
-    CPython's documentation advises before a fork); reference counting still frees them, and the
-    collector takes them back once the last forked workers have shut down. Set
-    ``VarLenLoader.freeze_gc = False`` to opt out.
+    * The first batches of an epoch are requested from the sampler at the first ``next()``,
+      not when the iterator is created (torchdata, like torch, prefetches at creation). Lightning
+      creates the first iterator of a run *before* it calls ``set_epoch``, so with workers a
+      resumed run would otherwise plan that epoch with the previous epoch's number.
+    * Forked workers share the main process's memory until the cyclic garbage collector of a
+      worker walks the inherited objects: it writes into each object's header, and the worker
+      then holds a private copy of the interpreter's state (~100 MiB; pytorch/pytorch#13246).
+      So the objects that exist at the fork are frozen (``gc.freeze``, as CPython's documentation
+      advises before a fork) and the main process unfreezes them right after: only the workers
+      keep them out of their collections. Skipped when the application froze objects itself, or
+      with ``VarLenLoader.freeze_gc = False``.
     """
 
     freeze_gc = True
 
     def _get_iterator(self) -> _StatefulMultiProcessingDataLoaderIter:
-        if not (self.num_workers > 0 and self.freeze_gc and self._forks_workers()):
+        if self.num_workers == 0:
             return super()._get_iterator()
         self.check_worker_number_rationality()  # what StatefulDataLoader does, with our iterator class
-        iterator = _FrozenGCWorkers(self, self.next_iter_state)
+        freeze = self.freeze_gc and self._forks_workers() and gc.get_freeze_count() == 0
+        if freeze:
+            gc.freeze()
+        try:
+            iterator = _WorkerIterator(self, self.next_iter_state)  # forks the workers
+        finally:
+            if freeze:
+                gc.unfreeze()
         self.next_iter_state = None
         return iterator
 
@@ -51,33 +60,19 @@ class VarLenLoader(StatefulDataLoader):
         return (method or torch.multiprocessing.get_all_start_methods()[0]) == "fork"
 
 
-class _FrozenGCWorkers(_StatefulMultiProcessingDataLoaderIter):
-    """The multi-process iterator, holding the GC frozen from before its fork to its shutdown."""
+class _WorkerIterator(_StatefulMultiProcessingDataLoaderIter):
+    """torchdata's multi-process iterator, priming its prefetch at the first ``next()``."""
 
-    holders = 0  # iterators whose forked workers are alive, over all loaders
+    def _reset(self, loader, first_iter: bool = False, prime_prefetch: bool = True) -> None:
+        super()._reset(loader, first_iter, prime_prefetch=False)
+        self._prime_pending = prime_prefetch
 
-    def __init__(self, loader: VarLenLoader, next_iter_state: dict[str, Any] | None) -> None:
-        if _FrozenGCWorkers.holders == 0:
-            gc.collect()  # garbage that exists now would be frozen with the rest
-        gc.freeze()
-        _FrozenGCWorkers.holders += 1
-        self._holds_gc = True
-        try:
-            super().__init__(loader, next_iter_state)  # forks the workers
-        except BaseException:
-            self._release_gc()
-            raise
-
-    def _shutdown_workers(self) -> None:
-        super()._shutdown_workers()
-        self._release_gc()
-
-    def _release_gc(self) -> None:
-        if self._holds_gc and not sys.is_finalizing():
-            self._holds_gc = False
-            _FrozenGCWorkers.holders -= 1
-            if _FrozenGCWorkers.holders == 0:
-                gc.unfreeze()
+    def _next_data(self):
+        if self._prime_pending:
+            self._prime_pending = False
+            for _ in range(self._prefetch_factor * self._num_workers):
+                self._try_put_index()
+        return super()._next_data()
 
 
 class SizedSubset(Dataset):

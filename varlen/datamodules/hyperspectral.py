@@ -65,9 +65,9 @@ class BandSubsetBatchSampler(BucketBatchSampler):
     batch in :class:`~varlen.datasets.hyperspectral.EpochIndices`, which is still a list of ints.
     """
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def _batches(self) -> Iterator[list[int]]:
         epoch = self.epoch
-        for batch in super().__iter__():
+        for batch in super()._batches():
             yield EpochIndices(batch, epoch)
 
 
