@@ -11,13 +11,13 @@ Parts (``--parts``, default all but ``accuracy``):
   pages of the mapped cube) count once. It is split into the PSS of the cube file's mappings and
   the rest (interpreter, torch and numpy state, the per-sample tables, batches in flight), which
   grows with the number of labelled pixels, not with the cube's bands. One full garbage collection
-  runs in the main process after 20 batches, as the allocations of a training run trigger them;
-  the second row shows what the loader's GC freeze (:class:`varlen.datamodules.base.VarLenLoader`)
-  saves then. The large cube reads the first ``--large-batches`` (400) batches of the epoch: the
-  train-only statistics of ``setup`` have mapped the training pixels' spectra by then, and the
-  rest stops growing after a few batches. Summed RSS, which counts a shared page once per
-  process, is shown too, as is the size of the dataset pickled to a worker (the cube travels as
-  its path). About 6 minutes on 2 cores.
+  runs in each worker as it starts and in the main process after 20 batches, as the allocations
+  of a long training run trigger them; the second row shows what the loader's GC freeze
+  (:class:`varlen.datamodules.base.VarLenLoader`) saves then. The large cube reads the first
+  ``--large-batches`` (400) batches of the epoch: the train-only statistics of ``setup`` have
+  mapped the training pixels' spectra by then, and the rest stops growing after a few batches.
+  Summed RSS, which counts a shared page once per process, is shown too, as is the size of the
+  dataset pickled to a worker (the cube travels as its path). About 6 minutes on 2 cores.
 * ``throughput``: patches/s of the loader (0 and 2 workers).
 * ``padding``: padding efficiency (real / padded band slots) of band-count batching against
   random batching, same batch size and same token budget.
@@ -122,6 +122,10 @@ def big_dm(
     )  # fmt: skip
 
 
+def full_collection(worker_id: int) -> None:
+    gc.collect()
+
+
 def epoch_memory(loader, mapped: Path, max_batches: int | None = None) -> tuple[int, np.ndarray]:
     """Iterate one epoch (or its first ``max_batches``); return (patches, peak of each :func:`tree_memory`
     figure, sampled about once a second)."""
@@ -165,6 +169,7 @@ def bench_memory(folder: Path, height: int, width: int, baseline: bool, max_batc
             dm.datasets["train"] = WholeCubePerWorker(dm.datasets["train"], cube_path)
         shipped = len(pickle.dumps(dm.dataset("train")))  # what a spawn/forkserver worker would receive
         loader = dm.train_dataloader()
+        loader.worker_init_fn = full_collection  # what a long run's allocations trigger in each worker
         VarLenLoader.freeze_gc = "not frozen" not in label
         patches, peak = epoch_memory(loader, cube_path, max_batches)
         VarLenLoader.freeze_gc = True

@@ -181,11 +181,20 @@ def frozen_in_workers(loader: VarLenLoader) -> list[int]:
     return [s["frozen"] for batch in loader for s in batch]
 
 
-def test_forked_workers_keep_inherited_objects_frozen_and_the_main_process_does_not(
+class FreezeRecorder(pl.Callback):
+    def __init__(self) -> None:
+        self.counts: list[int] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.counts.append(gc.get_freeze_count())
+
+
+def test_gc_frozen_in_workers_always_and_in_the_main_process_only_during_epochs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Workers never walk what they inherited (their GC would copy it); the main process unfreezes
-    right after the fork, so nothing stays uncollectable there; an application's own freeze is left alone."""
+    """Workers never walk what they inherited (their GC would copy it); the main process is frozen
+    from an epoch's first batch to its end, so nothing stays uncollectable between epochs, after
+    a fit, or for an iterator that is never iterated; an application's own freeze is left alone."""
     loader = VarLenLoader(
         FreezeProbe(), batch_sampler=BucketBatchSampler(FreezeProbe.lengths, batch_size=8), num_workers=2,
         collate_fn=list,
@@ -193,18 +202,49 @@ def test_forked_workers_keep_inherited_objects_frozen_and_the_main_process_does_
     if not loader._forks_workers():
         pytest.skip("workers are not forked on this platform")
     gc.unfreeze()
-    assert min(frozen_in_workers(loader)) > 0
-    assert gc.get_freeze_count() == 0
-
-    gc.freeze()  # the application's own freeze
     try:
+        in_main, in_workers = [], []
+        for batch in loader:
+            in_main.append(gc.get_freeze_count())
+            in_workers += [sample["frozen"] for sample in batch]
+        assert min(in_workers) > 0 and min(in_main) > 0
+        assert gc.get_freeze_count() == 0  # the epoch ended
+
+        iter(loader)  # e.g. torchdata creating an iterator to read its state: forks, never iterated
+        assert gc.get_freeze_count() == 0
+        for _ in loader:
+            break  # a loop of one's own that leaves an epoch early
+        assert gc.get_freeze_count() > 0
+        loader.shutdown_workers()
+        assert gc.get_freeze_count() == 0
+
+        persistent = VarLenLoader(
+            FreezeProbe(), batch_sampler=BucketBatchSampler(FreezeProbe.lengths, batch_size=8), num_workers=2,
+            collate_fn=list, persistent_workers=True,
+        )  # fmt: skip
+        for _ in range(2):
+            assert min(frozen_in_workers(persistent)) > 0 and gc.get_freeze_count() == 0
+
+        recorder = FreezeRecorder()
+        trainer = pl.Trainer(
+            max_epochs=2, accelerator="cpu", logger=False, enable_progress_bar=False, enable_checkpointing=False,
+            callbacks=[recorder], limit_train_batches=3, limit_val_batches=2,
+        )  # fmt: skip
+        dm = ToyDataModule(num_workers=2)
+        dm.persistent_workers = True
+        trainer.fit(ToyModel(), datamodule=dm)
+        assert len(recorder.counts) == 6 and min(recorder.counts) > 0
+        assert gc.get_freeze_count() == 0
+
+        gc.freeze()  # the application's own freeze
         mine = gc.get_freeze_count()
         frozen_in_workers(loader)
         assert gc.get_freeze_count() > mine // 2  # not undone (some frozen objects were freed meanwhile)
-    finally:
         gc.unfreeze()
 
-    monkeypatch.setattr(VarLenLoader, "freeze_gc", False)
-    assert max(frozen_in_workers(loader)) == 0
-    loader.multiprocessing_context = "spawn"
-    assert not loader._forks_workers()
+        monkeypatch.setattr(VarLenLoader, "freeze_gc", False)
+        assert max(frozen_in_workers(loader)) == 0
+        loader.multiprocessing_context = "spawn"
+        assert not loader._forks_workers()
+    finally:
+        gc.unfreeze()
