@@ -415,6 +415,8 @@ def test_malformed_lines_and_missing_files(tmp_path) -> None:
         (read_msrvtt, {"videos": [{"video_id": "v1", "start time": 0, "end time": "x"}], "sentences": []},
          r"video 'v1': end time must be a number of seconds"),
         (read_msrvtt, "{not json", "not valid JSON"),
+        (read_jsonl, '{"video_id": "a", "start": 0, "end": 1, "text": "t", "duration": "n/a"}\n',
+         r"line 1: duration must be a number of seconds, got 'n/a'"),
     ],
 )  # fmt: skip
 def test_annotation_values_of_the_wrong_type_name_file_and_video(tmp_path, reader, content, message) -> None:

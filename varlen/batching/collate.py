@@ -32,8 +32,9 @@ class Padded(NamedTuple):
     mask: torch.Tensor
 
 
-def round_up(n: int, multiple: int | None) -> int:
-    """``n`` rounded up to a multiple of ``multiple`` (unchanged when ``multiple`` is falsy)."""
+def round_up(n, multiple: int | None):
+    """``n`` (an int or an integer array) rounded up to a multiple of ``multiple`` (unchanged
+    when ``multiple`` is falsy)."""
     return -(-n // multiple) * multiple if multiple else n
 
 

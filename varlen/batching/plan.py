@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from varlen.batching.collate import round_up
+
 COST_MODES = ("padded", "sum")
 #: ratio between consecutive geometric bucket edges: rounding costs at most ~5% padding
 GROWTH = 1.05
@@ -109,9 +111,7 @@ def bucketize(sizes: np.ndarray, spec: PlanSpec) -> tuple[np.ndarray, np.ndarray
     of ratio :data:`GROWTH` (so the sparse long tail is not lumped into one wide bucket).
     """
     num_buckets = spec.num_buckets or auto_buckets(sizes, spec)
-    multiple = spec.pad_to_multiple_of
-    if multiple:
-        sizes = -(-sizes // multiple) * multiple
+    sizes = round_up(sizes, spec.pad_to_multiple_of)
     ids = np.empty(sizes.shape, dtype=np.int16)  # see MAX_BUCKETS
     rounded = np.empty_like(sizes)
     for d in range(sizes.shape[1]):

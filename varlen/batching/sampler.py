@@ -10,6 +10,7 @@ import numpy as np
 import torch.distributed as dist
 from torch.utils.data import BatchSampler, Sampler
 
+from varlen.batching.collate import round_up
 from varlen.batching.plan import Plan, PlanSpec, as_size_matrix, bucketize, build_plan
 
 
@@ -139,9 +140,7 @@ class BucketBatchSampler(BatchSampler):
         if self.spec.max_tokens is None:
             return 0
         budget = np.asarray(self.spec.max_tokens)
-        padded = self.sizes
-        if self.spec.pad_to_multiple_of:  # what the collate will pad to, as the plan costs it
-            padded = -(-padded // self.spec.pad_to_multiple_of) * self.spec.pad_to_multiple_of
+        padded = round_up(self.sizes, self.spec.pad_to_multiple_of)  # what the collate pads to, as the plan costs it
         return int(np.any(padded > budget, axis=1).sum())
 
     @property
@@ -181,17 +180,18 @@ class BucketBatchSampler(BatchSampler):
         and the first batch still counts (Lightning calls it after creating its first iterator).
         """
         epoch = self.epoch
-        resumed = self._resume is not None and self._resume[0] == epoch
-        self._position = (epoch, self._resume[1] if resumed else 0)  # what a state_dict now names
+        self._position = (epoch, self._first_batch(epoch))  # what a state_dict now names
         return self._batches()
+
+    def _first_batch(self, epoch: int) -> int:
+        """Where ``epoch`` starts: the loaded state's position in that epoch, else 0."""
+        return self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
 
     def _batches(self) -> Iterator[list[int]]:
         epoch = self.epoch
         plan = self.global_plan(epoch)
         mine = plan.bounds[self.rank :: self.num_replicas]
-        start = 0
-        if self._resume is not None and self._resume[0] == epoch:
-            start = self._resume[1]
+        start = self._first_batch(epoch)
         self._resume = None
         self._position = (epoch, start)
         for served, (first, end) in enumerate(mine[start:].tolist(), start + 1):

@@ -42,7 +42,7 @@ from varlen.datasets.hyperspectral import (
     collate_hyperspectral,
     evenly_spaced,
     fetch_scene_file,
-    near_centres,
+    footprint_map,
     open_cube,
     patch_fits,
     read_array,
@@ -336,13 +336,14 @@ class HyperspectralDataModule(VarLenDataModule):
         out = {"train": (masks[0], scene.train_labels), "val": (masks[1], scene.train_labels)}
         skipped = {"train": train_skip, "val": val_skip}
         if scene.test_labels is not None:
-            # Footprints of centres <= 2r apart share pixels. Test centres near train centres are
-            # dropped, then val centres near the remaining test ones: val is carved out here,
-            # while the published test map is kept as whole as possible.
+            # Footprints of centres <= 2r apart share pixels (so: within the radius-2r footprint
+            # of the other split's centres). Test centres near train centres are dropped, then val
+            # centres near the remaining test ones: val is carved out here, while the published
+            # test map is kept as whole as possible.
             test = (scene.test_labels > 0) & fits
-            test_touching = test & near_centres(masks[0], r)
+            test_touching = test & footprint_map(masks[0], 2 * r)
             test &= ~test_touching
-            val_touching = masks[1] & near_centres(test, r)
+            val_touching = masks[1] & footprint_map(test, 2 * r)
             out["val"] = (masks[1] & ~val_touching, scene.train_labels)
             val_skip["patch overlapping test patches"] = int(val_touching.sum())
             skipped["test"] = {

@@ -768,11 +768,6 @@ def block_split(
     return masks, territory, skipped
 
 
-def near_centres(centres: np.ndarray, radius: int) -> np.ndarray:
-    """Pixels whose ``(2r+1)^2`` patch would share a pixel with the patch of a centre (<= 2r away)."""
-    return ndimage.maximum_filter(centres.astype(np.uint8), size=4 * radius + 1, mode="constant").astype(bool)
-
-
 def footprint_map(centres: np.ndarray, radius: int) -> np.ndarray:
     """Pixels covered by the ``(2r+1)^2`` patch of any centre."""
     if radius == 0:

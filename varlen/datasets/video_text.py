@@ -239,7 +239,7 @@ def read_jsonl(path: str | os.PathLike) -> CaptionTable:
                     f"{path}, line {line_no}: expected {{video_id, start, end, text}}, got {got!r} ({err})"
                 ) from err
             if "duration" in obj:
-                durations[vid] = float(obj["duration"])
+                durations[vid] = _seconds(obj["duration"], f"{path}, line {line_no}: duration")
             if "subset" in obj:
                 subsets[vid] = str(obj["subset"])
             records.append((str(vid), s, e, str(t), line_no))
