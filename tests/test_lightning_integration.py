@@ -16,7 +16,7 @@ import torch.multiprocessing as mp
 from toy import ToyDataModule, ToyModel
 
 from varlen.batching import BucketBatchSampler
-from varlen.datamodules.base import VarLenLoader
+from varlen.batching.loader import VarLenLoader
 
 HERE = Path(__file__).parent
 

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from varlen.batching import pad_sequences
-from varlen.datamodules.base import VarLenDataModule
+from varlen.datamodules.base import VarLenDataModule, base_args
 from varlen.models.base import VarLenModule
 
 
@@ -49,16 +49,14 @@ class ToyDataModule(VarLenDataModule):
         seed: int = 0,
         num_workers: int = 0,
     ) -> None:
-        super().__init__(
-            batch_size=batch_size, max_tokens=max_tokens, shuffle=shuffle, seed=seed, num_workers=num_workers
-        )
+        super().__init__(**base_args(locals()))
         self.num_samples = num_samples
         self.num_classes = 2
         self.collate_fn = collate_toy
 
-    def setup(self, stage: str | None = None) -> None:
-        self.datasets = {"train": ToySequences(self.num_samples, 1), "val": ToySequences(64, 2)}
-        self.datasets["test"] = self.datasets["val"]
+    def build(self, stage: str | None) -> dict[str, ToySequences]:
+        val = ToySequences(64, 2)
+        return {"train": ToySequences(self.num_samples, 1), "val": val, "test": val}
 
 
 class ToyModel(VarLenModule):
@@ -74,11 +72,11 @@ class ToyModel(VarLenModule):
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss = nn.functional.cross_entropy(self(batch), batch["labels"])
-        self.log_metrics({"train/loss": loss}, batch)
+        self.log_mean({"train/loss": loss}, batch)
         return loss
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self.log_metrics({"val/loss": nn.functional.cross_entropy(self(batch), batch["labels"])}, batch)
+        self.log_mean({"val/loss": nn.functional.cross_entropy(self(batch), batch["labels"])}, batch)
 
     def test_step(self, batch: dict, batch_idx: int) -> None:
         self.validation_step(batch, batch_idx)

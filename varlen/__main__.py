@@ -1,6 +1,6 @@
 """``python -m varlen``: the same as the ``varlen`` command."""
 
-from varlen.cli import main
+from varlen.cli import console
 
 if __name__ == "__main__":
-    main()
+    console()

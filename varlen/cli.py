@@ -8,10 +8,16 @@ the model's argument of the same name.
 
 from __future__ import annotations
 
+import logging
+import sys
+
 from lightning.pytorch.cli import ArgsType, LightningCLI
 
 import varlen.datamodules
 import varlen.models
+from varlen.errors import DataError
+
+__all__ = ["LINKED", "VarLenCLI", "console", "main"]
 
 #: DataModule attributes handed to the model argument of the same name, when both exist.
 LINKED = (
@@ -53,6 +59,26 @@ def main(args: ArgsType = None, run: bool = True) -> LightningCLI:
     )
 
 
+def show_varlen_logs() -> None:
+    """Print the ``varlen`` logger's INFO messages (the data report) on stderr, once."""
+    logger = logging.getLogger("varlen")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
 def console() -> None:
-    """The ``varlen`` console script: runs the CLI and exits 0 (``main`` returns the CLI object)."""
-    main()
+    """The ``varlen`` console script: runs the CLI; bad data ends it with its message and status 2.
+
+    A :class:`~varlen.errors.DataError` says which file, row or sample is wrong and what to do:
+    its traceback would only bury that, so it is printed alone.
+    """
+    show_varlen_logs()
+    try:
+        main()
+    except DataError as error:
+        print(f"varlen: error: {error}", file=sys.stderr)
+        sys.exit(2)

@@ -1,9 +1,11 @@
 """The contract every varlen DataModule and model keeps, as a pytest base class.
 
 Each scenario's tests subclass :class:`DataModuleContract` and implement ``make_datamodule``
-and ``make_model``; the shared tests then check coverage, equal rank counts, budgets,
-resumption, the batch layout, padding invariance and the CLI. Use it for your own DataModules
-too. :class:`StepCounter` records what each rank trained on, for DDP tests.
+and ``make_model`` (and, for the bad-input matrix, :meth:`DataModuleContract.bad_input`); the
+shared tests then check coverage, equal rank counts, budgets on collated batches, resumption,
+per-sample outputs, padding invariance, the report, bad input, the CLI and a real 2-process DDP
+run whose metrics must equal one process's. Use it for your own DataModules too.
+:class:`StepCounter` and :class:`ValidationRecorder` record what each rank did, for DDP tests.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +27,39 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 
 from varlen.batching import BucketBatchSampler
 from varlen.datamodules.base import VarLenDataModule
+from varlen.errors import DataError, DatasetNotFoundError
 from varlen.models.base import VarLenModule
+
+__all__ = [
+    "BAD_INPUT_CASES",
+    "BadInput",
+    "DataModuleContract",
+    "StepCounter",
+    "ValidationRecorder",
+    "batch_indices",
+    "ddp_fit",
+    "run_cli",
+]
+
+#: the bad-input matrix every DataModule is checked against (see :meth:`DataModuleContract.bad_input`)
+BAD_INPUT_CASES = ("missing_source", "unreadable_file", "empty_source", "non_finite", "empty_sample", "unknown_label")
+
+
+@dataclass(frozen=True)
+class BadInput:
+    """One case of the bad-input matrix, as DataModule arguments that produce it.
+
+    Attributes:
+        overrides: arguments for ``make_datamodule`` (besides ``on_bad``).
+        message: a regular expression the raised error's message must match (it should name
+            the file, row or sample).
+        skipped: a part of the reason ``dm.report`` counts under ``on_bad="skip"``; None when
+            the case cannot be skipped (nothing usable is left), so it raises under both policies.
+    """
+
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    message: str = ""
+    skipped: str | None = None
 
 
 class StepCounter(pl.Callback):
@@ -41,7 +76,7 @@ class StepCounter(pl.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.batches += 1
-        self.indices.extend(int(i) for i in batch["index"].tolist())
+        self.indices.extend(batch_indices(batch))
 
     def on_train_end(self, trainer, pl_module) -> None:
         Path(self.out_dir).mkdir(parents=True, exist_ok=True)
@@ -54,6 +89,26 @@ class StepCounter(pl.Callback):
             "num_training_batches": trainer.num_training_batches,
         }
         (Path(self.out_dir) / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))
+
+
+class ValidationRecorder(pl.Callback):
+    """After each (non-sanity) validation: the epoch metrics as JSON and a checkpoint of the weights.
+
+    Args:
+        out_dir: folder for ``val_metrics.json`` and ``validated.ckpt`` (written by rank 0).
+    """
+
+    def __init__(self, out_dir: str) -> None:
+        self.out_dir = out_dir
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        if trainer.sanity_checking:
+            return
+        out = Path(self.out_dir)
+        trainer.save_checkpoint(out / "validated.ckpt")  # every rank calls it; rank 0 writes
+        if trainer.global_rank == 0:
+            metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+            (out / "val_metrics.json").write_text(json.dumps(metrics))
 
 
 def run_cli(args: Sequence[str], cwd: str | Path, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -69,7 +124,11 @@ def run_cli(args: Sequence[str], cwd: str | Path, timeout: float = 600) -> subpr
 
 
 def ddp_fit(config: str | Path, tmp_path: Path, overrides: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """A real 2-process CPU (gloo) fit of ``config`` for one epoch; returns each rank's record."""
+    """A real 2-process CPU (gloo) fit of ``config`` for one epoch; returns each rank's record.
+
+    Validation runs in full at the end of the epoch; its metrics and weights are written to
+    ``tmp_path/steps`` by :class:`ValidationRecorder`.
+    """
     out = tmp_path / "steps"
     run_cli(
         [
@@ -80,11 +139,13 @@ def ddp_fit(config: str | Path, tmp_path: Path, overrides: Sequence[str] = ()) -
             "--trainer.strategy=ddp",
             "--trainer.devices=2",
             "--trainer.max_epochs=1",
-            "--trainer.limit_val_batches=2",
+            "--trainer.num_sanity_val_steps=0",
             "--trainer.enable_checkpointing=false",
             "--trainer.logger=false",
             f"--trainer.default_root_dir={tmp_path}",
             "--trainer.callbacks+=varlen.testing.StepCounter",
+            f"--trainer.callbacks.out_dir={out}",
+            "--trainer.callbacks+=varlen.testing.ValidationRecorder",
             f"--trainer.callbacks.out_dir={out}",
             *overrides,
         ],
@@ -103,9 +164,15 @@ class DataModuleContract:
     Hooks:
         make_datamodule(**overrides): a small DataModule (seconds to set up).
         make_model(datamodule): a small model fitting it.
+        bad_input(case, tmp_path): a :class:`BadInput` for each case of :data:`BAD_INPUT_CASES`
+            that applies (None for one that does not: the test says so and skips).
         real_output(output, batch, i): sample ``i``'s output restricted to its real region
-            (default: ``output[i]``), for the padding-invariance test.
-        config / cli_overrides: the YAML and the arguments that make the CLI test tiny.
+            (default: ``output[i]``), for the per-sample tests.
+        collated_cost(batch): what the budget bounds, measured on a collated batch: one value per
+            budget axis (default: the element count of each mask in ``mask_keys``).
+        budget_overrides(): arguments that switch the DataModule to a token budget.
+        config / cli_overrides: the YAML and the arguments that make the CLI tests tiny.
+        ddp_overrides(tmp_path): arguments for the 2-process fit (tiny data, a fresh cache folder).
     """
 
     config: str | None = None
@@ -118,8 +185,20 @@ class DataModuleContract:
     def make_model(self, datamodule: VarLenDataModule) -> VarLenModule:
         raise NotImplementedError
 
+    def bad_input(self, case: str, tmp_path: Path) -> BadInput | None:
+        return None
+
     def real_output(self, output: Any, batch: Mapping[str, Any], i: int) -> torch.Tensor:
         return output[i]
+
+    def collated_cost(self, datamodule: VarLenDataModule, batch: Mapping[str, Any]) -> np.ndarray:
+        return np.array([batch[k].numel() for k in datamodule.mask_keys])
+
+    def budget_overrides(self) -> dict[str, Any]:
+        return {"max_tokens": 256}
+
+    def ddp_overrides(self, tmp_path: Path) -> list[str]:
+        return list(self.cli_overrides)
 
     @pytest.fixture(scope="class")
     def datamodule(self) -> VarLenDataModule:
@@ -168,20 +247,18 @@ class DataModuleContract:
             assert len(counts) == 1 and len({c for pair in counts for c in pair}) == 1
             assert sorted(served) == list(range(len(dataset)))
 
-    def test_budget_is_held(self) -> None:
+    def test_budget_is_held_by_collated_batches(self) -> None:
+        """Cost every *collated* batch from its tensors: a ``sampler_lengths`` that under-reports fails."""
         dm = self.make_datamodule(**self.budget_overrides())
         dm.setup("fit")
-        sampler = dm.train_dataloader().batch_sampler
-        budget = np.asarray(sampler.spec.max_tokens)
-        sizes = sampler.sizes
-        for batch in sampler:
-            block = sizes[batch]
-            cost = block.sum(0) if sampler.spec.cost == "sum" else len(batch) * block.max(0)
-            assert len(batch) == 1 or np.all(cost <= budget), (batch, cost, budget)
-
-    def budget_overrides(self) -> dict[str, Any]:
-        """DataModule arguments that switch it to a token budget (override per scenario)."""
-        return {"max_tokens": 256}
+        loader = dm.train_dataloader()
+        budget = np.asarray(loader.batch_sampler.spec.max_tokens)
+        batches = 0
+        for batch in loader:
+            cost = np.asarray(self.collated_cost(dm, batch))
+            assert len(batch_indices(batch)) == 1 or np.all(cost <= budget), (batch_indices(batch), cost, budget)
+            batches += 1
+        assert batches == len(loader) > 1
 
     def test_resume_mid_epoch_matches_uninterrupted(self, datamodule: VarLenDataModule) -> None:
         loader = datamodule.train_dataloader()
@@ -198,19 +275,82 @@ class DataModuleContract:
         assert head + [batch_indices(b) for b in resumed] == full
 
     def test_batches_differ_between_epochs(self, datamodule: VarLenDataModule) -> None:
+        """Which samples go together changes, not only the order of the same batches."""
         sampler = datamodule.train_dataloader().batch_sampler
         sampler.set_epoch(0)
-        first = list(sampler)
+        first = {frozenset(b) for b in sampler}
         sampler.set_epoch(1)
-        assert list(sampler) != first
+        second = {frozenset(b) for b in sampler}
+        assert first != second
+
+    # -- the report and bad input -----------------------------------------------------------
+
+    def test_report_counts_every_split(self, datamodule: VarLenDataModule) -> None:
+        for split, dataset in datamodule.datasets.items():
+            assert datamodule.report.split(split).kept == len(dataset) > 0
+        table = str(datamodule.report)
+        assert all(split in table for split in datamodule.datasets)
+
+    def _bad_case(self, case: str, tmp_path: Path) -> BadInput:
+        bad = self.bad_input(case, tmp_path)
+        if bad is None:
+            pytest.skip(f"the bad-input case {case!r} does not apply to {type(self).__name__}")
+        return bad
+
+    def _build(self, bad: BadInput, on_bad: str) -> VarLenDataModule:
+        dm = self.make_datamodule(**{**bad.overrides, "on_bad": on_bad})
+        dm.prepare_data()
+        dm.setup("fit")
+        return dm
+
+    def test_missing_source_says_what_to_fetch(self, tmp_path: Path) -> None:
+        bad = self._bad_case("missing_source", tmp_path)
+        with pytest.raises(DatasetNotFoundError, match=bad.message) as info:
+            self._build(bad, "raise")
+        assert "To get it:" in str(info.value)
+
+    @pytest.mark.parametrize("case", BAD_INPUT_CASES)
+    def test_bad_input_raises_a_clear_error(self, case: str, tmp_path: Path) -> None:
+        bad = self._bad_case(case, tmp_path)
+        with pytest.raises(DataError, match=bad.message):
+            self._build(bad, "raise")
+
+    @pytest.mark.parametrize("case", BAD_INPUT_CASES)
+    def test_bad_input_is_skipped_and_counted(self, case: str, tmp_path: Path) -> None:
+        bad = self._bad_case(case, tmp_path)
+        if bad.skipped is None:
+            with pytest.raises(DataError, match=bad.message):
+                self._build(bad, "skip")
+            return
+        with pytest.warns(UserWarning, match="dm.report"):
+            dm = self._build(bad, "skip")
+        assert dm.report.skipped(bad.skipped) >= 1, str(dm.report)
 
     # -- model ----------------------------------------------------------------------------
 
+    def _val_samples(self, datamodule: VarLenDataModule, count: int = 6) -> list[Any]:
+        dataset = datamodule.dataset("val")
+        return [dataset[i] for i in range(min(count, len(dataset)))]
+
     def test_forward_is_per_sample(self, datamodule: VarLenDataModule, model: VarLenModule) -> None:
-        batch = next(iter(datamodule.val_dataloader()))
+        """Permuting a batch permutes its outputs: row ``i`` belongs to sample ``i``."""
+        samples = self._val_samples(datamodule)
+        if len(samples) < 2:
+            pytest.skip("needs two validation samples")
+        order = list(range(len(samples)))[::-1]
+        batch = datamodule.collate_fn(samples)
+        flipped = datamodule.collate_fn([samples[i] for i in order])
         with torch.no_grad():
-            output = model(batch)
-        assert output.shape[0] == len(batch["index"])
+            output, output_flipped = model(batch), model(flipped)
+        assert output.shape[0] == len(samples)
+        for j, i in enumerate(order):
+            torch.testing.assert_close(
+                self.real_output(output_flipped, flipped, j),
+                self.real_output(output, batch, i),
+                atol=self.invariance_atol,
+                rtol=1e-4,
+            )
+        assert not torch.allclose(self.real_output(output, batch, 0), self.real_output(output, batch, order[0]))
 
     def test_padding_does_not_change_outputs(self, datamodule: VarLenDataModule, model: VarLenModule) -> None:
         dataset = datamodule.dataset("val")
@@ -230,8 +370,7 @@ class DataModuleContract:
 
     # -- CLI ------------------------------------------------------------------------------
 
-    @pytest.mark.parametrize("subcommand", ["fit", "validate", "test", "predict"])
-    def test_cli_runs(self, subcommand: str, tmp_path: Path) -> None:
+    def _cli(self, subcommand: str, tmp_path: Path, *extra: str):
         if self.config is None:
             pytest.skip("no config for this scenario")
         from varlen.cli import main
@@ -240,9 +379,69 @@ class DataModuleContract:
             subcommand,
             "--config",
             self.config,
-            "--trainer.fast_dev_run=1",
             "--trainer.accelerator=cpu",
             f"--trainer.default_root_dir={tmp_path}",
             *self.cli_overrides,
+            *extra,
         ]
-        main(args)
+        return main(args)
+
+    @pytest.mark.parametrize("subcommand", ["fit", "validate", "test"])
+    def test_cli_runs_and_logs(self, subcommand: str, tmp_path: Path) -> None:
+        cli = self._cli(subcommand, tmp_path, "--trainer.fast_dev_run=1")
+        trainer = cli.trainer
+        if subcommand == "fit":
+            assert trainer.global_step == 1
+        prefix = {"fit": "val/", "validate": "val/", "test": "test/"}[subcommand]
+        logged = [k for k in trainer.callback_metrics if k.startswith(prefix)]
+        assert f"{prefix}loss" in logged, sorted(trainer.callback_metrics)
+        assert all(torch.isfinite(trainer.callback_metrics[k]) for k in logged)
+
+    def test_cli_predictions_map_back_to_samples(self, tmp_path: Path) -> None:
+        cli = self._cli("predict", tmp_path, "--trainer.fast_dev_run=1")
+        predictions = cli.trainer.predict_loop.predictions
+        assert predictions, "predict returned nothing"
+        dataset = cli.datamodule.dataset("predict" if "predict" in cli.datamodule.datasets else "test")
+        for output in predictions:
+            index = output["index"]
+            assert index.ndim == 1 and len(set(index.tolist())) == len(index)
+            assert all(0 <= i < len(dataset) for i in index.tolist())
+            for name, value in output.items():
+                if torch.is_tensor(value) and value.ndim:
+                    assert value.shape[0] == len(index), (name, tuple(value.shape))
+            for i in index.tolist()[:3]:
+                assert int(dataset[i]["index"]) == i
+
+    # -- DDP ------------------------------------------------------------------------------
+
+    def test_ddp_fit_covers_all_and_metrics_equal_one_process(self, tmp_path: Path) -> None:
+        """Two processes from an empty cache: equal steps, every sample once, and the validation
+        metrics of the trained weights equal to what one process computes from them."""
+        if self.config is None:
+            pytest.skip("no config for this scenario")
+        overrides = self.ddp_overrides(tmp_path)
+        records = ddp_fit(self.config, tmp_path, overrides)
+        assert records[0]["batches"] == records[1]["batches"] == records[0]["num_training_batches"] > 0
+        assert records[0]["global_step"] == records[1]["global_step"]
+        served = sorted(records[0]["indices"] + records[1]["indices"])
+        from varlen.cli import main
+
+        one = main(
+            [
+                "validate",
+                "--config",
+                self.config,
+                "--trainer.accelerator=cpu",
+                "--trainer.devices=1",
+                "--trainer.logger=false",
+                f"--trainer.default_root_dir={tmp_path / 'one'}",
+                *overrides,
+                f"--ckpt_path={tmp_path / 'steps' / 'validated.ckpt'}",
+            ]
+        )
+        assert served == list(range(len(one.datamodule.dataset("train"))))
+        two = json.loads((tmp_path / "steps" / "val_metrics.json").read_text())
+        single = {k: float(v) for k, v in one.trainer.callback_metrics.items() if k.startswith("val/")}
+        assert two and set(two) == set(single), (sorted(two), sorted(single))
+        for name, value in two.items():
+            assert value == pytest.approx(single[name], rel=1e-4, abs=1e-6), (name, value, single[name])

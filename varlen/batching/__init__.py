@@ -18,6 +18,7 @@ __all__ = [
     "EpochTracker",
     "Padded",
     "PaddingTelemetry",
+    "VarLenLoader",
     "PlanSpec",
     "additive_mask",
     "blocked_mask",
@@ -31,9 +32,13 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # The telemetry callback imports Lightning; keep `import varlen.batching` light without it.
+    # The telemetry callback imports Lightning and the loader torchdata: `import varlen.batching` stays light.
     if name in {"PaddingTelemetry", "BatchStats", "mask_stats"}:
         from varlen.batching import telemetry
 
         return getattr(telemetry, name)
+    if name == "VarLenLoader":
+        from varlen.batching.loader import VarLenLoader
+
+        return VarLenLoader
     raise AttributeError(f"module 'varlen.batching' has no attribute {name!r}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from varlen._lazy import lazy_scenarios
-from varlen.datamodules.base import SizedSubset, VarLenDataModule, stratified_split
+from varlen.datamodules.base import VarLenDataModule, base_args
 
 #: public name -> module of this package that defines it
 SCENARIOS = {
@@ -14,7 +14,7 @@ SCENARIOS = {
     "HyperspectralDataModule": "hyperspectral",
 }
 
-__all__ = ["SizedSubset", "VarLenDataModule", "import_all", "stratified_split", *SCENARIOS]
+__all__ = ["VarLenDataModule", "base_args", "import_all", *SCENARIOS]
 
 
 import_all, __getattr__ = lazy_scenarios(__name__, SCENARIOS)

@@ -1,4 +1,4 @@
-"""What every reference model shares: logging with explicit batch sizes and indexed predictions."""
+"""What every reference model shares: DDP-exact epoch metrics, explicit batch sizes, indexed predictions."""
 
 from __future__ import annotations
 
@@ -7,6 +7,11 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from torch import nn
+from torchmetrics import MeanMetric
+
+
+__all__ = ["VarLenModule", "WarmupLinearDecay", "warmup_linear_decay"]
 
 
 class VarLenModule(pl.LightningModule):
@@ -15,18 +20,42 @@ class VarLenModule(pl.LightningModule):
     Every batch carries ``index`` (the dataset indices of its samples), so the batch size is
     always known (dynamic batches need an explicit ``batch_size`` in ``self.log``, or epoch
     means are wrong) and predictions can be put back in dataset order.
+
+    Epoch metrics are exact under DDP: each rank sees different samples (the sampler shards
+    them), so an epoch mean must be a sum of values over a sum of weights across ranks, not a
+    mean of rank means. :meth:`log_mean` keeps such a mean in a torchmetrics ``MeanMetric``
+    (synced as sums); metric objects are logged as they are; values computed from metrics that
+    are already synced go through :meth:`log_global`.
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._epoch_means = nn.ModuleDict()  # name -> MeanMetric, created at first use
 
     @staticmethod
     def batch_size_of(batch: Mapping[str, Any]) -> int:
         """Number of samples in a collated batch."""
         return int(batch["index"].shape[0])
 
-    def log_metrics(self, metrics: Mapping[str, Any], batch: Mapping[str, Any], **kwargs: Any) -> None:
-        """``log_dict`` with the batch's real size and epoch aggregation synced across ranks."""
-        kwargs.setdefault("on_epoch", True)
-        kwargs.setdefault("sync_dist", True)
-        self.log_dict(dict(metrics), batch_size=self.batch_size_of(batch), **kwargs)
+    def log_mean(self, metrics: Mapping[str, torch.Tensor], batch: Mapping[str, Any], **kwargs: Any) -> None:
+        """Log each value per step (training) and as its epoch mean weighted by batch size, exact over ranks."""
+        size = self.batch_size_of(batch)
+        kwargs.setdefault("on_step", self.training)
+        for name, value in metrics.items():
+            key = name.replace("/", "__").replace(".", "_")
+            if key not in self._epoch_means:
+                self._epoch_means[key] = MeanMetric().to(self.device)
+            mean = self._epoch_means[key]
+            mean(value.detach(), weight=size)  # forward: updates the epoch state, caches this batch's value
+            self.log(name, mean, on_epoch=True, batch_size=size, metric_attribute=f"_epoch_means.{key}", **kwargs)
+
+    def log_global(self, metrics: Mapping[str, Any], **kwargs: Any) -> None:
+        """Log epoch values that are already the same on every rank (computed from synced metrics).
+
+        ``sync_dist=True`` averages identical values, which changes nothing, and tells Lightning
+        that the value is global (it warns otherwise).
+        """
+        self.log_dict(dict(metrics), on_step=False, on_epoch=True, batch_size=1, sync_dist=True, **kwargs)
 
     def predict_step(self, batch: Mapping[str, Any], batch_idx: int) -> dict[str, torch.Tensor]:
         """Per-sample outputs with the dataset indices they belong to."""

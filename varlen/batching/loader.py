@@ -1,0 +1,155 @@
+"""`VarLenLoader`: torchdata's resumable loader, with the two behaviours varlen relies on.
+
+It overrides private methods of torchdata's multi-process iterator (``_reset``, ``_next_data``,
+``_try_put_index``, ``_shutdown_workers``). Those can change in any release, so pyproject caps
+torchdata at the newest version tested (:data:`TESTED_TORCHDATA`), and :func:`check_torchdata`
+(run when the first multi-process iterator is built, and by the test suite) refuses a torchdata
+whose private API differs, with a message that says so, instead of resuming wrongly.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import inspect
+import sys
+from typing import Any
+
+import torch
+from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.stateful_dataloader import _StatefulMultiProcessingDataLoaderIter
+
+__all__ = ["TESTED_TORCHDATA", "VarLenLoader", "check_torchdata"]
+
+#: torchdata releases whose private iterator API :class:`VarLenLoader` was tested against
+TESTED_TORCHDATA = ("0.10", "0.11")
+#: the private methods overridden or called, with the parameters they must take
+_PRIVATE_API = {
+    "_reset": ("self", "loader", "first_iter", "prime_prefetch"),
+    "_next_data": ("self",),
+    "_try_put_index": ("self",),
+    "_shutdown_workers": ("self",),
+    "__init__": ("self", "loader", "next_iter_state"),
+}
+
+
+@functools.cache
+def check_torchdata() -> None:
+    """Refuse a torchdata whose private iterator API differs from the one VarLenLoader overrides.
+
+    Raises:
+        RuntimeError: naming the method and both signatures, and the versions tested.
+    """
+    for name, wanted in _PRIVATE_API.items():
+        method = getattr(_StatefulMultiProcessingDataLoaderIter, name, None)
+        found = tuple(inspect.signature(method).parameters) if method is not None else None
+        if found != wanted:
+            import torchdata
+
+            raise RuntimeError(
+                f"torchdata {torchdata.__version__}: _StatefulMultiProcessingDataLoaderIter.{name} is {found}, "
+                f"VarLenLoader expects {wanted} (tested with torchdata {', '.join(TESTED_TORCHDATA)}). "
+                "Install a tested torchdata (pip install 'torchdata<0.12') or update varlen.batching.loader."
+            )
+    if "prime_prefetch" not in inspect.getsource(_StatefulMultiProcessingDataLoaderIter._reset):
+        raise RuntimeError("torchdata's iterator no longer primes its prefetch in _reset; update VarLenLoader")
+
+
+class VarLenLoader(StatefulDataLoader):
+    """A resumable loader whose workers are started with care for what varlen relies on.
+
+    * The first batches of an epoch are requested from the sampler at the first ``next()``,
+      not when the iterator is created (torchdata, like torch, prefetches at creation). Lightning
+      creates the first iterator of a run *before* it calls ``set_epoch``, so with workers a
+      resumed run would otherwise plan that epoch with the previous epoch's number.
+    * Forked workers share the main process's memory until a garbage collector walks the
+      inherited objects: it writes into each object's header, which copies the page, in the
+      worker that walks it or, when the main process walks, once in the main process
+      (~100 MiB of interpreter state; pytorch/pytorch#13246). So the collector is frozen
+      (``gc.freeze``, as CPython's documentation advises before a fork) across the fork, which
+      the workers keep for their lifetime, and in the main process while an epoch is being
+      iterated: from its first batch to its end (or the workers' shutdown), so nothing stays
+      uncollectable between epochs or after a fit. A loop of your own that leaves an epoch
+      early keeps that freeze until the next epoch starts or the workers stop: call
+      :meth:`shutdown_workers` (Lightning shuts them down itself). Skipped when the application
+      froze objects itself, or with ``VarLenLoader.freeze_gc = False``.
+    """
+
+    freeze_gc = True
+
+    def shutdown_workers(self) -> None:
+        """Stop the workers now (and release the main process's collector); the next ``iter()`` starts new ones."""
+        if isinstance(self._iterator, _StatefulMultiProcessingDataLoaderIter):
+            self._iterator._shutdown_workers()
+        self._iterator = None
+
+    def _get_iterator(self) -> _StatefulMultiProcessingDataLoaderIter:
+        if self.num_workers == 0:
+            return super()._get_iterator()
+        check_torchdata()
+        self.check_worker_number_rationality()  # what StatefulDataLoader does, with our iterator class
+        held = _WorkerIterator.holders > 0  # frozen by an epoch in progress (e.g. validation within training)
+        freeze = self.freeze_gc and self._forks_workers() and (held or gc.get_freeze_count() == 0)
+        if freeze:
+            gc.freeze()
+        try:
+            iterator = _WorkerIterator(self, self.next_iter_state, freeze)  # forks the workers
+        finally:
+            if freeze and not held:
+                gc.unfreeze()
+        self.next_iter_state = None
+        return iterator
+
+    def _forks_workers(self) -> bool:
+        context = self.multiprocessing_context
+        if context is not None:
+            return context.get_start_method() == "fork"
+        method = torch.multiprocessing.get_start_method(allow_none=True)
+        return (method or torch.multiprocessing.get_all_start_methods()[0]) == "fork"
+
+
+class _WorkerIterator(_StatefulMultiProcessingDataLoaderIter):
+    """torchdata's multi-process iterator, priming its prefetch at the first ``next()`` and
+    holding the main process's collector frozen while an epoch is iterated."""
+
+    holders = 0  # iterators in the middle of an epoch, over all loaders
+
+    def __init__(self, loader: VarLenLoader, next_iter_state: dict[str, Any] | None, freeze: bool) -> None:
+        self._freeze, self._holds_gc = freeze, False
+        super().__init__(loader, next_iter_state)
+
+    def _reset(self, loader, first_iter: bool = False, prime_prefetch: bool = True) -> None:
+        self._release_gc()  # a new epoch (persistent workers): hold again from its first batch
+        super()._reset(loader, first_iter, prime_prefetch=False)
+        self._prime_pending = prime_prefetch
+
+    def _next_data(self):
+        if self._freeze and not self._holds_gc:
+            self._hold_gc()
+        if self._prime_pending:
+            self._prime_pending = False
+            for _ in range(self._prefetch_factor * self._num_workers):
+                self._try_put_index()
+        try:
+            return super()._next_data()
+        except StopIteration:
+            self._release_gc()
+            raise
+
+    def _shutdown_workers(self) -> None:
+        super()._shutdown_workers()
+        self._release_gc()
+
+    def _hold_gc(self) -> None:
+        if _WorkerIterator.holders == 0 and gc.get_freeze_count() > 0:
+            return  # the application froze objects itself: leave its freeze alone
+        gc.freeze()
+        _WorkerIterator.holders += 1
+        self._holds_gc = True
+
+    def _release_gc(self) -> None:
+        if getattr(self, "_holds_gc", False) and not sys.is_finalizing():
+            self._holds_gc = False
+            _WorkerIterator.holders -= 1
+            if _WorkerIterator.holders == 0:
+                gc.unfreeze()

@@ -1,0 +1,133 @@
+"""On-disk caches that are safe to share: atomic writes, content keys, no pickles.
+
+Rules every cache of varlen follows (featurised molecules, tokenised captions, converted cubes):
+
+* **Atomic**: every write goes through :func:`atomic_write` (a temporary file in the same
+  folder, then ``os.replace``), so two DDP ranks or an interrupted run never leave a torn file
+  where a cache is expected.
+* **Keyed by content**: :func:`cache_key` hashes what the cache was built from (a file's
+  SHA-256, the settings) together with a format version, so an edited file, new settings or a
+  new format never read a stale cache.
+* **No pickles**: arrays are stored with :func:`save_arrays` (``.npz``) and read with
+  ``allow_pickle=False``: a cache file someone else wrote cannot run code.
+* **Rebuilt, never fatal**: :func:`load_arrays` returns None (with a warning) for a file that
+  is truncated, from another version or otherwise unreadable; the caller builds it again.
+* Built once, in ``prepare_data`` (one process per node), and only read in ``setup``.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import tempfile
+import warnings
+import zipfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "array_hash",
+    "atomic_write",
+    "cache_key",
+    "default_cache_dir",
+    "file_hash",
+    "load_arrays",
+    "save_arrays",
+]
+
+#: the key under which :func:`save_arrays` stores the format version
+VERSION_KEY = "__cache_version__"
+
+
+def default_cache_dir() -> Path:
+    """``$VARLEN_CACHE``, else ``~/.cache/varlen``."""
+    return Path(os.environ.get("VARLEN_CACHE", Path.home() / ".cache" / "varlen")).expanduser()
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+    """Create ``path`` through a temporary file in its folder: ``write(tmp)`` fills it, then it is renamed.
+
+    Readers see either no file or the complete one; a failed ``write`` leaves nothing behind.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    os.close(handle)
+    tmp_path = Path(tmp)
+    try:
+        write(tmp_path)
+        os.replace(tmp_path, path)
+    finally:
+        tmp_path.unlink(missing_ok=True)
+    return path
+
+
+@functools.lru_cache(maxsize=64)
+def _file_hash(path: str, size: int, mtime_ns: int, algorithm: str) -> str:
+    digest = hashlib.new(algorithm)
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def file_hash(path: str | Path, algorithm: str = "sha256") -> str:
+    """Hex digest of a file's content (memoised per process while its size and mtime are unchanged)."""
+    stat = os.stat(path)
+    return _file_hash(str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns, algorithm)
+
+
+def array_hash(*arrays: np.ndarray) -> str:
+    """SHA-256 of arrays' dtypes, shapes and bytes."""
+    digest = hashlib.sha256()
+    for array in arrays:
+        array = np.ascontiguousarray(array)
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        digest.update(array.data)
+    return digest.hexdigest()
+
+
+def cache_key(*parts: Any, version: str) -> str:
+    """A short key of ``parts`` (content hashes, settings: anything JSON can write) and ``version``."""
+    text = json.dumps([version, *parts], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def save_arrays(path: str | Path, arrays: Mapping[str, np.ndarray], version: str) -> Path:
+    """Store ``arrays`` as one ``.npz`` (atomically) with the format ``version``; no object arrays."""
+    for name, value in arrays.items():
+        if np.asarray(value).dtype == object:
+            raise TypeError(f"cache array {name!r} has dtype object; store strings as a numpy str array")
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as handle:  # a file object: np.savez would append .npz to a path
+            np.savez(handle, **{VERSION_KEY: np.asarray(version)}, **arrays)
+
+    return atomic_write(path, write)
+
+
+def load_arrays(path: str | Path, version: str) -> dict[str, np.ndarray] | None:
+    """The arrays of a cache written by :func:`save_arrays`, or None when it must be (re)built.
+
+    None without a word when the file does not exist; None with a warning when it is unreadable
+    (truncated, not an archive, holding pickles) or from another format version.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            found = str(archive[VERSION_KEY]) if VERSION_KEY in archive.files else None
+            if found != version:
+                reason = f"format version {found!r}, expected {version!r}"
+            else:
+                return {k: archive[k] for k in archive.files if k != VERSION_KEY}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as error:
+        reason = f"unreadable ({type(error).__name__}: {error})"
+    warnings.warn(f"cache {path} is {reason}; building it again", stacklevel=2)
+    return None

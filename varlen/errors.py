@@ -1,0 +1,62 @@
+"""The one error family of varlen's data layer.
+
+Every reader and DataModule raises one of these for bad or missing input, never a bare
+``KeyError``, ``FileNotFoundError`` or a library's traceback. Each message names the file,
+row or sample and says what is wrong; ``varlen`` (the CLI) prints a :class:`DataError` as that
+message alone and exits with status 2.
+
+* :class:`DataError` (a ``ValueError``): input that cannot be used.
+* :class:`DatasetNotFoundError` (also a ``FileNotFoundError``): what is missing, where it was
+  looked for, and how to get it, as torchgeo's error of the same name does.
+* :class:`DownloadError` (also an ``OSError``): a download that failed, with the URL, the file
+  it was meant for, and where to put a copy fetched by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["DataError", "DatasetNotFoundError", "DownloadError"]
+
+
+class DataError(ValueError):
+    """Input that cannot be used; the message names where (file, row, sample) and what is wrong."""
+
+
+class DatasetNotFoundError(DataError, FileNotFoundError):
+    """A dataset is not where it was looked for.
+
+    Args:
+        what: what is missing, e.g. ``"CWRU recordings (*.mat)"``.
+        looked: where it was looked for (a path, or several).
+        fetch: how to get it, e.g. ``"pass download=True"`` or ``"download <URL> into <folder>"``.
+    """
+
+    def __init__(self, what: str, looked: str | Path | Sequence[str | Path], fetch: str) -> None:
+        places = [looked] if isinstance(looked, (str, Path)) else list(looked)
+        self.what, self.looked, self.fetch = what, [str(p) for p in places], fetch
+        super().__init__(f"{what} not found (looked in: {', '.join(self.looked)}). To get it: {fetch}")
+
+    def __reduce__(self):  # picklable across loader workers and DDP ranks, with its arguments
+        return type(self), (self.what, self.looked, self.fetch)
+
+
+class DownloadError(DataError, OSError):
+    """A download failed (offline, HTTP error, checksum mismatch).
+
+    Args:
+        url: what was fetched.
+        destination: the file it was meant to become.
+        reason: what went wrong.
+    """
+
+    def __init__(self, url: str, destination: str | Path, reason: str) -> None:
+        self.url, self.destination, self.reason = url, str(destination), reason
+        super().__init__(
+            f"downloading {url} to {destination} failed: {reason}. Fetch it by hand and put it at {destination} "
+            "(then run again without download=True)"
+        )
+
+    def __reduce__(self):
+        return type(self), (self.url, self.destination, self.reason)

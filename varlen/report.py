@@ -1,0 +1,179 @@
+"""`DataReport`: what a DataModule's setup kept, skipped, truncated and left unused, per split.
+
+One type for every scenario, so a user finds what was dropped in one place, ``dm.report``:
+
+* **kept**: samples per split;
+* **skipped**: bad input left out under ``on_bad="skip"`` (counted by item and reason, with the
+  first few places that name the file / row / sample); under ``on_bad="raise"`` the first bad
+  item raises a :class:`~varlen.errors.DataError` instead;
+* **truncated**: samples cut to a maximum size (texts over ``max_length``...);
+* **unused**: data that no sample covers, by design, by reason and unit (signal between
+  windows, labelled pixels at the image border or in split buffers...).
+
+Skips found before the data is split are filed under the pseudo-split :data:`SOURCE`.
+``str(report)`` is a short table; the DataModule logs it once when ``setup`` ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from varlen.errors import DataError
+
+__all__ = ["BAD_INPUT_POLICIES", "SOURCE", "DataReport", "OnBad", "SplitReport"]
+
+OnBad = Literal["raise", "skip"]
+BAD_INPUT_POLICIES = ("raise", "skip")
+#: the pseudo-split of what is skipped before the data is split (a file, a recording, a row)
+SOURCE = "source"
+log = logging.getLogger("varlen")
+
+
+@dataclass
+class SplitReport:
+    """The counts of one split (or of :data:`SOURCE`).
+
+    Attributes:
+        kept: samples in the split.
+        skipped: ``(item, reason) -> count`` of bad input left out.
+        examples: ``(item, reason) -> ["<where>: <reason>", ...]``, the first few of each.
+        truncated: ``item -> count`` of samples cut to a maximum size.
+        unused: ``(unit, reason) -> amount`` of data no sample covers.
+    """
+
+    kept: int = 0
+    skipped: Counter = field(default_factory=Counter)
+    examples: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+    truncated: Counter = field(default_factory=Counter)
+    unused: Counter = field(default_factory=Counter)
+
+    @property
+    def num_skipped(self) -> int:
+        return sum(self.skipped.values())
+
+
+class DataReport:
+    """Bad input under one policy, and the per-split counts of what setup built.
+
+    Args:
+        on_bad: ``"raise"`` (the first bad item raises :class:`~varlen.errors.DataError`) or
+            ``"skip"`` (it is counted here, and nothing else is dropped silently).
+        max_examples: places remembered per (item, reason).
+    """
+
+    def __init__(self, on_bad: OnBad = "raise", max_examples: int = 3) -> None:
+        if on_bad not in BAD_INPUT_POLICIES:
+            raise ValueError(f"on_bad must be one of {BAD_INPUT_POLICIES}, got {on_bad!r}")
+        self.on_bad = on_bad
+        self.max_examples = max_examples
+        self.splits: dict[str, SplitReport] = {}
+
+    # -- recording ----------------------------------------------------------------------------
+
+    def split(self, name: str) -> SplitReport:
+        """The counts of split ``name`` (created empty on first use)."""
+        return self.splits.setdefault(name, SplitReport())
+
+    def bad(self, where: str, reason: str, *, item: str = "sample", split: str = SOURCE) -> None:
+        """One bad ``item`` at ``where``: raise under ``"raise"``, else count it.
+
+        Raises:
+            DataError: under ``on_bad="raise"``, naming ``where`` and ``reason``.
+        """
+        if self.on_bad == "raise":
+            raise DataError(f"{where}: {reason} (pass on_bad='skip' to skip such input and count it in dm.report)")
+        counts = self.split(split)
+        key = (item, reason)
+        counts.skipped[key] += 1
+        shown = counts.examples.setdefault(key, [])
+        if len(shown) < self.max_examples:
+            shown.append(f"{where}: {reason}")
+
+    def keep(self, split: str, count: int) -> None:
+        """Record the number of samples of ``split``."""
+        self.split(split).kept = int(count)
+
+    def truncate(self, split: str, count: int, item: str = "sample") -> None:
+        """``count`` samples of ``split`` were cut to a maximum size."""
+        if count:
+            self.split(split).truncated[item] += int(count)
+
+    def leave_unused(self, split: str, reason: str, amount: int, unit: str) -> None:
+        """``amount`` ``unit`` of ``split``'s data are covered by no sample, because of ``reason``."""
+        if amount:
+            self.split(split).unused[(unit, reason)] += int(amount)
+
+    def clear(self) -> None:
+        self.splits.clear()
+
+    # -- reading --------------------------------------------------------------------------------
+
+    @property
+    def num_skipped(self) -> int:
+        """Bad items skipped, over every split."""
+        return sum(s.num_skipped for s in self.splits.values())
+
+    def skipped(self, reason: str | None = None) -> int:
+        """Bad items skipped over every split, optionally only those whose reason contains ``reason``."""
+        return sum(
+            n
+            for s in self.splits.values()
+            for (_, why), n in s.skipped.items()
+            if reason is None or reason in why
+        )
+
+    def unused(self, reason: str | None = None) -> int:
+        """Unused amounts over every split (mixing units: filter by ``reason``)."""
+        return sum(
+            n for s in self.splits.values() for (_, why), n in s.unused.items() if reason is None or reason in why
+        )
+
+    @property
+    def num_truncated(self) -> int:
+        return sum(sum(s.truncated.values()) for s in self.splits.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (for JSON): per split, kept, skipped / truncated / unused by reason, examples."""
+        return {
+            name: {
+                "kept": s.kept,
+                "skipped": {f"{item}: {why}": n for (item, why), n in s.skipped.items()},
+                "examples": [e for shown in s.examples.values() for e in shown],
+                "truncated": dict(s.truncated),
+                "unused": {f"{unit}: {why}": n for (unit, why), n in s.unused.items()},
+            }
+            for name, s in self.splits.items()
+        }
+
+    def __str__(self) -> str:
+        names = [n for n in self.splits if n != SOURCE] + ([SOURCE] if SOURCE in self.splits else [])
+        lines = [f"{'split':<8} {'kept':>10} {'skipped':>8} {'truncated':>9}  unused"]
+        for name in names:
+            s = self.splits[name]
+            unused = ", ".join(f"{n:,} {unit} ({why})" for (unit, why), n in s.unused.items()) or "-"
+            kept = f"{s.kept:,}" if name != SOURCE else "-"
+            lines.append(f"{name:<8} {kept:>10} {s.num_skipped:>8,} {sum(s.truncated.values()):>9,}  {unused}")
+        for name in names:
+            s = self.splits[name]
+            for (item, why), n in s.skipped.items():
+                lines.append(f"skipped in {name}: {n:,} {item}(s): {why}")
+                lines += [f"    e.g. {e}" for e in s.examples.get((item, why), [])[:2]]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"DataReport(on_bad={self.on_bad!r}, skipped={self.num_skipped}, splits={sorted(self.splits)})"
+
+    def announce(self, owner: str = "setup") -> None:
+        """Log the table once (INFO on the ``varlen`` logger) and warn when anything was skipped."""
+        log.info("%s: data report\n%s", owner, self)
+        if self.num_skipped:
+            first = next(e for s in self.splits.values() for shown in s.examples.values() for e in shown)
+            warnings.warn(
+                f"{owner}: skipped {self.num_skipped} bad item(s) under on_bad='skip' (first: {first}); "
+                "every count and reason is in dm.report",
+                stacklevel=3,
+            )
