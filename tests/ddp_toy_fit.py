@@ -1,14 +1,42 @@
-"""Run by test_lightning_integration: `Trainer(strategy="ddp", devices=2)` with default flags."""
+"""Run by test_lightning_integration: `Trainer(strategy="ddp", devices=2)` with default flags.
 
+Usage: ddp_toy_fit.py OUT_DIR MAX_TOKENS [CHECKPOINT_EVERY RESUME_FROM]: with a checkpoint interval,
+every N-th step is saved to OUT_DIR/ckpt; with RESUME_FROM, the fit resumes from that checkpoint.
+Each rank writes the batches it trained on to OUT_DIR/batches<rank>.json.
+"""
+
+import json
 import sys
+from pathlib import Path
 
 import lightning.pytorch as pl
 from toy import ToyDataModule, ToyModel
 
 from varlen.testing import StepCounter
 
+
+class BatchLog(pl.Callback):
+    def __init__(self, out_dir: str) -> None:
+        self.out_dir, self.batches = Path(out_dir), []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.batches.append(batch["index"].tolist())
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        (self.out_dir / f"batches{trainer.global_rank}.json").write_text(json.dumps(self.batches))
+
+
 if __name__ == "__main__":
     out_dir, max_tokens = sys.argv[1], int(sys.argv[2])
+    every = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    resume = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] != "-" else None
+    callbacks = [StepCounter(out_dir), BatchLog(out_dir)]
+    if every:
+        callbacks.append(
+            pl.callbacks.ModelCheckpoint(
+                dirpath=Path(out_dir) / "ckpt", every_n_train_steps=every, save_top_k=-1, filename="{step}"
+            )
+        )
     dm = ToyDataModule(num_samples=301, batch_size=None, max_tokens=max_tokens)
     trainer = pl.Trainer(
         accelerator="cpu",
@@ -16,8 +44,8 @@ if __name__ == "__main__":
         devices=2,
         max_epochs=2,
         logger=False,
-        enable_checkpointing=False,
+        enable_checkpointing=bool(every),
         enable_progress_bar=False,
-        callbacks=[StepCounter(out_dir)],
+        callbacks=callbacks,
     )
-    trainer.fit(ToyModel(), datamodule=dm)
+    trainer.fit(ToyModel(), datamodule=dm, ckpt_path=resume)

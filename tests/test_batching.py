@@ -282,3 +282,39 @@ def test_pad_sequences_names_the_odd_sample() -> None:
         pad_sequences([np.zeros((1, 3)), np.zeros((5, 3)), np.zeros((2, 4))])
     with pytest.raises(ValueError, match=r"sample 1 has shape \(3,\).*at least 2 ragged axes"):
         pad_sequences([np.zeros((2, 3)), np.zeros(3)], ragged_dims=2)
+
+
+def test_bucketing_with_many_distinct_lengths_rounds_up_by_at_most_the_geometric_step() -> None:
+    """Many distinct sizes reach the quantile + geometric branch: no sample is rounded up by more
+    than one grid step (GROWTH), so padding stays bounded in the long tail too."""
+    from varlen.batching.plan import GROWTH, PlanSpec, bucketize
+
+    lengths = np.clip(np.random.default_rng(1).lognormal(5.0, 1.0, 20_000), 1, 20_000).astype(int)
+    spec = PlanSpec(batch_size=32)
+    sampler = BucketBatchSampler(lengths, batch_size=32)
+    _, rounded = bucketize(lengths[:, None], spec)
+    assert len(np.unique(rounded)) < len(np.unique(lengths)) / 4  # buckets, not one per distinct size
+    large = lengths >= 40  # below, the floor of the grid's integer edges dominates
+    assert np.all(rounded[large, 0] <= np.ceil(lengths[large] * GROWTH))
+    real = padded = 0
+    for batch in sampler:
+        real += lengths[batch].sum()
+        padded += len(batch) * lengths[batch].max()
+    assert real / padded > 0.95
+
+
+def test_drop_last_false_splits_the_largest_batches_in_two() -> None:
+    """103 samples in batches of 10 make 11 batches (the partial one of 3 first); on 4 ranks the
+    plan needs 12, so one full batch is split into 5 + 5: nothing is dropped or repeated."""
+    lengths = np.arange(103) + 1
+    samplers = [BucketBatchSampler(lengths, batch_size=10, num_replicas=4, rank=r, seed=0) for r in range(4)]
+    plan = samplers[0].global_plan(0)
+    sizes = sorted((plan.bounds[:, 1] - plan.bounds[:, 0]).tolist())
+    assert sizes == [3, 5, 5] + [10] * 9
+    (first, second) = [k for k, (a, b) in enumerate(plan.bounds.tolist()) if b - a == 5]
+    assert second == first + 1  # the two halves of one batch, side by side
+    joined = sorted(plan.order[plan.bounds[first, 0] : plan.bounds[second, 1]].tolist())
+    one_rank = BucketBatchSampler(lengths, batch_size=10, seed=0).global_plan(0)
+    assert joined in [sorted(one_rank.order[a:b].tolist()) for a, b in one_rank.bounds.tolist()]
+    served = [i for s in samplers for b in s for i in b]
+    assert sorted(served) == list(range(103)) and {len(s) for s in samplers} == {3}

@@ -114,6 +114,29 @@ def test_lightning_ddp_with_default_flags(tmp_path: Path) -> None:
     assert (served == 2).all()  # two epochs, every sample exactly once per epoch
 
 
+def test_ddp_checkpoint_resumes_exactly_on_every_rank(tmp_path: Path) -> None:
+    """A 2-process fit resumed from a mid-epoch checkpoint trains each rank on exactly the batches
+    the uninterrupted run trained it on after that step (the state is rank-independent)."""
+    env = {
+        "OMP_NUM_THREADS": "1",
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
+    }
+
+    def run(out: Path, resume: str = "-") -> list[list[list[int]]]:
+        out.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, str(HERE / "ddp_toy_fit.py"), str(out), "120", "5", resume]
+        subprocess.run(command, check=True, env=env, timeout=600)
+        return [json.loads((out / f"batches{r}.json").read_text()) for r in range(2)]
+
+    full = run(tmp_path / "full")
+    per_epoch = len(full[0]) // 2
+    step = 5 * (per_epoch // 5 + 1)  # a checkpoint inside the second epoch
+    assert step % per_epoch and step < len(full[0])
+    resumed = run(tmp_path / "resumed", str(tmp_path / "full" / "ckpt" / f"step={step}.ckpt"))
+    assert resumed[0] == full[0][step:] and resumed[1] == full[1][step:]
+
+
 def _torchrun_worker(rank: int, world_size: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
@@ -160,9 +183,20 @@ def test_padding_telemetry_logs_and_summarises(tmp_path: Path) -> None:
     (summary,) = telemetry.epochs
     assert summary["padding_efficiency"] == pytest.approx(real / padded)
     assert summary["samples_per_s"] > 0 and summary["real_per_s"] > 0
-    logged = (Path(trainer.logger.log_dir) / "metrics.csv").read_text()
-    for name in ("telemetry/padding_efficiency", "telemetry/batch_size", "telemetry/epoch_padding_efficiency"):
-        assert name in logged
+    import csv
+
+    rows = list(csv.DictReader((Path(trainer.logger.log_dir) / "metrics.csv").open()))
+    steps = [r for r in rows if r.get("telemetry/padding_efficiency")]
+    assert len(steps) == len(batches)
+    for row, batch in zip(steps, batches, strict=True):  # each logged value is its batch's
+        assert float(row["telemetry/padding_efficiency"]) == pytest.approx(
+            lengths[batch].sum() / (len(batch) * lengths[batch].max())
+        )
+        assert float(row["telemetry/batch_size"]) == len(batch)
+    rates = [float(r["telemetry/real_per_s"]) for r in steps if r.get("telemetry/real_per_s")]
+    assert len(rates) == len(batches) - 1 and min(rates) > 0  # the first batch has no predecessor
+    (epoch_row,) = [r for r in rows if r.get("telemetry/epoch_padding_efficiency")]
+    assert float(epoch_row["telemetry/epoch_padding_efficiency"]) == pytest.approx(real / padded)
 
 
 class FreezeProbe(torch.utils.data.Dataset):
