@@ -120,10 +120,7 @@ class DataReport:
     def skipped(self, reason: str | None = None) -> int:
         """Bad items skipped over every split, optionally only those whose reason contains ``reason``."""
         return sum(
-            n
-            for s in self.splits.values()
-            for (_, why), n in s.skipped.items()
-            if reason is None or reason in why
+            n for s in self.splits.values() for (_, why), n in s.skipped.items() if reason is None or reason in why
         )
 
     def unused(self, reason: str | None = None) -> int:

@@ -10,7 +10,6 @@ import torch
 from torch import nn
 from torchmetrics import MeanMetric
 
-
 __all__ = ["VarLenModule", "WarmupLinearDecay", "warmup_linear_decay"]
 
 
