@@ -35,7 +35,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from varlen.batching import pad_sequences
-from varlen.datamodules.bearing import BearingCollate, BearingDataModule
+from varlen.datamodules.bearing import BearingDataModule
+from varlen.datasets.bearing import BearingCollator
 
 DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "shared" / "data" / "bearing"
 
@@ -63,8 +64,8 @@ class CopyPerWindow(Dataset):
 EPOCHS = 9
 
 
-class TransposedPadCollate(BearingCollate):
-    """The alternative to :class:`BearingCollate`: the core ``pad_sequences`` on ``[W, C]`` views.
+class TransposedPadCollate(BearingCollator):
+    """The alternative to :class:`BearingCollator`: the core ``pad_sequences`` on ``[W, C]`` views.
 
     ``pad_sequences`` pads the leading axis, so windows go in transposed and the batch is
     transposed back to ``[B, C, W]`` (one extra strided copy of the batch).
@@ -144,7 +145,7 @@ def memory(root: str | None) -> None:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as in loader workers; avoids intra-op thread contention in collates
     for name, it in (
-        ("views + BearingCollate (StatefulDataLoader, bucketing sampler)", loader),
+        ("views + BearingCollator (StatefulDataLoader, bucketing sampler)", loader),
         ("views + core pad_sequences on transposed windows (same loader)", transposed),
         ("copy per window + default collate (DataLoader)", baseline),
     ):

@@ -13,7 +13,7 @@ Parts (``--parts``, default all but ``accuracy``):
   grows with the number of labelled pixels, not with the cube's bands. One full garbage collection
   runs in each worker as it starts and in the main process after 20 batches, as the allocations
   of a long training run trigger them; the second row shows what the loader's GC freeze
-  (:class:`varlen.datamodules.base.VarLenLoader`) saves then. The large cube reads the first
+  (:class:`varlen.batching.loader.VarLenLoader`) saves then. The large cube reads the first
   ``--large-batches`` (400) batches of the epoch: the train-only statistics of ``setup`` have
   mapped the training pixels' spectra by then, and the rest stops growing after a few batches.
   Summed RSS, which counts a shared page once per process, is shown too, as is the size of the
@@ -44,7 +44,7 @@ import psutil
 import torch
 
 from varlen.batching import BucketBatchSampler
-from varlen.datamodules.base import VarLenLoader
+from varlen.batching.loader import VarLenLoader
 from varlen.datamodules.hyperspectral import HyperspectralDataModule
 from varlen.datasets.hyperspectral import generate_field_layout, shared_layout_path
 
@@ -118,7 +118,7 @@ def big_dm(
     return HyperspectralDataModule(
         scenes=["custom"], root=str(root), cube_path=str(cube_path), labels_path=str(labels_path), sensor="aviris",
         patch_size=5, min_bands=25, max_bands=200, block_size=16, val_fraction=holdout, test_fraction=holdout,
-        batch_size=256, num_workers=workers, persistent_workers=workers > 0, nan_bands="ignore",
+        batch_size=256, num_workers=workers, persistent_workers=workers > 0, check_values=False,
     )  # fmt: skip
 
 
@@ -274,10 +274,12 @@ def bench_accuracy(root: Path, epochs: int, compare_fixed: bool) -> None:
             eval_dm = HyperspectralDataModule(root=str(root), patch_size=3, eval_bands=count, max_tokens=8192)
             (metrics,) = trainer.test(model, datamodule=eval_dm, verbose=False)
             rows.append((count, metrics["test/oa"], metrics["test/aa"], metrics["test/kappa"]))
-        report = dm.report["synthetic"]
+        table = dm.report.to_dict()
+        pixels = {split: counts["kept"] for split, counts in table.items()}
+        unused = {split: counts["unused"] for split, counts in table.items() if counts["unused"]}
         print(f"\n### Embedded default ({layout}), spatially disjoint blocks, 3x3 patches: trained on {label}\n")
-        print(f"{epochs} epochs on CPU in {train_s:.0f} s. Pixels per split: {report['pixels']}; ", end="")
-        print(f"labelled pixels not used as centres (border, buffer): {report['skipped']}\n")
+        print(f"{epochs} epochs on CPU in {train_s:.0f} s. Pixels per split: {pixels}; ", end="")
+        print(f"labelled pixels not used as centres: {unused}\n")
         print("| eval bands | test OA | test AA | test kappa |")
         print("|---:|---:|---:|---:|")
         for count, oa, aa, kappa in rows:

@@ -7,9 +7,9 @@ count under the default tokenizer. Features are synthetic (YouCook2 ships none),
 Compared, over one epoch of the same samples:
 
 - ``varlen``: the DataModule's sampler (:class:`~varlen.batching.BucketBatchSampler` on
-  :func:`~varlen.datamodules.video_text.budget_sizes`: a 2-D budget that bounds the padded
+  :func:`~varlen.datasets.video_text.budget_sizes`: a 2-D budget that bounds the padded
   ``[B, S_v, F]`` and ``[B, S_t, L]`` tensors, one segment-count class per batch) and
-  :class:`~varlen.datamodules.video_text.VideoTextCollator` (batch maxima, vectorised,
+  :class:`~varlen.datasets.video_text.VideoTextCollator` (batch maxima, vectorised,
   alignment masks included);
 - the same sampler on *total* sizes (frames, tokens), for comparison;
 - random batches of the same mean size with the same collate (what the sampler alone buys);
@@ -33,7 +33,8 @@ import numpy as np
 import torch
 
 from varlen.batching import BucketBatchSampler
-from varlen.datamodules.video_text import VideoTextCollator, VideoTextDataModule, budget_sizes
+from varlen.datamodules.video_text import VideoTextDataModule
+from varlen.datasets.video_text import VideoTextCollator, budget_sizes
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data" / "video_text" / "youcookii_annotations_trainval.json"
 

@@ -1,4 +1,4 @@
-"""Bearing-fault vibration scenario: contract, leakage, views, readers, bad input, download, DDP."""
+"""Bearing-fault vibration scenario: contract, leakage, views, readers, bad input, the report, download."""
 
 from __future__ import annotations
 
@@ -15,19 +15,20 @@ import numpy as np
 import pytest
 import torch
 
-from varlen.cli import main
-from varlen.datamodules.bearing import BearingCollate, BearingDataModule
+from varlen.datamodules.bearing import GAP, TAIL, UNIT, BearingDataModule
 from varlen.datasets.bearing import (
     CWRU_FILES,
-    BearingDataError,
-    DatasetNotFoundError,
+    BearingCollator,
+    BearingSource,
     parse_cwru_name,
     parse_paderborn_name,
     plan_windows,
     resample,
 )
+from varlen.errors import DataError, DatasetNotFoundError, DownloadError
 from varlen.models.bearing import BearingClassifier, MaskedBatchNorm1d, aggregate_by_recording
-from varlen.testing import DataModuleContract, ddp_fit
+from varlen.report import SOURCE
+from varlen.testing import BadInput, DataModuleContract
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "bearing"
@@ -41,6 +42,7 @@ CLI_SMALL = (
     "--data.init_args.stride=256",
     "--data.init_args.batch_size=16",
 )
+STRIDE = "between windows"
 
 
 def coverage(dm: BearingDataModule) -> dict[str, dict[int, np.ndarray]]:
@@ -55,6 +57,12 @@ def coverage(dm: BearingDataModule) -> dict[str, dict[int, np.ndarray]]:
             np.add.at(edges, ds.starts[mine] + ds.lengths[mine], -1)
             out[split][r] = np.cumsum(edges[:-1]) > 0
     return out
+
+
+def uncovered(dm: BearingDataModule) -> int:
+    """Samples of the kept recordings that no window of any split covers, counted from the windows."""
+    total = sum(r.signal.shape[1] for r in dm.recordings)
+    return total - sum(int(m.sum()) for split in coverage(dm).values() for m in split.values())
 
 
 def held_after_setup(dm: BearingDataModule) -> int:
@@ -89,6 +97,21 @@ def shared_positions(dm: BearingDataModule) -> int:
     return shared
 
 
+def folder_copy(tmp_path: Path) -> Path:
+    """A writable copy of the generic folder (a.npy, b.npy, c.csv listed by metadata.csv)."""
+    shutil.copytree(DATA / "folder", tmp_path / "folder")
+    return tmp_path / "folder"
+
+
+def cwru_copy(tmp_path: Path) -> Path:
+    shutil.copytree(DATA / "cwru", tmp_path / "cwru")
+    return tmp_path / "cwru"
+
+
+def folder_args(root: Path, **extra) -> dict:
+    return {"root": str(root), "metadata": "metadata.csv", **TINY, **extra}
+
+
 class TestBearingContract(DataModuleContract):
     config = str(CONFIG)
     cli_overrides = CLI_SMALL
@@ -101,6 +124,40 @@ class TestBearingContract(DataModuleContract):
 
     def budget_overrides(self):
         return {"max_tokens": 2048}
+
+    def ddp_overrides(self, tmp_path):
+        # tiny simulator data; the YAML's limit_train_batches is lifted so that the sampler alone
+        # gives both ranks their (equal) step counts
+        return [*CLI_SMALL, "--trainer.limit_train_batches=null"]
+
+    def bad_input(self, case, tmp_path):
+        if case == "missing_source":
+            return BadInput(
+                {"root": str(tmp_path / "nothing"), **TINY}, r"data folder .*nothing not found.*download=True"
+            )
+        if case == "unreadable_file":
+            root = cwru_copy(tmp_path)
+            (root / "12k_Drive_End_IR007_0_105.mat").write_bytes(b"MATLAB 5.0 MAT-file" + b"\x00" * 50)
+            message = r"12k_Drive_End_IR007_0_105\.mat: not a readable \.mat file"
+            return BadInput({"root": str(root), **TINY}, message, "not a readable .mat file")
+        root = folder_copy(tmp_path)
+        if case == "empty_source":  # a metadata CSV with a header and no rows (an empty folder: see below)
+            (root / "metadata.csv").write_text("path,label,sampling_rate\n")
+            return BadInput(folder_args(root), r"metadata\.csv: the metadata CSV lists no recordings")
+        if case == "non_finite":
+            signal = np.load(root / "a.npy")
+            signal[5, 1] = np.nan
+            np.save(root / "a.npy", signal)
+            return BadInput(folder_args(root), r"a\.npy \(channel 1, sample 5\): non-finite value nan", "non-finite")
+        if case == "empty_sample":
+            np.save(root / "a.npy", np.zeros((0, 2), np.float32))
+            return BadInput(folder_args(root), r"a\.npy: empty signal \(0 samples\)", "empty signal")
+        if case == "unknown_label":
+            text = (root / "metadata.csv").read_text().replace("b.npy,faulty", "b.npy,cracked")
+            (root / "metadata.csv").write_text(text)
+            args = folder_args(root, class_names=["healthy", "faulty"])
+            return BadInput(args, r"b\.npy: unknown label 'cracked'", "unknown label")
+        return None
 
     def test_windows_are_views_of_the_recording_buffers(self, datamodule):
         for split in ("train", "val", "test"):
@@ -200,10 +257,27 @@ def test_splits_never_share_a_sample_position(split_args):
         for r in cover["train"]:  # blocks in time order, a gap of at least one window between them
             spans = [np.flatnonzero(cover[s][r])[[0, -1]] for s in ("train", "val", "test")]
             assert spans[1][0] - spans[0][1] > dm.window and spans[2][0] - spans[1][1] > dm.window
+    if split_args["split"] == "recording":
+        recordings = {s: set(np.unique(dm.dataset(s).recording).tolist()) for s in ("train", "val", "test")}
+        assert not recordings["train"] & recordings["val"] and not recordings["val"] & recordings["test"]
+        for s in ("train", "val", "test"):  # stratified: every class in every split
+            assert set(dm.dataset(s).labels.tolist()) == set(range(dm.num_classes)), s
     if split_args["split"] == "condition":
         test_conditions = {dm.recordings[r].condition for r in np.unique(dm.dataset("test").recording)}
         train_conditions = {dm.recordings[r].condition for r in np.unique(dm.dataset("train").recording)}
         assert test_conditions == {"3"} and "3" not in train_conditions
+
+
+def test_recording_split_is_seeded():
+    args = {**SMALL, "simulated_per_class": 3, "split": "recording"}
+
+    def recordings(seed: int) -> dict[str, list[int]]:
+        dm = BearingDataModule(**args, seed=seed)
+        dm.setup()
+        return {s: np.unique(dm.dataset(s).recording).tolist() for s in ("train", "val", "test")}
+
+    assert recordings(0) == recordings(0)
+    assert recordings(0) != recordings(1)
 
 
 def test_condition_split_takes_val_from_the_rest_and_rejects_overlap():
@@ -219,6 +293,8 @@ def test_condition_split_takes_val_from_the_rest_and_rejects_overlap():
     assert {dm.recordings[r].condition for r in recordings["val"]} == {"2"}
     assert {dm.recordings[r].condition for r in recordings["test"]} == {"3"}
     assert shared_positions(dm) == 0
+    with pytest.raises(DataError, match=r"split='condition': .*leave no sample for \['val'\]"):
+        BearingDataModule(**args, val_conditions=["7"]).setup()
 
 
 def test_condition_split_warns_when_test_lacks_classes():
@@ -243,34 +319,44 @@ def test_windows_keep_the_tail_unless_asked():
     assert segment.tolist() == [0, 0, 2] and set(length.tolist()) == {512}
 
 
-def test_unused_samples_are_counted_and_reported(caplog):
+def test_unused_samples_are_counted_in_the_report(caplog):
     dm = BearingDataModule(**SMALL)
-    with caplog.at_level(logging.INFO, logger="varlen.datamodules.bearing"):
+    with caplog.at_level(logging.INFO, logger="varlen"):
         dm.setup()
-    total = sum(r.signal.shape[1] for r in dm.recordings)
-    covered = sum(int(m.sum()) for split in coverage(dm).values() for m in split.values())
-    # time blocks: two gaps of one window per recording, nothing else left out
-    assert dm.unused_samples == {"gap": 2 * dm.window * len(dm.recordings), "stride": 0, "dropped_tail": 0}
-    assert total - covered == dm.unused_samples["gap"]
-    assert any(f"{dm.unused_samples['gap']:,} in gaps between time_block blocks" in m for m in caplog.messages)
+    n, gap = len(dm.recordings), dm.window
+    # time blocks: one gap of one window before val and one before test in every recording, nothing else
+    assert {s: dm.report.split(s).unused[(UNIT, GAP)] for s in ("train", "val", "test")} == {
+        "train": 0,
+        "val": gap * n,
+        "test": gap * n,
+    }
+    assert dm.report.unused(STRIDE) == dm.report.unused(TAIL) == 0
+    assert dm.report.unused() == uncovered(dm) == 2 * gap * n
+    assert any(f"{gap * n:,} {UNIT} ({GAP})" in m for m in caplog.messages)  # the logged table says so
 
     dropping = BearingDataModule(**SMALL, drop_tail=True)
-    with pytest.warns(UserWarning, match="in tails dropped by drop_tail=True"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # counted in the report, not warned about: nothing was skipped
         dropping.setup()
-    covered = sum(int(m.sum()) for split in coverage(dropping).values() for m in split.values())
-    assert dropping.unused_samples["dropped_tail"] > 0
-    assert sum(dropping.unused_samples.values()) == total - covered
+    assert dropping.report.unused(TAIL) > 0 and dropping.report.unused(STRIDE) == 0
+    assert dropping.report.unused() == uncovered(dropping)
 
 
 def test_strides_longer_than_a_window_count_the_samples_between_windows():
     dm = BearingDataModule(**{**SMALL, "stride": 1500, "window_length": 1024})
-    with pytest.warns(UserWarning, match=r"between windows \(stride 1500 > window 1024\)"):
+    dm.setup()
+    assert dm.report.unused("between windows (stride 1500 > window 1024)") > 0
+    assert all(dm.report.split(s).unused[(UNIT, f"{STRIDE} (stride 1500 > window 1024)")] > 0 for s in dm.datasets)
+    assert dm.report.unused() == uncovered(dm)
+    assert dm.report.unused(TAIL) == 0  # nothing is blamed on drop_tail, which is off
+
+
+def test_random_windows_report_what_they_leave_under_source():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the leakage warning
+        dm = BearingDataModule(**{**SMALL, "stride": 1500, "window_length": 1024, "split": "random_window"})
         dm.setup()
-    total = sum(r.signal.shape[1] for r in dm.recordings)
-    covered = sum(int(m.sum()) for split in coverage(dm).values() for m in split.values())
-    assert dm.unused_samples["stride"] > 0
-    assert sum(dm.unused_samples.values()) == total - covered
-    assert dm.unused_samples["dropped_tail"] == 0  # nothing is blamed on drop_tail, which is off
+    assert dm.report.split(SOURCE).unused[(UNIT, f"{STRIDE} (stride 1500 > window 1024)")] == uncovered(dm) > 0
 
 
 def test_negative_gap_is_refused():
@@ -289,6 +375,7 @@ def test_every_sample_is_in_a_window_by_default():
         for split in cover.values():
             covered |= split.get(r, False)
         assert covered.all()
+    assert dm.report.unused() == 0
 
 
 def test_windows_in_seconds_and_polyphase_resampling():
@@ -336,13 +423,16 @@ def test_cwru_files_with_real_quirks():
 
 def test_cwru_missing_channel_fails_clearly_or_is_counted():
     dm = BearingDataModule(root=str(DATA / "cwru"), channels=["DE", "BA"], **TINY)
-    with pytest.raises(BearingDataError, match=r"12k_Drive_End_B007_0_118.mat.*\['BA'\] absent"):
+    with pytest.raises(DataError, match=r"12k_Drive_End_B007_0_118.mat: channel\(s\) \['BA'\] absent"):
         dm.setup()
     dm = BearingDataModule(root=str(DATA / "cwru"), channels=["DE", "BA"], on_bad="skip", **TINY)
-    with pytest.warns(UserWarning, match="skipped 3 bad recordings"):
+    with pytest.warns(UserWarning, match=r"skipped 3 bad item\(s\)"):
         dm.setup()
     assert [r.name for r in dm.recordings] == ["12k_Drive_End_IR007_0_105"]
-    assert dm.skipped == 3 and all("absent" in example for example in dm.report.examples)
+    # one reason for the three files (what is missing, what they have), each file among the examples
+    assert dm.report.split(SOURCE).skipped == {("recording", "channel(s) ['BA'] absent; the file has ['DE', 'FE']"): 3}
+    examples = dm.report.to_dict()[SOURCE]["examples"]
+    assert len(examples) == 3 and all(".mat: channel(s) ['BA'] absent" in e for e in examples)
 
 
 def test_paderborn_structs():
@@ -352,7 +442,7 @@ def test_paderborn_structs():
     recs = {r.name: r for r in dm.recordings}
     assert recs["N15_M07_F10_K001_1"].signal.shape == (1, 650)  # 64 kHz -> 16 kHz
     assert recs["N09_M07_F10_KI01_1"].label == "IR" and recs["N09_M07_F10_KI01_1"].condition == "N09_M07_F10"
-    with pytest.raises(BearingDataError, match="'vibration_2'.*absent"):
+    with pytest.raises(DataError, match="'vibration_2'.*absent"):
         BearingDataModule(root=str(DATA / "paderborn"), channels=["vibration_2"], **TINY).setup()
 
 
@@ -378,69 +468,100 @@ def test_generic_folder_with_metadata_and_mixed_rates():
     assert batch["signals"].shape[1] == 2
 
 
-# -- bad input -----------------------------------------------------------------------------------
+def test_the_source_detects_the_format_once():
+    assert BearingSource.open(DATA / "paderborn").data_format == "paderborn"
+    assert BearingSource.open(DATA / "cwru").data_format == "cwru"
+    source = BearingSource.open(DATA / "folder", metadata="metadata.csv")
+    assert (source.data_format, source.channels, source.class_names) == ("folder", ["0", "1"], ["faulty", "healthy"])
+    with pytest.raises(ValueError, match="data_format='folder' needs metadata="):
+        BearingSource.open(DATA / "folder", data_format="folder")
 
 
-@pytest.fixture
-def folder_copy(tmp_path):
-    shutil.copytree(DATA / "folder", tmp_path / "folder")
-    return tmp_path / "folder"
+# -- bad input beyond the contract's matrix ------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", [np.nan, np.inf])
-def test_non_finite_signal(folder_copy, bad):
-    signal = np.load(folder_copy / "a.npy")
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_signal_is_skipped_and_the_rest_kept(tmp_path, bad):
+    root = folder_copy(tmp_path)
+    signal = np.load(root / "a.npy")
     signal[5, 1] = bad
-    np.save(folder_copy / "a.npy", signal)
-    args = {"root": str(folder_copy), "metadata": "metadata.csv", **TINY}
-    with pytest.raises(BearingDataError, match=rf"a.npy: non-finite value {bad} at channel 1, sample 5"):
-        BearingDataModule(**args).setup()
-    dm = BearingDataModule(**args, on_bad="skip")
-    with pytest.warns(UserWarning, match="skipped 1 bad recordings"):
+    np.save(root / "a.npy", signal)
+    with pytest.raises(DataError, match=rf"a.npy \(channel 1, sample 5\): non-finite value {bad} \(pass on_bad='skip'"):
+        BearingDataModule(**folder_args(root)).setup()
+    dm = BearingDataModule(**folder_args(root), on_bad="skip")
+    with pytest.warns(
+        UserWarning,
+        match=r"skipped 1 bad item\(s\) under on_bad='skip' \(first: .*a\.npy \(channel 1, sample 5\): non-finite",
+    ):
         dm.setup()
-    assert dm.skipped == 1 and "a.npy" in dm.report.examples[0]
+    assert dm.report.num_skipped == dm.report.split(SOURCE).skipped[("recording", f"non-finite value {bad}")] == 1
     assert sorted(dm.recording_names) == ["rec_b", "rec_c"]
 
 
-def test_unknown_label(folder_copy):
-    args = {"root": str(folder_copy), "metadata": "metadata.csv", "class_names": ["healthy", "faulty", "x"], **TINY}
-    text = (folder_copy / "metadata.csv").read_text().replace("b.npy,faulty", "b.npy,cracked")
-    (folder_copy / "metadata.csv").write_text(text)
-    with pytest.raises(BearingDataError, match="b.npy: unknown label 'cracked'"):
-        BearingDataModule(**args).setup()
-    dm = BearingDataModule(**args, on_bad="skip", split="time_block")
+def test_unknown_label_is_skipped_and_the_rest_kept(tmp_path):
+    root = folder_copy(tmp_path)
+    text = (root / "metadata.csv").read_text().replace("b.npy,faulty", "b.npy,cracked")
+    (root / "metadata.csv").write_text(text)
+    dm = BearingDataModule(**folder_args(root, class_names=["healthy", "faulty", "x"]), on_bad="skip")
     with pytest.warns(UserWarning, match="skipped 1"):
         dm.setup()
-    assert sorted(dm.recording_names) == ["rec_a", "rec_c"]
+    assert sorted(dm.recording_names) == ["rec_a", "rec_c"] and dm.report.skipped("unknown label 'cracked'") == 1
+
+
+def test_a_listed_file_that_is_missing_names_its_row(tmp_path):
+    root = folder_copy(tmp_path)
+    (root / "b.npy").unlink()
+    with pytest.raises(DataError, match=r"metadata\.csv:3: .*b\.npy: file not found"):
+        BearingDataModule(**folder_args(root)).setup()
 
 
 def test_recording_shorter_than_one_window():
-    with pytest.raises(BearingDataError, match="normal_0_97.mat: 600 samples at 12000 Hz, shorter than one window"):
+    with pytest.raises(
+        DataError, match=r"normal_0_97.mat \(600 samples at 12000 Hz\): shorter than one window \(1000 samples\)"
+    ):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the leaky split's warning
             BearingDataModule(root=str(DATA / "cwru"), window_length=1000, batch_size=8, split="random_window").setup()
     dm = BearingDataModule(root=str(DATA / "cwru"), window_length=1000, on_bad="skip", batch_size=8)
-    with pytest.warns(UserWarning, match="skipped 4"):  # the others are too short for time blocks
-        with pytest.raises(ValueError, match="no usable recordings"):
-            dm.setup()
-    assert any("shorter than one window" in r for r in dm.report.examples)
-    assert any("too short for a time_block split" in r for r in dm.report.examples)
+    with pytest.raises(DataError, match="no usable recordings in .*cwru: 4 skipped as bad input, none left"):
+        dm.setup()  # one is shorter than a window, the others too short for three time blocks and two gaps
+    assert dm.report.skipped("shorter than one window") == 1
+    assert dm.report.skipped("too short for a time_block split") == 3
 
 
-def test_corrupt_mat_file(tmp_path):
-    shutil.copytree(DATA / "cwru", tmp_path / "cwru")
-    (tmp_path / "cwru" / "12k_Drive_End_IR007_0_105.mat").write_bytes(b"MATLAB 5.0 MAT-file" + b"\x00" * 50)
-    with pytest.raises(BearingDataError, match="12k_Drive_End_IR007_0_105.mat: not a readable .mat file"):
-        BearingDataModule(root=str(tmp_path / "cwru"), **TINY).setup()
-    dm = BearingDataModule(root=str(tmp_path / "cwru"), on_bad="skip", **TINY)
+def test_corrupt_mat_file_is_skipped_and_the_rest_loads(tmp_path):
+    root = cwru_copy(tmp_path)
+    (root / "12k_Drive_End_IR007_0_105.mat").write_bytes(b"MATLAB 5.0 MAT-file" + b"\x00" * 50)
+    dm = BearingDataModule(root=str(root), on_bad="skip", **TINY)
     with pytest.warns(UserWarning, match="skipped 1"):
         dm.setup()
-    assert len(dm.recordings) == 3
+    assert len(dm.recordings) == 3 and "12k_Drive_End_IR007_0_105" not in dm.recording_names
+    assert dm.report.to_dict()[SOURCE]["examples"][0].startswith(str(root / "12k_Drive_End_IR007_0_105.mat"))
 
 
-def test_missing_dataset_says_what_to_fetch(tmp_path):
-    with pytest.raises(DatasetNotFoundError, match="download=True"):
+def test_missing_or_empty_folders_say_what_to_fetch(tmp_path):
+    with pytest.raises(DatasetNotFoundError, match=r"data folder .*nothing not found .*To get it: pass download=True"):
         BearingDataModule(root=str(tmp_path / "nothing"), **TINY).setup()
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "README.txt").write_text("no recordings here")
+    with pytest.raises(DatasetNotFoundError, match=r"CWRU recordings \(\*\.mat\) not found .*engineering\.case\.edu"):
+        BearingDataModule(root=str(tmp_path / "empty"), on_bad="skip", **TINY).setup()
+    with pytest.raises(DatasetNotFoundError, match=r"Paderborn recordings .*not found.*mb\.uni-paderborn\.de"):
+        BearingDataModule(root=str(tmp_path / "empty"), data_format="paderborn", **TINY).setup()
+    with pytest.raises(DatasetNotFoundError, match=r"metadata CSV meta\.csv not found .*path,label"):
+        BearingDataModule(root=str(tmp_path / "empty"), metadata="meta.csv", **TINY)
+
+
+def test_an_empty_metadata_file_is_a_clear_error(tmp_path):
+    root = folder_copy(tmp_path)
+    (root / "metadata.csv").write_text("")
+    with pytest.raises(DataError, match=r"metadata\.csv: the metadata CSV is empty \(expected columns path,label"):
+        BearingDataModule(**folder_args(root))
+
+
+def test_download_is_cwru_only():
+    with pytest.raises(ValueError, match="download=True fetches the CWRU files only"):
+        BearingDataModule(root=str(DATA / "paderborn"), download=True)
 
 
 # -- download ------------------------------------------------------------------------------------
@@ -449,7 +570,7 @@ def test_missing_dataset_says_what_to_fetch(tmp_path):
 def test_download_verifies_checksums(tmp_path, monkeypatch):
     monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout=None: io.BytesIO(b"not the file"))
     dm = BearingDataModule(root=str(tmp_path / "cwru"), download=True, **TINY)
-    with pytest.raises(OSError, match=r"normal_0_97.mat.*md5 is .*expected ee410e72"):
+    with pytest.raises(DownloadError, match=r"normal_0_97.mat.*md5 is .*expected ee410e72"):
         dm.prepare_data()
     assert not list((tmp_path / "cwru").glob("*.mat*"))  # the bad download is removed
 
@@ -486,6 +607,15 @@ def test_real_cwru_time_blocks_and_memory(shared_data):
     raw = sum(r.signal.nbytes for r in dm.recordings)
     assert held <= 1.1 * raw  # 50% overlap: a copy per window would hold about 2x
     assert_windows_are_views(dm.dataset("test"))
+    assert dm.report.unused() == dm.report.unused(GAP) == uncovered(dm) == 2 * 2048 * 10
+
+
+def test_real_cwru_strides_longer_than_a_window_are_counted_exactly(shared_data):
+    dm = BearingDataModule(root=str(shared_data / "bearing"), window_length=1024, stride=1500)
+    dm.setup()
+    assert dm.report.unused(GAP) == 2 * 1024 * 10
+    assert dm.report.unused(STRIDE) == 357_354  # regression figure, checked against the windows just below
+    assert dm.report.unused() == uncovered(dm)
 
 
 def test_setup_keeps_one_copy_of_the_signal():
@@ -550,21 +680,8 @@ def test_very_short_tail_runs_and_stays_invariant():
         }
         for i, n in enumerate([7, 2048])
     ]
-    collate = BearingCollate()
+    collate = BearingCollator()
     with torch.no_grad():
         together = model(collate(samples))
         alone = model(collate(samples[:1]))
     torch.testing.assert_close(together[0], alone[0], atol=1e-5, rtol=1e-4)
-
-
-# -- configs and DDP -----------------------------------------------------------------------------
-
-
-def test_ddp_fit_two_processes(tmp_path):
-    records = ddp_fit(CONFIG, tmp_path, [*CLI_SMALL, "--trainer.limit_train_batches=null"])
-    assert records[0]["global_step"] == records[1]["global_step"] > 0
-    assert records[0]["batches"] == records[1]["batches"] == records[0]["num_training_batches"]
-    dm = main(["--config", str(CONFIG), *CLI_SMALL], run=False).datamodule  # the datamodule the ranks built
-    dm.setup()
-    served = sorted(records[0]["indices"] + records[1]["indices"])
-    assert served == list(range(len(dm.dataset("train"))))  # every train window once, on exactly one rank

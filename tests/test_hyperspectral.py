@@ -1,12 +1,14 @@
-"""Hyperspectral scenario: contract, band sampling, spatial splits, readers, downloads, bad input, DDP."""
+"""Hyperspectral scenario: contract, band sampling, spatial splits, readers, caches, downloads, bad input."""
 
 from __future__ import annotations
 
 import atexit
 import dataclasses
+import os
 import pickle
 import shutil
 import tempfile
+import urllib.error
 import urllib.request
 import warnings
 from pathlib import Path
@@ -17,14 +19,21 @@ import torch
 from scipy.io import savemat
 
 import varlen.datasets.hyperspectral as hs
-from varlen.datamodules.hyperspectral import HyperspectralDataModule
-from varlen.datasets.base import DatasetNotFoundError, file_hash
+import varlen.datasets.hyperspectral.readers as readers
+from varlen.cache import cache_key, file_hash
+from varlen.datamodules.hyperspectral import UNUSED_REASONS, HyperspectralDataModule
+from varlen.datasets.hyperspectral.labels import check_classes_present
+from varlen.datasets.hyperspectral.scenes import INDIAN_PINES_CHANNELS, INDIAN_PINES_REMOVED, SALINAS_REMOVED
+from varlen.errors import DataError, DatasetNotFoundError, DownloadError
 from varlen.models.hyperspectral import AverageAccuracy, SpectralTransformer
-from varlen.testing import DataModuleContract, ddp_fit
+from varlen.report import DataReport
+from varlen.splits import footprint_map, patch_fits, stream
+from varlen.testing import BadInput, DataModuleContract
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "hyperspectral"
 CONFIG = str(ROOT / "configs" / "hyperspectral.yaml")
+WAVELENGTHS = np.linspace(450.0, 2400.0, 12)
 # one cache of the synthetic cubes for the whole module (written once, then memory-mapped)
 SCENE_ROOT = Path(tempfile.mkdtemp(prefix="varlen_hs_"))
 atexit.register(shutil.rmtree, SCENE_ROOT, ignore_errors=True)
@@ -35,20 +44,34 @@ CLI_OVERRIDES = [
 ]
 
 
-def tiny_dm(tmp_path: Path, **kwargs) -> HyperspectralDataModule:
-    args = {
+def tiny_args(tmp_path: Path, **kwargs) -> dict:
+    """The 16 x 14 x 12 test cube (MATLAB v5) as a custom scene, spectra, all bands."""
+    return {
         "scenes": ["custom"],
         "root": str(tmp_path),
         "cube_path": str(DATA / "tiny_v5.mat"),
         "labels_path": str(DATA / "tiny_v5_gt.mat"),
-        "wavelengths": hs.np.linspace(450.0, 2400.0, 12).tolist(),
+        "wavelengths": WAVELENGTHS.tolist(),
+        "patch_size": 1,
+        "min_bands": None,
+        "max_bands": None,
         "block_size": 4,
         "val_fraction": 0.2,
         "test_fraction": 0.3,
         "batch_size": 8,
         **kwargs,
     }
-    return HyperspectralDataModule(**args)
+
+
+def tiny_dm(tmp_path: Path, **kwargs) -> HyperspectralDataModule:
+    return HyperspectralDataModule(**tiny_args(tmp_path, **kwargs))
+
+
+def nan_cube(tmp_path: Path, band: int = 5) -> Path:
+    cube = np.load(DATA / "tiny.npy").astype(np.float32)
+    cube[2, 3, band] = np.nan
+    np.save(tmp_path / "nan.npy", cube)
+    return tmp_path / "nan.npy"
 
 
 class TestHyperspectralContract(DataModuleContract):
@@ -76,6 +99,54 @@ class TestHyperspectralContract(DataModuleContract):
     def budget_overrides(self):
         return {"max_tokens": 4096}
 
+    def ddp_overrides(self, tmp_path: Path) -> list[str]:
+        """The tiny v5 .mat cube, converted from an empty cache under tmp_path; a few batches per rank."""
+        return [
+            f"--data.init_args.root={tmp_path / 'scenes'}",
+            "--data.init_args.scenes=[custom]",
+            f"--data.init_args.cube_path={DATA / 'tiny_v5.mat'}",
+            f"--data.init_args.labels_path={DATA / 'tiny_v5_gt.mat'}",
+            "--data.init_args.sensor=rosis",
+            "--data.init_args.patch_size=1",
+            "--data.init_args.min_bands=4",
+            "--data.init_args.max_bands=12",
+            "--data.init_args.block_size=4",
+            "--data.init_args.val_fraction=0.2",
+            "--data.init_args.test_fraction=0.3",
+            "--data.init_args.max_tokens=null",
+            "--data.init_args.batch_size=8",
+            "--trainer.enable_progress_bar=false",
+        ]
+
+    def bad_input(self, case: str, tmp_path: Path) -> BadInput | None:
+        if case == "missing_source":  # a custom cube path that does not exist
+            args = tiny_args(tmp_path, cube_path=str(tmp_path / "absent.mat"))
+            return BadInput(args, r"cube file absent\.mat not found \(looked in: .*absent\.mat\)\. To get it: check")
+        if case == "unreadable_file":  # a corrupt .mat: nothing of the cube is usable, under both policies
+            (tmp_path / "corrupt.mat").write_bytes(b"MATLAB 5.0 MAT-file" + bytes(range(256)) * 2)
+            args = tiny_args(tmp_path, cube_path=str(tmp_path / "corrupt.mat"))
+            return BadInput(args, r"corrupt\.mat: cannot read it as a MATLAB \.mat file \(ValueError: ")
+        if case == "empty_source":  # a label map with no labelled pixel: no class, no sample
+            np.save(tmp_path / "blank.npy", np.zeros((16, 14), dtype=np.uint8))
+            args = tiny_args(tmp_path, labels_path=str(tmp_path / "blank.npy"))
+            return BadInput(args, r"blank\.npy: no labelled pixel")
+        if case == "non_finite":  # a band holding NaN: named with its wavelength; dropped and counted under skip
+            args = tiny_args(tmp_path, cube_path=str(nan_cube(tmp_path)))
+            return BadInput(args, r"nan\.npy: band\(s\) \[5\] \(at \[1336\.4\] nm\) hold NaN or inf", "NaN or inf")
+        if case == "empty_sample":
+            # A sample of 0 bands: eval_bands=[] would give every evaluation pixel none, so nothing is
+            # left to skip; it raises under both policies (a label map whose every labelled pixel lies
+            # on the border leaves no sample either: test_border_only_labels_leave_no_patch_centre).
+            return BadInput(tiny_args(tmp_path, eval_bands=[]), r"eval_bands: the band list is empty")
+        if case == "unknown_label":  # an external train map with a label outside 0..C
+            train = hs.read_labels(DATA / "tiny_TR.mat")
+            train[train == 2] = 7
+            np.save(tmp_path / "TR7.npy", train)
+            args = tiny_args(tmp_path, train_map=str(tmp_path / "TR7.npy"))
+            message = r"TR7\.npy: label 7 at 15 pixel\(s\), first at row 1, column 8: not one of the scene's classes"
+            return BadInput(args, message, "not one of the scene's classes")
+        raise AssertionError(case)
+
     def test_band_padding_does_not_change_outputs(self, datamodule, model):
         """Training samples carry 10..150 random bands: pad short ones into a batch with long ones."""
         dataset = datamodule.dataset("train")
@@ -85,13 +156,21 @@ class TestHyperspectralContract(DataModuleContract):
         assert len({len(s["bands"]) for s in samples}) == 3
         batch = datamodule.collate_fn(samples)
         assert batch["band_mask"].sum(1).tolist() == [len(s["bands"]) for s in samples]
-        wide = hs.collate_hyperspectral(samples, pad_to_multiple_of=8)  # extra padding beyond the batch max
+        wide = hs.HyperspectralCollator(pad_to_multiple_of=8)(samples)  # extra padding beyond the batch max
         assert wide["band_mask"].shape[1] % 8 == 0 and wide["band_mask"].shape[1] > batch["band_mask"].shape[1] - 8
         with torch.no_grad():
             together = model(batch)
             torch.testing.assert_close(model(wide), together, atol=1e-5, rtol=1e-4)
             for i, sample in enumerate(samples):
                 torch.testing.assert_close(together[i], model(datamodule.collate_fn([sample]))[0], atol=1e-5, rtol=1e-4)
+
+    def test_report_names_unused_pixels_per_scene(self, datamodule) -> None:
+        """Two scenes: each split's buffer pixels are counted per scene, in labelled pixels."""
+        table = datamodule.report.to_dict()
+        for split in ("train", "val", "test"):
+            unused = table[split]["unused"]
+            for scene in ("synthetic", "synthetic_rosis"):
+                assert unused.get(f"labelled pixels: {scene}: {UNUSED_REASONS['buffer']}", 0) > 0, unused
 
 
 # -- band sampling ------------------------------------------------------------------------------
@@ -116,6 +195,17 @@ def test_band_subsets_are_sorted_sized_by_lengths_and_change_per_epoch(synthetic
         assert np.array_equal(b0, ds.bands_of(i, 0))  # deterministic per (seed, epoch, index)
         sample = ds[i]
         assert np.all(np.diff(sample["wavelengths"]) > 0)  # kept in wavelength order
+
+
+def test_band_counts_come_from_their_named_stream(synthetic_dm) -> None:
+    ds = synthetic_dm.dataset("train")
+    expected = stream(synthetic_dm.seed, "band counts").integers(20, 61, len(ds))
+    np.testing.assert_array_equal(ds.lengths, expected)
+    other = HyperspectralDataModule(
+        root=str(SCENE_ROOT), layout="generated", patch_size=3, min_bands=20, max_bands=60, seed=1
+    )
+    other.setup("fit")
+    assert not np.array_equal(other.dataset("train").lengths[:50], ds.lengths[:50])
 
 
 def test_loader_batches_use_their_epoch_bands_and_resume_exactly(synthetic_dm) -> None:
@@ -144,7 +234,7 @@ def test_loader_batches_use_their_epoch_bands_and_resume_exactly(synthetic_dm) -
         assert torch.equal(i0, i1) and torch.equal(b0, b1)
 
 
-def test_workers_draw_the_same_bands(synthetic_dm, tmp_path) -> None:
+def test_workers_draw_the_same_bands(synthetic_dm) -> None:
     dm = HyperspectralDataModule(
         root=str(SCENE_ROOT), layout="generated", patch_size=3, min_bands=20, max_bands=60, batch_size=32,
         num_workers=2,
@@ -162,6 +252,7 @@ def test_collate_copies_selected_bands_normalised(synthetic_dm) -> None:
     ds = synthetic_dm.dataset("train")
     samples = [ds[3], ds[10]]
     assert np.shares_memory(samples[0]["patch"], ds.cubes[0].array)  # a view into the memmap
+    assert isinstance(synthetic_dm.collate_fn, hs.HyperspectralCollator)
     batch = synthetic_dm.collate_fn(samples)
     s = samples[1]
     k = len(s["bands"])
@@ -189,7 +280,7 @@ def test_dataset_pickles_without_the_cube(synthetic_dm) -> None:
     assert isinstance(clone.cubes[0].array, np.memmap)
 
 
-def test_eval_band_counts(tmp_path) -> None:
+def test_eval_band_counts() -> None:
     for count, expect in ((25, 25), (None, 200), ([0, 5, 199], 3)):
         dm = HyperspectralDataModule(root=str(SCENE_ROOT), layout="generated", eval_bands=count, batch_size=16)
         dm.setup("fit")
@@ -212,7 +303,7 @@ def test_train_and_test_footprints_share_no_pixel(patch_size) -> None:
         ds = dm.dataset(split)
         centres = np.zeros(shape, dtype=bool)
         centres[ds.rows, ds.cols] = True
-        prints[split] = hs.footprint_map(centres, r)
+        prints[split] = footprint_map(centres, r)
         assert len(ds) > 100
     assert not np.any(prints["train"] & prints["test"])
     assert not np.any(prints["train"] & prints["val"])
@@ -226,10 +317,10 @@ def test_train_and_test_footprints_share_no_pixel(patch_size) -> None:
     a, b = np.zeros(shape, bool), np.zeros(shape, bool)
     a[tuple(labelled[pick].T)] = True
     b[tuple(labelled[~pick].T)] = True
-    assert np.any(hs.footprint_map(a, r) & hs.footprint_map(b, r))
+    assert np.any(footprint_map(a, r) & footprint_map(b, r))
 
 
-def test_skipped_pixels_are_counted_and_warned_once(tmp_path) -> None:
+def test_unused_pixels_are_counted_in_the_report_not_warned(tmp_path) -> None:
     labels = np.load(DATA / "tiny_gt.npy")
     labels[0, 1:6] = 1  # a parcel touching the image edge: its 3x3 patches would leave the image
     np.save(tmp_path / "edge.npy", labels)
@@ -237,21 +328,30 @@ def test_skipped_pixels_are_counted_and_warned_once(tmp_path) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         dm.setup("fit")
-        dm.setup("fit")  # idempotent: no second report
-    messages = [str(w.message) for w in caught if "not used as patch centres" in str(w.message)]
-    assert len(messages) == 1 and f"{dm.num_skipped} labelled pixels" in messages[0]
+    assert not [w for w in caught if "centre" in str(w.message) or "dm.report" in str(w.message)]
+    assert not hasattr(dm, "skipped") and not hasattr(dm, "num_skipped")
     labels = dm.scenes[0].labels
     used = sum(len(dm.dataset(split)) for split in ("train", "val", "test"))
-    assert used + dm.num_skipped == int((labels > 0).sum())  # every labelled pixel is used or counted
-    border = sum(reasons.get("border", 0) for reasons in dm.skipped["custom"].values())
-    assert border == int(((labels > 0) & ~hs.patch_fits(labels.shape, 1)).sum()) > 0
-    assert sum(reasons.get("buffer", 0) for reasons in dm.skipped["custom"].values()) > 0
-    assert dm.report["custom"]["skipped"] == dm.skipped["custom"]
+    assert used + dm.report.unused() == int((labels > 0).sum())  # every labelled pixel is used or counted
+    assert dm.report.unused("border") == int(((labels > 0) & ~patch_fits(labels.shape, 1)).sum()) > 0
+    assert dm.report.unused("buffer") > 0
+    assert "labelled pixels (border: the patch would leave the image)" in str(dm.report)
+    assert dm.report.num_skipped == 0
 
 
 def test_buffer_smaller_than_radius_is_refused() -> None:
     with pytest.raises(ValueError, match="buffer 1 < patch radius 2"):
         HyperspectralDataModule(root=str(SCENE_ROOT), layout="generated", patch_size=5, buffer=1)
+
+
+def test_border_only_labels_leave_no_patch_centre(tmp_path) -> None:
+    """Every labelled pixel on the image border: no 3x3 patch fits, so no sample at all (raised, and says why)."""
+    labels = np.zeros((16, 14), dtype=np.uint8)
+    labels[0, :6], labels[0, 7:], labels[-1, :] = 1, 2, 3
+    np.save(tmp_path / "rim.npy", labels)
+    dm = tiny_dm(tmp_path, labels_path=str(tmp_path / "rim.npy"), patch_size=3, on_bad="skip")
+    with pytest.raises(DataError, match=r"no training pixel is a patch centre; of 27 labelled pixels.*border"):
+        dm.setup("fit")
 
 
 def test_normalisation_uses_train_pixels_only(synthetic_dm) -> None:
@@ -297,7 +397,7 @@ def test_readers_agree_and_memory_map(cube, labels, tmp_path) -> None:
 
 def test_envi_wavelengths_are_converted_to_nm(tmp_path) -> None:
     wl = hs.read_wavelengths(DATA / "tiny_envi.hdr")
-    np.testing.assert_allclose(wl, np.linspace(450.0, 2400.0, 12), atol=0.1)
+    np.testing.assert_allclose(wl, WAVELENGTHS, atol=0.1)
     dm = tiny_dm(
         tmp_path, cube_path=str(DATA / "tiny_envi.hdr"), labels_path=str(DATA / "tiny_gt.npy"), wavelengths=None
     )
@@ -306,21 +406,44 @@ def test_envi_wavelengths_are_converted_to_nm(tmp_path) -> None:
 
 
 def test_sensor_wavelengths_account_for_removed_bands() -> None:
-    assert hs.aviris_wavelengths(hs.INDIAN_PINES_REMOVED, hs.INDIAN_PINES_CHANNELS).size == 200
-    assert hs.aviris_wavelengths(hs.SALINAS_REMOVED).size == 204
+    assert hs.aviris_wavelengths(INDIAN_PINES_REMOVED, INDIAN_PINES_CHANNELS).size == 200
+    assert hs.aviris_wavelengths(SALINAS_REMOVED).size == 204
     assert len(hs.SCENES["pavia_u"].wavelengths) == 103
-    wl = hs.aviris_wavelengths(hs.INDIAN_PINES_REMOVED, hs.INDIAN_PINES_CHANNELS)
+    wl = hs.aviris_wavelengths(INDIAN_PINES_REMOVED, INDIAN_PINES_CHANNELS)
     assert not np.any((wl > 1380) & (wl < 1430)) and not np.any((wl > 1830) & (wl < 1950))  # water bands gone
 
 
 def test_tiny_custom_scene_end_to_end(tmp_path) -> None:
     dm = tiny_dm(tmp_path)
     assert dm.num_classes == 3
+    dm.prepare_data()
     dm.setup("fit")
     batch = next(iter(dm.train_dataloader()))
     assert batch["spectra"].shape[1] == 12 and batch["spectra"].dim() == 2
     model = SpectralTransformer(num_classes=3, d_model=16, nhead=2, num_layers=1)
     assert model(batch).shape == (len(batch["index"]), 3)
+    assert sum(dm.report.split(s).kept for s in ("train", "val", "test")) + dm.report.unused() == 120
+
+
+@pytest.mark.parametrize("mat", ["tiny_v5", "tiny_v73"])
+def test_missing_mat_variable_names_the_file_and_variable(tmp_path, mat) -> None:
+    with pytest.raises(DataError, match=rf"{mat}\.mat: no variable 'cube'; it holds \['tiny_cube'\]"):
+        tiny_dm(tmp_path, cube_path=str(DATA / f"{mat}.mat"), cube_key="cube").prepare_data()
+    with pytest.raises(DataError, match=rf"{mat}_gt\.mat: no variable 'gt'; it holds \['tiny_gt'\]"):
+        tiny_dm(tmp_path, labels_path=str(DATA / f"{mat}_gt.mat"), labels_key="gt")
+
+
+def test_unreadable_files_name_the_file_and_cause(tmp_path) -> None:
+    (tmp_path / "cut.mat").write_bytes((DATA / "tiny_v5.mat").read_bytes()[:300])
+    with pytest.raises(DataError, match=r"cut\.mat: cannot read it as a MATLAB \.mat file \("):
+        tiny_dm(tmp_path, cube_path=str(tmp_path / "cut.mat")).prepare_data()
+    (tmp_path / "junk.npy").write_bytes(b"not an array")
+    with pytest.raises(DataError, match=r"junk\.npy: cannot read it as a \.npy array \("):
+        tiny_dm(tmp_path, labels_path=str(tmp_path / "junk.npy"))
+    with pytest.raises(DataError, match=r"tiny_gt\.npy: expected a 3-D cube \[H, W, B\], got shape \(16, 14\)"):
+        tiny_dm(tmp_path, cube_path=str(DATA / "tiny_gt.npy")).setup("fit")
+    with pytest.raises(DataError, match=r"tiny_envi\.img: unknown cube format '\.img'"):
+        tiny_dm(tmp_path, cube_path=str(DATA / "tiny_envi.img")).setup("fit")
 
 
 def assert_footprints_disjoint(dm: HyperspectralDataModule, radius: int) -> None:
@@ -329,7 +452,7 @@ def assert_footprints_disjoint(dm: HyperspectralDataModule, radius: int) -> None
     for split in ("train", "val", "test"):
         c = np.zeros(shape, bool)
         c[dm.dataset(split).rows, dm.dataset(split).cols] = True
-        prints[split] = hs.footprint_map(c, radius)
+        prints[split] = footprint_map(c, radius)
         assert len(dm.dataset(split)) > 0, split
     for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
         assert not np.any(prints[a] & prints[b]), (a, b, int((prints[a] & prints[b]).sum()))
@@ -340,9 +463,8 @@ def test_external_maps_drop_centres_whose_patches_touch_another_split(tmp_path) 
         tmp_path, train_map=str(DATA / "tiny_TR.mat"), test_map=str(DATA / "tiny_TS.mat"), patch_size=3,
         block_size=3, buffer=1, val_fraction=0.3,
     )  # fmt: skip
-    with pytest.warns(UserWarning, match="patch overlapping train patches"):
-        dm.setup("fit")
-    assert dm.skipped["custom"]["test"]["patch overlapping train patches"] > 0
+    dm.setup("fit")
+    assert dm.report.split("test").unused[("labelled pixels", "patch overlapping train patches")] > 0
     assert_footprints_disjoint(dm, 1)
 
 
@@ -350,8 +472,8 @@ def test_real_pavia_maps_give_disjoint_train_val_test_patches(shared_data, tmp_p
     """The published TRpaviaU / TSpaviaU maps lie side by side: val (carved from TR) must not
     touch test patches either."""
     folder = shared_data / "hyperspectral"
-    train_map = hs.read_array(folder / "TRpaviaU.mat", ndim=2)
-    test_map = hs.read_array(folder / "TSpaviaU.mat", ndim=2)
+    train_map = hs.read_labels(folder / "TRpaviaU.mat")
+    test_map = hs.read_labels(folder / "TSpaviaU.mat")
     np.save(tmp_path / "gt.npy", np.where(train_map > 0, train_map, test_map).astype(np.uint8))
     np.save(tmp_path / "cube.npy", np.random.default_rng(0).random((*train_map.shape, 4), dtype=np.float32))
     dm = HyperspectralDataModule(
@@ -359,44 +481,135 @@ def test_real_pavia_maps_give_disjoint_train_val_test_patches(shared_data, tmp_p
         labels_path=str(tmp_path / "gt.npy"), sensor="rosis", patch_size=5, val_fraction=0.2,
         train_map=str(folder / "TRpaviaU.mat"), test_map=str(folder / "TSpaviaU.mat"),
     )  # fmt: skip
-    with pytest.warns(UserWarning, match="patch overlapping test patches"):
-        dm.setup("fit")
-    assert dm.skipped["custom"]["val"]["patch overlapping test patches"] > 0
+    dm.setup("fit")
+    assert dm.report.unused("patch overlapping test patches") > 0
     assert_footprints_disjoint(dm, 2)
 
 
 def test_external_maps_must_hold_usable_integer_labels(tmp_path) -> None:
-    train = hs.read_array(DATA / "tiny_TR.mat", ndim=2).astype(np.float64)
+    train = hs.read_labels(DATA / "tiny_TR.mat").astype(np.float64)
     fractional = train.copy()
     r, c = np.argwhere(train > 0)[0]
     fractional[r, c] = 1.5
     np.save(tmp_path / "frac.npy", fractional)
-    with pytest.raises(ValueError, match=r"frac.npy: labels must be integers .*got 1.5 at row"):
+    with pytest.raises(DataError, match=r"frac.npy: labels must be integers .*got 1.5 at row 1, column 1"):
         tiny_dm(tmp_path, train_map=str(tmp_path / "frac.npy")).setup("fit")
     np.save(tmp_path / "empty.npy", np.zeros_like(train))
-    with pytest.raises(ValueError, match=r"empty.npy: no labelled pixel of scene 'custom' whose 1x1 patch fits"):
+    with pytest.raises(DataError, match=r"empty.npy: no labelled pixel of scene 'custom' whose 1x1 patch fits"):
         tiny_dm(tmp_path, train_map=str(tmp_path / "empty.npy")).setup("fit")
+    np.save(tmp_path / "small.npy", train[:-1])
+    with pytest.raises(DataError, match=r"small.npy: the map is 15x14 pixels, the cube 16x14"):
+        tiny_dm(tmp_path, train_map=str(tmp_path / "small.npy")).setup("fit")
+
+
+def test_unknown_label_values_are_left_unlabelled_under_skip(tmp_path) -> None:
+    train = hs.read_labels(DATA / "tiny_TR.mat")
+    train[train == 2] = 7
+    np.save(tmp_path / "TR7.npy", train)
+    with pytest.warns(UserWarning, match="dm.report"):
+        dm = tiny_dm(tmp_path, train_map=str(tmp_path / "TR7.npy"), on_bad="skip")
+        dm.setup("fit")
+    assert dm.report.skipped("not one of the scene's classes") == 1  # one value (its 15 pixels named)
+    assert "label 7 at 15 pixel(s)" in str(dm.report)
+    assert not np.any(dm.scenes[0].train_labels == 7) and int((dm.scenes[0].train_labels > 0).sum()) == 35
+    assert 1 not in set(dm.dataset("train").labels.tolist())  # class 2 (0-based 1) has no training pixel left
+
+
+def test_scene_label_values_a_scene_does_not_know() -> None:
+    """Salinas-A numbers its classes 1, 10-14: a 7 is no class of it."""
+    raw = np.array([[0, 1, 10], [14, 7, 7]], dtype=np.uint8)
+    values = hs.SCENES["salinas_a"].label_values
+    with pytest.raises(DataError, match=r"gt\.mat: label 7 at 2 pixel\(s\), first at row 1, column 1: .*1, 10, 11"):
+        hs.known_labels(raw, values, "gt.mat")
+    report = DataReport("skip")
+    np.testing.assert_array_equal(hs.known_labels(raw, values, "gt.mat", report), [[0, 1, 2], [6, 0, 0]])
+    assert report.skipped("not one of the scene's classes") == 1
 
 
 @pytest.mark.parametrize("name", ["TRpaviaU", "TSpaviaU"])
 def test_real_pavia_maps_read(shared_data, name) -> None:
-    labels = hs.read_array(shared_data / "hyperspectral" / f"{name}.mat", ndim=2)
+    labels = hs.read_labels(shared_data / "hyperspectral" / f"{name}.mat")
     assert labels.shape == (610, 340) and set(np.unique(labels).tolist()) == set(range(10))
 
 
 def test_salinas_a_labels_remap(shared_data) -> None:
-    raw = hs.read_array(shared_data / "hyperspectral" / "SalinasA_gt.mat", ndim=2)
-    info = hs.SCENES["salinas_a"]
-    labels = hs.remap_labels(raw, info.label_values, "SalinasA_gt.mat")
-    assert labels.max() == 6 and hs.check_labels(labels, 6, "x") == 6
+    raw = hs.read_labels(shared_data / "hyperspectral" / "SalinasA_gt.mat")
+    labels = hs.known_labels(raw, hs.SCENES["salinas_a"].label_values, "SalinasA_gt.mat")
+    assert labels.max() == 6 and set(np.unique(labels).tolist()) == set(range(7))
+    check_classes_present(labels, 6, "x")
 
 
 def test_synthetic_uses_real_indian_pines_layout(shared_data, tmp_path) -> None:
     dm = HyperspectralDataModule(root=str(tmp_path), layout="auto")
-    real = hs.read_array(shared_data / "hyperspectral" / "Indian_pines_gt.mat", ndim=2)
+    real = hs.read_labels(shared_data / "hyperspectral" / "Indian_pines_gt.mat")
+    assert hs.shared_layout_path().is_file()
     dm.setup("fit")
     np.testing.assert_array_equal(dm.scenes[0].labels, real)
     assert dm.num_classes == 16
+
+
+# -- caches -------------------------------------------------------------------------------------
+
+
+def test_mat_cache_is_built_in_prepare_data_and_only_mapped_in_build(tmp_path, monkeypatch) -> None:
+    dm = tiny_dm(tmp_path)
+    dm.prepare_data()
+    key = cache_key(file_hash(DATA / "tiny_v5.mat"), "tiny_cube", version=hs.MAT_CACHE_VERSION)
+    cache = tmp_path / "cache" / f"tiny_v5.tiny_cube.{key}.npy"
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [cache.name]
+
+    def no_write(*args, **kwargs):
+        raise AssertionError("build converted the cube again")
+
+    monkeypatch.setattr(readers, "write_npy", no_write)
+    dm.setup("fit")
+    assert dm.scenes[0].cube.path == cache and dm.scenes[0].source == str(DATA / "tiny_v5.mat")
+
+
+def test_mat_cache_key_follows_content_not_path_or_mtime(tmp_path) -> None:
+    """Two cubes called data.mat must not share a conversion; touching a file does not rebuild it."""
+    paths = []
+    for n in (1, 2):
+        (tmp_path / f"d{n}").mkdir()
+        savemat(tmp_path / f"d{n}" / "data.mat", {"cube": np.full((4, 5, 3), n, dtype=np.int16)})
+        paths.append(tmp_path / f"d{n}" / "data.mat")
+    cache = tmp_path / "cache"
+    first, second = (hs.open_cube(p, cache_dir=cache) for p in paths)
+    assert first.path != second.path
+    assert np.all(np.asarray(first) == 1) and np.all(np.asarray(second) == 2)
+    written = first.path.stat().st_mtime_ns
+    os.utime(paths[0], ns=(written + 10**9, written + 10**9))
+    assert hs.open_cube(paths[0], cache_dir=cache).path == first.path
+    assert first.path.stat().st_mtime_ns == written  # not converted again
+    savemat(paths[0], {"cube": np.full((4, 5, 3), 9, dtype=np.int16)})  # same name, new content
+    again = hs.open_cube(paths[0], cache_dir=cache)
+    assert again.path != first.path and np.all(np.asarray(again) == 9)
+
+
+@pytest.mark.parametrize("keep", [0, 100, 200])
+def test_truncated_cache_is_rebuilt_with_a_warning(tmp_path, keep) -> None:
+    dm = tiny_dm(tmp_path)
+    dm.prepare_data()
+    (cache,) = (tmp_path / "cache").iterdir()
+    with open(cache, "r+b") as f:
+        f.truncate(keep)
+    dm = tiny_dm(tmp_path)
+    with pytest.warns(UserWarning, match=rf"cache .*{cache.name} is unreadable .*building it again"):
+        dm.prepare_data()
+    dm.setup("fit")
+    np.testing.assert_array_equal(np.asarray(dm.scenes[0].cube), np.load(DATA / "tiny.npy"))
+
+
+def test_truncated_synthetic_cube_is_rebuilt(tmp_path) -> None:
+    dm = HyperspectralDataModule(root=str(tmp_path), layout="generated", scenes=["synthetic_rosis"])
+    dm.prepare_data()
+    (cache,) = (tmp_path / "cache").iterdir()
+    reference = np.load(cache)
+    with open(cache, "r+b") as f:
+        f.truncate(cache.stat().st_size // 2)
+    with pytest.warns(UserWarning, match="building it again"):
+        dm.setup("fit")
+    np.testing.assert_array_equal(np.asarray(dm.scenes[0].cube), reference)
 
 
 # -- downloads ----------------------------------------------------------------------------------
@@ -420,7 +633,7 @@ def test_download_is_patched_to_a_copy_and_checksummed(shared_data, tmp_path, mo
 
     monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
     root = tmp_path / "root"
-    with pytest.raises(OSError, match="expected 66dbc9f4a9b7c9b1445f60a87b505101"):
+    with pytest.raises(DownloadError, match="Indian_pines_corrected.mat.*expected 66dbc9f4a9b7c9b1445f60a87b505101"):
         HyperspectralDataModule(scenes=["indian_pines"], root=str(root), download=True).prepare_data()
     assert not (root / "indian_pines" / "Indian_pines_corrected.mat").exists()  # nothing half-verified kept
     info = hs.SCENES["indian_pines"]
@@ -440,17 +653,31 @@ def test_download_is_patched_to_a_copy_and_checksummed(shared_data, tmp_path, mo
     assert len(fetched) == before  # verified files are kept, not fetched again
 
 
-def test_mat_cache_is_per_file_not_per_name(tmp_path) -> None:
-    """Two cubes called data.mat in different folders must not share one converted .npy."""
-    paths = []
-    for n in (1, 2):
-        (tmp_path / f"d{n}").mkdir()
-        savemat(tmp_path / f"d{n}" / "data.mat", {"cube": np.full((4, 5, 3), n, dtype=np.int16)})
-        paths.append(tmp_path / f"d{n}" / "data.mat")
-    cache = tmp_path / "cache"
-    first, second = (hs.open_cube(p, cache_dir=cache) for p in paths)
-    assert first.path != second.path
-    assert np.all(np.asarray(first) == 1) and np.all(np.asarray(second) == 2)
+def offline(url, timeout: float = 0):
+    raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+
+def test_offline_download_says_which_url_and_where_to_put_it(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    dm = HyperspectralDataModule(scenes=["pavia_u"], root=str(tmp_path), download=True)
+    with pytest.raises(DownloadError) as info:
+        dm.prepare_data()
+    message = str(info.value)
+    assert f"downloading {hs.EHU}/e/ee/PaviaU.mat to {tmp_path / 'pavia_u' / 'PaviaU.mat'} failed" in message
+    assert "URLError" in message and f"put it at {tmp_path / 'pavia_u' / 'PaviaU.mat'}" in message
+    assert not list((tmp_path / "pavia_u").iterdir())  # no partial file
+
+
+def test_pavia_config_offline_ends_in_a_download_error(tmp_path, monkeypatch) -> None:
+    """What `varlen fit --config configs/hyperspectral_pavia_u.yaml` meets offline: a DataError (the CLI
+    prints it without a traceback and exits 2), not urllib's URLError."""
+    from varlen.cli import main
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    monkeypatch.chdir(ROOT)
+    args = ["fit", "--config", "configs/hyperspectral_pavia_u.yaml", f"--data.init_args.root={tmp_path}"]
+    with pytest.raises(DownloadError, match=r"PaviaU\.mat.*Fetch it by hand"):
+        main([*args, "--trainer.accelerator=cpu", f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false"])
 
 
 def test_real_layout_config_instantiates() -> None:
@@ -458,13 +685,18 @@ def test_real_layout_config_instantiates() -> None:
 
     cli = main(["--config", str(ROOT / "configs" / "hyperspectral_pavia_u.yaml")], run=False)
     assert cli.datamodule.num_classes == cli.model.hparams.num_classes == 9
-    assert cli.datamodule.scene_names == ["pavia_u"]
+    assert cli.datamodule.scene_names == ["pavia_u"] and cli.datamodule.on_bad == "raise"
 
 
 def test_missing_scene_says_what_to_fetch(tmp_path) -> None:
     dm = HyperspectralDataModule(scenes=["pavia_u"], root=str(tmp_path))
-    with pytest.raises(DatasetNotFoundError, match="download=True.*PaviaU.mat"):
-        dm.setup("fit")
+    message = (
+        r"scene 'pavia_u' \(PaviaU\.mat, PaviaU_gt\.mat\) not found \(looked in: .*pavia_u\)\. To get it: pass "
+        r"download=True, or download https://www\.ehu\.eus/ccwintco/uploads/e/ee/PaviaU\.mat and .*PaviaU_gt\.mat"
+    )
+    for step in (dm.prepare_data, lambda: dm.setup("fit")):
+        with pytest.raises(DatasetNotFoundError, match=message):
+            step()
 
 
 # -- bad input ----------------------------------------------------------------------------------
@@ -473,21 +705,23 @@ def test_missing_scene_says_what_to_fetch(tmp_path) -> None:
 def test_cube_and_label_shapes_differ(tmp_path) -> None:
     np.save(tmp_path / "gt.npy", np.ones((15, 14), dtype=np.uint8))
     dm = tiny_dm(tmp_path, labels_path=str(tmp_path / "gt.npy"))
-    with pytest.raises(ValueError, match=r"tiny_v5.mat: cube is 16x14 pixels but its label map is 15x14"):
+    with pytest.raises(DataError, match=r"tiny_v5.mat: cube is 16x14 pixels but its label map is 15x14"):
         dm.setup("fit")
 
 
 @pytest.mark.parametrize("arg", ["eval_bands", "train_bands"])
 def test_band_index_out_of_range(tmp_path, arg) -> None:
     dm = tiny_dm(tmp_path, **{arg: [0, 3, 12]})
-    with pytest.raises(ValueError, match=f"{arg}: band index 12 out of range for scene 'custom' with 12 bands"):
+    with pytest.raises(DataError, match=f"{arg}: band index 12 out of range for scene 'custom' with 12 bands"):
         dm.setup("fit")
 
 
 @pytest.mark.parametrize("arg", ["eval_bands", "train_bands"])
 def test_empty_band_list(tmp_path, arg) -> None:
-    with pytest.raises(ValueError, match=f"{arg}: the band list is empty"):
+    with pytest.raises(DataError, match=f"{arg}: the band list is empty, so every pixel would have 0 bands"):
         tiny_dm(tmp_path, **{arg: []}).setup("fit")
+    with pytest.raises(DataError, match=r"eval_bands: band count must be >= 1 \(a sample of 0 bands\), got 0"):
+        tiny_dm(tmp_path, eval_bands=0).setup("fit")
 
 
 def test_band_count_arguments_are_checked(tmp_path) -> None:
@@ -497,28 +731,42 @@ def test_band_count_arguments_are_checked(tmp_path) -> None:
         tiny_dm(tmp_path, min_bands=5, max_bands=3)
 
 
-def test_nan_bands_raise_or_are_dropped(tmp_path) -> None:
-    cube = np.load(DATA / "tiny.npy").astype(np.float32)
-    cube[2, 3, 5] = np.nan
-    np.save(tmp_path / "nan.npy", cube)
-    dm = tiny_dm(tmp_path, cube_path=str(tmp_path / "nan.npy"))
-    with pytest.raises(ValueError, match=r"nan.npy: band\(s\) \[5\].*NaN"):
+def test_nan_bands_raise_are_dropped_under_skip_or_are_not_scanned(tmp_path) -> None:
+    path = nan_cube(tmp_path)
+    with pytest.raises(DataError, match=r"nan.npy: band\(s\) \[5\] \(at \[1336.4\] nm\) hold NaN or inf values"):
+        tiny_dm(tmp_path, cube_path=str(path)).setup("fit")
+    dm = tiny_dm(tmp_path, cube_path=str(path), on_bad="skip", min_bands=4)
+    with pytest.warns(UserWarning, match=r"skipped 1 bad item.*nan.npy: band 5 \(1336.4 nm\): holds NaN or inf"):
         dm.setup("fit")
-    dm = tiny_dm(tmp_path, cube_path=str(tmp_path / "nan.npy"), nan_bands="drop", min_bands=4)
-    with pytest.warns(UserWarning, match="dropping 1 band"):
-        dm.setup("fit")
-    assert dm.report["custom"]["dropped_bands"] == [5]
+    assert dm.report.skipped("NaN") == 1 and dm.scenes[0].dropped_bands == [5]
     ds = dm.dataset("train")
     assert all(5 not in ds.bands_of(i, e) for i in range(len(ds)) for e in (0, 1))
-    assert 5 not in dm.dataset("test")[0]["bands"]
+    assert 5 not in dm.dataset("test")[0]["bands"] and len(dm.dataset("test")[0]["bands"]) == 11
+    with pytest.raises(DataError, match=r"eval_bands: band\(s\) \[5\] of scene 'custom' were dropped"):
+        tiny_dm(tmp_path, cube_path=str(path), on_bad="skip", eval_bands=[4, 5]).setup("fit")
+    trusted = tiny_dm(tmp_path, cube_path=str(path), check_values=False)  # no scan: the band stays
+    trusted.setup("fit")
+    assert trusted.scenes[0].usable_bands.tolist() == list(range(12)) and trusted.report.num_skipped == 0
+
+
+def test_several_nan_bands_are_named_in_one_error(tmp_path) -> None:
+    cube = np.load(DATA / "tiny.npy").astype(np.float32)
+    cube[0, 0, [1, 8]] = [np.inf, np.nan]
+    np.save(tmp_path / "bad.npy", cube)
+    with pytest.raises(DataError, match=r"bad.npy: band\(s\) \[1, 8\] \(at \[627.3, 1868.2\] nm\)"):
+        tiny_dm(tmp_path, cube_path=str(tmp_path / "bad.npy")).setup("fit")
+    cube[..., :] = np.nan
+    np.save(tmp_path / "all.npy", cube)
+    with pytest.raises(DataError, match="all.npy: every band holds NaN or inf values"):
+        tiny_dm(tmp_path, cube_path=str(tmp_path / "all.npy"), on_bad="skip").setup("fit")
 
 
 def test_wavelengths_not_increasing(tmp_path) -> None:
-    wl = np.linspace(450.0, 2400.0, 12)
+    wl = WAVELENGTHS.copy()
     wl[6] = wl[4]
-    with pytest.raises(ValueError, match="strictly increasing.*band 6"):
+    with pytest.raises(DataError, match="strictly increasing.*band 6"):
         tiny_dm(tmp_path, wavelengths=wl.tolist()).setup("fit")
-    with pytest.raises(ValueError, match="11 wavelengths for a cube of 12 bands"):
+    with pytest.raises(DataError, match="11 wavelengths for a cube of 12 bands"):
         tiny_dm(tmp_path, wavelengths=wl[:11].tolist()).setup("fit")
 
 
@@ -526,26 +774,27 @@ def test_empty_class(tmp_path) -> None:
     labels = np.load(DATA / "tiny_gt.npy")
     labels[labels == 2] = 4  # class 2 now has no pixel
     np.save(tmp_path / "gap.npy", labels)
-    with pytest.raises(ValueError, match=r"gap.npy: class\(es\) \[2\] have no labelled pixel"):
+    with pytest.raises(DataError, match=r"gap.npy: class\(es\) \[2\] have no labelled pixel"):
         tiny_dm(tmp_path, labels_path=str(tmp_path / "gap.npy"))
 
 
-@pytest.mark.parametrize(
-    ("value", "message"),
-    [(2**32 + 3, r"class\(es\) \[4, 5, .*, 13\] and 4294967285 more have no"), (-1, "negative label -1")],
-)
-def test_label_values_out_of_range_are_refused_before_any_cast(tmp_path, value: int, message: str) -> None:
+def test_label_values_out_of_range_are_refused_before_any_cast(tmp_path) -> None:
     """A stray int64 label of 2**32 + 3 is neither wrapped to class 3 in the int32 tables nor
-    taken as 2**32 classes to count."""
+    taken as 2**32 classes to count; a negative one is no class."""
     labels = np.load(DATA / "tiny_gt.npy").astype(np.int64)
-    labels[0, 0] = value
+    labels[0, 0] = 2**32 + 3
     np.save(tmp_path / "wide.npy", labels)
-    with pytest.raises(ValueError, match=f"wide.npy: {message}"):
-        tiny_dm(tmp_path, labels_path=str(tmp_path / "wide.npy")).setup("fit")
+    with pytest.raises(DataError, match=r"wide.npy: class\(es\) \[4, 5, .*, 13\] and 4294967285 more have no"):
+        tiny_dm(tmp_path, labels_path=str(tmp_path / "wide.npy"))
+    labels[0, 0] = -1
+    np.save(tmp_path / "negative.npy", labels)
+    dm = tiny_dm(tmp_path, labels_path=str(tmp_path / "negative.npy"))
+    with pytest.raises(DataError, match=r"negative.npy: label -1 at 1 pixel\(s\), first at row 0, column 0: not one"):
+        dm.setup("fit")
 
 
 def test_no_wavelengths_for_a_custom_cube(tmp_path) -> None:
-    with pytest.raises(ValueError, match="no wavelengths"):
+    with pytest.raises(DataError, match="tiny_v5.mat: no wavelengths: pass wavelengths"):
         tiny_dm(tmp_path, wavelengths=None).setup("fit")
 
 
@@ -574,15 +823,3 @@ def test_oa_aa_kappa_match_their_definitions() -> None:
     metric.update(logits[:4], target[:4])
     metric.update(logits[4:], target[4:])
     assert metric.compute().item() == pytest.approx(aa)
-
-
-# -- DDP ----------------------------------------------------------------------------------------
-
-
-def test_ddp_fit_two_processes(tmp_path) -> None:
-    records = ddp_fit(
-        CONFIG, tmp_path, [*CLI_OVERRIDES, "--trainer.limit_train_batches=6", "--model.init_args.d_model=32"]
-    )
-    assert records[0]["global_step"] == records[1]["global_step"] == 6
-    assert records[0]["batches"] == records[1]["batches"] == 6
-    assert not set(records[0]["indices"]) & set(records[1]["indices"])

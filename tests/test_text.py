@@ -1,4 +1,4 @@
-"""Text classification: the contract, the real tokenizer and model, sources and bad input."""
+"""Text classification: the contract, the real tokenizer and model, sources, splits and bad input."""
 
 import json
 from pathlib import Path
@@ -8,11 +8,14 @@ import pytest
 import torch
 
 from varlen.datamodules import TextClassificationDataModule
-from varlen.datasets.text import TextCollator, class_list, encode_labels
+from varlen.datasets.text import TextCollator, TextColumns, TextTable, class_list, encode_rows, read_table
+from varlen.errors import DataError, DatasetNotFoundError
 from varlen.models import TextClassifier
-from varlen.testing import DataModuleContract, ddp_fit
+from varlen.report import DataReport
+from varlen.testing import BadInput, DataModuleContract
 
 ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).parent / "data" / "text"
 TINY_BERT = {"num_hidden_layers": 1, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}
 
 
@@ -33,6 +36,46 @@ class TestTextContract(DataModuleContract):
 
     def make_model(self, datamodule):
         return tiny_model(datamodule.num_classes)
+
+    def ddp_overrides(self, tmp_path: Path) -> list[str]:
+        # the synthetic tables live in memory: no cache to point at tmp_path
+        return [
+            "--data.init_args.synthetic_samples=90",
+            "--data.init_args.batch_size=null",
+            "--data.init_args.max_tokens=400",
+            "--model.init_args.pretrained=false",
+            f"--model.init_args.config_overrides={json.dumps(TINY_BERT)}",
+        ]
+
+    def bad_input(self, case: str, tmp_path: Path) -> BadInput | None:
+        if case == "missing_source":
+            return BadInput({"train_file": str(tmp_path / "nowhere.csv")}, r"train_file.*nowhere\.csv")
+        if case == "unreadable_file":
+            return BadInput({"train_file": str(DATA / "latin1.csv")}, r"latin1\.csv: line 3 is not valid utf-8")
+        if case == "empty_source":
+            return BadInput({"train_file": str(DATA / "empty.csv")}, r"empty\.csv: the file is empty")
+        if case == "non_finite":  # a numeric label column holding "inf": a bad label, its row left out
+            return BadInput(
+                {"train_file": str(DATA / "inf_label.csv")},
+                r"inf_label\.csv: row 7 \(label inf\): label is not a finite number",
+                "not a finite number",
+            )
+        if case == "empty_sample":
+            return BadInput(
+                {"train_file": str(DATA / "empty_text.csv")},
+                r"empty_text\.csv: row 3: empty text in column 'text'",
+                "empty text",
+            )
+        if case == "unknown_label":
+            return BadInput(
+                {"train_file": str(DATA / "reviews.csv"), "val_file": str(DATA / "val_unknown_label.csv")},
+                r"val_unknown_label\.csv: row 2 \(label 'neutral'\): label not one of the 2 classes",
+                "not one of the",
+            )
+        raise AssertionError(case)
+
+
+# -- model and collate ---------------------------------------------------------------------------
 
 
 def test_pretrained_minilm_is_padding_invariant() -> None:
@@ -63,6 +106,18 @@ def test_collate_pads_with_the_tokenizer_pad_id() -> None:
     assert batch["labels"].tolist() == [1, 0] and batch["index"].tolist() == [0, 1]
 
 
+def test_batched_fetch_collates_like_single_samples() -> None:
+    dm = TextClassificationDataModule(synthetic_samples=30, batch_size=8)
+    dm.setup("fit")
+    train = dm.dataset("train")
+    picks = [4, 0, 17, 9]
+    fetched = dm.collate_fn(train.__getitems__(picks))
+    single = dm.collate_fn([train[i] for i in picks])
+    assert fetched.keys() == single.keys()
+    for key in fetched:
+        assert torch.equal(fetched[key], single[key]), key
+
+
 def test_datamodule_uses_the_tokenizer_pad_token() -> None:
     dm = TextClassificationDataModule(synthetic_samples=50, batch_size=50)
     dm.tokenizer.pad_token = "[MASK]"
@@ -74,11 +129,25 @@ def test_datamodule_uses_the_tokenizer_pad_token() -> None:
     assert (batch["attention_mask"] == 0).any()
 
 
+# -- sources and formats -------------------------------------------------------------------------
+
+
 def write_csv(path: Path, rows: list[dict]) -> Path:
     import pandas as pd
 
     pd.DataFrame(rows).to_csv(path, index=False)
     return path
+
+
+@pytest.mark.parametrize("name", ["reviews.csv", "reviews.tsv", "reviews.jsonl", "reviews.json", "reviews.parquet"])
+def test_every_format_reads_the_same_rows(name: str) -> None:
+    column = "sentence" if name.endswith(".tsv") else "text"
+    table = read_table(DATA / name, TextColumns(column, None, "label"))
+    reference = read_table(DATA / "reviews.jsonl", TextColumns("text", None, "label"))
+    assert table.labels == reference.labels and len(table) == 24
+    # TSV (GLUE layout) has no quoting, so its one multi-line review was written on one line
+    assert [t.replace("\n", " ") for t in table.texts] == [t.replace("\n", " ") for t in reference.texts]
+    assert table.texts[5].startswith('a "quoted", two-line')
 
 
 def test_pairs_string_labels_and_carved_validation(tmp_path: Path) -> None:
@@ -106,39 +175,88 @@ def test_pairs_string_labels_and_carved_validation(tmp_path: Path) -> None:
     assert (batch["token_type_ids"][batch["attention_mask"] == 0] == 0).all()
 
 
-def test_truncation_is_counted(tmp_path: Path) -> None:
+def test_validation_split_is_seeded_stratified_and_disjoint(tmp_path: Path) -> None:
+    """The README's claim: the held-out validation split depends on the seed, and only on it."""
+    rows = [{"text": f"review number {i}", "label": ["a", "b", "c"][i % 3]} for i in range(90)]
+    path = str(write_csv(tmp_path / "three.csv", rows))
+
+    def split(seed: int) -> tuple[set, set]:
+        dm = TextClassificationDataModule(train_file=path, val_fraction=0.2, seed=seed)
+        dm.setup("fit")
+        train, val = dm.dataset("train"), dm.dataset("val")
+        for dataset in (train, val):
+            assert set(dataset.labels.tolist()) == {0, 1, 2}  # every class on both sides
+            assert [rows[r]["label"] for r in dataset.rows] == [dm.class_names[k] for k in dataset.labels]
+        return set(train.rows.tolist()), set(val.rows.tolist())
+
+    train, val = split(0)
+    assert not train & val and train | val == set(range(90)) and len(val) == 18
+    assert split(0) == (train, val)
+    assert split(1)[1] != val
+
+
+def test_max_train_samples_keeps_that_many_stratified_and_seeded(tmp_path: Path) -> None:
+    rows = [{"text": f"text {i}", "label": int(i % 7 == 0)} for i in range(301)]
+    path = str(write_csv(tmp_path / "skewed.csv", rows))
+    dm = TextClassificationDataModule(train_file=path, val_fraction=0.1, max_train_samples=101, seed=3)
+    dm.setup("fit")
+    train, val = dm.dataset("train"), dm.dataset("val")
+    assert abs(len(train) - 101) <= 1 and set(train.rows).isdisjoint(val.rows)
+    assert abs(np.mean(train.labels) - 43 / 301) < 0.02  # the class mix of the file
+    for seed, same in ((3, True), (4, False)):
+        again = TextClassificationDataModule(train_file=path, val_fraction=0.1, max_train_samples=101, seed=seed)
+        again.setup("fit")
+        assert (again.dataset("train").rows.tolist() == train.rows.tolist()) is same
+
+
+def test_truncation_is_counted_in_the_report(tmp_path: Path) -> None:
     rows = [{"text": "word " * n, "label": n % 2} for n in (3, 50, 200, 400)]
     dm = TextClassificationDataModule(
         train_file=str(write_csv(tmp_path / "t.csv", rows)),
         val_file=str(write_csv(tmp_path / "v.csv", rows)),
         max_length=64,
     )
-    with pytest.warns(UserWarning, match="2 of 4 texts"):
-        dm.setup("fit")
-    assert dm.truncated == {"train": 2, "val": 2}
+    dm.setup("fit")
+    assert dm.report.split("train").truncated == {"text": 2}
+    assert dm.report.split("val").truncated == {"text": 2}
+    assert dm.report.num_skipped == 0
     assert dm.dataset("train").lengths.max() == 64
+    assert sorted(dm.dataset("train").lengths.tolist())[:2] == [5, 52]  # [CLS] + words + [SEP], untouched
+
+
+# -- bad input beyond the contract's matrix ----------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("rows", "kwargs", "message"),
+    ("name", "kwargs", "message"),
     [
-        ([{"text": "fine", "label": 0}, {"text": "  ", "label": 1}], {}, r"empty text.*row\(s\) 1"),
-        ([{"sentence": "fine", "label": 0}], {}, r"missing column\(s\) \['text'\]"),
-        ([{"text": "fine", "label": 0}], {"label_column": "gold"}, r"missing column\(s\) \['gold'\]"),
+        ("header_only.csv", {}, r"header_only\.csv: the file has a header \['text', 'label'\] but no rows"),
+        ("ragged.csv", {}, r"ragged\.csv: line 3 has 3 fields, the header 2: 'not, quoted,neg'"),
+        ("broken.parquet", {}, r"broken\.parquet: cannot read it as Parquet: .*magic bytes"),
+        ("reviews.csv", {"text_column": "sentence"}, r"reviews\.csv: missing column\(s\) \['sentence'\]; it has"),
+        ("reviews.csv", {"label_column": "gold"}, r"reviews\.csv: missing column\(s\) \['gold'\]"),
+        ("one_class.csv", {}, r"one_class\.csv: the label column 'label' holds only the class 'pos'"),
     ],
 )
-def test_bad_tables_give_clear_errors(tmp_path: Path, rows, kwargs, message) -> None:
-    path = write_csv(tmp_path / "bad.csv", rows)
-    with pytest.raises(ValueError, match=message):
-        dm = TextClassificationDataModule(train_file=str(path), **kwargs)
+def test_unusable_files_give_clear_errors(name: str, kwargs: dict, message: str) -> None:
+    dm = TextClassificationDataModule(train_file=str(DATA / name), **kwargs)
+    with pytest.raises(DataError, match=message):
         dm.setup("fit")
 
 
-def test_unknown_label_names_the_row(tmp_path: Path) -> None:
-    train = write_csv(tmp_path / "train.csv", [{"text": "good", "label": "pos"}, {"text": "bad", "label": "neg"}])
-    val = write_csv(tmp_path / "val.csv", [{"text": "ok", "label": "pos"}, {"text": "meh", "label": "neutral"}])
-    dm = TextClassificationDataModule(train_file=str(train), val_file=str(val))
-    with pytest.raises(ValueError, match=r"val.csv: row 1 has label 'neutral'"):
+def test_unsupported_type_and_missing_val_file(tmp_path: Path) -> None:
+    odd = tmp_path / "data.xlsx"
+    odd.write_text("x")
+    with pytest.raises(DataError, match=r"data\.xlsx: unsupported file type '\.xlsx'"):
+        TextClassificationDataModule(train_file=str(odd)).setup("fit")
+    dm = TextClassificationDataModule(train_file=str(DATA / "reviews.csv"), val_file=str(tmp_path / "dev.tsv"))
+    with pytest.raises(DatasetNotFoundError, match=r"val_file.*dev\.tsv.*To get it: point val_file"):
+        dm.setup("fit")
+
+
+def test_one_class_given_as_class_names_is_refused() -> None:
+    dm = TextClassificationDataModule(train_file=str(DATA / "reviews.csv"), class_names=["pos"])
+    with pytest.raises(DataError, match=r"class_names: the label column 'label' holds only the class 'pos'"):
         dm.setup("fit")
 
 
@@ -147,23 +265,49 @@ def test_a_missing_label_names_its_row_and_integer_labels_survive_it(tmp_path: P
     rows = [{"text": f"text {i}", "label": i % 2} for i in range(10)]
     rows[2]["label"] = ""
     path = write_csv(tmp_path / "blank.csv", rows)
-    with pytest.raises(ValueError, match=r"blank.csv: row 2 has no label \(empty cell\)"):
+    with pytest.raises(DataError, match=r"blank\.csv: row 2: no label \(empty cell\)"):
         TextClassificationDataModule(train_file=str(path), val_fraction=0.3).setup("fit")
-    assert class_list([1.0, 0.0, float("nan"), None]) == ["0", "1"]
-    assert encode_labels([1.0, 0, np.int64(1)], ["0", "1"], "x").tolist() == [1, 0, 1]
+    assert class_list([1.0, 0.0, float("nan"), float("inf"), None]) == ["0", "1"]
+    table = TextTable("x", ["a", "b", "c"], [1.0, 0, np.int64(1)])
+    assert encode_rows(table, ["0", "1"], TextColumns("text", None, "label"))[1].tolist() == [1, 0, 1]
 
 
-def test_missing_and_unreadable_files(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="nowhere.tsv"):
+def test_skipped_rows_are_counted_and_nothing_else_shifts() -> None:
+    """Under "skip" the bad rows leave their split; every other row keeps its own row number and label."""
+    columns = TextColumns("text", None, "label")
+    table = read_table(DATA / "empty_text.csv", columns)
+    report = DataReport("skip")
+    kept, labels = encode_rows(table, ["neg", "pos"], columns, report, "train")
+    assert kept.rows.tolist() == [r for r in range(24) if r != 3]
+    assert [table.labels[r] for r in kept.rows] == [["neg", "pos"][k] for k in labels]
+    assert report.skipped("empty text") == 1 and "empty_text.csv: row 3" in str(report)
+
+    dm = TextClassificationDataModule(
+        train_file=str(DATA / "reviews.csv"), val_file=str(DATA / "val_unknown_label.csv"), on_bad="skip"
+    )
+    with pytest.warns(UserWarning, match="skipped 1 bad item"):
+        dm.setup("fit")
+    assert dm.dataset("val").rows.tolist() == [0, 1, 3, 4, 5]
+    assert dm.report.split("val").kept == 5 and dm.report.split("val").num_skipped == 1
+    assert dm.report.skipped("not one of the 2 classes") == 1
+
+
+def test_a_split_left_without_rows_is_an_error(tmp_path: Path) -> None:
+    val = write_csv(tmp_path / "dev.csv", [{"text": "fine", "label": "maybe"}, {"text": "ok", "label": "perhaps"}])
+    dm = TextClassificationDataModule(train_file=str(DATA / "reviews.csv"), val_file=str(val), on_bad="skip")
+    with pytest.raises(DataError, match=r"dev\.csv: no usable row is left \(val split\)"):
+        dm.setup("fit")
+    assert dm.report.split("val").num_skipped == 2
+
+
+def test_missing_and_unreadable_files_raise_data_errors(tmp_path: Path) -> None:
+    with pytest.raises(DatasetNotFoundError, match=r"nowhere\.tsv.*To get it:.*SST-2"):
         TextClassificationDataModule(train_file=str(tmp_path / "nowhere.tsv")).setup("fit")
-    broken = tmp_path / "broken.parquet"
-    broken.write_bytes(b"\x00\x01 this is not parquet")
-    with pytest.raises(ValueError, match="broken.parquet: cannot read it"):
-        TextClassificationDataModule(train_file=str(broken)).setup("fit")
-    odd = tmp_path / "data.xlsx"
-    odd.write_text("x")
-    with pytest.raises(ValueError, match="unsupported file type"):
-        TextClassificationDataModule(train_file=str(odd)).setup("fit")
+    with pytest.raises(DataError, match=r"latin1\.csv: line 3 is not valid utf-8 \(byte 0xe9"):
+        TextClassificationDataModule(train_file=str(DATA / "latin1.csv")).setup("fit")
+
+
+# -- real data and integration -------------------------------------------------------------------
 
 
 def test_real_sst2_files(shared_data: Path) -> None:
@@ -178,26 +322,9 @@ def test_real_sst2_files(shared_data: Path) -> None:
     assert dm.class_names == ["0", "1"]
     dm.setup("fit")
     assert len(dm.dataset("train")) == 1000 and len(dm.dataset("val")) == 872
-    assert dm.truncated["val"] == 0
+    assert dm.report.num_truncated == 0 and dm.report.num_skipped == 0
     for batch in dm.train_dataloader():
         assert batch["input_ids"].numel() <= 512 or len(batch["index"]) == 1
-
-
-def test_ddp_fit_ends_with_equal_steps(tmp_path: Path) -> None:
-    ranks = ddp_fit(
-        ROOT / "configs" / "text_bert.yaml",
-        tmp_path,
-        [
-            "--data.init_args.synthetic_samples=90",
-            "--data.init_args.batch_size=null",
-            "--data.init_args.max_tokens=400",
-            "--model.init_args.pretrained=false",
-            f"--model.init_args.config_overrides={json.dumps(TINY_BERT)}",
-        ],
-    )
-    assert ranks[0]["global_step"] == ranks[1]["global_step"] == ranks[0]["num_training_batches"] > 0
-    served = sorted(ranks[0]["indices"] + ranks[1]["indices"])
-    assert served == list(range(90))
 
 
 class BatchRecorder(__import__("lightning").pytorch.Callback):
@@ -239,8 +366,11 @@ def test_resume_through_a_lightning_checkpoint_with_a_warmup_schedule(tmp_path: 
     assert resumed == full[9:]
 
 
-def test_hub_style_dataset_folder_and_two_workers(tmp_path: Path) -> None:
+def test_hub_style_dataset_folder_and_two_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``dataset_name`` goes through ``datasets.load_dataset``: a local folder takes the same path."""
+    import datasets
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf_cache")  # read at each load
     folder = tmp_path / "reviews"
     folder.mkdir()
     rows = [{"text": f"review number {i} " + "great " * (i % 7), "label": i % 3} for i in range(60)]
@@ -248,10 +378,18 @@ def test_hub_style_dataset_folder_and_two_workers(tmp_path: Path) -> None:
     write_csv(folder / "validation.csv", rows[:12])
     dm = TextClassificationDataModule(dataset_name=str(folder), batch_size=8, num_workers=2, persistent_workers=True)
     assert dm.num_classes == 3
+    dm.prepare_data()
     dm.setup("fit")
     assert len(dm.dataset("val")) == 12 and len(dm.dataset("test")) == 12
     seen = [i for batch in dm.train_dataloader() for i in batch["index"].tolist()]
     assert sorted(seen) == list(range(60))
+    assert any((tmp_path / "hf_cache").iterdir())  # the Hub path's cache, not the user's
+
+
+def test_missing_hub_dataset_says_what_to_fetch(tmp_path: Path) -> None:
+    dm = TextClassificationDataModule(dataset_name=str(tmp_path / "no_such_dataset"))
+    with pytest.raises(DatasetNotFoundError, match=r"no_such_dataset.*To get it: run once online"):
+        dm.prepare_data()
 
 
 def test_warmup_linear_decay_schedule() -> None:

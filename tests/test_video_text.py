@@ -1,10 +1,11 @@
-"""Video-text alignment: contract, collate layout, mask semantics, readers, bad input, DDP."""
+"""Video-text alignment: contract, collate layout, mask semantics, readers, bad input, caches, metrics."""
 
 from __future__ import annotations
 
 import json
 import pickle
 import shutil
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -14,28 +15,31 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from varlen.datamodules.video_text import (
-    DEFAULT_BUDGET,
-    IGNORE_INDEX,
-    VideoTextDataModule,
-    cross_attention_masks,
-    pad_segments,
-    temporal_alignment,
-)
+from varlen.datamodules.video_text import DEFAULT_BUDGET, VideoTextDataModule
 from varlen.datasets.video_text import (
+    IGNORE_INDEX,
+    YOUCOOK2_URL,
     CaptionTable,
     NpzFeatures,
-    VideoTextDataError,
+    SentenceFeatures,
     VideoTextDataset,
-    load_tokenizer,
+    alignment_targets,
+    caption_tokens,
+    cross_attention_masks,
     open_features,
+    pad_segments,
     read_jsonl,
     read_msrvtt,
     read_youcook2,
+    temporal_alignment,
     tokenize_captions,
+    tokenizer,
 )
-from varlen.models.video_text import RetrievalRanks, VideoTextAligner
-from varlen.testing import DataModuleContract, ddp_fit
+from varlen.datasets.video_text.tokenize import cache_path
+from varlen.errors import DataError, DatasetNotFoundError
+from varlen.models.video_text import AlignmentScores, PairedEmbeddings, VideoTextAligner, retrieval_metrics
+from varlen.report import DataReport
+from varlen.testing import BadInput, DataModuleContract
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).parent / "data" / "video_text"
@@ -44,16 +48,86 @@ SMALL = {"synthetic_videos": 60}
 # the CLI tests and the DDP fit run on the same small corpus as the Python-built DataModules
 SMALL_CLI = [
     f"--data.init_args.synthetic_videos={SMALL['synthetic_videos']}",
-    "--model.init_args.hidden=16",
-    "--model.init_args.heads=2",
+    "--model.init_args.d_model=16",
+    "--model.init_args.nhead=2",
 ]
 YOUCOOK2 = "youcookii_annotations_trainval.json"
 
 
 def small_model(dm: VideoTextDataModule, **kwargs) -> VideoTextAligner:
     return VideoTextAligner(
-        feature_dim=dm.feature_dim, vocab_size=dm.vocab_size, pad_token_id=dm.pad_token_id, hidden=32, **kwargs
+        feature_dim=dm.feature_dim,
+        vocab_size=dm.vocab_size,
+        pad_token_id=dm.pad_token_id,
+        **{"d_model": 32, **kwargs},
     )
+
+
+# -- tiny files in the real formats, edited in tmp_path ----------------------------------------
+
+
+def _youcook2(tmp_path: Path, edit) -> Path:
+    database = json.loads((DATA / "youcook2.json").read_text())
+    edit(database["database"])
+    path = tmp_path / "youcook2.json"
+    path.write_text(json.dumps(database))
+    return path
+
+
+def _features_copy(tmp_path: Path, video: str, frames: np.ndarray) -> Path:
+    folder = tmp_path / "features"
+    shutil.copytree(DATA / "features", folder)
+    np.save(folder / f"{video}.npy", frames)
+    return folder
+
+
+def _nan_frames(video: str, frames: list[int]) -> np.ndarray:
+    feats = np.load(DATA / "features" / f"{video}.npy")
+    feats[frames, 1] = [np.nan, np.inf][: len(frames)]
+    return feats
+
+
+def _real(annotations: Path | str, source: str = "youcook2", features: Path | str = DATA / "features", **kwargs):
+    """Arguments of a DataModule over the tiny real-format files."""
+    kwargs = {"max_tokens": None, "batch_size": 4, **kwargs}
+    return {"source": source, "annotations": str(annotations), "features": str(features), **kwargs}
+
+
+def _tiny(annotations: Path, source: str, features: Path | str, **kwargs) -> VideoTextDataModule:
+    datamodule = VideoTextDataModule(**_real(annotations, source, features, **kwargs))
+    datamodule.prepare_data()
+    datamodule.setup()
+    return datamodule
+
+
+def bad_case(case: str, tmp_path: Path) -> BadInput:
+    """Each bad-input case as tiny files; the bad videos (vid06, vid07) are in the test subset, which
+    keeps two videos without them."""
+    if case == "missing_source":
+        path = tmp_path / YOUCOOK2
+        return BadInput(_real(path), rf"YouCook2 annotation JSON not found.*{YOUCOOK2}.*{YOUCOOK2_URL}")
+    if case == "unreadable_file":
+        (tmp_path / "youcook2.json").write_text('{"database": {"vid00": ')
+        return BadInput(_real(tmp_path / "youcook2.json"), r"youcook2\.json: not valid JSON")
+    if case == "empty_source":
+        (tmp_path / "youcook2.json").write_text('{"database": {}}')
+        return BadInput(_real(tmp_path / "youcook2.json"), r"youcook2\.json: holds no videos")
+    if case == "non_finite":
+        folder = _features_copy(tmp_path, "vid07", _nan_frames("vid07", [3, 7]))
+        message = r"video 'vid07' \(frame\(s\) \[3, 7\]\): features hold NaN or inf"
+        return BadInput(_real(DATA / "youcook2.json", features=folder), message, "NaN or inf")
+    if case == "empty_sample":
+        folder = _features_copy(tmp_path, "vid06", np.zeros((0, 8), np.float32))
+        message = r"features, video 'vid06': video has no feature frames"
+        return BadInput(_real(DATA / "youcook2.json", features=folder), message, "no feature frames")
+    if case == "unknown_label":
+        lines = (DATA / "captions.jsonl").read_text().splitlines()
+        lines.append(json.dumps({"video_id": "nowhere", "start": 0, "end": 2, "text": "a caption"}))
+        (tmp_path / "captions.jsonl").write_text("\n".join(lines) + "\n")
+        path = tmp_path / "captions.jsonl"
+        message = r"captions\.jsonl, video 'nowhere': captions refer to a video with no features"
+        return BadInput(_real(path, "jsonl", val_fraction=0.3), message, "no features")
+    raise AssertionError(f"unknown case {case!r}")
 
 
 class TestVideoTextContract(DataModuleContract):
@@ -61,13 +135,24 @@ class TestVideoTextContract(DataModuleContract):
     cli_overrides = SMALL_CLI
 
     def make_datamodule(self, **overrides):
-        return VideoTextDataModule(**{**SMALL, "max_tokens": (48, 1024), **overrides})
+        # a budget under which each segment-count class (a batch never mixes two) fills several
+        # batches, as it does on real data: on 60 videos a larger one gives one batch per class
+        return VideoTextDataModule(**{**SMALL, "max_tokens": (32, 512), **overrides})
 
     def make_model(self, datamodule):
         return small_model(datamodule)
 
     def budget_overrides(self):
-        return {"max_tokens": (24, 300)}  # (video segments, caption tokens)
+        return {"max_tokens": (24, 300)}  # (video segments, caption tokens): video_mask and text_mask elements
+
+    def bad_input(self, case, tmp_path):
+        return bad_case(case, tmp_path)
+
+    def ddp_overrides(self, tmp_path):
+        # 70 videos: one process validates in 7 batches, two split one of them (8), so the metrics
+        # must not depend on the batching; the caption cache starts empty
+        videos = "--data.init_args.synthetic_videos=70"
+        return [videos, *SMALL_CLI[1:], f"--data.init_args.cache_dir={tmp_path / 'cache'}"]
 
 
 # -- collate ----------------------------------------------------------------------------------
@@ -146,8 +231,6 @@ def test_iou_threshold_and_ties() -> None:
         video, text, torch.ones(1, 3, dtype=torch.bool), torch.ones(1, 2, dtype=torch.bool), min_iou=0.6
     )
     assert strict[0].tolist() == [[True, False], [False, True], [False, True]]
-    from varlen.datamodules.video_text import alignment_targets
-
     assert alignment_targets(keep, iou)[0].tolist() == [0, 1, 1]
     tie, tie_iou = temporal_alignment(
         torch.tensor([[[0.0, 10.0]]]), torch.tensor([[[0.0, 10.0], [0.0, 10.0]]]),
@@ -166,9 +249,7 @@ def test_pad_segments_rejects_inconsistent_counts() -> None:
 
 def _attention_inputs(fixed_dm):
     batch = fixed_dm.collate_fn([fixed_dm.dataset("val")[i] for i in range(4)])
-    keep = batch["alignment_mask"].transpose(1, 2)  # captions (queries) x video segments (keys)
-    # a padded caption slot may see the real segments, so that no query row is all-blocked
-    keep = keep | (~keep.any(-1, keepdim=True) & batch["video_mask"][:, None, :])
+    keep = VideoTextAligner.cross_attention_keep(batch)  # captions (queries) x video segments (keys)
     torch.manual_seed(0)
     b, q, k = keep.shape
     return batch, keep, torch.randn(b, q, 16), torch.randn(b, k, 16), torch.randn(b, k, 16)
@@ -223,6 +304,42 @@ def test_scaled_dot_product_attention_conventions(fixed_dm) -> None:
     assert not torch.allclose(out_flipped, expected)
 
 
+def test_the_aligners_cross_attention_receives_the_overlap_mask(fixed_dm) -> None:
+    """A pre-hook on the model's own cross-attention: the mask it gets is the batch's alignment mask."""
+    torch.manual_seed(0)
+    nhead = 2
+    model = small_model(fixed_dm, nhead=nhead).eval()
+    batch = fixed_dm.collate_fn([fixed_dm.dataset("val")[i] for i in range(4)])
+    seen = {}
+
+    def grab(module, args, kwargs):
+        seen["query"], seen["attn_mask"] = args[0], kwargs["attn_mask"]
+
+    handle = model.cross_attention.register_forward_pre_hook(grab, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            model.encode(batch)
+    finally:
+        handle.remove()
+    aligned = batch["alignment_mask"].transpose(1, 2)  # [B, S_t, S_v]: caption i overlaps segment j
+    b, s_t, s_v = aligned.shape
+    # nn.MultiheadAttention's convention: [B * nhead, S_t, S_v], batch-major, True = blocked
+    blocked = seen["attn_mask"]
+    assert blocked.dtype == torch.bool and blocked.shape == (b * nhead, s_t, s_v)
+    blocked = blocked.view(b, nhead, s_t, s_v)
+    overlaps = aligned.any(-1)
+    real = batch["text_segment_mask"]
+    assert (real & overlaps).sum() > 4 and not (aligned.all(-1) & real).all()  # not vacuous
+    for h in range(nhead):
+        # a real caption that overlaps some segment sees exactly the segments it overlaps
+        assert torch.equal(blocked[:, h][real & overlaps], ~aligned[real & overlaps])
+        # the others (padded slots, captions over no segment) see every real segment, never padding
+        fallback = ~(real & overlaps)
+        expected = ~batch["video_mask"][:, None, :].expand(b, s_t, s_v)
+        assert torch.equal(blocked[:, h][fallback], expected[fallback])
+    assert not blocked.all(-1).any()  # no query row is all-blocked (that would give NaN)
+
+
 # -- model ------------------------------------------------------------------------------------
 
 
@@ -263,15 +380,114 @@ def test_training_steps_reduce_the_loss(dm) -> None:
     assert float(loss.detach()) < 0.7 * first
 
 
+def test_captions_longer_than_the_position_table_raise_clearly(dm) -> None:
+    model = VideoTextAligner(feature_dim=dm.feature_dim, vocab_size=dm.vocab_size, d_model=16, nhead=2, max_positions=4)
+    batch = dm.collate_fn([dm.dataset("val")[0]])
+    with pytest.raises(ValueError, match="exceed max_positions=4"):
+        model.encode(batch)
+
+
+# -- metrics ----------------------------------------------------------------------------------
+
+
+def _ranks_of(video: torch.Tensor, text: torch.Tensor) -> dict[str, float]:
+    return {k: float(v) for k, v in retrieval_metrics(video, text).items()}
+
+
+def test_retrieval_ranks_perfect_reversed_and_tied() -> None:
+    eye = torch.eye(6)
+    perfect = _ranks_of(eye, eye)
+    assert perfect["t2v_R1"] == 1.0 and perfect["t2v_median_rank"] == 1.0
+    assert perfect["t2v_R1_chance"] == pytest.approx(1 / 6)
+    # each text is closest to every other video and farthest from its own: rank N
+    reversed_ = _ranks_of(eye, 1.0 - eye)
+    assert reversed_["t2v_R1"] == 0.0 and reversed_["t2v_R5"] == 0.0 and reversed_["t2v_median_rank"] == 6.0
+    # a collapsed model scores every video alike: ties count against it, rank N (not 1)
+    collapsed = _ranks_of(torch.ones(6, 4), torch.ones(6, 4))
+    assert collapsed["t2v_R1"] == 0.0 and collapsed["t2v_median_rank"] == 6.0
+
+
+def test_median_rank_averages_the_two_middle_ranks() -> None:
+    # ranks 1, 1, 2, 2 (videos 0/1 swapped for queries 2/3): the median is 1.5, not the lower 1
+    video = torch.eye(4)
+    text = torch.tensor([[1.0, 0, 0, 0], [0, 1.0, 0, 0], [0, 0, 0.9, 1.0], [0, 0, 1.0, 0.9]])
+    out = _ranks_of(video, text)
+    assert out["t2v_median_rank"] == 1.5 and out["t2v_R1"] == 0.5
+
+
+def test_retrieval_does_not_depend_on_the_order_or_float_noise_of_gathered_shards() -> None:
+    """DDP gathers each rank's shard (cat states): any order, and embeddings from differently padded
+    batches (equal up to float noise), must give the same ranks, ties included."""
+    torch.manual_seed(0)
+    video = torch.randn(12, 8)
+    text = video + 0.8 * torch.randn(12, 8)
+    video[5], text[5] = video[4], text[4]  # two identical pairs: an exact tie for queries 4 and 5
+    base = _ranks_of(video, text)
+    order = torch.randperm(12)
+    assert _ranks_of(video[order], text[order]) == base
+    noisy = video + 1e-7 * torch.randn(12, 8)  # a tie broken by rounding is still a tie
+    assert _ranks_of(noisy, text) == base
+    assert base["t2v_R1"] < 1.0  # the tie counts against queries 4 and 5
+
+
+def test_paired_embeddings_keep_pairs_across_updates() -> None:
+    metric = PairedEmbeddings()
+    metric.update(torch.ones(2, 3), torch.zeros(2, 3))
+    metric.update(2 * torch.ones(1, 3), torch.ones(1, 3))
+    a, b = metric.compute()
+    assert a[:, 0].tolist() == [1, 1, 2] and b[:, 0].tolist() == [0, 0, 1]
+
+
+def test_alignment_accuracy_and_its_chance_level(dm) -> None:
+    batch = dm.collate_fn([dm.dataset("val")[i] for i in range(4)])
+    target, real = batch["alignment_target"], batch["text_segment_mask"]
+    valid = target != IGNORE_INDEX
+    # logits that pick the target for the first valid segment of every video and a wrong caption elsewhere
+    wrong = (target.clamp_min(0) + 1) % real.sum(-1, keepdim=True)
+    pick = torch.where(torch.arange(target.shape[1]) == 0, target.clamp_min(0), wrong)
+    logits = torch.full(target.shape + real.shape[1:], -5.0).masked_fill(~real[:, None, :], float("-inf"))
+    logits.scatter_(-1, pick[..., None], 5.0)
+    metric = AlignmentScores()
+    metric.update(logits[:2], target[:2], real[:2].sum(-1))  # two batches: sums over segments
+    metric.update(logits[2:], target[2:], real[2:].sum(-1))
+    out = {k: float(v) for k, v in metric.compute().items()}
+    expected_acc = float((pick == target)[valid].float().mean())
+    assert out["align_acc"] == pytest.approx(expected_acc) and 0 < expected_acc < 1
+    captions = real.sum(-1, keepdim=True).expand_as(target)[valid].float()
+    assert out["align_chance"] == pytest.approx(float((1 / captions).mean()))
+    assert out["align_loss"] == pytest.approx(float(F.cross_entropy(logits[valid], target[valid])))
+    empty = AlignmentScores()  # whole-video captions: no segment has a target
+    empty.update(logits, torch.full_like(target, IGNORE_INDEX), real.sum(-1))
+    assert set(empty.compute()) == {"align_loss"}
+
+
+def test_evaluation_over_a_split_does_not_depend_on_its_batching(dm) -> None:
+    """What 1 and 2 processes must agree on: the split's values, however it was cut into batches."""
+    torch.manual_seed(0)
+    model = small_model(dm).eval()
+    ds = dm.dataset("val")
+    samples = [ds[i] for i in range(len(ds))]
+
+    def evaluate(chunks) -> dict[str, float]:
+        for chunk in chunks:
+            model._evaluate("val", dm.collate_fn(chunk))
+        return {k: float(v) for k, v in model.split_metrics("val").items()}
+
+    with torch.no_grad():
+        whole = evaluate([samples])
+        pieces = evaluate([samples[i : i + 3] for i in range(0, len(samples), 3)][::-1])
+        batch = dm.collate_fn(samples)
+        in_batch = {k: float(v) for k, v in model.losses(batch, model.encode(batch)).items()}
+    assert {"val/loss", "val/align_acc", "val/t2v_R1", "val/span_loss"} <= set(whole)
+    assert set(pieces) == set(whole)
+    for name, value in whole.items():
+        assert pieces[name] == pytest.approx(value, rel=1e-4, abs=1e-6), name
+    # over one batch holding the whole split, the split's losses are the training losses
+    for name in ("loss", "retrieval_loss", "align_loss", "span_loss"):
+        assert whole[f"val/{name}"] == pytest.approx(in_batch[name], rel=1e-5), name
+
+
 # -- readers and feature stores ---------------------------------------------------------------
-
-
-def _tiny(annotations: Path, source: str, features: Path | str, **kwargs) -> VideoTextDataModule:
-    datamodule = VideoTextDataModule(
-        source=source, annotations=str(annotations), features=str(features), batch_size=4, **kwargs
-    )
-    datamodule.setup()
-    return datamodule
 
 
 @pytest.mark.parametrize("features", ["features", "features.npz", "features.h5"])
@@ -311,18 +527,20 @@ def test_jsonl_matches_youcook2() -> None:
     assert sum(len(a.dataset(s)) for s in ("train", "val", "test")) == 9
 
 
-def test_tokenisation_is_cached(tmp_path) -> None:
-    tokenizer = load_tokenizer(None)
-    texts = ["cut the onion", "stir in the salt and pepper until smooth"]
-    first = tokenize_captions(texts, tokenizer, 16, cache_dir=tmp_path)
-    assert len(list(tmp_path.glob("captions-*.npz"))) == 1
-    again = tokenize_captions(texts, tokenizer, 16, cache_dir=tmp_path)
-    assert np.array_equal(first.ids, again.ids) and np.array_equal(first.offsets, again.offsets)
-    assert first.ids[first.offsets[0] : first.offsets[1]].tolist() == tokenizer(texts[0])["input_ids"]
+def test_splits_share_no_video_and_follow_their_seed(dm) -> None:
+    splits = dm.split_videos(dm.table)
+    assert sorted(np.concatenate(list(splits.values())).tolist()) == list(range(len(dm.table.videos)))
+    ids = {split: set(ds.video_ids) for split, ds in dm.datasets.items()}
+    assert not ids["train"] & ids["val"] and not ids["train"] & ids["test"] and not ids["val"] & ids["test"]
+    again = VideoTextDataModule(**SMALL).split_videos(dm.table)
+    other = VideoTextDataModule(**SMALL, seed=1).split_videos(dm.table)
+    assert all(np.array_equal(splits[k], again[k]) for k in splits)
+    assert not all(np.array_equal(splits[k], other[k]) for k in splits)
+    assert len(splits["test"]) == round(0.15 * 60) and len(splits["val"]) == round(0.15 * (60 - 9))
 
 
 def test_real_youcook2_annotations_end_to_end(shared_data) -> None:
-    path = shared_data / "video_text" / "youcookii_annotations_trainval.json"
+    path = shared_data / "video_text" / YOUCOOK2
     if not path.is_file():
         pytest.skip(f"{path} is absent")
     datamodule = VideoTextDataModule(source="youcook2", annotations=str(path), limit_videos=80, max_tokens=(64, 2048))
@@ -331,113 +549,205 @@ def test_real_youcook2_annotations_end_to_end(shared_data) -> None:
     counts = np.bincount(table.video, minlength=len(table.videos))[:80]
     served = {v: n for ds in datamodule.datasets.values() for v, n in zip(ds.video_ids, ds.lengths[:, 0], strict=True)}
     assert served == {v: int(c) for v, c in zip(table.videos[:80], counts, strict=True)}
+    assert datamodule.report.num_skipped == 0
     batch = next(iter(datamodule.train_dataloader()))
     model = small_model(datamodule)
     assert torch.isfinite(model.losses(batch, model.encode(batch))["loss"])
 
 
+# -- the caption-token cache ------------------------------------------------------------------
+
+TEXTS = ["cut the onion", "stir in the salt and pepper until smooth"]
+
+
+def _refuse(*args, **kwargs):
+    raise AssertionError("the captions were tokenised again")
+
+
+def test_tokenisation_is_cached(tmp_path, monkeypatch) -> None:
+    tok = tokenizer(None)
+    reference = tok(TEXTS[0])["input_ids"]
+    first = caption_tokens(TEXTS, tok, 16, cache_dir=tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == [cache_path(tmp_path, TEXTS, tok, 16).name]
+    monkeypatch.setattr(type(tok), "__call__", _refuse)  # from now on, only the cache can answer
+    again = caption_tokens(TEXTS, tok, 16, cache_dir=tmp_path)
+    assert np.array_equal(first.ids, again.ids) and np.array_equal(first.offsets, again.offsets)
+    assert again.ids[again.offsets[0] : again.offsets[1]].tolist() == reference
+    # other settings or other captions are other keys: they would have to tokenise
+    with pytest.raises(AssertionError, match="tokenised again"):
+        caption_tokens(TEXTS, tok, 8, cache_dir=tmp_path)
+    with pytest.raises(AssertionError, match="tokenised again"):
+        caption_tokens([*TEXTS[:1], "stir in the salt"], tok, 16, cache_dir=tmp_path)
+
+
+def test_the_cache_is_built_in_prepare_data_and_only_read_in_setup(tmp_path, monkeypatch) -> None:
+    datamodule = VideoTextDataModule(**SMALL, cache_dir=str(tmp_path / "cache"))
+    datamodule.prepare_data()
+    assert len(list((tmp_path / "cache").glob("captions-*.npz"))) == 1
+    monkeypatch.setattr(type(datamodule.tokenizer), "__call__", _refuse)
+    datamodule.setup("fit")
+    reference = VideoTextDataModule(**SMALL)
+    monkeypatch.undo()
+    reference.setup("fit")
+    for split, dataset in reference.datasets.items():
+        assert np.array_equal(datamodule.dataset(split).token_ids, dataset.token_ids)
+
+
+def test_a_truncated_cache_is_rebuilt_with_a_warning(tmp_path) -> None:
+    tok = tokenizer(None)
+    first = caption_tokens(TEXTS, tok, 16, cache_dir=tmp_path)
+    path = cache_path(tmp_path, TEXTS, tok, 16)
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # a torn write of old
+    with pytest.warns(UserWarning, match=r"captions-.*\.npz is unreadable.*building it again"):
+        again = caption_tokens(TEXTS, tok, 16, cache_dir=tmp_path)
+    assert np.array_equal(first.ids, again.ids) and np.array_equal(first.offsets, again.offsets)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # rebuilt: read without a word
+        caption_tokens(TEXTS, tok, 16, cache_dir=tmp_path)
+
+
+def test_truncated_captions_are_counted_per_split() -> None:
+    tok = tokenizer(None)
+    texts = ["cut the onion", "stir in the salt and pepper until smooth and glossy", "boil"]
+    out = tokenize_captions(texts, tok, 6)
+    assert out.truncated.tolist() == [False, True, False] and out.lengths.tolist()[1] == 6
+    assert out.ids[out.offsets[1] : out.offsets[2]][-1] == tok.sep_token_id  # the special token is kept
+    datamodule = _tiny(DATA / "youcook2.json", "youcook2", DATA / "features", max_caption_tokens=4)
+    full = tokenize_captions(datamodule.table.text, tok, 10**6).lengths
+    for split, dataset in datamodule.datasets.items():
+        expected = int((full[dataset.rows] > 4).sum())
+        assert datamodule.report.split(split).truncated["caption"] == expected
+        assert dataset.token_counts.max() <= 4
+    assert datamodule.report.num_truncated > 0
+
+
 # -- bad input --------------------------------------------------------------------------------
 
 
-def _youcook2(tmp_path: Path, edit) -> Path:
-    database = json.loads((DATA / "youcook2.json").read_text())
-    edit(database["database"])
-    path = tmp_path / "youcook2.json"
-    path.write_text(json.dumps(database))
-    return path
-
-
 @pytest.mark.parametrize(
-    ("edit", "message", "video"),
+    ("edit", "message", "video", "item"),
     [
-        (lambda d: d["vid00"]["annotations"][0].update(segment=[9, 3]), "end is not after its start", "vid00"),
-        (lambda d: d["vid01"]["annotations"][0].update(segment=[1, 500]), "past the video's end", "vid01"),
-        (lambda d: d["vid02"]["annotations"][0].update(sentence="   "), "caption is empty", "vid02"),
-        (lambda d: d["vid03"].update(annotations=[]), "no segments", "vid03"),
-        (lambda d: d.update(ghost={"duration": 9, "subset": "training", "annotations": []}), "no features", "ghost"),
+        (lambda d: d["vid00"]["annotations"][0].update(segment=[9, 3]), "end is not after its start", "vid00",
+         "caption"),
+        (lambda d: d["vid01"]["annotations"][0].update(segment=[1, 500]), "past the video's end", "vid01", "caption"),
+        (lambda d: d["vid02"]["annotations"][0].update(sentence="   "), "caption is empty", "vid02", "caption"),
+        (lambda d: d["vid03"].update(annotations=[]), "no segments", "vid03", "video"),
+        (lambda d: d.update(ghost={"duration": 9, "subset": "validation", "annotations": []}), "no features", "ghost",
+         "video"),
     ],
-)
-def test_bad_annotations_name_the_video_and_row(tmp_path, edit, message, video) -> None:
+)  # fmt: skip
+def test_bad_annotations_name_the_video_and_row(tmp_path, edit, message, video, item) -> None:
     path = _youcook2(tmp_path, edit)
-    with pytest.raises(VideoTextDataError, match=message) as err:
+    with pytest.raises(DataError, match=message) as err:
         _tiny(path, "youcook2", DATA / "features")
     assert str(path) in str(err.value)  # the annotation file, then the video
     assert f"video {video!r}" in str(err.value)
     with pytest.warns(UserWarning, match=r"skipped \d+ bad"):
-        datamodule = _tiny(path, "youcook2", DATA / "features", errors="skip")
-    assert any(message in reason for reason in datamodule.skipped)  # counted, by reason
+        datamodule = _tiny(path, "youcook2", DATA / "features", on_bad="skip")
+    assert datamodule.report.skipped(message) == 1, str(datamodule.report)
+    counted = {key: n for s in datamodule.report.splits.values() for key, n in s.skipped.items()}
+    assert [key[0] for key in counted if message in key[1]] == [item]
     served = sum(len(datamodule.dataset(s)) for s in ("train", "val", "test"))
-    videos_dropped = sum(
-        n for reason, n in datamodule.skipped.items() if "no features" in reason or "no segments" in reason
-    )
+    videos_dropped = sum(n for (kind, _), n in counted.items() if kind == "video")  # vid01 has one caption only
     assert served == len(json.loads(path.read_text())["database"]) - videos_dropped
 
 
-def test_caption_for_a_missing_video(tmp_path) -> None:
-    lines = (DATA / "captions.jsonl").read_text().splitlines()
-    lines.append(json.dumps({"video_id": "nowhere", "start": 0, "end": 2, "text": "a caption"}))
-    path = tmp_path / "captions.jsonl"
-    path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(VideoTextDataError, match="'nowhere'.*no features"):
-        _tiny(path, "jsonl", DATA / "features")
-
-
 def test_feature_dimension_mismatch(tmp_path) -> None:
-    folder = tmp_path / "features"
-    shutil.copytree(DATA / "features", folder)
-    np.save(folder / "vid04.npy", np.zeros((30, 5), np.float32))
-    with pytest.raises(VideoTextDataError, match=r"vid04.*dimension 5 differs from the expected 8"):
+    folder = _features_copy(tmp_path, "vid04", np.zeros((30, 5), np.float32))
+    with pytest.raises(DataError, match=r"vid04' \(dimension 5\): feature dimension differs from the expected 8"):
         _tiny(DATA / "youcook2.json", "youcook2", folder)
 
 
-def test_malformed_lines_and_missing_files(tmp_path) -> None:
-    path = tmp_path / "bad.jsonl"
-    path.write_text('{"video_id": "a", "start": 0, "end": 1, "text": "ok"}\n{"video_id": "b", "start": 0}\n')
-    with pytest.raises(VideoTextDataError, match="line 2"):
-        read_jsonl(path)
-    with pytest.raises(FileNotFoundError, match="youcookii"):
-        read_youcook2(tmp_path / "youcookii_annotations_trainval.json")
-    with pytest.raises(FileNotFoundError, match="nothing.h5 not found"):
+def test_missing_files_say_what_and_how_to_get_it(tmp_path) -> None:
+    with pytest.raises(DatasetNotFoundError, match=rf"looked in: {tmp_path}.*{YOUCOOK2_URL}"):
+        read_youcook2(tmp_path / YOUCOOK2)
+    with pytest.raises(DatasetNotFoundError, match=r"feature file \(HDF5\) not found.*nothing\.h5.*To get it: extract"):
         open_features(tmp_path / "nothing.h5", fps=1)
-    with pytest.raises(VideoTextDataError, match="needs video_id and caption"):
-        (tmp_path / "m.json").write_text(json.dumps({"sentences": [{"caption": "x"}]}))
-        read_msrvtt(tmp_path / "m.json")
+    with pytest.raises(DatasetNotFoundError, match="caption JSONL"):
+        VideoTextDataModule(**_real(tmp_path / "none.jsonl", "jsonl")).setup()
+
+
+def test_corrupt_feature_files_are_named(tmp_path) -> None:
+    archive = tmp_path / "features.npz"
+    archive.write_bytes((DATA / "features.npz").read_bytes()[:200])  # cut short
+    with pytest.raises(DataError, match=r"features\.npz: not a readable \.npz archive"):
+        VideoTextDataModule(**_real(DATA / "youcook2.json", features=archive))
+    folder = _features_copy(tmp_path, "vid07", np.zeros((3, 8), np.float32))
+    (folder / "vid07.npy").write_bytes(b"not an array")
+    with pytest.raises(DataError, match=r"vid07\.npy: not a readable \.npy array.*features cannot be read"):
+        _tiny(DATA / "youcook2.json", "youcook2", folder)
+    with pytest.warns(UserWarning, match="skipped 1 bad"):
+        datamodule = _tiny(DATA / "youcook2.json", "youcook2", folder, on_bad="skip")
+    assert "vid07" not in datamodule.dataset("test").video_ids and len(datamodule.dataset("test")) == 2
+
+
+@pytest.mark.parametrize(
+    ("reader", "content", "message", "item"),
+    [
+        (read_youcook2, {"database": {"v1": {"duration": 30, "annotations": [{"segment": ["a", 5], "sentence": "c"}]}}},
+         r"video 'v1', annotation 0 .*: needs segment \[start, end\] in seconds", "caption"),
+        (read_youcook2, {"database": {"v1": {"duration": "n/a", "annotations": [{"segment": [0, 5], "sentence": ""}]}}},
+         r"video 'v1' \(duration 'n/a'\): duration must be a finite number of seconds", "video"),
+        (read_msrvtt, {"videos": [{"id": "v1"}], "sentences": []}, r"videos\[0\] .*: needs a video_id", "video"),
+        (read_msrvtt, {"videos": [{"video_id": "v1", "start time": 0, "end time": "x"}], "sentences": []},
+         r"video 'v1' .*: start time and end time must be finite numbers", "video"),
+        (read_msrvtt, {"sentences": [{"caption": "x"}]}, r"sentence 0 .*: needs video_id and caption", "caption"),
+        (read_jsonl, '{"video_id": "a", "start": 0, "end": 1, "text": "t", "duration": "n/a"}\n',
+         r"line 1 .*duration must be a finite number.*: expected \{video_id, start, end, text\}", "caption"),
+        (read_jsonl, '{"video_id": "a", "start": 0}\n', r"line 1 .*: expected \{video_id", "caption"),
+    ],
+)  # fmt: skip
+def test_bad_annotation_entries_name_file_and_video_and_are_skippable(tmp_path, reader, content, message, item) -> None:
+    good = {read_youcook2: {"ok": {"duration": 9, "annotations": [{"segment": [0, 2], "sentence": "fine"}]}}}
+    path = tmp_path / "annotations.json"
+    if reader is read_youcook2:
+        content = {"database": {**good[read_youcook2], **content["database"]}}
+    elif reader is read_msrvtt:
+        content = {"videos": [{"video_id": "ok"}, *content.get("videos", [])], "sentences": content["sentences"]}
+        content["sentences"] = [{"video_id": "ok", "caption": "fine"}, *content["sentences"]]
+        message = message.replace(r"videos\[0\]", r"videos\[1\]").replace("sentence 0", "sentence 1")
+    else:
+        content = '{"video_id": "ok", "start": 0, "end": 2, "text": "fine"}\n' + content
+        message = message.replace("line 1", "line 2")
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    with pytest.raises(DataError, match=f"annotations.json.*{message}"):
+        reader(path)
+    report = DataReport("skip")
+    table = reader(path, report)
+    assert report.num_skipped == 1 and [key[0] for key in report.split("source").skipped] == [item]
+    assert "ok" in table.videos and "fine" in table.text
 
 
 @pytest.mark.parametrize(
     ("reader", "content", "message"),
     [
-        (read_youcook2, {"database": {"v1": {"duration": 30, "annotations": [{"segment": ["a", 5], "sentence": "c"}]}}},
-         r"video 'v1', annotation 0: needs segment \[start, end\] in seconds"),
-        (read_youcook2, {"database": {"v1": {"duration": "n/a", "annotations": [{"segment": [0, 5], "sentence": ""}]}}},
-         r"video 'v1': duration must be a number of seconds, got 'n/a'"),
-        (read_msrvtt, {"videos": [{"id": "v1"}], "sentences": []}, r"videos\[0\]: needs a video_id"),
-        (read_msrvtt, {"videos": [{"video_id": "v1", "start time": 0, "end time": "x"}], "sentences": []},
-         r"video 'v1': end time must be a number of seconds"),
+        (read_youcook2, '{"database": ', "not valid JSON"),
+        (read_youcook2, '{"videos": []}', "not a YouCook2 annotation file"),
         (read_msrvtt, "{not json", "not valid JSON"),
-        (read_jsonl, '{"video_id": "a", "start": 0, "end": 1, "text": "t", "duration": "n/a"}\n',
-         r"line 1: duration must be a number of seconds, got 'n/a'"),
+        (read_msrvtt, '{"videos": [], "sentences": []}', "holds no videos"),
+        (read_jsonl, "\n\n", "holds no videos"),
     ],
-)  # fmt: skip
-def test_annotation_values_of_the_wrong_type_name_file_and_video(tmp_path, reader, content, message) -> None:
+)
+def test_unusable_files_raise_under_both_policies(tmp_path, reader, content, message) -> None:
     path = tmp_path / "annotations.json"
-    path.write_text(content if isinstance(content, str) else json.dumps(content))
-    with pytest.raises(VideoTextDataError, match=f"annotations.json.*{message}"):
-        reader(path)
+    path.write_text(content)
+    for report in (DataReport("raise"), DataReport("skip")):
+        with pytest.raises(DataError, match=f"annotations.json: {message}"):
+            reader(path, report)
 
 
-def test_non_finite_features_name_the_video_and_frames(tmp_path) -> None:
-    folder = tmp_path / "features"
-    shutil.copytree(DATA / "features", folder)
-    feats = np.load(folder / "vid04.npy")
-    feats[[3, 7], 1] = [np.nan, np.inf]
-    np.save(folder / "vid04.npy", feats)
-    datamodule = _tiny(DATA / "youcook2.json", "youcook2", folder)
-    split, i = next(
-        (s, list(ds.video_ids).index("vid04")) for s, ds in datamodule.datasets.items() if "vid04" in ds.video_ids
-    )
-    with pytest.raises(VideoTextDataError, match=r"video 'vid04': features hold NaN or inf in frame\(s\) \[3, 7\]"):
-        datamodule.dataset(split)[i]
+def test_non_finite_features_are_found_before_training(tmp_path) -> None:
+    folder = _features_copy(tmp_path, "vid07", _nan_frames("vid07", [3, 7]))
+    with pytest.warns(UserWarning, match="skipped 1 bad"):
+        datamodule = _tiny(DATA / "youcook2.json", "youcook2", folder, on_bad="skip")
+    assert datamodule.report.skipped("NaN or inf") == 1
+    assert "frame(s) [3, 7]" in str(datamodule.report)
+    test = datamodule.dataset("test")
+    assert test.video_ids == ["vid06", "vid08"]
+    # a file changed after setup is still caught when its sample is loaded
+    np.save(folder / "vid08.npy", _nan_frames("vid08", [0]))
+    with pytest.raises(DataError, match=r"video 'vid08': features hold NaN or inf in frame\(s\) \[0\]"):
+        test[1]
 
 
 def test_dataset_index_and_lengths_without_loading(monkeypatch) -> None:
@@ -445,29 +755,15 @@ def test_dataset_index_and_lengths_without_loading(monkeypatch) -> None:
         [("a", 0, 2, "one two", 0), ("a", 2, 5, "three", 1), ("b", 1, 3, "four five six", 0)],
         durations={"a": 6, "b": 4},
     )
-    from varlen.datasets.video_text import SentenceFeatures
-
     store = SentenceFeatures(table, fps=2, dim=4, noise=0.1, seed=0)
-    tokenized = tokenize_captions(table.text, load_tokenizer(None))
+    tokenized = tokenize_captions(table.text, tokenizer(None))
     calls = []
     monkeypatch.setattr(store, "load", lambda vid: calls.append(vid) or np.zeros((12, 4), np.float32))
     ds = VideoTextDataset(table, store, tokenized)
     assert ds.lengths.tolist() == [[2, int(tokenized.lengths[:2].sum())], [1, int(tokenized.lengths[2])]]
+    assert ds.shapes.tolist() == [[2, 1, 2, int(tokenized.lengths[:2].max())], [1, 1, 1, int(tokenized.lengths[2])]]
     assert calls == []  # lengths come from timestamps and token counts, not from the frames
     assert [ds[i]["index"] for i in range(len(ds))] == [0, 1]
-
-
-# -- distributed ------------------------------------------------------------------------------
-
-
-def test_ddp_fit_two_processes(tmp_path) -> None:
-    ranks = ddp_fit(CONFIG, tmp_path, SMALL_CLI)
-    assert ranks[0]["global_step"] == ranks[1]["global_step"] > 0
-    assert ranks[0]["batches"] == ranks[1]["batches"] == ranks[0]["num_training_batches"]
-    datamodule = VideoTextDataModule(**SMALL)
-    datamodule.setup()
-    served = sorted(ranks[0]["indices"] + ranks[1]["indices"])
-    assert served == list(range(len(datamodule.dataset("train"))))
 
 
 # -- batching: what the arguments say, and the budget on the real tensors ---------------------
@@ -531,89 +827,7 @@ def test_collated_tensors_hold_the_budget_on_youcook2_shapes(shared_data) -> Non
     _assert_tensors_within_budget(datamodule, budget)
 
 
-# -- metrics ----------------------------------------------------------------------------------
-
-
-def _ranks_of(video: torch.Tensor, text: torch.Tensor) -> dict[str, float]:
-    metric = RetrievalRanks()
-    metric.update(video, text)
-    return {k: float(v) for k, v in metric.compute().items()}
-
-
-def test_retrieval_ranks_perfect_reversed_and_tied() -> None:
-    eye = torch.eye(6)
-    perfect = _ranks_of(eye, eye)
-    assert perfect["t2v_R1"] == 1.0 and perfect["t2v_median_rank"] == 1.0
-    assert perfect["t2v_R1_chance"] == pytest.approx(1 / 6)
-    # each text is closest to every other video and farthest from its own: rank N
-    reversed_ = _ranks_of(eye, 1.0 - eye)
-    assert reversed_["t2v_R1"] == 0.0 and reversed_["t2v_R5"] == 0.0 and reversed_["t2v_median_rank"] == 6.0
-    # a collapsed model scores every video alike: ties count against it, rank N (not 1)
-    collapsed = _ranks_of(torch.ones(6, 4), torch.ones(6, 4))
-    assert collapsed["t2v_R1"] == 0.0 and collapsed["t2v_median_rank"] == 6.0
-    assert RetrievalRanks.ranks(torch.tensor([[1.0, 1.0, 0.0], [0.5, 0.9, 0.9], [0.0, 0.0, 1.0]])).tolist() == [2, 2, 1]
-
-
-def test_median_rank_averages_the_two_middle_ranks() -> None:
-    # ranks 1, 1, 2, 2 (videos 0/1 swapped for queries 2/3): the median is 1.5, not the lower 1
-    video = torch.eye(4)
-    text = torch.tensor([[1.0, 0, 0, 0], [0, 1.0, 0, 0], [0, 0, 0.9, 1.0], [0, 0, 1.0, 0.9]])
-    out = _ranks_of(video, text)
-    assert out["t2v_median_rank"] == 1.5 and out["t2v_R1"] == 0.5
-
-
-def test_alignment_accuracy_and_its_chance_level(dm, monkeypatch) -> None:
-    torch.manual_seed(0)
-    model = small_model(dm).eval()
-    batch = dm.collate_fn([dm.dataset("val")[i] for i in range(4)])
-    target, real = batch["alignment_target"], batch["text_segment_mask"]
-    valid = target != IGNORE_INDEX
-    with torch.no_grad():
-        out = model.encode(batch)
-    # logits that pick the target for the first valid segment of every video and a wrong caption elsewhere
-    wrong = (target.clamp_min(0) + 1) % real.sum(-1, keepdim=True)
-    pick = torch.where(torch.arange(target.shape[1]) == 0, target.clamp_min(0), wrong)
-    logits = torch.full_like(out["align_logits"], -5.0).masked_fill(~real[:, None, :], float("-inf"))
-    logits.scatter_(-1, pick[..., None], 5.0)
-    monkeypatch.setattr(model, "encode", lambda b: {**out, "align_logits": logits})
-    monkeypatch.setattr(model, "log_metrics", lambda *args, **kwargs: None)  # no trainer here
-    model._evaluate("val", batch)
-    expected_acc = float((pick == target)[valid].float().mean())
-    assert float(model.metrics["val_align_acc"].compute()) == pytest.approx(expected_acc)
-    assert 0 < expected_acc < 1
-    captions = real.sum(-1, keepdim=True).expand_as(target)[valid].float()
-    assert float(model.metrics["val_align_chance"].compute()) == pytest.approx(float((1 / captions).mean()))
-
-
-def test_captions_longer_than_the_position_table_raise_clearly(dm) -> None:
-    model = VideoTextAligner(feature_dim=dm.feature_dim, vocab_size=dm.vocab_size, hidden=16, heads=2, max_positions=4)
-    batch = dm.collate_fn([dm.dataset("val")[0]])
-    with pytest.raises(ValueError, match="exceed max_positions=4"):
-        model.encode(batch)
-
-
-# -- truncation, features vs annotations, dimensions, workers ---------------------------------
-
-
-def test_truncated_captions_are_counted_and_warned(tmp_path) -> None:
-    tokenizer = load_tokenizer(None)
-    texts = ["cut the onion", "stir in the salt and pepper until smooth and glossy", "boil"]
-    with pytest.warns(UserWarning, match=r"1 of 3 texts .* max_length=6 .* truncated"):
-        out = tokenize_captions(texts, tokenizer, 6, cache_dir=tmp_path)
-    assert out.truncated == 1 and out.lengths.tolist()[1] == 6
-    assert out.ids[out.offsets[1] : out.offsets[2]][-1] == tokenizer.sep_token_id  # the special token is kept
-    with pytest.warns(UserWarning, match="truncated"):  # a cache hit reports it too
-        assert tokenize_captions(texts, tokenizer, 6, cache_dir=tmp_path).truncated == 1
-    with pytest.warns(UserWarning, match="truncated"):
-        datamodule = _tiny(DATA / "youcook2.json", "youcook2", DATA / "features", max_caption_tokens=4)
-    assert datamodule.truncated > 0
-
-
-def _features_copy(tmp_path: Path, video: str, frames: np.ndarray) -> Path:
-    folder = tmp_path / "features"
-    shutil.copytree(DATA / "features", folder)
-    np.save(folder / f"{video}.npy", frames)
-    return folder
+# -- features vs annotations, dimensions, workers -----------------------------------------------
 
 
 def test_features_shorter_than_the_annotated_duration(tmp_path) -> None:
@@ -621,29 +835,23 @@ def test_features_shorter_than_the_annotated_duration(tmp_path) -> None:
     last_end = max(a["segment"][1] for a in database["vid01"]["annotations"])
     short = np.load(DATA / "features" / "vid01.npy")[: last_end - 2]  # 2 frames short of its last segment
     folder = _features_copy(tmp_path, "vid01", short)
-    with pytest.raises(VideoTextDataError, match=r"vid01.*past the end of the video's features"):
+    with pytest.raises(DataError, match=r"vid01.*past the end of the video's features"):
         _tiny(DATA / "youcook2.json", "youcook2", folder)
     with pytest.warns(UserWarning, match="skipped"):
-        datamodule = _tiny(DATA / "youcook2.json", "youcook2", folder, errors="skip")
-    assert datamodule.skipped.get("segment ends past the end of the video's features", 0) >= 1
+        datamodule = _tiny(DATA / "youcook2.json", "youcook2", folder, on_bad="skip")
+    assert datamodule.report.skipped("segment ends past the end of the video's features") >= 1
     # a segment ending within one frame of the features' end is rounding, not an error
     np.save(folder / "vid01.npy", np.load(DATA / "features" / "vid01.npy")[: last_end - 1])
-    _tiny(DATA / "youcook2.json", "youcook2", folder)
-
-
-def test_video_with_no_feature_frames(tmp_path) -> None:
-    folder = _features_copy(tmp_path, "vid02", np.zeros((0, 8), np.float32))
-    with pytest.raises(VideoTextDataError, match=r"vid02.*no feature frames"):
-        _tiny(DATA / "youcook2.json", "youcook2", folder)
+    assert _tiny(DATA / "youcook2.json", "youcook2", folder).report.num_skipped == 0
 
 
 def test_one_bad_first_file_does_not_set_the_expected_dimension(tmp_path) -> None:
     folder = _features_copy(tmp_path, "vid00", np.zeros((40, 5), np.float32))  # sorts first
     assert open_features(folder, fps=1).dim == 8  # the majority, not the first file
     with pytest.warns(UserWarning, match="skipped 1 bad"):
-        datamodule = _tiny(DATA / "youcook2.json", "youcook2", folder, errors="skip")
+        datamodule = _tiny(DATA / "youcook2.json", "youcook2", folder, on_bad="skip")
     assert datamodule.feature_dim == 8
-    assert datamodule.skipped == {"feature dimension 5 differs from the expected 8": 1}
+    assert datamodule.report.skipped("feature dimension differs from the expected 8") == 1
     assert sum(len(datamodule.dataset(s)) for s in ("train", "val", "test")) == 8
 
 

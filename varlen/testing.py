@@ -139,6 +139,8 @@ def ddp_fit(config: str | Path, tmp_path: Path, overrides: Sequence[str] = ()) -
             "--trainer.strategy=ddp",
             "--trainer.devices=2",
             "--trainer.max_epochs=1",
+            "--trainer.limit_train_batches=null",  # the counts must come from the sampler, not a limit
+            "--trainer.limit_val_batches=null",
             "--trainer.num_sanity_val_steps=0",
             "--trainer.enable_checkpointing=false",
             "--trainer.logger=false",
@@ -256,6 +258,7 @@ class DataModuleContract:
         batches = 0
         for batch in loader:
             cost = np.asarray(self.collated_cost(dm, batch))
+            assert cost.size == budget.size, f"collated_cost gave {cost.size} values for {budget.size} budget axes"
             assert len(batch_indices(batch)) == 1 or np.all(cost <= budget), (batch_indices(batch), cost, budget)
             batches += 1
         assert batches == len(loader) > 1
@@ -434,6 +437,7 @@ class DataModuleContract:
                 "--trainer.accelerator=cpu",
                 "--trainer.devices=1",
                 "--trainer.logger=false",
+                "--trainer.limit_val_batches=null",
                 f"--trainer.default_root_dir={tmp_path / 'one'}",
                 *overrides,
                 f"--ckpt_path={tmp_path / 'steps' / 'validated.ckpt'}",

@@ -9,89 +9,90 @@ The two mistakes this DataModule makes impossible by default:
   split exists only to measure the effect, and warns.
 - *Copies*: windows are views into one buffer per recording (:class:`BearingWindows`), so
   50%-overlapping windows hold the signal once, not twice.
+
+Reading and checking files is :class:`~varlen.datasets.bearing.BearingSource`'s job; splits
+come from :mod:`varlen.splits`; this module wires them.
 """
 
 from __future__ import annotations
 
-import logging
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
-import torch
 
-from varlen.batching import lengths_to_mask, round_up
-from varlen.datamodules.base import VarLenDataModule, stratified_split
+from varlen.datamodules.base import VarLenDataModule, base_args
 from varlen.datasets.bearing import (
     CWRU_CLASSES,
-    PADERBORN_CLASSES,
-    BearingDataError,
+    BearingCollator,
+    BearingSource,
     BearingWindows,
-    DatasetNotFoundError,
     Recording,
-    SkipReport,
-    default_channels,
-    detect_format,
-    download_cwru,
-    load_recordings,
-    plan_windows,
-    read_metadata,
+    Segments,
+    WindowTable,
+    cut_windows,
+    normalise,
     resample,
     simulate_recordings,
+    uncovered_between_segments,
 )
+from varlen.errors import DataError
+from varlen.report import SOURCE, OnBad
+from varlen.splits import condition_split, fractions_of, group_split, random_split, time_block_split
+
+__all__ = ["GAP", "SPLITS", "TAIL", "UNIT", "BearingDataModule", "check_split_arguments"]
 
 Split = Literal["time_block", "recording", "condition", "random_window"]
-#: per split: (recording, start, length, window_index) per window
-WindowTable = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-log = logging.getLogger(__name__)
+SPLITS = ("time_block", "recording", "condition", "random_window")
+ITEM = "recording"
+#: the unit and reasons of the signal no window covers, in ``dm.report``
+UNIT = "signal samples"
+GAP = "gaps that separate split blocks"
+TAIL = "tail dropped by drop_tail=True"
 
 
-class BearingCollate:
-    """Pads windows to the batch's longest (only tail windows are shorter) and stacks the rest.
+def check_split_arguments(
+    split: str,
+    grouping: str,
+    test_fraction: float,
+    gap: int | None,
+    test_conditions: list[str] | None,
+    val_conditions: list[str] | None,
+) -> None:
+    """Refuse split arguments that cannot work, before any data is read.
 
-    Returns a dict: ``signals`` ``[B, C, W]`` float32 (zeros after each window's length),
-    ``lengths`` ``[B]``, ``mask`` ``[B, W]`` bool keep-mask (True = real sample, the varlen
-    convention), ``labels``, ``recording_ids``, ``window_index``, ``starts`` and ``index``.
-    A class (not a closure) so it pickles into loader workers.
-
-    Args:
-        pad_to_multiple_of: round ``W`` up to this multiple.
+    Raises:
+        ValueError: naming the argument and what it needs.
     """
-
-    def __init__(self, pad_to_multiple_of: int | None = None) -> None:
-        self.pad_to_multiple_of = pad_to_multiple_of
-
-    def __call__(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
-        lengths = np.array([s["signal"].shape[1] for s in samples], dtype=np.int64)
-        width = round_up(int(lengths.max()), self.pad_to_multiple_of)
-        signals = np.zeros((len(samples), samples[0]["signal"].shape[0], width), dtype=np.float32)
-        # The core pad_sequences pads the LEADING axis ([T, ...]); windows are ragged on their
-        # LAST axis ([C, W]), and the model wants [B, C, W]. Transposing in and out would add a
-        # strided copy of the whole batch, so each window is written into its row directly: one
-        # slice copy per window, the same thing pad_sequences does for long rows.
-        for row, sample in zip(signals, samples, strict=True):
-            row[:, : sample["signal"].shape[1]] = sample["signal"]
-        lengths_t = torch.from_numpy(lengths)
-        return {
-            "index": torch.tensor([s["index"] for s in samples], dtype=torch.long),
-            "signals": torch.from_numpy(signals),
-            "lengths": lengths_t,
-            "mask": lengths_to_mask(lengths_t, width),
-            "labels": torch.tensor([s["label"] for s in samples], dtype=torch.long),
-            "recording_ids": torch.tensor([s["recording_id"] for s in samples], dtype=torch.long),
-            "window_index": torch.tensor([s["window_index"] for s in samples], dtype=torch.long),
-            "starts": torch.tensor([s["start"] for s in samples], dtype=torch.long),
-        }
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if grouping not in ("shuffle", "recording"):
+        raise ValueError(f"grouping must be shuffle or recording, got {grouping!r}")
+    if not test_fraction > 0:
+        raise ValueError(f"test_fraction must be > 0, got {test_fraction}")
+    if gap is not None and gap < 0:
+        raise ValueError(f"gap must be >= 0 samples (a negative gap makes splits overlap), got {gap}")
+    if split == "condition" and not test_conditions:
+        raise ValueError("split='condition' needs test_conditions (e.g. ['3'] to test on CWRU load 3)")
+    overlap = sorted({str(c) for c in test_conditions or []} & {str(c) for c in val_conditions or []})
+    if overlap:
+        raise ValueError(
+            f"conditions {overlap} are in both val_conditions and test_conditions: the same recordings "
+            "would be validated and tested on"
+        )
 
 
 class BearingDataModule(VarLenDataModule):
     """Windows of vibration recordings (CWRU, Paderborn, a folder, or the built-in simulator).
 
-    ``setup`` loads the recordings, resamples them to one rate (polyphase), splits them without
+    ``build`` loads the recordings, resamples them to one rate (polyphase), splits them without
     leakage, normalises every channel with statistics of the train split only, and builds one
-    :class:`~varlen.datasets.bearing.BearingWindows` per split over the same buffers.
+    :class:`~varlen.datasets.bearing.BearingWindows` per split over the same buffers. Samples no
+    window covers are counted in :attr:`report` per split (unit ``"signal samples"``): gaps
+    between split blocks, samples between windows when the stride exceeds the window, tails
+    dropped by ``drop_tail``.
 
     Args:
         root: data folder; None runs the built-in simulator (offline, deterministic in ``seed``).
@@ -99,7 +100,7 @@ class BearingDataModule(VarLenDataModule):
             cwru), ``cwru``, ``paderborn`` or ``folder``.
         metadata: CSV in ``root`` (or absolute) with ``path,label`` and optional
             ``sampling_rate,recording_id,condition``; its labels override file-name labels.
-        download: fetch the standard 10-class CWRU files into ``root`` (MD5-checked).
+        download: fetch the standard 10-class CWRU files into ``root`` (MD5-checked; CWRU only).
         channels: channels to read (CWRU ``DE``/``FE``/``BA``, Paderborn ``vibration_1``, CSV
             column names, ``.npy`` column numbers); default: DE, vibration_1, all columns.
         class_names: the classes, in label-index order; default: the 10 CWRU classes, the 4
@@ -111,8 +112,7 @@ class BearingDataModule(VarLenDataModule):
         window_seconds: window length in seconds (overrides ``window_length``).
         stride_seconds: hop in seconds (overrides ``stride``).
         drop_tail: drop each segment's last, shorter window (default: keep it, padded, so no
-            signal is lost). Samples dropped that way are counted in :attr:`unused_samples`
-            and warned about.
+            signal is lost); the dropped samples are counted in :attr:`report`.
         normalize: standardise every channel with the train split's mean and std.
         split: ``time_block`` (default; blocks of each recording), ``recording`` (whole
             recordings, stratified), ``condition`` (``test_conditions`` held out) or
@@ -122,7 +122,7 @@ class BearingDataModule(VarLenDataModule):
             validation.
         test_fraction: the same for test.
         gap: samples left out between two blocks of different splits (default: one window);
-            counted in :attr:`unused_samples` and logged.
+            counted in :attr:`report`.
         test_conditions: conditions held out for test with ``split="condition"`` (e.g. ``["3"]``
             for CWRU load 3).
         val_conditions: conditions for validation, taken from the recordings not held out for
@@ -130,9 +130,8 @@ class BearingDataModule(VarLenDataModule):
             each train recording.
         grouping: ``shuffle`` (windows of all recordings mixed) or ``recording`` (every batch
             holds windows of one recording only, batches in random order).
-        on_bad: ``raise`` on the first bad recording (NaN/inf, shorter than one window, unknown
-            label, missing channel, corrupt file) or ``skip`` it, counted in :attr:`report`
-            with a warning.
+        on_bad: ``raise`` at the first bad recording (NaN/inf, shorter than one window, unknown
+            label, missing channel, corrupt file, empty) or ``skip`` it, counted in :attr:`report`.
         simulated_per_class: simulator recordings per class.
         simulated_seconds: simulator duration range in seconds.
     """
@@ -161,7 +160,7 @@ class BearingDataModule(VarLenDataModule):
         test_conditions: list[str] | None = None,
         val_conditions: list[str] | None = None,
         grouping: Literal["shuffle", "recording"] = "shuffle",
-        on_bad: Literal["raise", "skip"] = "raise",
+        on_bad: OnBad = "raise",
         simulated_per_class: int = 4,
         simulated_seconds: tuple[float, float] = (2.0, 20.0),
         batch_size: int | None = 64,
@@ -175,36 +174,9 @@ class BearingDataModule(VarLenDataModule):
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
     ) -> None:
-        super().__init__(
-            batch_size=batch_size,
-            max_tokens=max_tokens,
-            shuffle=shuffle,
-            seed=seed,
-            num_buckets=num_buckets,
-            pad_to_multiple_of=pad_to_multiple_of,
-            num_workers=num_workers,
-            pin_memory=pin_memory,
-            persistent_workers=persistent_workers,
-            prefetch_factor=prefetch_factor,
-        )
-        if split not in ("time_block", "recording", "condition", "random_window"):
-            raise ValueError(f"split must be time_block, recording, condition or random_window, got {split!r}")
-        if grouping not in ("shuffle", "recording"):
-            raise ValueError(f"grouping must be shuffle or recording, got {grouping!r}")
-        if not (0 < val_fraction < 1 and 0 < test_fraction < 1 and val_fraction + test_fraction < 1):
-            raise ValueError(
-                f"need 0 < val_fraction, test_fraction and their sum < 1; got {val_fraction}, {test_fraction}"
-            )
-        if gap is not None and gap < 0:
-            raise ValueError(f"gap must be >= 0 samples (a negative gap makes splits overlap), got {gap}")
-        if split == "condition" and not test_conditions:
-            raise ValueError("split='condition' needs test_conditions (e.g. ['3'] to test on CWRU load 3)")
-        overlap = sorted({str(c) for c in test_conditions or []} & {str(c) for c in val_conditions or []})
-        if overlap:
-            raise ValueError(
-                f"conditions {overlap} are in both val_conditions and test_conditions: the same recordings "
-                "would be validated and tested on"
-            )
+        super().__init__(**base_args(locals()))
+        check_split_arguments(split, grouping, test_fraction, gap, test_conditions, val_conditions)
+        self.fractions = fractions_of(val_fraction, test_fraction)
         self.root = Path(root) if root is not None else None
         self.metadata = metadata
         self.download = download
@@ -222,116 +194,82 @@ class BearingDataModule(VarLenDataModule):
         self.test_conditions = [str(c) for c in test_conditions or []]
         self.val_conditions = [str(c) for c in val_conditions] if val_conditions is not None else None
         self.grouping = grouping
-        self.on_bad = on_bad
         self.simulated_per_class = simulated_per_class
         self.simulated_seconds = tuple(simulated_seconds)
-        self.data_format = self._resolve_format(data_format)
-        if self.data_format == "folder" and metadata is None:
-            raise ValueError("data_format='folder' needs metadata= (a CSV listing path,label,sampling_rate per file)")
-        self.channels = list(channels) if channels is not None else self._default_channels()
-        self.class_names = list(class_names) if class_names is not None else self._default_classes()
+        # the format, channels and classes are known here (the CLI links them), read cheaply
+        self.source = None if root is None else BearingSource.open(root, data_format, metadata, channels, class_names)
+        self.data_format = "simulator" if self.source is None else self.source.data_format
+        if download and self.data_format != "cwru":
+            raise ValueError(f"download=True fetches the CWRU files only; {root} is read as {self.data_format}")
+        self.channels = self.source.channels if self.source else list(channels or ["DE"])
+        self.class_names = self.source.class_names if self.source else list(class_names or CWRU_CLASSES)
         self.num_classes = len(self.class_names)
         self.in_channels = len(self.channels)
-        self.collate_fn = BearingCollate(pad_to_multiple_of)
-        self.report = SkipReport(on_bad, error=BearingDataError)
+        self.collate_fn = BearingCollator(pad_to_multiple_of)
         self.recordings: list[Recording] = []
         self.recording_names: list[str] = []
         self.normalization: tuple[np.ndarray, np.ndarray] | None = None
-        #: samples of the kept recordings that no window covers, by cause (set by ``setup``)
-        self.unused_samples: dict[str, int] = {"gap": 0, "stride": 0, "dropped_tail": 0}
 
-    # -- cheap things the CLI links at instantiation ------------------------------------------
-
-    def _resolve_format(self, data_format: str) -> str:
-        if self.root is None:
-            return "simulator"
-        if data_format != "auto":
-            return data_format
-        if self.root.is_dir():
-            return detect_format(self.root, self.metadata)
-        return "folder" if self.metadata is not None else "cwru"
-
-    def _metadata_path(self) -> Path:
-        path = Path(self.metadata)
-        return path if path.is_absolute() else self.root / path
-
-    def _default_channels(self) -> list[str]:
-        if self.data_format in ("simulator", "cwru"):
-            return ["DE"]
-        if self.data_format == "paderborn":
-            return ["vibration_1"]
-        # a generic folder: what the first listed file's format usually means (all columns of a
-        # .npy/.csv, DE of a CWRU .mat, vibration_1 of a Paderborn .mat)
-        return default_channels(self.root / str(read_metadata(self._metadata_path())["path"].iloc[0]))
-
-    def _default_classes(self) -> list[str]:
-        if self.metadata is not None:
-            return sorted(read_metadata(self._metadata_path())["label"].astype(str).unique())
-        if self.data_format == "paderborn":
-            return list(PADERBORN_CLASSES)
-        return list(CWRU_CLASSES)
-
-    @property
-    def skipped(self) -> int:
-        """How many recordings were left out as bad input (reasons and examples: :attr:`report`)."""
-        return self.report.total
-
-    # -- setup ----------------------------------------------------------------------------------
+    # -- data -----------------------------------------------------------------------------------
 
     def prepare_data(self) -> None:
         """Fetch the CWRU files when ``download=True`` (Lightning calls this once, before setup)."""
-        if self.download and self.root is not None and self.data_format == "cwru":
-            download_cwru(self.root)
+        if self.download and self.source is not None:
+            self.source.download()
 
     def load(self) -> list[Recording]:
-        """The raw recordings (simulated, or read and validated from ``root``)."""
-        if self.root is None:
+        """The raw recordings: simulated, or read and validated by the source (bad ones to :attr:`report`)."""
+        if self.source is None:
             return simulate_recordings(
                 self.simulated_per_class, self.seed, self.simulated_seconds, class_names=self.class_names
             )
-        if not self.root.is_dir():
-            raise DatasetNotFoundError(
-                f"data folder {self.root} does not exist; "
-                + ("pass download=True to fetch CWRU" if self.data_format == "cwru" else "create it")
-            )
-        fmt = "folder" if self.metadata is not None else self.data_format
-        return load_recordings(self.root, fmt, self.channels, self.metadata, self.class_names, self.report)
+        return self.source.load(self.report)
 
-    def setup(self, stage: str | None = None) -> None:
-        if self.datasets:  # idempotent: Lightning calls setup once per stage
-            return
-        recordings = self.load()
+    def build(self, stage: str | None) -> dict[str, BearingWindows]:
+        """Recordings -> common rate -> usable ones -> leak-free splits -> windows over shared buffers."""
+        recordings = self._at_common_rate(self.load())
+        if recordings:
+            self._window_sizes()
+            recordings = self._drop_short(recordings)
         if not recordings:
-            self.report.warn("recordings")
-            raise ValueError(f"no usable recordings in {self.root} (skipped: {self.report.examples})")
+            raise DataError(
+                f"no usable recordings in {self.root or 'the simulator'}: {self.report.num_skipped} skipped as bad "
+                f"input, none left (see dm.report)\n{self.report}"
+            )
+        self.recordings = recordings
+        self.recording_names = [r.name for r in recordings]
+        labels = np.array([self.class_names.index(r.label) for r in recordings], dtype=np.int64)
+        self.recording_labels = labels
+        buffers = [r.signal for r in recordings]
+        tables = self._split_windows(recordings, labels)
+        if self.normalize:
+            self.normalization = normalise(buffers, tables["train"])
+        return {name: BearingWindows(buffers, labels, *table) for name, table in tables.items()}
+
+    def _at_common_rate(self, recordings: list[Recording]) -> list[Recording]:
+        """Every recording resampled to ``sampling_rate`` (each native buffer replaced, no second copy)."""
         rates = {r.sampling_rate for r in recordings}
         if self.sampling_rate is None and len(rates) > 1:
-            raise ValueError(f"recordings have sampling rates {sorted(rates)}; set sampling_rate to resample them")
-        target = float(self.sampling_rate or next(iter(rates)))
-        for rec in recordings:  # replace each native buffer by the resampled one (no second copy kept)
-            rec.signal, rec.sampling_rate = resample(rec.signal, rec.sampling_rate, target), target
-        self.rate = target
+            raise DataError(f"recordings have sampling rates {sorted(rates)}; set sampling_rate to resample them")
+        self.rate = target = float(self.sampling_rate or next(iter(rates), 0.0))
+        kept = []
+        for rec in recordings:
+            try:
+                rec.signal, rec.sampling_rate = resample(rec.signal, rec.sampling_rate, target), target
+            except ValueError as error:
+                self.report.bad(rec.where, str(error), item=ITEM)
+                continue
+            kept.append(rec)
+        return kept
+
+    def _window_sizes(self) -> None:
+        target = self.rate
         self.window = int(round(self.window_seconds * target)) if self.window_seconds else int(self.window_length)
         stride = int(round(self.stride_seconds * target)) if self.stride_seconds else self.stride
         self.hop = int(stride) if stride else max(1, self.window // 2)
         self.gap_samples = self.window if self.gap is None else int(self.gap)
         if self.window < 1 or self.hop < 1:
             raise ValueError(f"window ({self.window}) and stride ({self.hop}) must be >= 1 sample")
-        recordings = self._drop_short(recordings)
-        self.report.warn("recordings")
-        if not recordings:
-            raise ValueError(f"no usable recordings left (skipped: {self.report.examples})")
-        self.recordings = recordings
-        self.recording_names = [r.name for r in recordings]
-        labels = np.array([self.class_names.index(r.label) for r in recordings], dtype=np.int64)
-        self.recording_labels = labels
-        buffers = [r.signal for r in recordings]
-        self._segment_samples = self._dropped_tail = self._between_windows = 0
-        tables = self._split_windows(recordings, labels)
-        self._report_unused(sum(r.signal.shape[1] for r in recordings))
-        if self.normalize:
-            self.normalization = self._normalise(buffers, tables["train"])
-        self.datasets = {name: BearingWindows(buffers, labels, *table) for name, table in tables.items()}
 
     def _needed_length(self) -> int:
         """Shortest recording the split can use: one window, or all time blocks and gaps."""
@@ -346,73 +284,95 @@ class BearingDataModule(VarLenDataModule):
         kept = []
         for rec in recordings:
             length = rec.signal.shape[1]
+            where = f"{rec.where} ({length} samples at {self.rate:g} Hz)"
             if length < self.window:
-                self.report.bad(
-                    rec.source or rec.name,
-                    f"{length} samples at {self.rate:g} Hz, shorter than one window ({self.window})",
-                )
+                self.report.bad(where, f"shorter than one window ({self.window} samples)", item=ITEM)
             elif length < needed and (self.split == "time_block" or rec.condition not in self.test_conditions):
-                self.report.bad(
-                    rec.source or rec.name,
-                    f"{length} samples at {self.rate:g} Hz is too short for a {self.split} split "
-                    f"(needs {needed}: a window per block plus gaps of {self.gap_samples})",
+                reason = (
+                    f"too short for a {self.split} split (needs {needed} samples: "
+                    f"a window per block plus gaps of {self.gap_samples})"
                 )
+                self.report.bad(where, reason, item=ITEM)
             else:
                 kept.append(rec)
         return kept
 
-    # -- splits -----------------------------------------------------------------------------------
+    # -- splits ---------------------------------------------------------------------------------
 
-    def _time_blocks(self, lengths: np.ndarray, fractions: Sequence[float]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per block (first = train, then each fraction in order): (start, end) per recording.
+    def _split_windows(self, recordings: list[Recording], labels: np.ndarray) -> dict[str, WindowTable]:
+        """The windows of every split; what they leave of the signal goes to the report."""
+        lengths = np.array([r.signal.shape[1] for r in recordings], dtype=np.int64)
+        if self.split == "random_window":
+            return self._random_windows(lengths)
+        segments = self._segments(recordings, labels, lengths)
+        for name in segments:  # the report lists the splits in this order
+            self.report.split(name)
+        for name, count in uncovered_between_segments(lengths, segments).items():
+            self.report.leave_unused(name, GAP, count, UNIT)
+        tables = {}
+        for name, part in segments.items():
+            tables[name], between, dropped = cut_windows(part, self.window, self.hop, self.drop_tail)
+            self._leave_unused(name, between, dropped)
+        return tables
 
-        Blocks are contiguous, in time order, separated by ``gap_samples`` left unused.
+    def _leave_unused(self, split: str, between: int, dropped: int) -> None:
+        self.report.leave_unused(split, f"between windows (stride {self.hop} > window {self.window})", between, UNIT)
+        self.report.leave_unused(split, TAIL, dropped, UNIT)
+
+    def _segments(self, recordings: list[Recording], labels: np.ndarray, lengths: np.ndarray) -> dict[str, Segments]:
+        """Per split (train, val, test): the recordings and spans it owns."""
+        every = np.arange(len(recordings))
+
+        def blocks(recs: np.ndarray, fractions: Mapping[str, float]) -> dict[str, Segments]:
+            spans = time_block_split(lengths[recs], fractions, self.gap_samples)
+            return {name: Segments(recs, start, end) for name, (start, end) in spans.items()}
+
+        if self.split == "time_block":
+            return blocks(every, self.fractions)
+        if self.split == "recording":  # whole: split -> the recordings it owns whole
+            whole = group_split(every, self.fractions, self.seed, labels=labels, name="recording split")
+            empty = [name for name, part in whole.items() if len(part) == 0]
+            if empty:
+                raise DataError(
+                    f"split='recording' leaves no recording for {empty} ({len(recordings)} recordings); "
+                    "use split='time_block'"
+                )
+            self._warn_missing_classes(
+                labels, whole, "too few recordings per class; split='time_block' keeps every class in every split"
+            )
+        else:  # condition
+            try:
+                whole = condition_split([r.condition for r in recordings], self.test_conditions, self.val_conditions)
+            except ValueError as error:
+                raise DataError(f"split='condition': {error}") from None
+            self._warn_missing_classes(
+                labels,
+                {"val": whole.get("val", whole["train"]), "test": whole["test"]},
+                "no recording of those classes under these conditions; their scores are not measured",
+            )
+        segments = {name: Segments(part, np.zeros_like(part), lengths[part]) for name, part in whole.items()}
+        if "val" not in segments:  # condition split without val_conditions: val is each train recording's last block
+            segments = {**blocks(whole["train"], fractions_of(self.val_fraction)), "test": segments["test"]}
+        return {name: segments[name] for name in ("train", "val", "test")}
+
+    def _random_windows(self, lengths: np.ndarray) -> dict[str, WindowTable]:
+        """LEAKY on purpose (to measure the leakage effect): windows of whole recordings dealt at random.
+
+        The windows are cut before the split, so what they leave of the signal is reported
+        under the ``source`` pseudo-split.
         """
-        ends = lengths.copy()
-        blocks = []
-        for fraction in reversed(fractions):
-            size = np.maximum(1, np.round(lengths * fraction).astype(np.int64))
-            blocks.append((ends - size, ends))
-            ends = ends - size - self.gap_samples
-        blocks.append((np.zeros_like(ends), ends))
-        return blocks[::-1]
-
-    def _windows(self, recs: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> WindowTable:
-        """Windows of the segments ``[starts, ends)`` of recordings ``recs``; counts what they leave out."""
-        sizes = ends - starts
-        segment, offset, length = plan_windows(sizes, self.window, self.hop, self.drop_tail)
-        reach = np.zeros(len(sizes), dtype=np.int64)  # end of each segment's last window
-        np.maximum.at(reach, segment, offset + length)
-        # windows start every hop samples: each covers min(length, hop) new samples, the last its length
-        last = np.append(segment[1:] != segment[:-1], True) if len(segment) else np.zeros(0, bool)
-        union = np.bincount(segment, np.where(last, length, np.minimum(length, self.hop)), minlength=len(sizes))
-        self._segment_samples += int(sizes.sum())
-        after_last = int((sizes - reach).sum())  # a dropped tail, or (no tail dropped) a stride past the end
-        self._dropped_tail += after_last if self.drop_tail else 0
-        self._between_windows += int((reach - union).sum()) + (0 if self.drop_tail else after_last)
-        return recs[segment], starts[segment] + offset, length, (offset // self.hop)
-
-    def _report_unused(self, total: int) -> None:
-        """Count the samples no window covers (gaps between split blocks, strides longer than a
-        window, dropped tails) and say so once."""
-        self.unused_samples = {
-            "gap": total - self._segment_samples,
-            "stride": self._between_windows,
-            "dropped_tail": self._dropped_tail,
-        }
-        unused = sum(self.unused_samples.values())
-        causes = {
-            "gap": f"in gaps between {self.split} blocks",
-            "stride": f"between windows (stride {self.hop} > window {self.window})",
-            "dropped_tail": "in tails dropped by drop_tail=True",
-        }
-        detail = ", ".join(f"{n:,} {causes[k]}" for k, n in self.unused_samples.items() if n)
-        message = f"windows leave {unused:,} of {total:,} samples unused ({100 * unused / max(total, 1):.2f}%)"
-        message += f": {detail}" if detail else ""
-        if self._dropped_tail or self._between_windows:
-            warnings.warn(message, stacklevel=3)
-        else:
-            log.info(message)
+        warnings.warn(
+            "split='random_window' puts overlapping windows of one recording in train and test: "
+            "scores are optimistic (leakage); use it only to measure that effect",
+            stacklevel=4,
+        )
+        every = np.arange(len(lengths))
+        table, between, dropped = cut_windows(
+            Segments(every, np.zeros_like(lengths), lengths), self.window, self.hop, self.drop_tail
+        )
+        self._leave_unused(SOURCE, between, dropped)
+        parts = random_split(len(table.recording), self.fractions, self.seed, name="random window split")
+        return {name: table.take(part) for name, part in parts.items()}
 
     def _warn_missing_classes(self, labels: np.ndarray, parts: Mapping[str, np.ndarray], hint: str) -> None:
         """Warn for every non-train split that lacks some classes (its scores would skip them)."""
@@ -422,98 +382,8 @@ class BearingDataModule(VarLenDataModule):
                 warnings.warn(
                     f"split={self.split!r}: {name} has no recording of classes "
                     f"{[self.class_names[m] for m in missing]} ({hint})",
-                    stacklevel=3,
+                    stacklevel=5,
                 )
-
-    def _split_windows(self, recordings: list[Recording], labels: np.ndarray) -> dict[str, WindowTable]:
-        lengths = np.array([r.signal.shape[1] for r in recordings], dtype=np.int64)
-        every = np.arange(len(recordings))
-        zero = np.zeros_like(lengths)
-        if self.split == "time_block":
-            train, val, test = self._time_blocks(lengths, (self.val_fraction, self.test_fraction))
-            return {
-                "train": self._windows(every, *train),
-                "val": self._windows(every, *val),
-                "test": self._windows(every, *test),
-            }
-        if self.split == "recording":
-            kept, test = stratified_split(labels, self.test_fraction, self.seed)
-            train_pos, val_pos = stratified_split(
-                labels[kept], self.val_fraction / (1 - self.test_fraction), self.seed + 1
-            )
-            parts = {"train": kept[train_pos], "val": kept[val_pos], "test": test}
-            for name, part in parts.items():
-                if len(part) == 0:
-                    raise ValueError(f"split='recording' leaves no recording for {name}; use split='time_block'")
-            self._warn_missing_classes(
-                labels, parts, "too few recordings per class; split='time_block' keeps every class in every split"
-            )
-            return {name: self._windows(part, zero[part], lengths[part]) for name, part in parts.items()}
-        if self.split == "condition":
-            conditions = np.array([r.condition for r in recordings])
-            test = np.flatnonzero(np.isin(conditions, self.test_conditions))
-            rest = np.setdiff1d(every, test)
-            if len(test) == 0 or len(rest) == 0:
-                raise ValueError(
-                    f"test_conditions {self.test_conditions} select {len(test)} of {len(recordings)} recordings "
-                    f"(conditions present: {sorted(set(conditions.tolist()))})"
-                )
-            tables = {"test": self._windows(test, zero[test], lengths[test])}
-            if self.val_conditions is not None:  # val from the recordings not held out for test
-                val = rest[np.isin(conditions[rest], self.val_conditions)]
-                train = np.setdiff1d(rest, val)
-                if len(val) == 0 or len(train) == 0:
-                    raise ValueError(
-                        f"val_conditions {self.val_conditions} leave {len(val)} val / {len(train)} train recordings"
-                    )
-                tables["val"] = self._windows(val, zero[val], lengths[val])
-                tables["train"] = self._windows(train, zero[train], lengths[train])
-                parts = {"train": train, "val": val, "test": test}
-            else:
-                train_block, val_block = self._time_blocks(lengths[rest], (self.val_fraction,))
-                tables["train"] = self._windows(rest, *train_block)
-                tables["val"] = self._windows(rest, *val_block)
-                parts = {"train": rest, "val": rest, "test": test}
-            self._warn_missing_classes(
-                labels, parts, "no recording of those classes under these conditions; their scores are not measured"
-            )
-            return tables
-        # random_window: leaky on purpose (to measure the leakage effect)
-        warnings.warn(
-            "split='random_window' puts overlapping windows of one recording in train and test: "
-            "scores are optimistic (leakage); use it only to measure that effect",
-            stacklevel=2,
-        )
-        table = self._windows(every, zero, lengths)
-        order = np.random.default_rng(self.seed).permutation(len(table[0]))
-        n_test = int(round(len(order) * self.test_fraction))
-        n_val = int(round(len(order) * self.val_fraction))
-        parts = {"test": order[:n_test], "val": order[n_test : n_test + n_val], "train": order[n_test + n_val :]}
-        return {name: tuple(column[np.sort(part)] for column in table) for name, part in parts.items()}
-
-    def _normalise(self, buffers: list[np.ndarray], train: WindowTable) -> tuple[np.ndarray, np.ndarray]:
-        """Per-channel mean/std over the samples the train windows cover (each counted once);
-        applied in place to every buffer, so val and test see train statistics only."""
-        recording, starts, lengths, _ = train
-        channels = buffers[0].shape[0]
-        total, square, count = np.zeros(channels), np.zeros(channels), 0
-        for r in np.unique(recording).tolist():
-            mine = recording == r
-            edges = np.zeros(buffers[r].shape[1] + 1, dtype=np.int64)
-            np.add.at(edges, starts[mine], 1)
-            np.add.at(edges, starts[mine] + lengths[mine], -1)
-            covered = np.cumsum(edges[:-1]) > 0
-            values = buffers[r][:, covered].astype(np.float64)
-            total += values.sum(axis=1)
-            square += (values**2).sum(axis=1)
-            count += values.shape[1]
-        mean = total / count
-        std = np.sqrt(np.maximum(square / count - mean**2, 0.0))
-        std = np.where(std > 0, std, 1.0)
-        for buffer in buffers:
-            buffer -= mean[:, None].astype(np.float32)
-            buffer /= std[:, None].astype(np.float32)
-        return mean.astype(np.float32), std.astype(np.float32)
 
     # -- sampler --------------------------------------------------------------------------------
 

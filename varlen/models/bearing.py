@@ -28,6 +28,8 @@ from torchmetrics.functional.classification import multiclass_accuracy, multicla
 from varlen.batching import lengths_to_mask
 from varlen.models.base import VarLenModule
 
+__all__ = ["BearingClassifier", "MaskedBatchNorm1d", "MaskedConvBlock", "RecordingMetrics", "aggregate_by_recording"]
+
 
 class MaskedBatchNorm1d(nn.BatchNorm1d):
     """BatchNorm over ``[B, C, L]`` whose training statistics count only real positions.
@@ -232,7 +234,7 @@ class BearingClassifier(VarLenModule):
         loss = F.cross_entropy(logits, batch["labels"])
         metrics = getattr(self, f"{stage}_metrics")
         metrics.update(logits, batch["labels"])
-        self.log_metrics({f"{stage}/loss": loss}, batch, prog_bar=stage != "train")
+        self.log_mean({f"{stage}/loss": loss}, batch, prog_bar=stage != "train")
         self.log_dict(metrics, batch_size=self.batch_size_of(batch), on_step=False, on_epoch=True)
         if stage != "train":
             getattr(self, f"{stage}_recording_metrics").update(
@@ -250,10 +252,12 @@ class BearingClassifier(VarLenModule):
         self._step(batch, "test")
 
     def _log_recordings(self, stage: str) -> None:
+        """Recording votes over the whole epoch: ``compute`` gathers every rank's windows first,
+        so the values are global (a recording's windows may lie on several ranks)."""
         metric = getattr(self, f"{stage}_recording_metrics")
         if metric.update_count:
             values = metric.compute()
-            self.log_dict({f"{stage}/recording_{k}": v for k, v in values.items()}, batch_size=1)
+            self.log_global({f"{stage}/recording_{k}": v for k, v in values.items()})
         metric.reset()
 
     def on_validation_epoch_end(self) -> None:

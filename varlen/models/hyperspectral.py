@@ -12,6 +12,8 @@ from torch import nn
 from varlen.batching import blocked_mask
 from varlen.models.base import VarLenModule
 
+__all__ = ["AverageAccuracy", "SpectralTransformer", "patch_features", "wavelength_encoding"]
+
 
 def wavelength_encoding(wavelengths: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
     """Sinusoidal encoding of wavelengths in nm, ``[..., dim]``.
@@ -62,7 +64,10 @@ class SpectralTransformer(VarLenModule):
     """Pixel classifier over bands: value/patch features + wavelength encoding -> transformer -> masked mean.
 
     Validation / test metrics: ``oa`` (overall accuracy, micro), ``aa`` (average accuracy: mean
-    recall over the classes present, :class:`AverageAccuracy`) and ``kappa`` (Cohen's kappa).
+    recall over the classes present, :class:`AverageAccuracy`) and ``kappa`` (Cohen's kappa), all
+    torchmetrics objects (synced as states under DDP); losses and the training accuracy are
+    batch-size-weighted means over every rank (:meth:`~varlen.models.base.VarLenModule.log_mean`),
+    so validating on one or two processes gives the same numbers.
 
     Args:
         num_classes: classes (linked from the DataModule).
@@ -125,14 +130,14 @@ class SpectralTransformer(VarLenModule):
         logits = self(batch)
         loss = nn.functional.cross_entropy(logits, batch["labels"])
         acc = (logits.argmax(-1) == batch["labels"]).float().mean()
-        self.log_metrics({"train/loss": loss, "train/oa": acc}, batch, prog_bar=True)
+        self.log_mean({"train/loss": loss, "train/oa": acc}, batch, prog_bar=True)
         return loss
 
     def _eval_step(self, batch: Mapping[str, torch.Tensor], metrics: torchmetrics.MetricCollection, stage: str):
         logits = self(batch)
         loss = nn.functional.cross_entropy(logits, batch["labels"])
         metrics.update(logits, batch["labels"])
-        self.log_metrics({f"{stage}/loss": loss}, batch)
+        self.log_mean({f"{stage}/loss": loss}, batch)
         self.log_dict(metrics, on_epoch=True, batch_size=self.batch_size_of(batch))
 
     def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:

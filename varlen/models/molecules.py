@@ -13,6 +13,8 @@ from torchmetrics.classification import BinaryAUROC
 from varlen.datasets.molecules import ATOM_VOCAB, BOND_VOCAB
 from varlen.models.base import VarLenModule
 
+__all__ = ["NORMS", "POOLING", "MoleculeGNN"]
+
 
 def _add_mean_pool(h: torch.Tensor, graph: torch.Tensor, size: int) -> torch.Tensor:
     """Sum and mean readouts side by side: the sum keeps size (what solubility grows with), the mean composition."""
@@ -207,13 +209,15 @@ class MoleculeGNN(VarLenModule):
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         loss = self.loss(self.raw(batch), batch)
-        self.log_metrics({"train/loss": loss}, batch, on_step=True, prog_bar=True)
+        self.log_mean({"train/loss": loss}, batch, prog_bar=True)
         return loss
 
     def _evaluate(self, batch: Any, metrics: nn.ModuleList, stage: str) -> None:
         raw = self.raw(batch)
-        self.log_metrics({f"{stage}/loss": self.loss(raw, batch)}, batch)
-        pred = raw * self.target_std + self.target_mean if self.task == "regression" else raw
+        self.log_mean({f"{stage}/loss": self.loss(raw, batch)}, batch)
+        # probabilities, not logits: BinaryAUROC applies a sigmoid only to a batch whose values leave
+        # [0, 1], so logits would be ranked on two scales and the ROC-AUC would depend on the batching
+        pred = raw * self.target_std + self.target_mean if self.task == "regression" else torch.sigmoid(raw)
         for t, metric in enumerate(metrics):
             keep = batch.y_mask[:, t]
             if keep.any():
@@ -221,13 +225,16 @@ class MoleculeGNN(VarLenModule):
                 metric.update(pred[keep, t], target if self.task == "regression" else target.long())
 
     def _log_epoch(self, metrics: nn.ModuleList, stage: str) -> None:
+        """Per-task metrics (synced over ranks by ``compute``) averaged over tasks: the same on every rank."""
         values: dict[str, list[torch.Tensor]] = {}
-        for metric in metrics:  # every rank computes (compute syncs across ranks)
+        for metric in metrics:
             for name, value in metric.compute().items():
                 values.setdefault(name, []).append(value)
             metric.reset()
-        for name, per_task in values.items():
-            self.log(f"{stage}/{name}", torch.stack(per_task).mean(), prog_bar=name in ("rmse", "roc_auc"))
+        means = {f"{stage}/{name}": torch.stack(per_task).mean() for name, per_task in values.items()}
+        shown = {k for k in means if k.endswith(("/rmse", "/roc_auc"))}
+        self.log_global({k: v for k, v in means.items() if k in shown}, prog_bar=True)
+        self.log_global({k: v for k, v in means.items() if k not in shown})
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
         self._evaluate(batch, self.val_metrics, "val")

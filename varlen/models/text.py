@@ -10,6 +10,8 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from varlen.models.base import VarLenModule, warmup_linear_decay
 
+__all__ = ["TextClassifier"]
+
 
 class TextClassifier(VarLenModule):
     """Fine-tunes a pretrained encoder (default: the offline MiniLM) for text classification.
@@ -26,6 +28,8 @@ class TextClassifier(VarLenModule):
         pretrained: load the pretrained weights; False builds the architecture from its config,
             randomly initialised (with ``config_overrides``: a tiny model for tests).
         config_overrides: config fields to change, e.g. ``{"num_hidden_layers": 1}``.
+        class_names: the label of each class id (linked from the DataModule by the CLI); written
+            into the encoder's config as ``id2label`` / ``label2id``, so a saved encoder keeps them.
     """
 
     def __init__(
@@ -37,6 +41,7 @@ class TextClassifier(VarLenModule):
         warmup_ratio: float = 0.1,
         pretrained: bool = True,
         config_overrides: dict[str, Any] | None = None,
+        class_names: list[str] | None = None,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -45,7 +50,13 @@ class TextClassifier(VarLenModule):
         from varlen.datasets.text import default_tokenizer_path
 
         path = model_name_or_path or default_tokenizer_path()
-        config = AutoConfig.from_pretrained(path, num_labels=num_classes, **(config_overrides or {}))
+        labels: dict[str, Any] = {"num_labels": num_classes}
+        if class_names is not None:
+            if len(class_names) != num_classes:
+                raise ValueError(f"{len(class_names)} class_names {class_names} for num_classes={num_classes}")
+            labels["id2label"] = dict(enumerate(class_names))
+            labels["label2id"] = {name: i for i, name in enumerate(class_names)}
+        config = AutoConfig.from_pretrained(path, **labels, **(config_overrides or {}))
         if pretrained:
             self.encoder = AutoModelForSequenceClassification.from_pretrained(path, config=config)
         else:
@@ -67,13 +78,13 @@ class TextClassifier(VarLenModule):
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = torch.nn.functional.cross_entropy(self(batch), batch["labels"])
-        self.log_metrics({"train/loss": loss}, batch, prog_bar=True)
+        self.log_mean({"train/loss": loss}, batch, prog_bar=True)
         return loss
 
     def _evaluate(self, batch: dict[str, torch.Tensor], stage: str, metrics: MetricCollection) -> None:
         logits = self(batch)
         metrics.update(logits, batch["labels"])
-        self.log_metrics({f"{stage}/loss": torch.nn.functional.cross_entropy(logits, batch["labels"])}, batch)
+        self.log_mean({f"{stage}/loss": torch.nn.functional.cross_entropy(logits, batch["labels"])}, batch)
         self.log_dict(metrics, on_epoch=True, batch_size=self.batch_size_of(batch))
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:

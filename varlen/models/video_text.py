@@ -8,10 +8,25 @@ from collections.abc import Mapping
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchmetrics import MeanMetric, Metric
+from torchmetrics import Metric
 
-from varlen.datamodules.video_text import IGNORE_INDEX, cross_attention_masks
+from varlen.datasets.video_text.collate import IGNORE_INDEX, cross_attention_masks
 from varlen.models.base import VarLenModule
+
+__all__ = [
+    "TIE_TOLERANCE",
+    "AlignmentScores",
+    "PairedEmbeddings",
+    "VideoTextAligner",
+    "info_nce",
+    "masked_mean",
+    "retrieval_metrics",
+    "retrieval_ranks",
+]
+
+#: cosine scores this close to the true item's count as ties (against it): the embeddings of one
+#: sample computed in differently padded batches differ by about 1e-7, and ranks must not
+TIE_TOLERANCE = 1e-6
 
 
 def masked_mean(x: torch.Tensor, keep: torch.Tensor, dim: int) -> torch.Tensor:
@@ -20,48 +35,112 @@ def masked_mean(x: torch.Tensor, keep: torch.Tensor, dim: int) -> torch.Tensor:
     return (x * weights).sum(dim) / weights.sum(dim).clamp_min(1.0)
 
 
-def _encoder(hidden: int, heads: int, layers: int, dropout: float) -> nn.TransformerEncoder:
-    layer = nn.TransformerEncoderLayer(hidden, heads, 2 * hidden, dropout, batch_first=True, norm_first=True)
+def _encoder(d_model: int, nhead: int, num_layers: int, dropout: float) -> nn.TransformerEncoder:
+    layer = nn.TransformerEncoderLayer(d_model, nhead, 2 * d_model, dropout, batch_first=True, norm_first=True)
     # no nested-tensor fast path: the same arithmetic alone and in a padded batch
-    return nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+    return nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
 
 
-class RetrievalRanks(Metric):
-    """Text-to-video retrieval over a whole split: R@1/5/10 and median rank.
+def info_nce(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
+    """Symmetric InfoNCE: row ``i`` of ``a`` matches row ``i`` of ``b``; every other row is a negative.
 
-    Keeps every video's and text's embedding (synced across ranks by torchmetrics, ``cat``),
-    then ranks all videos for each text query by cosine similarity. Ties count against the
-    true video: its rank is the number of videos scored at least as high as it (itself
-    included), so a collapsed model that scores everything alike gets rank ``N``, not 1. The
-    median rank is the average of the two middle ranks when their number is even (not
-    ``torch.median``'s lower one). Chance R@1 is ``1 / N``.
+    Computed in chunks of ``chunk`` query rows, so a whole split (thousands of captions) never
+    needs its full ``[N, N]`` logit matrix at once.
+    """
+    a, b = F.normalize(a, dim=-1), F.normalize(b, dim=-1)
+    total = a.new_zeros(())
+    for query, key in ((a, b), (b, a)):
+        for first in range(0, len(query), chunk):
+            logits = scale * query[first : first + chunk] @ key.T
+            labels = torch.arange(first, first + len(logits), device=a.device)
+            total = total + F.cross_entropy(logits, labels, reduction="sum")
+    return total / (2 * max(len(a), 1))
+
+
+def retrieval_ranks(scores: torch.Tensor, tolerance: float = TIE_TOLERANCE) -> torch.Tensor:
+    """``[Q]`` rank of the true item (the diagonal) in each row of ``scores`` ``[Q, N]``.
+
+    Ties count against the true item: its rank is the number of items scored at least its
+    score minus ``tolerance`` (itself included), so a collapsed model that scores everything
+    alike gets rank ``N``, not 1, whatever the rounding. The rank of a query depends only on the set of items, not on
+    their order (the order in which DDP ranks' shards are gathered).
+    """
+    return (scores >= scores.diagonal()[:, None] - tolerance).sum(dim=1)
+
+
+def retrieval_metrics(video: torch.Tensor, text: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Text-to-video retrieval over paired rows: R@1/5/10, median rank and the chance R@1 (``1 / N``).
+
+    The median rank is the average of the two middle ranks when their number is even (not
+    ``torch.median``'s lower one).
+    """
+    ranks = retrieval_ranks(F.normalize(text, dim=-1) @ F.normalize(video, dim=-1).T)  # [queries, videos]
+    out = {f"t2v_R{k}": (ranks <= k).float().mean() for k in (1, 5, 10)}
+    out["t2v_median_rank"] = torch.quantile(ranks.float(), 0.5)  # linear: mean of the middle two
+    out["t2v_R1_chance"] = torch.tensor(1.0 / max(len(ranks), 1), device=ranks.device)
+    return out
+
+
+class PairedEmbeddings(Metric):
+    """Row-paired embeddings ``(a_i, b_i)`` of a whole split, gathered from every rank (``cat`` states).
+
+    ``compute()`` returns both, concatenated in the same order, so pairs stay pairs whatever
+    order the ranks' shards arrive in.
     """
 
     full_state_update = False
 
     def __init__(self) -> None:
         super().__init__()
-        self.add_state("video", default=[], dist_reduce_fx="cat")
-        self.add_state("text", default=[], dist_reduce_fx="cat")
+        self.add_state("a", default=[], dist_reduce_fx="cat")
+        self.add_state("b", default=[], dist_reduce_fx="cat")
 
-    def update(self, video: torch.Tensor, text: torch.Tensor) -> None:
-        self.video.append(video.detach().float())
-        self.text.append(text.detach().float())
+    def update(self, a: torch.Tensor, b: torch.Tensor) -> None:
+        self.a.append(a.detach().float())
+        self.b.append(b.detach().float())
 
-    @staticmethod
-    def ranks(scores: torch.Tensor) -> torch.Tensor:
-        """``[Q]`` rank of the true item (the diagonal) in each row of ``scores`` ``[Q, N]``, ties pessimistic."""
-        return (scores >= scores.diagonal()[:, None]).sum(dim=1)
+    def compute(self) -> tuple[torch.Tensor, torch.Tensor]:
+        def joined(state) -> torch.Tensor:
+            if isinstance(state, torch.Tensor):
+                return state
+            return torch.cat(state) if state else torch.zeros(0, 0, device=self.device)
+
+        return joined(self.a), joined(self.b)
+
+
+#: epoch value -> the :class:`AlignmentScores` sum it is the per-segment mean of
+ALIGN_KEYS = {"align_loss": "loss", "align_acc": "correct", "align_chance": "chance"}
+
+
+class AlignmentScores(Metric):
+    """Segment alignment over a whole split: cross-entropy, accuracy and chance, as sums over segments.
+
+    Sums (``sum`` states) over every valid video segment, so the epoch values are per-segment
+    means whatever the batching and however many ranks there are.
+    """
+
+    full_state_update = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        for name in ("loss", "correct", "chance", "segments"):
+            self.add_state(name, default=torch.tensor(0.0), dist_reduce_fx="sum")
+
+    def update(self, logits: torch.Tensor, target: torch.Tensor, captions: torch.Tensor) -> None:
+        """``logits [B, S_v, S_t]``, ``target [B, S_v]`` (-100: ignore), ``captions [B]`` real per video."""
+        valid = target != IGNORE_INDEX
+        if not valid.any():
+            return
+        self.loss += F.cross_entropy(logits[valid].float(), target[valid], reduction="sum").detach()
+        self.correct += (logits.argmax(-1) == target)[valid].sum()
+        self.chance += (1.0 / captions[:, None].expand_as(target)[valid].float()).sum()
+        self.segments += valid.sum()
 
     def compute(self) -> dict[str, torch.Tensor]:
-        video = torch.cat(self.video) if isinstance(self.video, list) else self.video
-        text = torch.cat(self.text) if isinstance(self.text, list) else self.text
-        scores = F.normalize(text, dim=-1) @ F.normalize(video, dim=-1).T  # [queries, videos]
-        ranks = self.ranks(scores)
-        out = {f"t2v_R{k}": (ranks <= k).float().mean() for k in (1, 5, 10)}
-        out["t2v_median_rank"] = torch.quantile(ranks.float(), 0.5)  # linear: mean of the middle two
-        out["t2v_R1_chance"] = torch.tensor(1.0 / len(ranks), device=ranks.device)
-        return out
+        """``align_loss`` (0 when no segment has a target), and ``align_acc`` / ``align_chance`` when any has."""
+        if self.segments == 0:
+            return {"align_loss": self.loss.clone()}
+        return {name: getattr(self, key) / self.segments for name, key in ALIGN_KEYS.items()}
 
 
 class VideoTextAligner(VarLenModule):
@@ -74,7 +153,7 @@ class VideoTextAligner(VarLenModule):
       caption slots are never encoded (a row of only padding would attend to nothing).
     - **Cross-attention**: every caption attends to the video segments it overlaps in time
       (``alignment_mask`` and both padding masks; ``nn.MultiheadAttention`` wants True =
-      blocked, so the keep-mask is flipped by :func:`~varlen.datamodules.video_text.cross_attention_masks`).
+      blocked, so the keep-mask is flipped by :func:`~varlen.datasets.video_text.cross_attention_masks`).
       Values come from the video only, so the result is a learnt pooling of the caption's own
       time span, contrasted with the caption (a segment-level InfoNCE).
     - **Alignment head**: for each video segment, scores against every real caption of its
@@ -82,9 +161,13 @@ class VideoTextAligner(VarLenModule):
       with cross-entropy on ``alignment_target``. Accuracy chance is ``1 / S_t`` per segment.
     - **Retrieval head**: video and caption-set embeddings (masked means), symmetric InfoNCE
       over the batch; evaluated as text-to-video R@1/5/10 and median rank over the whole split.
-      Under DDP the InfoNCE negatives are the *local* batch only (embeddings are not gathered
-      across ranks), so the effective number of negatives is the per-rank batch size; the
-      evaluation metrics, in contrast, rank over the whole split gathered from every rank.
+
+    Training losses are in-batch (under DDP the negatives are the *local* batch only) and
+    logged with :meth:`log_mean`. Validation and test values are computed over the whole split
+    at epoch end, from metrics synced across ranks (:class:`PairedEmbeddings`,
+    :class:`AlignmentScores`): the InfoNCE terms take every other video / caption of the split
+    as negatives and the alignment loss is a mean over segments, so they depend neither on how
+    the split was batched nor on how many processes validated it (1 and 2 give the same numbers).
 
     ``forward`` returns ``[B, 2 * embed_dim]``: the normalised video and text embeddings.
 
@@ -92,9 +175,9 @@ class VideoTextAligner(VarLenModule):
         feature_dim: visual feature size (linked from the DataModule).
         vocab_size: tokenizer vocabulary size (linked).
         pad_token_id: tokenizer pad id (linked).
-        hidden: model width.
-        heads: attention heads.
-        layers: layers per transformer.
+        d_model: model width (as ``torch.nn.Transformer`` names it).
+        nhead: attention heads.
+        num_layers: layers per transformer.
         embed_dim: retrieval embedding size.
         dropout: dropout in the transformers.
         max_positions: longest caption (tokens) the position table covers; at least the
@@ -112,9 +195,9 @@ class VideoTextAligner(VarLenModule):
         feature_dim: int = 32,
         vocab_size: int = 30522,
         pad_token_id: int = 0,
-        hidden: int = 64,
-        heads: int = 4,
-        layers: int = 1,
+        d_model: int = 64,
+        nhead: int = 4,
+        num_layers: int = 1,
         embed_dim: int = 64,
         dropout: float = 0.1,
         max_positions: int = 128,
@@ -126,35 +209,35 @@ class VideoTextAligner(VarLenModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.heads = heads
-        self.video_in = nn.Sequential(nn.Linear(feature_dim, hidden), nn.LayerNorm(hidden))
-        self.video_encoder = _encoder(hidden, heads, layers, dropout)
-        self.token_embed = nn.Embedding(vocab_size, hidden, padding_idx=pad_token_id)
-        self.position_embed = nn.Embedding(max_positions, hidden)
-        self.token_encoder = _encoder(hidden, heads, layers, dropout)
-        self.caption_encoder = _encoder(hidden, heads, layers, dropout)
-        self.cross_attention = nn.MultiheadAttention(hidden, heads, batch_first=True)
-        self.align_query = nn.Linear(hidden, hidden)
-        self.align_key = nn.Linear(hidden, hidden)
-        self.video_proj = nn.Linear(hidden, embed_dim)
-        self.text_proj = nn.Linear(hidden, embed_dim)
+        self.nhead = nhead
+        self.video_in = nn.Sequential(nn.Linear(feature_dim, d_model), nn.LayerNorm(d_model))
+        self.video_encoder = _encoder(d_model, nhead, num_layers, dropout)
+        self.token_embed = nn.Embedding(vocab_size, d_model, padding_idx=pad_token_id)
+        self.position_embed = nn.Embedding(max_positions, d_model)
+        self.token_encoder = _encoder(d_model, nhead, num_layers, dropout)
+        self.caption_encoder = _encoder(d_model, nhead, num_layers, dropout)
+        self.cross_attention = nn.MultiheadAttention(d_model, nhead, batch_first=True)
+        self.align_query = nn.Linear(d_model, d_model)
+        self.align_key = nn.Linear(d_model, d_model)
+        self.video_proj = nn.Linear(d_model, embed_dim)
+        self.text_proj = nn.Linear(d_model, embed_dim)
         self.logit_scale = nn.Parameter(torch.tensor(math.log(1.0 / temperature)))
-        self.metrics = nn.ModuleDict(
-            {f"{split}_{name}": MeanMetric() for split in ("val", "test") for name in ("align_acc", "align_chance")}
-        )
-        self.retrieval = nn.ModuleDict({split: RetrievalRanks() for split in ("val", "test")})
+        splits = ("val", "test")
+        self.retrieval = nn.ModuleDict({split: PairedEmbeddings() for split in splits})  # (video, text)
+        self.span_pairs = nn.ModuleDict({split: PairedEmbeddings() for split in splits})  # (caption, its span)
+        self.alignment = nn.ModuleDict({split: AlignmentScores() for split in splits})
 
     # -- encoders -------------------------------------------------------------------------
 
     def encode_video(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """``[B, S_v, hidden]`` contextual video segment features."""
+        """``[B, S_v, d_model]`` contextual video segment features."""
         x = self.video_in(batch["video"])
         if "frame_mask" in batch:  # [B, S_v, F, H] -> masked mean over real frames
             x = masked_mean(x, batch["frame_mask"], dim=2)
         return self.video_encoder(x, src_key_padding_mask=~batch["video_mask"])
 
     def encode_text(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """``[B, S_t, hidden]`` contextual caption features (zeros on padded caption slots)."""
+        """``[B, S_t, d_model]`` contextual caption features (zeros on padded caption slots)."""
         segments = batch["text_segment_mask"]
         ids, keep = batch["text_ids"][segments], batch["text_mask"][segments]  # real captions only: [N, L]
         if ids.shape[1] > self.position_embed.num_embeddings:
@@ -171,16 +254,22 @@ class VideoTextAligner(VarLenModule):
         captions[segments] = pooled
         return self.caption_encoder(captions, src_key_padding_mask=~segments)
 
+    @staticmethod
+    def cross_attention_keep(batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """``[B, S_t, S_v]`` keep-mask of the cross-attention: each caption sees the segments it overlaps.
+
+        A caption that overlaps none (or a padded caption slot) may see every real segment, so
+        that no query row is all-blocked (that would give NaN).
+        """
+        keep = batch["alignment_mask"].transpose(1, 2)
+        return keep | (~keep.any(-1, keepdim=True) & batch["video_mask"][:, None, :])
+
     def encode(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Everything the heads need: segment features, embeddings, alignment logits, spans."""
         video = self.encode_video(batch)
         text = self.encode_text(batch)
         video_mask, text_segments = batch["video_mask"], batch["text_segment_mask"]
-        # captions attend to the video segments they overlap; a caption with none (or a padded
-        # slot) may see every real segment, so no row is all-blocked (that would give NaN)
-        keep = batch["alignment_mask"].transpose(1, 2)
-        keep = keep | (~keep.any(-1, keepdim=True) & video_mask[:, None, :])
-        masks = cross_attention_masks(keep, self.heads)
+        masks = cross_attention_masks(self.cross_attention_keep(batch), self.nhead)
         span, _ = self.cross_attention(text, video, video, attn_mask=masks["mha_bool"], need_weights=False)
         logits = self.align_query(video) @ self.align_key(text).transpose(1, 2) / math.sqrt(video.shape[-1])
         logits = logits.masked_fill(~text_segments[:, None, :], float("-inf"))
@@ -202,13 +291,20 @@ class VideoTextAligner(VarLenModule):
 
     # -- losses ---------------------------------------------------------------------------
 
-    def info_nce(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        """Symmetric InfoNCE: row ``i`` of ``a`` matches row ``i`` of ``b``; the others are negatives."""
-        logits = self.logit_scale.exp().clamp(max=100) * F.normalize(a, dim=-1) @ F.normalize(b, dim=-1).T
-        labels = torch.arange(len(a), device=a.device)
-        return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
+    @property
+    def scale(self) -> torch.Tensor:
+        """The learnt InfoNCE inverse temperature (at most 100)."""
+        return self.logit_scale.exp().clamp(max=100)
+
+    def span_embeddings(
+        self, batch: Mapping[str, torch.Tensor], out: Mapping[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(caption, its time span)`` projections of every real caption, ``[N, embed_dim]`` each."""
+        segments = batch["text_segment_mask"]
+        return self.text_proj(out["text_segments"][segments]), self.video_proj(out["spans"][segments])
 
     def losses(self, batch: Mapping[str, torch.Tensor], out: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The in-batch training losses."""
         target = batch["alignment_target"]
         valid = target != IGNORE_INDEX
         logits = out["align_logits"]
@@ -216,51 +312,51 @@ class VideoTextAligner(VarLenModule):
             align = F.cross_entropy(logits[valid], target[valid])
         else:  # e.g. whole-video captions: every segment ties; keep the graph for DDP
             align = logits.masked_fill(torch.isinf(logits), 0).sum() * 0.0
-        segments = batch["text_segment_mask"]
-        span = self.info_nce(self.text_proj(out["text_segments"][segments]), self.video_proj(out["spans"][segments]))
-        retrieval = self.info_nce(out["text_emb"], out["video_emb"])
+        span = info_nce(*self.span_embeddings(batch, out), self.scale)
+        retrieval = info_nce(out["text_emb"], out["video_emb"], self.scale)
         total = retrieval + self.hparams.align_weight * align + self.hparams.span_weight * span
         return {"loss": total, "retrieval_loss": retrieval, "align_loss": align, "span_loss": span}
 
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         losses = self.losses(batch, self.encode(batch))
-        self.log_metrics({f"train/{k}": v for k, v in losses.items()}, batch, prog_bar=False)
+        self.log_mean({f"train/{k}": v for k, v in losses.items()}, batch, prog_bar=False)
         return losses["loss"]
+
+    # -- evaluation over whole splits -----------------------------------------------------
 
     def _evaluate(self, split: str, batch: Mapping[str, torch.Tensor]) -> None:
         out = self.encode(batch)
-        losses = self.losses(batch, out)
-        self.log_metrics({f"{split}/{k}": v for k, v in losses.items()}, batch)
-        target = batch["alignment_target"]
-        valid = target != IGNORE_INDEX
-        if valid.any():
-            correct = (out["align_logits"].argmax(-1) == target)[valid].float()
-            captions = batch["text_segment_mask"].sum(-1, keepdim=True).expand_as(target)[valid]
-            self.metrics[f"{split}_align_acc"].update(correct)
-            self.metrics[f"{split}_align_chance"].update(1.0 / captions.float())
         self.retrieval[split].update(out["video_emb"], out["text_emb"])
+        self.span_pairs[split].update(*self.span_embeddings(batch, out))
+        self.alignment[split].update(out["align_logits"], batch["alignment_target"], batch["text_segment_mask"].sum(-1))
 
-    def _epoch_end(self, split: str) -> None:
-        metrics = {f"{split}/{name}": value for name, value in self.retrieval[split].compute().items()}
-        for name in ("align_acc", "align_chance"):
-            metric = self.metrics[f"{split}_{name}"]
-            if metric.update_count:
-                metrics[f"{split}/{name}"] = metric.compute()
-            metric.reset()
-        self.retrieval[split].reset()
-        self.log_dict(metrics, batch_size=1)
+    def split_metrics(self, split: str) -> dict[str, torch.Tensor]:
+        """The epoch values of ``split`` from its synced metrics (the same on every rank); resets them."""
+        video, text = self.retrieval[split].compute()
+        caption, span = self.span_pairs[split].compute()
+        values = {**retrieval_metrics(video, text), **self.alignment[split].compute()}
+        with torch.no_grad():
+            values["retrieval_loss"] = info_nce(text, video, self.scale)
+            values["span_loss"] = info_nce(caption, span, self.scale)
+        hp = self.hparams
+        values["loss"] = (
+            values["retrieval_loss"] + hp.align_weight * values["align_loss"] + hp.span_weight * values["span_loss"]
+        )
+        for metrics in (self.retrieval, self.span_pairs, self.alignment):
+            metrics[split].reset()
+        return {f"{split}/{name}": value for name, value in values.items()}
 
     def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
         self._evaluate("val", batch)
 
     def on_validation_epoch_end(self) -> None:
-        self._epoch_end("val")
+        self.log_global(self.split_metrics("val"))
 
     def test_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
         self._evaluate("test", batch)
 
     def on_test_epoch_end(self) -> None:
-        self._epoch_end("test")
+        self.log_global(self.split_metrics("test"))
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)

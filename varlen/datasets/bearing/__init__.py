@@ -1,0 +1,74 @@
+"""Bearing-fault vibration recordings: formats, readers, a physical simulator, window views, collate.
+
+- :mod:`~varlen.datasets.bearing.formats`: :class:`Recording`, the CWRU / Paderborn names and classes.
+- :mod:`~varlen.datasets.bearing.readers`: CWRU ``.mat``, Paderborn ``.mat`` structs, ``.npy`` /
+  ``.csv`` signals, the metadata CSV, the verified CWRU download.
+- :mod:`~varlen.datasets.bearing.source`: :class:`BearingSource`, a folder's format, defaults and
+  validated recordings (bad ones through a :class:`~varlen.report.DataReport`).
+- :mod:`~varlen.datasets.bearing.synthetic`: the embedded simulator.
+- :mod:`~varlen.datasets.bearing.windows`: resampling, window tables, unused samples, statistics.
+- :mod:`~varlen.datasets.bearing.dataset`: :class:`BearingWindows`, windows as views.
+- :mod:`~varlen.datasets.bearing.collate`: :class:`BearingCollator`.
+"""
+
+from varlen.datasets.bearing.collate import BearingCollator
+from varlen.datasets.bearing.dataset import BearingWindows
+from varlen.datasets.bearing.formats import (
+    CWRU_CLASSES,
+    CWRU_FILES,
+    CWRU_URL,
+    PADERBORN_CLASSES,
+    Recording,
+    parse_cwru_name,
+    parse_paderborn_name,
+)
+from varlen.datasets.bearing.readers import (
+    default_channels,
+    download_cwru,
+    read_cwru,
+    read_metadata,
+    read_paderborn,
+    read_signal_file,
+)
+from varlen.datasets.bearing.source import BearingSource, resolve_format
+from varlen.datasets.bearing.synthetic import simulate_recording, simulate_recordings
+from varlen.datasets.bearing.windows import (
+    Segments,
+    WindowTable,
+    cut_windows,
+    normalise,
+    plan_windows,
+    resample,
+    train_statistics,
+    uncovered_between_segments,
+)
+
+__all__ = [
+    "CWRU_CLASSES",
+    "CWRU_FILES",
+    "CWRU_URL",
+    "PADERBORN_CLASSES",
+    "BearingCollator",
+    "BearingSource",
+    "BearingWindows",
+    "Recording",
+    "Segments",
+    "WindowTable",
+    "cut_windows",
+    "default_channels",
+    "download_cwru",
+    "normalise",
+    "parse_cwru_name",
+    "parse_paderborn_name",
+    "plan_windows",
+    "read_cwru",
+    "read_metadata",
+    "read_paderborn",
+    "read_signal_file",
+    "resample",
+    "resolve_format",
+    "simulate_recording",
+    "simulate_recordings",
+    "train_statistics",
+    "uncovered_between_segments",
+]

@@ -1,0 +1,73 @@
+"""Molecular graphs from MoleculeNet-style SMILES tables: reading, RDKit featurisation, cache, dataset, collate.
+
+* :mod:`.readers`: presets, downloads, :func:`read_table` (table errors name the file and line);
+* :mod:`.features`: RDKit atom / bond categories in shared vocabularies, scaffolds, descriptors;
+* :mod:`.graphs`: the table's graphs as concatenated arrays, cached as ``.npz`` (no pickles);
+* :mod:`.dataset`: :class:`MoleculeGraphs`, one split over the shared store;
+* :mod:`.collate`: :class:`MoleculeCollator`, samples to a PyG ``Batch``.
+
+:data:`FEATURIZER_VERSION` here is a copy for reading; the cache key reads
+``varlen.datasets.molecules.features.FEATURIZER_VERSION``.
+"""
+
+from varlen.datasets.molecules.collate import MoleculeCollator
+from varlen.datasets.molecules.dataset import MoleculeGraphs, standardized_descriptors, target_statistics
+from varlen.datasets.molecules.features import (
+    ATOM_FEATURES,
+    ATOM_VOCAB,
+    BOND_FEATURES,
+    BOND_VOCAB,
+    DESCRIPTORS,
+    FEATURIZER_VERSION,
+    NUM_DESCRIPTORS,
+    featurize_smiles,
+    molecule_descriptors,
+)
+from varlen.datasets.molecules.graphs import (
+    CACHE_FORMAT,
+    GraphStore,
+    cached_graphs,
+    featurize_all,
+    graph_cache_path,
+    usable_positions,
+)
+from varlen.datasets.molecules.readers import (
+    MOLECULENET,
+    TASKS,
+    MoleculeNetSpec,
+    MoleculeTable,
+    moleculenet_file,
+    packaged_esol,
+    read_table,
+    table_path,
+)
+
+__all__ = [
+    "ATOM_FEATURES",
+    "ATOM_VOCAB",
+    "BOND_FEATURES",
+    "BOND_VOCAB",
+    "CACHE_FORMAT",
+    "DESCRIPTORS",
+    "FEATURIZER_VERSION",
+    "MOLECULENET",
+    "NUM_DESCRIPTORS",
+    "TASKS",
+    "GraphStore",
+    "MoleculeCollator",
+    "MoleculeGraphs",
+    "MoleculeNetSpec",
+    "MoleculeTable",
+    "cached_graphs",
+    "featurize_all",
+    "featurize_smiles",
+    "graph_cache_path",
+    "molecule_descriptors",
+    "moleculenet_file",
+    "packaged_esol",
+    "read_table",
+    "standardized_descriptors",
+    "table_path",
+    "target_statistics",
+    "usable_positions",
+]
