@@ -331,21 +331,26 @@ class DataModuleContract:
 
     # -- model ----------------------------------------------------------------------------
 
-    def _val_samples(self, datamodule: VarLenDataModule, count: int = 6) -> list[Any]:
-        dataset = datamodule.dataset("val")
-        return [dataset[i] for i in range(min(count, len(dataset)))]
+    @staticmethod
+    def collate(datamodule: VarLenDataModule, split: str, indices: Sequence[int]) -> Any:
+        """The batch of ``indices`` as the loader builds it: one batched fetch where the dataset
+        offers ``__getitems__`` (else one ``dataset[i]`` per sample), then the collate."""
+        dataset = datamodule.dataset(split)
+        fetch = getattr(dataset, "__getitems__", None)
+        samples = fetch(list(indices)) if fetch is not None else [dataset[i] for i in indices]
+        return datamodule.collate_fn(samples)
 
     def test_forward_is_per_sample(self, datamodule: VarLenDataModule, model: VarLenModule) -> None:
         """Permuting a batch permutes its outputs: row ``i`` belongs to sample ``i``."""
-        samples = self._val_samples(datamodule)
-        if len(samples) < 2:
+        picks = list(range(min(6, len(datamodule.dataset("val")))))
+        if len(picks) < 2:
             pytest.skip("needs two validation samples")
-        order = list(range(len(samples)))[::-1]
-        batch = datamodule.collate_fn(samples)
-        flipped = datamodule.collate_fn([samples[i] for i in order])
+        order = picks[::-1]
+        batch = self.collate(datamodule, "val", picks)
+        flipped = self.collate(datamodule, "val", order)
         with torch.no_grad():
             output, output_flipped = model(batch), model(flipped)
-        assert output.shape[0] == len(samples)
+        assert output.shape[0] == len(picks)
         for j, i in enumerate(order):
             torch.testing.assert_close(
                 self.real_output(output_flipped, flipped, j),
@@ -356,16 +361,16 @@ class DataModuleContract:
         assert not torch.allclose(self.real_output(output, batch, 0), self.real_output(output, batch, order[0]))
 
     def test_padding_does_not_change_outputs(self, datamodule: VarLenDataModule, model: VarLenModule) -> None:
+        """A sample's output in a batch with the longest and shortest samples equals its output alone."""
         dataset = datamodule.dataset("val")
         sizes = np.asarray(datamodule.sampler_lengths(dataset)).reshape(len(dataset), -1)[:, 0]
         # the shortest and longest samples together: the shortest is mostly padding
-        picks = [int(np.argmin(sizes)), int(np.argmax(sizes)), *range(min(4, len(dataset)))]
-        samples = [dataset[i] for i in dict.fromkeys(picks)]
-        batch = datamodule.collate_fn(samples)
+        picks = list(dict.fromkeys([int(np.argmin(sizes)), int(np.argmax(sizes)), *range(min(4, len(dataset)))]))
+        batch = self.collate(datamodule, "val", picks)
         with torch.no_grad():
             together = model(batch)
-            for i, sample in enumerate(samples):
-                alone_batch = datamodule.collate_fn([sample])
+            for i, index in enumerate(picks):
+                alone_batch = self.collate(datamodule, "val", [index])
                 alone = self.real_output(model(alone_batch), alone_batch, 0)
                 torch.testing.assert_close(
                     self.real_output(together, batch, i), alone, atol=self.invariance_atol, rtol=1e-4
