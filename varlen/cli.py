@@ -1,15 +1,19 @@
 """The ``varlen`` command: Lightning's CLI over every scenario's DataModule and model.
 
-``varlen fit --config configs/text_bert.yaml`` (also ``validate``, ``test``, ``predict``).
-Values the model needs from the data (class count, feature sizes, pad id) are linked, not
-repeated in the YAML: each name in :data:`LINKED` that the chosen DataModule has is passed to
-the model's argument of the same name.
+``varlen fit --config configs/text_bert.yaml`` (also ``validate``, ``test``, ``predict``), and
+``varlen inspect --config ...`` (:mod:`varlen.inspect`: the batches a config will make, no
+training). Values the model needs from the data (class count, feature sizes, pad id) are linked,
+not repeated in the YAML: each name in :data:`LINKED` that the chosen DataModule has is passed to
+the model's argument of the same name. The CLI keeps its output to what matters: Lightning's
+cloud-service tips and known third-party deprecation warnings are silenced (:func:`quiet`),
+never varlen's own warnings.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import warnings
 
 from lightning.pytorch.cli import ArgsType, LightningCLI
 
@@ -17,7 +21,7 @@ import varlen.datamodules
 import varlen.models
 from varlen.errors import DataError
 
-__all__ = ["LINKED", "VarLenCLI", "console", "main"]
+__all__ = ["LINKED", "THIRD_PARTY_NOISE", "VarLenCLI", "console", "main", "quiet"]
 
 #: DataModule attributes handed to the model argument of the same name, when both exist.
 LINKED = (
@@ -35,6 +39,32 @@ LINKED = (
 )
 
 
+#: third-party deprecation warnings a user of varlen can do nothing about (regular expressions)
+THIRD_PARTY_NOISE = (
+    r".*'set_vital' is deprecated.*",  # torchdata's StatefulDataLoader calls torch.set_vital
+    r".*isinstance\(treespec, LeafSpec\).*",  # Lightning's pytree helper on torch >= 2.9
+    r".*LightningCLI's args parameter is intended to run from within Python.*",
+    r".*`tensorboardX` has been removed as a dependency.*",  # Lightning's CSVLogger fallback notice
+)
+
+
+class _NoCloudTips(logging.Filter):
+    """Drops Lightning's "Tip: ... try installing litlogger / litmodels" messages."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Tip:" not in str(record.getMessage())
+
+
+def quiet() -> None:
+    """Silence Lightning's cloud tips and :data:`THIRD_PARTY_NOISE` (idempotent)."""
+    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _NoCloudTips) for f in logger.filters):
+            logger.addFilter(_NoCloudTips())
+    for pattern in THIRD_PARTY_NOISE:
+        warnings.filterwarnings("ignore", message=pattern)
+
+
 class VarLenCLI(LightningCLI):
     """LightningCLI with the data-to-model links of :data:`LINKED`."""
 
@@ -45,6 +75,7 @@ class VarLenCLI(LightningCLI):
 
 def main(args: ArgsType = None, run: bool = True) -> LightningCLI:
     """Build (and with ``run=True`` run) the CLI; returns it, e.g. for ``cli.datamodule``."""
+    quiet()
     varlen.datamodules.import_all()
     varlen.models.import_all()
     return VarLenCLI(
@@ -71,14 +102,21 @@ def show_varlen_logs() -> None:
 
 
 def console() -> None:
-    """The ``varlen`` console script: runs the CLI; bad data ends it with its message and status 2.
+    """The ``varlen`` console script (``fit`` / ``validate`` / ``test`` / ``predict`` / ``inspect``);
+    bad data ends it with its message and status 2.
 
     A :class:`~varlen.errors.DataError` says which file, row or sample is wrong and what to do:
     its traceback would only bury that, so it is printed alone.
     """
     show_varlen_logs()
+    argv = sys.argv[1:]
     try:
-        main()
+        if argv[:1] == ["inspect"]:
+            from varlen.inspect import inspect_main
+
+            inspect_main(argv[1:])
+        else:
+            main()
     except DataError as error:
         print(f"varlen: error: {error}", file=sys.stderr)
         sys.exit(2)

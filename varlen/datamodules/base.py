@@ -76,6 +76,8 @@ class VarLenDataModule(pl.LightningDataModule):
     """
 
     mask_keys: tuple[str, ...] = ()
+    #: what each column of ``sampler_lengths`` counts (for ``varlen inspect`` and messages)
+    size_axes: tuple[str, ...] = ("size",)
     sampler_cost: str = "padded"
     #: the sampler rounds sizes up to ``pad_to_multiple_of``; False when ``sampler_lengths``
     #: already holds padded sizes (e.g. products of several padded axes)

@@ -1,0 +1,73 @@
+"""`varlen inspect` through the real console entry point, on every shipped config."""
+
+import sys
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pytest
+
+from varlen import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+#: configs whose data lie in ../shared/data (they skip without it) or need a download
+SHARED = {"bearing_cwru_real", "molecules_freesolv", "molecules_lipo", "text_sst2", "video_text_youcook2"}
+DOWNLOAD = {"hyperspectral_pavia_u"}
+
+
+def run_inspect(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["varlen", "inspect", *args])
+    code = 0
+    try:
+        cli.console()
+    except SystemExit as exit_:
+        code = int(exit_.code or 0)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
+def test_inspect_every_shipped_config(config: Path, tmp_path: Path, monkeypatch, capsys, request) -> None:
+    if config.stem in SHARED:
+        request.getfixturevalue("shared_data")
+    monkeypatch.chdir(tmp_path)  # relative data/cache folders of the configs land here
+    args = ["--config", str(config), "--out", str(tmp_path / "plots"), "--world-size", "2", "--max-batches", "40"]
+    if config.stem in DOWNLOAD:  # offline: the download fails, clearly, with status 2
+        code, _, err = run_inspect(monkeypatch, capsys, *args)
+        assert code == 2 and "varlen: error: downloading https://" in err and "Traceback" not in err
+        return
+    code, out, _ = run_inspect(monkeypatch, capsys, *args)
+    assert code == 0, out
+    lines = out.strip().splitlines()
+    summary = lines[lines.index(next(line for line in lines if line.startswith("varlen inspect:"))) :]
+    text = "\n".join(summary)
+    for part in ("samples", "sizes (", "batches per epoch", "per rank on 2", "padding efficiency", "budget use"):
+        assert part in text, (part, text)
+    assert max(len(line) for line in summary if "plots in" not in line) <= 100  # fits a terminal
+    for name in ("train_sizes.png", "train_padding.png", "train_batches.png"):
+        image = matplotlib.image.imread(tmp_path / "plots" / name)
+        assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100 and np.ptp(image) > 0
+
+
+def test_inspect_counts_batches_per_rank_and_budget_use(tmp_path: Path) -> None:
+    from varlen.datamodules import BearingDataModule
+    from varlen.inspect import summarize
+
+    dm = BearingDataModule(simulated_per_class=1, simulated_seconds=(1.0, 2.0), batch_size=None, max_tokens=8192)
+    dm.setup("fit")
+    one, three = summarize(dm, "train", 1), summarize(dm, "train", 3)
+    assert one.batches_per_rank == one.batches == len(dm.train_dataloader())
+    assert three.batches_per_rank == len(dm.batch_sampler("train", True, num_replicas=3, rank=0))
+    assert three.batches >= one.batches
+    assert one.samples_per_batch.sum() == one.samples == len(dm.dataset("train"))
+    assert 0 < one.budget_use.max() <= 1.0 and one.budget.startswith("max_tokens=[8192]")
+    assert one.real / one.allocated == pytest.approx(float(np.sum(dm.dataset("train").lengths)) / one.allocated)
+
+
+def test_inspect_bad_data_exits_2_with_the_message(tmp_path: Path, monkeypatch, capsys) -> None:
+    missing = tmp_path / "nowhere"
+    code, _, err = run_inspect(
+        monkeypatch, capsys, "--config", str(ROOT / "configs" / "bearing_cwru.yaml"), f"--data.init_args.root={missing}"
+    )
+    assert code == 2 and str(missing) in err and "Traceback" not in err

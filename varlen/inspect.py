@@ -1,0 +1,245 @@
+"""`varlen inspect`: what the batches of a config will look like, before any training.
+
+    varlen inspect --config configs/text_sst2.yaml [--split train] [--world-size 2] [--out inspect/]
+
+The DataModule is built and set up exactly as ``varlen fit`` would (same YAML, same ``--data.*``
+overrides); no model is trained. For the split asked it prints, in a few terminal lines, what
+setup kept, skipped, truncated or left unused (``dm.report``), the size quantiles of each budget
+axis, the batches per epoch and per rank, samples per batch, padding efficiency and budget use
+measured on the collated batches, the distinct padded shapes and the largest batch; and it writes
+three PNG plots to ``--out``: the size histogram with the sampler's bucket edges, the padding
+efficiency of every batch, and samples per batch against padded size.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from varlen.batching.collate import round_up
+from varlen.datamodules.base import VarLenDataModule
+
+__all__ = ["SplitSummary", "inspect_main", "plot_summary", "summarize", "tensor_bytes"]
+
+QUANTILES = (0.0, 0.5, 0.9, 0.99, 1.0)
+
+
+def tensor_bytes(batch: Any) -> int:
+    """Bytes of the tensors a collated batch holds (a dict of tensors, or a PyG ``Batch``)."""
+    values = batch.values() if isinstance(batch, Mapping) else (v for _, v in batch)
+    return sum(v.numel() * v.element_size() for v in values if torch.is_tensor(v))
+
+
+def padded_shape(batch: Any, keys: Sequence[str]) -> tuple:
+    """The shape that padding decides: the shapes of the batch's keep masks (or of every tensor)."""
+    if keys and isinstance(batch, Mapping):
+        return tuple(tuple(batch[k].shape) for k in keys)
+    values = batch.values() if isinstance(batch, Mapping) else (v for _, v in batch)
+    return tuple(tuple(v.shape) for v in values if torch.is_tensor(v))
+
+
+@dataclass
+class SplitSummary:
+    """What one split's batches look like (see :func:`summarize`)."""
+
+    name: str
+    split: str
+    samples: int
+    report: dict[str, Any]
+    axes: list[str]
+    sizes: np.ndarray
+    quantiles: np.ndarray
+    bucket_edges: list[np.ndarray]
+    world_size: int
+    batches: int
+    batches_per_rank: int
+    samples_per_batch: np.ndarray
+    efficiency: np.ndarray
+    real: int
+    allocated: int
+    budget: str
+    budget_use: np.ndarray
+    padded_size: np.ndarray
+    shapes: int
+    largest_bytes: int
+    plots: list[Path] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        """The terminal summary (lines of at most about 100 characters)."""
+        r = self.report
+        skipped = sum(r.get("skipped", {}).values())
+        unused = ", ".join(f"{n:,} {k}" for k, n in r.get("unused", {}).items()) or "-"
+        out = [
+            f"varlen inspect: {self.name}, split {self.split!r}",
+            f"  samples {self.samples:,}; skipped {skipped:,}; truncated {sum(r.get('truncated', {}).values()):,}",
+            f"  unused: {unused}",
+        ]
+        out += [f"    skipped {n:,} x {why}" for why, n in r.get("skipped", {}).items()]
+        for axis, q in zip(self.axes, self.quantiles.T, strict=True):
+            out.append(
+                f"  sizes ({axis}): min {q[0]:,.0f}  p50 {q[1]:,.0f}  p90 {q[2]:,.0f}  p99 {q[3]:,.0f}  max {q[4]:,.0f}"
+            )
+        spb = self.samples_per_batch
+        out.append(
+            f"  batches per epoch {self.batches:,} ({self.batches_per_rank:,} per rank on {self.world_size}); "
+            f"samples per batch min {spb.min()} / median {np.median(spb):g} / max {spb.max()}"
+        )
+        eff = self.efficiency
+        out.append(
+            f"  padding efficiency {self.real / max(self.allocated, 1):.4f} "
+            f"(per batch: min {eff.min():.3f}, median {np.median(eff):.3f})"
+        )
+        out.append(f"  budget use mean {self.budget_use.mean():.2f} / max {self.budget_use.max():.2f} of {self.budget}")
+        out.append(
+            f"  distinct padded shapes {self.shapes:,}; largest batch {self.largest_bytes / 2**20:,.2f} MiB of tensors"
+        )
+        if self.plots:
+            out.append(f"  plots in {self.plots[0].parent}/: " + ", ".join(p.name for p in self.plots))
+        return out
+
+
+def _budget_use(sizes: np.ndarray, batches: list[np.ndarray], sampler, rounds: int | None) -> tuple[np.ndarray, str]:
+    """Per batch, the largest share of its budget it uses (over the budget's axes), and the budget's name."""
+    spec = sampler.spec
+    if spec.max_tokens is None:
+        return np.array([len(b) / spec.batch_size for b in batches]), f"batch_size={spec.batch_size}"
+    budget = np.asarray(spec.max_tokens, dtype=np.float64)
+    rounded = round_up(sizes, rounds) if rounds else sizes
+    if spec.cost == "sum":
+        cost = np.stack([rounded[b].sum(0) for b in batches])
+    else:
+        cost = np.stack([len(b) * rounded[b].max(0) for b in batches])
+    return (cost / budget).max(axis=1), f"max_tokens={list(spec.max_tokens)} ({spec.cost})"
+
+
+def summarize(
+    dm: VarLenDataModule, split: str = "train", world_size: int = 1, max_batches: int | None = None
+) -> SplitSummary:
+    """Batches of ``split`` for epoch 0, as the loader builds them (one batched fetch and collate each).
+
+    Args:
+        dm: a DataModule after ``setup``.
+        split: the split to look at.
+        world_size: ranks to count batches for (the plan is the same on every rank).
+        max_batches: collate at most this many batches for the measured columns (None: all).
+    """
+    dataset = dm.dataset(split)
+    shuffle = split == "train" and dm.shuffle
+    sampler = dm.batch_sampler(split, shuffle, num_replicas=1, rank=0)
+    plan = sampler.global_plan(0)
+    batches = [plan.order[a:b] for a, b in plan.bounds.tolist()]
+    sizes = np.asarray(dm.sampler_lengths(dataset)).reshape(len(dataset), -1)
+    per_rank = len(dm.batch_sampler(split, shuffle, num_replicas=world_size, rank=0))
+    fetch = getattr(dataset, "__getitems__", None)
+    efficiency, shapes, largest, real, allocated = [], set(), 0, 0, 0
+    for indices in batches[:max_batches] if max_batches else batches:
+        items = fetch(indices.tolist()) if fetch is not None else [dataset[int(i)] for i in indices]
+        batch = dm.collate_fn(items)
+        stats = dm.batch_stats(batch)
+        real, allocated = real + stats.real, allocated + stats.padded
+        efficiency.append(stats.real / max(stats.padded, 1))
+        shapes.add(padded_shape(batch, dm.mask_keys))
+        largest = max(largest, tensor_bytes(batch))
+    rounds = dm.pad_to_multiple_of if dm.sampler_rounds_sizes else None
+    use, budget = _budget_use(sizes, batches, sampler, rounds)
+    axes = list(dm.size_axes)[: sizes.shape[1]]
+    axes += [f"axis {d}" for d in range(len(axes), sizes.shape[1])]
+    report = dm.report.to_dict().get(split, {})
+    return SplitSummary(
+        name=type(dm).__name__,
+        split=split,
+        samples=len(dataset),
+        report=report,
+        axes=axes,
+        sizes=sizes,
+        quantiles=np.quantile(sizes, QUANTILES, axis=0) if len(sizes) else np.zeros((5, sizes.shape[1])),
+        bucket_edges=[np.unique(sampler._buckets[1][:, d]) for d in range(sizes.shape[1])],
+        world_size=world_size,
+        batches=len(batches),
+        batches_per_rank=per_rank,
+        samples_per_batch=np.array([len(b) for b in batches]),
+        efficiency=np.asarray(efficiency),
+        real=real,
+        allocated=allocated,
+        budget=budget,
+        budget_use=use,
+        padded_size=np.array([sizes[b, 0].max() for b in batches]),
+        shapes=len(shapes),
+        largest_bytes=largest,
+    )
+
+
+def plot_summary(summary: SplitSummary, out: str | Path) -> list[Path]:
+    """Three PNGs in ``out``: sizes with bucket edges, efficiency per batch, samples against padded size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = f"{summary.split}"
+    paths = [out / f"{stem}_sizes.png", out / f"{stem}_padding.png", out / f"{stem}_batches.png"]
+
+    axes_count = summary.sizes.shape[1]
+    fig, axes = plt.subplots(1, axes_count, figsize=(6 * axes_count, 3.6), squeeze=False)
+    for d, ax in enumerate(axes[0]):
+        ax.hist(summary.sizes[:, d], bins=60, color="#4472c4")
+        for edge in summary.bucket_edges[d][:: max(1, len(summary.bucket_edges[d]) // 40)]:
+            ax.axvline(edge, color="#c00000", lw=0.5, alpha=0.5)
+        ax.set(xlabel=f"sample size ({summary.axes[d]})", ylabel="samples", title="sizes and bucket edges (red)")
+    fig.suptitle(f"{summary.name}: {summary.split}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(paths[0], dpi=80)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.plot(np.arange(len(summary.efficiency)), summary.efficiency, ".", ms=3, color="#4472c4")
+    ax.set(xlabel="batch (epoch order)", ylabel="real / allocated", ylim=(0, 1.02))
+    ax.set_title(f"padding efficiency per batch (overall {summary.real / max(summary.allocated, 1):.3f})")
+    fig.tight_layout()
+    fig.savefig(paths[1], dpi=80)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.scatter(summary.padded_size, summary.samples_per_batch, s=6, color="#4472c4")
+    ax.set(xlabel=f"largest sample in the batch ({summary.axes[0]})", ylabel="samples per batch")
+    ax.set_title(f"samples per batch against padded size ({summary.budget})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(paths[2], dpi=80)
+    plt.close(fig)
+    summary.plots = paths
+    return paths
+
+
+def inspect_main(argv: Sequence[str]) -> SplitSummary:
+    """``varlen inspect``: its own options, then the usual config and ``--data.*`` arguments."""
+    parser = argparse.ArgumentParser(
+        prog="varlen inspect",
+        description="Set up a config's DataModule (no training) and show what its batches look like. "
+        "Every other argument is the one `varlen fit` takes (--config, --data.init_args.*).",
+    )
+    parser.add_argument("--split", default="train", help="the split to inspect (default: train)")
+    parser.add_argument("--world-size", type=int, default=1, help="ranks to count batches for")
+    parser.add_argument("--out", default=None, help="folder for the PNG plots (default: none written)")
+    parser.add_argument("--max-batches", type=int, default=None, help="collate at most this many batches")
+    options, rest = parser.parse_known_args(list(argv))
+    if options.world_size < 1:
+        parser.error("--world-size must be >= 1")
+    from varlen.cli import main
+
+    cli = main([*rest, "--trainer.logger=false"], run=False)  # nothing is trained, so nothing is logged
+    dm = cli.datamodule
+    dm.prepare_data()
+    dm.setup("fit" if options.split in ("train", "val") else options.split)
+    summary = summarize(dm, options.split, options.world_size, options.max_batches)
+    if options.out:
+        plot_summary(summary, options.out)
+    print("\n".join(summary.lines()), flush=True)
+    return summary
