@@ -30,8 +30,10 @@ def run_inspect(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
 def test_inspect_every_shipped_config(config: Path, tmp_path: Path, monkeypatch, capsys, request) -> None:
     if config.stem in SHARED:
-        request.getfixturevalue("shared_data")
-    monkeypatch.chdir(tmp_path)  # relative data/cache folders of the configs land here
+        shared = request.getfixturevalue("shared_data")
+        (tmp_path / "shared").symlink_to(shared.parent)  # the configs name ../shared/data
+    (tmp_path / "checkout").mkdir()
+    monkeypatch.chdir(tmp_path / "checkout")  # relative data / cache folders of the configs land here
     args = ["--config", str(config), "--out", str(tmp_path / "plots"), "--world-size", "2", "--max-batches", "40"]
     if config.stem in DOWNLOAD:  # offline: the download fails, clearly, with status 2
         code, _, err = run_inspect(monkeypatch, capsys, *args)

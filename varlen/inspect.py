@@ -74,13 +74,12 @@ class SplitSummary:
         """The terminal summary (lines of at most about 100 characters)."""
         r = self.report
         skipped = sum(r.get("skipped", {}).values())
-        unused = ", ".join(f"{n:,} {k}" for k, n in r.get("unused", {}).items()) or "-"
         out = [
             f"varlen inspect: {self.name}, split {self.split!r}",
             f"  samples {self.samples:,}; skipped {skipped:,}; truncated {sum(r.get('truncated', {}).values()):,}",
-            f"  unused: {unused}",
         ]
-        out += [f"    skipped {n:,} x {why}" for why, n in r.get("skipped", {}).items()]
+        out += [f"    skipped {n:,} {why}" for why, n in r.get("skipped", {}).items()]
+        out += [f"    unused {n:,} {what}" for what, n in r.get("unused", {}).items()]
         for axis, q in zip(self.axes, self.quantiles.T, strict=True):
             out.append(
                 f"  sizes ({axis}): min {q[0]:,.0f}  p50 {q[1]:,.0f}  p90 {q[2]:,.0f}  p99 {q[3]:,.0f}  max {q[4]:,.0f}"
