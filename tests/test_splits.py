@@ -148,3 +148,26 @@ def test_spatial_blocks_keep_patch_footprints_apart() -> None:
 def test_patch_fits_marks_the_border() -> None:
     fits = splits.patch_fits((6, 5), 1)
     assert fits.sum() == 4 * 3 and not fits[0].any() and not fits[:, -1].any()
+
+
+def test_balanced_scaffold_split_keeps_both_classes_where_the_plain_one_does_not() -> None:
+    """A BBBP-like table in file order: large scaffold sets of both classes, then singleton
+    scaffolds, the negative ones first. The deterministic split fills train with the large sets
+    and the first singletons, so val and test get positives only; the balanced split deals the
+    singletons at random."""
+    scaffolds = [f"big{k}" for k in range(6) for _ in range(100)] + [f"single{k}" for k in range(400)]
+    labels = np.array([k % 2 for k in range(6) for _ in range(100)] + [0] * 200 + [1] * 200)
+    fractions = {"train": 0.8, "val": 0.1, "test": 0.1}
+    plain = splits.scaffold_split(scaffolds, fractions)
+    assert set(labels[plain["val"]].tolist()) == set(labels[plain["test"]].tolist()) == {1}
+    balanced = splits.balanced_scaffold_split(scaffolds, fractions, seed=0)
+    assert_partition(balanced, len(scaffolds))
+    for name, part in balanced.items():
+        assert set(labels[part].tolist()) == {0, 1}, name
+        assert len(part) == round(len(scaffolds) * fractions[name])
+    sets = {k: {scaffolds[i] for i in v} for k, v in balanced.items()}
+    assert not (sets["train"] & sets["val"] or sets["train"] & sets["test"] or sets["val"] & sets["test"])
+    assert {f"big{k}" for k in range(6)} <= sets["train"]  # sets over half of val's size go first
+    again = splits.balanced_scaffold_split(scaffolds, fractions, seed=0)
+    other = splits.balanced_scaffold_split(scaffolds, fractions, seed=1)
+    assert np.array_equal(again["test"], balanced["test"]) and not np.array_equal(other["test"], balanced["test"])

@@ -25,6 +25,7 @@ from scipy import ndimage
 
 __all__ = [
     "SpatialSplit",
+    "balanced_scaffold_split",
     "check_fractions",
     "condition_split",
     "footprint_map",
@@ -202,6 +203,37 @@ def scaffold_split(scaffolds: Sequence[str], fractions: Fractions) -> dict[str, 
     names = list(fractions)
     parts: dict[str, list[int]] = {k: [] for k in names}
     for group in ordered:
+        home = next((k for k in names[:-1] if len(parts[k]) + len(group) <= targets[k]), names[-1])
+        parts[home] += group
+    return {k: np.sort(np.asarray(v, np.int64)) for k, v in parts.items()}
+
+
+def balanced_scaffold_split(
+    scaffolds: Sequence[str], fractions: Fractions, seed: int, name: str = "balanced scaffold split"
+) -> dict[str, np.ndarray]:
+    """Bemis-Murcko scaffold split that keeps validation and test like the whole set.
+
+    The deterministic :func:`scaffold_split` fills train with the largest scaffold sets and leaves
+    the rest, often singletons of one kind, to validation and test: on MoleculeNet's BBBP in its
+    file order both came out with one class only. Here (the "balanced" scaffold split of chemprop
+    and astartes) the scaffold sets larger than half of the smallest non-train split go first,
+    then all the others, each group in a seeded random order (stream ``name``), and sets are dealt
+    in that order to the first split with room for them. No scaffold is in two splits.
+    """
+    fractions = check_fractions(fractions)
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, scaffold in enumerate(scaffolds):
+        groups[scaffold].append(i)
+    targets = _counts(len(scaffolds), fractions)
+    names = list(fractions)
+    held = [targets[k] for k in names[1:] if targets[k] > 0]
+    limit = min(held) / 2 if held else float("inf")
+    sets = sorted(groups.values(), key=lambda g: g[0])  # a canonical order before shuffling
+    rng = stream(seed, name)
+    big = [sets[i] for i in rng.permutation(len(sets)) if len(sets[i]) > limit]
+    small = [sets[i] for i in rng.permutation(len(sets)) if len(sets[i]) <= limit]
+    parts: dict[str, list[int]] = {k: [] for k in names}
+    for group in big + small:
         home = next((k for k in names[:-1] if len(parts[k]) + len(group) <= targets[k]), names[-1])
         parts[home] += group
     return {k: np.sort(np.asarray(v, np.int64)) for k, v in parts.items()}
