@@ -7,7 +7,8 @@ and their frames, the captions of a video and their tokens). Rows may overlap (s
 are spans of one recording buffer: the signal is stored once).
 
 A batch of sample indices is gathered with index arithmetic only (``np.repeat``, ``arange``,
-one fancy-index read), never a Python loop per sample, token, frame or window, into either
+one ``np.take`` read, several times faster than fancy indexing for rows of a 2-D array), never a
+Python loop per sample, token, frame or window, into either
 
 * :meth:`Ragged.pad`: ``[B, L, *trailing]`` or ``[B, S, L, *trailing]`` with the pad value,
   lengths and keep masks (True = real), the ragged axis moved where the model wants it; or
@@ -163,11 +164,21 @@ class Ragged:
 
     # -- gathering ------------------------------------------------------------------------------
 
-    def take(self, indices: Sequence[int] | np.ndarray) -> Ragged:
-        """A compact copy holding only ``indices`` (values gathered once; rows renumbered)."""
+    def element_ids(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Positions in ``values`` of the samples ``indices``' elements, back to back, with their rows.
+
+        Returns ``(ids, rows, rows_per_sample)``: ``values[ids]`` is the batch packed; arrays that
+        share these rows (e.g. ``edge_index [2, E]`` beside ``edge_attr [E, 4]``) are read with the
+        same ``ids`` along their own ragged axis.
+        """
         indices = np.asarray(indices, np.int64)
         rows, counts = self._rows_of(indices)
-        values = self.values[concat_ranges(self.starts[rows], self.lengths[rows])]
+        return concat_ranges(self.starts[rows], self.lengths[rows]), rows, counts
+
+    def take(self, indices: Sequence[int] | np.ndarray) -> Ragged:
+        """A compact copy holding only ``indices`` (values gathered once; rows renumbered)."""
+        ids, rows, counts = self.element_ids(indices)
+        values = np.take(self.values, ids, axis=0)
         lengths = self.lengths[rows]
         groups = None if self.groups is None else np.concatenate([[0], np.cumsum(counts)])
         return Ragged(values, np.cumsum(lengths) - lengths, lengths, groups)
@@ -223,7 +234,7 @@ class Ragged:
         out_dtype = numpy_dtype(dtype) if dtype is not None else self.values.dtype
         if len(self.values) == 0:
             return np.full((*source.shape, *self.values.shape[1:]), pad_value, dtype=out_dtype)
-        out = self.values[source]
+        out = np.take(self.values, source, axis=0)
         if out.dtype != out_dtype:
             out = out.astype(out_dtype)
         out[~mask] = pad_value
@@ -231,10 +242,9 @@ class Ragged:
 
     def pack(self, indices: Sequence[int] | np.ndarray, dtype: torch.dtype | None = None) -> PackedBatch:
         """The rows of ``indices`` back to back with their offsets: nothing padded."""
-        indices = np.asarray(indices, np.int64)
-        rows, counts = self._rows_of(indices)
+        ids, rows, counts = self.element_ids(indices)
         lengths = self.lengths[rows]
-        values = self.values[concat_ranges(self.starts[rows], lengths)]
+        values = np.take(self.values, ids, axis=0)
         if dtype is not None and values.dtype != numpy_dtype(dtype):
             values = values.astype(numpy_dtype(dtype))
         cu = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
