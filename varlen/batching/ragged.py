@@ -209,7 +209,7 @@ class Ragged:
             starts, lengths = self.starts[indices], self.lengths[indices]
             width = round_up(int(lengths.max()), pad_to_multiple_of)
             mask = np.arange(width) < lengths[:, None]  # [B, L]
-            source = np.where(mask, starts[:, None] + np.arange(width), 0)
+            source = starts[:, None] + np.arange(width)  # past a row's end: read (clipped), then padded
             row_lengths, rows, row_mask = lengths, None, None
         else:
             counts = self.groups[indices + 1] - self.groups[indices]
@@ -234,7 +234,7 @@ class Ragged:
         out_dtype = numpy_dtype(dtype) if dtype is not None else self.values.dtype
         if len(self.values) == 0:
             return np.full((*source.shape, *self.values.shape[1:]), pad_value, dtype=out_dtype)
-        out = np.take(self.values, source, axis=0)
+        out = np.take(self.values, source, axis=0, mode="clip")
         if out.dtype != out_dtype:
             out = out.astype(out_dtype)
         out[~mask] = pad_value
