@@ -18,7 +18,10 @@ Parts (``--parts``, default all but ``accuracy``):
   mapped the training pixels' spectra by then, and the rest stops growing after a few batches.
   Summed RSS, which counts a shared page once per process, is shown too, as is the size of the
   dataset pickled to a worker (the cube travels as its path). About 6 minutes on 2 cores.
-* ``throughput``: patches/s of the loader (0 and 2 workers).
+* ``throughput``: patches/s of the loader (0 and 2 workers), and, in the same run on the same
+  batches, the batched gather (one ``Ragged`` band draw and one read of the cube per batch)
+  against the per-sample path it replaced (a ``Generator`` per sample for its bands, one patch
+  copied per sample in the collate), for training (random bands) and evaluation (all bands).
 * ``padding``: padding efficiency (real / padded band slots) of band-count batching against
   random batching, same batch size and same token budget.
 * ``accuracy``: trains the SpectralTransformer on the embedded default (spatially disjoint split)
@@ -195,6 +198,87 @@ def bench_memory(folder: Path, height: int, width: int, baseline: bool, max_batc
         )
 
 
+def todays_sample(ds, i: int, epoch: int) -> dict:
+    """A sample as the dataset served it before the batched gather: its bands drawn by their own Generator."""
+    s, r, c, k = int(ds.scene_ids[i]), int(ds.rows[i]), int(ds.cols[i]), ds.radius
+    if ds.band_counts is None:
+        bands = ds.fixed_bands[s]
+    else:
+        usable = ds.usable_bands[s]
+        rng = np.random.default_rng((ds.seed, epoch, int(i)))
+        bands = np.sort(usable[rng.permutation(usable.size)[: ds.band_counts[i]]])
+    patch = ds.cubes[s][r, c] if k == 0 else ds.cubes[s][r - k : r + k + 1, c - k : c + k + 1]
+    return {
+        "index": int(i), "patch": patch, "bands": bands, "wavelengths": ds.wavelengths[s][bands],
+        "mean": ds.mean[s][bands], "std": ds.std[s][bands], "label": int(ds.labels[i]), "scene": s, "coords": (r, c),
+    }  # fmt: skip
+
+
+def todays_collate(samples: list[dict]) -> dict[str, torch.Tensor]:
+    """The collate before the batched gather: one patch copied per sample into the batch, normalised there."""
+    from varlen.batching import lengths_to_mask, pad_sequences
+
+    counts = np.array([len(s["bands"]) for s in samples], dtype=np.int64)
+    spatial = samples[0]["patch"].shape[:-1]
+    per_band = (-1,) + (1,) * len(spatial)
+    out = np.zeros((len(samples), int(counts.max()), *spatial), dtype=np.float32)
+    for i, s in enumerate(samples):
+        row = out[i, : counts[i]]
+        row[...] = np.moveaxis(np.take(s["patch"], s["bands"], axis=-1), -1, 0)
+        row -= s["mean"].reshape(per_band)
+        row /= s["std"].reshape(per_band)
+    lengths = torch.from_numpy(counts)
+    return {
+        "index": torch.tensor([s["index"] for s in samples], dtype=torch.long),
+        "spectra": torch.from_numpy(out),
+        "wavelengths": pad_sequences([s["wavelengths"] for s in samples], 0.0, None, torch.float32).values,
+        "bands": pad_sequences([s["bands"] for s in samples], -1, None, torch.long).values,
+        "band_mask": lengths_to_mask(lengths, out.shape[1]),
+        "lengths": lengths,
+        "labels": torch.tensor([s["label"] for s in samples], dtype=torch.long),
+        "scene": torch.tensor([s["scene"] for s in samples], dtype=torch.long),
+        "coords": torch.tensor([s["coords"] for s in samples], dtype=torch.long),
+    }
+
+
+def patches_per_second(make_batch, batches, repeats: int = 3) -> float:
+    """Patches/s of ``make_batch(b)`` over ``batches``: the best of ``repeats`` passes (a pass is only
+    ever slowed down by other processes; every path gets the same rule)."""
+    best = min(_timed(make_batch, batches) for _ in range(repeats))
+    return sum(len(b) for b in batches) / best
+
+
+def _timed(make_batch, batches) -> float:
+    start = time.perf_counter()
+    for b in batches:
+        make_batch(b)
+    return time.perf_counter() - start
+
+
+def bench_gather(dm: HyperspectralDataModule, batches: int = 40) -> None:
+    """The batched gather against the per-sample path, same batches, same run (no loader, one process)."""
+    from varlen.datasets.hyperspectral import EpochIndices
+
+    print("\n### Batch assembly, same batches (5x5 patches, batch 256, no loader): batched gather vs per sample\n")
+    print("| split (bands) | per-sample draw + collate, patches/s | batched gather, patches/s | speed-up |")
+    print("|---|---:|---:|---:|")
+    collate = dm.collate_fn
+    for split, bands in (("train", "25-200 random of 224"), ("val", "all 224")):
+        ds = dm.dataset(split)
+        sampler = dm.train_dataloader().batch_sampler if split == "train" else dm.val_dataloader().batch_sampler
+        sampler.set_epoch(1)
+        chosen = [EpochIndices(list(b), 1) for _, b in zip(range(batches), sampler, strict=False)]
+
+        def per_sample(b, ds=ds):
+            return todays_collate([todays_sample(ds, i, b.epoch) for i in b])
+
+        def batched(b, ds=ds):
+            return collate(ds.__getitems__(b))
+
+        old, new = patches_per_second(per_sample, chosen), patches_per_second(batched, chosen)
+        print(f"| {split} ({bands}) | {old:,.0f} | {new:,.0f} | {new / old:.2f}x |", flush=True)
+
+
 def bench_throughput(folder: Path, height: int, width: int) -> None:
     cube_path, labels_path = write_big_cube(folder, height, width, 224)
     print("\n### Loader throughput (5x5 patches, 25-200 random bands of 224, batch 256)\n")
@@ -215,6 +299,7 @@ def bench_throughput(folder: Path, height: int, width: int) -> None:
         elapsed = time.perf_counter() - start
         print(f"| {workers} | {patches / elapsed:,.0f} | {values / elapsed:,.0f} |")
         del it, loader
+    bench_gather(dm)
 
 
 def padding_efficiency(lengths: np.ndarray, batches) -> float:

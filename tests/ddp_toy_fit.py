@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import lightning.pytorch as pl
+import torch
 from toy import ToyDataModule, ToyModel
 
 from varlen.testing import StepCounter
@@ -49,3 +50,5 @@ if __name__ == "__main__":
         callbacks=callbacks,
     )
     trainer.fit(ToyModel(), datamodule=dm, ckpt_path=resume)
+    if torch.distributed.is_initialized():  # gloo's threads must not outlive the interpreter
+        torch.distributed.destroy_process_group()

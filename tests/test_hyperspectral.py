@@ -20,8 +20,11 @@ from scipy.io import savemat
 
 import varlen.datasets.hyperspectral as hs
 import varlen.datasets.hyperspectral.readers as readers
+from varlen.batching.ragged import Ragged
 from varlen.cache import cache_key, file_hash
 from varlen.datamodules.hyperspectral import UNUSED_REASONS, HyperspectralDataModule
+from varlen.datasets.hyperspectral.bands import random_band_rows
+from varlen.datasets.hyperspectral.gather import flat_view
 from varlen.datasets.hyperspectral.labels import check_classes_present
 from varlen.datasets.hyperspectral.scenes import INDIAN_PINES_CHANNELS, INDIAN_PINES_REMOVED, SALINAS_REMOVED
 from varlen.errors import DataError, DatasetNotFoundError, DownloadError
@@ -274,9 +277,8 @@ def test_dataset_pickles_without_the_cube(synthetic_dm) -> None:
     clone = pickle.loads(blob)
     assert clone.cubes[0]._array is None and clone.cubes[0].path == cube.path
     a, b = clone.__getitems__(hs.EpochIndices([0, 5], 3)), ds.__getitems__(hs.EpochIndices([0, 5], 3))
-    for x, y in zip(a, b, strict=True):
-        np.testing.assert_array_equal(x["patch"], y["patch"])
-        np.testing.assert_array_equal(x["bands"], y["bands"])
+    for field in dataclasses.fields(a):
+        assert torch.equal(getattr(a, field.name), getattr(b, field.name)), field.name
     assert isinstance(clone.cubes[0].array, np.memmap)
 
 
@@ -287,6 +289,132 @@ def test_eval_band_counts() -> None:
         ds = dm.dataset("test")
         assert set(ds.lengths.tolist()) == {expect}
         assert np.all(np.diff(ds[0]["wavelengths"]) > 0)
+
+
+# -- the batched gather -------------------------------------------------------------------------
+
+
+def todays_collate(samples: list[dict], pad_to_multiple_of: int | None = None) -> dict[str, torch.Tensor]:
+    """The collate before the batched gather (one patch copied per sample, normalised in place): the reference."""
+    from varlen.batching import lengths_to_mask, pad_sequences, round_up
+
+    counts = np.array([len(s["bands"]) for s in samples], dtype=np.int64)
+    width = round_up(int(counts.max()), pad_to_multiple_of)
+    spatial = samples[0]["patch"].shape[:-1]
+    per_band = (-1,) + (1,) * len(spatial)
+    out = np.zeros((len(samples), width, *spatial), dtype=np.float32)
+    for i, s in enumerate(samples):
+        row = out[i, : counts[i]]
+        row[...] = np.moveaxis(np.take(s["patch"], s["bands"], axis=-1), -1, 0)
+        row -= s["mean"].reshape(per_band)
+        row /= s["std"].reshape(per_band)
+    lengths = torch.from_numpy(counts)
+    wavelengths = pad_sequences([s["wavelengths"] for s in samples], 0.0, pad_to_multiple_of, torch.float32)
+    return {
+        "index": torch.tensor([s["index"] for s in samples], dtype=torch.long),
+        "spectra": torch.from_numpy(out),
+        "wavelengths": wavelengths.values,
+        "bands": pad_sequences([s["bands"] for s in samples], -1, pad_to_multiple_of, torch.long).values,
+        "band_mask": lengths_to_mask(lengths, width),
+        "lengths": lengths,
+        "labels": torch.tensor([s["label"] for s in samples], dtype=torch.long),
+        "scene": torch.tensor([s["scene"] for s in samples], dtype=torch.long),
+        "coords": torch.tensor([s["coords"] for s in samples], dtype=torch.long),
+    }
+
+
+def assert_same_batch(batch: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
+    assert list(batch) == list(expected)
+    for key, value in expected.items():
+        assert batch[key].dtype == value.dtype and batch[key].shape == value.shape, key
+        assert torch.equal(batch[key], value), key
+
+
+@pytest.fixture(scope="module")
+def two_scene_dm() -> HyperspectralDataModule:
+    """200 AVIRIS-like and 103 ROSIS-like bands in one DataModule, 3x3 patches, random training subsets."""
+    dm = HyperspectralDataModule(
+        scenes=["synthetic", "synthetic_rosis"], root=str(SCENE_ROOT), layout="generated", patch_size=3,
+        min_bands=10, max_bands=150, batch_size=64,
+    )  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # classes absent from a split: not what this checks
+        dm.setup("fit")
+    return dm
+
+
+@pytest.mark.parametrize("split", ["train", "val"])
+@pytest.mark.parametrize("multiple", [None, 8])
+def test_gathered_batches_equal_todays_value_for_value(two_scene_dm, split: str, multiple: int | None) -> None:
+    """Both scenes in one batch, random (train, epoch 2) or all bands (val): the batched fetch, the
+    collate of ``dataset[i]`` dicts and the old per-sample collate give the same tensors."""
+    ds = two_scene_dm.dataset(split)
+    first, second = np.flatnonzero(ds.scene_ids == 0), np.flatnonzero(ds.scene_ids == 1)
+    picks = [int(i) for pair in zip(first[[3, 50, 7]], second[[0, 20, 9]], strict=True) for i in pair]
+    samples = [ds.sample(i, 2) for i in picks]
+    expected = todays_collate(samples, multiple)
+    collate = hs.HyperspectralCollator(multiple)
+    assert_same_batch(collate(ds.gather(picks, 2, multiple)), expected)
+    assert_same_batch(collate(samples), expected)
+    if multiple is None:  # as the contract builds it: the DataModule's fetch (in the dataset's epoch), its collate
+        loaded = DataModuleContract.collate(two_scene_dm, split, picks)
+        assert_same_batch(loaded, todays_collate([ds[i] for i in picks]))
+    assert expected["spectra"].shape[2:] == (3, 3) and set(expected["scene"].tolist()) == {0, 1}
+
+
+@pytest.mark.parametrize(("cube", "patch_size"), [("tiny_envi.hdr", 3), ("tiny_v5.mat", 1), ("tiny.npy", 3)])
+def test_gather_equals_todays_on_every_cube_format(tmp_path, cube: str, patch_size: int) -> None:
+    """An ENVI BSQ file (mapped as a strided BIP view), a converted .mat and a .npy; patches and spectra."""
+    dm = tiny_dm(tmp_path, cube_path=str(DATA / cube), labels_path=str(DATA / "tiny_gt.npy"), patch_size=patch_size)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dm.setup("fit")
+    ds = dm.dataset("val")
+    picks = list(range(len(ds)))[::-1]
+    assert_same_batch(dm.collate_fn(ds.__getitems__(picks)), todays_collate([ds[i] for i in picks]))
+
+
+@pytest.mark.parametrize("layout", ["bip", "bsq", "flipped"])
+def test_gather_reads_any_cube_layout(layout: str) -> None:
+    cube = np.random.default_rng(0).normal(size=(9, 8, 6)).astype(np.float32)
+    stored = {
+        "bip": cube,
+        "bsq": np.ascontiguousarray(cube.transpose(2, 0, 1)).transpose(1, 2, 0),
+        "flipped": np.ascontiguousarray(cube[::-1])[::-1],  # negative strides: the cube is indexed directly
+    }[layout]
+    assert np.array_equal(stored, cube) and (flat_view(stored) is None) == (layout == "flipped")
+    scene = hs.Scene("x", stored, np.ones((9, 8), np.int32), np.linspace(400, 900, 6), ["a"], usable_bands=np.arange(6))
+    rows, cols = np.array([1, 4, 7]), np.array([1, 6, 3])
+    ds = hs.HyperspectralPixels(
+        [scene], np.zeros(3), rows, cols, np.zeros(3), 1, [np.zeros(6)], [np.ones(6)], band_counts=np.array([2, 6, 4])
+    )
+    batch = ds.gather([0, 1, 2], epoch=1)
+    for b in range(3):
+        bands = ds.bands_of(b, 1)
+        expect = cube[rows[b] - 1 : rows[b] + 2, cols[b] - 1 : cols[b] + 2][..., bands].transpose(2, 0, 1)
+        np.testing.assert_array_equal(batch.spectra[b, : len(bands)].numpy(), expect)
+
+
+def test_band_draws_are_uniform_sorted_and_independent_of_the_batch() -> None:
+    usable = Ragged.from_arrays([np.arange(0, 40, 2), np.arange(7)])  # scene 0: 20 even bands, scene 1: 7
+    n = 4000
+    scene_ids = np.repeat(np.array([0, 1], np.int32), n // 2)
+    counts = np.where(scene_ids == 0, 5, 3)
+    rows = random_band_rows(usable, scene_ids, counts, np.arange(n), seed=0, epoch=0)
+    drawn = [rows.values[s : s + k] for s, k in zip(rows.starts, rows.lengths, strict=True)]
+    assert rows.lengths.tolist() == counts.tolist()
+    assert all(np.all(np.diff(b) > 0) and np.isin(b, usable.values[: 20 if i < n // 2 else None]).all()
+               for i, b in enumerate(drawn))  # fmt: skip
+    assert all(b.max() < 7 for b in drawn[n // 2 :])
+    frequency = np.bincount(np.concatenate(drawn[: n // 2]), minlength=40)[::2]  # expected 2000 * 5 / 20 = 500
+    assert np.all(np.abs(frequency - 500) < 100), frequency  # about 5 standard deviations
+    picks = np.array([17, 3000, 5, 17])
+    again = random_band_rows(usable, scene_ids, counts, picks, seed=0, epoch=0)
+    for k, i in enumerate(picks):
+        assert np.array_equal(again.values[again.starts[k] : again.starts[k] + again.lengths[k]], drawn[i])
+    for other in ({"seed": 0, "epoch": 1}, {"seed": 1, "epoch": 0}):
+        moved = random_band_rows(usable, scene_ids, counts, np.arange(n), **other)
+        assert np.mean(moved.values != rows.values) > 0.5
 
 
 # -- spatial split ------------------------------------------------------------------------------

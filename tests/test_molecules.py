@@ -17,6 +17,7 @@ import pytest
 import torch
 from rdkit import Chem
 from rdkit.Chem.Scaffolds import MurckoScaffold
+from torch_geometric.data import Batch, Data
 
 import varlen.datasets.download
 import varlen.datasets.molecules as mol
@@ -469,6 +470,115 @@ def test_an_empty_split_is_refused(tmp_path: Path) -> None:
     dm = MoleculeDataModule(path=str(tmp_path / "five.csv"), target_columns=["y"], cache_dir=str(CACHE))
     with pytest.raises(DataError, match=r"five\.csv: the test split\(s\) would be empty \(5 usable molecules"):
         dm.setup("fit")
+
+
+# -- batch assembly: gathered arrays to a real PyG Batch ------------------------------------
+
+
+def reference_batch(dataset, indices, follow_batch=None) -> Batch:
+    """What the collate built before it gathered: one ``Data`` per molecule and PyG's ``from_data_list``."""
+    graphs = []
+    for i in indices:
+        s = dataset[i]
+        y = torch.from_numpy(s["y"]).view(1, -1)
+        fields = {"x": torch.from_numpy(s["x"]), "edge_index": torch.from_numpy(s["edge_index"])}
+        fields.update(edge_attr=torch.from_numpy(s["edge_attr"]), y=torch.nan_to_num(y), y_mask=~torch.isnan(y))
+        if "descriptors" in s:
+            fields["descriptors"] = torch.from_numpy(s["descriptors"]).view(1, -1)
+        graphs.append(Data(**fields, num_nodes=len(s["x"])))
+    batch = Batch.from_data_list(graphs, follow_batch=follow_batch)
+    batch.index = torch.tensor(list(indices))  # after batching: PyG shifts a field named "index" by node counts
+    return batch
+
+
+def assert_same_tensors(ours: dict, expected: dict) -> None:
+    assert list(ours) == list(expected)
+    for key, value in expected.items():
+        if isinstance(value, torch.Tensor):
+            assert ours[key].dtype == value.dtype and torch.equal(ours[key], value), key
+        else:
+            assert ours[key] == value, key
+
+
+def assert_same_batch(ours: Batch, expected: Batch) -> None:
+    """Same class, keys (in order), values, dtypes, and the bookkeeping ``get_example`` reads."""
+    assert type(ours) is type(expected) and ours.num_graphs == expected.num_graphs
+    assert_same_tensors(ours.to_dict(), expected.to_dict())
+    assert_same_tensors(ours._slice_dict, expected._slice_dict)
+    assert_same_tensors(ours._inc_dict, expected._inc_dict)
+    assert ours._num_nodes == expected._num_nodes
+
+
+def bondless_table(tmp_path: Path, **kwargs) -> MoleculeDataModule:
+    """Two tasks with missing values, descriptors, and molecules without bonds (no edges)."""
+    lines = ["smiles,a,b"] + [f"{s},{i / 7:.2f},{'' if i % 3 else i}" for i, s in enumerate(GOOD + ["C", "O", "[Na+]"])]
+    (tmp_path / "mixed.csv").write_text("\n".join(lines) + "\n")
+    kwargs = {"target_columns": ["a", "b"], "descriptors": True, "split_fractions": (0.8, 0.1, 0.1), **kwargs}
+    dm = MoleculeDataModule(dataset=None, path=str(tmp_path / "mixed.csv"), smiles_column="smiles", **kwargs)
+    dm.setup("fit")
+    return dm
+
+
+def test_gathered_batches_equal_pyg_from_data_list(tmp_path: Path) -> None:
+    dm = bondless_table(tmp_path, cache_dir=str(CACHE))
+    train = dm.dataset("train")
+    bondless = np.flatnonzero(train.num_edges == 0).tolist()
+    assert bondless and (~np.isnan(train.targets[train.positions])).sum() < train.targets[train.positions].size
+    everything = list(range(len(train)))
+    for indices in (everything, everything[::-1], [3], bondless, [*bondless, 0, *bondless]):
+        expected = reference_batch(train, indices)
+        assert_same_batch(DataModuleContract.collate(dm, "train", indices), expected)  # the loader's path
+        assert_same_batch(dm.collate_fn([train[i] for i in indices]), expected)  # a list of samples
+    for batch in dm.train_dataloader():
+        assert_same_batch(batch, reference_batch(train, batch.index.tolist()))
+
+
+def test_follow_batch_matches_pyg(tmp_path: Path) -> None:
+    follow = ["x", "edge_attr", "y", "descriptors"]
+    dm = bondless_table(tmp_path, cache_dir=str(CACHE), follow_batch=follow)
+    train = dm.dataset("train")
+    indices = list(range(len(train)))[::-1]
+    batch = DataModuleContract.collate(dm, "train", indices)
+    assert_same_batch(batch, reference_batch(train, indices, follow_batch=follow))
+    assert torch.equal(batch.x_batch, batch.batch) and torch.equal(batch.y_ptr, torch.arange(len(train) + 1))
+    with pytest.raises(ValueError, match=r"follow_batch \['index', 'nope'\]: not a field of the batch"):
+        MoleculeDataModule(follow_batch=["x", "nope", "index"])
+
+
+def test_batches_round_trip_and_feed_pyg_layers() -> None:
+    from torch_geometric.nn import GINEConv, global_add_pool, global_mean_pool
+
+    dm = MoleculeDataModule(descriptors=True, cache_dir=str(CACHE))
+    dm.setup("fit")
+    val = dm.dataset("val")
+    batch = next(iter(dm.val_dataloader()))
+    expected = reference_batch(val, batch.index.tolist())
+    assert_same_batch(batch, expected)
+    molecules = batch.to_data_list()
+    for data, reference, i in zip(molecules, expected.to_data_list(), batch.index.tolist(), strict=True):
+        assert_same_tensors(data.to_dict(), reference.to_dict())
+        sample = val[i]
+        assert np.array_equal(data.x.numpy(), sample["x"]) and np.array_equal(data.edge_index, sample["edge_index"])
+        assert np.array_equal(data.descriptors[0].numpy(), sample["descriptors"])
+    again = Batch.from_data_list(molecules)  # what a user's PyG loader over those molecules would build
+    again.index = batch.index
+    assert_same_batch(again, batch)
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(len(mol.ATOM_FEATURES), 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
+    conv = GINEConv(mlp, edge_dim=len(mol.BOND_FEATURES))
+    model = MoleculeGNN(hidden=16, num_layers=2, num_descriptors=dm.num_descriptors).eval()
+
+    def outputs(graphs: Batch) -> tuple[torch.Tensor, ...]:
+        h = conv(graphs.x.float(), graphs.edge_index, graphs.edge_attr.float())
+        return (
+            global_add_pool(h, graphs.batch, size=graphs.num_graphs),
+            global_mean_pool(h, graphs.batch),
+            model(graphs),
+        )
+
+    with torch.no_grad():
+        for ours, theirs in zip(outputs(batch), outputs(expected), strict=True):
+            torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
 
 
 # -- model ----------------------------------------------------------------------------------

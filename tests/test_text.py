@@ -7,8 +7,18 @@ import numpy as np
 import pytest
 import torch
 
+from varlen.batching.collate import pad_flat
+from varlen.batching.ragged import Ragged
 from varlen.datamodules import TextClassificationDataModule
-from varlen.datasets.text import TextCollator, TextColumns, TextTable, class_list, encode_rows, read_table
+from varlen.datasets.text import (
+    TextCollator,
+    TextColumns,
+    TextTable,
+    class_list,
+    encode_rows,
+    pad_texts,
+    read_table,
+)
 from varlen.errors import DataError, DatasetNotFoundError
 from varlen.models import TextClassifier
 from varlen.report import DataReport
@@ -116,6 +126,64 @@ def test_batched_fetch_collates_like_single_samples() -> None:
     assert fetched.keys() == single.keys()
     for key in fetched:
         assert torch.equal(fetched[key], single[key]), key
+
+
+def todays_batch(dataset, picks: list[int], pad_id: int, multiple: int | None) -> dict[str, torch.Tensor]:
+    """The batch as the collate built it before the ragged gather: ids joined, one masked scatter."""
+    samples = [dataset[i] for i in picks]
+    lengths = np.array([len(s["input_ids"]) for s in samples])
+    ids = pad_flat(np.concatenate([s["input_ids"] for s in samples]), lengths, pad_id, multiple, dtype=torch.long)
+    types = np.concatenate([s["token_type_ids"] for s in samples])
+    return {
+        "index": torch.tensor(picks),
+        "input_ids": ids.values,
+        "attention_mask": ids.mask.long(),
+        "labels": torch.tensor([s["label"] for s in samples]),
+        "token_type_ids": pad_flat(types, lengths, 0, multiple, dtype=torch.long).values,
+    }
+
+
+@pytest.mark.parametrize("multiple", [None, 8])
+def test_gathered_batches_equal_todays(tmp_path: Path, multiple: int | None) -> None:
+    """Pairs, a pad id that is not 0, ``pad_to_multiple_of``: the same keys, dtypes and values as before,
+    from the batched fetch, from ``dataset[i]`` dicts and from the loader."""
+    rows = [{"a": "word " * (1 + i % 9), "b": "other " * (1 + i % 4), "label": i % 2} for i in range(40)]
+    dm = TextClassificationDataModule(
+        train_file=str(write_csv(tmp_path / "pairs.csv", rows)),
+        text_column="a",
+        text_pair_column="b",
+        batch_size=8,
+        pad_to_multiple_of=multiple,
+    )
+    dm.tokenizer.pad_token = "[MASK]"
+    dm.setup("fit")
+    train, pad_id = dm.dataset("train"), dm.tokenizer.pad_token_id
+    picks = [5, 0, 17, 30, 9]
+    expected = todays_batch(train, picks, pad_id, multiple)
+    loader_batch = next(iter(dm.train_dataloader()))
+    for batch in (DataModuleContract.collate(dm, "train", picks), dm.collate_fn([train[i] for i in picks])):
+        assert batch.keys() == expected.keys()
+        for key, value in expected.items():
+            assert batch[key].dtype == value.dtype and torch.equal(batch[key], value), key
+    again = todays_batch(train, loader_batch["index"].tolist(), pad_id, multiple)
+    assert all(torch.equal(loader_batch[key], value) for key, value in again.items())
+
+
+@pytest.mark.parametrize("multiple", [None, 8])
+def test_pad_texts_equals_the_core_gather(multiple: int | None) -> None:
+    """The text fast path gives what ``Ragged.pad`` gives (empty rows and the last row included)."""
+    rng = np.random.default_rng(0)
+    arrays = [rng.integers(0, 1000, int(n)).astype(np.int32) for n in rng.integers(0, 20, 30)]
+    arrays[-1] = np.arange(7, dtype=np.int32)  # the last row: its tail reads past the end of the values
+    ids = Ragged.from_arrays(arrays)
+    types = Ragged.from_arrays([(a % 2).astype(np.int8) for a in arrays])
+    labels = rng.integers(0, 3, 30)
+    for picks in ([29, 0, 3], [int(np.argmin([len(a) for a in arrays]))], list(range(30))):
+        core = ids.pad(picks, 5, multiple, torch.long)
+        texts = pad_texts(ids, types, labels, picks, 5, multiple)
+        assert torch.equal(texts.ids, core.values) and torch.equal(texts.mask, core.mask)
+        assert torch.equal(texts.type_ids, types.pad(picks, 0, multiple, torch.long).values)
+        assert texts.labels.tolist() == labels[picks].tolist() and texts.index.tolist() == picks
 
 
 def test_datamodule_uses_the_tokenizer_pad_token() -> None:

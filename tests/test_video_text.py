@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from varlen.batching import pad_sequences
 from varlen.datamodules.video_text import DEFAULT_BUDGET, VideoTextDataModule
 from varlen.datasets.video_text import (
     IGNORE_INDEX,
@@ -35,6 +36,7 @@ from varlen.datasets.video_text import (
     tokenize_captions,
     tokenizer,
 )
+from varlen.datasets.video_text.attention import PACKED_ATTENTION
 from varlen.datasets.video_text.tokenize import cache_path
 from varlen.errors import DataError, DatasetNotFoundError
 from varlen.models.video_text import AlignmentScores, PairedEmbeddings, VideoTextAligner, retrieval_metrics
@@ -155,6 +157,25 @@ class TestVideoTextContract(DataModuleContract):
         return [videos, *SMALL_CLI[1:], f"--data.init_args.cache_dir={tmp_path / 'cache'}"]
 
 
+class TestVideoTextPackedContract(TestVideoTextContract):
+    """The whole contract again with ``layout="packed"``: invariance, budget (on real elements), resume, DDP."""
+
+    cli_overrides = [*SMALL_CLI, "--data.init_args.layout=packed"]
+
+    def make_datamodule(self, **overrides):
+        return super().make_datamodule(**{"layout": "packed", **overrides})
+
+    def collated_cost(self, datamodule, batch):
+        # a packed batch holds real elements only: video rows (segments, or frames) and tokens
+        return np.array([batch["video"].shape[0], batch["text_ids"].numel()])
+
+    def bad_input(self, case, tmp_path):
+        return None  # reading and checking files does not depend on the layout (the padded class covers it)
+
+    def ddp_overrides(self, tmp_path):
+        return [*super().ddp_overrides(tmp_path), "--data.init_args.layout=packed"]
+
+
 # -- collate ----------------------------------------------------------------------------------
 
 
@@ -242,6 +263,196 @@ def test_iou_threshold_and_ties() -> None:
 def test_pad_segments_rejects_inconsistent_counts() -> None:
     with pytest.raises(ValueError, match="counts add up"):
         pad_segments([np.arange(5)], [np.array([2, 2])])
+
+
+# -- layouts: the padded batch as before, the packed one without padding ----------------------
+
+
+@pytest.fixture(scope="module")
+def packed() -> dict[str, VideoTextDataModule]:
+    """Packed twins of ``dm`` and ``fixed_dm`` (same corpus, same splits)."""
+    out = {}
+    fixed = {"segmentation": "fixed", "segment_duration": 8.0, "frames": True}
+    for which, extra in (("annotated", {}), ("fixed", fixed)):
+        out[which] = VideoTextDataModule(**SMALL, **extra, layout="packed")
+        out[which].setup()
+    return out
+
+
+def legacy_collate(samples, pad_id: int, multiple: int | None, min_iou: float) -> dict[str, torch.Tensor]:
+    """The collate as it was before the ragged gather: per-sample arrays through pad_sequences / pad_segments."""
+    batch = {"index": torch.tensor([int(s["index"]) for s in samples], dtype=torch.long)}
+    if "frames" in samples[0]:
+        frames = [s["frames"] for s in samples], [s["frame_counts"] for s in samples]
+        video, frame_mask, video_mask = pad_segments(*frames, 0.0, multiple, torch.float32)
+        batch.update(video=video, frame_mask=frame_mask, video_mask=video_mask)
+    else:
+        video = pad_sequences([s["video"] for s in samples], dtype=torch.float32)
+        batch.update(video=video.values, video_mask=video.mask)
+    tokens = [s["text_ids"] for s in samples], [s["token_counts"] for s in samples]
+    text_ids, text_mask, text_segment_mask = pad_segments(*tokens, pad_id, multiple, torch.long)
+    video_times = pad_sequences([s["video_times"] for s in samples], dtype=torch.float32).values
+    text_times = pad_sequences([s["text_times"] for s in samples], dtype=torch.float32).values
+    keep, iou = temporal_alignment(video_times, text_times, batch["video_mask"], text_segment_mask, min_iou)
+    batch.update(video_times=video_times, text_ids=text_ids, text_mask=text_mask, text_segment_mask=text_segment_mask)
+    batch.update(text_times=text_times, alignment_mask=keep, alignment_iou=iou)
+    batch["alignment_target"] = alignment_targets(keep, iou)
+    return batch
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"segmentation": "fixed", "segment_duration": 8.0, "frames": True, "pad_to_multiple_of": 8, "min_iou": 0.3}],
+)
+def test_the_padded_batch_is_what_it_was(overrides) -> None:
+    """Same keys, order, shapes, dtypes and values as the per-sample collate it replaces, by either path."""
+    datamodule = VideoTextDataModule(**SMALL, **overrides)
+    datamodule.setup()
+    ds = datamodule.dataset("val")
+    for indices in ([0], [5, 1, 3, 0], list(range(len(ds)))[::-1]):
+        samples = [ds[i] for i in indices]
+        expected = legacy_collate(samples, datamodule.pad_token_id, datamodule.pad_to_multiple_of, datamodule.min_iou)
+        for batch in (datamodule.collate_fn(ds.__getitems__(indices)), datamodule.collate_fn(samples)):
+            assert list(batch) == list(expected)
+            for key, value in expected.items():
+                assert batch[key].dtype == value.dtype and torch.equal(batch[key], value), key
+
+
+@pytest.mark.parametrize("which", ["annotated", "fixed"])
+def test_getitems_serves_what_getitem_reads(which, dm, fixed_dm) -> None:
+    """The batch fetch reads the stored fields, ``dataset[i]`` the feature store: the same samples."""
+    ds = (dm if which == "annotated" else fixed_dm).dataset("val")
+    selection = ds.__getitems__([3, 0, 5])
+    assert len(selection) == 3 and selection.indices.tolist() == [3, 0, 5]
+    for k, i in enumerate([3, 0, 5]):
+        served, read = selection[k], ds[i]
+        assert list(served) == list(read)
+        for key in read:
+            np.testing.assert_array_equal(np.asarray(served[key]), np.asarray(read[key]), err_msg=key)
+    with pytest.raises(IndexError):
+        ds.__getitems__([len(ds)])
+
+
+@pytest.mark.parametrize("which", ["annotated", "fixed"])
+def test_the_packed_batch_is_the_padded_one_without_its_padding(which, dm, fixed_dm, packed) -> None:
+    padded_dm = dm if which == "annotated" else fixed_dm
+    indices = [4, 0, 7, 2, 1]
+    p = padded_dm.collate_fn(padded_dm.dataset("val").__getitems__(indices))
+    q = packed[which].collate_fn(packed[which].dataset("val").__getitems__(indices))
+    segments, captions, tokens = p["video_mask"], p["text_segment_mask"], p["text_mask"]
+    assert q["index"].tolist() == indices
+    assert all(q[k].dtype == torch.int32 for k in q if k.endswith("cu_seqlens"))
+    assert torch.diff(q["video_cu_seqlens"]).tolist() == segments.sum(1).tolist()
+    assert torch.diff(q["caption_cu_seqlens"]).tolist() == captions.sum(1).tolist()
+    assert torch.diff(q["text_cu_seqlens"]).tolist() == tokens.sum(-1)[captions].tolist()
+    if which == "fixed":
+        assert torch.equal(q["video"], p["video"][p["frame_mask"]])
+        assert torch.diff(q["frame_cu_seqlens"]).tolist() == p["frame_mask"].sum(-1)[segments].tolist()
+    else:
+        assert torch.equal(q["video"], p["video"][segments]) and "frame_cu_seqlens" not in q
+    assert torch.equal(q["video_times"], p["video_times"][segments])
+    assert torch.equal(q["text_ids"], p["text_ids"][tokens])
+    assert torch.equal(q["text_times"], p["text_times"][captions])
+    # the pairs are the padded grid's real cells, in its order; the alignment is the same on them
+    real = segments[:, :, None] & captions[:, None, :]
+    b, s, c = real.nonzero().T
+    expected = torch.stack([q["video_cu_seqlens"].long()[b] + s, q["caption_cu_seqlens"].long()[b] + c])
+    assert torch.equal(q["pair_index"], expected)
+    assert torch.equal(q["alignment_mask"], p["alignment_mask"][real])
+    assert torch.equal(q["alignment_iou"], p["alignment_iou"][real])
+    assert torch.equal(q["alignment_target"], p["alignment_target"][segments])
+    assert (q["alignment_target"] != IGNORE_INDEX).any()
+    # nothing is allocated that is not real; the padded batch says how much of it is
+    for side, stats in packed[which].side_stats(q).items():
+        assert stats.real == stats.padded > 0, side
+    video, text = padded_dm.side_stats(p).values()
+    video_mask = p["frame_mask"] if which == "fixed" else segments
+    assert (video.real, video.padded) == (int(video_mask.sum()), video_mask.numel())
+    assert (text.real, text.padded) == (int(tokens.sum()), tokens.numel())
+    assert padded_dm.batch_stats(p).real == video.real + text.real == packed[which].batch_stats(q).real
+
+
+@pytest.mark.parametrize("attention", sorted(PACKED_ATTENTION))
+@pytest.mark.parametrize("which", ["annotated", "fixed"])
+def test_packed_outputs_equal_the_padded_ones_per_sample(which, attention, dm, fixed_dm, packed) -> None:
+    padded_dm = dm if which == "annotated" else fixed_dm
+    ds = padded_dm.dataset("val")
+    sizes = ds.lengths[:, 0]
+    indices = list(dict.fromkeys([int(np.argmin(sizes)), int(np.argmax(sizes)), *range(6)]))
+    torch.manual_seed(0)
+    model = small_model(padded_dm, packed_attention=attention).eval()
+    p = padded_dm.collate_fn(ds.__getitems__(indices))
+    q = packed[which].collate_fn(packed[which].dataset("val").__getitems__(indices))
+    with torch.no_grad():
+        torch.testing.assert_close(model(q), model(p), atol=1e-5, rtol=1e-4)
+        a, b = model.encode(p), model.encode(q)
+    segments, captions = p["video_mask"], p["text_segment_mask"]
+    torch.testing.assert_close(b["video_segments"], a["video_segments"][segments], atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(b["spans"], a["spans"][captions], atol=1e-5, rtol=1e-4)
+    width = b["align_logits"].shape[1]  # the most captions of one video: the padded S_t
+    assert width == a["align_logits"].shape[2]
+    torch.testing.assert_close(b["align_logits"], a["align_logits"][segments], atol=1e-5, rtol=1e-4)
+    with torch.no_grad():
+        losses_p, losses_q = model.losses(p, a), model.losses(q, b)
+    for name, value in losses_p.items():
+        torch.testing.assert_close(losses_q[name], value, atol=1e-5, rtol=1e-5)
+
+
+def test_both_layouts_train_alike(dm, packed) -> None:
+    """Same weights, dropout off: the same loss and gradients from either layout; a few packed steps learn."""
+    train = list(range(16))
+    p = dm.collate_fn(dm.dataset("train").__getitems__(train))
+    q = packed["annotated"].collate_fn(packed["annotated"].dataset("train").__getitems__(train))
+    torch.manual_seed(0)
+    model = small_model(dm, dropout=0.0, lr=3e-3)
+    grads = []
+    for batch in (p, q):
+        model.zero_grad()
+        model.losses(batch, model.encode(batch))["loss"].backward()
+        grads.append({n: w.grad.clone() for n, w in model.named_parameters() if w.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    for name, grad in grads[0].items():
+        torch.testing.assert_close(grads[1][name], grad, atol=1e-5, rtol=1e-4, msg=name)
+    torch.manual_seed(0)
+    model = small_model(dm, lr=3e-3)
+    optimizer = model.configure_optimizers()
+    first = None
+    for _ in range(15):
+        loss = model.losses(q, model.encode(q))["loss"]
+        first = float(loss.detach()) if first is None else first
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    assert float(loss.detach()) < 0.7 * first
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"max_tokens": (40, 600)}, {"max_tokens": (600, 640), "frames": True, "max_frames_per_segment": 6}],
+)
+def test_the_packed_budget_sums_real_elements(overrides) -> None:
+    datamodule = VideoTextDataModule(**SMALL, **overrides, layout="packed", pad_to_multiple_of=8)
+    datamodule.setup()
+    loader = datamodule.train_dataloader()
+    assert loader.batch_sampler.groups is None  # no segment-count classes: a sum has no product of maxima
+    padded = VideoTextDataModule(**SMALL, **overrides)
+    padded.setup()
+    shared = 0
+    for batch in loader:
+        video, text = datamodule.side_stats(batch).values()
+        assert video.real == video.padded and text.real == text.padded
+        within = video.real <= overrides["max_tokens"][0] and text.real <= overrides["max_tokens"][1]
+        assert within or len(batch["index"]) == 1
+        shared += len(batch["index"]) > 1
+    assert shared >= 3
+    assert len(loader) < len(padded.train_dataloader())  # the same budget holds more videos per batch
+
+
+def test_layout_is_checked() -> None:
+    with pytest.raises(ValueError, match="layout must be one of"):
+        VideoTextDataModule(**SMALL, layout="ragged")
+    with pytest.raises(ValueError, match="packed_attention must be one of"):
+        VideoTextAligner(packed_attention="dense")
 
 
 # -- mask semantics against PyTorch's attention APIs ------------------------------------------

@@ -15,6 +15,7 @@ import logging
 import sys
 import warnings
 
+import torch
 from lightning.pytorch.cli import ArgsType, LightningCLI
 
 import varlen.datamodules
@@ -78,7 +79,7 @@ def main(args: ArgsType = None, run: bool = True) -> LightningCLI:
     quiet()
     varlen.datamodules.import_all()
     varlen.models.import_all()
-    return VarLenCLI(
+    cli = VarLenCLI(
         varlen.models.VarLenModule,
         varlen.datamodules.VarLenDataModule,
         subclass_mode_model=True,
@@ -88,6 +89,10 @@ def main(args: ArgsType = None, run: bool = True) -> LightningCLI:
         save_config_kwargs={"overwrite": True},
         seed_everything_default=0,
     )
+    if run and torch.distributed.is_available() and torch.distributed.is_initialized():
+        # a DDP run is over: without this, gloo's threads can abort the interpreter at exit
+        torch.distributed.destroy_process_group()
+    return cli
 
 
 def show_varlen_logs() -> None:

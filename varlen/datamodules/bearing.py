@@ -7,8 +7,9 @@ The two mistakes this DataModule makes impossible by default:
   each recording separated by a gap of at least one window, for CWRU-like data where each class
   has one recording), by whole recording, or by operating condition. The leaky random window
   split exists only to measure the effect, and warns.
-- *Copies*: windows are views into one buffer per recording (:class:`BearingWindows`), so
-  50%-overlapping windows hold the signal once, not twice.
+- *Copies*: windows are spans of one flat buffer holding every recording
+  (:class:`~varlen.datasets.bearing.RecordingBuffer`; each recording's signal is a view of it),
+  so 50%-overlapping windows hold the signal once, not twice, and a batch is one gather.
 
 Reading and checking files is :class:`~varlen.datasets.bearing.BearingSource`'s job; splits
 come from :mod:`varlen.splits`; this module wires them.
@@ -23,6 +24,7 @@ from typing import Literal
 
 import numpy as np
 
+from varlen.batching.collate import round_up
 from varlen.datamodules.base import VarLenDataModule, base_args
 from varlen.datasets.bearing import (
     CWRU_CLASSES,
@@ -30,6 +32,7 @@ from varlen.datasets.bearing import (
     BearingSource,
     BearingWindows,
     Recording,
+    RecordingBuffer,
     Segments,
     WindowTable,
     cut_windows,
@@ -89,7 +92,7 @@ class BearingDataModule(VarLenDataModule):
 
     ``build`` loads the recordings, resamples them to one rate (polyphase), splits them without
     leakage, normalises every channel with statistics of the train split only, and builds one
-    :class:`~varlen.datasets.bearing.BearingWindows` per split over the same buffers. Samples no
+    :class:`~varlen.datasets.bearing.BearingWindows` per split over the same flat buffer. Samples no
     window covers are counted in :attr:`report` per split (unit ``"signal samples"``): gaps
     between split blocks, samples between windows when the stride exceeds the window, tails
     dropped by ``drop_tail``.
@@ -240,11 +243,26 @@ class BearingDataModule(VarLenDataModule):
         self.recording_names = [r.name for r in recordings]
         labels = np.array([self.class_names.index(r.label) for r in recordings], dtype=np.int64)
         self.recording_labels = labels
-        buffers = [r.signal for r in recordings]
+        store = self._join(recordings)
         tables = self._split_windows(recordings, labels)
         if self.normalize:
-            self.normalization = normalise(buffers, tables["train"])
-        return {name: BearingWindows(buffers, labels, *table) for name, table in tables.items()}
+            self.normalization = normalise(store.buffers, tables["train"])
+        return {
+            name: BearingWindows(store, labels, *table, pad_to_multiple_of=self.pad_to_multiple_of)
+            for name, table in tables.items()
+        }
+
+    def _join(self, recordings: list[Recording]) -> RecordingBuffer:
+        """All signals copied once into one flat buffer; each ``Recording.signal`` becomes its view (one copy kept).
+
+        The slack after the last recording lets a batch read any window as wide as the widest batch.
+        """
+        store = RecordingBuffer.join(
+            [r.signal for r in recordings], slack=round_up(self.window, self.pad_to_multiple_of)
+        )
+        for rec, view in zip(recordings, store.buffers, strict=True):
+            rec.signal = view
+        return store
 
     def _at_common_rate(self, recordings: list[Recording]) -> list[Recording]:
         """Every recording resampled to ``sampling_rate`` (each native buffer replaced, no second copy)."""

@@ -250,7 +250,17 @@ class HyperspectralDataModule(VarLenDataModule):
                 raise DataError(f"no {split} pixel survives the spatial split; use a smaller block_size or patch_size")
             kwargs = self._train_bands(scene_ids) if split == "train" else {"fixed_bands": eval_bands}
             datasets[split] = HyperspectralPixels(
-                self.scenes, scene_ids, rows, cols, labels, self.radius, mean, std, seed=self.seed, **kwargs
+                self.scenes,
+                scene_ids,
+                rows,
+                cols,
+                labels,
+                self.radius,
+                mean,
+                std,
+                seed=self.seed,
+                pad_to_multiple_of=self.pad_to_multiple_of,
+                **kwargs,
             )
         return datasets
 

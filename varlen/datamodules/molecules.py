@@ -75,7 +75,9 @@ class MoleculeDataModule(VarLenDataModule):
             file, line and SMILES; ``"raise"`` stops at the first one.
         cache_dir: featurised-graph cache (default: ``$VARLEN_CACHE`` or ``~/.cache/varlen``).
         num_proc: processes for featurising big tables (small ones are done in-process).
-        follow_batch: attributes that also get a ``<name>_batch`` vector in the batch.
+        follow_batch: fields (of ``x``, ``edge_index``, ``edge_attr``, ``y``, ``y_mask``,
+            ``descriptors``) that also get ``<name>_batch`` and ``<name>_ptr`` in the batch, as PyG's
+            ``follow_batch``; another name raises ``ValueError``.
         batch_size: molecules per batch (set this or ``max_tokens``).
         max_tokens: budget on atoms + directed edges per batch.
         shuffle, seed, num_buckets, num_workers, pin_memory, persistent_workers,

@@ -178,17 +178,23 @@ class TextClassificationDataModule(VarLenDataModule):
             kept = stratified_split(labels, {"kept": share, "rest": 1 - share}, self.seed, "training subset")["kept"]
             train, labels = train.select(kept), labels[kept]
         rows["train"] = (train, labels)
+        # first: it refuses a tokenizer without a pad token before anything is tokenised
+        self.collate_fn = text_data.TextCollator(
+            self.tokenizer.pad_token_id, self.with_token_type_ids, self.pad_to_multiple_of
+        )
         datasets = {}
         pairs = self.columns.pair is not None
         for split, (table, split_labels) in rows.items():
             datasets[split], truncated = text_data.tokenize_table(
-                table, split_labels, self.tokenizer, self.max_length, self.with_token_type_ids and pairs
+                table,
+                split_labels,
+                self.tokenizer,
+                self.max_length,
+                self.with_token_type_ids and pairs,
+                self.pad_to_multiple_of,
             )
             self.report.truncate(split, truncated, "text")
         if "test" not in datasets:
             log.info("no test split given: test and predict use the validation set (%d samples)", len(datasets["val"]))
             datasets["test"] = datasets["val"]
-        self.collate_fn = text_data.TextCollator(
-            self.tokenizer.pad_token_id, self.with_token_type_ids, self.pad_to_multiple_of
-        )
         return datasets

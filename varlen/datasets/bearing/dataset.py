@@ -1,33 +1,67 @@
-"""`BearingWindows`: the windows of one split, served as views into one buffer per recording.
+"""`BearingWindows`: the windows of one split, spans of the one flat signal buffer, fetched a batch at once.
 
-A copy per window would double the signal at 50% overlap; a view costs five int64 per window.
+A copy per window would double the signal at 50% overlap; a span costs a few int64 per window.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 from torch.utils.data import Dataset
 
-__all__ = ["BearingWindows"]
+from varlen.batching.collate import round_up
+from varlen.datasets.bearing.storage import RecordingBuffer, gather_windows
+
+__all__ = ["BearingWindows", "WindowBatch"]
+
+
+@dataclass
+class WindowBatch:
+    """A padded batch of windows, as gathered: what :class:`~varlen.datasets.bearing.BearingCollator` names.
+
+    Attributes:
+        index: ``[B]`` int64 position of each window in its split.
+        signals: ``[B, C, W]`` float32, zeros after each window's length.
+        lengths: ``[B]`` int64 true length of each window.
+        mask: ``[B, W]`` bool keep mask (True = real sample).
+        labels: ``[B]`` int64 class of each window's recording.
+        recording_ids: ``[B]`` int64 recording of each window.
+        window_index: ``[B]`` int64 position of each window among its recording's windows in the split.
+        starts: ``[B]`` int64 first sample of each window in its recording.
+    """
+
+    index: torch.Tensor
+    signals: torch.Tensor
+    lengths: torch.Tensor
+    mask: torch.Tensor
+    labels: torch.Tensor
+    recording_ids: torch.Tensor
+    window_index: torch.Tensor
+    starts: torch.Tensor
 
 
 class BearingWindows(Dataset):
-    """Windows of recordings, served as views into one buffer per recording.
+    """Windows of recordings: spans of one flat buffer holding every recording, never copies.
 
-    Memory: the buffers (shared with the other splits) plus five int64 per window (recording,
-    start, length, window index, label). A sample's ``signal`` is
-    ``buffers[r][:, start:start + length]``: a view, never a copy.
+    Memory: the shared :class:`~varlen.datasets.bearing.storage.RecordingBuffer` plus, per window,
+    its recording, start, length, window index and label, and the start of each of its ``C`` rows
+    in the flat buffer (the :class:`~varlen.batching.ragged.Ragged` :attr:`signals`). A sample's
+    ``signal`` is ``buffers[r][:, start:start + length]``: a view; a batch
+    (:meth:`__getitems__`) is one gather of all its windows, padded.
 
     Args:
-        buffers: ``[C, T]`` float32 per recording (all recordings; indexed by ``recording``).
+        buffers: the shared store of all recordings (indexed by ``recording``), or their ``[C, T]``
+            float32 arrays, which are then copied once into a store of this dataset's own.
         labels: class index per recording.
         recording: recording index per window.
         starts: start sample per window (in the recording's resampled time line).
         lengths: true length per window (a tail window is shorter).
         window_index: the window's position among its recording's windows in this split.
+        pad_to_multiple_of: round a fetched batch's width up to this multiple.
 
     Samples: ``index``, ``signal`` ``[C, length]`` float32 view, ``label``, ``recording_id``,
     ``window_index``, ``start``.
@@ -35,20 +69,31 @@ class BearingWindows(Dataset):
 
     def __init__(
         self,
-        buffers: Sequence[np.ndarray],
+        buffers: RecordingBuffer | Sequence[np.ndarray],
         labels: np.ndarray,
         recording: np.ndarray,
         starts: np.ndarray,
         lengths: np.ndarray,
         window_index: np.ndarray,
+        pad_to_multiple_of: int | None = None,
     ) -> None:
-        self.buffers = buffers
-        self.recording_labels = np.asarray(labels, dtype=np.int64)
         self.recording = np.asarray(recording, dtype=np.int64)
         self.starts = np.asarray(starts, dtype=np.int64)
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.window_index = np.asarray(window_index, dtype=np.int64)
+        if not isinstance(buffers, RecordingBuffer):
+            widest = round_up(int(self.lengths.max()), pad_to_multiple_of) if len(self.lengths) else 0
+            buffers = RecordingBuffer.join(buffers, slack=widest)
+        self.store = buffers
+        self.recording_labels = np.asarray(labels, dtype=np.int64)
         self.labels = self.recording_labels[self.recording]
+        self.pad_to_multiple_of = pad_to_multiple_of
+        self.signals = self.store.windows(self.recording, self.starts, self.lengths)
+
+    @property
+    def buffers(self) -> list[np.ndarray]:
+        """``[C, T]`` view of each recording (all recordings, shared with the other splits)."""
+        return self.store.buffers
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -64,12 +109,32 @@ class BearingWindows(Dataset):
             "start": start,
         }
 
+    def __getitems__(self, indices: Sequence[int]) -> WindowBatch:
+        """A whole batch at once (the loader's batched fetch): one gather of the windows, padded."""
+        indices = np.asarray(indices, dtype=np.int64)
+        padded = gather_windows(self.signals, self.store.channels, indices, self.pad_to_multiple_of)
+        tensor = torch.from_numpy
+        return WindowBatch(
+            index=tensor(indices),
+            signals=tensor(padded.signals),
+            lengths=tensor(padded.lengths),
+            mask=tensor(padded.mask),
+            labels=tensor(self.labels[indices]),
+            recording_ids=tensor(self.recording[indices]),
+            window_index=tensor(self.window_index[indices]),
+            starts=tensor(self.starts[indices]),
+        )
+
+    def index_nbytes(self) -> int:
+        """Bytes of this split's own index arrays (per window; the signal store is shared)."""
+        arrays = {id(a): a.nbytes for a in (self.recording, self.starts, self.lengths, self.window_index, self.labels)}
+        arrays.update({id(a): a.nbytes for a in (self.signals.starts, self.signals.lengths, self.signals.groups)})
+        return int(sum(arrays.values()))
+
     def nbytes(self) -> int:
-        """Bytes this dataset refers to: the buffers of its recordings plus its index arrays.
+        """Bytes this dataset refers to: the whole signal store (slack included) plus its index arrays.
 
         An accounting figure, not a measurement: tests check views with ``np.shares_memory``
         and held memory with ``tracemalloc``.
         """
-        used = np.unique(self.recording)
-        index = self.recording.nbytes + self.starts.nbytes + self.lengths.nbytes + self.window_index.nbytes
-        return int(sum(self.buffers[r].nbytes for r in used.tolist()) + index + self.labels.nbytes)
+        return int(self.store.values.nbytes + self.index_nbytes())

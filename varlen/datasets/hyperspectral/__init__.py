@@ -3,14 +3,17 @@
 A *scene* is a cube ``[H, W, B]`` (a :class:`MappedCube`: memory-mapped, never loaded whole, and
 pickled to loader workers as its path only), a label map ``[H, W]`` (0 = unlabelled) and the
 centre wavelength of every band in nm. A *sample* is one labelled pixel: its spectrum, or the
-``P x P`` patch around it, as a view into the cube with the band indices it will use; the
-:class:`HyperspectralCollator` copies only those bands.
+``P x P`` patch around it, with the band indices it will use. A batch is gathered at once: its
+band lists as ``Ragged`` rows (:mod:`.bands`: fixed per scene, or drawn per (seed, epoch, index)
+without a loop), then one read of the memory-mapped cube per scene present for every patch x its
+bands (:mod:`.gather`); the :class:`HyperspectralCollator` names the fields.
 
 Modules: :mod:`.scenes` (sensors, wavelengths, the public :data:`SCENES`), :mod:`.readers`
 (``.mat`` v5 / v7.3, ENVI, ``.npy``; the ``.mat`` -> ``.npy`` cache), :mod:`.labels` (label-map
 checks), :mod:`.source` (:class:`SceneSource`, :func:`prepare_scene`, :func:`open_scene`:
 files, downloads, checks), :mod:`.synthetic` (the embedded default), :mod:`.dataset`
-(:class:`HyperspectralPixels`, band sets and statistics), :mod:`.collate`.
+(:class:`HyperspectralPixels`, band sets and statistics), :mod:`.bands` (a batch's band lists),
+:mod:`.gather` (one read of the cube per batch, :class:`PixelBatch`), :mod:`.collate`.
 
 Spatial splits come from :func:`varlen.splits.spatial_block_split`: a random pixel split puts
 neighbouring pixels, whose patches overlap, on both sides, and published accuracies near 99%
@@ -25,6 +28,7 @@ from varlen.datasets.hyperspectral.dataset import (
     random_band_counts,
     select_bands,
 )
+from varlen.datasets.hyperspectral.gather import PixelBatch
 from varlen.datasets.hyperspectral.labels import known_labels
 from varlen.datasets.hyperspectral.readers import (
     MAT_CACHE_VERSION,
@@ -62,6 +66,7 @@ __all__ = [
     "HyperspectralCollator",
     "HyperspectralPixels",
     "MappedCube",
+    "PixelBatch",
     "RemoteFile",
     "Scene",
     "SceneInfo",

@@ -1,26 +1,32 @@
-"""`HyperspectralCollator`: pixel samples padded to the batch's largest band count, normalised in place."""
+"""`HyperspectralCollator`: names the fields of a gathered pixel batch (or gathers a list of samples first)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
 import torch
 
-from varlen.batching import lengths_to_mask, pad_sequences, round_up
+from varlen.batching.ragged import Ragged
+from varlen.datasets.hyperspectral.gather import PixelBatch, normalise, read_patches
 
 __all__ = ["HyperspectralCollator"]
 
 
 class HyperspectralCollator:
-    """Pad a list of pixel samples (from :class:`~varlen.datasets.hyperspectral.HyperspectralPixels`) into a batch.
+    """The model's fields of a pixel batch.
 
-    Only the selected bands of each patch are copied (one gather per sample straight into the
-    preallocated batch array) and normalised there in place: no batch-sized temporaries.
+    A :class:`~varlen.datasets.hyperspectral.gather.PixelBatch` (the loader's batched fetch,
+    gathered by :class:`~varlen.datasets.hyperspectral.HyperspectralPixels`) is only named. A
+    list of ``dataset[i]`` dicts is gathered here first with the same one-read path: the band
+    lists, statistics and wavelengths joined once into ``Ragged`` rows, the patches (views of the
+    cube) joined once into one array.
 
     Args:
-        pad_to_multiple_of: round the band axis up to a multiple of this (8 for tensor cores).
+        pad_to_multiple_of: round the band axis up to a multiple of this (8 for tensor cores), for
+            lists of samples (a fetched batch was padded by the dataset).
 
     Returns (from a call):
         ``spectra`` float32 ``[B, K, P, P]`` (``[B, K]`` for spectra, P = 1), zero where padded;
@@ -34,30 +40,43 @@ class HyperspectralCollator:
     def __init__(self, pad_to_multiple_of: int | None = None) -> None:
         self.pad_to_multiple_of = pad_to_multiple_of
 
-    def __call__(self, samples: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        multiple = self.pad_to_multiple_of
-        counts = np.array([len(s["bands"]) for s in samples], dtype=np.int64)
-        width = round_up(int(counts.max()), multiple)
-        spatial = samples[0]["patch"].shape[:-1]
-        per_band = (-1,) + (1,) * len(spatial)
-        out = np.zeros((len(samples), width, *spatial), dtype=np.float32)
-        for i, s in enumerate(samples):  # one gather per sample (its bands of its patch view), normalised in place
-            row = out[i, : counts[i]]
-            row[...] = np.moveaxis(np.take(s["patch"], s["bands"], axis=-1), -1, 0)
-            row -= s["mean"].reshape(per_band)
-            row /= s["std"].reshape(per_band)
-        lengths = torch.from_numpy(counts)
-        return {
-            "index": torch.tensor([s["index"] for s in samples], dtype=torch.long),
-            "spectra": torch.from_numpy(out),
-            "wavelengths": pad_sequences([s["wavelengths"] for s in samples], 0.0, multiple, torch.float32).values,
-            "bands": pad_sequences([s["bands"] for s in samples], -1, multiple, torch.long).values,
-            "band_mask": lengths_to_mask(lengths, width),
-            "lengths": lengths,
-            "labels": torch.tensor([s["label"] for s in samples], dtype=torch.long),
-            "scene": torch.tensor([s["scene"] for s in samples], dtype=torch.long),
-            "coords": torch.tensor([s["coords"] for s in samples], dtype=torch.long),
-        }
+    def __call__(self, samples: PixelBatch | Sequence[dict[str, Any]]) -> dict[str, Any]:
+        batch = samples if isinstance(samples, PixelBatch) else self.gather_samples(samples)
+        return {field.name: getattr(batch, field.name) for field in fields(PixelBatch)}
+
+    def gather_samples(self, samples: Sequence[dict[str, Any]]) -> PixelBatch:
+        """``dataset[i]`` dicts as one batch, equal to the dataset's fetch of the same samples."""
+        positions = np.arange(len(samples))
+
+        def padded(key: str, pad: float, dtype: torch.dtype | None = None):
+            rows = Ragged.from_arrays([np.asarray(s[key]) for s in samples])
+            return rows.pad(positions, pad, self.pad_to_multiple_of, dtype)
+
+        band_rows = padded("bands", -1, torch.long)
+        bands, mask = band_rows.values.numpy(), band_rows.mask.numpy()
+        patches = [np.asarray(s["patch"]) for s in samples]
+        spatial = patches[0].shape[:-1]
+        side = spatial[0] if spatial else 1
+        depth = np.fromiter((p.shape[-1] for p in patches), np.int64, len(patches))  # each one's cube bands
+        sizes = np.fromiter((p.size for p in patches), np.int64, len(patches))
+        flat = np.concatenate([p.reshape(-1) for p in patches])
+        read = np.where(mask, bands, bands[:, :1])  # padded slots read the sample's first band, zeroed below
+        raw = read_patches(flat, np.cumsum(sizes) - sizes, (side * depth, depth, 1), read, side)
+        mean = padded("mean", 0.0, torch.float32).values.numpy()
+        std = padded("std", 1.0, torch.float32).values.numpy()
+        spectra = normalise(raw.reshape(len(samples), bands.shape[1], *spatial), mean, std, mask)
+        column = lambda key: torch.tensor(np.array([s[key] for s in samples]), dtype=torch.long)  # noqa: E731
+        return PixelBatch(
+            index=column("index"),
+            spectra=torch.from_numpy(spectra),
+            wavelengths=padded("wavelengths", 0.0, torch.float32).values,
+            bands=band_rows.values,
+            band_mask=band_rows.mask,
+            lengths=band_rows.lengths,
+            labels=column("label"),
+            scene=column("scene"),
+            coords=column("coords"),
+        )
 
     def __repr__(self) -> str:
         return f"HyperspectralCollator(pad_to_multiple_of={self.pad_to_multiple_of})"

@@ -1,16 +1,19 @@
 """The pixel dataset over memory-mapped cubes, its band sets, and train-only band statistics.
 
-A sample is one labelled pixel: its spectrum, or the ``P x P`` patch around it, returned as a
-**view** into the cube together with the band indices it will use; the collate copies only those
-bands. The dataset keeps one row per sample (int32) and each scene's cube as a
+A sample is one labelled pixel: its spectrum, or the ``P x P`` patch around it. ``dataset[i]``
+returns the patch as a **view** into the cube together with the band indices it will use; the
+loader's batched fetch (``__getitems__``) reads a whole batch at once: the batch's band lists as
+:class:`~varlen.batching.ragged.Ragged` rows (:mod:`.bands`), padded in one gather, and one read
+of the cube per scene present for all patches x their bands (:mod:`.gather`), normalised in
+place. The dataset keeps one row per sample (int32) and each scene's cube as a
 :class:`~varlen.datasets.hyperspectral.MappedCube`, which pickles as its path: a worker never
 receives a copy of the cube.
 
 Random band subsets (training): sample ``i`` has ``band_counts[i]`` bands, drawn once from the
 named stream ``stream(seed, "band counts")`` (:func:`random_band_counts`), so ``lengths`` is known
-up front and the same every epoch; *which* bands is drawn from ``default_rng((seed, epoch, i))``,
-so they change every epoch and are the same in any worker, on any rank and after a resume. That
-three-number seed cannot collide with a named stream, whose seed is ``[seed, crc32(name)]``.
+up front and the same every epoch; *which* bands is a function of ``(seed, epoch, i)`` only
+(:func:`~varlen.datasets.hyperspectral.bands.random_band_rows`), so they change every epoch and
+are the same in any worker, on any rank and after a resume.
 """
 
 from __future__ import annotations
@@ -19,8 +22,12 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 from torch.utils.data import Dataset
 
+from varlen.batching.ragged import Ragged
+from varlen.datasets.hyperspectral.bands import fixed_band_rows, random_band_rows
+from varlen.datasets.hyperspectral.gather import PixelBatch, flat_view, normalise, read_patches
 from varlen.datasets.hyperspectral.readers import MappedCube
 from varlen.datasets.hyperspectral.source import Scene
 from varlen.errors import DataError
@@ -128,11 +135,12 @@ def band_statistics(cube: MappedCube | np.ndarray, centres: np.ndarray, rows_per
 
 
 class HyperspectralPixels(Dataset):
-    """Labelled pixels of one or more scenes, each a spectrum or a patch view plus its band indices.
+    """Labelled pixels of one or more scenes; a batch is gathered at once (see the module docstring).
 
     The dataset keeps only what samples need: each scene's cube (a :class:`MappedCube`, which
-    pickles as its path), wavelengths, usable bands and statistics, and one row per sample.
-    Label maps stay with the DataModule.
+    pickles as its path), wavelengths, usable bands and statistics (also concatenated over the
+    scenes, so that one gather serves a batch that mixes them), and one row per sample. Label
+    maps stay with the DataModule.
 
     Band sets:
         * ``band_counts`` given (training with random subsets): sample ``i`` always has
@@ -148,6 +156,7 @@ class HyperspectralPixels(Dataset):
         band_counts: per-sample band counts for random subsets, or None.
         fixed_bands: per-scene band index arrays when ``band_counts`` is None.
         seed: base seed of the band draws.
+        pad_to_multiple_of: round a fetched batch's band axis up to this multiple.
     """
 
     def __init__(
@@ -163,11 +172,12 @@ class HyperspectralPixels(Dataset):
         band_counts: np.ndarray | None = None,
         fixed_bands: Sequence[np.ndarray] | None = None,
         seed: int = 0,
+        pad_to_multiple_of: int | None = None,
     ) -> None:
         if band_counts is None and fixed_bands is None:
             raise ValueError("give band_counts (random subsets) or fixed_bands")
         self.cubes = [scene.cube for scene in scenes]
-        self.usable_bands = [np.asarray(scene.usable_bands, dtype=np.int64) for scene in scenes]
+        self.usable_bands = [np.sort(np.asarray(scene.usable_bands, dtype=np.int64)) for scene in scenes]
         self.wavelengths = [np.asarray(scene.wavelengths, dtype=np.float32) for scene in scenes]
         # one row per sample, int32: the per-sample tables are the dataset's only memory that grows
         # with the scene (a 1.5 GiB cube has about a million training pixels)
@@ -181,23 +191,32 @@ class HyperspectralPixels(Dataset):
         self.band_counts = None if band_counts is None else np.asarray(band_counts, dtype=np.int32)
         self.fixed_bands = None if fixed_bands is None else [np.asarray(b, dtype=np.int64) for b in fixed_bands]
         self.seed = int(seed)
+        self.pad_to_multiple_of = pad_to_multiple_of
         self.epoch = 0  # used by plain ``dataset[i]``; batches from the loader carry their own
         if self.band_counts is not None:
             self.lengths = self.band_counts  # read-only for everyone: no copy
         else:
             self.lengths = np.array([len(b) for b in self.fixed_bands], dtype=np.int32)[self.scene_ids]
+        # band tables of all scenes back to back (a few hundred values each): scene s's band b is at start[s] + b
+        self.usable = Ragged.from_arrays(self.usable_bands)
+        self.fixed = None if self.fixed_bands is None else Ragged.from_arrays(self.fixed_bands)
+        self.table_start = np.cumsum([0] + [len(w) for w in self.wavelengths[:-1]]).astype(np.int64)
+        self.table_wavelengths = np.concatenate(self.wavelengths)
+        self.table_mean, self.table_std = np.concatenate(self.mean), np.concatenate(self.std)
 
     def __len__(self) -> int:
         return len(self.labels)
 
+    def band_rows(self, indices: Sequence[int] | np.ndarray, epoch: int) -> Ragged:
+        """The sorted band indices of samples ``indices`` in ``epoch``, one row per position in ``indices``."""
+        if self.band_counts is None:
+            return fixed_band_rows(self.fixed, self.scene_ids, indices)
+        return random_band_rows(self.usable, self.scene_ids, self.band_counts, indices, self.seed, epoch)
+
     def bands_of(self, i: int, epoch: int) -> np.ndarray:
         """Sorted band indices (into the cube) that sample ``i`` uses in ``epoch``."""
-        s = self.scene_ids[i]
-        if self.band_counts is None:
-            return self.fixed_bands[s]
-        usable = self.usable_bands[s]
-        rng = np.random.default_rng((self.seed, epoch, int(i)))
-        return np.sort(usable[rng.permutation(usable.size)[: self.band_counts[i]]])
+        rows = self.band_rows([int(i)], epoch)
+        return rows.values[rows.starts[0] : rows.starts[0] + rows.lengths[0]]
 
     def sample(self, i: int, epoch: int) -> dict[str, Any]:
         i = int(i)
@@ -223,6 +242,61 @@ class HyperspectralPixels(Dataset):
     def __getitem__(self, i: int) -> dict[str, Any]:
         return self.sample(i, self.epoch)
 
-    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
-        epoch = getattr(indices, "epoch", self.epoch)
-        return [self.sample(i, epoch) for i in indices]
+    def __getitems__(self, indices: Sequence[int]) -> PixelBatch:
+        """A whole batch (the loader's batched fetch), in the epoch an :class:`EpochIndices` carries."""
+        return self.gather(indices, getattr(indices, "epoch", self.epoch), self.pad_to_multiple_of)
+
+    def gather(
+        self, indices: Sequence[int] | np.ndarray, epoch: int, pad_to_multiple_of: int | None = None
+    ) -> PixelBatch:
+        """Samples ``indices`` as one padded batch: their band rows padded in one gather, one cube
+        read per scene present, normalised in place, zero (bands -1) beyond each sample's bands."""
+        indices = np.asarray(indices, dtype=np.int64)
+        if len(indices) == 0:
+            raise ValueError("cannot gather an empty batch")
+        scenes = self.scene_ids[indices].astype(np.int64)
+        padded = self.band_rows(indices, epoch).pad(np.arange(len(indices)), -1, pad_to_multiple_of, torch.long)
+        bands, mask = padded.values.numpy(), padded.mask.numpy()
+        read = np.where(mask, bands, bands[:, :1])  # padded slots read the sample's first band, zeroed below
+        table = self.table_start[scenes][:, None] + read
+        spectra = normalise(self._read(indices, scenes, read), self.table_mean[table], self.table_std[table], mask)
+        coords = np.stack([self.rows[indices], self.cols[indices]], axis=1).astype(np.int64)
+        return PixelBatch(
+            index=torch.from_numpy(indices),
+            spectra=torch.from_numpy(spectra),
+            wavelengths=torch.from_numpy(np.where(mask, self.table_wavelengths[table], np.float32(0))),
+            bands=padded.values,
+            band_mask=padded.mask,
+            lengths=padded.lengths,
+            labels=torch.from_numpy(self.labels[indices].astype(np.int64)),
+            scene=torch.from_numpy(scenes),
+            coords=torch.from_numpy(coords),
+        )
+
+    def _read(self, indices: np.ndarray, scenes: np.ndarray, bands: np.ndarray) -> np.ndarray:
+        """``[B, K, P, P]`` raw values (``[B, K]`` for spectra): one read per scene present in the batch."""
+        side = 2 * self.radius + 1
+        shape = (len(indices), bands.shape[1]) + ((side, side) if self.radius else ())
+        present = np.unique(scenes)
+        if len(present) == 1:
+            return self._read_scene(int(present[0]), indices, bands).reshape(shape)
+        out = np.empty(shape, dtype=np.float32)
+        for s in present:  # the scenes' cubes are different files (of different band counts)
+            part = np.flatnonzero(scenes == s)
+            out[part] = self._read_scene(int(s), indices[part], bands[part]).reshape(len(part), *shape[1:])
+        return out
+
+    def _read_scene(self, s: int, indices: np.ndarray, bands: np.ndarray) -> np.ndarray:
+        """The patches of samples ``indices`` (all of scene ``s``) x ``bands``: one read of its cube."""
+        cube = self.cubes[s]
+        array = cube.array if isinstance(cube, MappedCube) else np.asarray(cube)
+        top = self.rows[indices].astype(np.int64) - self.radius
+        left = self.cols[indices].astype(np.int64) - self.radius
+        side = 2 * self.radius + 1
+        view = flat_view(array)
+        if view is None:  # negative or odd strides (an in-memory flipped array): index the cube itself
+            steps = np.arange(side)
+            rows, cols = (top[:, None] + steps)[:, None, :, None], (left[:, None] + steps)[:, None, None, :]
+            return array[rows, cols, bands[:, :, None, None]]
+        flat, (row, col, band) = view
+        return read_patches(flat, top * row + left * col, (row, col, band), bands, side)

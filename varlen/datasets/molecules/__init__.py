@@ -3,14 +3,16 @@
 * :mod:`.readers`: presets, downloads, :func:`read_table` (table errors name the file and line);
 * :mod:`.features`: RDKit atom / bond categories in shared vocabularies, scaffolds, descriptors;
 * :mod:`.graphs`: the table's graphs as concatenated arrays, cached as ``.npz`` (no pickles);
-* :mod:`.dataset`: :class:`MoleculeGraphs`, one split over the shared store;
-* :mod:`.collate`: :class:`MoleculeCollator`, samples to a PyG ``Batch``.
+* :mod:`.rows`: :class:`MoleculeRows`, a batch of molecules as the arrays of one graph;
+* :mod:`.dataset`: :class:`MoleculeGraphs`, one split over the shared store, gathering a batch at
+  once as :class:`MoleculeRows`;
+* :mod:`.collate`: :class:`MoleculeCollator`, those rows to a PyG ``Batch`` (:func:`graph_batch`).
 
 :data:`FEATURIZER_VERSION` here is a copy for reading; the cache key reads
 ``varlen.datasets.molecules.features.FEATURIZER_VERSION``.
 """
 
-from varlen.datasets.molecules.collate import MoleculeCollator
+from varlen.datasets.molecules.collate import GRAPH_FIELDS, MoleculeCollator, graph_batch
 from varlen.datasets.molecules.dataset import MoleculeGraphs, standardized_descriptors, target_statistics
 from varlen.datasets.molecules.features import (
     ATOM_FEATURES,
@@ -41,6 +43,7 @@ from varlen.datasets.molecules.readers import (
     read_table,
     table_path,
 )
+from varlen.datasets.molecules.rows import MoleculeRows
 
 __all__ = [
     "ATOM_FEATURES",
@@ -50,6 +53,7 @@ __all__ = [
     "CACHE_FORMAT",
     "DESCRIPTORS",
     "FEATURIZER_VERSION",
+    "GRAPH_FIELDS",
     "MOLECULENET",
     "NUM_DESCRIPTORS",
     "TASKS",
@@ -57,10 +61,12 @@ __all__ = [
     "MoleculeCollator",
     "MoleculeGraphs",
     "MoleculeNetSpec",
+    "MoleculeRows",
     "MoleculeTable",
     "cached_graphs",
     "featurize_all",
     "featurize_smiles",
+    "graph_batch",
     "graph_cache_path",
     "molecule_descriptors",
     "moleculenet_file",

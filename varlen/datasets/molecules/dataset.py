@@ -1,19 +1,25 @@
 """`MoleculeGraphs`: one split of a table's molecules as graph samples over the shared store.
 
 Samples are views into the store's concatenated arrays (nothing is copied per split), and the
-per-sample sizes are computed once from the store's offsets. The statistics helpers standardise
+per-sample sizes are computed once from the store's offsets. The loader's batched fetch
+(``__getitems__``) gathers a whole batch as :class:`MoleculeRows` with index arithmetic on the
+store's :class:`~varlen.batching.ragged.Ragged` rows: one read per array, node offsets added to
+``edge_index`` in one operation, no work per molecule. The statistics helpers standardise
 targets and descriptors with the train split's values only, so no test information leaks.
 """
 
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 from torch.utils.data import Dataset
 
+from varlen.batching.ragged import concat_ranges
 from varlen.datasets.molecules.graphs import GraphStore
+from varlen.datasets.molecules.rows import MoleculeRows
 
 __all__ = ["MoleculeGraphs", "standardized_descriptors", "target_statistics"]
 
@@ -93,3 +99,23 @@ class MoleculeGraphs(Dataset):
         if self.descriptors is not None:
             sample["descriptors"] = self.descriptors[p]
         return sample
+
+    def __getitems__(self, indices: Sequence[int]) -> MoleculeRows:
+        """Several molecules at once, for the loader's batched fetch: one gather per array, no per-molecule work."""
+        indices = np.asarray(indices, dtype=np.int64)
+        p = self.positions[indices]
+        atoms, bonds = self.store.atoms, self.store.bonds
+        num_nodes, num_edges = atoms.lengths[p], bonds.lengths[p]
+        nodes = concat_ranges(atoms.starts[p], num_nodes)
+        edges = concat_ranges(bonds.starts[p], num_edges)
+        # np.take: several times faster than fancy indexing for these small 2-D reads
+        return MoleculeRows.join(
+            x=np.take(atoms.values, nodes, axis=0).astype(np.int64),
+            edge_index=np.take(self.store.edge_index, edges, axis=1),
+            edge_attr=np.take(bonds.values, edges, axis=0).astype(np.int64),
+            num_nodes=num_nodes,
+            num_edges=num_edges,
+            y=np.take(self.targets, p, axis=0),
+            index=indices,
+            descriptors=None if self.descriptors is None else np.take(self.descriptors, p, axis=0),
+        )

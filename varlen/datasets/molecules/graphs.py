@@ -15,10 +15,12 @@ import warnings
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, fields
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
+from varlen.batching.ragged import Ragged
 from varlen.cache import cache_key, default_cache_dir, file_hash, load_arrays, save_arrays
 from varlen.datasets.molecules import features
 from varlen.datasets.molecules.features import ATOM_FEATURES, BOND_FEATURES, NUM_DESCRIPTORS, Graph, featurize_many
@@ -44,6 +46,9 @@ class GraphStore:
         descriptors: float32 ``[N, NUM_DESCRIPTORS]`` RDKit descriptors (zeros when invalid).
         error_rows: int64 positions (table rows) RDKit could not use; their graphs are empty.
         error_messages: str, why each of ``error_rows`` failed (``"<reason>[: <detail>]"``).
+
+    :attr:`atoms` and :attr:`bonds` are the same arrays as :class:`~varlen.batching.ragged.Ragged` rows
+    (one row per molecule), which is how a batch is gathered.
     """
 
     x: np.ndarray
@@ -66,6 +71,16 @@ class GraphStore:
     @property
     def num_edges(self) -> np.ndarray:
         return np.diff(self.edge_ptr)
+
+    @cached_property
+    def atoms(self) -> Ragged:
+        """Atoms per molecule: ``x`` split by ``node_ptr``."""
+        return Ragged.from_offsets(self.x, self.node_ptr)
+
+    @cached_property
+    def bonds(self) -> Ragged:
+        """Directed edges per molecule: ``edge_attr`` split by ``edge_ptr``; ``edge_index[:, i]`` shares its rows."""
+        return Ragged.from_offsets(self.edge_attr, self.edge_ptr)
 
     @property
     def valid(self) -> np.ndarray:

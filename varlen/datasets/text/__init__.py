@@ -5,12 +5,13 @@ tokenised unpadded storage and its collate.
   a Hub dataset; map labels to classes, bad rows through the report.
 * :mod:`~varlen.datasets.text.synthetic`: the embedded movie reviews (offline default).
 * :mod:`~varlen.datasets.text.tokens`: tokenizers and tokenising a table once.
-* :mod:`~varlen.datasets.text.dataset`: :class:`TokenizedTexts`, flat ids plus offsets.
-* :mod:`~varlen.datasets.text.collate`: :class:`TextCollator`.
+* :mod:`~varlen.datasets.text.dataset`: :class:`TokenizedTexts`, ids as ``Ragged`` rows, padded
+  a whole batch at a time on fetch (:class:`TextBatch`).
+* :mod:`~varlen.datasets.text.collate`: :class:`TextCollator`, which names the batch's fields.
 """
 
 from varlen.datasets.text.collate import TextCollator
-from varlen.datasets.text.dataset import TextRows, TokenizedTexts
+from varlen.datasets.text.dataset import TextBatch, TokenizedTexts, pad_texts
 from varlen.datasets.text.readers import (
     FILE_TYPES,
     TextColumns,
@@ -30,7 +31,7 @@ __all__ = [
     "FILE_TYPES",
     "TextCollator",
     "TextColumns",
-    "TextRows",
+    "TextBatch",
     "TextTable",
     "TokenizedTexts",
     "check_classes",
@@ -40,6 +41,7 @@ __all__ = [
     "encode_rows",
     "label_key",
     "load_tokenizer",
+    "pad_texts",
     "read_hub",
     "read_table",
     "synthetic_reviews",

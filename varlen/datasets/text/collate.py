@@ -1,25 +1,31 @@
-"""`TextCollator`: pads a batch of token ids with the tokenizer's pad id, with a keep mask."""
+"""`TextCollator`: names the fields of a padded text batch (the dataset's fetch has padded it)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
-from varlen.batching.collate import pad_flat
-from varlen.datasets.text.dataset import TextRows
+from varlen.batching.ragged import Ragged
+from varlen.datasets.text.dataset import TextBatch, pad_texts
 
 __all__ = ["TextCollator"]
 
 
 class TextCollator:
-    """Pads token ids with the tokenizer's pad id and builds ``attention_mask`` (1 = real token).
+    """The model's fields of a text batch: ``input_ids``, ``attention_mask`` (1 = real token),
+    ``token_type_ids`` (when the model takes them), ``labels``, ``index``.
+
+    A :class:`~varlen.datasets.text.TextBatch` (the loader's batched fetch, padded by
+    :class:`~varlen.datasets.text.TokenizedTexts`) is only named; a list of ``dataset[i]`` dicts is
+    padded here first, with the same one-gather path.
 
     Args:
-        pad_token_id: the tokenizer's ``pad_token_id`` (never assume 0).
-        with_token_type_ids: also return ``token_type_ids`` (padded with 0) for models taking them.
-        pad_to_multiple_of: round the padded length up (8 suits tensor cores).
+        pad_token_id: the tokenizer's ``pad_token_id`` (never assume 0), for lists of samples.
+        with_token_type_ids: also return ``token_type_ids`` (zeros for single texts).
+        pad_to_multiple_of: round the padded length up (8 suits tensor cores), for lists of samples.
     """
 
     def __init__(self, pad_token_id: int, with_token_type_ids: bool = False, pad_to_multiple_of: int | None = None):
@@ -29,21 +35,26 @@ class TextCollator:
         self.with_token_type_ids = with_token_type_ids
         self.pad_to_multiple_of = pad_to_multiple_of
 
-    def __call__(self, samples: TextRows | Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        """Pad a batch: :class:`TextRows` (the loader's batched fetch) or a list of samples."""
-        rows = samples if isinstance(samples, TextRows) else TextRows.from_samples(samples)
-        ids = pad_flat(rows.ids, rows.lengths, self.pad_token_id, self.pad_to_multiple_of, dtype=torch.long)
+    def __call__(self, samples: TextBatch | Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """Name a fetched batch's fields, or pad a list of samples first."""
+        texts = samples if isinstance(samples, TextBatch) else self.pad_samples(samples)
         batch = {
-            "index": torch.from_numpy(rows.index),
-            "input_ids": ids.values,
-            "attention_mask": ids.mask.long(),
-            "labels": torch.from_numpy(rows.labels),
+            "index": texts.index,
+            "input_ids": texts.ids,
+            "attention_mask": texts.mask.long(),
+            "labels": texts.labels,
         }
         if self.with_token_type_ids:
-            if rows.type_ids is not None:
-                batch["token_type_ids"] = pad_flat(
-                    rows.type_ids, rows.lengths, 0, self.pad_to_multiple_of, dtype=torch.long
-                ).values
-            else:
-                batch["token_type_ids"] = torch.zeros_like(ids.values)
+            batch["token_type_ids"] = texts.type_ids if texts.type_ids is not None else torch.zeros_like(texts.ids)
         return batch
+
+    def pad_samples(self, samples: Sequence[dict[str, Any]]) -> TextBatch:
+        """Single samples (``dataset[i]`` dicts) joined once into rows and padded like a fetched batch."""
+        ids = Ragged.from_arrays([np.asarray(s["input_ids"]) for s in samples])
+        type_ids = None
+        if "token_type_ids" in samples[0]:
+            type_ids = Ragged.from_arrays([np.asarray(s["token_type_ids"]) for s in samples])
+        labels = np.fromiter((s["label"] for s in samples), np.int64, len(samples))
+        texts = pad_texts(ids, type_ids, labels, np.arange(len(samples)), self.pad_token_id, self.pad_to_multiple_of)
+        texts.index = torch.from_numpy(np.fromiter((s["index"] for s in samples), np.int64, len(samples)))
+        return texts

@@ -1,7 +1,8 @@
-"""Tokenised texts over unpadded storage: one flat array of token ids plus offsets.
+"""Tokenised texts over unpadded storage: token ids as :class:`~varlen.batching.ragged.Ragged` rows.
 
-A sample is a view into that array; nothing is padded until the collate sees the batch. The
-loader's batched fetch (``__getitems__``) gathers a whole batch's ids in one numpy step.
+A sample is a view into one flat id array; nothing is padded until a batch is fetched. The
+loader's batched fetch (``__getitems__``) pads a whole batch in one gather (pad id and
+``pad_to_multiple_of`` included), so the collate only names the fields.
 """
 
 from __future__ import annotations
@@ -13,81 +14,111 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["TextRows", "TokenizedTexts"]
+from varlen.batching.collate import round_up
+from varlen.batching.ragged import Ragged
+
+__all__ = ["TextBatch", "TokenizedTexts", "pad_texts"]
 
 
 @dataclass
-class TextRows:
-    """Several unpadded texts, back to back: what the collate pads.
+class TextBatch:
+    """A padded batch of texts, as gathered: what :class:`~varlen.datasets.text.TextCollator` names.
 
     Attributes:
-        index: dataset index of each text.
-        ids: their token ids, concatenated.
-        lengths: tokens of each text.
-        labels: class id of each text.
-        type_ids: token type ids aligned with ``ids``, or None.
+        index: ``[B]`` int64 dataset index of each text.
+        ids: ``[B, L]`` int64 token ids, the pad id after each text.
+        mask: ``[B, L]`` bool keep mask (True = real token).
+        labels: ``[B]`` int64 class ids.
+        type_ids: ``[B, L]`` int64 token type ids (0 where padded), or None.
     """
 
-    index: np.ndarray
-    ids: np.ndarray
-    lengths: np.ndarray
-    labels: np.ndarray
-    type_ids: np.ndarray | None = None
+    index: torch.Tensor
+    ids: torch.Tensor
+    mask: torch.Tensor
+    labels: torch.Tensor
+    type_ids: torch.Tensor | None = None
 
-    @classmethod
-    def from_samples(cls, samples: Sequence[dict[str, Any]]) -> TextRows:
-        """Join single samples (``dataset[i]`` dicts)."""
-        return cls(
-            index=np.fromiter((s["index"] for s in samples), np.int64, len(samples)),
-            ids=np.concatenate([s["input_ids"] for s in samples]),
-            lengths=np.fromiter((len(s["input_ids"]) for s in samples), np.int64, len(samples)),
-            labels=np.fromiter((s["label"] for s in samples), np.int64, len(samples)),
-            type_ids=np.concatenate([s["token_type_ids"] for s in samples]) if "token_type_ids" in samples[0] else None,
-        )
+
+def pad_texts(
+    ids: Ragged,
+    type_ids: Ragged | None,
+    labels: np.ndarray,
+    indices: Sequence[int] | np.ndarray,
+    pad_token_id: int,
+    pad_to_multiple_of: int | None = None,
+) -> TextBatch:
+    """The texts ``indices`` padded with ``pad_token_id``: one gather per field, no per-text work.
+
+    Equal to ``ids.pad(indices, pad_token_id, pad_to_multiple_of, torch.long)`` (a test checks it)
+    and about 30% faster on SST-2 batches of 32, where a batch costs a few dozen numpy calls and
+    little data: one ``[B, L]`` grid of positions shared by the ids and the type ids, read with
+    ``take(mode="clip")`` (a text's tail may read its neighbours' tokens, or the last token, and is
+    overwritten with the pad id) instead of a masked ``where``.
+    """
+    indices = np.asarray(indices, dtype=np.int64)
+    if len(indices) == 0:
+        raise ValueError("cannot pad an empty batch")
+    if len(ids.values) == 0:  # nothing to read from: the core's general path
+        padded = ids.pad(indices, pad_token_id, pad_to_multiple_of, torch.long)
+        return TextBatch(torch.from_numpy(indices), padded.values, padded.mask, torch.from_numpy(labels[indices]))
+    lengths = ids.lengths[indices]
+    cols = np.arange(round_up(max(lengths.tolist()), pad_to_multiple_of))
+    pad = cols >= lengths[:, None]  # [B, L], True = padding
+    tokens = _read(ids, indices, cols, pad, pad_token_id)
+    types = None if type_ids is None else torch.from_numpy(_read(type_ids, indices, cols, pad, 0))
+    return TextBatch(
+        torch.from_numpy(indices),
+        torch.from_numpy(tokens),
+        torch.from_numpy(~pad),
+        torch.from_numpy(labels[indices]),
+        types,
+    )
+
+
+def _read(rows: Ragged, indices: np.ndarray, cols: np.ndarray, pad: np.ndarray, pad_value: int) -> np.ndarray:
+    """``[B, L]`` int64: the first ``L`` values of each row, ``pad_value`` where ``pad``."""
+    out = rows.values.take(rows.starts[indices][:, None] + cols, mode="clip").astype(np.int64)
+    out[pad] = pad_value
+    return out
 
 
 @dataclass
 class TokenizedTexts(torch.utils.data.Dataset):
-    """Unpadded token ids of many texts: one flat id array, offsets, labels, source rows.
+    """Unpadded token ids of many texts, their labels and source rows; batches padded on fetch.
 
     Attributes:
-        ids: all token ids, concatenated.
-        offsets: ``[N + 1]``; text ``i`` is ``ids[offsets[i]:offsets[i + 1]]``.
-        labels: class id per text.
+        ids: token ids, one row per text.
+        labels: ``[N]`` int64 class id per text.
         rows: row of each text in its source table (to map predictions back to the file).
-        type_ids: token type ids aligned with ``ids`` (pairs), or None.
+        type_ids: token type ids with the same rows as ``ids`` (pairs), or None.
+        pad_token_id: the tokenizer's pad id, written after each text of a fetched batch.
+        pad_to_multiple_of: round a fetched batch's length up to this multiple (8 for tensor cores).
     """
 
-    ids: np.ndarray
-    offsets: np.ndarray
+    ids: Ragged
     labels: np.ndarray
     rows: np.ndarray
-    type_ids: np.ndarray | None = None
+    type_ids: Ragged | None = None
+    pad_token_id: int = 0
+    pad_to_multiple_of: int | None = None
 
     def __post_init__(self) -> None:
-        self.lengths = np.diff(self.offsets)  # computed once: the sampler reads it every epoch
+        self.labels = np.asarray(self.labels, dtype=np.int64)
+        if self.type_ids is not None and not np.array_equal(self.type_ids.lengths, self.ids.lengths):
+            raise ValueError("type_ids must have the same rows as ids")
+        self.lengths = self.ids.lengths  # the sampler reads it every epoch: kept, never recomputed
 
     def __len__(self) -> int:
         return len(self.labels)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        start, end = self.offsets[i], self.offsets[i + 1]
-        sample = {"index": i, "input_ids": self.ids[start:end], "label": int(self.labels[i])}
+        start, end = self.ids.starts[i], self.ids.starts[i] + self.ids.lengths[i]
+        sample = {"index": i, "input_ids": self.ids.values[start:end], "label": int(self.labels[i])}
         if self.type_ids is not None:
-            sample["token_type_ids"] = self.type_ids[start:end]
+            start = self.type_ids.starts[i]
+            sample["token_type_ids"] = self.type_ids.values[start : start + self.ids.lengths[i]]
         return sample
 
-    def __getitems__(self, indices: Sequence[int]) -> TextRows:
-        """Several texts at once, for the loader's batched fetch: one gather, no per-text work."""
-        indices = np.asarray(indices, dtype=np.int64)
-        lengths = self.offsets[indices + 1] - self.offsets[indices]
-        ends = np.cumsum(lengths)
-        total = int(ends[-1]) if len(ends) else 0
-        gather = np.repeat(self.offsets[indices] - (ends - lengths), lengths) + np.arange(total)
-        return TextRows(
-            index=indices,
-            ids=self.ids[gather],
-            lengths=lengths,
-            labels=self.labels[indices],
-            type_ids=None if self.type_ids is None else self.type_ids[gather],
-        )
+    def __getitems__(self, indices: Sequence[int]) -> TextBatch:
+        """A whole batch at once, padded (the loader's batched fetch)."""
+        return pad_texts(self.ids, self.type_ids, self.labels, indices, self.pad_token_id, self.pad_to_multiple_of)

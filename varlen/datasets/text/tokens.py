@@ -1,8 +1,9 @@
 """Tokenizers (any Hugging Face fast tokenizer; offline default: the MiniLM) and tokenising a table.
 
 Texts are encoded once, in batches (the Rust tokenizer spreads a batch over threads), and kept
-as one flat id array plus offsets. Each text is encoded untruncated first, so that truncation
-can be counted; only the texts over ``max_length`` are encoded again with truncation.
+as :class:`~varlen.batching.ragged.Ragged` rows (one flat id array plus row spans). Each text is
+encoded untruncated first, so that truncation can be counted; only the texts over ``max_length``
+are encoded again with truncation.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from varlen.batching.ragged import Ragged
 from varlen.datasets.text.dataset import TokenizedTexts
 from varlen.datasets.text.readers import TextTable
 
@@ -59,7 +61,12 @@ def _encode(tokenizer, texts: list[str], pairs: list[str] | None, max_length: in
 
 
 def tokenize_table(
-    table: TextTable, labels: np.ndarray, tokenizer, max_length: int, with_token_type_ids: bool
+    table: TextTable,
+    labels: np.ndarray,
+    tokenizer,
+    max_length: int,
+    with_token_type_ids: bool,
+    pad_to_multiple_of: int | None = None,
 ) -> tuple[TokenizedTexts, int]:
     """The texts (and pairs) of ``table`` as :class:`TokenizedTexts`, and how many were truncated.
 
@@ -69,6 +76,7 @@ def tokenize_table(
         tokenizer: a Hugging Face tokenizer.
         max_length: longest kept sequence, in tokens (the tokenizer's own pair strategy cuts pairs).
         with_token_type_ids: keep ``token_type_ids`` (for pairs, with models that take them).
+        pad_to_multiple_of: round fetched batches up to this many tokens (the pad id is the tokenizer's).
     """
     names = ["input_ids"] + (["token_type_ids"] if with_token_type_ids else [])
     texts = _as_text(table.texts)
@@ -88,5 +96,12 @@ def tokenize_table(
     type_ids = None
     if with_token_type_ids:
         type_ids = np.fromiter(itertools.chain.from_iterable(parts["token_type_ids"]), np.int8, total)
-    dataset = TokenizedTexts(ids, offsets, np.asarray(labels, np.int64), np.asarray(table.rows), type_ids)
+    dataset = TokenizedTexts(
+        Ragged.from_offsets(ids, offsets),
+        np.asarray(labels, np.int64),
+        np.asarray(table.rows),
+        None if type_ids is None else Ragged.from_offsets(type_ids, offsets),
+        int(tokenizer.pad_token_id),
+        pad_to_multiple_of,
+    )
     return dataset, truncated

@@ -2,7 +2,8 @@
 
 A video has its own number of segments, each segment its own number of frames, and each caption
 its own number of tokens: two ragged axes on each side. Everything here keeps the data unpadded
-until :class:`VideoTextCollator` pads a batch and builds the cross-modal masks.
+(:class:`~varlen.batching.ragged.Ragged` fields) until :class:`VideoTextCollator` gathers a batch,
+padded or packed, and builds the cross-modal alignment.
 
 - :mod:`.captions`: captions with timestamps (:class:`CaptionTable`) from the YouCook2
   annotation JSON, MSR-VTT-style caption files or a generic JSONL;
@@ -10,14 +11,20 @@ until :class:`VideoTextCollator` pads a batch and builds the cross-modal masks.
   ``.npz`` or one HDF5 file keyed by video id);
 - :mod:`.synthetic`: the embedded synthetic corpus and generated features;
 - :mod:`.tokenize`: unpadded caption tokens and their cache;
+- :mod:`.storage`: the ragged fields a dataset serves and the batch selection it returns;
 - :mod:`.dataset`: :class:`VideoTextDataset`, one sample per video;
-- :mod:`.collate`: :class:`VideoTextCollator` and the sampler sizes that bound its tensors.
+- :mod:`.alignment`: temporal overlap, IoU and alignment targets (both layouts);
+- :mod:`.packed`: the packed batch (segments, frames, captions, tokens back to back);
+- :mod:`.attention`: attention restricted to the rows of a packed batch (what the aligner uses);
+- :mod:`.collate`: :class:`VideoTextCollator`, both layouts' keys, and the sampler sizes that
+  bound the padded tensors.
 
 Bad input raises :class:`~varlen.errors.DataError` naming the file, video and row (a missing
 file: :class:`~varlen.errors.DatasetNotFoundError`); a bad caption or video goes through a
 :class:`~varlen.report.DataReport`, which raises or counts it.
 """
 
+from varlen.datasets.video_text.alignment import IGNORE_INDEX, alignment_targets, span_overlap, temporal_alignment
 from varlen.datasets.video_text.captions import (
     READERS,
     YOUCOOK2_URL,
@@ -27,15 +34,12 @@ from varlen.datasets.video_text.captions import (
     read_youcook2,
 )
 from varlen.datasets.video_text.collate import (
-    IGNORE_INDEX,
     SEGMENT_EDGES,
     VideoTextCollator,
-    alignment_targets,
     budget_sizes,
     cross_attention_masks,
     pad_segments,
     segment_class,
-    temporal_alignment,
 )
 from varlen.datasets.video_text.dataset import Segmentation, VideoTextDataset
 from varlen.datasets.video_text.features import (
@@ -46,12 +50,15 @@ from varlen.datasets.video_text.features import (
     frame_ranges,
     open_features,
 )
+from varlen.datasets.video_text.packed import LAYOUTS, Layout, pack_batch, same_video_pairs
 from varlen.datasets.video_text.source import SOURCES, open_source
+from varlen.datasets.video_text.storage import VideoTextFields, VideoTextSelection
 from varlen.datasets.video_text.synthetic import SentenceFeatures, SyntheticFeatures, synthetic_corpus
 from varlen.datasets.video_text.tokenize import Tokenized, caption_tokens, tokenize_captions, tokenizer
 
 __all__ = [
     "IGNORE_INDEX",
+    "LAYOUTS",
     "READERS",
     "SEGMENT_EDGES",
     "SOURCES",
@@ -59,6 +66,7 @@ __all__ = [
     "CaptionTable",
     "FeatureStore",
     "HDF5Features",
+    "Layout",
     "NpyFolderFeatures",
     "NpzFeatures",
     "Segmentation",
@@ -67,6 +75,8 @@ __all__ = [
     "Tokenized",
     "VideoTextCollator",
     "VideoTextDataset",
+    "VideoTextFields",
+    "VideoTextSelection",
     "alignment_targets",
     "budget_sizes",
     "caption_tokens",
@@ -74,11 +84,14 @@ __all__ = [
     "frame_ranges",
     "open_features",
     "open_source",
+    "pack_batch",
     "pad_segments",
     "read_jsonl",
     "read_msrvtt",
     "read_youcook2",
+    "same_video_pairs",
     "segment_class",
+    "span_overlap",
     "synthetic_corpus",
     "temporal_alignment",
     "tokenize_captions",

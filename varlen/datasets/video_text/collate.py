@@ -1,6 +1,7 @@
-"""`VideoTextCollator`: pads videos and captions per batch and builds the cross-modal masks.
+"""`VideoTextCollator`: a batch of videos and captions, padded or packed, with the cross-modal alignment.
 
-A batch (every mask in the "keep" convention, True = real / allowed, unless its name says so):
+Padded layout (``layout="padded"``, the default; every mask in the "keep" convention, True =
+real / allowed, unless its name says so):
 
 =====================  ====================  ====================================================
 key                    shape                 meaning
@@ -22,6 +23,38 @@ key                    shape                 meaning
                                              -100 (ignore) on padding, no overlap or a tie
 =====================  ====================  ====================================================
 
+Packed layout (``layout="packed"``): nothing is padded. ``N_v`` segments, ``N_f`` frames,
+``N_t`` captions and ``N_tok`` tokens of the whole batch, video after video; ``*_cu_seqlens``
+are int32 offsets (FlashAttention's name: row ``r`` is ``[cu[r], cu[r + 1])``); ``P`` =
+sum over videos of ``S_v * S_t`` (every same-video pair):
+
+======================  ==============  ==========================================================
+key                     shape           meaning
+======================  ==============  ==========================================================
+``index``               [B]             dataset index of each video
+``video``               [N_v, D]        pooled segment features (``frames=False``), or
+                        [N_f, D]        the frames of every segment (``frames=True``)
+``video_cu_seqlens``    [B + 1]         each video's segments in the segment sequence
+``frame_cu_seqlens``    [N_v + 1]       each segment's frames in ``video`` (``frames=True`` only)
+``video_times``         [N_v, 2]        start, end seconds of each segment
+``text_ids``            [N_tok]         token ids, caption after caption
+``text_cu_seqlens``     [N_t + 1]       each caption's tokens in ``text_ids``
+``caption_cu_seqlens``  [B + 1]         each video's captions in the caption sequence
+``text_times``          [N_t, 2]        start, end seconds of each caption
+``pair_index``          [2, P]          (segment, caption) of every pair of one video, video by
+                                        video, segment-major: the padded ``[B, S_v, S_t]`` grid
+                                        without its padding
+``alignment_mask``      [P]             keep: the pair overlaps in time (as the padded mask)
+``alignment_iou``       [P]             temporal IoU of the pair
+``alignment_target``    [N_v]           caption (position within its video) with the highest
+                                        IoU per segment; -100 (ignore) on no overlap or a tie
+======================  ==============  ==========================================================
+
+The overlap is index pairs, not a block mask: the alignment head scores every same-video pair
+and the cross-attention uses the overlapping ones, so one pair list serves both, holds
+``sum S_v * S_t`` entries where a mask over the packed batch holds ``(sum S_v) * (sum S_t)``
+(B times more, almost all False), and feeds gathers and ``index_add`` directly.
+
 Attention masks: PyTorch has two opposite boolean conventions. ``nn.MultiheadAttention`` wants
 True = *blocked*: pass :func:`varlen.batching.blocked_mask` of a keep-mask (or
 :func:`varlen.batching.additive_mask`, -inf = blocked). ``F.scaled_dot_product_attention`` wants
@@ -29,7 +62,8 @@ True = *allowed*: pass the keep-mask itself (or the same additive mask). See
 :func:`cross_attention_masks`.
 
 The sampler's sizes live here too (:func:`budget_sizes`): they bound exactly the tensors this
-collate pads, with the same rounding, so the two cannot drift apart.
+collate pads, with the same rounding, so the two cannot drift apart. A packed batch is budgeted
+on its real elements (``dataset.lengths``, summed) and needs no size classes.
 """
 
 from __future__ import annotations
@@ -40,10 +74,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from varlen.batching import additive_mask, blocked_mask, pad_sequences, round_up
+from varlen.batching import additive_mask, blocked_mask, round_up
+from varlen.datasets.video_text.alignment import IGNORE_INDEX, alignment_targets, span_overlap, temporal_alignment
+from varlen.datasets.video_text.packed import LAYOUTS, Layout, pack_batch
+from varlen.datasets.video_text.storage import VideoTextSelection
 
 __all__ = [
     "IGNORE_INDEX",
+    "LAYOUTS",
     "SEGMENT_EDGES",
     "VideoTextCollator",
     "alignment_targets",
@@ -51,10 +89,10 @@ __all__ = [
     "cross_attention_masks",
     "pad_segments",
     "segment_class",
+    "span_overlap",
     "temporal_alignment",
 ]
 
-IGNORE_INDEX = -100
 #: upper edges of the segment-count classes a batch is drawn from (steps of at most 20 %)
 SEGMENT_EDGES = np.unique(np.ceil(1.2 ** np.arange(60)).astype(np.int64))
 
@@ -67,6 +105,9 @@ def pad_segments(
     dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Pad a batch ragged on two axes (segments, then items per segment) in one scatter.
+
+    For per-sample arrays held elsewhere; :class:`VideoTextCollator` gathers from
+    :class:`~varlen.batching.ragged.Ragged` fields instead (the same output).
 
     Sample ``b`` holds ``len(counts[b])`` segments; its segment ``s`` holds ``counts[b][s]``
     items, stored back to back in ``flats[b]`` (``[sum(counts[b]), *trailing]``). Every item's
@@ -101,46 +142,6 @@ def pad_segments(
     return out, mask, segment_mask
 
 
-def temporal_alignment(
-    video_times: torch.Tensor,
-    text_times: torch.Tensor,
-    video_mask: torch.Tensor,
-    text_mask: torch.Tensor,
-    min_iou: float = 0.0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keep-mask and IoU ``[B, S_v, S_t]`` of the temporal overlap of every (segment, caption) pair.
-
-    Broadcasts the ``[B, S_v, 1]`` video spans against the ``[B, 1, S_t]`` caption spans: one
-    tensor expression, no loop. Identical spans give IoU 1 (a diagonal for annotated segments).
-
-    Args:
-        video_times, text_times: ``[B, S, 2]`` (start, end) seconds.
-        video_mask, text_mask: ``[B, S_v]`` / ``[B, S_t]`` keep-masks of real segments.
-        min_iou: a pair is aligned when IoU >= ``min_iou``; with 0, when they overlap at all.
-
-    Returns:
-        (keep-mask: True = aligned and both real, IoU: 0 on padding).
-    """
-    vs, ve = video_times[..., 0, None], video_times[..., 1, None]
-    ts, te = text_times[:, None, :, 0], text_times[:, None, :, 1]
-    inter = (torch.minimum(ve, te) - torch.maximum(vs, ts)).clamp_min(0)
-    union = (ve - vs) + (te - ts) - inter
-    real = video_mask[:, :, None] & text_mask[:, None, :]
-    iou = torch.where(real, inter / union.clamp_min(1e-9), torch.zeros_like(inter))
-    aligned = inter > 0 if min_iou <= 0 else iou >= min_iou
-    return aligned & real, iou
-
-
-def alignment_targets(keep: torch.Tensor, iou: torch.Tensor) -> torch.Tensor:
-    """``[B, S_v]`` the caption with the highest IoU per video segment; -100 where none or tied."""
-    scores = iou.masked_fill(~keep, -1.0)
-    if scores.shape[-1] == 0:
-        return torch.full(scores.shape[:2], IGNORE_INDEX, dtype=torch.long)
-    best, target = scores.max(dim=-1)
-    ties = (scores == best[..., None]).sum(-1) > 1
-    return target.masked_fill((best <= 0) | ties, IGNORE_INDEX)
-
-
 def cross_attention_masks(keep: torch.Tensor, num_heads: int = 1) -> dict[str, torch.Tensor]:
     """The same keep-mask ``[B, Q, K]`` in the forms each PyTorch attention API expects.
 
@@ -156,51 +157,69 @@ def cross_attention_masks(keep: torch.Tensor, num_heads: int = 1) -> dict[str, t
 
 
 class VideoTextCollator:
-    """Pads videos and captions to the batch maximum on every ragged axis and builds the masks.
+    """Gathers a batch of videos and captions in one of two layouts and builds the alignment.
 
-    See the module docstring for the batch layout. Vectorised: one scatter per ragged tensor and
-    one broadcast for the alignment, no loop over segments, frames or tokens.
+    ``layout="padded"`` (the default) pads to the batch maximum on every ragged axis (the table
+    in the module docstring); ``layout="packed"`` lays segments, frames, tokens and captions back
+    to back with their offsets (:mod:`.packed`). Input: the
+    :class:`~varlen.datasets.video_text.storage.VideoTextSelection` of ``dataset.__getitems__``
+    (one ``Ragged.pad`` / ``Ragged.pack`` gather per field), or a list of per-sample dicts
+    (``dataset[i]``: concatenated once per field first). No loop over samples, segments,
+    frames, captions or tokens; the alignment is one broadcast (padded) or one pair list (packed).
 
     Args:
-        pad_token_id: the tokenizer's pad id, written where there is no token.
-        pad_to_multiple_of: round the token and frame axes up to this multiple.
+        pad_token_id: the tokenizer's pad id, written where there is no token (padded).
+        pad_to_multiple_of: round the token and frame axes up to this multiple (padded only:
+            a packed batch pads nothing).
         min_iou: IoU threshold of the alignment mask (0: any overlap).
+        layout: ``"padded"`` or ``"packed"``.
     """
 
-    def __init__(self, pad_token_id: int = 0, pad_to_multiple_of: int | None = None, min_iou: float = 0.0) -> None:
+    def __init__(
+        self,
+        pad_token_id: int = 0,
+        pad_to_multiple_of: int | None = None,
+        min_iou: float = 0.0,
+        layout: Layout = "padded",
+    ) -> None:
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
         self.pad_token_id = int(pad_token_id)
         self.pad_to_multiple_of = pad_to_multiple_of
         self.min_iou = float(min_iou)
+        self.layout = layout
 
-    def video(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
-        """``video`` and its masks: frames per segment, or pooled segments."""
-        if "frames" not in samples[0]:
-            video = pad_sequences([s["video"] for s in samples], dtype=torch.float32)
-            return {"video": video.values, "video_mask": video.mask}
-        frames = [s["frames"] for s in samples]
-        counts = [s["frame_counts"] for s in samples]
-        video, frame_mask, video_mask = pad_segments(frames, counts, 0.0, self.pad_to_multiple_of, torch.float32)
-        return {"video": video, "frame_mask": frame_mask, "video_mask": video_mask}
-
-    def __call__(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
-        if not samples:
+    def __call__(self, samples: VideoTextSelection | Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+        if not isinstance(samples, VideoTextSelection):
+            samples = VideoTextSelection.from_samples(samples)
+        if len(samples) == 0:
             raise ValueError("cannot collate an empty batch")
-        batch = {"index": torch.tensor([int(s["index"]) for s in samples], dtype=torch.long), **self.video(samples)}
-        text_ids, text_mask, text_segment_mask = pad_segments(
-            [s["text_ids"] for s in samples],
-            [s["token_counts"] for s in samples],
-            pad_value=self.pad_token_id,
-            pad_to_multiple_of=self.pad_to_multiple_of,
-            dtype=torch.long,
-        )
-        video_times = pad_sequences([s["video_times"] for s in samples], dtype=torch.float32).values
-        text_times = pad_sequences([s["text_times"] for s in samples], dtype=torch.float32).values
-        keep, iou = temporal_alignment(video_times, text_times, batch["video_mask"], text_segment_mask, self.min_iou)
+        if self.layout == "packed":
+            return pack_batch(samples, self.min_iou)
+        return self.padded(samples)
+
+    def video(self, selection: VideoTextSelection) -> dict[str, torch.Tensor]:
+        """``video`` and its masks, padded: frames per segment, or pooled segments."""
+        fields, rows = selection.fields, selection.rows
+        if not fields.frames:
+            video = fields.video.pad(rows, 0.0, dtype=torch.float32)
+            return {"video": video.values, "video_mask": video.mask}
+        video = fields.video.pad(rows, 0.0, self.pad_to_multiple_of, torch.float32)
+        return {"video": video.values, "frame_mask": video.mask, "video_mask": video.row_mask}
+
+    def padded(self, selection: VideoTextSelection) -> dict[str, torch.Tensor]:
+        """The padded batch of the module docstring's table."""
+        fields, rows = selection.fields, selection.rows
+        batch = {"index": torch.from_numpy(np.asarray(selection.indices, np.int64)), **self.video(selection)}
+        text = fields.text.pad(rows, self.pad_token_id, self.pad_to_multiple_of, torch.long)
+        video_times = fields.video_times.pad(rows, 0.0, dtype=torch.float32).values
+        text_times = fields.text_times.pad(rows, 0.0, dtype=torch.float32).values
+        keep, iou = temporal_alignment(video_times, text_times, batch["video_mask"], text.row_mask, self.min_iou)
         batch.update(
             video_times=video_times,
-            text_ids=text_ids,
-            text_mask=text_mask,
-            text_segment_mask=text_segment_mask,
+            text_ids=text.values,
+            text_mask=text.mask,
+            text_segment_mask=text.row_mask,
             text_times=text_times,
             alignment_mask=keep,
             alignment_iou=iou,

@@ -4,18 +4,26 @@ Checking (which videos and captions are usable) and indexing (where each sample'
 frames and tokens lie) are separate vectorised steps; only the per-video feature checks call
 the store once per video (headers, plus one scan for NaN / inf in stored features). Every bad
 video or caption goes through ``report.bad(...)`` under the dataset's split name.
+
+What a batch is gathered from is four :class:`~varlen.batching.ragged.Ragged` fields
+(:mod:`.storage`): tokens and timestamps are indexed at construction; the served video features
+(pooled segments, or the kept frames) are read from the store once, when first needed (the
+DataModule builds them in ``setup``), so a batch never touches the store.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
 from torch.utils.data import Dataset
 
+from varlen.batching.ragged import Ragged
 from varlen.datasets.video_text.captions import CaptionTable
 from varlen.datasets.video_text.features import SHOWN_FRAMES, FeatureStore, bad_frames, frame_ranges
+from varlen.datasets.video_text.storage import VideoTextFields, VideoTextSelection, segment_means
 from varlen.datasets.video_text.tokenize import Tokenized
 from varlen.errors import DataError
 from varlen.report import SOURCE, DataReport
@@ -188,6 +196,12 @@ class VideoTextDataset(Dataset):
     takes its maxima over, per video: (segments, its longest segment in frames (1 when
     pooled), captions, its longest caption in tokens). The DataModule budgets on these.
 
+    ``__getitems__(indices)`` returns a :class:`~varlen.datasets.video_text.storage.VideoTextSelection`
+    over the :attr:`fields` (no copy, no store read); the collate gathers it. ``dataset[i]``
+    reads sample ``i`` from the store, checked again (a file changed since ``setup`` is caught).
+    Memory: :attr:`video` holds the served features once, ``4 * D`` bytes per pooled segment
+    or kept frame (at most ``max_frames_per_segment`` per segment), never the whole videos.
+
     Args:
         table: captions with timestamps.
         features: the feature store.
@@ -293,6 +307,43 @@ class VideoTextDataset(Dataset):
         else:
             sizes = np.ones(len(self.frame_first), np.int64)
         self.lengths, self.shapes = sample_shapes(self.segment_offsets, self.text_offsets, sizes, self.token_counts)
+        self.text = Ragged(self.token_ids, self.token_offsets[:-1], self.token_counts, self.text_offsets)
+        spans = np.stack([self.video_start, self.video_end], 1).astype(np.float32)
+        self.video_times = Ragged.from_offsets(spans, self.segment_offsets)
+        spans = np.stack([self.text_start, self.text_end], 1).astype(np.float32)
+        self.text_times = Ragged.from_offsets(spans, self.text_offsets)
+
+    @functools.cached_property
+    def video(self) -> Ragged:
+        """The served video features of every sample: read from the store once, one call per video.
+
+        Pooled: one level, ``[segments, D]`` means. Frames: two levels (video -> segments ->
+        frames), the kept frames ``[frames, D]``. Built on first use (the DataModule does it in
+        ``setup``, before loader workers fork and share it).
+        """
+        segments = self.segment_offsets
+        if self.frames:
+            picks, counts = subsample(self.frame_first, self.frame_last, self.max_frames_per_segment)
+            per_segment = np.concatenate([[0], np.cumsum(counts)])
+            bounds = per_segment[segments]  # each video's frames in ``picks``
+        else:
+            bounds = segments
+        values = np.empty((int(bounds[-1]), self.feature_dim), np.float32)
+        for i in range(len(self)):  # one store read per video (the store is keyed by video)
+            feats, part = self.load(i), slice(bounds[i], bounds[i + 1])
+            if self.frames:
+                values[part] = feats[picks[part]]
+            else:
+                seg = slice(segments[i], segments[i + 1])
+                values[part] = segment_means(feats, self.frame_first[seg], self.frame_last[seg])
+        if self.frames:
+            return Ragged(values, per_segment[:-1], counts, segments)
+        return Ragged.from_offsets(values, segments)
+
+    @property
+    def fields(self) -> VideoTextFields:
+        """What batches are gathered from (builds :attr:`video` on first use)."""
+        return VideoTextFields(self.video, self.video_times, self.text, self.text_times)
 
     def __len__(self) -> int:
         return len(self.video_ids)
@@ -308,6 +359,13 @@ class VideoTextDataset(Dataset):
             raise DataError(f"{where}: features hold NaN or inf in frame(s) {bad[:SHOWN_FRAMES].tolist()}")
         return feats
 
+    def __getitems__(self, indices: Sequence[int]) -> VideoTextSelection:
+        """The batch ``indices`` as a selection of :attr:`fields`: no loop, no copy (the collate gathers)."""
+        rows = np.asarray(indices, np.int64).reshape(-1)
+        if len(rows) and (rows.min() < 0 or rows.max() >= len(self)):
+            raise IndexError(f"samples {rows.min()}..{rows.max()} out of range for {len(self)} videos")
+        return VideoTextSelection(self.fields, rows, rows)
+
     def __getitem__(self, i: int) -> dict[str, Any]:
         i = int(i)
         if not 0 <= i < len(self):
@@ -321,10 +379,9 @@ class VideoTextDataset(Dataset):
             picks, counts = subsample(first, last, self.max_frames_per_segment)
             sample["frames"], sample["frame_counts"] = feats[picks], counts
         else:
-            cumulative = np.concatenate([np.zeros((1, feats.shape[1])), np.cumsum(feats, 0, dtype=np.float64)])
-            sample["video"] = ((cumulative[last] - cumulative[first]) / (last - first)[:, None]).astype(np.float32)
-        sample["video_times"] = np.stack([self.video_start[seg], self.video_end[seg]], 1).astype(np.float32)
-        sample["text_times"] = np.stack([self.text_start[cap], self.text_end[cap]], 1).astype(np.float32)
+            sample["video"] = segment_means(feats, first, last)
+        sample["video_times"] = self.video_times.values[seg].copy()
+        sample["text_times"] = self.text_times.values[cap].copy()
         sample["token_counts"] = self.token_counts[cap]
         sample["text_ids"] = self.token_ids[self.token_offsets[cap.start] : self.token_offsets[cap.stop]]
         return sample

@@ -1,0 +1,99 @@
+"""Attention restricted to the rows of a packed batch (no padding in the batch), and the rows themselves.
+
+A packed field is ``[N, ...]`` with offsets ``cu_seqlens`` ``[R + 1]`` (:mod:`.packed`): the
+segments of each video, the tokens of each caption. :class:`Rows` derives what every mechanism
+needs from the offsets (row of each element, position inside it, longest row); the mechanisms
+take ``(q, k, v [N, H, dh], rows, dropout_p)`` and return ``[N, H, dh]`` where each element
+attended to its own row only. :func:`pair_attention` is the cross-modal case: queries attend to
+the keys an index-pair list allows. Pure tensor functions (the model applies its own weights).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["PACKED_ATTENTION", "Rows", "nested_attention", "pair_attention", "row_mean", "rows_attention"]
+
+
+class Rows(NamedTuple):
+    """The rows of a packed sequence ``[N, ...]``, from their offsets (``*_cu_seqlens`` ``[R + 1]``)."""
+
+    cu: torch.Tensor  # [R + 1] int64
+    lengths: torch.Tensor  # [R]
+    ids: torch.Tensor  # [N] row of each element
+    positions: torch.Tensor  # [N] position inside its row
+    max_len: int
+
+    @classmethod
+    def of(cls, cu_seqlens: torch.Tensor) -> Rows:
+        cu = cu_seqlens.long()
+        lengths = cu.diff()
+        ids = torch.repeat_interleave(torch.arange(len(lengths), device=cu.device), lengths)
+        positions = torch.arange(len(ids), device=cu.device) - cu[ids]
+        return cls(cu, lengths, ids, positions, int(lengths.max()) if len(lengths) else 0)
+
+
+def row_mean(x: torch.Tensor, rows: Rows) -> torch.Tensor:
+    """``[R, d]`` mean of each row of the packed ``x`` ``[N, d]``."""
+    total = x.new_zeros(len(rows.lengths), x.shape[-1]).index_add(0, rows.ids, x)
+    return total / rows.lengths.clamp_min(1)[:, None].to(x.dtype)
+
+
+def rows_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Rows, dropout_p: float) -> torch.Tensor:
+    """SDPA over ``[R, H, L, dh]``: each row padded to the longest row for the attention alone.
+
+    Projections and feed-forward stay on the ``N`` real elements; only the scores pay for the
+    padding inside rows (``R * L^2`` of them, with ``L`` the batch's longest row).
+    """
+    _, heads, dim = q.shape
+    count, width = len(rows.lengths), rows.max_len
+    flat = rows.ids * width + rows.positions
+
+    def padded(x: torch.Tensor) -> torch.Tensor:
+        out = x.new_zeros(count * width, heads, dim).index_copy(0, flat, x)
+        return out.view(count, width, heads, dim).transpose(1, 2)
+
+    keep = (torch.arange(width, device=q.device) < rows.lengths[:, None])[:, None, None, :]
+    out = F.scaled_dot_product_attention(padded(q), padded(k), padded(v), attn_mask=keep, dropout_p=dropout_p)
+    return out.transpose(1, 2).reshape(count * width, heads, dim)[flat]
+
+
+def nested_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Rows, dropout_p: float) -> torch.Tensor:
+    """SDPA on nested jagged tensors (``torch.nested``, ``layout=torch.jagged``) built on the offsets."""
+
+    def nested(x: torch.Tensor) -> torch.Tensor:
+        return torch.nested.nested_tensor_from_jagged(x.contiguous(), rows.cu).transpose(1, 2)
+
+    return F.scaled_dot_product_attention(nested(q), nested(k), nested(v), dropout_p=dropout_p).transpose(1, 2).values()
+
+
+#: packed attention mechanisms by name, ``(q, k, v [N, H, dh], rows, dropout_p) -> [N, H, dh]``; the
+#: aligner's docstring says why "rows" is the default (scripts/benchmark_video_text.py adds the
+#: measured alternatives: SDPA with a block-diagonal mask, flex_attention with a block mask)
+PACKED_ATTENTION: dict[str, Callable[..., torch.Tensor]] = {"rows": rows_attention, "nested": nested_attention}
+
+
+def pair_attention(
+    mha: nn.MultiheadAttention, query: torch.Tensor, key: torch.Tensor, q_index: torch.Tensor, k_index: torch.Tensor
+) -> torch.Tensor:
+    """``mha(query, key, key)`` where query ``q_index[p]`` may attend to key ``k_index[p]`` only.
+
+    Scores on the pairs alone ``[P, H]``, a softmax per query (``scatter_reduce`` / ``index_add``)
+    and a weighted ``index_add`` of the values: ``O(P)``, whatever the batch. Every query needs a pair.
+    """
+    heads = mha.num_heads
+    w, b = mha.in_proj_weight.chunk(3), mha.in_proj_bias.chunk(3)
+    q, k, v = (F.linear(x, w[i], b[i]).view(len(x), heads, -1) for i, x in enumerate((query, key, key)))
+    scores = (q[q_index] * k[k_index]).sum(-1) * q.shape[-1] ** -0.5
+    top = scores.new_zeros(len(query), heads).scatter_reduce(
+        0, q_index[:, None].expand_as(scores), scores.detach(), "amax", include_self=False
+    )
+    weights = (scores - top[q_index]).exp()
+    weights = weights / weights.new_zeros(len(query), heads).index_add(0, q_index, weights)[q_index]
+    out = v.new_zeros(len(query), heads, v.shape[-1]).index_add(0, q_index, weights[..., None] * v[k_index])
+    return mha.out_proj(out.reshape(len(query), -1))
