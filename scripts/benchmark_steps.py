@@ -12,8 +12,9 @@ batch layouts (video-text: ``padded`` and ``packed``), each is a row of its tabl
 Columns: median step time (forward, backward, optimizer); real elements per second (what the
 DataModule's ``batch_stats`` counts: tokens, window samples, atoms, segments + tokens, bands);
 real / allocated elements of the batches; the largest batch's tensors; peak memory (CUDA: the
-allocator's peak during the timed steps; CPU: the process's peak resident set, model and data
-included, as the CPU allocator keeps no statistics).
+allocator's peak during the timed steps; CPU: the process's peak resident set during the timed
+steps, model and data included, as the CPU allocator keeps no statistics: Linux's high-water
+mark is reset before them).
 """
 
 from __future__ import annotations
@@ -76,8 +77,10 @@ class StepTimer(pl.Callback):
             torch.cuda.synchronize(module.device)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
-        if self._step == self.warmup and pl_module.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(pl_module.device)
+        if self._step == self.warmup:
+            if pl_module.device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(pl_module.device)
+            reset_peak_rss()
         self._sync(pl_module)
         self._start = time.perf_counter()
 
@@ -95,7 +98,26 @@ class StepTimer(pl.Callback):
     def peak_mib(self, module: pl.LightningModule) -> float:
         if module.device.type == "cuda":
             return torch.cuda.max_memory_allocated(module.device) / 2**20
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        return peak_rss_kib() / 1024
+
+
+def reset_peak_rss() -> None:
+    """Reset the process's resident high-water mark (Linux: ``5`` into ``/proc/self/clear_refs``)."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass  # elsewhere the peak is the process's since it started
+
+
+def peak_rss_kib() -> int:
+    """The resident high-water mark in KiB (``VmHWM``; ``ru_maxrss`` where there is no /proc)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def measure(name: str, layout: str | None, steps: int, warmup: int, quick: bool, workdir: Path) -> dict:

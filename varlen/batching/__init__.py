@@ -1,4 +1,4 @@
-"""The shared core: the batch plan, the bucketing sampler, collate helpers and telemetry."""
+"""The shared core: the batch plan, the bucketing sampler, ragged storage and gathers, collate helpers, telemetry."""
 
 from varlen.batching.collate import (
     Padded,
@@ -10,19 +10,24 @@ from varlen.batching.collate import (
     round_up,
 )
 from varlen.batching.plan import PlanSpec, build_plan
+from varlen.batching.ragged import PackedBatch, PaddedBatch, Ragged, concat_ranges
 from varlen.batching.sampler import BucketBatchSampler, EpochTracker
 
 __all__ = [
     "BatchStats",
     "BucketBatchSampler",
     "EpochTracker",
+    "PackedBatch",
     "Padded",
+    "PaddedBatch",
     "PaddingTelemetry",
     "VarLenLoader",
     "PlanSpec",
+    "Ragged",
     "additive_mask",
     "blocked_mask",
     "build_plan",
+    "concat_ranges",
     "lengths_to_mask",
     "mask_stats",
     "pad_flat",
