@@ -145,7 +145,9 @@ def epoch_memory(loader, mapped: Path, max_batches: int | None = None) -> tuple[
     return patches, np.maximum(peak, tree_memory(mapped))
 
 
-def bench_memory(folder: Path, height: int, width: int, baseline: bool, max_batches: int | None = None) -> None:
+def bench_memory(
+    folder: Path, height: int, width: int, baseline: bool, max_batches: int | None = None
+) -> tuple[float, dict[str, float]]:
     """One table for one cube size: the varlen loader (and, if asked, the whole-cube-per-worker mistake).
 
     The split holds out only 5% + 5% of the labelled pixels, so the training centres cover most
@@ -196,6 +198,32 @@ def bench_memory(folder: Path, height: int, width: int, baseline: bool, max_batc
             f"{(d[0] - d[1]) / 2**20:,.0f} | {d[3] / 2 / 2**20:,.0f} | {shipped / 2**20:.1f} | {d[4] / disk:.2f}x |",
             flush=True,
         )
+    return disk / 2**20, {label: d[0] / disk for label, _, _, d, _ in rows}
+
+
+def plot_memory(results: list[tuple[float, dict[str, float]]], out: Path) -> Path:
+    """Resident memory of the process tree over the cube's size, per loader, against cube size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    labels = dict.fromkeys(label for _, row in results for label in row)
+    for label, marker in zip(labels, "osD", strict=False):
+        points = [(mib, row[label]) for mib, row in results if label in row]
+        ax.plot(*zip(*points, strict=True), marker=marker, label=label.replace(" (freeze_gc=False)", ""))
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set(xscale="log", xlabel="cube size on disk (MiB)", ylabel="PSS of 2-worker loader / cube", ylim=(0.8, None))
+    ax.set_title("hyperspectral loader memory against cube size", fontsize=10)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "hyperspectral_memory.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    print(f"\nplot: {path}")
+    return path
 
 
 def todays_sample(ds, i: int, epoch: int) -> dict:
@@ -383,17 +411,20 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=6, help="training epochs for 'accuracy'")
     parser.add_argument("--compare-fixed", action="store_true", help="also train on all bands (baseline)")
     parser.add_argument("--root", default=None, help="folder for the synthetic scene (default: a temp folder)")
+    parser.add_argument("--out", default=None, help="folder for the memory plot (PNG)")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     with tempfile.TemporaryDirectory(prefix="varlen_hs_bench_") as tmp:
         folder = Path(tmp)
         root = Path(args.root) if args.root else folder
         if "memory" in parts:
-            bench_memory(folder, *args.size, baseline=True)
+            results = [bench_memory(folder, *args.size, baseline=True)]
             for gib in args.large_gib:
                 side = int(np.sqrt(gib * 2**30 / (224 * 4)))
                 batches = args.large_batches or None
-                bench_memory(folder, side, side, baseline=args.baseline_large, max_batches=batches)
+                results.append(bench_memory(folder, side, side, baseline=args.baseline_large, max_batches=batches))
+            if args.out:
+                plot_memory(results, Path(args.out))
         if "throughput" in parts:
             bench_throughput(folder, *args.size)
         if "padding" in parts:
