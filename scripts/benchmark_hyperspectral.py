@@ -215,6 +215,9 @@ def plot_memory(results: list[tuple[float, dict[str, float]]], out: Path) -> Pat
         ax.plot(*zip(*points, strict=True), marker=marker, label=label.replace(" (freeze_gc=False)", ""))
     ax.axhline(1.0, color="grey", lw=0.8, ls="--")
     ax.set(xscale="log", xlabel="cube size on disk (MiB)", ylabel="PSS of 2-worker loader / cube", ylim=(0.8, None))
+    sizes = [mib for mib, _ in results]
+    ax.set_xticks(sizes, [f"{mib:,.0f}" for mib in sizes])
+    ax.minorticks_off()
     ax.set_title("hyperspectral loader memory against cube size", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
