@@ -143,6 +143,7 @@ class HyperspectralDataModule(VarLenDataModule):
     """
 
     mask_keys = ("band_mask",)
+    size_axes = ("bands",)
 
     def __init__(
         self,
