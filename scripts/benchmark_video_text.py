@@ -30,7 +30,18 @@ attention alone, nested jagged tensors, SDPA with a block-diagonal mask, compile
 with a block mask) on the same packed batches: train-step and forward time, and the largest
 difference from the padded layout's outputs.
 
-    python scripts/benchmark_video_text.py [--part padding|steps|attention|all] [--annotations PATH]
+``--part msrvtt``: MSR-VTT's 9k-train / 1k-A-test protocol, run through
+``configs/video_text_msrvtt.yaml`` on generated MSR-VTT-shaped files (the four files of
+CLIP4Clip's ``msrvtt_data.zip`` and per-video features, :func:`~varlen.datasets.video_text.write_msrvtt_files`):
+text-to-video and video-to-text R@1/5/10 and median rank on the 1,000 test pairs, untrained and
+trained, with features that match the captions and, as a control, shuffled among the videos.
+Not part of ``all`` (several minutes of training on CPU).
+
+``--out DIR`` saves the main figure of ``--part padding`` there: real / allocated elements per
+side (video frames, text tokens) of every method, padded against packed (``video_text_padding.png``).
+
+    python scripts/benchmark_video_text.py [--part padding|steps|attention|msrvtt|all] [--annotations PATH]
+        [--out DIR]
 """
 
 from __future__ import annotations
@@ -46,14 +57,19 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from varlen import cli
 from varlen.batching import BucketBatchSampler
 from varlen.datamodules.video_text import VideoTextDataModule
-from varlen.datasets.video_text import VideoTextCollator, VideoTextDataset, budget_sizes
+from varlen.datasets.video_text import VideoTextCollator, VideoTextDataset, budget_sizes, write_msrvtt_files
 from varlen.datasets.video_text.attention import PACKED_ATTENTION, Rows
 from varlen.models.video_text import VideoTextAligner
 from varlen.report import DataReport
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data" / "video_text" / "youcookii_annotations_trainval.json"
+MSRVTT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "video_text_msrvtt.yaml"
+#: short names of the --part padding methods, for the figure
+SHORT = ["varlen padded", "varlen packed", "padded sampler,\ntotal sizes", "random +\npadded collate",
+         "random, dicts +\npadded collate", "random +\npad-everything"]  # fmt: skip
 
 
 # -- the attention mechanisms measured against the model's own ("rows", "nested") ---------------
@@ -246,6 +262,8 @@ def part_padding(dm: VideoTextDataModule, ds: VideoTextDataset, batches: dict, a
             f"| {r['method']} | {r['batches']} | {r['mean_batch']:.1f} | {r['video_eff']:.1%} | {r['text_eff']:.1%} "
             f"| {r['allocated_mb']:.0f} | {ratio[0]:.2f}, {ratio[1]:.2f} | {r['us']:.0f} | {base / r['us']:.1f}x |"
         )
+    if args.out:
+        print(f"figure: {plot_padding(rows, Path(args.out))}\n")
     p, q = rows[0], rows[1]
     print(
         f"\npacked vs padded (same budget): real / allocated video {q['video_eff']:.3f} vs {p['video_eff']:.3f}, "
@@ -253,6 +271,33 @@ def part_padding(dm: VideoTextDataModule, ds: VideoTextDataset, batches: dict, a
         f"assembly {p['us'] / q['us']:.2f}x the padded speed per batch, "
         f"{p['us'] * p['batches'] / (q['us'] * q['batches']):.2f}x per epoch\n"
     )
+
+
+def plot_padding(rows: list[dict], out: Path) -> Path:
+    """Real / allocated elements per side of every method (horizontal bars), as a small PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.0, 4.2))
+    y, height = np.arange(len(rows)), 0.38
+    for offset, side, label in ((-0.5, "video_eff", "video frames"), (0.5, "text_eff", "text tokens")):
+        values = [r[side] for r in rows]
+        bars = ax.barh(y + offset * height, values, height, label=label)
+        ax.bar_label(bars, [f"{v:.0%}" for v in values], padding=2, fontsize=8)
+    ax.set_yticks(y, SHORT[: len(rows)], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1.12)
+    ax.set_xlabel("real / allocated elements over one epoch (YouCook2 shapes)")
+    ax.set_title("Video-text batches: padded vs packed, same (frames, tokens) budget", fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "video_text_padding.png"
+    fig.savefig(path, dpi=85)
+    plt.close(fig)
+    return path
 
 
 # -- the aligner's train step -------------------------------------------------------------------
@@ -374,9 +419,53 @@ def part_attention(dm: VideoTextDataModule, ds: VideoTextDataset, batches: dict,
     print()
 
 
+# -- MSR-VTT's 9k / 1k-A protocol on generated files --------------------------------------------
+
+
+def protocol_run(paths: dict[str, Path], args, root: Path) -> dict[str, dict[str, float]]:
+    """Test metrics of the msrvtt config on ``paths``: before training and after ``--msrvtt-epochs``."""
+    overrides = [f"--data.init_args.{k}={v}" for k, v in paths.items()]
+    overrides += [f"--model.init_args.{k}={args.d_model}" for k in ("d_model", "embed_dim")]
+    overrides += [f"--trainer.max_epochs={args.msrvtt_epochs}", f"--trainer.default_root_dir={root}"]
+    overrides += ["--trainer.logger=false", "--trainer.enable_checkpointing=false", f"--seed_everything={args.seed}"]
+    run = cli.main(["--config", str(MSRVTT_CONFIG), *overrides], run=False)
+    results = {}
+    for stage in ("untrained", "trained"):
+        if stage == "trained":
+            start = time.perf_counter()
+            run.trainer.fit(run.model, datamodule=run.datamodule)
+            fit_s = time.perf_counter() - start
+        run.trainer.test(run.model, datamodule=run.datamodule, verbose=False)
+        results[stage] = {k[5:]: float(v) for k, v in run.trainer.callback_metrics.items() if k.startswith("test/")}
+    results["trained"]["fit_s"] = fit_s
+    return results
+
+
+def part_msrvtt(args) -> None:
+    root = Path(args.msrvtt_dir)
+    print(
+        f"MSR-VTT 9k / 1k-A protocol on generated files ({args.msrvtt_videos} videos, 1,000 test pairs, 20 "
+        f"captions per training video, {args.dim}-d features): configs/video_text_msrvtt.yaml with d_model "
+        f"{args.d_model}, {args.msrvtt_epochs} epochs on CPU ({torch.get_num_threads()} threads)\n"
+    )
+    print("| features | model | t2v R@1 | R@5 | R@10 | MdR | v2t R@1 | R@5 | R@10 | MdR | chance R@1 | fit s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, shuffle in (("match the captions", False), ("shuffled among videos (control)", True)):
+        folder = root / ("shuffled" if shuffle else "matched")
+        paths = write_msrvtt_files(
+            folder, args.msrvtt_videos, dim=args.dim, num_concepts=150, seed=args.seed, shuffle_features=shuffle
+        )
+        for stage, m in protocol_run(paths, args, folder / "run").items():
+            cells = [f"{100 * m[f'{d}_R{k}']:.1f}" if k else f"{m[f'{d}_median_rank']:.1f}"
+                     for d in ("t2v", "v2t") for k in (1, 5, 10, None)]  # fmt: skip
+            fit = f"{m['fit_s']:.0f}" if "fit_s" in m else "-"
+            print(f"| {name} | {stage} | {' | '.join(cells)} | {100 * m['t2v_R1_chance']:.1f} | {fit} |")
+    print()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--part", choices=["padding", "steps", "attention", "all"], default="all")
+    parser.add_argument("--part", choices=["padding", "steps", "attention", "msrvtt", "all"], default="all")
     parser.add_argument("--annotations", default=str(DEFAULT))
     parser.add_argument("--dim", type=int, default=128, help="feature width")
     parser.add_argument("--fps", type=float, default=1.0)
@@ -389,7 +478,13 @@ def main() -> None:
     parser.add_argument("--attention-batches", type=int, default=4, help="packed batches (--part attention)")
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=None, help="folder for the --part padding figure (PNG)")
+    parser.add_argument("--msrvtt-dir", default="/tmp/varlen_msrvtt", help="where --part msrvtt writes its files")
+    parser.add_argument("--msrvtt-videos", type=int, default=2500, help="videos, 1,000 of them the test pairs")
+    parser.add_argument("--msrvtt-epochs", type=int, default=4)
     args = parser.parse_args()
+    if args.part == "msrvtt":
+        return part_msrvtt(args)
     dm, ds = youcook2(args)
     batches = plans(ds, tuple(args.budget), args.seed)
     for part in ("padding", "steps", "attention"):

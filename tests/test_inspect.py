@@ -14,6 +14,8 @@ CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 #: configs whose data lie in ../shared/data (they skip without it) or need a download
 SHARED = {"bearing_cwru_real", "molecules_freesolv", "molecules_lipo", "text_sst2", "video_text_youcook2"}
 DOWNLOAD = {"hyperspectral_pavia_u"}
+#: configs of data only the user has (MSR-VTT files and features): a clear "not found", status 2
+USER_FILES = {"video_text_msrvtt"}
 
 
 def run_inspect(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
@@ -38,6 +40,10 @@ def test_inspect_every_shipped_config(config: Path, tmp_path: Path, monkeypatch,
     if config.stem in DOWNLOAD:  # offline: the download fails, clearly, with status 2
         code, _, err = run_inspect(monkeypatch, capsys, *args)
         assert code == 2 and "varlen: error: downloading https://" in err and "Traceback" not in err
+        return
+    if config.stem in USER_FILES:
+        code, _, err = run_inspect(monkeypatch, capsys, *args)
+        assert code == 2 and "varlen: error:" in err and "not found" in err and "Traceback" not in err
         return
     code, out, _ = run_inspect(monkeypatch, capsys, *args)
     assert code == 0, out
@@ -73,3 +79,13 @@ def test_inspect_bad_data_exits_2_with_the_message(tmp_path: Path, monkeypatch, 
         monkeypatch, capsys, "--config", str(ROOT / "configs" / "bearing_cwru.yaml"), f"--data.init_args.root={missing}"
     )
     assert code == 2 and str(missing) in err and "Traceback" not in err
+
+
+def test_a_data_error_raised_while_the_cli_builds_the_datamodule_exits_2(tmp_path, monkeypatch, capsys) -> None:
+    """jsonargparse wraps errors raised in ``__init__``; the CLI still finds the DataError in the chain."""
+    missing = tmp_path / "no_features.npz"
+    config = str(ROOT / "configs" / "video_text.yaml")
+    code, _, err = run_inspect(monkeypatch, capsys, "--config", config, "--data.init_args.source=jsonl",
+                               f"--data.init_args.annotations={ROOT / 'tests/data/video_text/captions.jsonl'}",
+                               f"--data.init_args.features={missing}")  # fmt: skip
+    assert code == 2 and "not found" in err and str(missing) in err and "Traceback" not in err

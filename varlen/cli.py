@@ -122,6 +122,20 @@ def console() -> None:
             inspect_main(argv[1:])
         else:
             main()
-    except DataError as error:
-        print(f"varlen: error: {error}", file=sys.stderr)
+    except Exception as error:  # a DataError, also one jsonargparse wrapped while instantiating classes
+        data_error = _data_error_in(error)
+        if data_error is None:
+            raise
+        print(f"varlen: error: {data_error}", file=sys.stderr)
         sys.exit(2)
+
+
+def _data_error_in(error: BaseException | None) -> DataError | None:
+    """The :class:`~varlen.errors.DataError` that ``error`` is or was raised from, if any."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, DataError):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None

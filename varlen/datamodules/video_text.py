@@ -36,14 +36,13 @@ from varlen.datasets.video_text import (
     open_source,
     tokenizer,
 )
+from varlen.datasets.video_text.captions import TEST_NAMES, VAL_NAMES
 from varlen.errors import DataError
 from varlen.report import DataReport, OnBad
 from varlen.splits import random_split
 
 __all__ = ["DEFAULT_BUDGET", "TEST_NAMES", "VAL_NAMES", "VideoTextDataModule", "budget_sizes"]
 
-VAL_NAMES = ("validation", "validate", "val")
-TEST_NAMES = ("testing", "test")
 #: (video, text) padded elements per batch when neither ``batch_size`` nor ``max_tokens`` is given
 DEFAULT_BUDGET = (128, 4096)
 
@@ -53,15 +52,19 @@ class VideoTextDataModule(VarLenDataModule):
 
     Sources: ``"synthetic"`` (the embedded default, offline: latent recipe steps whose segments
     and captions share content, see :func:`~varlen.datasets.video_text.synthetic_corpus`),
-    ``"youcook2"`` (the annotation JSON), ``"msrvtt"`` (captions of whole videos) or ``"jsonl"``
-    (``video_id, start, end, text`` per line). Real captions use the features at ``features``
-    (a folder of ``.npy``, a ``.npz`` or an ``.h5``, at ``fps``); without ``features``, YouCook2
-    and other annotations get synthetic per-segment features derived from the sentences and
-    timestamps (to exercise the real format end to end).
+    ``"youcook2"`` (the annotation JSON), ``"msrvtt"`` (captions of whole videos: the data JSON
+    alone, with its own split, or with MSR-VTT's ``train_list`` and 1k-A ``test_pairs``, see
+    :mod:`varlen.datasets.video_text.msrvtt`) or ``"jsonl"`` (``video_id, start, end, text`` per
+    line). Real captions use the features at ``features`` (a folder of ``.npy``, a ``.npz`` or an
+    ``.h5``, at ``fps``); without ``features``, YouCook2 and other annotations get synthetic
+    per-segment features derived from the sentences and timestamps (to exercise the real format
+    end to end).
 
     Splits: by the source's subsets where it has them (YouCook2: "validation" becomes the test
-    split and ``val_fraction`` of the training videos the validation split); otherwise a seeded
-    random split of videos (:func:`varlen.splits.random_split`). A video never appears in two splits.
+    split and ``val_fraction`` of the training videos the validation split; MSR-VTT 9k: the test
+    pairs are the test split and ``val_fraction`` of the listed videos the validation split);
+    otherwise a seeded random split of videos (:func:`varlen.splits.random_split`, streams
+    "video-text test split" and "video-text val split"). A video never appears in two splits.
 
     Batching: by ``max_tokens`` (a pair: video, text; an int applies to both) when it is set
     (it wins over ``batch_size`` when both are), else by ``batch_size`` videos, else (neither
@@ -85,7 +88,11 @@ class VideoTextDataModule(VarLenDataModule):
 
     Args:
         source: "synthetic", "youcook2", "msrvtt" or "jsonl".
-        annotations: caption file of a real source.
+        annotations: caption file of a real source (MSR-VTT: ``MSRVTT_data.json``).
+        train_list: MSR-VTT only: the training videos (``MSRVTT_train.9k.csv`` or ``.7k.csv``, a
+            ``video_id`` column); every JSON caption of a listed video is a training caption.
+        test_pairs: MSR-VTT only: the test split's (video, sentence) pairs
+            (``MSRVTT_JSFUSION_test.csv``: ``key,vid_key,video_id,sentence``, the 1k-A set).
         features: feature store path (see above); None: synthetic features.
         fps: feature frames per second.
         segmentation: "annotated" (video segments = caption spans) or "fixed" (cuts of
@@ -122,6 +129,8 @@ class VideoTextDataModule(VarLenDataModule):
         self,
         source: Literal["synthetic", "youcook2", "msrvtt", "jsonl"] = "synthetic",
         annotations: str | None = None,
+        train_list: str | None = None,
+        test_pairs: str | None = None,
         features: str | None = None,
         fps: float = 1.0,
         segmentation: Segmentation = "annotated",
@@ -161,6 +170,8 @@ class VideoTextDataModule(VarLenDataModule):
             raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
         if source != "synthetic" and annotations is None:
             raise ValueError(f"source {source!r} needs annotations= (the caption file)")
+        if (train_list is not None or test_pairs is not None) and source != "msrvtt":
+            raise ValueError(f"train_list= and test_pairs= are MSR-VTT files (source='msrvtt'), got {source!r}")
         if not 0.0 < val_fraction < 0.5:
             raise ValueError(f"val_fraction must be in (0, 0.5), got {val_fraction}")
         if layout not in LAYOUTS:
@@ -169,6 +180,7 @@ class VideoTextDataModule(VarLenDataModule):
         if layout == "packed":
             self.sampler_cost = "sum"  # real elements, summed: nothing is padded
         self.source, self.annotations, self.features_path, self.fps = source, annotations, features, fps
+        self.train_list, self.test_pairs = train_list, test_pairs
         self.segmentation, self.segment_duration, self.min_iou = segmentation, segment_duration, min_iou
         self.frames, self.max_frames_per_segment = frames, max_frames_per_segment
         self.tokenizer_name_or_path, self.max_caption_tokens = tokenizer_name_or_path, max_caption_tokens
@@ -202,6 +214,8 @@ class VideoTextDataModule(VarLenDataModule):
             synthetic=self.synthetic,
             limit_videos=self.limit_videos,
             report=report,
+            train_list=self.train_list,
+            test_pairs=self.test_pairs,
         )
 
     def tokens(self, table: CaptionTable) -> Tokenized:

@@ -12,11 +12,19 @@ from torchmetrics import Metric
 
 from varlen.datasets.video_text.attention import PACKED_ATTENTION, Rows, pair_attention, row_mean
 from varlen.datasets.video_text.collate import IGNORE_INDEX, cross_attention_masks
+from varlen.datasets.video_text.retrieval import (
+    TIE_TOLERANCE,
+    CaptionEmbeddings,
+    PairedEmbeddings,
+    retrieval_metrics,
+    retrieval_ranks,
+)
 from varlen.models.base import VarLenModule
 
 __all__ = [
     "TIE_TOLERANCE",
     "AlignmentScores",
+    "CaptionEmbeddings",
     "PairedEmbeddings",
     "VideoTextAligner",
     "info_nce",
@@ -25,10 +33,6 @@ __all__ = [
     "retrieval_metrics",
     "retrieval_ranks",
 ]
-
-#: cosine scores this close to the true item's count as ties (against it): the embeddings of one
-#: sample computed in differently padded batches differ by about 1e-7, and ranks must not
-TIE_TOLERANCE = 1e-6
 
 
 def masked_mean(x: torch.Tensor, keep: torch.Tensor, dim: int) -> torch.Tensor:
@@ -72,57 +76,6 @@ def info_nce(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, chunk: int =
             labels = torch.arange(first, first + len(logits), device=a.device)
             total = total + F.cross_entropy(logits, labels, reduction="sum")
     return total / (2 * max(len(a), 1))
-
-
-def retrieval_ranks(scores: torch.Tensor, tolerance: float = TIE_TOLERANCE) -> torch.Tensor:
-    """``[Q]`` rank of the true item (the diagonal) in each row of ``scores`` ``[Q, N]``.
-
-    Ties count against the true item: its rank is the number of items scored at least its
-    score minus ``tolerance`` (itself included), so a collapsed model that scores everything
-    alike gets rank ``N``, not 1, whatever the rounding. The rank of a query depends only on the set of items, not on
-    their order (the order in which DDP ranks' shards are gathered).
-    """
-    return (scores >= scores.diagonal()[:, None] - tolerance).sum(dim=1)
-
-
-def retrieval_metrics(video: torch.Tensor, text: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Text-to-video retrieval over paired rows: R@1/5/10, median rank and the chance R@1 (``1 / N``).
-
-    The median rank is the average of the two middle ranks when their number is even (not
-    ``torch.median``'s lower one).
-    """
-    ranks = retrieval_ranks(F.normalize(text, dim=-1) @ F.normalize(video, dim=-1).T)  # [queries, videos]
-    out = {f"t2v_R{k}": (ranks <= k).float().mean() for k in (1, 5, 10)}
-    out["t2v_median_rank"] = torch.quantile(ranks.float(), 0.5)  # linear: mean of the middle two
-    out["t2v_R1_chance"] = torch.tensor(1.0 / max(len(ranks), 1), device=ranks.device)
-    return out
-
-
-class PairedEmbeddings(Metric):
-    """Row-paired embeddings ``(a_i, b_i)`` of a whole split, gathered from every rank (``cat`` states).
-
-    ``compute()`` returns both, concatenated in the same order, so pairs stay pairs whatever
-    order the ranks' shards arrive in.
-    """
-
-    full_state_update = False
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.add_state("a", default=[], dist_reduce_fx="cat")
-        self.add_state("b", default=[], dist_reduce_fx="cat")
-
-    def update(self, a: torch.Tensor, b: torch.Tensor) -> None:
-        self.a.append(a.detach().float())
-        self.b.append(b.detach().float())
-
-    def compute(self) -> tuple[torch.Tensor, torch.Tensor]:
-        def joined(state) -> torch.Tensor:
-            if isinstance(state, torch.Tensor):
-                return state
-            return torch.cat(state) if state else torch.zeros(0, 0, device=self.device)
-
-        return joined(self.a), joined(self.b)
 
 
 #: epoch value -> the :class:`AlignmentScores` sum it is the per-segment mean of
@@ -180,14 +133,20 @@ class VideoTextAligner(VarLenModule):
       video from the two encoders alone (no timestamps, no positions: content only); trained
       with cross-entropy on ``alignment_target``. Accuracy chance is ``1 / S_t`` per segment.
     - **Retrieval head**: video and caption-set embeddings (masked means), symmetric InfoNCE
-      over the batch; evaluated as text-to-video R@1/5/10 and median rank over the whole split.
+      over the batch. Evaluated over the whole split (:mod:`varlen.datasets.video_text.retrieval`)
+      in both directions, R@1/5/10 and median rank: ``t2v_*`` / ``v2t_*`` pair each video with
+      its caption set (a square similarity); ``caption_t2v_*`` / ``caption_v2t_*`` query with
+      each caption alone (its projection, as in the span loss) and rank a video by its
+      best-ranked caption. With one caption per video (MSR-VTT's 1k-A test pairs) the two are
+      the same numbers: the 1k-A protocol's.
 
     Training losses are in-batch (under DDP the negatives are the *local* batch only) and
     logged with :meth:`log_mean`. Validation and test values are computed over the whole split
     at epoch end, from metrics synced across ranks (:class:`PairedEmbeddings`,
-    :class:`AlignmentScores`): the InfoNCE terms take every other video / caption of the split
-    as negatives and the alignment loss is a mean over segments, so they depend neither on how
-    the split was batched nor on how many processes validated it (1 and 2 give the same numbers).
+    :class:`CaptionEmbeddings`, :class:`AlignmentScores`): the InfoNCE terms take every other
+    video / caption of the split as negatives and the alignment loss is a mean over segments, so
+    they depend neither on how the split was batched nor on how many processes validated it (1
+    and 2 give the same numbers).
 
     ``forward`` returns ``[B, 2 * embed_dim]``: the normalised video and text embeddings.
 
@@ -267,6 +226,7 @@ class VideoTextAligner(VarLenModule):
         splits = ("val", "test")
         self.retrieval = nn.ModuleDict({split: PairedEmbeddings() for split in splits})  # (video, text)
         self.span_pairs = nn.ModuleDict({split: PairedEmbeddings() for split in splits})  # (caption, its span)
+        self.caption_retrieval = nn.ModuleDict({split: CaptionEmbeddings() for split in splits})
         self.alignment = nn.ModuleDict({split: AlignmentScores() for split in splits})
 
     # -- encoders -------------------------------------------------------------------------
@@ -411,7 +371,15 @@ class VideoTextAligner(VarLenModule):
     def _evaluate(self, split: str, batch: Mapping[str, torch.Tensor]) -> None:
         out = self.encode(batch)
         self.retrieval[split].update(out["video_emb"], out["text_emb"])
-        self.span_pairs[split].update(*self.span_embeddings(batch, out))
+        caption, span = self.span_embeddings(batch, out)
+        self.span_pairs[split].update(caption, span)
+        index = batch["index"]
+        if "video_cu_seqlens" in batch:  # packed: captions in video order, ``caption_cu_seqlens`` apart
+            caption_index = index.repeat_interleave(batch["caption_cu_seqlens"].diff())
+        else:
+            segments = batch["text_segment_mask"]
+            caption_index = index[:, None].expand(segments.shape)[segments]
+        self.caption_retrieval[split].update(out["video_emb"], index, F.normalize(caption, dim=-1), caption_index)
         captions = out["segment_captions"] if "segment_captions" in out else batch["text_segment_mask"].sum(-1)
         self.alignment[split].update(out["align_logits"], batch["alignment_target"], captions)
 
@@ -420,6 +388,8 @@ class VideoTextAligner(VarLenModule):
         video, text = self.retrieval[split].compute()
         caption, span = self.span_pairs[split].compute()
         values = {**retrieval_metrics(video, text), **self.alignment[split].compute()}
+        captions = retrieval_metrics(*self.caption_retrieval[split].compute())
+        values.update({f"caption_{name}": value for name, value in captions.items()})
         with torch.no_grad():
             values["retrieval_loss"] = info_nce(text, video, self.scale)
             values["span_loss"] = info_nce(caption, span, self.scale)
@@ -427,7 +397,7 @@ class VideoTextAligner(VarLenModule):
         values["loss"] = (
             values["retrieval_loss"] + hp.align_weight * values["align_loss"] + hp.span_weight * values["span_loss"]
         )
-        for metrics in (self.retrieval, self.span_pairs, self.alignment):
+        for metrics in (self.retrieval, self.span_pairs, self.caption_retrieval, self.alignment):
             metrics[split].reset()
         return {f"{split}/{name}": value for name, value in values.items()}
 

@@ -7,9 +7,10 @@ padded or packed, and builds the cross-modal alignment.
 
 - :mod:`.captions`: captions with timestamps (:class:`CaptionTable`) from the YouCook2
   annotation JSON, MSR-VTT-style caption files or a generic JSONL;
+- :mod:`.msrvtt`: MSR-VTT's retrieval protocols (9k / 7k train lists, the 1k-A test pairs);
 - :mod:`.features`: precomputed features ``[T, D]`` per video (a folder of ``.npy``, one
   ``.npz`` or one HDF5 file keyed by video id);
-- :mod:`.synthetic`: the embedded synthetic corpus and generated features;
+- :mod:`.synthetic`: the embedded synthetic corpus, generated features, MSR-VTT-shaped files;
 - :mod:`.tokenize`: unpadded caption tokens and their cache;
 - :mod:`.storage`: the ragged fields a dataset serves and the batch selection it returns;
 - :mod:`.dataset`: :class:`VideoTextDataset`, one sample per video;
@@ -17,7 +18,8 @@ padded or packed, and builds the cross-modal alignment.
 - :mod:`.packed`: the packed batch (segments, frames, captions, tokens back to back);
 - :mod:`.attention`: attention restricted to the rows of a packed batch (what the aligner uses);
 - :mod:`.collate`: :class:`VideoTextCollator`, both layouts' keys, and the sampler sizes that
-  bound the padded tensors.
+  bound the padded tensors;
+- :mod:`.retrieval`: text-to-video and video-to-text recall and median rank over a split.
 
 Bad input raises :class:`~varlen.errors.DataError` naming the file, video and row (a missing
 file: :class:`~varlen.errors.DatasetNotFoundError`); a bad caption or video goes through a
@@ -26,6 +28,7 @@ file: :class:`~varlen.errors.DatasetNotFoundError`); a bad caption or video goes
 
 from varlen.datasets.video_text.alignment import IGNORE_INDEX, alignment_targets, span_overlap, temporal_alignment
 from varlen.datasets.video_text.captions import (
+    MSRVTT_DATA_URL,
     READERS,
     YOUCOOK2_URL,
     CaptionTable,
@@ -50,25 +53,35 @@ from varlen.datasets.video_text.features import (
     frame_ranges,
     open_features,
 )
+from varlen.datasets.video_text.msrvtt import read_msrvtt_protocol, read_test_pairs, read_video_list
 from varlen.datasets.video_text.packed import LAYOUTS, Layout, pack_batch, same_video_pairs
+from varlen.datasets.video_text.retrieval import CaptionEmbeddings, PairedEmbeddings, retrieval_metrics
 from varlen.datasets.video_text.source import SOURCES, open_source
 from varlen.datasets.video_text.storage import VideoTextFields, VideoTextSelection
-from varlen.datasets.video_text.synthetic import SentenceFeatures, SyntheticFeatures, synthetic_corpus
+from varlen.datasets.video_text.synthetic import (
+    SentenceFeatures,
+    SyntheticFeatures,
+    synthetic_corpus,
+    write_msrvtt_files,
+)
 from varlen.datasets.video_text.tokenize import Tokenized, caption_tokens, tokenize_captions, tokenizer
 
 __all__ = [
     "IGNORE_INDEX",
     "LAYOUTS",
+    "MSRVTT_DATA_URL",
     "READERS",
     "SEGMENT_EDGES",
     "SOURCES",
     "YOUCOOK2_URL",
+    "CaptionEmbeddings",
     "CaptionTable",
     "FeatureStore",
     "HDF5Features",
     "Layout",
     "NpyFolderFeatures",
     "NpzFeatures",
+    "PairedEmbeddings",
     "Segmentation",
     "SentenceFeatures",
     "SyntheticFeatures",
@@ -88,7 +101,11 @@ __all__ = [
     "pad_segments",
     "read_jsonl",
     "read_msrvtt",
+    "read_msrvtt_protocol",
+    "read_test_pairs",
+    "read_video_list",
     "read_youcook2",
+    "retrieval_metrics",
     "same_video_pairs",
     "segment_class",
     "span_overlap",
@@ -96,4 +113,5 @@ __all__ = [
     "temporal_alignment",
     "tokenize_captions",
     "tokenizer",
+    "write_msrvtt_files",
 ]

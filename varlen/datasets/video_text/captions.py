@@ -21,9 +21,24 @@ import numpy as np
 from varlen.errors import DataError, DatasetNotFoundError
 from varlen.report import DataReport
 
-__all__ = ["READERS", "YOUCOOK2_URL", "CaptionTable", "read_jsonl", "read_msrvtt", "read_youcook2"]
+__all__ = [
+    "MSRVTT_DATA_URL",
+    "READERS",
+    "TEST_NAMES",
+    "VAL_NAMES",
+    "YOUCOOK2_URL",
+    "CaptionTable",
+    "read_jsonl",
+    "read_msrvtt",
+    "read_youcook2",
+]
 
 YOUCOOK2_URL = "http://youcook2.eecs.umich.edu/static/YouCookII/youcookii_annotations_trainval.tar.gz"
+#: CLIP4Clip's MSR-VTT split files: MSRVTT_data.json, MSRVTT_train.9k.csv / .7k.csv, MSRVTT_JSFUSION_test.csv
+MSRVTT_DATA_URL = "https://github.com/ArrowLuo/CLIP4Clip/releases/download/v0.0/msrvtt_data.zip"
+#: subset names (lower case) that mean the validation / the test split
+VAL_NAMES = ("validation", "validate", "val")
+TEST_NAMES = ("testing", "test")
 
 
 @dataclass
@@ -37,8 +52,11 @@ class CaptionTable:
         video: ``[R]`` video index of each caption row.
         start, end: ``[R]`` seconds (``end`` NaN: the caption spans its whole video).
         text: ``[R]`` caption strings.
-        source: file the table was read from (for error messages).
+        source: file(s) the table was read from (for error messages).
         rows: ``[R]`` row number in the source (line or annotation position), for error messages.
+        video_sources: the file each video's captions come from (default: ``source`` for every
+            video); a table joined from several files (MSR-VTT's JSON and its test pairs) names
+            the right one in every message.
     """
 
     videos: list[str]
@@ -50,6 +68,7 @@ class CaptionTable:
     text: list[str]
     source: str = "<memory>"
     rows: np.ndarray | None = None
+    video_sources: list[str] | None = None
 
     def __post_init__(self) -> None:
         self.durations = np.asarray(self.durations, dtype=np.float64)
@@ -57,6 +76,8 @@ class CaptionTable:
         self.start = np.asarray(self.start, dtype=np.float64)
         self.end = np.asarray(self.end, dtype=np.float64)
         self.rows = np.arange(len(self.text)) if self.rows is None else np.asarray(self.rows, dtype=np.int64)
+        if self.video_sources is None:
+            self.video_sources = [self.source] * len(self.videos)
 
     @classmethod
     def from_records(
@@ -66,11 +87,13 @@ class CaptionTable:
         subsets: Mapping[str, str] | None = None,
         source: str = "<memory>",
         extra_videos: Sequence[str] = (),
+        video_sources: Mapping[str, str] | None = None,
     ) -> CaptionTable:
         """Build from ``(video_id, start, end, text, row)`` records (videos in first-seen order).
 
         ``extra_videos`` come first, in their order, even without a caption (so that the
-        dataset can report a video with no captions).
+        dataset can report a video with no captions). ``video_sources``: the file of a video's
+        captions, where it is not ``source``.
         """
         ids: dict[str, int] = {v: i for i, v in enumerate(dict.fromkeys(extra_videos))}
         columns: list[list[Any]] = [[], [], [], [], []]
@@ -89,14 +112,19 @@ class CaptionTable:
             text=[str(t) for t in text],
             source=source,
             rows=np.asarray(rows, dtype=np.int64),
+            video_sources=[(video_sources or {}).get(v, source) for v in videos],
         )
 
     def __len__(self) -> int:
         return len(self.text)
 
+    def video_where(self, video: int) -> str:
+        """Human-readable location of video ``video`` (its file and id), for error messages."""
+        return f"{self.video_sources[video]}, video {self.videos[video]!r}"
+
     def where(self, row: int) -> str:
         """Human-readable location of caption row ``row``, for error messages."""
-        return f"{self.source}, video {self.videos[self.video[row]]!r}, row {int(self.rows[row])}"
+        return f"{self.video_where(int(self.video[row]))}, row {int(self.rows[row])}"
 
     def head(self, count: int) -> CaptionTable:
         """The first ``count`` videos and their captions (quick runs)."""
@@ -111,6 +139,7 @@ class CaptionTable:
             text=[t for t, k in zip(self.text, keep, strict=True) if k],
             source=self.source,
             rows=self.rows[keep],
+            video_sources=self.video_sources[:count],
         )
 
 
@@ -219,7 +248,14 @@ def read_msrvtt(path: str | os.PathLike, report: DataReport | None = None) -> Ca
     ``[0, duration]`` (its ``end`` is NaN until the dataset knows the duration).
     """
     path, report = Path(path), report or DataReport()
-    data = _open_json(path, "MSR-VTT caption file", f"put the MSR-VTT videodatainfo JSON at {path}")
+    if path.is_file() and path.suffix.lower() == ".csv":
+        raise DataError(
+            f"{path}: a CSV, not the MSR-VTT caption JSON. Pass MSRVTT_data.json as annotations=, the 1k-A "
+            "test pairs (MSRVTT_JSFUSION_test.csv: key,vid_key,video_id,sentence) as test_pairs= and a "
+            "training list (MSRVTT_train.9k.csv / MSRVTT_train.7k.csv: video_id) as train_list="
+        )
+    fetch = f"download {MSRVTT_DATA_URL} and extract MSRVTT_data.json to {path}"
+    data = _open_json(path, "MSR-VTT caption JSON (MSRVTT_data.json)", fetch)
     if not isinstance(data, (dict, list)):
         raise DataError(f"{path}: expected {{'videos': [...], 'sentences': [...]}} or a list of captions")
     videos = data.get("videos", []) if isinstance(data, dict) else []

@@ -78,7 +78,7 @@ def check_video(
     if vid not in store:
         return 0, (
             "video",
-            f"{table.source}, video {vid!r}",
+            table.video_where(video),
             f"captions refer to a video with no features in {store.source}",
         )
     where = f"{store.source}, video {vid!r}"
@@ -95,7 +95,7 @@ def check_video(
     if frames <= 0:
         return 0, ("video", where, "video has no feature frames (T = 0)")
     if not has_captions:
-        return 0, ("video", f"{table.source}, video {vid!r}", "video has no segments (no captions)")
+        return 0, ("video", table.video_where(video), "video has no segments (no captions)")
     if len(nonfinite):
         return 0, ("video", f"{where} (frame(s) {nonfinite[:SHOWN_FRAMES].tolist()})", "features hold NaN or inf")
     return frames, None
@@ -268,8 +268,7 @@ class VideoTextDataset(Dataset):
             keep &= ~bad
         alive = np.bincount(table.video[keep], minlength=num_videos) > 0
         for v in np.flatnonzero((frame_counts > 0) & ~alive).tolist():
-            where = f"{table.source}, video {table.videos[v]!r}"
-            self._bad(("video", where, "video has no segments left after skipping its bad captions"))
+            self._bad(("video", table.video_where(v), "video has no segments left after skipping its bad captions"))
         return videos[alive[videos]], keep, frame_counts, duration, end
 
     def _index(

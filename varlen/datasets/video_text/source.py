@@ -9,6 +9,7 @@ import numpy as np
 
 from varlen.datasets.video_text.captions import READERS, CaptionTable
 from varlen.datasets.video_text.features import FeatureStore
+from varlen.datasets.video_text.msrvtt import read_msrvtt_protocol
 from varlen.datasets.video_text.synthetic import SentenceFeatures, synthetic_corpus
 from varlen.errors import DataError
 from varlen.report import DataReport
@@ -28,6 +29,8 @@ def open_source(
     synthetic: Mapping[str, Any],
     limit_videos: int | None = None,
     report: DataReport | None = None,
+    train_list: str | None = None,
+    test_pairs: str | None = None,
 ) -> tuple[CaptionTable, FeatureStore]:
     """The caption table and feature store of ``source``.
 
@@ -42,13 +45,20 @@ def open_source(
             (only ``dim`` and ``noise`` for features of real annotations).
         limit_videos: keep only the first this many videos.
         report: where bad captions / videos of the file go (default: raise).
+        train_list, test_pairs: MSR-VTT's train list and 1k-A test pairs (``source="msrvtt"``
+            only; see :func:`~varlen.datasets.video_text.msrvtt.read_msrvtt_protocol`).
     """
     if source == "synthetic":
         table, features = synthetic_corpus(fps=fps, seed=seed, **synthetic)
         return (table.head(limit_videos) if limit_videos is not None else table), features
     if source not in READERS or annotations is None:
         raise ValueError(f"source must be one of {SOURCES}, with annotations= for a real one; got {source!r}")
-    table = READERS[source](annotations, report)
+    if (train_list is not None or test_pairs is not None) and source != "msrvtt":
+        raise ValueError(f"train_list= and test_pairs= are MSR-VTT files (source='msrvtt'), got source {source!r}")
+    if source == "msrvtt":
+        table = read_msrvtt_protocol(annotations, train_list, test_pairs, report)
+    else:
+        table = READERS[source](annotations, report)
     if limit_videos is not None:
         table = table.head(limit_videos)
     if store is not None:

@@ -6,8 +6,12 @@ loader worker sees the same frames; they are finite by construction (no scan nee
 
 from __future__ import annotations
 
+import csv
 import hashlib
+import json
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,7 +20,7 @@ from varlen.datasets.video_text.captions import CaptionTable
 from varlen.datasets.video_text.features import frame_ranges
 from varlen.splits import stream
 
-__all__ = ["SentenceFeatures", "SyntheticFeatures", "synthetic_corpus"]
+__all__ = ["SentenceFeatures", "SyntheticFeatures", "synthetic_corpus", "write_msrvtt_files"]
 
 
 def _seed_of(*parts: Any) -> int:
@@ -175,3 +179,84 @@ def synthetic_corpus(
     table = CaptionTable.from_records(records, durations=durations, source=f"<synthetic corpus, seed {seed}>")
     features = SyntheticFeatures(spans, steps, step_embeddings, durations, fps, noise, seed)
     return table, features
+
+
+def _msrvtt_sentence(rng: np.random.Generator, topic: np.ndarray, concepts: list[str], filler: list[str]) -> str:
+    """Two of the video's three concepts among 4 to 9 filler words, in a random order."""
+    words = [concepts[c] for c in rng.choice(topic, 2, replace=False)]
+    words += list(rng.choice(filler, int(rng.integers(4, 10))))
+    return " ".join(rng.permutation(words))
+
+
+def _write_lists(folder: Path, ids: list[str], splits: list[str], pairs: list[tuple[str, str]]) -> dict[str, Path]:
+    """The two train lists (9k: all but the test pairs' videos; 7k: the JSON's train split) and the pairs."""
+    tested = {vid for vid, _ in pairs}
+    lists = {
+        "MSRVTT_train.9k.csv": [vid for vid in ids if vid not in tested],
+        "MSRVTT_train.7k.csv": [vid for vid, split in zip(ids, splits, strict=True) if split == "train"],
+    }
+    for name, listed in lists.items():
+        (folder / name).write_text("video_id\n" + "".join(f"{vid}\n" for vid in listed))
+    with (folder / "MSRVTT_JSFUSION_test.csv").open("w", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(["key", "vid_key", "video_id", "sentence"])
+        writer.writerows([f"ret{k}", vid.replace("video", "msr"), vid, text] for k, (vid, text) in enumerate(pairs))
+    return {"train_list": folder / "MSRVTT_train.9k.csv", "test_pairs": folder / "MSRVTT_JSFUSION_test.csv"}
+
+
+def write_msrvtt_files(
+    folder: str | os.PathLike,
+    num_videos: int = 3000,
+    num_test: int = 1000,
+    captions_per_video: int = 20,
+    dim: int = 64,
+    num_concepts: int = 400,
+    noise: float = 1.0,
+    seed: int = 0,
+    shuffle_features: bool = False,
+) -> dict[str, Path]:
+    """MSR-VTT-shaped files with synthetic features, in the layouts of CLIP4Clip's ``msrvtt_data.zip``.
+
+    Writes ``MSRVTT_data.json`` (``videos`` with ``split`` train / validate / test, ``sentences``),
+    ``MSRVTT_train.9k.csv`` (every video but the test pairs'), ``MSRVTT_train.7k.csv`` (the JSON's
+    train videos), ``MSRVTT_JSFUSION_test.csv`` (one sentence for each of ``num_test`` videos) and
+    ``features.h5`` (``[T, dim]`` per video, 10 to 30 frames). Each video shows three concepts (of
+    ``num_concepts`` pseudo-words): every frame is the sum of their embeddings plus ``noise``, and
+    each caption names two of them among filler words, so captions and features share content.
+    ``shuffle_features``: store each video's frames under another video's id (a control that
+    keeps every shape and statistic but the pairing).
+
+    Returns:
+        The paths by DataModule argument: ``annotations``, ``train_list``, ``test_pairs``, ``features``.
+    """
+    import h5py
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = stream(seed, "synthetic MSR-VTT files")
+    vocab = _pseudo_words(num_concepts + 40, rng)
+    concepts, filler = vocab[:num_concepts], vocab[num_concepts:]
+    embeddings = rng.standard_normal((num_concepts, dim)).astype(np.float32) / np.sqrt(3.0)
+    ids = [f"video{v}" for v in range(num_videos)]
+    test = np.zeros(num_videos, bool)
+    test[rng.choice(num_videos, num_test, replace=False)] = True
+    splits = np.where(test, "test", np.where(rng.random(num_videos) < 0.05, "validate", "train")).tolist()
+    topics = [rng.choice(num_concepts, 3, replace=False) for _ in ids]
+    frames = rng.integers(10, 31, num_videos)
+    videos = [
+        {"video_id": vid, "start time": 0.0, "end time": float(t), "split": split, "id": v}
+        for v, (vid, split, t) in enumerate(zip(ids, splits, frames, strict=True))
+    ]
+    texts = [[_msrvtt_sentence(rng, topic, concepts, filler) for _ in range(captions_per_video)] for topic in topics]
+    sentences = [{"caption": t, "video_id": vid} for vid, own in zip(ids, texts, strict=True) for t in own]
+    for k, sentence in enumerate(sentences):
+        sentence["sen_id"] = k
+    paths = {"annotations": folder / "MSRVTT_data.json", "features": folder / "features.h5"}
+    paths["annotations"].write_text(json.dumps({"videos": videos, "sentences": sentences}))
+    paths |= _write_lists(folder, ids, splits, [(ids[v], texts[v][0]) for v in np.flatnonzero(test)])
+    owner = rng.permutation(num_videos) if shuffle_features else np.arange(num_videos)
+    with h5py.File(paths["features"], "w") as f:
+        for vid, w in zip(ids, owner.tolist(), strict=True):
+            noisy = noise * rng.standard_normal((int(frames[w]), dim))
+            f[vid] = (embeddings[topics[w]].sum(0) + noisy).astype(np.float32)
+    return paths
