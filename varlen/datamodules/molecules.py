@@ -15,12 +15,15 @@ from varlen.datasets.molecules import (
     BOND_VOCAB,
     MOLECULENET,
     NUM_DESCRIPTORS,
+    SINGLE_CLASS,
     TASKS,
     GraphStore,
     MoleculeCollator,
     MoleculeGraphs,
     MoleculeTable,
+    SingleClass,
     cached_graphs,
+    check_classes,
     read_table,
     standardized_descriptors,
     table_path,
@@ -29,11 +32,11 @@ from varlen.datasets.molecules import (
 )
 from varlen.errors import DataError
 from varlen.report import OnBad
-from varlen.splits import check_fractions, random_split, scaffold_split
+from varlen.splits import balanced_scaffold_split, check_fractions, random_split, scaffold_split
 
 __all__ = ["SPLIT_MODES", "MoleculeDataModule"]
 
-SPLIT_MODES = ("random", "scaffold")
+SPLIT_MODES = ("random", "scaffold", "scaffold_balanced")
 SPLITS = ("train", "val", "test")
 
 
@@ -58,9 +61,24 @@ class MoleculeDataModule(VarLenDataModule):
         smiles_column: SMILES column (default: the preset's).
         target_columns: target columns, several for multi-task (default: the preset's).
         task: ``"regression"`` or ``"classification"`` (default: the preset's, else regression).
-        split: ``"random"`` (seeded) or ``"scaffold"`` (deterministic Bemis-Murcko).
+        split: ``"random"`` (seeded), ``"scaffold"`` or ``"scaffold_balanced"`` (default: the
+            preset's: ``scaffold_balanced`` for the classification presets ``bbbp`` and ``hiv``,
+            else ``random``). Both scaffold splits keep every Bemis-Murcko scaffold set in one
+            split, so test molecules have scaffolds never trained on. ``scaffold`` is
+            MoleculeNet's deterministic one: the largest sets fill train and whatever sets come
+            last fill val and test; on BBBP in its file order these are singletons of one class,
+            and val and test held positives only. ``scaffold_balanced`` is the balanced scaffold
+            split of chemprop (Yang et al. 2019, "Analyzing Learned Molecular Representations for
+            Property Prediction", J. Chem. Inf. Model.; ``split_type="scaffold_balanced"``) and
+            astartes: sets larger than half of the val (or test) size go to train, the others
+            are shuffled with ``split_seed`` and dealt in that order, so val and test look like
+            the whole table. See :func:`varlen.splits.balanced_scaffold_split`.
         split_fractions: train / val / test fractions.
-        split_seed: seed of the random split (default: ``seed``).
+        split_seed: seed of the random and balanced scaffold splits (default: ``seed``).
+        single_class: for classification, a val or test split holding one class only for some
+            task has no ROC-AUC: ``"raise"`` (the default) stops with a ``DataError`` naming the
+            split, the target column and the count of each class; ``"warn"`` goes on with a
+            warning (the model logs that ROC-AUC as NaN, never 0).
         standardize: regression targets standardised with train statistics (the model gets
             ``target_mean`` / ``target_std`` and reports metrics in the original units).
         descriptors: add RDKit graph-level descriptors (logP, weight, TPSA, H donors/acceptors,
@@ -96,9 +114,10 @@ class MoleculeDataModule(VarLenDataModule):
         smiles_column: str | None = None,
         target_columns: list[str] | None = None,
         task: Literal["regression", "classification"] | None = None,
-        split: Literal["random", "scaffold"] = "random",
+        split: Literal["random", "scaffold", "scaffold_balanced"] | None = None,
         split_fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
         split_seed: int | None = None,
+        single_class: SingleClass = "raise",
         standardize: bool = True,
         descriptors: bool = False,
         on_bad: OnBad = "skip",
@@ -121,8 +140,11 @@ class MoleculeDataModule(VarLenDataModule):
         preset = MOLECULENET[dataset] if dataset is not None else None
         if preset is None and (path is None or smiles_column is None or not target_columns):
             raise ValueError("without a dataset preset, give path, smiles_column and target_columns")
+        split = split or (preset.split if preset is not None else "random")
         if split not in SPLIT_MODES:
             raise ValueError(f"split must be one of {SPLIT_MODES}, got {split!r}")
+        if single_class not in SINGLE_CLASS:
+            raise ValueError(f"single_class must be one of {SINGLE_CLASS}, got {single_class!r}")
         if len(split_fractions) != len(SPLITS):
             raise ValueError(f"split_fractions needs a train, val and test share, got {list(split_fractions)}")
         self.fractions = check_fractions(dict(zip(SPLITS, split_fractions, strict=True)))
@@ -138,6 +160,7 @@ class MoleculeDataModule(VarLenDataModule):
         self.split = split
         self.split_fractions = tuple(self.fractions.values())
         self.split_seed = seed if split_seed is None else split_seed
+        self.single_class = single_class
         self.standardize = standardize and self.task == "regression"
         self.descriptors = descriptors
         self.cache_dir = cache_dir
@@ -182,13 +205,17 @@ class MoleculeDataModule(VarLenDataModule):
         }
 
     def _split(self, table: MoleculeTable, store: GraphStore, valid: np.ndarray) -> dict[str, np.ndarray]:
-        """Table positions per split (random: stream ``"molecule split"``; scaffold: deterministic)."""
+        """Table positions per split (random: stream ``"molecule split"``; scaffold: deterministic;
+        balanced: stream ``"molecule scaffold split"``), checked to hold both classes where classified."""
         if len(valid) < len(SPLITS):
             raise DataError(f"{table.path}: only {len(valid)} usable molecule(s); need at least 3 to split")
         if self.split == "random":
             parts = random_split(len(valid), self.fractions, self.split_seed, "molecule split")
-        else:
+        elif self.split == "scaffold":
             parts = scaffold_split(store.scaffolds[valid].tolist(), self.fractions)
+        else:
+            scaffolds = store.scaffolds[valid].tolist()
+            parts = balanced_scaffold_split(scaffolds, self.fractions, self.split_seed, "molecule scaffold split")
         positions = {name: valid[part] for name, part in parts.items()}
         empty = [name for name, part in positions.items() if self.fractions[name] > 0 and not len(part)]
         if empty:
@@ -198,6 +225,8 @@ class MoleculeDataModule(VarLenDataModule):
                 f"split={self.split!r}, fractions {list(self.split_fractions)} give {sizes}); use more molecules "
                 "or larger fractions"
             )
+        if self.task == "classification":
+            check_classes(table.path, table.targets, positions, self.target_columns, self.split, self.single_class)
         return positions
 
     def batch_stats(self, batch: Mapping[str, Any]) -> BatchStats:

@@ -5,15 +5,37 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch import nn
 from torch_geometric.nn import GINEConv, GraphNorm, global_add_pool, global_mean_pool
-from torchmetrics import MeanAbsoluteError, MeanSquaredError, MetricCollection
+from torchmetrics import MeanAbsoluteError, MeanSquaredError, Metric, MetricCollection
 from torchmetrics.classification import BinaryAUROC
 
 from varlen.datasets.molecules import ATOM_VOCAB, BOND_VOCAB
 from varlen.models.base import VarLenModule
 
-__all__ = ["NORMS", "POOLING", "MoleculeGNN"]
+__all__ = ["NORMS", "POOLING", "ClassCounts", "MoleculeGNN"]
+
+
+class ClassCounts(Metric):
+    """Targets of class 0 and of class 1 seen in an epoch, summed over ranks.
+
+    ROC-AUC needs both classes; with one only, torchmetrics' ``BinaryAUROC`` returns 0.0 with a
+    warning. These counts (the same on every rank after ``compute``) decide, before it is
+    computed, whether a task's ROC-AUC is defined.
+    """
+
+    full_state_update = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("counts", default=torch.zeros(2, dtype=torch.long), dist_reduce_fx="sum")
+
+    def update(self, target: torch.Tensor) -> None:
+        self.counts += torch.bincount(target.long().view(-1), minlength=2)[:2]
+
+    def compute(self) -> torch.Tensor:
+        return self.counts
 
 
 def _add_mean_pool(h: torch.Tensor, graph: torch.Tensor, size: int) -> torch.Tensor:
@@ -71,7 +93,9 @@ class MoleculeGNN(VarLenModule):
     Regression: the network predicts standardised targets (train mean/std from the DataModule,
     kept as buffers so checkpoints carry them); ``forward`` returns them in the original units.
     Loss and metrics use only observed targets (``y_mask``), task by task. Classification:
-    ``forward`` returns logits; BCE loss; ROC-AUC per task, averaged.
+    ``forward`` returns logits; BCE loss; ROC-AUC per task, averaged over the tasks where it is
+    defined. A task whose split holds one class only has no ROC-AUC: it is left out of the mean
+    with a warning, and a split where no task has one logs NaN (never torchmetrics' 0.0).
 
     Args:
         num_tasks: targets per molecule.
@@ -137,6 +161,10 @@ class MoleculeGNN(VarLenModule):
         self.register_buffer("target_std", torch.ones(num_tasks))
         self.val_metrics = nn.ModuleList(self._task_metrics() for _ in range(num_tasks))
         self.test_metrics = nn.ModuleList(self._task_metrics() for _ in range(num_tasks))
+        classified = task == "classification"
+        self.val_classes = nn.ModuleList(ClassCounts() for _ in range(num_tasks if classified else 0))
+        self.test_classes = nn.ModuleList(ClassCounts() for _ in range(num_tasks if classified else 0))
+        self.task_names = [f"task {t}" for t in range(num_tasks)]
 
     def _task_metrics(self) -> MetricCollection:
         if self.task == "regression":
@@ -146,6 +174,9 @@ class MoleculeGNN(VarLenModule):
     def setup(self, stage: str) -> None:
         """Take the train-split target statistics from the DataModule, when there is one."""
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
+        columns = list(getattr(datamodule, "target_columns", None) or [])
+        if len(columns) == self.num_tasks:
+            self.task_names = [repr(column) for column in columns]  # for the warnings
         if datamodule is not None and getattr(datamodule, "standardize", False):
             # Lightning runs the DataModule's setup before this hook: the statistics exist
             self.set_target_stats(datamodule.target_mean, datamodule.target_std)
@@ -212,7 +243,7 @@ class MoleculeGNN(VarLenModule):
         self.log_mean({"train/loss": loss}, batch, prog_bar=True)
         return loss
 
-    def _evaluate(self, batch: Any, metrics: nn.ModuleList, stage: str) -> None:
+    def _evaluate(self, batch: Any, metrics: nn.ModuleList, classes: nn.ModuleList, stage: str) -> None:
         raw = self.raw(batch)
         self.log_mean({f"{stage}/loss": self.loss(raw, batch)}, batch)
         # probabilities, not logits: BinaryAUROC applies a sigmoid only to a batch whose values leave
@@ -223,30 +254,51 @@ class MoleculeGNN(VarLenModule):
             if keep.any():
                 target = batch.y[keep, t]
                 metric.update(pred[keep, t], target if self.task == "regression" else target.long())
+                if classes:
+                    classes[t].update(target)
 
-    def _log_epoch(self, metrics: nn.ModuleList, stage: str) -> None:
-        """Per-task metrics (synced over ranks by ``compute``) averaged over tasks: the same on every rank."""
+    def _task_values(self, metrics: nn.ModuleList, classes: nn.ModuleList, stage: str) -> dict[str, list]:
+        """Each task's metrics, synced over ranks by ``compute``; NaN ROC-AUC where a task saw one class only."""
         values: dict[str, list[torch.Tensor]] = {}
-        for metric in metrics:
-            for name, value in metric.compute().items():
+        for t, metric in enumerate(metrics):
+            counts = classes[t].compute() if classes else None
+            if counts is not None and bool((counts == 0).any()):  # the same decision on every rank
+                negatives, positives = (int(c) for c in counts)
+                if not (self._trainer is not None and self.trainer.sanity_checking):  # a few batches, not the split
+                    rank_zero_warn(
+                        f"{stage}/roc_auc: {self.task_names[t]} has {negatives} target(s) of class 0 and {positives} "
+                        "of class 1 in this split; ROC-AUC needs both, so it is NaN for this task (left out of the "
+                        "mean over tasks; NaN when no task has one)"
+                    )
+                computed = {"roc_auc": torch.tensor(float("nan"), device=self.device)}
+            else:
+                computed = metric.compute()
+            for name, value in computed.items():
                 values.setdefault(name, []).append(value)
             metric.reset()
-        means = {f"{stage}/{name}": torch.stack(per_task).mean() for name, per_task in values.items()}
+            if classes:
+                classes[t].reset()
+        return values
+
+    def _log_epoch(self, metrics: nn.ModuleList, classes: nn.ModuleList, stage: str) -> None:
+        """Per-task metrics averaged over tasks (NaN tasks left out): the same on every rank."""
+        values = self._task_values(metrics, classes, stage)
+        means = {f"{stage}/{name}": torch.stack(per_task).nanmean() for name, per_task in values.items()}
         shown = {k for k in means if k.endswith(("/rmse", "/roc_auc"))}
         self.log_global({k: v for k, v in means.items() if k in shown}, prog_bar=True)
         self.log_global({k: v for k, v in means.items() if k not in shown})
 
     def validation_step(self, batch: Any, batch_idx: int) -> None:
-        self._evaluate(batch, self.val_metrics, "val")
+        self._evaluate(batch, self.val_metrics, self.val_classes, "val")
 
     def on_validation_epoch_end(self) -> None:
-        self._log_epoch(self.val_metrics, "val")
+        self._log_epoch(self.val_metrics, self.val_classes, "val")
 
     def test_step(self, batch: Any, batch_idx: int) -> None:
-        self._evaluate(batch, self.test_metrics, "test")
+        self._evaluate(batch, self.test_metrics, self.test_classes, "test")
 
     def on_test_epoch_end(self) -> None:
-        self._log_epoch(self.test_metrics, "test")
+        self._log_epoch(self.test_metrics, self.test_classes, "test")
 
     def configure_optimizers(self) -> Any:
         optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)

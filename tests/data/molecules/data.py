@@ -3,6 +3,12 @@
 Real SMILES of small common molecules with fake, seeded targets, in the real file layouts:
 ESOL (``delaney-processed.csv``), FreeSolv (``SAMPL.csv``: CRLF line ends, trailing spaces),
 a multi-task table with missing values, a BBBP-like classification table, and broken files.
+
+``bbbp_order.csv`` reproduces, in 60 molecules, why MoleculeNet's BBBP fails under the
+deterministic scaffold split in its file order: four large scaffold sets (benzene, cyclohexane,
+pyridine, acyclic) of both classes, then singleton scaffolds (phenyl-(CH2)k-cyclohexyl, one per
+k), the 8 negatives first and the 12 positives last. The scaffold split fills train with the
+large sets and the first singletons, leaving positives only to val and test.
 """
 
 from __future__ import annotations
@@ -68,6 +74,31 @@ def write_classification(rng: np.random.Generator) -> None:
             writer.writerow([i + 1, f"mol{i}", int(rng.random() < 0.5) if i > 1 else i, smiles])
 
 
+SUBSTITUENTS = ["C", "CC", "O", "N", "Cl", "F", "CO", "C(=O)O", "OC", "CCC"]
+ACYCLIC = ["CCO", "CCCO", "CCCCO", "CCN", "CCCN", "CC(C)O", "CCOCC", "CCCCC", "CC(=O)O", "CCC(=O)O"]
+
+
+def bbbp_order_rows() -> list[tuple[str, int]]:
+    """(SMILES, p_np) in the order of ``bbbp_order.csv``: large scaffold sets, then one-class singletons."""
+    big = [
+        ([f"{x}c1ccccc1" for x in SUBSTITUENTS], 0),
+        ([f"{x}C1CCCCC1" for x in SUBSTITUENTS], 1),
+        ([f"{x}c1ccncc1" for x in SUBSTITUENTS], 0),
+        (ACYCLIC, 1),
+    ]
+    rows = [(smiles, label) for group, label in big for smiles in group]
+    singletons = [f"c1ccc(cc1){'C' * k}C1CCCCC1" for k in range(20)]  # 20 distinct scaffolds
+    return rows + [(smiles, int(k >= 8)) for k, smiles in enumerate(singletons)]
+
+
+def write_bbbp_order() -> None:
+    with open(HERE / "bbbp_order.csv", "w", newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(["num", "name", "p_np", "smiles"])  # BBBP's header
+        for i, (smiles, label) in enumerate(bbbp_order_rows()):
+            writer.writerow([i + 1, f"mol{i}", label, smiles])
+
+
 def write_broken() -> None:
     (HERE / "empty.csv").write_text("")
     (HERE / "bad_target.csv").write_text("smiles,y\nCCO,1.5\nc1ccccc1,oops\nCC,2.0\n")
@@ -79,6 +110,7 @@ def main() -> None:
     write_freesolv(rng)
     write_multitask(rng)
     write_classification(rng)
+    write_bbbp_order()
     write_broken()
 
 

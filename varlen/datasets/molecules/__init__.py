@@ -1,6 +1,7 @@
 """Molecular graphs from MoleculeNet-style SMILES tables: reading, RDKit featurisation, cache, dataset, collate.
 
 * :mod:`.readers`: presets, downloads, :func:`read_table` (table errors name the file and line);
+* :mod:`.classes`: every validation and test split holds both classes of each task (ROC-AUC);
 * :mod:`.features`: RDKit atom / bond categories in shared vocabularies, scaffolds, descriptors;
 * :mod:`.graphs`: the table's graphs as concatenated arrays, cached as ``.npz`` (no pickles);
 * :mod:`.rows`: :class:`MoleculeRows`, a batch of molecules as the arrays of one graph;
@@ -12,6 +13,7 @@
 ``varlen.datasets.molecules.features.FEATURIZER_VERSION``.
 """
 
+from varlen.datasets.molecules.classes import SINGLE_CLASS, SingleClass, check_classes, class_counts
 from varlen.datasets.molecules.collate import GRAPH_FIELDS, MoleculeCollator, graph_batch
 from varlen.datasets.molecules.dataset import MoleculeGraphs, standardized_descriptors, target_statistics
 from varlen.datasets.molecules.features import (
@@ -56,6 +58,7 @@ __all__ = [
     "GRAPH_FIELDS",
     "MOLECULENET",
     "NUM_DESCRIPTORS",
+    "SINGLE_CLASS",
     "TASKS",
     "GraphStore",
     "MoleculeCollator",
@@ -63,7 +66,10 @@ __all__ = [
     "MoleculeNetSpec",
     "MoleculeRows",
     "MoleculeTable",
+    "SingleClass",
     "cached_graphs",
+    "check_classes",
+    "class_counts",
     "featurize_all",
     "featurize_smiles",
     "graph_batch",

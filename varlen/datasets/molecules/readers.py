@@ -53,6 +53,9 @@ class MoleculeNetSpec:
         task: ``"regression"`` or ``"classification"``.
         checksum: ``"sha256:<hex>"`` or ``"md5:<hex>"`` of the file, or None (not verified).
         checksum_source: where the checksum comes from (it is shown when verification fails).
+        split: the split the DataModule uses when none is given: ``"scaffold_balanced"`` for the
+            classification presets (a deterministic scaffold split of BBBP leaves one class only
+            in val and test), ``"random"`` for the others.
     """
 
     filename: str
@@ -61,6 +64,7 @@ class MoleculeNetSpec:
     task: str
     checksum: str | None
     checksum_source: str = ""
+    split: str = "random"
 
     @property
     def url(self) -> str:
@@ -91,10 +95,22 @@ MOLECULENET: dict[str, MoleculeNetSpec] = {
         "Lipophilicity.csv", "smiles", ("exp",), "regression", "md5:85a0e1cb8b38b0dfc3f96ff47a57f0ab", "TorchDrug"
     ),
     "hiv": MoleculeNetSpec(
-        "HIV.csv", "smiles", ("HIV_active",), "classification", "md5:9ad10c88f82f1dac7eb5c52b668c30a7", "TorchDrug"
+        "HIV.csv",
+        "smiles",
+        ("HIV_active",),
+        "classification",
+        "md5:9ad10c88f82f1dac7eb5c52b668c30a7",
+        "TorchDrug",
+        split="scaffold_balanced",
     ),
     "bbbp": MoleculeNetSpec(
-        "BBBP.csv", "smiles", ("p_np",), "classification", "md5:66286cb9e6b148bd75d80c870df580fb", "TorchDrug"
+        "BBBP.csv",
+        "smiles",
+        ("p_np",),
+        "classification",
+        "md5:66286cb9e6b148bd75d80c870df580fb",
+        "TorchDrug",
+        split="scaffold_balanced",
     ),
     "qm9": MoleculeNetSpec(
         "qm9.csv",
