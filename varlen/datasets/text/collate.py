@@ -16,7 +16,8 @@ __all__ = ["TextCollator"]
 
 class TextCollator:
     """The model's fields of a text batch: ``input_ids``, ``attention_mask`` (1 = real token),
-    ``token_type_ids`` (when the model takes them), ``labels``, ``index``.
+    ``token_type_ids`` (when the model takes them), ``labels``, ``index``, and ``document_ids``
+    when the samples are windows of longer texts.
 
     A :class:`~varlen.datasets.text.TextBatch` (the loader's batched fetch, padded by
     :class:`~varlen.datasets.text.TokenizedTexts`) is only named; a list of ``dataset[i]`` dicts is
@@ -46,6 +47,8 @@ class TextCollator:
         }
         if self.with_token_type_ids:
             batch["token_type_ids"] = texts.type_ids if texts.type_ids is not None else torch.zeros_like(texts.ids)
+        if texts.documents is not None:
+            batch["document_ids"] = texts.documents
         return batch
 
     def pad_samples(self, samples: Sequence[dict[str, Any]]) -> TextBatch:
@@ -57,4 +60,6 @@ class TextCollator:
         labels = np.fromiter((s["label"] for s in samples), np.int64, len(samples))
         texts = pad_texts(ids, type_ids, labels, np.arange(len(samples)), self.pad_token_id, self.pad_to_multiple_of)
         texts.index = torch.from_numpy(np.fromiter((s["index"] for s in samples), np.int64, len(samples)))
+        if "document_id" in samples[0]:
+            texts.documents = torch.from_numpy(np.fromiter((s["document_id"] for s in samples), np.int64, len(samples)))
         return texts

@@ -2,7 +2,8 @@
 
 A sample is a view into one flat id array; nothing is padded until a batch is fetched. The
 loader's batched fetch (``__getitems__``) pads a whole batch in one gather (pad id and
-``pad_to_multiple_of`` included), so the collate only names the fields.
+``pad_to_multiple_of`` included), so the collate only names the fields. A sample may be one
+window of a longer document (``overflow="windows"``): it then carries its document id.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class TextBatch:
         mask: ``[B, L]`` bool keep mask (True = real token).
         labels: ``[B]`` int64 class ids.
         type_ids: ``[B, L]`` int64 token type ids (0 where padded), or None.
+        documents: ``[B]`` int64 document id of each window (texts cut into windows), or None.
     """
 
     index: torch.Tensor
@@ -37,6 +39,7 @@ class TextBatch:
     mask: torch.Tensor
     labels: torch.Tensor
     type_ids: torch.Tensor | None = None
+    documents: torch.Tensor | None = None
 
 
 def pad_texts(
@@ -87,12 +90,14 @@ class TokenizedTexts(torch.utils.data.Dataset):
     """Unpadded token ids of many texts, their labels and source rows; batches padded on fetch.
 
     Attributes:
-        ids: token ids, one row per text.
-        labels: ``[N]`` int64 class id per text.
-        rows: row of each text in its source table (to map predictions back to the file).
+        ids: token ids, one row per sample (a text, or a window of one).
+        labels: ``[N]`` int64 class id per sample.
+        rows: row of each sample's text in its source table (to map predictions back to the file).
         type_ids: token type ids with the same rows as ``ids`` (pairs), or None.
         pad_token_id: the tokenizer's pad id, written after each text of a fetched batch.
         pad_to_multiple_of: round a fetched batch's length up to this multiple (8 for tensor cores).
+        documents: ``[N]`` int64 document id of each window (texts cut into windows: the text's
+            position in its split, the windows of a text in order), or None (one sample per text).
     """
 
     ids: Ragged
@@ -101,12 +106,22 @@ class TokenizedTexts(torch.utils.data.Dataset):
     type_ids: Ragged | None = None
     pad_token_id: int = 0
     pad_to_multiple_of: int | None = None
+    documents: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.labels = np.asarray(self.labels, dtype=np.int64)
         if self.type_ids is not None and not np.array_equal(self.type_ids.lengths, self.ids.lengths):
             raise ValueError("type_ids must have the same rows as ids")
+        if self.documents is not None:
+            self.documents = np.asarray(self.documents, dtype=np.int64)
+            if len(self.documents) != len(self.labels):
+                raise ValueError(f"{len(self.documents)} document ids for {len(self.labels)} samples")
         self.lengths = self.ids.lengths  # the sampler reads it every epoch: kept, never recomputed
+
+    @property
+    def num_documents(self) -> int:
+        """Texts behind the samples (as many as samples without windows)."""
+        return len(self) if self.documents is None else len(np.unique(self.documents))
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -117,8 +132,13 @@ class TokenizedTexts(torch.utils.data.Dataset):
         if self.type_ids is not None:
             start = self.type_ids.starts[i]
             sample["token_type_ids"] = self.type_ids.values[start : start + self.ids.lengths[i]]
+        if self.documents is not None:
+            sample["document_id"] = int(self.documents[i])
         return sample
 
     def __getitems__(self, indices: Sequence[int]) -> TextBatch:
         """A whole batch at once, padded (the loader's batched fetch)."""
-        return pad_texts(self.ids, self.type_ids, self.labels, indices, self.pad_token_id, self.pad_to_multiple_of)
+        batch = pad_texts(self.ids, self.type_ids, self.labels, indices, self.pad_token_id, self.pad_to_multiple_of)
+        if self.documents is not None:
+            batch.documents = torch.from_numpy(self.documents[np.asarray(indices, dtype=np.int64)])
+        return batch

@@ -65,6 +65,7 @@ class TextTable:
         labels: the raw label of each row (int, float, str or None).
         pairs: the second text of each row, or None.
         rows: the row number of each entry in its source (0 = the first row after the header).
+        splits: the raw value of the split column of each row (``split_column``), or None.
     """
 
     name: str
@@ -72,6 +73,7 @@ class TextTable:
     labels: list[Any]
     pairs: list[Any] | None = None
     rows: np.ndarray | None = None
+    splits: list[Any] | None = None
 
     def __post_init__(self) -> None:
         if self.rows is None:
@@ -90,6 +92,7 @@ class TextTable:
             [self.labels[i] for i in pick],
             None if self.pairs is None else [self.pairs[i] for i in pick],
             self.rows[indices],
+            None if self.splits is None else [self.splits[i] for i in pick],
         )
 
 
@@ -193,13 +196,17 @@ def _read_parquet(path: Path):
         raise DataError(f"{path}: cannot read it as Parquet: {error}") from None
 
 
-def read_table(path: str | Path, columns: TextColumns, role: str = "train_file") -> TextTable:
+def read_table(
+    path: str | Path, columns: TextColumns, role: str = "train_file", split_column: str | None = None
+) -> TextTable:
     """One local table, checked: it exists, is not empty, is UTF-8, parses, has rows and the columns.
 
     Args:
         path: a ``.csv``, ``.tsv``, ``.json``, ``.jsonl`` or ``.parquet`` file.
         columns: the columns to take.
         role: the argument that named the file, for the not-found hint.
+        split_column: also take this column (each row's split, see
+            :func:`~varlen.datasets.text.column_splits.split_by_column`).
 
     Raises:
         DatasetNotFoundError: there is no such file.
@@ -224,28 +231,32 @@ def read_table(path: str | Path, columns: TextColumns, role: str = "train_file")
     if table.num_rows == 0:
         header = f"a header {table.column_names} but " if table.column_names else ""
         raise DataError(f"{path}: the file has {header}no rows")
-    return _take(table.column_names, lambda c: table.column(c).to_pylist(), columns, str(path))
+    return _take(table.column_names, lambda c: table.column(c).to_pylist(), columns, str(path), split_column)
 
 
-def _take(names: Sequence[str], column, columns: TextColumns, name: str) -> TextTable:
+def _take(names: Sequence[str], column, columns: TextColumns, name: str, split_column: str | None = None) -> TextTable:
     """The wanted columns of a table (``column(name) -> list``), or an error naming those missing."""
-    missing = [c for c in columns if c is not None and c not in names]
+    missing = [c for c in (*columns, split_column) if c is not None and c not in names]
     if missing:
         raise DataError(
             f"{name}: missing column(s) {missing}; it has {list(names)} (set text_column / text_pair_column / "
-            "label_column to the names the file uses)"
+            "label_column / split_column to the names the file uses)"
         )
     pairs = column(columns.pair) if columns.pair else None
-    return TextTable(name, column(columns.text), column(columns.label), pairs)
+    splits = column(split_column) if split_column else None
+    return TextTable(name, column(columns.text), column(columns.label), pairs, splits=splits)
 
 
 # -- the Hub ----------------------------------------------------------------------------------
 
 
-def read_hub(name: str, config_name: str | None, columns: TextColumns) -> dict[str, TextTable]:
+def read_hub(
+    name: str, config_name: str | None, columns: TextColumns, split_column: str | None = None
+) -> dict[str, TextTable]:
     """The ``train`` / ``val`` / ``test`` tables of a Hub dataset (or a local dataset folder).
 
-    A test split whose labels are all -1 (GLUE hides its test labels) is left out.
+    A test split whose labels are all -1 (GLUE hides its test labels) is left out. A
+    ``split_column`` is read from the ``train`` split only.
 
     Raises:
         DatasetNotFoundError: the dataset is neither on the Hub (when online) nor in the local cache.
@@ -269,7 +280,9 @@ def read_hub(name: str, config_name: str | None, columns: TextColumns) -> dict[s
     for split, hub_split in (("train", "train"), ("val", "validation"), ("test", "test")):
         if hub_split in hub:
             part = hub[hub_split]
-            tables[split] = _take(part.column_names, lambda c, p=part: list(p[c]), columns, f"{name}[{hub_split}]")
+            extra = split_column if split == "train" else None
+            name_of = f"{name}[{hub_split}]"
+            tables[split] = _take(part.column_names, lambda c, p=part: list(p[c]), columns, name_of, extra)
     if "train" not in tables:
         raise DataError(f"dataset {name!r} has no 'train' split (it has {sorted(hub)})")
     if "test" in tables and all(label_key(v) == "-1" for v in tables["test"].labels):

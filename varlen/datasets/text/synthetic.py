@@ -1,4 +1,9 @@
-"""The embedded default: deterministic movie-review-like texts, so that everything runs offline."""
+"""The embedded default: deterministic movie-review-like texts, so that everything runs offline.
+
+Two kinds: short reviews (:func:`synthetic_reviews`, SST-2-like lengths) and long ones
+(:func:`synthetic_long_reviews`, IMDB-like lengths) whose opinions are few and mostly late in
+the text, so that truncating to the first ``max_length`` tokens loses most of the signal.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,10 @@ import numpy as np
 
 from varlen.datasets.text.readers import TextTable
 
-__all__ = ["synthetic_reviews", "synthetic_tables"]
+__all__ = ["SYNTHETIC_KINDS", "opinion_votes", "synthetic_long_reviews", "synthetic_reviews", "synthetic_tables"]
+
+#: the synthetic sets a DataModule can use
+SYNTHETIC_KINDS = ("reviews", "long_reviews")
 
 _FILLER = (
     "the a this that it film movie story plot scene actor actress director script cast music camera ending "
@@ -53,15 +61,66 @@ def synthetic_reviews(num_samples: int, seed: int = 0) -> dict[str, list]:
     return {"text": texts, "label": labels.tolist()}
 
 
-def synthetic_tables(num_samples: int) -> dict[str, TextTable]:
+def synthetic_long_reviews(
+    num_samples: int, seed: int = 0, median_words: int = 300, words_per_opinion: float = 40.0, agreement: float = 0.75
+) -> dict[str, list]:
+    """Deterministic long reviews whose sentiment is spread thinly over the whole text.
+
+    Lengths (in words, about one MiniLM token each) are log-normal around ``median_words``
+    (from 60 to 1,500). A review holds about one opinion word per ``words_per_opinion`` words
+    (one at least), placed with a density that grows along the text (a plot summary first, the
+    verdict later: the first 40% of a review holds about 16% of its opinions); each agrees with
+    the label with probability ``agreement``. Reading the whole review, a majority vote of its
+    opinions is right about 9 times in 10; reading the first 128 tokens, far less often (see
+    :func:`opinion_votes`).
+    """
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 2, num_samples)
+    lengths = np.clip(rng.lognormal(np.log(median_words), 0.6, num_samples), 60, 1500).astype(int)
+    texts = []
+    for label, length in zip(labels.tolist(), lengths.tolist(), strict=True):
+        words = rng.choice(_FILLER, size=length)
+        count = max(1, rng.poisson(length / words_per_opinion))
+        where = np.unique((length * np.sqrt(rng.random(count))).astype(int).clip(0, length - 1))
+        agrees = rng.random(len(where)) < agreement
+        for pos, agree in zip(where.tolist(), agrees.tolist(), strict=True):
+            words[pos] = rng.choice(_POLAR[label if agree else 1 - label])
+        texts.append(" ".join(words))
+    return {"text": texts, "label": labels.tolist()}
+
+
+def opinion_votes(texts: list[str], first_words: int | None = None) -> np.ndarray:
+    """The label a majority vote of the opinion words gives each text (ties: 1), over its first
+    ``first_words`` words (None: all): the reference a classifier of the synthetic reviews can reach."""
+    polar = {w: side for side, words in _POLAR.items() for w in words}
+    votes = []
+    for text in texts:
+        sides = [polar[w] for w in text.split()[:first_words] if w in polar]
+        votes.append(int(2 * sum(sides) >= len(sides)))
+    return np.asarray(votes, dtype=np.int64)
+
+
+def synthetic_tables(num_samples: int, kind: str = "reviews") -> dict[str, TextTable]:
     """Train (``num_samples`` reviews), validation and test (a fifth each, at least 2).
 
     Each split has a fixed generator seed of its own (0, 1, 2), independent of the DataModule's
     seed: the data stay the same whatever seed shuffles the batches.
+
+    Args:
+        num_samples: training reviews.
+        kind: ``"reviews"`` (short, :func:`synthetic_reviews`) or ``"long_reviews"``
+            (:func:`synthetic_long_reviews`).
     """
+    if kind not in SYNTHETIC_KINDS:
+        raise ValueError(f"synthetic kind must be one of {SYNTHETIC_KINDS}, got {kind!r}")
+    make = synthetic_reviews if kind == "reviews" else synthetic_long_reviews
     small = max(num_samples // 5, 2)
     tables = {}
     for split, n, seed in (("train", num_samples, 0), ("val", small, 1), ("test", small, 2)):
-        reviews = synthetic_reviews(n, seed)
-        tables[split] = TextTable(f"synthetic {split}", reviews["text"], reviews["label"])
+        reviews = make(n, seed)
+        tables[split] = TextTable(
+            f"synthetic {kind} {split}" if kind != "reviews" else f"synthetic {split}",
+            reviews["text"],
+            reviews["label"],
+        )
     return tables
