@@ -153,6 +153,8 @@ def test_windows_refuse_a_stride_without_new_tokens_and_pairs() -> None:
         dm.setup("fit")
     with pytest.raises(ValueError, match="single texts"):
         TextClassificationDataModule(train_file="x.csv", text_pair_column="b", overflow="windows")
+    with pytest.raises(ValueError, match="max_length must be >= 2 tokens"):
+        TextClassificationDataModule(max_length=0)
 
 
 def test_truncation_loses_the_signal_of_the_long_synthetic_reviews() -> None:

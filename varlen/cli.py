@@ -16,13 +16,14 @@ import sys
 import warnings
 
 import torch
+from jsonargparse import ArgumentParser
 from lightning.pytorch.cli import ArgsType, LightningCLI
 
 import varlen.datamodules
 import varlen.models
 from varlen.errors import DataError
 
-__all__ = ["LINKED", "THIRD_PARTY_NOISE", "VarLenCLI", "console", "main", "quiet"]
+__all__ = ["LINKED", "THIRD_PARTY_NOISE", "DataOnlyCLI", "VarLenCLI", "console", "main", "quiet"]
 
 #: DataModule attributes handed to the model argument of the same name, when both exist.
 LINKED = (
@@ -74,12 +75,24 @@ class VarLenCLI(LightningCLI):
             parser.link_arguments(f"data.{name}", f"model.init_args.{name}", apply_on="instantiate")
 
 
-def main(args: ArgsType = None, run: bool = True) -> LightningCLI:
+class DataOnlyCLI(VarLenCLI):
+    """Parses a config exactly as ``fit`` does (every ``--data.*`` override), but builds its DataModule
+    only: ``varlen inspect`` loads (or downloads) no model weights and makes no trainer."""
+
+    def instantiate_classes(self) -> None:
+        parser = ArgumentParser()
+        parser.add_subclass_arguments(varlen.datamodules.VarLenDataModule, "data", required=True)
+        data = parser.parse_object({"data": self.config["data"].as_dict()})
+        self.datamodule = parser.instantiate_classes(data)["data"]
+        self.model = self.trainer = None
+
+
+def main(args: ArgsType = None, run: bool = True, cli_class: type[VarLenCLI] = VarLenCLI) -> LightningCLI:
     """Build (and with ``run=True`` run) the CLI; returns it, e.g. for ``cli.datamodule``."""
     quiet()
     varlen.datamodules.import_all()
     varlen.models.import_all()
-    cli = VarLenCLI(
+    cli = cli_class(
         varlen.models.VarLenModule,
         varlen.datamodules.VarLenDataModule,
         subclass_mode_model=True,

@@ -231,9 +231,9 @@ def inspect_main(argv: Sequence[str]) -> SplitSummary:
     options, rest = parser.parse_known_args(list(argv))
     if options.world_size < 1:
         parser.error("--world-size must be >= 1")
-    from varlen.cli import main
+    from varlen.cli import DataOnlyCLI, main
 
-    cli = main([*rest, "--trainer.logger=false"], run=False)  # nothing is trained, so nothing is logged
+    cli = main(rest, run=False, cli_class=DataOnlyCLI)
     dm = cli.datamodule
     dm.prepare_data()
     dm.setup("fit" if options.split in ("train", "val") else options.split)

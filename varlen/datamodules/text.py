@@ -121,6 +121,8 @@ class TextClassificationDataModule(VarLenDataModule):
             raise ValueError("val_file/test_file need a train_file")
         if max_train_samples is not None and max_train_samples < 1:
             raise ValueError(f"max_train_samples must be >= 1, got {max_train_samples}")
+        if max_length < 2:
+            raise ValueError(f"max_length must be >= 2 tokens (room for [CLS] and [SEP] at least), got {max_length}")
         if overflow not in text_data.OVERFLOW:
             raise ValueError(f"overflow must be one of {text_data.OVERFLOW}, got {overflow!r}")
         if overflow == "windows" and text_pair_column:
