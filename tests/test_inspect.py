@@ -52,6 +52,7 @@ def test_inspect_every_shipped_config(config: Path, tmp_path: Path, monkeypatch,
     text = "\n".join(summary)
     for part in ("samples", "sizes (", "batches per epoch", "per rank on 2", "padding efficiency", "budget use"):
         assert part in text, (part, text)
+    assert "sizes (size)" not in text and "sizes (axis" not in text  # every DataModule names what it counts
     assert max(len(line) for line in summary if "plots in" not in line) <= 100  # fits a terminal
     for name in ("train_sizes.png", "train_padding.png", "train_batches.png"):
         image = matplotlib.image.imread(tmp_path / "plots" / name)
@@ -89,3 +90,24 @@ def test_a_data_error_raised_while_the_cli_builds_the_datamodule_exits_2(tmp_pat
                                f"--data.init_args.annotations={ROOT / 'tests/data/video_text/captions.jsonl'}",
                                f"--data.init_args.features={missing}")  # fmt: skip
     assert code == 2 and "not found" in err and str(missing) in err and "Traceback" not in err
+
+
+def test_inspect_builds_the_datamodule_only(monkeypatch, capsys) -> None:
+    """No model is built (a Hub model would be downloaded just to look at batches), no trainer either."""
+    import functools
+
+    import lightning.pytorch as pl
+
+    from varlen.models import TextClassifier
+
+    for cls in (TextClassifier, pl.Trainer):  # the signature stays, so the config still parses
+
+        @functools.wraps(cls.__init__)
+        def refuse(*args, _name=cls.__name__, **kwargs):
+            raise AssertionError(f"varlen inspect built a {_name}")
+
+        monkeypatch.setattr(cls, "__init__", refuse)
+    config = str(ROOT / "configs" / "text_bert.yaml")
+    code, out, err = run_inspect(monkeypatch, capsys, "--config", config, "--data.init_args.batch_size=16")
+    assert code == 0, err
+    assert "batches per epoch 75 (75 per rank on 1)" in out  # the override reached the DataModule: 1,200 / 16

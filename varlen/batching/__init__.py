@@ -11,11 +11,13 @@ from varlen.batching.collate import (
 )
 from varlen.batching.plan import PlanSpec, build_plan
 from varlen.batching.ragged import PackedBatch, PaddedBatch, Ragged, concat_ranges
-from varlen.batching.sampler import BucketBatchSampler, EpochTracker
+from varlen.batching.sampler import BucketBatchSampler, EpochBatchSampler, EpochIndices, EpochTracker
 
 __all__ = [
     "BatchStats",
     "BucketBatchSampler",
+    "EpochBatchSampler",
+    "EpochIndices",
     "EpochTracker",
     "PackedBatch",
     "Padded",

@@ -1,4 +1,9 @@
-"""`BucketBatchSampler`: length-bucketed, budgeted, distributed-safe and resumable batches."""
+"""`BucketBatchSampler`: length-bucketed, budgeted, distributed-safe and resumable batches.
+
+`EpochBatchSampler` is the same sampler whose batches are :class:`EpochIndices`: index lists that
+carry the epoch they were planned for, into the dataset's ``__getitems__`` in whichever process
+runs it, for per-epoch draws of ``(seed, epoch, index)`` (:mod:`varlen.draws`).
+"""
 
 from __future__ import annotations
 
@@ -233,3 +238,25 @@ class BucketBatchSampler(BatchSampler):
             epoch, served = epoch + 1, 0
             self.set_epoch(epoch)
         self._resume = (epoch, served)
+
+
+class EpochIndices(list):
+    """A batch of indices that also carries the epoch it was planned for (it pickles with it).
+
+    The loader hands this list to the dataset's ``__getitems__`` in whichever process runs it, so
+    per-epoch draws depend on ``(seed, epoch, index)`` only: workers need no shared state and a
+    run resumed mid-epoch replays exactly the same draws. A plain list carries no epoch.
+    """
+
+    def __init__(self, indices, epoch: int) -> None:
+        super().__init__(indices)
+        self.epoch = epoch
+
+
+class EpochBatchSampler(BucketBatchSampler):
+    """:class:`BucketBatchSampler` (same arguments, plan and state) whose batches are :class:`EpochIndices`."""
+
+    def _batches(self) -> Iterator[list[int]]:
+        epoch = self.epoch
+        for batch in super()._batches():
+            yield EpochIndices(batch, epoch)

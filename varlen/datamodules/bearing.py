@@ -11,6 +11,11 @@ The two mistakes this DataModule makes impossible by default:
   (:class:`~varlen.datasets.bearing.RecordingBuffer`; each recording's signal is a view of it),
   so 50%-overlapping windows hold the signal once, not twice, and a batch is one gather.
 
+Across operating conditions (``split="condition"``: train on one motor load, test on another),
+validation is carved from the train conditions by time blocks unless ``val_conditions`` are
+given, and the test conditions stay whole; ``augment`` shifts, resamples (speed), scales and
+noises training windows (drawn from (seed, epoch, window), so a resumed run replays them).
+
 Reading and checking files is :class:`~varlen.datasets.bearing.BearingSource`'s job; splits
 come from :mod:`varlen.splits`; this module wires them.
 """
@@ -24,6 +29,7 @@ from typing import Literal
 
 import numpy as np
 
+from varlen.batching import BucketBatchSampler, EpochBatchSampler
 from varlen.batching.collate import round_up
 from varlen.datamodules.base import VarLenDataModule, base_args
 from varlen.datasets.bearing import (
@@ -34,6 +40,7 @@ from varlen.datasets.bearing import (
     Recording,
     RecordingBuffer,
     Segments,
+    WindowAugment,
     WindowTable,
     cut_windows,
     normalise,
@@ -45,7 +52,7 @@ from varlen.errors import DataError
 from varlen.report import SOURCE, OnBad
 from varlen.splits import condition_split, fractions_of, group_split, random_split, time_block_split
 
-__all__ = ["GAP", "SPLITS", "TAIL", "UNIT", "BearingDataModule", "check_split_arguments"]
+__all__ = ["GAP", "OTHER", "SPLITS", "TAIL", "UNIT", "BearingDataModule", "check_split_arguments"]
 
 Split = Literal["time_block", "recording", "condition", "random_window"]
 SPLITS = ("time_block", "recording", "condition", "random_window")
@@ -54,6 +61,7 @@ ITEM = "recording"
 UNIT = "signal samples"
 GAP = "gaps that separate split blocks"
 TAIL = "tail dropped by drop_tail=True"
+OTHER = "recordings of conditions outside train/val/test_conditions"
 
 
 def check_split_arguments(
@@ -63,6 +71,7 @@ def check_split_arguments(
     gap: int | None,
     test_conditions: list[str] | None,
     val_conditions: list[str] | None,
+    train_conditions: list[str] | None = None,
 ) -> None:
     """Refuse split arguments that cannot work, before any data is read.
 
@@ -79,12 +88,18 @@ def check_split_arguments(
         raise ValueError(f"gap must be >= 0 samples (a negative gap makes splits overlap), got {gap}")
     if split == "condition" and not test_conditions:
         raise ValueError("split='condition' needs test_conditions (e.g. ['3'] to test on CWRU load 3)")
-    overlap = sorted({str(c) for c in test_conditions or []} & {str(c) for c in val_conditions or []})
-    if overlap:
-        raise ValueError(
-            f"conditions {overlap} are in both val_conditions and test_conditions: the same recordings "
-            "would be validated and tested on"
-        )
+    if train_conditions is not None and split != "condition":
+        raise ValueError(f"train_conditions needs split='condition' (split is {split!r})")
+    if train_conditions is not None and not train_conditions:
+        raise ValueError("train_conditions is empty: name the conditions to train on, or None for all the others")
+    named = {"train": train_conditions, "val": val_conditions, "test": test_conditions}
+    for a, b in (("val", "test"), ("train", "test"), ("train", "val")):
+        overlap = sorted({str(c) for c in named[a] or []} & {str(c) for c in named[b] or []})
+        if overlap:
+            raise ValueError(
+                f"conditions {overlap} are in both {a}_conditions and {b}_conditions: the same recordings "
+                f"would be in {a} and {b}"
+            )
 
 
 class BearingDataModule(VarLenDataModule):
@@ -130,16 +145,35 @@ class BearingDataModule(VarLenDataModule):
             for CWRU load 3).
         val_conditions: conditions for validation, taken from the recordings not held out for
             test (they must not overlap ``test_conditions``); default: the last time block of
-            each train recording.
+            each train recording (``val_fraction`` of it, after a gap), the test recordings whole.
+        train_conditions: conditions to train on with ``split="condition"`` (default: every
+            condition not held out); recordings of other conditions are left out, counted in
+            :attr:`report` (``source``, unit ``"signal samples"``).
         grouping: ``shuffle`` (windows of all recordings mixed) or ``recording`` (every batch
             holds windows of one recording only, batches in random order).
         on_bad: ``raise`` at the first bad recording (NaN/inf, shorter than one window, unknown
             label, missing channel, corrupt file, empty) or ``skip`` it, counted in :attr:`report`.
-        simulated_per_class: simulator recordings per class.
+        augment: augment training windows: random shifts within their block, speed changes,
+            amplitude scaling, white noise, drawn from (seed, epoch, window) (evaluation is never
+            augmented).
+        augment_shift: most samples a training window moves either way (default: one stride).
+        augment_scale: amplitude factors uniform in ``[1 - augment_scale, 1 + augment_scale]``.
+        augment_noise: largest standard deviation of the added noise, drawn per window in
+            ``[0, augment_noise]`` (units of the normalised signal).
+        augment_speed: training windows are read resampled at a speed factor uniform in
+            ``[1 - augment_speed, 1 + augment_speed]``, so every frequency scales as with another
+            shaft speed (CWRU's loads 0-3 HP span 3.7%).
+        simulated_per_class: simulator recordings per class (per class and load with
+            ``simulated_loads``).
         simulated_seconds: simulator duration range in seconds.
+        simulated_loads: None (default): each simulated recording at a random load 0-3 that sets
+            its speed only; a list (e.g. ``[0, 1, 2, 3]``): every class under every load, with
+            what a load changes (speed, impact and shaft amplitudes, noise, resonance), for
+            cross-condition splits.
     """
 
     mask_keys = ("mask",)
+    size_axes = (UNIT,)  # a window's length, in samples of the signal
 
     def __init__(
         self,
@@ -162,10 +196,17 @@ class BearingDataModule(VarLenDataModule):
         gap: int | None = None,
         test_conditions: list[str] | None = None,
         val_conditions: list[str] | None = None,
+        train_conditions: list[str] | None = None,
         grouping: Literal["shuffle", "recording"] = "shuffle",
         on_bad: OnBad = "raise",
+        augment: bool = False,
+        augment_shift: int | None = None,
+        augment_scale: float = 0.1,
+        augment_noise: float = 0.05,
+        augment_speed: float = 0.0,
         simulated_per_class: int = 4,
         simulated_seconds: tuple[float, float] = (2.0, 20.0),
+        simulated_loads: list[int] | None = None,
         batch_size: int | None = 64,
         max_tokens: int | None = None,
         shuffle: bool = True,
@@ -178,7 +219,7 @@ class BearingDataModule(VarLenDataModule):
         prefetch_factor: int | None = None,
     ) -> None:
         super().__init__(**base_args(locals()))
-        check_split_arguments(split, grouping, test_fraction, gap, test_conditions, val_conditions)
+        check_split_arguments(split, grouping, test_fraction, gap, test_conditions, val_conditions, train_conditions)
         self.fractions = fractions_of(val_fraction, test_fraction)
         self.root = Path(root) if root is not None else None
         self.metadata = metadata
@@ -196,9 +237,14 @@ class BearingDataModule(VarLenDataModule):
         self.gap = gap
         self.test_conditions = [str(c) for c in test_conditions or []]
         self.val_conditions = [str(c) for c in val_conditions] if val_conditions is not None else None
+        self.train_conditions = [str(c) for c in train_conditions] if train_conditions is not None else None
+        self.augment = augment
+        self.augment_args = (augment_shift, augment_scale, augment_noise, augment_speed)
+        WindowAugment(seed, augment_shift or 0, augment_scale, augment_noise, augment_speed)  # refuse bad values now
         self.grouping = grouping
         self.simulated_per_class = simulated_per_class
         self.simulated_seconds = tuple(simulated_seconds)
+        self.simulated_loads = None if simulated_loads is None else [int(x) for x in simulated_loads]
         # the format, channels and classes are known here (the CLI links them), read cheaply
         self.source = None if root is None else BearingSource.open(root, data_format, metadata, channels, class_names)
         self.data_format = "simulator" if self.source is None else self.source.data_format
@@ -224,13 +270,17 @@ class BearingDataModule(VarLenDataModule):
         """The raw recordings: simulated, or read and validated by the source (bad ones to :attr:`report`)."""
         if self.source is None:
             return simulate_recordings(
-                self.simulated_per_class, self.seed, self.simulated_seconds, class_names=self.class_names
+                self.simulated_per_class,
+                self.seed,
+                self.simulated_seconds,
+                class_names=self.class_names,
+                loads=self.simulated_loads,
             )
         return self.source.load(self.report)
 
     def build(self, stage: str | None) -> dict[str, BearingWindows]:
         """Recordings -> common rate -> usable ones -> leak-free splits -> windows over shared buffers."""
-        recordings = self._at_common_rate(self.load())
+        recordings = self._of_conditions(self._at_common_rate(self.load()))
         if recordings:
             self._window_sizes()
             recordings = self._drop_short(recordings)
@@ -244,13 +294,38 @@ class BearingDataModule(VarLenDataModule):
         labels = np.array([self.class_names.index(r.label) for r in recordings], dtype=np.int64)
         self.recording_labels = labels
         store = self._join(recordings)
-        tables = self._split_windows(recordings, labels)
+        tables, bounds = self._split_windows(recordings, labels)
         if self.normalize:
             self.normalization = normalise(store.buffers, tables["train"])
+        augment = self._window_augment() if self.augment else None
         return {
-            name: BearingWindows(store, labels, *table, pad_to_multiple_of=self.pad_to_multiple_of)
+            name: BearingWindows(
+                store,
+                labels,
+                *table,
+                pad_to_multiple_of=self.pad_to_multiple_of,
+                augment=augment if name == "train" else None,
+                bounds=bounds[name] if name == "train" else None,
+            )
             for name, table in tables.items()
         }
+
+    def _window_augment(self) -> WindowAugment:
+        shift, scale, noise, speed = self.augment_args
+        return WindowAugment(self.seed, self.hop if shift is None else int(shift), scale, noise, speed)
+
+    def _of_conditions(self, recordings: list[Recording]) -> list[Recording]:
+        """With ``train_conditions``, only the recordings of a named condition (the others counted as unused)."""
+        if self.train_conditions is None:
+            return recordings
+        present = sorted({r.condition for r in recordings})
+        absent = sorted(set(self.train_conditions) - set(present))
+        if absent:
+            raise DataError(f"train_conditions {absent}: no recording of those conditions (present: {present})")
+        named = set(self.train_conditions + self.test_conditions + (self.val_conditions or []))
+        other = sum(r.signal.shape[1] for r in recordings if r.condition not in named)
+        self.report.leave_unused(SOURCE, OTHER, other, UNIT)
+        return [r for r in recordings if r.condition in named]
 
     def _join(self, recordings: list[Recording]) -> RecordingBuffer:
         """All signals copied once into one flat buffer; each ``Recording.signal`` becomes its view (one copy kept).
@@ -317,21 +392,31 @@ class BearingDataModule(VarLenDataModule):
 
     # -- splits ---------------------------------------------------------------------------------
 
-    def _split_windows(self, recordings: list[Recording], labels: np.ndarray) -> dict[str, WindowTable]:
-        """The windows of every split; what they leave of the signal goes to the report."""
+    def _split_windows(
+        self, recordings: list[Recording], labels: np.ndarray
+    ) -> tuple[dict[str, WindowTable], dict[str, np.ndarray]]:
+        """The windows of every split, and the span ``[start, end)`` each may move within (its block).
+
+        What the windows leave of the signal goes to the report.
+        """
         lengths = np.array([r.signal.shape[1] for r in recordings], dtype=np.int64)
         if self.split == "random_window":
-            return self._random_windows(lengths)
+            tables = self._random_windows(lengths)
+            whole = np.stack([np.zeros_like(lengths), lengths], axis=1)
+            return tables, {name: whole[table.recording] for name, table in tables.items()}
         segments = self._segments(recordings, labels, lengths)
         for name in segments:  # the report lists the splits in this order
             self.report.split(name)
         for name, count in uncovered_between_segments(lengths, segments).items():
             self.report.leave_unused(name, GAP, count, UNIT)
-        tables = {}
+        tables, bounds = {}, {}
         for name, part in segments.items():
             tables[name], between, dropped = cut_windows(part, self.window, self.hop, self.drop_tail)
             self._leave_unused(name, between, dropped)
-        return tables
+            span = np.zeros((len(recordings), 2), dtype=np.int64)  # a recording has one block per split
+            span[part.recording] = np.stack([part.start, part.end], axis=1)
+            bounds[name] = span[tables[name].recording]
+        return tables, bounds
 
     def _leave_unused(self, split: str, between: int, dropped: int) -> None:
         self.report.leave_unused(split, f"between windows (stride {self.hop} > window {self.window})", between, UNIT)
@@ -404,6 +489,10 @@ class BearingDataModule(VarLenDataModule):
                 )
 
     # -- sampler --------------------------------------------------------------------------------
+
+    def sampler_class(self, split: str) -> type[BucketBatchSampler]:
+        """With ``augment``, training batches carry their epoch (for the draws); evaluation uses the plain sampler."""
+        return EpochBatchSampler if self.augment and split == "train" else BucketBatchSampler
 
     def sampler_groups(self, dataset: BearingWindows) -> np.ndarray | None:
         """With ``grouping="recording"``, the recording of every window: a batch then holds one recording."""

@@ -6,10 +6,11 @@ carry. How random band subsets stay compatible with a fixed batch plan and exact
 * each training pixel gets its band count ``k_i`` once, from the named stream
   ``stream(seed, "band counts")``, so ``lengths`` is known up front and is the same every epoch
   (the sampler's plan, and ``len(loader)``, never change);
-* *which* ``k_i`` bands it gets is drawn from ``(seed, epoch, i)``: the train batch sampler hands
-  each batch to the dataset as an :class:`~varlen.datasets.hyperspectral.EpochIndices` list that
-  carries its epoch, so every worker, every rank and a resumed run draw the same bands for the
-  same (epoch, sample), and a new epoch draws new ones.
+* *which* ``k_i`` bands it gets is drawn from ``(seed, epoch, i)``: the train batch sampler
+  (:class:`~varlen.batching.EpochBatchSampler`) hands each batch to the dataset as an
+  :class:`~varlen.batching.EpochIndices` list that carries its epoch, so every worker, every
+  rank and a resumed run draw the same bands for the same (epoch, sample), and a new epoch draws
+  new ones.
 
 Evaluation uses a fixed, configurable band set (all usable bands, ``k`` evenly spaced ones, or an
 explicit list), so validation numbers are comparable between epochs and runs. Files are opened
@@ -20,15 +21,13 @@ and collate.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
-from varlen.batching import BucketBatchSampler
+from varlen.batching import BucketBatchSampler, EpochBatchSampler
 from varlen.datamodules.base import VarLenDataModule, base_args
 from varlen.datasets.hyperspectral import (
-    EpochIndices,
     HyperspectralCollator,
     HyperspectralPixels,
     Scene,
@@ -44,7 +43,7 @@ from varlen.errors import DataError
 from varlen.report import OnBad
 from varlen.splits import footprint_map, fractions_of, patch_fits, spatial_block_split
 
-__all__ = ["BandSubsetBatchSampler", "HyperspectralDataModule"]
+__all__ = ["HyperspectralDataModule"]
 
 #: why labelled pixels are no patch centre (``dm.report``'s unused reasons, unit "labelled pixels")
 UNUSED_REASONS = {
@@ -77,19 +76,6 @@ def _check_band_arguments(min_bands: int | None, max_bands: int | None, train_ba
         raise ValueError(f"max_bands {max_bands} < min_bands {min_bands}")
     if train_bands is not None and min_bands is not None:
         raise ValueError("give random band counts (min_bands/max_bands) or a fixed train_bands list, not both")
-
-
-class BandSubsetBatchSampler(BucketBatchSampler):
-    """The bucketing sampler whose batches carry their epoch (see the module docstring).
-
-    Same arguments as :class:`~varlen.batching.BucketBatchSampler`; it only wraps each yielded
-    batch in :class:`~varlen.datasets.hyperspectral.EpochIndices`, which is still a list of ints.
-    """
-
-    def _batches(self) -> Iterator[list[int]]:
-        epoch = self.epoch
-        for batch in super()._batches():
-            yield EpochIndices(batch, epoch)
 
 
 class HyperspectralDataModule(VarLenDataModule):
@@ -343,4 +329,4 @@ class HyperspectralDataModule(VarLenDataModule):
 
     def sampler_class(self, split: str) -> type[BucketBatchSampler]:
         """Training batches carry their epoch (for the band draws); evaluation uses the plain sampler."""
-        return BandSubsetBatchSampler if split == "train" else BucketBatchSampler
+        return EpochBatchSampler if split == "train" else BucketBatchSampler

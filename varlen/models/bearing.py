@@ -11,11 +11,17 @@ on padded batches (only tail windows are shorter, but they share batches with fu
 
 Recording-level predictions sum the window log-probabilities of each recording (a product of
 window likelihoods, the usual naive-Bayes vote) over the whole evaluation epoch.
+
+Across operating conditions, ``adabn=True`` applies AdaBN (Li et al., 2016; used with WDCNN by
+Zhang et al., 2017): before testing (or predicting), every batch-norm layer's running statistics
+are re-estimated on the unlabelled windows of the target split, layer by layer, exactly (sums
+over every real position of the split, summed over ranks), and the source statistics are put
+back afterwards. No weight changes and no label is read.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -28,7 +34,14 @@ from torchmetrics.functional.classification import multiclass_accuracy, multicla
 from varlen.batching import lengths_to_mask
 from varlen.models.base import VarLenModule
 
-__all__ = ["BearingClassifier", "MaskedBatchNorm1d", "MaskedConvBlock", "RecordingMetrics", "aggregate_by_recording"]
+__all__ = [
+    "BearingClassifier",
+    "LoaderBatches",
+    "MaskedBatchNorm1d",
+    "MaskedConvBlock",
+    "RecordingMetrics",
+    "aggregate_by_recording",
+]
 
 
 class MaskedBatchNorm1d(nn.BatchNorm1d):
@@ -93,12 +106,41 @@ class MaskedConvBlock(nn.Module):
         conv = torch.clamp((lengths + 2 * self.padding - self.kernel) // self.stride + 1, min=1)
         return conv, torch.clamp(conv // 2, min=1)
 
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        conv_lengths, pooled_lengths = self.out_lengths(lengths)
+    def convolve(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The convolution's output (what the batch norm sees) and its keep mask ``[B, L]``."""
+        conv_lengths, _ = self.out_lengths(lengths)
         x = self.conv(x)
-        x = F.relu(self.norm(x, lengths_to_mask(conv_lengths, x.shape[-1])))
-        x = F.max_pool1d(x, 2)
+        return x, lengths_to_mask(conv_lengths, x.shape[-1])
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        _, pooled_lengths = self.out_lengths(lengths)
+        x, mask = self.convolve(x, lengths)
+        x = F.max_pool1d(F.relu(self.norm(x, mask)), 2)
         return x * lengths_to_mask(pooled_lengths, x.shape[-1])[:, None, :].to(x.dtype), pooled_lengths
+
+
+class LoaderBatches:
+    """The collated batches of some loaders, read again on every iteration through each one's dataset
+    and batch sampler, in this process.
+
+    Opening a second iterator of a loader while Lightning's loop holds one (and maybe its
+    persistent workers) is not safe; reading the batch plan and the batched fetch is, and holds
+    one batch at a time (not a copy of every window).
+    """
+
+    def __init__(self, loaders: Any) -> None:
+        self.loaders = list(loaders) if isinstance(loaders, Sequence) else [loaders]
+
+    def __iter__(self):
+        for loader in self.loaders:
+            sampler = getattr(loader, "batch_sampler", None)
+            if sampler is None:
+                yield from loader
+                continue
+            dataset, collate = loader.dataset, loader.collate_fn
+            fetch = getattr(dataset, "__getitems__", None)
+            for indices in sampler:
+                yield collate(fetch(indices) if fetch is not None else [dataset[i] for i in indices])
 
 
 def aggregate_by_recording(
@@ -165,6 +207,9 @@ class BearingClassifier(VarLenModule):
         dropout: dropout before the last layer.
         lr: Adam learning rate.
         weight_decay: Adam weight decay.
+        adabn: re-estimate the batch-norm statistics on the test (and predict) windows before
+            evaluating them (AdaBN, for a test condition unlike the training one); the training
+            statistics are restored afterwards.
     """
 
     def __init__(
@@ -179,6 +224,7 @@ class BearingClassifier(VarLenModule):
         dropout: float = 0.2,
         lr: float = 1e-3,
         weight_decay: float = 1e-4,
+        adabn: bool = False,
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -192,7 +238,8 @@ class BearingClassifier(VarLenModule):
             nn.Linear(channels[-1], hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, num_classes)
         )
         self.min_width = self._min_width()
-        self.lr, self.weight_decay = lr, weight_decay
+        self.lr, self.weight_decay, self.adabn = lr, weight_decay, adabn
+        self._source_statistics: dict[str, torch.Tensor] | None = None
         metrics = MetricCollection(
             {
                 "acc": MulticlassAccuracy(num_classes, average="micro"),
@@ -265,6 +312,80 @@ class BearingClassifier(VarLenModule):
 
     def on_test_epoch_end(self) -> None:
         self._log_recordings("test")
+
+    # -- AdaBN ----------------------------------------------------------------------------------
+
+    def _features(self, batch: Mapping[str, Any], depth: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Block ``depth``'s convolution output and keep mask, the blocks before it in eval mode."""
+        x, lengths = batch["signals"], batch["lengths"].to(batch["signals"].device)
+        x = x * lengths_to_mask(lengths, x.shape[-1])[:, None, :].to(x.dtype)
+        if x.shape[-1] < self.min_width:
+            x = F.pad(x, (0, self.min_width - x.shape[-1]))
+        for block in self.blocks[:depth]:
+            x, lengths = block(x, lengths)
+        return self.blocks[depth].convolve(x, lengths)
+
+    @torch.no_grad()
+    def adapt_batchnorm(self, batches: Iterable[Mapping[str, Any]], reduce=None, layers: int | None = None) -> None:
+        """AdaBN: set every batch norm's running mean and (unbiased) variance to the target windows'.
+
+        Layer by layer, each with the layers before it already adapted: sums of every real
+        position's values over all ``batches`` (float64), so the result does not depend on how
+        the windows are batched. Only the running statistics change (no gradient, no label read).
+
+        Args:
+            batches: collated batches of the target windows, iterated once per block (a list, a
+                loader, :class:`LoaderBatches`; a one-shot iterator is listed first); moved to the
+                model's device here.
+            reduce: sums a tensor over processes (under DDP, each rank holding a shard); None: one process.
+            layers: adapt the first ``layers`` blocks only (None: all).
+        """
+        was_training = self.training
+        self.eval()
+        batches = list(batches) if isinstance(batches, Iterator) else batches
+        for depth, block in enumerate(self.blocks[:layers]):
+            total = torch.zeros(3, block.norm.num_features, dtype=torch.float64, device=self.device)
+            for batch in batches:
+                x, mask = self._features({k: self._to_device(v) for k, v in batch.items()}, depth)
+                keep = mask[:, None, :].to(torch.float64)
+                x = x.to(torch.float64) * keep
+                total += torch.stack([keep.sum(dim=(0, 2)).expand(x.shape[1]), x.sum(dim=(0, 2)), (x * x).sum((0, 2))])
+            count, first, second = reduce(total) if reduce is not None else total
+            mean = first / count
+            var = (second - count * mean**2) / torch.clamp(count - 1, min=1)
+            block.norm.running_mean.copy_(mean.to(block.norm.running_mean.dtype))
+            block.norm.running_var.copy_(var.clamp(min=0).to(block.norm.running_var.dtype))
+        self.train(was_training)
+
+    def _to_device(self, value: Any) -> Any:
+        return value.to(self.device) if isinstance(value, torch.Tensor) else value
+
+    def _adapt_to(self, loaders: Any) -> None:
+        """Keep the source statistics, then adapt to ``loaders``' windows (read as the loop would)."""
+        self._source_statistics = {k: v.clone() for k, v in self.state_dict().items() if "running_" in k}
+        strategy = self.trainer.strategy if self._trainer is not None else None
+        world = strategy.world_size if strategy is not None else 1
+        reduce = (lambda t: strategy.reduce(t, reduce_op="sum")) if world > 1 else None
+        self.adapt_batchnorm(LoaderBatches(loaders), reduce)
+
+    def _restore_source(self) -> None:
+        if self._source_statistics is not None:
+            self.load_state_dict(self._source_statistics, strict=False)
+            self._source_statistics = None
+
+    def on_test_start(self) -> None:
+        if self.adabn:
+            self._adapt_to(self.trainer.test_dataloaders)
+
+    def on_test_end(self) -> None:
+        self._restore_source()
+
+    def on_predict_start(self) -> None:
+        if self.adabn:
+            self._adapt_to(self.trainer.predict_dataloaders)
+
+    def on_predict_end(self) -> None:
+        self._restore_source()
 
     def predict_step(self, batch: Mapping[str, Any], batch_idx: int) -> dict[str, torch.Tensor]:
         """Window log-probabilities with the ids needed to vote per recording afterwards."""

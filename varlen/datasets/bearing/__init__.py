@@ -9,10 +9,12 @@
 - :mod:`~varlen.datasets.bearing.windows`: resampling, window tables, unused samples, statistics.
 - :mod:`~varlen.datasets.bearing.storage`: :class:`RecordingBuffer` (every recording in one flat
   buffer), windows as :class:`~varlen.batching.ragged.Ragged` spans of it, the one-gather batch read.
+- :mod:`~varlen.datasets.bearing.augment`: seeded (seed, epoch, window) shifts, scaling, noise of training windows.
 - :mod:`~varlen.datasets.bearing.dataset`: :class:`BearingWindows`, windows as views, fetched a batch at once.
 - :mod:`~varlen.datasets.bearing.collate`: :class:`BearingCollator`, which names the batch's fields.
 """
 
+from varlen.datasets.bearing.augment import WindowAugment
 from varlen.datasets.bearing.collate import BearingCollator
 from varlen.datasets.bearing.dataset import BearingWindows, WindowBatch
 from varlen.datasets.bearing.formats import (
@@ -34,7 +36,13 @@ from varlen.datasets.bearing.readers import (
 )
 from varlen.datasets.bearing.source import BearingSource, resolve_format
 from varlen.datasets.bearing.storage import RecordingBuffer, gather_windows
-from varlen.datasets.bearing.synthetic import simulate_recording, simulate_recordings
+from varlen.datasets.bearing.synthetic import (
+    SPEED_ONLY,
+    LoadEffects,
+    load_effects,
+    simulate_recording,
+    simulate_recordings,
+)
 from varlen.datasets.bearing.windows import (
     Segments,
     WindowTable,
@@ -51,18 +59,22 @@ __all__ = [
     "CWRU_FILES",
     "CWRU_URL",
     "PADERBORN_CLASSES",
+    "SPEED_ONLY",
     "BearingCollator",
     "BearingSource",
     "BearingWindows",
+    "LoadEffects",
     "Recording",
     "RecordingBuffer",
     "Segments",
+    "WindowAugment",
     "WindowBatch",
     "WindowTable",
     "cut_windows",
     "default_channels",
     "download_cwru",
     "gather_windows",
+    "load_effects",
     "normalise",
     "parse_cwru_name",
     "parse_paderborn_name",

@@ -1,6 +1,9 @@
 """`BearingWindows`: the windows of one split, spans of the one flat signal buffer, fetched a batch at once.
 
 A copy per window would double the signal at 50% overlap; a span costs a few int64 per window.
+Training windows may be augmented (:class:`~varlen.datasets.bearing.augment.WindowAugment`):
+a batch that carries its epoch is read at shifted starts, then scaled and noised, in the same
+one gather.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import torch
 from torch.utils.data import Dataset
 
 from varlen.batching.collate import round_up
-from varlen.datasets.bearing.storage import RecordingBuffer, gather_windows
+from varlen.datasets.bearing.augment import WindowAugment
+from varlen.datasets.bearing.storage import PaddedWindows, RecordingBuffer, gather_windows
 
 __all__ = ["BearingWindows", "WindowBatch"]
 
@@ -62,6 +66,9 @@ class BearingWindows(Dataset):
         lengths: true length per window (a tail window is shorter).
         window_index: the window's position among its recording's windows in this split.
         pad_to_multiple_of: round a fetched batch's width up to this multiple.
+        augment: augmentation of batches that carry their epoch (training); None: none.
+        bounds: ``[N, 2]`` the span (start, end) of its recording each window may be shifted
+            within (its split's block); needed when ``augment`` shifts.
 
     Samples: ``index``, ``signal`` ``[C, length]`` float32 view, ``label``, ``recording_id``,
     ``window_index``, ``start``.
@@ -76,6 +83,8 @@ class BearingWindows(Dataset):
         lengths: np.ndarray,
         window_index: np.ndarray,
         pad_to_multiple_of: int | None = None,
+        augment: WindowAugment | None = None,
+        bounds: np.ndarray | None = None,
     ) -> None:
         self.recording = np.asarray(recording, dtype=np.int64)
         self.starts = np.asarray(starts, dtype=np.int64)
@@ -89,6 +98,10 @@ class BearingWindows(Dataset):
         self.labels = self.recording_labels[self.recording]
         self.pad_to_multiple_of = pad_to_multiple_of
         self.signals = self.store.windows(self.recording, self.starts, self.lengths)
+        if augment is not None and augment.moves and bounds is None:
+            raise ValueError("augment's shifts and speeds need the bounds each window may move within")
+        self.augment = augment
+        self.bounds = None if bounds is None else np.asarray(bounds, dtype=np.int64).reshape(-1, 2)
 
     @property
     def buffers(self) -> list[np.ndarray]:
@@ -110,9 +123,18 @@ class BearingWindows(Dataset):
         }
 
     def __getitems__(self, indices: Sequence[int]) -> WindowBatch:
-        """A whole batch at once (the loader's batched fetch): one gather of the windows, padded."""
+        """A whole batch at once (the loader's batched fetch): one gather of the windows, padded.
+
+        A batch that carries its ``epoch`` (an :class:`~varlen.batching.EpochIndices`
+        of the training sampler) is augmented when the dataset has an ``augment``; plain lists never are.
+        """
+        epoch = getattr(indices, "epoch", None)
         indices = np.asarray(indices, dtype=np.int64)
-        padded = gather_windows(self.signals, self.store.channels, indices, self.pad_to_multiple_of)
+        if self.augment is None or epoch is None:
+            starts = self.starts[indices]
+            padded = gather_windows(self.signals, self.store.channels, indices, self.pad_to_multiple_of)
+        else:
+            starts, padded = self._augmented(indices, epoch)
         tensor = torch.from_numpy
         return WindowBatch(
             index=tensor(indices),
@@ -122,12 +144,29 @@ class BearingWindows(Dataset):
             labels=tensor(self.labels[indices]),
             recording_ids=tensor(self.recording[indices]),
             window_index=tensor(self.window_index[indices]),
-            starts=tensor(self.starts[indices]),
+            starts=tensor(starts),
         )
+
+    def _augmented(self, indices: np.ndarray, epoch: int) -> tuple[np.ndarray, PaddedWindows]:
+        """The windows read at their shifted starts and speeds (one gather), then scaled and noised in place."""
+        lengths, starts, augment = self.lengths[indices], self.starts[indices], self.augment
+        if augment.moves:
+            starts, spans, rates = augment.place(indices, epoch, starts, lengths, self.bounds[indices])
+        rows = self.store.windows(self.recording[indices], starts, spans if augment.speed else lengths)
+        if augment.speed:
+            width = round_up(int(lengths.max()), self.pad_to_multiple_of)
+            row_starts = rows.starts.reshape(len(indices), self.store.channels)
+            signals = augment.resampled(rows.values, row_starts, rates, lengths, width)
+            padded = PaddedWindows(signals, lengths, np.arange(width) < lengths[:, None])
+        else:
+            padded = gather_windows(rows, self.store.channels, np.arange(len(indices)), self.pad_to_multiple_of)
+        augment.perturb(padded.signals, padded.mask, indices, epoch)
+        return starts + (2 if augment.speed else 0), padded  # where each window's first sample is
 
     def index_nbytes(self) -> int:
         """Bytes of this split's own index arrays (per window; the signal store is shared)."""
-        arrays = {id(a): a.nbytes for a in (self.recording, self.starts, self.lengths, self.window_index, self.labels)}
+        own = (self.recording, self.starts, self.lengths, self.window_index, self.labels)
+        arrays = {id(a): a.nbytes for a in (*own, *(() if self.bounds is None else (self.bounds,)))}
         arrays.update({id(a): a.nbytes for a in (self.signals.starts, self.signals.lengths, self.signals.groups)})
         return int(sum(arrays.values()))
 

@@ -4,7 +4,7 @@
   those rows (they overlap: the list is stored once per scene).
 * Random subsets (training): sample ``i`` keeps ``counts[i]`` of its scene's usable bands, drawn
   from ``(seed, epoch, i)`` only. Every (sample, usable band) pair gets a 64-bit key from a
-  counter-based hash of those four numbers (SplitMix64's output function), and the sample keeps
+  counter-based hash of those four numbers (:func:`varlen.draws.counter_bits`), and the sample keeps
   the bands with the ``counts[i]`` smallest keys: a uniformly random subset, in band order. A key
   does not depend on the batch a sample is in, so every worker, every rank and a resumed run
   draw the same bands for the same (epoch, sample), and each epoch draws new ones. A whole
@@ -13,29 +13,15 @@
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
 
 from varlen.batching.ragged import Ragged
+from varlen.draws import counter_bits
 
 __all__ = ["draw_keys", "fixed_band_rows", "random_band_rows"]
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-#: the third word of the epoch's seed: (seed, epoch, tag) cannot collide with a named stream's (seed, crc32(name))
-_TAG = zlib.crc32(b"band draws")
 #: low key bits that hold the band position, so that keys are unique within a row (no ties)
 _POSITION_BITS = np.uint64(16)
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """SplitMix64's output function on a uint64 array (wrapping arithmetic), in place."""
-    x ^= x >> np.uint64(30)
-    x *= np.uint64(0xBF58476D1CE4E5B9)
-    x ^= x >> np.uint64(27)
-    x *= np.uint64(0x94D049BB133111EB)
-    x ^= x >> np.uint64(31)
-    return x
 
 
 def draw_keys(seed: int, epoch: int, indices: np.ndarray, width: int) -> np.ndarray:
@@ -46,10 +32,8 @@ def draw_keys(seed: int, epoch: int, indices: np.ndarray, width: int) -> np.ndar
     """
     if width >= 1 << int(_POSITION_BITS):
         raise ValueError(f"at most {1 << int(_POSITION_BITS)} usable bands per scene, got {width}")
-    epoch_key = np.random.SeedSequence((int(seed), int(epoch), _TAG)).generate_state(1, np.uint64)
-    rows = _mix(epoch_key + np.asarray(indices, np.uint64) * _GOLDEN)  # [B], one stream per sample
     positions = np.arange(width, dtype=np.uint64)
-    keys = _mix(rows[:, None] + (positions + np.uint64(1)) * _GOLDEN)
+    keys = counter_bits("band draws", seed, epoch, indices, positions)
     keys >>= _POSITION_BITS + np.uint64(1)
     keys <<= _POSITION_BITS
     keys |= positions

@@ -26,6 +26,7 @@ import torch
 from torch.utils.data import Dataset
 
 from varlen.batching.ragged import Ragged
+from varlen.batching.sampler import EpochIndices  # re-exported: the batches of the train sampler
 from varlen.datasets.hyperspectral.bands import fixed_band_rows, random_band_rows
 from varlen.datasets.hyperspectral.gather import PixelBatch, flat_view, normalise, read_patches
 from varlen.datasets.hyperspectral.readers import MappedCube
@@ -41,20 +42,6 @@ __all__ = [
     "random_band_counts",
     "select_bands",
 ]
-
-
-class EpochIndices(list):
-    """A batch of indices that also carries the epoch it was planned for.
-
-    The loader hands this list to :meth:`HyperspectralPixels.__getitems__` in whichever process
-    runs it (it pickles with its ``epoch``), so the band subsets of an epoch depend on
-    ``(seed, epoch, index)`` only: workers need no shared state and resuming mid-epoch replays
-    exactly the same bands.
-    """
-
-    def __init__(self, indices, epoch: int) -> None:
-        super().__init__(indices)
-        self.epoch = epoch
 
 
 def evenly_spaced(usable: np.ndarray, count: int) -> np.ndarray:
