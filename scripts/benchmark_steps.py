@@ -3,6 +3,7 @@
     python scripts/benchmark_steps.py                       # every scenario, on CUDA when available
     python scripts/benchmark_steps.py --scenarios video_text --steps 50
     python scripts/benchmark_steps.py --quick               # tiny data, a few steps (the test runs this)
+    python scripts/benchmark_steps.py --out docs/images     # also a figure: steps_<device>.png
 
 Each scenario runs its shipped YAML (so the batches are the ones ``varlen fit`` trains on: shuffled,
 bucketed, under the config's budget) through a plain Lightning ``Trainer`` on one device, and the
@@ -157,12 +158,35 @@ def measure(name: str, layout: str | None, steps: int, warmup: int, quick: bool,
     }
 
 
+def plot(rows: list[tuple[str, dict]], device: str, path: Path) -> Path:
+    """One bar per scenario and layout: real / allocated elements, and real elements per second."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{name} ({row['layout']})" if row["layout"] != "default" else name for name, row in rows]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 0.45 * len(rows) + 1.4), sharey=True)
+    left.barh(labels, [row["efficiency"] for _, row in rows], color="tab:blue")
+    left.set(xlim=(0, 1), xlabel="real / allocated elements")
+    right.barh(labels, [row["real_per_s"] for _, row in rows], color="tab:green")
+    right.set(xscale="log", xlabel="real elements per second (log)")
+    left.invert_yaxis()
+    fig.suptitle(f"Train steps of the reference models: {device}", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    return path
+
+
 def main(argv: list[str] | None = None) -> list[tuple[str, dict]]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenarios", nargs="*", default=list(SCENARIOS), choices=list(SCENARIOS))
     parser.add_argument("--steps", type=int, default=30, help="timed steps per row")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps first")
     parser.add_argument("--quick", action="store_true", help="tiny data and 2 timed steps (for tests)")
+    parser.add_argument("--out", type=Path, default=None, help="folder for the figure (steps_<cpu|cuda>.png)")
     args = parser.parse_args(argv)
     sys.argv = sys.argv[:1]  # the CLI below is given its own arguments
     steps, warmup = (2, 1) if args.quick else (args.steps, args.warmup)
@@ -187,6 +211,9 @@ def main(argv: list[str] | None = None) -> list[tuple[str, dict]]:
                     flush=True,
                 )
             print()
+    if args.out is not None and rows:
+        kind = rows[0][1]["device"]
+        print(f"figure: {plot(rows, device, args.out / f'steps_{kind}.png')}")
     sys.stdout.flush()
     return rows
 
