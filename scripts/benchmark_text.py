@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -200,8 +201,10 @@ def lhotse_batches(lengths: np.ndarray, budget: int) -> list[list[int]] | None:
     except ImportError:
         return None
     cuts = CutSet.from_cuts(MonoCut(str(i), 0.0, float(n), 0) for i, n in enumerate(lengths.tolist()))
-    sampler = DynamicBucketingSampler(cuts, max_duration=budget, shuffle=True, seed=0, world_size=1, rank=0)
-    return [[int(cut.id) for cut in batch] for batch in sampler]
+    with warnings.catch_warnings():  # "eagerly read CutSet": true, and irrelevant to the batches it plans
+        warnings.filterwarnings("ignore", message=".*eagerly read CutSet.*")
+        sampler = DynamicBucketingSampler(cuts, max_duration=budget, shuffle=True, seed=0, world_size=1, rank=0)
+        return [[int(cut.id) for cut in batch] for batch in sampler]
 
 
 def budget_part(lengths: np.ndarray, budgets: list[int], out: Path | None) -> None:
