@@ -20,7 +20,7 @@ from varlen.datasets.text import (
 )
 from varlen.errors import DataError
 from varlen.models import TextClassifier
-from varlen.models.text import DocumentMetrics, sum_by_document
+from varlen.models.votes import ItemVotes, sum_by_item
 from varlen.testing import BadInput, DataModuleContract
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -175,10 +175,10 @@ def test_document_votes_sum_window_log_probabilities_in_any_order() -> None:
     log_probs = torch.tensor([[0.0, -3.0], [-2.0, -0.1], [-0.2, -1.0], [-5.0, 0.0], [-0.1, -2.5]]).log_softmax(-1)
     documents = torch.tensor([7, 7, 7, 2, 2])
     labels = torch.tensor([0, 0, 0, 1, 1])
-    ids, summed, doc_labels = sum_by_document(log_probs, documents, labels)
+    ids, summed, doc_labels = sum_by_item(log_probs, documents, labels)
     assert ids.tolist() == [2, 7] and doc_labels.tolist() == [1, 0]
     torch.testing.assert_close(summed[1], log_probs[:3].sum(0))
-    metric, shuffled = DocumentMetrics(2), DocumentMetrics(2)
+    metric, shuffled = ItemVotes(2), ItemVotes(2)
     metric.update(log_probs, documents, labels)
     for part in (torch.tensor([4, 0]), torch.tensor([3, 2, 1])):  # a document over two batches
         shuffled.update(log_probs[part], documents[part], labels[part])
@@ -202,7 +202,7 @@ def test_validation_logs_window_and_document_metrics(windowed: TextClassificatio
         outputs = [model.predict_step(batch, 0) for batch in windowed.val_dataloader()]
     every = {k: torch.cat([o[k] for o in outputs]) for k in ("index", "document_ids", "log_probs")}
     labels = torch.from_numpy(windowed.dataset("val").labels)[every["index"]]
-    _, summed, doc_labels = sum_by_document(every["log_probs"], every["document_ids"], labels)
+    _, summed, doc_labels = sum_by_item(every["log_probs"], every["document_ids"], labels)
     assert len(doc_labels) == 8
     expected = (summed.argmax(1) == doc_labels).float().mean()
     assert float(logged["val/document_accuracy"]) == pytest.approx(float(expected))

@@ -27,12 +27,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchmetrics import Metric, MetricCollection
+from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
-from torchmetrics.functional.classification import multiclass_accuracy, multiclass_f1_score
 
 from varlen.batching import lengths_to_mask
 from varlen.models.base import VarLenModule
+from varlen.models.votes import ItemVotes, sum_by_item
 
 __all__ = [
     "BearingClassifier",
@@ -143,54 +143,15 @@ class LoaderBatches:
                 yield collate(fetch(indices) if fetch is not None else [dataset[i] for i in indices])
 
 
-def aggregate_by_recording(
-    log_probs: torch.Tensor, recording_ids: torch.Tensor, labels: torch.Tensor | None = None
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Sum window log-probabilities per recording.
-
-    Returns:
-        ``(ids, summed [R, K], labels [R] or None)``: the distinct recording ids (sorted), their
-        summed log-probabilities (argmax = the recording's prediction) and each one's label.
-    """
-    ids, inverse = torch.unique(recording_ids, return_inverse=True)
-    summed = torch.zeros(len(ids), log_probs.shape[1], dtype=log_probs.dtype, device=log_probs.device)
-    summed.index_add_(0, inverse, log_probs)
-    rec_labels = None
-    if labels is not None:
-        rec_labels = torch.zeros(len(ids), dtype=labels.dtype, device=labels.device)
-        rec_labels.scatter_(0, inverse, labels)
-    return ids, summed, rec_labels
+#: the windows' log-probabilities summed per recording (see :func:`~varlen.models.votes.sum_by_item`)
+aggregate_by_recording = sum_by_item
 
 
-class RecordingMetrics(Metric):
-    """Accuracy and macro-F1 of recording-level votes over an epoch (DDP: states concatenated).
-
-    A recording's windows may be spread over many batches and ranks, so the window
-    log-probabilities are kept until :meth:`compute`.
-    """
-
-    full_state_update = False
+class RecordingMetrics(ItemVotes):
+    """Accuracy (``acc``) and macro-F1 of the recordings' votes over an epoch."""
 
     def __init__(self, num_classes: int) -> None:
-        super().__init__()
-        self.num_classes = num_classes
-        self.add_state("log_probs", default=[], dist_reduce_fx="cat")
-        self.add_state("recording_ids", default=[], dist_reduce_fx="cat")
-        self.add_state("labels", default=[], dist_reduce_fx="cat")
-
-    def update(self, log_probs: torch.Tensor, recording_ids: torch.Tensor, labels: torch.Tensor) -> None:
-        self.log_probs.append(log_probs.detach().float())
-        self.recording_ids.append(recording_ids)
-        self.labels.append(labels)
-
-    def compute(self) -> dict[str, torch.Tensor]:
-        cat = [torch.cat(s) if isinstance(s, list) else s for s in (self.log_probs, self.recording_ids, self.labels)]
-        _, summed, labels = aggregate_by_recording(*cat)
-        preds = summed.argmax(dim=1)
-        return {
-            "acc": multiclass_accuracy(preds, labels, self.num_classes, average="micro"),
-            "macro_f1": multiclass_f1_score(preds, labels, self.num_classes, average="macro"),
-        }
+        super().__init__(num_classes, accuracy_key="acc")
 
 
 class BearingClassifier(VarLenModule):

@@ -10,60 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torchmetrics import Metric, MetricCollection
+from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
-from torchmetrics.functional.classification import multiclass_accuracy, multiclass_f1_score
 
 from varlen.models.base import VarLenModule, warmup_linear_decay
+from varlen.models.votes import ItemVotes
 
-__all__ = ["DocumentMetrics", "TextClassifier", "sum_by_document"]
-
-
-def sum_by_document(
-    log_probs: torch.Tensor, document_ids: torch.Tensor, labels: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Window log-probabilities ``[N, K]`` summed per document.
-
-    Returns:
-        ``(ids [D], summed [D, K], labels [D])``: the distinct document ids (sorted), their summed
-        log-probabilities (argmax = the document's prediction) and each one's label.
-    """
-    ids, inverse = torch.unique(document_ids, return_inverse=True)
-    summed = torch.zeros(len(ids), log_probs.shape[1], dtype=log_probs.dtype, device=log_probs.device)
-    summed.index_add_(0, inverse, log_probs)
-    doc_labels = torch.zeros(len(ids), dtype=labels.dtype, device=labels.device).scatter_(0, inverse, labels)
-    return ids, summed, doc_labels
-
-
-class DocumentMetrics(Metric):
-    """Accuracy and macro-F1 of documents from their windows, over an epoch (DDP: states concatenated).
-
-    The windows of a document may lie in several batches and on several ranks, so their
-    log-probabilities are kept until :meth:`compute`, which gathers every rank's first.
-    """
-
-    full_state_update = False
-
-    def __init__(self, num_classes: int) -> None:
-        super().__init__()
-        self.num_classes = num_classes
-        self.add_state("log_probs", default=[], dist_reduce_fx="cat")
-        self.add_state("document_ids", default=[], dist_reduce_fx="cat")
-        self.add_state("labels", default=[], dist_reduce_fx="cat")
-
-    def update(self, log_probs: torch.Tensor, document_ids: torch.Tensor, labels: torch.Tensor) -> None:
-        self.log_probs.append(log_probs.detach().float())
-        self.document_ids.append(document_ids)
-        self.labels.append(labels)
-
-    def compute(self) -> dict[str, torch.Tensor]:
-        states = (self.log_probs, self.document_ids, self.labels)
-        _, summed, labels = sum_by_document(*(torch.cat(s) if isinstance(s, list) else s for s in states))
-        preds = summed.argmax(dim=1)
-        return {
-            "accuracy": multiclass_accuracy(preds, labels, self.num_classes, average="micro"),
-            "macro_f1": multiclass_f1_score(preds, labels, self.num_classes, average="macro"),
-        }
+__all__ = ["TextClassifier"]
 
 
 class TextClassifier(VarLenModule):
@@ -126,8 +79,8 @@ class TextClassifier(VarLenModule):
         )
         self.val_metrics = metrics.clone(prefix="val/")
         self.test_metrics = metrics.clone(prefix="test/")
-        self.val_document_metrics = DocumentMetrics(num_classes)
-        self.test_document_metrics = DocumentMetrics(num_classes)
+        self.val_document_metrics = ItemVotes(num_classes)
+        self.test_document_metrics = ItemVotes(num_classes)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Logits ``[B, num_classes]``."""
@@ -170,7 +123,7 @@ class TextClassifier(VarLenModule):
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
         """Per sample: probabilities and prediction (and ``document_ids`` and ``log_probs`` for windows,
-        to vote per document afterwards with :func:`sum_by_document`)."""
+        to vote per document afterwards with :func:`~varlen.models.votes.sum_by_item`)."""
         logits = self(batch)
         out = {"index": batch["index"], "probabilities": logits.softmax(-1), "prediction": logits.argmax(-1)}
         if "document_ids" in batch:
