@@ -56,8 +56,9 @@ class SensorDataModule(VarLenDataModule):
     """Activity recordings of different lengths (one size axis: readings)."""
 
     mask_keys, size_axes = ("mask",), ("readings",)
+    default_batching = (16, None)  # (batch_size, max_tokens) when neither is given
 
-    def __init__(self, path: str, val_fraction: float = 0.2, batch_size: int | None = 16,
+    def __init__(self, path: str, val_fraction: float = 0.2, batch_size: int | None = None,
                  max_tokens: int | None = None, seed: int = 0, on_bad: OnBad = "raise") -> None:  # fmt: skip
         super().__init__(**base_args(locals()))
         self.path, self.val_fraction, self.collate_fn = Path(path), val_fraction, as_batch

@@ -107,6 +107,25 @@ def test_drop_last_drops_only_the_partial_and_surplus_batches() -> None:
     assert all(len(b) == 10 for b in sampler)
 
 
+def test_drop_last_with_a_token_budget_drops_only_surplus_batches() -> None:
+    """Under a budget no batch is 'partial': drop_last only drops the batches that do not divide
+    over the ranks, the same count on each, and every served batch holds the budget."""
+    world = 3
+    plain = BucketBatchSampler(LONG_TAILED, max_tokens=500, seed=2).global_plan(0)
+    samplers = [
+        BucketBatchSampler(LONG_TAILED, max_tokens=500, seed=2, drop_last=True, num_replicas=world, rank=r)
+        for r in range(world)
+    ]
+    batches = [list(s) for s in samplers]
+    assert {len(b) for b in batches} == {len(plain) // world} == {len(s) for s in samplers}
+    served = [i for rank in batches for b in rank for i in b]
+    assert len(served) == len(set(served))
+    dropped = len(plain) % world
+    assert dropped, "pick a seed whose plan does not divide over the ranks"
+    assert len(LONG_TAILED) - len(served) <= dropped * int((plain.bounds[:, 1] - plain.bounds[:, 0]).max())
+    assert all(len(b) * LONG_TAILED[b].max() <= 500 for rank in batches for b in rank if len(b) > 1)
+
+
 @pytest.mark.parametrize("world_size", [1, 3])
 def test_resume_mid_epoch_equals_uninterrupted(world_size: int) -> None:
     for rank in range(world_size):
@@ -284,23 +303,40 @@ def test_pad_sequences_names_the_odd_sample() -> None:
         pad_sequences([np.zeros((2, 3)), np.zeros(3)], ragged_dims=2)
 
 
-def test_bucketing_with_many_distinct_lengths_rounds_up_by_at_most_the_geometric_step() -> None:
-    """Many distinct sizes reach the quantile + geometric branch: no sample is rounded up by more
-    than one grid step (GROWTH), so padding stays bounded in the long tail too."""
-    from varlen.batching.plan import GROWTH, PlanSpec, bucketize
+def test_bucketing_rounds_up_by_one_grid_step_where_dense_and_widens_sparse_buckets() -> None:
+    """Many distinct sizes reach the quantile + geometric branch. Where sizes are dense no sample
+    is rounded up by more than one grid step (GROWTH); every bucket but the largest holds at least
+    MIX_BATCHES batches of samples (a sparser one joins the bucket above, so batches re-mix)."""
+    from varlen.batching.plan import GROWTH, MIX_BATCHES, PlanSpec, bucketize
 
     lengths = np.clip(np.random.default_rng(1).lognormal(5.0, 1.0, 20_000), 1, 20_000).astype(int)
     spec = PlanSpec(batch_size=32)
     sampler = BucketBatchSampler(lengths, batch_size=32)
-    _, rounded = bucketize(lengths[:, None], spec)
+    ids, rounded = bucketize(lengths[:, None], spec)
+    population = np.bincount(ids[:, 0])
     assert len(np.unique(rounded)) < len(np.unique(lengths)) / 4  # buckets, not one per distinct size
-    large = lengths >= 40  # below, the floor of the grid's integer edges dominates
-    assert np.all(rounded[large, 0] <= np.ceil(lengths[large] * GROWTH))
+    top = ids[:, 0].max()
+    assert population[np.unique(ids[ids[:, 0] != top, 0])].min() >= MIX_BATCHES * 32
+    dense = (lengths >= 40) & (lengths <= np.quantile(lengths, 0.9))  # below 40 the integer floor dominates
+    assert np.all(rounded[dense, 0] <= np.ceil(lengths[dense] * GROWTH))
+    assert np.mean(rounded[lengths >= 40, 0] > np.ceil(lengths[lengths >= 40] * GROWTH)) < 0.05
     real = padded = 0
     for batch in sampler:
         real += lengths[batch].sum()
         padded += len(batch) * lengths[batch].max()
-    assert real / padded > 0.95
+    assert real / padded > 0.94
+
+
+def test_small_datasets_get_buckets_that_re_mix() -> None:
+    """160 samples of 90 distinct sizes in batches of 16: a bucket per size would batch the same
+    samples together every epoch; buckets of two batches or more part most pairs."""
+    lengths = np.clip(np.random.default_rng(3).lognormal(3.8, 0.6, 160), 5, 400).astype(int)
+    sampler = BucketBatchSampler(lengths, batch_size=16, seed=0)
+    together = []
+    for epoch in (0, 1):
+        sampler.set_epoch(epoch)
+        together.append({frozenset((a, b)) for batch in sampler for a in batch for b in batch if a < b})
+    assert len(together[0] & together[1]) / len(together[0]) < 0.5
 
 
 def test_drop_last_false_splits_the_largest_batches_in_two() -> None:

@@ -989,8 +989,11 @@ def test_batch_size_is_used_when_no_budget_is_given() -> None:
     assert max(sizes) == 8 and sum(sizes) == len(datamodule.dataset("train"))
     default = VideoTextDataModule(**SMALL)
     assert default.max_tokens == DEFAULT_BUDGET and default.batch_size is None
-    both = VideoTextDataModule(**SMALL, batch_size=8, max_tokens=(64, 512))  # the budget wins
-    assert both.max_tokens == (64, 512) and both.batch_size is None
+    both = VideoTextDataModule(**SMALL, batch_size=2, max_tokens=(64, 512))  # the budget, capped at 2 videos
+    both.setup()
+    capped = both.train_dataloader().batch_sampler
+    assert capped.spec.max_tokens == (64, 512) and capped.spec.max_batch_size == 2
+    assert max(len(b) for b in capped) == 2
 
 
 def _assert_tensors_within_budget(datamodule: VideoTextDataModule, budget: tuple[int, int]) -> None:

@@ -39,11 +39,12 @@ def collate_toy(samples: list[dict]) -> dict[str, torch.Tensor]:
 
 class ToyDataModule(VarLenDataModule):
     mask_keys = ("mask",)
+    default_batching = (16, None)
 
     def __init__(
         self,
         num_samples: int = 300,
-        batch_size: int | None = 16,
+        batch_size: int | None = None,
         max_tokens: int | None = None,
         shuffle: bool = True,
         seed: int = 0,

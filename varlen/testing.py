@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -249,19 +250,51 @@ class DataModuleContract:
             assert len(counts) == 1 and len({c for pair in counts for c in pair}) == 1
             assert sorted(served) == list(range(len(dataset)))
 
-    def test_budget_is_held_by_collated_batches(self) -> None:
-        """Cost every *collated* batch from its tensors: a ``sampler_lengths`` that under-reports fails."""
-        dm = self.make_datamodule(**self.budget_overrides())
+    def _budgeted(self, batch_size: int | None) -> tuple[VarLenDataModule, list[list[int]]]:
+        """A DataModule under :meth:`budget_overrides` (capped at ``batch_size`` samples) and its
+        collated training batches, each checked against the budget."""
+        dm = self.make_datamodule(**{**self.budget_overrides(), "batch_size": batch_size})
         dm.setup("fit")
         loader = dm.train_dataloader()
         budget = np.asarray(loader.batch_sampler.spec.max_tokens)
-        batches = 0
+        served = []
         for batch in loader:
             cost = np.asarray(self.collated_cost(dm, batch))
             assert cost.size == budget.size, f"collated_cost gave {cost.size} values for {budget.size} budget axes"
             assert len(batch_indices(batch)) == 1 or np.all(cost <= budget), (batch_indices(batch), cost, budget)
-            batches += 1
-        assert batches == len(loader) > 1
+            served.append(batch_indices(batch))
+        assert len(served) == len(loader) > 1
+        return dm, served
+
+    def test_budget_is_held_by_collated_batches(self) -> None:
+        """Cost every *collated* batch from its tensors: a ``sampler_lengths`` that under-reports fails."""
+        dm, served = self._budgeted(batch_size=None)
+        assert dm.train_dataloader().batch_sampler.spec.max_batch_size is None  # max_tokens alone: no cap
+        assert sorted(i for b in served for i in b) == sorted(self.dataset_indices(dm.dataset("train")))
+
+    def test_budget_and_batch_size_compose(self) -> None:
+        """Both given: the budget holds and no batch has more than ``batch_size`` samples (lhotse's
+        ``max_cuts``); the cap is chosen below the uncapped largest batch, so it must bite."""
+        _, uncapped = self._budgeted(batch_size=None)
+        largest = max(len(b) for b in uncapped)
+        assert largest > 1, "budget_overrides() must allow batches of several samples"
+        cap = largest // 2
+        dm, capped = self._budgeted(batch_size=cap)
+        assert max(len(b) for b in capped) == cap
+        assert sorted(i for b in capped for i in b) == sorted(i for b in uncapped for i in b)
+
+    def test_batch_size_alone_gives_batches_of_that_size(self) -> None:
+        """``batch_size`` without ``max_tokens`` means exactly that many samples per batch, whatever
+        the scenario's default budget; one partial batch (per group, where batches keep to groups)."""
+        dm = self.make_datamodule(batch_size=3, max_tokens=None)
+        dm.setup("fit")
+        sampler = dm.train_dataloader().batch_sampler
+        assert sampler.spec.max_tokens is None
+        sizes = np.array([len(b) for b in sampler])
+        groups = dm.sampler_groups(dm.dataset("train"))
+        partial = 1 if groups is None else len(np.unique(groups))
+        assert sizes.max() == 3 and sizes.sum() == len(dm.dataset("train"))
+        assert (sizes != 3).sum() <= partial, sizes
 
     def test_resume_mid_epoch_matches_uninterrupted(self, datamodule: VarLenDataModule) -> None:
         loader = datamodule.train_dataloader()
@@ -278,13 +311,29 @@ class DataModuleContract:
         assert head + [batch_indices(b) for b in resumed] == full
 
     def test_batches_differ_between_epochs(self, datamodule: VarLenDataModule) -> None:
-        """Which samples go together changes, not only the order of the same batches."""
+        """Which samples go together changes, not only the order of the same batches: most of
+        epoch 1's batches are new, and most pairs of samples batched together in epoch 0 part
+        (a bucket of a few samples would keep them together: see ``plan.populated_edges``).
+        Where batches keep to groups (``sampler_groups``), groups of fewer than three batches
+        cannot re-mix and are left out."""
         sampler = datamodule.train_dataloader().batch_sampler
-        sampler.set_epoch(0)
-        first = {frozenset(b) for b in sampler}
-        sampler.set_epoch(1)
-        second = {frozenset(b) for b in sampler}
-        assert first != second
+        epochs = []
+        for epoch in (0, 1):
+            sampler.set_epoch(epoch)
+            epochs.append([frozenset(int(i) for i in b) for b in sampler])
+        groups = datamodule.sampler_groups(datamodule.dataset("train"))
+        if groups is not None:
+            count = Counter(int(groups[min(b)]) for b in epochs[0])
+            epochs = [[b for b in e if count[int(groups[min(b)])] >= 3] for e in epochs]
+            assert epochs[0], "no group fills three batches: too little data to see batches re-mix"
+        first, second = epochs
+        several = [b for b in second if len(b) > 1]
+        repeated = sum(b in set(first) for b in several) / max(1, len(several))
+        assert repeated < 0.5, f"{repeated:.0%} of epoch 1's batches repeat epoch 0's"
+        pairs = [{frozenset((a, b)) for batch in e for a in batch for b in batch if a < b} for e in epochs]
+        assert pairs[0], "no batch of epoch 0 holds two samples"
+        together = len(pairs[0] & pairs[1]) / len(pairs[0])
+        assert together < 0.5, f"{together:.0%} of the pairs batched together in epoch 0 are again in epoch 1"
 
     # -- the report and bad input -----------------------------------------------------------
 

@@ -5,7 +5,8 @@ token budget is cut greedily. A plan for a million samples takes a fraction of a
 
 How the plan stays fixed in size while its contents change every epoch: each sample's size is
 rounded up to the largest size in its bucket (exact sizes when there are few distinct ones,
-else count quantiles joined with a 5% geometric grid). Samples are sorted by bucket, with a
+else count quantiles joined with a 5% geometric grid; a bucket of fewer than two batches' worth of
+samples joins the one above, or its batches would be the same every epoch). Samples are sorted by bucket, with a
 fresh random order inside each bucket every epoch, and the batch cuts are computed on the
 *rounded* sizes. The rounded sequence is the same every epoch, so the cuts (and the number of
 batches) are too, while which samples fill each batch is reshuffled. Budgets hold because a
@@ -23,6 +24,9 @@ from varlen.batching.collate import round_up
 COST_MODES = ("padded", "sum")
 #: ratio between consecutive geometric bucket edges: rounding costs at most ~5% padding
 GROWTH = 1.05
+#: every bucket but the largest holds at least this many batches' worth of samples, so that the
+#: batches of one epoch are not those of the next
+MIX_BATCHES = 2
 #: with the geometric edges (at most ~450 for int32 sizes), bucket ids stay within int16
 MAX_BUCKETS = 16384
 
@@ -58,6 +62,8 @@ class PlanSpec:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.max_tokens is not None and min(self.max_tokens) < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.max_batch_size is not None and (self.max_tokens is None or self.max_batch_size < 1):
+            raise ValueError(f"max_batch_size caps a token budget and must be >= 1, got {self.max_batch_size}")
         if self.cost not in COST_MODES:
             raise ValueError(f"cost must be one of {COST_MODES}, got {self.cost!r}")
         if self.num_buckets is not None and not 1 <= self.num_buckets <= MAX_BUCKETS:
@@ -123,7 +129,8 @@ def bucketize(sizes: np.ndarray, spec: PlanSpec) -> tuple[np.ndarray, np.ndarray
             quantiles = np.quantile(col, np.linspace(0, 1, num_buckets + 1)[1:], method="higher")
             low = max(int(distinct[0]), 1)
             steps = int(np.ceil(np.log(distinct[-1] / low) / np.log(GROWTH))) + 1
-            edges = np.unique(np.concatenate([quantiles, np.floor(low * GROWTH ** np.arange(steps))]))
+            edges = np.union1d(quantiles, np.floor(low * GROWTH ** np.arange(steps)))
+        edges = populated_edges(np.sort(col), edges, spec, d)
         ids[:, d] = np.searchsorted(edges, col, side="left")
         bucket_max = np.zeros(len(edges) + 1, dtype=np.int64)
         np.maximum.at(bucket_max, np.searchsorted(edges, distinct, side="left"), distinct)
@@ -131,10 +138,37 @@ def bucketize(sizes: np.ndarray, spec: PlanSpec) -> tuple[np.ndarray, np.ndarray
     return ids, rounded
 
 
-def order_samples(bucket_ids: np.ndarray, rng: np.random.Generator | None) -> np.ndarray:
-    """Indices sorted by bucket, largest first; random inside a bucket when ``rng`` is given."""
+def batch_room(sizes: np.ndarray, spec: PlanSpec, dim: int) -> np.ndarray:
+    """About how many samples of each size fit one batch (on size axis ``dim``)."""
+    if spec.batch_size is not None:
+        return np.full(len(sizes), spec.batch_size)
+    room = np.maximum(1, spec.max_tokens[dim] // np.maximum(sizes, 1))
+    return np.minimum(room, spec.max_batch_size) if spec.max_batch_size else room
+
+
+def populated_edges(ordered: np.ndarray, edges: np.ndarray, spec: PlanSpec, dim: int) -> np.ndarray:
+    """The candidate ``edges`` (sorted) that close a bucket of at least :data:`MIX_BATCHES` batches'
+    worth of the sizes ``ordered`` (sorted); a sparser bucket joins the one above it.
+
+    Only samples of one bucket trade places between epochs, so a bucket of a few samples would
+    give the same batches every epoch (a long tail, or a small dataset). Joining the bucket above
+    costs padding for its own few samples only: the bucket above keeps its largest size.
+    """
+    at_or_below = np.searchsorted(ordered, edges, side="right").tolist()
+    need = np.ceil(MIX_BATCHES * batch_room(edges.astype(np.int64), spec, dim)).tolist()
+    kept, last = [], 0
+    for edge, count, enough in zip(edges.tolist(), at_or_below, need, strict=True):
+        if count - last >= enough:
+            kept.append(edge)
+            last = count
+    return np.asarray(kept, dtype=edges.dtype)
+
+
+def order_samples(bucket_ids: np.ndarray, rng: np.random.Generator | None, sizes: np.ndarray) -> np.ndarray:
+    """Indices sorted by bucket, largest first; random inside a bucket when ``rng`` is given, else
+    by size (first axis), largest first."""
     n, dims = bucket_ids.shape
-    base = rng.permutation(n) if rng is not None else np.arange(n)
+    base = rng.permutation(n) if rng is not None else np.argsort(-sizes[:, 0], kind="stable")
     if n == 0:
         return base.astype(index_dtype(n))
     if dims == 1:
@@ -257,11 +291,11 @@ def build_plan(
     ids, rounded_sizes = rounded if rounded is not None else bucketize(sizes, spec)
     rng = np.random.default_rng([seed, epoch]) if shuffle else None
     if groups is None:
-        order = order_samples(ids, rng)
+        order = order_samples(ids, rng, sizes)
         starts = cut_batches(rounded_sizes[order], spec)
     else:
         _, group_ids = np.unique(groups, return_inverse=True)
-        order = order_samples(np.column_stack([group_ids, ids]), rng)
+        order = order_samples(np.column_stack([group_ids, ids]), rng, sizes)
         edges = np.flatnonzero(np.diff(group_ids[order])) + 1
         segments = zip(np.concatenate([[0], edges]), np.concatenate([edges, [len(order)]]), strict=True)
         starts = np.unique(np.concatenate([cut_batches(rounded_sizes[order[a:b]], spec) + a for a, b in segments]))

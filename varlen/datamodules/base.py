@@ -12,6 +12,7 @@ from torch.utils.data import Dataset
 
 from varlen.batching import BucketBatchSampler
 from varlen.batching.loader import VarLenLoader
+from varlen.batching.plan import PlanSpec
 from varlen.batching.telemetry import BatchStats, mask_stats
 from varlen.report import DataReport, OnBad
 
@@ -54,11 +55,15 @@ class VarLenDataModule(pl.LightningDataModule):
     loaders (:class:`~varlen.batching.loader.VarLenLoader`, resumable through Lightning
     checkpoints) and the :class:`~varlen.batching.BucketBatchSampler` (DDP-safe), comes from here.
 
+    Batch sizes compose the same way in every scenario (as lhotse's ``max_duration`` and
+    ``max_cuts``): ``batch_size`` alone gives batches of that many samples; ``max_tokens`` alone
+    a budget; both, the budget with at most ``batch_size`` samples per batch. With neither, the
+    scenario's :attr:`default_batching` applies.
+
     Args:
-        batch_size: samples per batch.
+        batch_size: samples per batch; with ``max_tokens``, the most samples in a batch.
         max_tokens: budget per batch on the padded size (or summed size, see ``sampler_cost``);
-            one value per size axis for multi-axis sizes. When set, it takes precedence over
-            ``batch_size``.
+            one value per size axis for multi-axis sizes.
         shuffle: reshuffle training batches every epoch (seeded by ``seed``).
         seed: seed of the batch plan and of the splits.
         num_buckets: size buckets of the sampler (None: automatic).
@@ -82,10 +87,12 @@ class VarLenDataModule(pl.LightningDataModule):
     #: the sampler rounds sizes up to ``pad_to_multiple_of``; False when ``sampler_lengths``
     #: already holds padded sizes (e.g. products of several padded axes)
     sampler_rounds_sizes: bool = True
+    #: ``(batch_size, max_tokens)`` when the user sets neither: the scenario's sensible default
+    default_batching: tuple[int | None, int | tuple[int, ...] | None] = (32, None)
 
     def __init__(
         self,
-        batch_size: int | None = 32,
+        batch_size: int | None = None,
         max_tokens: int | list[int] | None = None,
         shuffle: bool = True,
         seed: int = 0,
@@ -98,10 +105,11 @@ class VarLenDataModule(pl.LightningDataModule):
         on_bad: OnBad = "raise",
     ) -> None:
         super().__init__()
-        if max_tokens is not None:
-            batch_size = None
         if batch_size is None and max_tokens is None:
-            raise ValueError("set batch_size or max_tokens")
+            batch_size, max_tokens = self.default_batching
+        if isinstance(max_tokens, (list, tuple)):
+            max_tokens = tuple(int(t) for t in max_tokens)
+        self._plan_spec(batch_size, max_tokens)  # refuses bad values now, not at the first loader
         if num_workers == 0 and (persistent_workers or prefetch_factor is not None):
             raise ValueError("persistent_workers and prefetch_factor need num_workers > 0")
         self.batch_size = batch_size
@@ -137,6 +145,13 @@ class VarLenDataModule(pl.LightningDataModule):
         """Samples, real and padded elements of a collated batch (for telemetry)."""
         return mask_stats(batch, self.mask_keys)
 
+    @staticmethod
+    def _plan_spec(batch_size: int | None, max_tokens: int | tuple[int, ...] | None) -> PlanSpec:
+        """The sampler's spec of these two: a budget capped at ``batch_size`` samples, or fixed batches."""
+        if max_tokens is None:
+            return PlanSpec(batch_size=batch_size)
+        return PlanSpec(max_tokens=tuple(int(t) for t in np.atleast_1d(max_tokens)), max_batch_size=batch_size)
+
     # -- setup ------------------------------------------------------------------------------
 
     def setup(self, stage: str | None = None) -> None:
@@ -169,10 +184,12 @@ class VarLenDataModule(pl.LightningDataModule):
         self, split: str, shuffle: bool, num_replicas: int | None = None, rank: int | None = None
     ) -> BucketBatchSampler:
         """The bucketing batch sampler of ``split`` (ranks default to torch.distributed's)."""
+        spec = self._plan_spec(self.batch_size, self.max_tokens)
         return self.sampler_class(split)(
             self.sampler_lengths(self.dataset(split)),
-            batch_size=self.batch_size,
+            batch_size=spec.batch_size,
             max_tokens=self.max_tokens,
+            max_batch_size=spec.max_batch_size,
             shuffle=shuffle,
             seed=self.seed,
             cost=self.sampler_cost,

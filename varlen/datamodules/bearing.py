@@ -170,9 +170,14 @@ class BearingDataModule(VarLenDataModule):
             its speed only; a list (e.g. ``[0, 1, 2, 3]``): every class under every load, with
             what a load changes (speed, impact and shaft amplitudes, noise, resonance), for
             cross-condition splits.
+        batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, num_workers,
+            pin_memory, persistent_workers, prefetch_factor: see :class:`VarLenDataModule`
+            (``max_tokens`` budgets ``windows x window length`` per batch); neither set: 64 windows
+            per batch.
     """
 
     mask_keys = ("mask",)
+    default_batching = (64, None)
     size_axes = (UNIT,)  # a window's length, in samples of the signal
 
     def __init__(
@@ -207,7 +212,7 @@ class BearingDataModule(VarLenDataModule):
         simulated_per_class: int = 4,
         simulated_seconds: tuple[float, float] = (2.0, 20.0),
         simulated_loads: list[int] | None = None,
-        batch_size: int | None = 64,
+        batch_size: int | None = None,
         max_tokens: int | None = None,
         shuffle: bool = True,
         seed: int = 0,

@@ -115,7 +115,7 @@ class HyperspectralDataModule(VarLenDataModule):
         check_values: scan each cube once for bands holding NaN/inf (turn off for huge cubes you trust).
         batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, num_workers,
             pin_memory, persistent_workers, prefetch_factor: see :class:`VarLenDataModule`.
-            ``max_tokens`` budgets ``samples x max band count`` per batch.
+            ``max_tokens`` budgets ``samples x max band count`` per batch; neither set: 64 pixels per batch.
         on_bad: a band holding NaN/inf, or a label value that is no class of the scene: ``raise``
             a :class:`~varlen.errors.DataError` naming the file, band / value and pixel, or
             ``skip`` it (the band is dropped, the value's pixels are left unlabelled) and count it
@@ -129,6 +129,7 @@ class HyperspectralDataModule(VarLenDataModule):
     """
 
     mask_keys = ("band_mask",)
+    default_batching = (64, None)
     size_axes = ("bands",)
 
     def __init__(
@@ -157,7 +158,7 @@ class HyperspectralDataModule(VarLenDataModule):
         val_fraction: float = 0.15,
         test_fraction: float = 0.35,
         check_values: bool = True,
-        batch_size: int | None = 64,
+        batch_size: int | None = None,
         max_tokens: int | None = None,
         shuffle: bool = True,
         seed: int = 0,

@@ -96,14 +96,15 @@ class MoleculeDataModule(VarLenDataModule):
         follow_batch: fields (of ``x``, ``edge_index``, ``edge_attr``, ``y``, ``y_mask``,
             ``descriptors``) that also get ``<name>_batch`` and ``<name>_ptr`` in the batch, as PyG's
             ``follow_batch``; another name raises ``ValueError``.
-        batch_size: molecules per batch (set this or ``max_tokens``).
-        max_tokens: budget on atoms + directed edges per batch.
+        batch_size: molecules per batch; with ``max_tokens``, the most molecules in a batch.
+        max_tokens: budget on atoms + directed edges per batch (neither set: 1536).
         shuffle, seed, num_buckets, num_workers, pin_memory, persistent_workers,
             prefetch_factor: see :class:`~varlen.datamodules.base.VarLenDataModule`. There is no
             ``pad_to_multiple_of``: nothing is padded.
     """
 
     sampler_cost = "sum"
+    default_batching = (None, 1536)
     size_axes = ("atoms + directed edges",)
 
     def __init__(
@@ -126,7 +127,7 @@ class MoleculeDataModule(VarLenDataModule):
         num_proc: int = 1,
         follow_batch: list[str] | None = None,
         batch_size: int | None = None,
-        max_tokens: int | None = 1536,
+        max_tokens: int | None = None,
         shuffle: bool = True,
         seed: int = 0,
         num_buckets: int | None = None,

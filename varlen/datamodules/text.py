@@ -66,7 +66,8 @@ class TextClassificationDataModule(VarLenDataModule):
         synthetic_samples: size of the synthetic training set (validation and test: a fifth each).
         synthetic: the synthetic set: short ``"reviews"`` or IMDB-like ``"long_reviews"`` (median
             about 300 tokens, opinions spread thinly and mostly late: truncation loses them).
-        batch_size: sentences per batch (or use ``max_tokens``).
+        batch_size: sentences per batch; with ``max_tokens``, the most sentences in a batch (neither
+            set: 32 per batch).
         max_tokens: budget of padded tokens per batch, ``len(batch) * longest <= max_tokens``.
         shuffle: reshuffle the training batches every epoch.
         seed: seed of the batch plan, the held-out split and the training subset.
@@ -104,7 +105,7 @@ class TextClassificationDataModule(VarLenDataModule):
         max_train_samples: int | None = None,
         synthetic_samples: int = 2000,
         synthetic: Literal["reviews", "long_reviews"] = "reviews",
-        batch_size: int | None = 32,
+        batch_size: int | None = None,
         max_tokens: int | None = None,
         shuffle: bool = True,
         seed: int = 0,

@@ -66,9 +66,9 @@ class VideoTextDataModule(VarLenDataModule):
     otherwise a seeded random split of videos (:func:`varlen.splits.random_split`, streams
     "video-text test split" and "video-text val split"). A video never appears in two splits.
 
-    Batching: by ``max_tokens`` (a pair: video, text; an int applies to both) when it is set
-    (it wins over ``batch_size`` when both are), else by ``batch_size`` videos, else (neither
-    set) by the default budget :data:`DEFAULT_BUDGET`. Under a budget, every batch's tensors
+    Batching: by ``max_tokens`` (a pair: video, text; an int applies to both), capped at
+    ``batch_size`` videos when that is set too; by ``batch_size`` videos alone; with neither, by
+    the default budget :data:`DEFAULT_BUDGET`. Under a budget, every batch's tensors
     hold at most ``max_tokens`` elements on each side. Padded: ``text_mask`` ``[B, S_t, L]``
     and ``frame_mask`` ``[B, S_v, F]`` (``video_mask`` ``[B, S_v]`` when pooled), see
     :func:`~varlen.datasets.video_text.budget_sizes` (a batch holds videos of one segment-count
@@ -124,6 +124,7 @@ class VideoTextDataModule(VarLenDataModule):
     # the collate rounds the frame and token axes, never the segment axis; sampler_lengths holds
     # those padded products already, so the sampler must not round the whole product again
     sampler_rounds_sizes = False
+    default_batching = (None, DEFAULT_BUDGET)
 
     def __init__(
         self,
@@ -161,10 +162,6 @@ class VideoTextDataModule(VarLenDataModule):
         prefetch_factor: int | None = None,
         on_bad: OnBad = "raise",
     ) -> None:
-        if batch_size is None and max_tokens is None:
-            max_tokens = DEFAULT_BUDGET
-        if isinstance(max_tokens, (list, tuple)):
-            max_tokens = tuple(max_tokens)
         super().__init__(**base_args(locals()))
         if source not in SOURCES:
             raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
