@@ -246,7 +246,7 @@ def todays_sample(ds, i: int, epoch: int) -> dict:
 
 
 def todays_collate(samples: list[dict]) -> dict[str, torch.Tensor]:
-    """The collate before the batched gather: one patch copied per sample into the batch, normalised there."""
+    """The collate before the batched gather: one patch copied per sample into the batch, normalized there."""
     from varlen.batching import lengths_to_mask, pad_sequences
 
     counts = np.array([len(s["bands"]) for s in samples], dtype=np.int64)

@@ -237,8 +237,8 @@ class TestBearingContract(DataModuleContract):
         assert batch["recording_ids"].tolist() == [ds[0]["recording_id"], ds[tail]["recording_id"]]
         assert batch["window_index"][1] == ds.window_index[tail]
 
-    def test_normalisation_uses_train_statistics_only(self, datamodule):
-        raw = self.make_datamodule(normalize=False)  # the same recordings and windows, not normalised
+    def test_normalization_uses_train_statistics_only(self, datamodule):
+        raw = self.make_datamodule(normalize=False)  # the same recordings and windows, not normalized
         raw.setup()
         cover = coverage(raw)
         train = np.concatenate([raw.recordings[r].signal[:, m] for r, m in cover["train"].items()], axis=1)
@@ -248,9 +248,9 @@ class TestBearingContract(DataModuleContract):
         np.testing.assert_allclose(std, train.std(axis=1), rtol=1e-5)
         every = np.concatenate([r.signal for r in raw.recordings], axis=1).astype(np.float64)
         assert not np.allclose(std, every.std(axis=1), rtol=1e-5)  # the check can tell train from all samples
-        for normalised, original in zip(datamodule.recordings, raw.recordings, strict=True):
+        for normalized, original in zip(datamodule.recordings, raw.recordings, strict=True):
             expected = (original.signal - mean[:, None]) / std[:, None]
-            np.testing.assert_allclose(normalised.signal, expected, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(normalized.signal, expected, rtol=1e-5, atol=1e-5)
 
     def test_recording_votes_in_validation(self, datamodule):
         """Recording accuracy = accuracy of the argmax of each recording's summed window log-probs."""
@@ -803,3 +803,23 @@ def test_very_short_tail_runs_and_stays_invariant():
         together = model(collate(samples))
         alone = model(collate(samples[:1]))
     torch.testing.assert_close(together[0], alone[0], atol=1e-5, rtol=1e-4)
+
+
+def test_checkpoint_normalization_standardizes_other_recordings() -> None:
+    """Recordings of another run (another simulator seed) loaded with a checkpoint's state are
+    standardised with the checkpoint's train statistics, not their own."""
+    trained = BearingDataModule(**SMALL, seed=0)
+    trained.setup("fit")
+    other = BearingDataModule(**SMALL, seed=1)
+    other.setup("fit")
+    raw = BearingDataModule(**SMALL, seed=1, normalize=False)
+    raw.setup("fit")
+    assert not np.allclose(other.normalization[0], trained.normalization[0])
+    other.load_state_dict(trained.state_dict())
+    mean, std = trained.normalization
+    for got, signal in zip(other.store.buffers, raw.store.buffers, strict=True):
+        np.testing.assert_allclose(got, (signal - mean[:, None]) / std[:, None], rtol=1e-4, atol=1e-4)
+    reordered = BearingDataModule(**SMALL, class_names=list(reversed(trained.class_names)))
+    reordered.setup("fit")
+    with pytest.raises(DataError, match=r"class_names=\['normal'"):
+        reordered.load_state_dict(trained.state_dict())

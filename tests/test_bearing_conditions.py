@@ -151,7 +151,7 @@ def test_augmented_windows_are_drawn_per_seed_epoch_and_window():
 
 
 def lanczos(signal: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """``signal`` at fractional ``positions``: Lanczos-3 weights of the 6 nearest samples, normalised."""
+    """``signal`` at fractional ``positions``: Lanczos-3 weights of the 6 nearest samples, normalized."""
     taps = np.floor(positions)[:, None] + np.arange(-2, 4)
     weights = np.sinc(positions[:, None] - taps) * np.sinc((positions[:, None] - taps) / 3)
     return (signal[taps.astype(np.int64)] * weights).sum(1) / weights.sum(1)
@@ -213,7 +213,7 @@ class TestBearingAugmentedContract(base.TestBearingContract):
 
 def tiny_model() -> BearingClassifier:
     torch.manual_seed(0)
-    return BearingClassifier(num_classes=3, channels=(4, 6, 5), first_kernel=8, first_stride=2, hidden=8).eval()
+    return BearingClassifier(num_classes=3, conv_channels=(4, 6, 5), first_kernel=8, first_stride=2, hidden=8).eval()
 
 
 def tiny_windows(lengths, offset: float = 2.0, scale: float = 3.0, seed: int = 0) -> list[dict]:
@@ -240,8 +240,8 @@ def batches_of(samples, size: int, pad_to_multiple_of: int | None = None) -> lis
     return [collate(samples[i : i + size]) for i in range(0, len(samples), size)]
 
 
-def normalised_inputs(model: BearingClassifier, batch) -> list[torch.Tensor]:
-    """Per batch norm: its input over real positions, normalised with its running statistics ``[C, n]``."""
+def normalized_inputs(model: BearingClassifier, batch) -> list[torch.Tensor]:
+    """Per batch norm: its input over real positions, normalized with its running statistics ``[C, n]``."""
     seen = []
 
     def hook(norm, args, _output):
@@ -263,10 +263,10 @@ def test_adabn_sets_the_statistics_to_the_target_windows_and_nothing_else():
     tracked = [int(block.norm.num_batches_tracked) for block in model.blocks]
     samples = tiny_windows(LENGTHS)
     batches = [{k: v for k, v in b.items() if k != "labels"} for b in batches_of(samples, 3)]  # no labels needed
-    before = normalised_inputs(model, batches_of(samples, len(samples))[0])
+    before = normalized_inputs(model, batches_of(samples, len(samples))[0])
     assert abs(float(before[0].mean())) > 0.5  # the target is not what the statistics describe
     model.adapt_batchnorm(batches)
-    for z in normalised_inputs(model, batches_of(samples, len(samples))[0]):  # every layer: zero mean, unit variance
+    for z in normalized_inputs(model, batches_of(samples, len(samples))[0]):  # every layer: zero mean, unit variance
         torch.testing.assert_close(z.mean(dim=1), torch.zeros(len(z)), atol=1e-5, rtol=0)
         torch.testing.assert_close(z.var(dim=1), torch.ones(len(z)), atol=1e-3, rtol=0)
     assert all(torch.equal(v, weights[k]) and v.grad is None for k, v in model.named_parameters())

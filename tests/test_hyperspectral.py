@@ -251,7 +251,7 @@ def test_workers_draw_the_same_bands(synthetic_dm) -> None:
         assert torch.equal(a["index"], b["index"]) and torch.equal(a["spectra"], b["spectra"])
 
 
-def test_collate_copies_selected_bands_normalised(synthetic_dm) -> None:
+def test_collate_copies_selected_bands_normalized(synthetic_dm) -> None:
     ds = synthetic_dm.dataset("train")
     samples = [ds[3], ds[10]]
     assert np.shares_memory(samples[0]["patch"], ds.cubes[0].array)  # a view into the memmap
@@ -295,7 +295,7 @@ def test_eval_band_counts() -> None:
 
 
 def todays_collate(samples: list[dict], pad_to_multiple_of: int | None = None) -> dict[str, torch.Tensor]:
-    """The collate before the batched gather (one patch copied per sample, normalised in place): the reference."""
+    """The collate before the batched gather (one patch copied per sample, normalized in place): the reference."""
     from varlen.batching import lengths_to_mask, pad_sequences, round_up
 
     counts = np.array([len(s["bands"]) for s in samples], dtype=np.int64)
@@ -482,7 +482,7 @@ def test_border_only_labels_leave_no_patch_centre(tmp_path) -> None:
         dm.setup("fit")
 
 
-def test_normalisation_uses_train_pixels_only(synthetic_dm) -> None:
+def test_normalization_uses_train_pixels_only(synthetic_dm) -> None:
     ds = synthetic_dm.dataset("train")
     cube = synthetic_dm.scenes[0].cube
     train = cube[ds.rows, ds.cols].astype(np.float64)
@@ -951,3 +951,20 @@ def test_oa_aa_kappa_match_their_definitions() -> None:
     metric.update(logits[:4], target[:4])
     metric.update(logits[4:], target[4:])
     assert metric.compute().item() == pytest.approx(aa)
+
+
+def test_checkpoint_band_statistics_normalize_every_split(synthetic_dm) -> None:
+    """A checkpoint's train band statistics replace the rebuilt ones in every split's normalization."""
+    state = synthetic_dm.state_dict()["data_state"]
+    moved = {**state, "band_mean": [[v + 1.0 for v in m] for m in state["band_mean"]]}
+    dm = HyperspectralDataModule(
+        root=str(SCENE_ROOT), layout="generated", patch_size=3, min_bands=20, max_bands=60, batch_size=32
+    )
+    dm.setup("fit")
+    before = dm.collate_fn(dm.dataset("val").__getitems__([0, 1]))
+    dm.load_state_dict({"data_state": moved})
+    after = dm.collate_fn(dm.dataset("val").__getitems__([0, 1]))
+    for split in dm.datasets.values():
+        np.testing.assert_allclose(split.table_mean, np.concatenate(moved["band_mean"]), rtol=1e-6)
+    mask = before["band_mask"]
+    assert not torch.allclose(before["spectra"][mask], after["spectra"][mask])

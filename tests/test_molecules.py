@@ -46,7 +46,8 @@ def _remove_cache():
 def tiny(name: str = "esol_tiny.csv", **kwargs) -> MoleculeDataModule:
     kwargs.setdefault("cache_dir", str(CACHE))
     kwargs.setdefault("batch_size", 4)
-    return MoleculeDataModule(path=str(DATA / name), **kwargs)
+    kwargs.setdefault("path", str(DATA / name))
+    return MoleculeDataModule(**kwargs)
 
 
 def own_table(path: Path, content: str | bytes, **extra) -> dict:
@@ -659,7 +660,7 @@ def test_regression_outputs_are_in_original_units() -> None:
         torch.testing.assert_close(model(batch), model.raw(batch) * float(dm.target_std[0]) + float(dm.target_mean[0]))
 
 
-def test_descriptors_are_standardised_collated_and_invariant() -> None:
+def test_descriptors_are_standardized_collated_and_invariant() -> None:
     dm = MoleculeDataModule(descriptors=True, cache_dir=str(CACHE))
     assert dm.num_descriptors == mol.NUM_DESCRIPTORS
     dm.setup("fit")
@@ -704,3 +705,73 @@ def test_real_data_configs_build(name: str, shared_data: Path, monkeypatch: pyte
         dm.prepare_data()
         dm.setup("fit")
         assert sum(len(d) for d in dm.datasets.values()) == 642 and dm.report.num_skipped == 0
+
+
+# -- what a checkpoint carries --------------------------------------------------------------------
+
+
+def _shifted_table(tmp_path: Path, reverse: bool = False) -> Path:
+    """esol_tiny.csv with the targets in other units (x 3 + 50), optionally rows in reverse order."""
+    lines = (DATA / "esol_tiny.csv").read_text().splitlines()
+    header, rows = lines[0], [line.split(",") for line in lines[1:] if line.strip()]
+    column = header.split(",").index(ESOL_TARGET)
+    for row in rows:
+        row[column] = f"{float(row[column]) * 3 + 50:.3f}"
+    rows = rows[::-1] if reverse else rows
+    path = tmp_path / "shifted.csv"
+    path.write_text("\n".join([header, *(",".join(r) for r in rows)]) + "\n")
+    return path
+
+
+def _predictions(trainer_args: dict, model, dm, **kwargs) -> torch.Tensor:
+    outputs = pl.Trainer(**trainer_args).predict(model, datamodule=dm, **kwargs)
+    order = torch.cat([o["index"] for o in outputs]).argsort()
+    return torch.cat([o["output"] for o in outputs])[order]
+
+
+def test_predict_from_a_checkpoint_with_another_table_keeps_the_training_units(tmp_path: Path) -> None:
+    """Fit on one table; predict from the checkpoint with a DataModule over a table whose targets
+    have other statistics (the same molecules, in the same splits): the predictions are the trained
+    model's, both through ``load_from_checkpoint`` and through ``ckpt_path``."""
+    args = {"accelerator": "cpu", "logger": False, "enable_progress_bar": False, "enable_model_summary": False}
+    trained = tiny(descriptors=True)
+    torch.manual_seed(0)
+    model = MoleculeGNN(num_tasks=1, hidden=16, num_layers=2, num_descriptors=trained.num_descriptors)
+    trainer = pl.Trainer(max_epochs=1, default_root_dir=tmp_path, enable_checkpointing=False, **args)
+    trainer.fit(model, datamodule=trained)
+    trainer.save_checkpoint(tmp_path / "fitted.ckpt")
+    expected = _predictions(args, model, trained)
+    mean = float(model.target_mean)
+
+    other = dict(path=str(_shifted_table(tmp_path)), descriptors=True)
+    restored = MoleculeGNN.load_from_checkpoint(tmp_path / "fitted.ckpt")
+    got = _predictions(args, restored, tiny(**other))
+    assert float(restored.target_mean) == pytest.approx(mean)  # not the other table's 3 x mean + 50
+    torch.testing.assert_close(got, expected)
+    fresh = MoleculeGNN(num_tasks=1, hidden=16, num_layers=2, num_descriptors=trained.num_descriptors)
+    torch.testing.assert_close(_predictions(args, fresh, tiny(**other), ckpt_path=tmp_path / "fitted.ckpt"), expected)
+
+
+def test_checkpoint_descriptor_statistics_standardize_another_table(tmp_path: Path) -> None:
+    """Rows in another order put other molecules in the train split, so the table's own descriptor
+    statistics differ; loaded from the checkpoint, every molecule's descriptors are the trained ones."""
+    trained = tiny(descriptors=True)
+    trained.setup("fit")
+    other = tiny(path=str(_shifted_table(tmp_path, reverse=True)), descriptors=True)
+    other.setup("fit")
+    assert not np.allclose(other.descriptor_stats[0], trained.descriptor_stats[0])
+    other.load_state_dict(trained.state_dict())
+    np.testing.assert_allclose(other.target_mean, trained.target_mean)
+    by_smiles = dict(zip(trained.table.smiles, trained.datasets["train"].descriptors, strict=True))
+    for smiles, row in zip(other.table.smiles, other.datasets["train"].descriptors, strict=True):
+        np.testing.assert_allclose(row, by_smiles[smiles], rtol=1e-5, atol=1e-6)
+
+
+def test_checkpoint_refuses_other_targets(tmp_path: Path) -> None:
+    trained = tiny()
+    trained.setup("fit")
+    table = tmp_path / "t.csv"
+    other = MoleculeDataModule(**own_table(table, "smiles,y\n" + good_rows(), cache_dir=str(CACHE)))
+    other.setup("fit")
+    with pytest.raises(DataError, match="target_columns"):
+        other.load_state_dict(trained.state_dict())

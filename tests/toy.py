@@ -53,6 +53,7 @@ class ToyDataModule(VarLenDataModule):
         super().__init__(**base_args(locals()))
         self.num_samples = num_samples
         self.num_classes = 2
+        self.class_names = ["short", "long"]
         self.collate_fn = collate_toy
 
     def build(self, stage: str | None) -> dict[str, ToySequences]:

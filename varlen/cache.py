@@ -22,13 +22,14 @@ import hashlib
 import json
 import os
 import tempfile
-import warnings
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from varlen import notices
 
 __all__ = [
     "array_hash",
@@ -129,5 +130,5 @@ def load_arrays(path: str | Path, version: str) -> dict[str, np.ndarray] | None:
                 return {k: archive[k] for k in archive.files if k != VERSION_KEY}
     except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as error:
         reason = f"unreadable ({type(error).__name__}: {error})"
-    warnings.warn(f"cache {path} is {reason}; building it again", stacklevel=2)
+    notices.warn(f"cache {path} is {reason}; building it again")
     return None

@@ -21,25 +21,10 @@ from lightning.pytorch.cli import ArgsType, LightningCLI
 
 import varlen.datamodules
 import varlen.models
+from varlen.datamodules.base import LINKED
 from varlen.errors import DataError
 
 __all__ = ["LINKED", "THIRD_PARTY_NOISE", "DataOnlyCLI", "VarLenCLI", "console", "main", "quiet"]
-
-#: DataModule attributes handed to the model argument of the same name, when both exist.
-LINKED = (
-    "num_classes",
-    "num_tasks",
-    "task",
-    "in_channels",
-    "node_features",
-    "edge_features",
-    "feature_dim",
-    "vocab_size",
-    "pad_token_id",
-    "class_names",
-    "num_descriptors",
-)
-
 
 #: third-party deprecation warnings a user of varlen can do nothing about (regular expressions)
 THIRD_PARTY_NOISE = (

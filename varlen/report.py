@@ -17,11 +17,11 @@ Skips found before the data is split are filed under the pseudo-split :data:`SOU
 from __future__ import annotations
 
 import logging
-import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from varlen import notices
 from varlen.errors import DataError
 
 __all__ = ["BAD_INPUT_POLICIES", "SOURCE", "DataReport", "OnBad", "SplitReport"]
@@ -165,12 +165,11 @@ class DataReport:
         return f"DataReport(on_bad={self.on_bad!r}, skipped={self.num_skipped}, splits={sorted(self.splits)})"
 
     def announce(self, owner: str = "setup") -> None:
-        """Log the table once (INFO on the ``varlen`` logger) and warn when anything was skipped."""
-        log.info("%s: data report\n%s", owner, self)
+        """Log the table (INFO on the ``varlen`` logger) and warn when anything was skipped, once per job."""
+        notices.info(log, "%s: data report\n%s", owner, self)
         if self.num_skipped:
             first = next(e for s in self.splits.values() for shown in s.examples.values() for e in shown)
-            warnings.warn(
+            notices.warn(
                 f"{owner}: skipped {self.num_skipped} bad item(s) under on_bad='skip' (first: {first}); "
-                "every count and reason is in dm.report",
-                stacklevel=3,
+                "every count and reason is in dm.report"
             )

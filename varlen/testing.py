@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -155,6 +156,13 @@ def ddp_fit(config: str | Path, tmp_path: Path, overrides: Sequence[str] = ()) -
         cwd=tmp_path,
     )
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
+
+
+def _flat(value: Any) -> np.ndarray:
+    """Nested lists of numbers as one flat float array."""
+    if isinstance(value, list):
+        return np.concatenate([_flat(v) for v in value]) if value else np.zeros(0)
+    return np.asarray([value], dtype=np.float64)
 
 
 def batch_indices(batch: Mapping[str, Any]) -> list[int]:
@@ -334,6 +342,65 @@ class DataModuleContract:
         assert pairs[0], "no batch of epoch 0 holds two samples"
         together = len(pairs[0] & pairs[1]) / len(pairs[0])
         assert together < 0.5, f"{together:.0%} of the pairs batched together in epoch 0 are again in epoch 1"
+
+    # -- what a checkpoint carries ---------------------------------------------------------------
+
+    @staticmethod
+    def _changed(value: Any) -> Any:
+        """Another value of the same kind: lists reversed (or extended), numbers moved, strings suffixed."""
+        if isinstance(value, list):
+            if len(value) > 1 and value != value[::-1]:
+                return value[::-1]
+            return [*value, value[-1] if value else "other"]
+        if isinstance(value, bool):
+            return not value
+        if isinstance(value, (int, float)):
+            return value * 2 + 1
+        return f"{value}-other"
+
+    def test_checkpoint_data_state_round_trips(self, datamodule: VarLenDataModule, tmp_path: Path) -> None:
+        """The state survives ``torch.load(weights_only=True)`` and loads silently into the same setup."""
+        state = datamodule.state_dict()
+        assert state["data_state"], "data_state() is empty: nothing the model learnt from the data travels"
+        torch.save(state, tmp_path / "state.pt")
+        loaded = torch.load(tmp_path / "state.pt", weights_only=True)
+        assert loaded == state
+        fresh = self.make_datamodule()
+        fresh.setup("fit")
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            fresh.load_state_dict(loaded)
+        assert fresh.state_dict() == state
+
+    def test_checkpoint_refuses_changed_classes_and_restores_statistics(self, datamodule: VarLenDataModule) -> None:
+        state = datamodule.state_dict()["data_state"]
+        for key in datamodule.state_must_match:
+            if key in state:
+                fresh = self.make_datamodule()
+                fresh.setup("fit")
+                with pytest.raises(DataError, match=key):
+                    fresh.load_state_dict({"data_state": {**state, key: self._changed(state[key])}})
+        moved = {k: np.asarray(state[k], dtype=object) for k in datamodule.state_restored if k in state}
+        if not moved:
+            return
+        target = {**state, **{k: self._shifted(state[k]) for k in moved}}
+        for before_setup in (False, True):
+            fresh = self.make_datamodule()
+            if before_setup:
+                fresh.load_state_dict({"data_state": target})  # applied when setup has built the data
+            fresh.setup("fit")
+            if not before_setup:
+                fresh.load_state_dict({"data_state": target})
+            now = fresh.state_dict()["data_state"]
+            for key in moved:
+                np.testing.assert_allclose(_flat(now[key]), _flat(target[key]), rtol=1e-5, err_msg=key)
+
+    @staticmethod
+    def _shifted(value: Any) -> Any:
+        """Statistics moved: every number x becomes 1.5 x + 0.25 (a std stays positive)."""
+        if isinstance(value, list):
+            return [DataModuleContract._shifted(v) for v in value]
+        return float(value) * 1.5 + 0.25
 
     # -- the report and bad input -----------------------------------------------------------
 

@@ -7,7 +7,6 @@ runs it, for per-epoch draws of ``(seed, epoch, index)`` (:mod:`varlen.draws`).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -15,6 +14,7 @@ import numpy as np
 import torch.distributed as dist
 from torch.utils.data import BatchSampler, Sampler
 
+from varlen import notices
 from varlen.batching.collate import round_up
 from varlen.batching.plan import Plan, PlanSpec, as_size_matrix, bucketize, build_plan
 
@@ -120,10 +120,9 @@ class BucketBatchSampler(BatchSampler):
         self._resume: tuple[int, int] | None = None  # the same, restored and not yet iterated
         self.num_oversized = self._count_oversized()
         if self.num_oversized:
-            warnings.warn(
+            notices.warn(
                 f"{self.num_oversized} samples exceed max_tokens={self.max_tokens} on their own; "
-                "each gets a batch of its own (none is dropped)",
-                stacklevel=2,
+                "each gets a batch of its own (none is dropped)"
             )
 
     @staticmethod
@@ -225,10 +224,9 @@ class BucketBatchSampler(BatchSampler):
         served = int(state["batches_served"])
         if state["num_replicas"] != self.num_replicas:
             served = (served * state["num_replicas"]) // self.num_replicas
-            warnings.warn(
+            notices.warn(
                 f"resuming on {self.num_replicas} ranks from a state saved on {state['num_replicas']}: "
-                "the position is approximate",
-                stacklevel=2,
+                "the position is approximate"
             )
         epoch = int(state["epoch"])
         self.set_epoch(epoch)

@@ -10,13 +10,31 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from varlen import notices
 from varlen.batching import BucketBatchSampler
 from varlen.batching.loader import VarLenLoader
 from varlen.batching.plan import PlanSpec
 from varlen.batching.telemetry import BatchStats, mask_stats
+from varlen.errors import DataError
 from varlen.report import DataReport, OnBad
 
-__all__ = ["BASE_ARGS", "VarLenDataModule", "base_args"]
+__all__ = ["BASE_ARGS", "LINKED", "VarLenDataModule", "base_args", "plain"]
+
+#: DataModule attributes handed to the model argument of the same name, when both exist (the CLI links
+#: them; the model's hyperparameters hold their values, so the DataModule's leave them out)
+LINKED = (
+    "num_classes",
+    "num_tasks",
+    "task",
+    "in_channels",
+    "node_features",
+    "edge_features",
+    "feature_dim",
+    "vocab_size",
+    "pad_token_id",
+    "class_names",
+    "num_descriptors",
+)
 
 #: the arguments of :class:`VarLenDataModule`, which every scenario forwards with :func:`base_args`
 BASE_ARGS = (
@@ -32,6 +50,18 @@ BASE_ARGS = (
     "prefetch_factor",
     "on_bad",
 )
+
+
+def plain(value: Any) -> Any:
+    """``value`` as JSON-like Python values (arrays and tuples as lists, numpy scalars as Python
+    ones): what a checkpoint can hold and ``torch.load(weights_only=True)`` reads back."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
 
 
 def base_args(arguments: Mapping[str, Any]) -> dict[str, Any]:
@@ -105,6 +135,8 @@ class VarLenDataModule(pl.LightningDataModule):
         on_bad: OnBad = "raise",
     ) -> None:
         super().__init__()
+        # every subclass's arguments too, for the loggers and checkpoints; linked values are the model's
+        self.save_hyperparameters(ignore=list(LINKED))
         if batch_size is None and max_tokens is None:
             batch_size, max_tokens = self.default_batching
         if isinstance(max_tokens, (list, tuple)):
@@ -126,6 +158,7 @@ class VarLenDataModule(pl.LightningDataModule):
         self.report = DataReport(on_bad)
         self.datasets: dict[str, Dataset] = {}
         self.collate_fn: Any = None
+        self._checkpoint_state: dict[str, Any] | None = None  # loaded before setup: applied by setup
 
     # -- what subclasses implement or may override ------------------------------------------
 
@@ -152,6 +185,61 @@ class VarLenDataModule(pl.LightningDataModule):
             return PlanSpec(batch_size=batch_size)
         return PlanSpec(max_tokens=tuple(int(t) for t in np.atleast_1d(max_tokens)), max_batch_size=batch_size)
 
+    # -- what the data taught the model: saved in every checkpoint ----------------------------
+
+    #: keys of :meth:`data_state` whose change a checkpoint refuses: a model trained on other
+    #: classes (or classes in another order, or another vocabulary) is another model
+    state_must_match: tuple[str, ...] = ("class_names",)
+    #: keys of :meth:`data_state` computed from the training split: a checkpoint's values replace
+    #: the rebuilt ones (:meth:`restore_data_state`), so a model meets data in its training units
+    state_restored: tuple[str, ...] = ()
+
+    def data_state(self) -> dict[str, Any]:
+        """What the model's outputs depend on that the data taught it or was chosen for it (class
+        names in id order, training-split statistics, the tokenizer...), known after ``setup``.
+        Default: ``class_names`` where the DataModule has them."""
+        names = getattr(self, "class_names", None)
+        return {"class_names": list(names)} if names is not None else {}
+
+    def restore_data_state(self, state: Mapping[str, Any]) -> None:
+        """Put a checkpoint's :attr:`state_restored` values in place of the rebuilt ones."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Lightning saves this in every checkpoint: :meth:`data_state` as plain values."""
+        return {"data_state": plain(self.data_state())} if self.datasets else {}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Check a checkpoint's data state against the rebuilt one and restore its statistics.
+
+        Lightning calls this after ``setup``; called before, it is applied when ``setup`` runs.
+
+        Raises:
+            DataError: a :attr:`state_must_match` value changed (it names both values).
+        """
+        saved = state_dict.get("data_state")
+        if saved is None:
+            return
+        if not self.datasets:
+            self._checkpoint_state = dict(saved)
+            return
+        current = plain(self.data_state())
+        changed = [k for k in saved if k in current and saved[k] != current[k] and k not in self.state_restored]
+        refused = [k for k in changed if k in self.state_must_match]
+        if refused:
+            raise DataError(
+                f"{type(self).__name__}: the checkpoint was trained with "
+                + "; ".join(f"{k}={saved[k]!r} where this DataModule has {current[k]!r}" for k in refused)
+                + ": its outputs would mean something else. Use the training's values (e.g. class_names=...)"
+            )
+        if changed:
+            notices.warn(
+                f"{type(self).__name__}: the checkpoint was trained with "
+                + "; ".join(f"{k}={saved[k]!r} (here {current[k]!r})" for k in changed)
+            )
+        restored = {k: saved[k] for k in self.state_restored if k in saved}
+        if restored:
+            self.restore_data_state(restored)
+
     # -- setup ------------------------------------------------------------------------------
 
     def setup(self, stage: str | None = None) -> None:
@@ -164,6 +252,9 @@ class VarLenDataModule(pl.LightningDataModule):
             self.report.keep(split, len(dataset))
         self.datasets = datasets
         self.report.announce(type(self).__name__)
+        if self._checkpoint_state is not None:
+            state, self._checkpoint_state = self._checkpoint_state, None
+            self.load_state_dict({"data_state": state})
 
     # -- loaders ----------------------------------------------------------------------------
 

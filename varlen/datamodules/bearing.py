@@ -22,13 +22,13 @@ come from :mod:`varlen.splits`; this module wires them.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
+from varlen import notices
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
 from varlen.batching.collate import round_up
 from varlen.datamodules.base import VarLenDataModule, base_args
@@ -43,7 +43,8 @@ from varlen.datasets.bearing import (
     WindowAugment,
     WindowTable,
     cut_windows,
-    normalise,
+    normalize,
+    renormalize,
     resample,
     simulate_recordings,
     uncovered_between_segments,
@@ -106,7 +107,7 @@ class BearingDataModule(VarLenDataModule):
     """Windows of vibration recordings (CWRU, Paderborn, a folder, or the built-in simulator).
 
     ``build`` loads the recordings, resamples them to one rate (polyphase), splits them without
-    leakage, normalises every channel with statistics of the train split only, and builds one
+    leakage, normalizes every channel with statistics of the train split only, and builds one
     :class:`~varlen.datasets.bearing.BearingWindows` per split over the same flat buffer. Samples no
     window covers are counted in :attr:`report` per split (unit ``"signal samples"``): gaps
     between split blocks, samples between windows when the stride exceeds the window, tails
@@ -131,7 +132,7 @@ class BearingDataModule(VarLenDataModule):
         stride_seconds: hop in seconds (overrides ``stride``).
         drop_tail: drop each segment's last, shorter window (default: keep it, padded, so no
             signal is lost); the dropped samples are counted in :attr:`report`.
-        normalize: standardise every channel with the train split's mean and std.
+        normalize: standardize every channel with the train split's mean and std.
         split: ``time_block`` (default; blocks of each recording), ``recording`` (whole
             recordings, stratified), ``condition`` (``test_conditions`` held out) or
             ``random_window`` (LEAKY: overlapping windows of one recording land in several
@@ -159,7 +160,7 @@ class BearingDataModule(VarLenDataModule):
         augment_shift: most samples a training window moves either way (default: one stride).
         augment_scale: amplitude factors uniform in ``[1 - augment_scale, 1 + augment_scale]``.
         augment_noise: largest standard deviation of the added noise, drawn per window in
-            ``[0, augment_noise]`` (units of the normalised signal).
+            ``[0, augment_noise]`` (units of the normalized signal).
         augment_speed: training windows are read resampled at a speed factor uniform in
             ``[1 - augment_speed, 1 + augment_speed]``, so every frequency scales as with another
             shaft speed (CWRU's loads 0-3 HP span 3.7%).
@@ -263,6 +264,7 @@ class BearingDataModule(VarLenDataModule):
         self.recordings: list[Recording] = []
         self.recording_names: list[str] = []
         self.normalization: tuple[np.ndarray, np.ndarray] | None = None
+        self.store: RecordingBuffer | None = None
 
     # -- data -----------------------------------------------------------------------------------
 
@@ -298,10 +300,10 @@ class BearingDataModule(VarLenDataModule):
         self.recording_names = [r.name for r in recordings]
         labels = np.array([self.class_names.index(r.label) for r in recordings], dtype=np.int64)
         self.recording_labels = labels
-        store = self._join(recordings)
+        store = self.store = self._join(recordings)
         tables, bounds = self._split_windows(recordings, labels)
         if self.normalize:
-            self.normalization = normalise(store.buffers, tables["train"])
+            self.normalization = normalize(store.buffers, tables["train"])
         augment = self._window_augment() if self.augment else None
         return {
             name: BearingWindows(
@@ -314,6 +316,31 @@ class BearingDataModule(VarLenDataModule):
             )
             for name, table in tables.items()
         }
+
+    # -- what a checkpoint carries -----------------------------------------------------------
+
+    state_must_match = ("class_names", "channels", "sampling_rate")
+    state_restored = ("normalization",)
+
+    def data_state(self) -> dict[str, object]:
+        """Classes, channels and rate the model was trained on; window length; the train statistics."""
+        state = {
+            "class_names": self.class_names,
+            "channels": self.channels,
+            "sampling_rate": self.rate,
+            "window_length": self.window,
+        }
+        if self.normalization is not None:
+            state["normalization"] = list(self.normalization)
+        return state
+
+    def restore_data_state(self, state: Mapping[str, object]) -> None:
+        """Standardise every split with the checkpoint's train statistics instead of this data's."""
+        if self.normalization is None or "normalization" not in state:
+            return
+        target = tuple(np.asarray(v, dtype=np.float32) for v in state["normalization"])
+        renormalize(self.store.buffers, self.normalization, target)
+        self.normalization = target
 
     def _window_augment(self) -> WindowAugment:
         shift, scale, noise, speed = self.augment_args
@@ -469,10 +496,9 @@ class BearingDataModule(VarLenDataModule):
         The windows are cut before the split, so what they leave of the signal is reported
         under the ``source`` pseudo-split.
         """
-        warnings.warn(
+        notices.warn(
             "split='random_window' puts overlapping windows of one recording in train and test: "
-            "scores are optimistic (leakage); use it only to measure that effect",
-            stacklevel=4,
+            "scores are optimistic (leakage); use it only to measure that effect"
         )
         every = np.arange(len(lengths))
         table, between, dropped = cut_windows(
@@ -487,10 +513,9 @@ class BearingDataModule(VarLenDataModule):
         for name, part in parts.items():
             missing = sorted(set(range(self.num_classes)) - set(labels[part].tolist()))
             if missing and name != "train":
-                warnings.warn(
+                notices.warn(
                     f"split={self.split!r}: {name} has no recording of classes "
-                    f"{[self.class_names[m] for m in missing]} ({hint})",
-                    stacklevel=5,
+                    f"{[self.class_names[m] for m in missing]} ({hint})"
                 )
 
     # -- sampler --------------------------------------------------------------------------------

@@ -20,11 +20,13 @@ and collate.
 
 from __future__ import annotations
 
-import warnings
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from varlen import notices
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
 from varlen.datamodules.base import VarLenDataModule, base_args
 from varlen.datasets.hyperspectral import (
@@ -193,6 +195,7 @@ class HyperspectralDataModule(VarLenDataModule):
         self.check_values = check_values
         self.collate_fn = HyperspectralCollator(pad_to_multiple_of)
         self.scenes: list[Scene] = []
+        self.band_stats: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
         # linked to the model at instantiation: from label maps / the scene table, never the cubes
         self.scene_classes = {source.name: scene_class_names(source) for source in self.sources}
         multi = len(self.sources) > 1
@@ -227,6 +230,7 @@ class HyperspectralDataModule(VarLenDataModule):
             std.append(sd)
             self._warn_missing_classes(scene, splits)
             offset += scene.num_classes
+        self.band_stats = (mean, std)
         eval_bands = [select_bands(sc, self.eval_bands, "eval_bands") for sc in self.scenes]
         datasets = {}
         for split, columns in parts.items():
@@ -251,6 +255,28 @@ class HyperspectralDataModule(VarLenDataModule):
                 **kwargs,
             )
         return datasets
+
+    # -- what a checkpoint carries -----------------------------------------------------------
+
+    state_must_match = ("class_names", "scenes")
+    state_restored = ("band_mean", "band_std")
+
+    def data_state(self) -> dict[str, object]:
+        """Classes and scenes the model was trained on, and each scene's train band statistics."""
+        mean, std = self.band_stats
+        return {"class_names": self.class_names, "scenes": self.scene_names, "band_mean": mean, "band_std": std}
+
+    def restore_data_state(self, state: Mapping[str, Any]) -> None:
+        """Every split is normalized with the checkpoint's train band statistics."""
+        stats = [[np.asarray(v, dtype=np.float64) for v in state[k]] for k in ("band_mean", "band_std")]
+        if [len(m) for m in stats[0]] != [len(m) for m in self.band_stats[0]]:
+            raise DataError(
+                f"the checkpoint's band statistics have {[len(m) for m in stats[0]]} bands per scene, "
+                f"these scenes {[len(m) for m in self.band_stats[0]]}"
+            )
+        self.band_stats = (stats[0], stats[1])
+        for dataset in self.datasets.values():
+            dataset.set_statistics(*stats)
 
     def _split_scene(self, scene: Scene) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         """Centre mask and label map per split; labelled pixels that are no centre go to the report."""
@@ -317,10 +343,7 @@ class HyperspectralDataModule(VarLenDataModule):
         }
         missing = {k: v for k, v in missing.items() if v}
         if missing:
-            warnings.warn(
-                f"scene {scene.name!r}: class(es) absent from a split (blocks too coarse for them): {missing}",
-                stacklevel=4,  # the caller of setup
-            )
+            notices.warn(f"scene {scene.name!r}: class(es) absent from a split (blocks too coarse for them): {missing}")
 
     def _train_bands(self, scene_ids: np.ndarray) -> dict[str, object]:
         if self.min_bands is None:

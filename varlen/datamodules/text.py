@@ -6,6 +6,7 @@ import logging
 from functools import cached_property
 from typing import Literal
 
+from varlen import notices
 from varlen.datamodules.base import VarLenDataModule, base_args
 from varlen.datasets import text as text_data
 from varlen.errors import DataError
@@ -183,7 +184,7 @@ class TextClassificationDataModule(VarLenDataModule):
         parts = text_data.split_by_column(tables["train"], self.split_column)
         self._left_out = {split: len(part) for split, part in parts.items() if split != "train" and split in tables}
         counts = ", ".join(f"{len(part):,} {split}" for split, part in parts.items())
-        log.info("%s: split column %r gives %s rows", tables["train"].name, self.split_column, counts)
+        notices.info(log, "%s: split column %r gives %s rows", tables["train"].name, self.split_column, counts)
         merged = {**parts, **tables, "train": parts["train"]}
         return {split: merged[split] for split in ("train", "val", "test") if split in merged}
 
@@ -210,6 +211,22 @@ class TextClassificationDataModule(VarLenDataModule):
         if self._with_token_type_ids is None:
             return "token_type_ids" in self.tokenizer.model_input_names
         return self._with_token_type_ids
+
+    # -- what a checkpoint carries -----------------------------------------------------------
+
+    state_must_match = ("class_names", "vocab_size")
+
+    def data_state(self) -> dict[str, object]:
+        """Classes in id order, the tokenizer (its name as configured; None: the offline default)
+        and how texts were cut."""
+        return {
+            "class_names": self.class_names,
+            "tokenizer": self.tokenizer_name_or_path,
+            "vocab_size": len(self.tokenizer),
+            "max_length": self.max_length,
+            "overflow": self.overflow,
+            "stride": self.stride,
+        }
 
     # -- build --------------------------------------------------------------------------------
 
@@ -261,7 +278,7 @@ class TextClassificationDataModule(VarLenDataModule):
             if self.overflow == "windows":
                 self.report.window(split, len(table), len(datasets[split]))
         if "test" not in datasets:
-            log.info("no test split given: test and predict use the validation set (%d samples)", len(datasets["val"]))
+            notices.info(log, "no test split given: test uses the validation set (%d samples)", len(datasets["val"]))
             datasets["test"] = datasets["val"]
             if "val" in self.report.windows:
                 self.report.window("test", *self.report.windows["val"])

@@ -275,6 +275,21 @@ class VideoTextDataModule(VarLenDataModule):
             return np.asarray(dataset.lengths)
         return budget_sizes(dataset.shapes, self.frames, self.pad_to_multiple_of)[0]
 
+    # -- what a checkpoint carries -----------------------------------------------------------
+
+    state_must_match = ("vocab_size", "feature_dim", "frames")
+
+    def data_state(self) -> dict[str, object]:
+        """The tokenizer (its name as configured; None: the offline default), caption length and
+        the features the model reads."""
+        return {
+            "tokenizer": self.tokenizer_name_or_path,
+            "vocab_size": self.vocab_size,
+            "max_caption_tokens": self.max_caption_tokens,
+            "feature_dim": self.feature_dim,
+            "frames": self.frames,
+        }
+
     def sampler_groups(self, dataset: VideoTextDataset) -> np.ndarray | None:
         """Padded: the segment-count class of each video, one per batch (:func:`budget_sizes`); packed: none."""
         if self.layout == "packed":

@@ -10,9 +10,9 @@ from __future__ import annotations
 import shutil
 import urllib.error
 import urllib.request
-import warnings
 from pathlib import Path
 
+from varlen import notices
 from varlen.cache import atomic_write, file_hash
 from varlen.errors import DownloadError
 
@@ -46,7 +46,7 @@ def download_url(url: str, destination: str | Path, checksum: str | None = None,
         except (urllib.error.URLError, OSError) as error:  # HTTPError is a URLError; timeouts are OSErrors
             raise DownloadError(url, destination, f"{type(error).__name__}: {error}") from error
         if checksum is None:
-            warnings.warn(f"{url}: no known checksum, the download is not verified", stacklevel=3)
+            notices.warn(f"{url}: no known checksum, the download is not verified")
         elif (why := checksum_mismatch(tmp, checksum)) is not None:
             raise DownloadError(url, destination, why)
 

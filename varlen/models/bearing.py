@@ -52,7 +52,7 @@ class MaskedBatchNorm1d(nn.BatchNorm1d):
     batch statistics, as in :class:`torch.nn.BatchNorm1d`; ``affine=False`` is supported.
 
     Raises:
-        ValueError: ``track_running_stats=False``: eval mode would then normalise with the
+        ValueError: ``track_running_stats=False``: eval mode would then normalize with the
             statistics of the batch, so a window's output would depend on its batch mates.
     """
 
@@ -67,7 +67,7 @@ class MaskedBatchNorm1d(nn.BatchNorm1d):
         if not track_running_stats:
             raise ValueError(
                 "MaskedBatchNorm1d needs track_running_stats=True: without running statistics eval mode "
-                "would normalise with batch statistics, and outputs would depend on the other windows"
+                "would normalize with batch statistics, and outputs would depend on the other windows"
             )
         super().__init__(num_features, eps=eps, momentum=momentum, affine=affine, track_running_stats=True)
 
@@ -161,7 +161,7 @@ class BearingClassifier(VarLenModule):
         num_classes: classes (linked from the DataModule).
         in_channels: signal channels (linked from the DataModule).
         class_names: class names (linked; kept for predictions and checkpoints).
-        channels: output channels of the wide first block and the small-kernel blocks.
+        conv_channels: output channels of the wide first block and the small-kernel blocks.
         first_kernel: the wide first kernel (WDCNN: 64).
         first_stride: its stride (WDCNN: 16).
         hidden: width of the fully connected layer before the classes.
@@ -178,7 +178,7 @@ class BearingClassifier(VarLenModule):
         num_classes: int = 10,
         in_channels: int = 1,
         class_names: list[str] | None = None,
-        channels: Sequence[int] = (16, 32, 64, 64, 64),
+        conv_channels: Sequence[int] = (16, 32, 64, 64, 64),
         first_kernel: int = 64,
         first_stride: int = 16,
         hidden: int = 100,
@@ -191,12 +191,14 @@ class BearingClassifier(VarLenModule):
         self.save_hyperparameters()
         self.class_names = list(class_names) if class_names else [str(i) for i in range(num_classes)]
         blocks = [
-            MaskedConvBlock(in_channels, channels[0], first_kernel, first_stride, (first_kernel - first_stride) // 2)
+            MaskedConvBlock(
+                in_channels, conv_channels[0], first_kernel, first_stride, (first_kernel - first_stride) // 2
+            )
         ]
-        blocks += [MaskedConvBlock(a, b, 3, 1, 1) for a, b in zip(channels[:-1], channels[1:], strict=True)]
+        blocks += [MaskedConvBlock(a, b, 3, 1, 1) for a, b in zip(conv_channels[:-1], conv_channels[1:], strict=True)]
         self.blocks = nn.ModuleList(blocks)
         self.head = nn.Sequential(
-            nn.Linear(channels[-1], hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, num_classes)
+            nn.Linear(conv_channels[-1], hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, num_classes)
         )
         self.min_width = self._min_width()
         self.lr, self.weight_decay, self.adabn = lr, weight_decay, adabn

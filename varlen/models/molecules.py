@@ -52,7 +52,7 @@ NORMS = ("graph", "layer", "batch", "none")
 def _norm(kind: str, dim: int) -> nn.Module:
     """The norm after each message-passing layer.
 
-    ``graph`` (PyG's :class:`~torch_geometric.nn.GraphNorm`, the default) normalises each
+    ``graph`` (PyG's :class:`~torch_geometric.nn.GraphNorm`, the default) normalizes each
     molecule's atoms with that molecule's own statistics: batch-independent, so exactly
     per-sample invariant, and fast to train. ``batch`` norm is a poor fit here because batches
     are *bucketed by size*: every training batch holds molecules of similar size, so its
@@ -90,7 +90,7 @@ class MoleculeGNN(VarLenModule):
     Every operation is per node, per edge or per graph (``batch``-indexed), so a molecule's
     prediction does not depend on which molecules share its batch.
 
-    Regression: the network predicts standardised targets (train mean/std from the DataModule,
+    Regression: the network predicts standardized targets (train mean/std from the DataModule,
     kept as buffers so checkpoints carry them); ``forward`` returns them in the original units.
     Loss and metrics use only observed targets (``y_mask``), task by task. Classification:
     ``forward`` returns logits; BCE loss; ROC-AUC per task, averaged over the tasks where it is
@@ -172,12 +172,16 @@ class MoleculeGNN(VarLenModule):
         return MetricCollection({"roc_auc": BinaryAUROC()})
 
     def setup(self, stage: str) -> None:
-        """Take the train-split target statistics from the DataModule, when there is one."""
+        """When fitting, take the train-split target statistics from the DataModule.
+
+        Only then: validating, testing or predicting, the statistics are the model's own (from its
+        checkpoint), whatever table the DataModule reads; another table's would change the units.
+        """
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         columns = list(getattr(datamodule, "target_columns", None) or [])
         if len(columns) == self.num_tasks:
             self.task_names = [repr(column) for column in columns]  # for the warnings
-        if datamodule is not None and getattr(datamodule, "standardize", False):
+        if stage == "fit" and datamodule is not None and getattr(datamodule, "standardize", False):
             # Lightning runs the DataModule's setup before this hook: the statistics exist
             self.set_target_stats(datamodule.target_mean, datamodule.target_std)
 
@@ -209,7 +213,7 @@ class MoleculeGNN(VarLenModule):
         return self.pool(h, graph, num_graphs)
 
     def raw(self, batch: Any) -> torch.Tensor:
-        """Network outputs: standardised predictions (regression) or logits, ``[B, T]``."""
+        """Network outputs: standardized predictions (regression) or logits, ``[B, T]``."""
         embedding = self.embed(batch)
         if self.num_descriptors:
             descriptors = getattr(batch, "descriptors", None)

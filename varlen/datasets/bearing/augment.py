@@ -49,7 +49,7 @@ class WindowAugment:
         shift: most samples a window moves either way (0: none).
         scale: amplitude factors are uniform in ``[1 - scale, 1 + scale]`` (0: none).
         noise: the largest standard deviation of the added white noise (each window's is uniform
-            in ``[0, noise]``), in the signal's (normalised) units.
+            in ``[0, noise]``), in the signal's (normalized) units.
         speed: speed factors are uniform in ``[1 - speed, 1 + speed]`` (0: none); a window of
             ``n`` samples then reads about ``n * factor`` samples of its recording (plus the
             kernel's 2 before and 3 after).
@@ -99,7 +99,7 @@ class WindowAugment:
     ) -> np.ndarray:
         """``[B, C, width]`` float32: row ``(b, c)`` of the flat ``values`` resampled at ``rates[b]`` input
         samples per output sample, output ``k`` at ``row_starts[b, c] + 2 + k * rates[b]`` (Lanczos-3
-        weights, normalised to sum 1: a rate of exactly 1 copies the samples), zero after ``lengths[b]``."""
+        weights, normalized to sum 1: a rate of exactly 1 copies the samples), zero after ``lengths[b]``."""
         position = 2.0 + np.arange(width) * rates[:, None]  # [B, W], from each row's start
         left = np.floor(position).astype(np.int64)
         offset = np.pi * ((position - left).astype(np.float32)[..., None] - _TAPS.astype(np.float32))  # [B, W, 6]

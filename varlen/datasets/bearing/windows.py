@@ -19,7 +19,8 @@ __all__ = [
     "Segments",
     "WindowTable",
     "cut_windows",
-    "normalise",
+    "normalize",
+    "renormalize",
     "plan_windows",
     "resample",
     "train_statistics",
@@ -141,7 +142,7 @@ def uncovered_between_segments(lengths: np.ndarray, splits: Mapping[str, Segment
 def train_statistics(buffers: Sequence[np.ndarray], table: WindowTable) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel mean and std (float64) over the samples ``table``'s windows cover, each counted once.
 
-    A channel with std 0 gets std 1, so normalising it only centres it.
+    A channel with std 0 gets std 1, so normalizing it only centres it.
     """
     channels = buffers[0].shape[0]
     total, square, count = np.zeros(channels), np.zeros(channels), 0
@@ -160,8 +161,8 @@ def train_statistics(buffers: Sequence[np.ndarray], table: WindowTable) -> tuple
     return mean, np.where(std > 0, std, 1.0)
 
 
-def normalise(buffers: Sequence[np.ndarray], train: WindowTable) -> tuple[np.ndarray, np.ndarray]:
-    """Standardise every buffer in place with the statistics of the ``train`` windows; returns them (float32).
+def normalize(buffers: Sequence[np.ndarray], train: WindowTable) -> tuple[np.ndarray, np.ndarray]:
+    """Standardize every buffer in place with the statistics of the ``train`` windows; returns them (float32).
 
     In place: the windows of every split are views of these buffers, so no second copy is made,
     and validation and test see train statistics only.
@@ -171,3 +172,14 @@ def normalise(buffers: Sequence[np.ndarray], train: WindowTable) -> tuple[np.nda
         buffer -= mean[:, None]
         buffer /= std[:, None]
     return mean, std
+
+
+def renormalize(
+    buffers: Sequence[np.ndarray], current: tuple[np.ndarray, np.ndarray], target: tuple[np.ndarray, np.ndarray]
+) -> None:
+    """Buffers standardized with ``current`` (mean, std per channel) are standardized with ``target``
+    instead, in place: ``x * s1 / s0 + (m1 - m0) / s0`` equals ``(raw - m0) / s0``."""
+    (m1, s1), (m0, s0) = ((np.asarray(a, np.float32) for a in pair) for pair in (current, target))
+    for buffer in buffers:
+        buffer *= (s1 / s0)[:, None]
+        buffer += ((m1 - m0) / s0)[:, None]

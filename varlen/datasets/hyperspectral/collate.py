@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from varlen.batching.ragged import Ragged
-from varlen.datasets.hyperspectral.gather import PixelBatch, normalise, read_patches
+from varlen.datasets.hyperspectral.gather import PixelBatch, normalize, read_patches
 
 __all__ = ["HyperspectralCollator"]
 
@@ -64,7 +64,7 @@ class HyperspectralCollator:
         raw = read_patches(flat, np.cumsum(sizes) - sizes, (side * depth, depth, 1), read, side)
         mean = padded("mean", 0.0, torch.float32).values.numpy()
         std = padded("std", 1.0, torch.float32).values.numpy()
-        spectra = normalise(raw.reshape(len(samples), bands.shape[1], *spatial), mean, std, mask)
+        spectra = normalize(raw.reshape(len(samples), bands.shape[1], *spatial), mean, std, mask)
         column = lambda key: torch.tensor(np.array([s[key] for s in samples]), dtype=torch.long)  # noqa: E731
         return PixelBatch(
             index=column("index"),

@@ -4,7 +4,7 @@ A sample is one labelled pixel: its spectrum, or the ``P x P`` patch around it. 
 returns the patch as a **view** into the cube together with the band indices it will use; the
 loader's batched fetch (``__getitems__``) reads a whole batch at once: the batch's band lists as
 :class:`~varlen.batching.ragged.Ragged` rows (:mod:`.bands`), padded in one gather, and one read
-of the cube per scene present for all patches x their bands (:mod:`.gather`), normalised in
+of the cube per scene present for all patches x their bands (:mod:`.gather`), normalized in
 place. The dataset keeps one row per sample (int32) and each scene's cube as a
 :class:`~varlen.datasets.hyperspectral.MappedCube`, which pickles as its path: a worker never
 receives a copy of the cube.
@@ -28,7 +28,7 @@ from torch.utils.data import Dataset
 from varlen.batching.ragged import Ragged
 from varlen.batching.sampler import EpochIndices  # re-exported: the batches of the train sampler
 from varlen.datasets.hyperspectral.bands import fixed_band_rows, random_band_rows
-from varlen.datasets.hyperspectral.gather import PixelBatch, flat_view, normalise, read_patches
+from varlen.datasets.hyperspectral.gather import PixelBatch, flat_view, normalize, read_patches
 from varlen.datasets.hyperspectral.readers import MappedCube
 from varlen.datasets.hyperspectral.source import Scene
 from varlen.errors import DataError
@@ -139,7 +139,7 @@ class HyperspectralPixels(Dataset):
         scenes: checked scenes.
         scene_ids, rows, cols, labels: one entry per sample (labels 0-based, offset per scene).
         radius: patch radius (0 = spectra).
-        mean, std: per-scene ``[B]`` normalisation statistics (from train pixels).
+        mean, std: per-scene ``[B]`` normalization statistics (from train pixels).
         band_counts: per-sample band counts for random subsets, or None.
         fixed_bands: per-scene band index arrays when ``band_counts`` is None.
         seed: base seed of the band draws.
@@ -173,8 +173,7 @@ class HyperspectralPixels(Dataset):
         self.cols = np.asarray(cols, dtype=np.int32)
         self.labels = np.asarray(labels, dtype=np.int32)
         self.radius = int(radius)
-        self.mean = [np.asarray(m, dtype=np.float32) for m in mean]
-        self.std = [np.asarray(s, dtype=np.float32) for s in std]
+        self.set_statistics(mean, std)
         self.band_counts = None if band_counts is None else np.asarray(band_counts, dtype=np.int32)
         self.fixed_bands = None if fixed_bands is None else [np.asarray(b, dtype=np.int64) for b in fixed_bands]
         self.seed = int(seed)
@@ -189,6 +188,11 @@ class HyperspectralPixels(Dataset):
         self.fixed = None if self.fixed_bands is None else Ragged.from_arrays(self.fixed_bands)
         self.table_start = np.cumsum([0] + [len(w) for w in self.wavelengths[:-1]]).astype(np.int64)
         self.table_wavelengths = np.concatenate(self.wavelengths)
+
+    def set_statistics(self, mean: Sequence[np.ndarray], std: Sequence[np.ndarray]) -> None:
+        """Per-scene ``[B]`` band means and standard deviations every sample is normalized with."""
+        self.mean = [np.asarray(m, dtype=np.float32) for m in mean]
+        self.std = [np.asarray(s, dtype=np.float32) for s in std]
         self.table_mean, self.table_std = np.concatenate(self.mean), np.concatenate(self.std)
 
     def __len__(self) -> int:
@@ -237,7 +241,7 @@ class HyperspectralPixels(Dataset):
         self, indices: Sequence[int] | np.ndarray, epoch: int, pad_to_multiple_of: int | None = None
     ) -> PixelBatch:
         """Samples ``indices`` as one padded batch: their band rows padded in one gather, one cube
-        read per scene present, normalised in place, zero (bands -1) beyond each sample's bands."""
+        read per scene present, normalized in place, zero (bands -1) beyond each sample's bands."""
         indices = np.asarray(indices, dtype=np.int64)
         if len(indices) == 0:
             raise ValueError("cannot gather an empty batch")
@@ -246,7 +250,7 @@ class HyperspectralPixels(Dataset):
         bands, mask = padded.values.numpy(), padded.mask.numpy()
         read = np.where(mask, bands, bands[:, :1])  # padded slots read the sample's first band, zeroed below
         table = self.table_start[scenes][:, None] + read
-        spectra = normalise(self._read(indices, scenes, read), self.table_mean[table], self.table_std[table], mask)
+        spectra = normalize(self._read(indices, scenes, read), self.table_mean[table], self.table_std[table], mask)
         coords = np.stack([self.rows[indices], self.cols[indices]], axis=1).astype(np.int64)
         return PixelBatch(
             index=torch.from_numpy(indices),

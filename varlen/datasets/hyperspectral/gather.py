@@ -4,7 +4,7 @@ The cube stays memory-mapped: :func:`flat_view` is a 1-D view of its buffer (no 
 layout with non-negative strides: a ``.npy`` map, an ENVI file mapped as BIP), and
 :func:`read_patches` builds the ``[B, K, P*P]`` element offsets of the batch by broadcasting
 (patch pixels ``[B, 1, P*P]`` + bands ``[B, K, 1]``) and reads them with one ``take``. Padded band
-slots read the sample's first band and are zeroed by :func:`normalise`.
+slots read the sample's first band and are zeroed by :func:`normalize`.
 
 What a batch costs: the ``[B, K, P, P]`` float32 output and, while it is read, its int64 offsets
 (twice the output's size); the cube's pages are read through the page cache, shared by all
@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from numpy.lib.stride_tricks import as_strided
 
-__all__ = ["PixelBatch", "flat_view", "normalise", "read_patches"]
+__all__ = ["PixelBatch", "flat_view", "normalize", "read_patches"]
 
 
 @dataclass
@@ -71,7 +71,7 @@ def read_patches(
     return flat.take(offsets)
 
 
-def normalise(raw: np.ndarray, mean: np.ndarray, std: np.ndarray, mask: np.ndarray) -> np.ndarray:
+def normalize(raw: np.ndarray, mean: np.ndarray, std: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """``(raw - mean) / std`` per band in float32, in place where ``raw`` is float32; 0 where ``mask`` is False.
 
     Args:

@@ -17,7 +17,6 @@ own ``KeyError`` or traceback.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -26,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from varlen import notices
 from varlen.cache import atomic_write, cache_key, file_hash
 from varlen.errors import DataError, DatasetNotFoundError
 
@@ -97,7 +97,7 @@ def complete_npy(path: Path, shape: tuple[int, ...]) -> bool:
         reason = f"of shape {found}, expected {tuple(shape)}"
     except (OSError, ValueError, EOFError) as error:  # truncated, not an .npy, holding pickles
         reason = f"unreadable ({type(error).__name__}: {error})"
-    warnings.warn(f"cache {path} is {reason}; building it again", stacklevel=3)
+    notices.warn(f"cache {path} is {reason}; building it again")
     return False
 
 

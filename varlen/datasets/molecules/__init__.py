@@ -15,7 +15,12 @@
 
 from varlen.datasets.molecules.classes import SINGLE_CLASS, SingleClass, check_classes, class_counts
 from varlen.datasets.molecules.collate import GRAPH_FIELDS, MoleculeCollator, graph_batch
-from varlen.datasets.molecules.dataset import MoleculeGraphs, standardized_descriptors, target_statistics
+from varlen.datasets.molecules.dataset import (
+    MoleculeGraphs,
+    descriptor_statistics,
+    standardized_descriptors,
+    target_statistics,
+)
 from varlen.datasets.molecules.features import (
     ATOM_FEATURES,
     ATOM_VOCAB,
@@ -78,6 +83,7 @@ __all__ = [
     "moleculenet_file",
     "packaged_esol",
     "read_table",
+    "descriptor_statistics",
     "standardized_descriptors",
     "table_path",
     "target_statistics",

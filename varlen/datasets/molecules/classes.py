@@ -9,13 +9,13 @@ target column and the class counts, or warns when asked to go on.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
+from varlen import notices
 from varlen.errors import DataError
 
 __all__ = ["SINGLE_CLASS", "SingleClass", "check_classes", "class_counts", "single_class_problems"]
@@ -76,4 +76,4 @@ def check_classes(
     message = f"{path}: " + "; ".join(problems) + f" (split={split!r}): ROC-AUC is undefined there."
     if policy == "raise":
         raise DataError(f"{message} {hint}, or pass single_class='warn' to go on (the ROC-AUC is then logged as NaN)")
-    warnings.warn(f"{message} The model logs it as NaN.", UserWarning, stacklevel=3)
+    notices.warn(f"{message} The model logs it as NaN.")

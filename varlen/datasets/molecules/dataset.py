@@ -4,7 +4,7 @@ Samples are views into the store's concatenated arrays (nothing is copied per sp
 per-sample sizes are computed once from the store's offsets. The loader's batched fetch
 (``__getitems__``) gathers a whole batch as :class:`MoleculeRows` with index arithmetic on the
 store's :class:`~varlen.batching.ragged.Ragged` rows: one read per array, node offsets added to
-``edge_index`` in one operation, no work per molecule. The statistics helpers standardise
+``edge_index`` in one operation, no work per molecule. The statistics helpers standardize
 targets and descriptors with the train split's values only, so no test information leaks.
 """
 
@@ -21,7 +21,7 @@ from varlen.batching.ragged import concat_ranges
 from varlen.datasets.molecules.graphs import GraphStore
 from varlen.datasets.molecules.rows import MoleculeRows
 
-__all__ = ["MoleculeGraphs", "standardized_descriptors", "target_statistics"]
+__all__ = ["MoleculeGraphs", "descriptor_statistics", "standardized_descriptors", "target_statistics"]
 
 
 def target_statistics(targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -33,14 +33,15 @@ def target_statistics(targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, np.where(np.isfinite(std) & (std > 0), std, 1.0).astype(np.float32)
 
 
-def standardized_descriptors(descriptors: np.ndarray, train: np.ndarray) -> np.ndarray:
-    """``descriptors`` of every molecule standardised with the ``train`` positions' statistics, clipped to +-10.
+def descriptor_statistics(descriptors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and std of each descriptor (over the train split's rows); a constant one gets std 1."""
+    mean, std = descriptors.mean(axis=0), descriptors.std(axis=0)
+    return mean.astype(np.float32), np.where(std > 0, std, 1.0).astype(np.float32)
 
-    A descriptor constant over train stays 0 (std 1).
-    """
-    values = descriptors[train]
-    mean, std = values.mean(axis=0), values.std(axis=0)
-    return np.clip((descriptors - mean) / np.where(std > 0, std, 1.0), -10.0, 10.0).astype(np.float32)
+
+def standardized_descriptors(descriptors: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
+    """``descriptors`` standardised with (train) ``mean`` and ``std``, clipped to +-10, float32."""
+    return np.clip((descriptors - mean) / std, -10.0, 10.0).astype(np.float32)
 
 
 class MoleculeGraphs(Dataset):
@@ -51,11 +52,11 @@ class MoleculeGraphs(Dataset):
     Args:
         store: the table's cached graphs.
         targets: float32 ``[N_table, T]`` targets of the whole table (NaN = missing), already
-            standardised if wanted.
+            standardized if wanted.
         positions: which table rows this dataset holds.
         rows: the file's line numbers of the table's rows (kept in samples for tracing).
         descriptors: float32 ``[N_table, D]`` graph-level features of the whole table (already
-            standardised), or None to leave them out of the samples.
+            standardized), or None to leave them out of the samples.
 
     Attributes:
         lengths: int64 ``[N]``, atoms + directed edges per molecule: what a batch's memory

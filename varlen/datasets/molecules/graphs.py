@@ -11,7 +11,6 @@ cache that is cut short or from another format is rebuilt with a warning.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, fields
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from varlen import notices
 from varlen.batching.ragged import Ragged
 from varlen.cache import cache_key, default_cache_dir, file_hash, load_arrays, save_arrays
 from varlen.datasets.molecules import features
@@ -173,7 +173,7 @@ def cached_graphs(
     arrays = load_arrays(target, CACHE_FORMAT)  # None (with a warning if unreadable): build it
     store = GraphStore.from_arrays(arrays) if arrays is not None else None
     if arrays is not None and (store is None or len(store) != len(table.smiles)):
-        warnings.warn(f"cache {target} does not match {table.path}; building it again", stacklevel=2)
+        notices.warn(f"cache {target} does not match {table.path}; building it again")
         store = None
     if store is None:
         store = featurize_all(table.smiles, num_proc=num_proc)

@@ -1,0 +1,72 @@
+"""Warnings and log lines said once per job, pointing at the line a user can act on.
+
+Under DDP every rank builds its data, so a notice raised while building would be printed once per
+rank; here it is said by rank zero only (Lightning sets the rank before any hook runs; plain
+``torchrun`` sets ``RANK``). A warning raised inside a Lightning hook would otherwise name a line
+of Lightning's (``trainer/call.py``); :func:`warn` names the first line outside varlen and the
+libraries it runs under (the user's script), or varlen's own line when there is none (the
+``varlen`` command).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import warnings
+from pathlib import Path
+
+from lightning.fabric.utilities.rank_zero import rank_zero_only
+
+__all__ = ["info", "is_rank_zero", "warn"]
+
+_PACKAGES = (
+    "varlen",
+    "lightning",
+    "lightning_fabric",
+    "pytorch_lightning",
+    "torch",
+    "torchdata",
+    "jsonargparse",
+    "_pytest",
+    "pluggy",
+)
+
+
+def _package_dirs() -> tuple[str, ...]:
+    dirs = []
+    for name in _PACKAGES:
+        module = sys.modules.get(name)
+        if module is not None and getattr(module, "__file__", None):
+            dirs.append(str(Path(module.__file__).resolve().parent))
+    return tuple(dirs)
+
+
+def is_rank_zero() -> bool:
+    """Whether this process is the job's rank zero (True outside distributed runs)."""
+    return getattr(rank_zero_only, "rank", 0) == 0
+
+
+def _stacklevel() -> int:
+    """The ``stacklevel`` of the first frame outside varlen and its runners, counted from
+    :func:`warn`'s caller; that caller's own line when every frame is inside them."""
+    inside = _package_dirs()
+    frame = sys._getframe(2)  # the caller of warn()
+    level = 2
+    while frame is not None:
+        path = str(Path(frame.f_code.co_filename).resolve())
+        if not path.startswith(inside) and not path.startswith("<"):
+            return level
+        frame, level = frame.f_back, level + 1
+    return 2
+
+
+def warn(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` by rank zero only, at the user's line (see the module's docstring)."""
+    if is_rank_zero():
+        warnings.warn(message, category, stacklevel=_stacklevel())
+
+
+def info(logger: logging.Logger, message: str, *args: object) -> None:
+    """``logger.info`` by rank zero only."""
+    if is_rank_zero():
+        logger.info(message, *args)
