@@ -2,10 +2,12 @@
 
 Usage: ddp_toy_fit.py OUT_DIR MAX_TOKENS [CHECKPOINT_EVERY RESUME_FROM]: with a checkpoint interval,
 every N-th step is saved to OUT_DIR/ckpt; with RESUME_FROM, the fit resumes from that checkpoint.
-Each rank writes the batches it trained on to OUT_DIR/batches<rank>.json.
+Each rank writes the batches it trained on to OUT_DIR/batches<rank>.json and its PaddingTelemetry
+epoch summaries to OUT_DIR/telemetry<rank>.json; the varlen logger prints to stderr.
 """
 
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import lightning.pytorch as pl
 import torch
 from toy import ToyDataModule, ToyModel
 
+from varlen.batching.telemetry import PaddingTelemetry
 from varlen.testing import StepCounter
 
 
@@ -25,13 +28,17 @@ class BatchLog(pl.Callback):
 
     def on_train_end(self, trainer, pl_module) -> None:
         (self.out_dir / f"batches{trainer.global_rank}.json").write_text(json.dumps(self.batches))
+        telemetry = next(c for c in trainer.callbacks if isinstance(c, PaddingTelemetry))
+        (self.out_dir / f"telemetry{trainer.global_rank}.json").write_text(json.dumps(telemetry.epochs))
 
 
 if __name__ == "__main__":
     out_dir, max_tokens = sys.argv[1], int(sys.argv[2])
     every = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     resume = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] != "-" else None
-    callbacks = [StepCounter(out_dir), BatchLog(out_dir)]
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("varlen").setLevel(logging.INFO)
+    callbacks = [StepCounter(out_dir), BatchLog(out_dir), PaddingTelemetry()]
     if every:
         callbacks.append(
             pl.callbacks.ModelCheckpoint(

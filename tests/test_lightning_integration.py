@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from toy import ToyDataModule, ToyModel
+from toy import ToyDataModule, ToyModel, ToySequences
 
 from varlen.batching import BucketBatchSampler
 from varlen.batching.loader import VarLenLoader
@@ -104,14 +104,38 @@ def test_lightning_ddp_with_default_flags(tmp_path: Path) -> None:
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
     }
-    subprocess.run(
-        [sys.executable, str(HERE / "ddp_toy_fit.py"), str(tmp_path), "120"], check=True, env=env, timeout=600
+    run = subprocess.run(
+        [sys.executable, str(HERE / "ddp_toy_fit.py"), str(tmp_path), "120"],
+        check=True,
+        env=env,
+        timeout=600,
+        capture_output=True,
+        text=True,
     )
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert ranks[0]["global_step"] == ranks[1]["global_step"] > 0
     assert ranks[0]["batches"] == ranks[1]["batches"] == 2 * ranks[0]["num_training_batches"]
     served = np.bincount(ranks[0]["indices"] + ranks[1]["indices"], minlength=301)
     assert (served == 2).all()  # two epochs, every sample exactly once per epoch
+    # the report is said once per job (once per setup: fit sets up once), not once per rank
+    assert run.stderr.count("ToyDataModule: data report") == 1, run.stderr[-3000:]
+    # telemetry: every rank reports the same epoch summary, over both ranks' batches
+    telemetry = [json.loads((tmp_path / f"telemetry{r}.json").read_text()) for r in range(2)]
+    assert telemetry[0] == telemetry[1] and len(telemetry[0]) == 2
+    lengths = ToySequences(301, 1).lengths
+    for epoch, summary in enumerate(telemetry[0]):
+        batches = [b for r in range(2) for b in _rank_batches(tmp_path, r)[epoch]]
+        real = sum(int(lengths[b].sum()) for b in batches)
+        padded = sum(len(b) * int(lengths[b].max()) for b in batches)
+        assert sorted(i for b in batches for i in b) == list(range(301))
+        assert summary["padding_efficiency"] == pytest.approx(real / padded)
+
+
+def _rank_batches(out: Path, rank: int) -> list[list[list[int]]]:
+    """One rank's batches, per epoch (both epochs have the same count)."""
+    batches = json.loads((out / f"batches{rank}.json").read_text())
+    half = len(batches) // 2
+    return [batches[:half], batches[half:]]
 
 
 def test_ddp_checkpoint_resumes_exactly_on_every_rank(tmp_path: Path) -> None:
@@ -160,9 +184,13 @@ def test_plain_torch_distributed_without_lightning(tmp_path: Path) -> None:
     assert sorted(i for g in gathered for b in g[2] for i in b) == list(range(101))
 
 
-def test_padding_telemetry_logs_and_summarises(tmp_path: Path) -> None:
+def test_padding_telemetry_logs_and_summarises(tmp_path: Path, monkeypatch) -> None:
     from varlen.batching.telemetry import PaddingTelemetry
 
+    def on_the_device(self, trainer):
+        raise AssertionError("counted the batch after its transfer: the DataModule counts it on the host")
+
+    monkeypatch.setattr(PaddingTelemetry, "_stats_fn", on_the_device)
     telemetry = PaddingTelemetry()
     recorder = Recorder()
     trainer = pl.Trainer(

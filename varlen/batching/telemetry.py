@@ -31,14 +31,20 @@ def mask_stats(batch: Mapping[str, Any], mask_keys: Sequence[str]) -> BatchStats
 class PaddingTelemetry(pl.Callback):
     """Logs padding efficiency (real / padded elements), real elements per second and batch size.
 
-    Per training step: ``telemetry/padding_efficiency``, ``telemetry/real_per_s`` and
-    ``telemetry/batch_size``. Per epoch: ``telemetry/epoch_padding_efficiency``,
-    ``telemetry/epoch_samples_per_s``, ``telemetry/epoch_real_per_s``, kept in
-    :attr:`epochs` as well. Rates use the wall time between batch starts, so they include data
-    loading. Works with any logger (it logs through ``LightningModule.log``).
+    Per training step (this rank's batch): ``telemetry/padding_efficiency``,
+    ``telemetry/real_per_s`` and ``telemetry/batch_size``. Per epoch, over every rank's batches:
+    ``telemetry/epoch_padding_efficiency``, ``telemetry/epoch_samples_per_s``,
+    ``telemetry/epoch_real_per_s`` (samples and elements summed over ranks, divided by the
+    slowest rank's time), kept in :attr:`epochs` as well, the same on every rank. Rates use the
+    wall time between batch starts, so they include data loading. Works with any logger (it logs
+    through ``LightningModule.log``).
+
+    A varlen DataModule counts each training batch while it is still on the host
+    (``on_before_batch_transfer``: :attr:`VarLenDataModule.host_stats`), so counting never waits
+    for the device; with ``mask_keys``, or another DataModule, the masks are counted where they are.
 
     Args:
-        mask_keys: batch keys of keep-masks to count. Default: ask the DataModule
+        mask_keys: batch keys of keep-masks to count. Default: the DataModule's counts
             (``datamodule.batch_stats(batch)``), which every varlen DataModule provides.
     """
 
@@ -68,7 +74,12 @@ class PaddingTelemetry(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         now = time.perf_counter()
-        stats = self._stats_fn(trainer)(batch)
+        datamodule = getattr(trainer, "datamodule", None)
+        stats = None if self.mask_keys else getattr(datamodule, "host_stats", None)
+        if stats is None:
+            stats = self._stats_fn(trainer)(batch)
+        else:
+            datamodule.host_stats = None  # consumed: the next batch brings its own
         for i, value in enumerate(stats):
             self._totals[i] += value
         if self._epoch_start is None:
@@ -86,7 +97,10 @@ class PaddingTelemetry(pl.Callback):
         if self._epoch_start is None:
             return
         elapsed = max(time.perf_counter() - self._epoch_start, 1e-9)
-        samples, real, padded = self._totals
+        local = torch.tensor([*self._totals, elapsed], dtype=torch.float64, device=pl_module.device)
+        every = pl_module.all_gather(local).reshape(-1, 4)  # [ranks, 4]; one row outside DDP
+        samples, real, padded = every[:, :3].sum(0).tolist()
+        elapsed = float(every[:, 3].max())
         summary = {
             "telemetry/epoch_padding_efficiency": real / max(padded, 1),
             "telemetry/epoch_samples_per_s": samples / elapsed,

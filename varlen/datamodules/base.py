@@ -159,6 +159,7 @@ class VarLenDataModule(pl.LightningDataModule):
         self.datasets: dict[str, Dataset] = {}
         self.collate_fn: Any = None
         self._checkpoint_state: dict[str, Any] | None = None  # loaded before setup: applied by setup
+        self.host_stats: BatchStats | None = None  # the last training batch, counted before its transfer
 
     # -- what subclasses implement or may override ------------------------------------------
 
@@ -177,6 +178,15 @@ class VarLenDataModule(pl.LightningDataModule):
     def batch_stats(self, batch: Mapping[str, Any]) -> BatchStats:
         """Samples, real and padded elements of a collated batch (for telemetry)."""
         return mask_stats(batch, self.mask_keys)
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Count a training batch while it is on the host (:attr:`host_stats`, read by
+        :class:`~varlen.batching.telemetry.PaddingTelemetry`): counted on the device, every step
+        would wait for it."""
+        trainer = self.trainer
+        if trainer is not None and trainer.training:
+            self.host_stats = self.batch_stats(batch)
+        return batch
 
     @staticmethod
     def _plan_spec(batch_size: int | None, max_tokens: int | tuple[int, ...] | None) -> PlanSpec:
