@@ -288,7 +288,7 @@ def fit_long(overflow: str, epochs: int, args: argparse.Namespace) -> dict[str, 
         max_tokens=args.long_max_tokens,
     )
     pl.seed_everything(0, verbose=False)
-    model = TextClassifier(num_classes=2, learning_rate=args.long_lr, warmup_ratio=0.1)
+    model = TextClassifier(num_classes=2, lr=args.long_lr, warmup_ratio=0.1)
     trainer = pl.Trainer(
         max_epochs=epochs,
         accelerator="cpu",

@@ -193,8 +193,12 @@ def test_multitask_missing_values_are_masked() -> None:
 
 def test_invalid_smiles_are_skipped_and_counted_by_reason() -> None:
     """What a user of an HIV-like table sees: counts by reason, with the file, line and SMILES of each."""
-    dm = tiny("esol_invalid.csv")
-    assert dm.on_bad == "skip"  # the documented default of molecules
+    strict = tiny("esol_invalid.csv")
+    assert strict.on_bad == "raise"  # one default in every scenario; MoleculeNet configs say skip
+    strict.prepare_data()
+    with pytest.raises(DataError, match=r"esol_invalid\.csv, line 12 'C1CC'.*on_bad='skip'"):
+        strict.setup("fit")
+    dm = tiny("esol_invalid.csv", on_bad="skip")
     dm.prepare_data()
     with pytest.warns(UserWarning, match=r"skipped 2 bad item\(s\).*esol_invalid\.csv, line 12 'C1CC'"):
         dm.setup("fit")
@@ -366,7 +370,7 @@ def test_an_unusable_cache_is_rebuilt_with_a_warning(tmp_path: Path, how: str) -
 
 
 def test_featurisation_errors_survive_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    dm = tiny("esol_invalid.csv", cache_dir=str(tmp_path))
+    dm = tiny("esol_invalid.csv", cache_dir=str(tmp_path), on_bad="skip")
     dm.prepare_data()
     monkeypatch.setattr(graphs, "featurize_all", no_featurising)
     with pytest.warns(UserWarning, match="skipped 2"):
@@ -460,10 +464,10 @@ def test_random_split_is_the_named_stream_of_varlen_splits() -> None:
 
 
 def test_split_fractions_are_checked() -> None:
-    with pytest.raises(ValueError, match="sum to 1"):
-        MoleculeDataModule(split_fractions=(0.8, 0.3, 0.1))
-    with pytest.raises(ValueError, match="train, val and test"):
-        MoleculeDataModule(split_fractions=(0.8, 0.2))
+    with pytest.raises(ValueError, match="sum < 1"):
+        MoleculeDataModule(val_fraction=0.6, test_fraction=0.5)
+    with pytest.raises(ValueError, match="test_fraction must be > 0"):
+        MoleculeDataModule(test_fraction=0.0)
 
 
 def test_an_empty_split_is_refused(tmp_path: Path) -> None:
@@ -514,7 +518,7 @@ def bondless_table(tmp_path: Path, **kwargs) -> MoleculeDataModule:
     """Two tasks with missing values, descriptors, and molecules without bonds (no edges)."""
     lines = ["smiles,a,b"] + [f"{s},{i / 7:.2f},{'' if i % 3 else i}" for i, s in enumerate(GOOD + ["C", "O", "[Na+]"])]
     (tmp_path / "mixed.csv").write_text("\n".join(lines) + "\n")
-    kwargs = {"target_columns": ["a", "b"], "descriptors": True, "split_fractions": (0.8, 0.1, 0.1), **kwargs}
+    kwargs = {"target_columns": ["a", "b"], "descriptors": True, "val_fraction": 0.1, "test_fraction": 0.1, **kwargs}
     dm = MoleculeDataModule(dataset=None, path=str(tmp_path / "mixed.csv"), smiles_column="smiles", **kwargs)
     dm.setup("fit")
     return dm
@@ -618,7 +622,8 @@ def test_classification_logs_the_roc_auc_of_its_logits(tmp_path: Path) -> None:
         smiles_column="smiles",
         target_columns=["a", "b"],
         task="classification",
-        split_fractions=(0.2, 0.6, 0.2),
+        val_fraction=0.6,
+        test_fraction=0.2,
         batch_size=4,
         max_tokens=None,  # batches of 4: some hold only scores in [0, 1], some do not
         cache_dir=str(CACHE),

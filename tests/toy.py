@@ -49,6 +49,7 @@ class ToyDataModule(VarLenDataModule):
         shuffle: bool = True,
         seed: int = 0,
         num_workers: int = 0,
+        predict_split: str = "test",
     ) -> None:
         super().__init__(**base_args(locals()))
         self.num_samples = num_samples

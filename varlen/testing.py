@@ -525,7 +525,8 @@ class DataModuleContract:
         cli = self._cli("predict", tmp_path, "--trainer.fast_dev_run=1")
         predictions = cli.trainer.predict_loop.predictions
         assert predictions, "predict returned nothing"
-        dataset = cli.datamodule.dataset("predict" if "predict" in cli.datamodule.datasets else "test")
+        dm = cli.datamodule
+        dataset = dm.dataset("predict" if "predict" in dm.datasets else dm.predict_split)
         for output in predictions:
             index = output["index"]
             assert index.ndim == 1 and len(set(index.tolist())) == len(index)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import numpy as np
@@ -18,7 +18,7 @@ from varlen.batching.telemetry import BatchStats, mask_stats
 from varlen.errors import DataError
 from varlen.report import DataReport, OnBad
 
-__all__ = ["BASE_ARGS", "LINKED", "VarLenDataModule", "base_args", "plain"]
+__all__ = ["BASE_ARGS", "LINKED", "PredictSplit", "VarLenDataModule", "base_args", "plain"]
 
 #: DataModule attributes handed to the model argument of the same name, when both exist (the CLI links
 #: them; the model's hyperparameters hold their values, so the DataModule's leave them out)
@@ -48,8 +48,11 @@ BASE_ARGS = (
     "pin_memory",
     "persistent_workers",
     "prefetch_factor",
+    "predict_split",
     "on_bad",
 )
+#: the split ``predict`` runs on, unless the DataModule built a ``predict`` split of its own
+PredictSplit = Literal["train", "val", "test"]
 
 
 def plain(value: Any) -> Any:
@@ -102,6 +105,9 @@ class VarLenDataModule(pl.LightningDataModule):
         pin_memory: pin batches for fast host-to-GPU copies (None: when CUDA is available).
         persistent_workers: keep workers between epochs (needs ``num_workers > 0``).
         prefetch_factor: batches prefetched per worker (needs ``num_workers > 0``).
+        predict_split: the split ``trainer.predict`` runs on (``train``, ``val`` or ``test``, in
+            a fixed order, every sample once); a DataModule that reads a source of its own for
+            prediction builds a ``predict`` split, which wins.
         on_bad: ``"raise"`` at the first bad input (a :class:`~varlen.errors.DataError` naming
             the file, row or sample), or ``"skip"`` it and count it in :attr:`report`.
 
@@ -132,6 +138,7 @@ class VarLenDataModule(pl.LightningDataModule):
         pin_memory: bool | None = None,
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
+        predict_split: PredictSplit = "test",
         on_bad: OnBad = "raise",
     ) -> None:
         super().__init__()
@@ -154,6 +161,9 @@ class VarLenDataModule(pl.LightningDataModule):
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self.persistent_workers = persistent_workers
         self.prefetch_factor = prefetch_factor
+        if predict_split not in ("train", "val", "test"):
+            raise ValueError(f"predict_split must be train, val or test, got {predict_split!r}")
+        self.predict_split = predict_split
         self.on_bad = on_bad
         self.report = DataReport(on_bad)
         self.datasets: dict[str, Dataset] = {}
@@ -325,4 +335,5 @@ class VarLenDataModule(pl.LightningDataModule):
         return self.loader("test")
 
     def predict_dataloader(self) -> VarLenLoader:
-        return self.loader("predict" if "predict" in self.datasets else "test")
+        """The ``predict`` split when the DataModule built one, else :attr:`predict_split` (in order)."""
+        return self.loader("predict" if "predict" in self.datasets else self.predict_split)

@@ -31,7 +31,7 @@ import numpy as np
 from varlen import notices
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
 from varlen.batching.collate import round_up
-from varlen.datamodules.base import VarLenDataModule, base_args
+from varlen.datamodules.base import PredictSplit, VarLenDataModule, base_args
 from varlen.datasets.bearing import (
     CWRU_CLASSES,
     BearingCollator,
@@ -172,7 +172,7 @@ class BearingDataModule(VarLenDataModule):
             what a load changes (speed, impact and shaft amplitudes, noise, resonance), for
             cross-condition splits.
         batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, num_workers,
-            pin_memory, persistent_workers, prefetch_factor: see :class:`VarLenDataModule`
+            pin_memory, persistent_workers, prefetch_factor, predict_split: see :class:`VarLenDataModule`
             (``max_tokens`` budgets ``windows x window length`` per batch); neither set: 64 windows
             per batch.
     """
@@ -223,6 +223,7 @@ class BearingDataModule(VarLenDataModule):
         pin_memory: bool | None = None,
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
+        predict_split: PredictSplit = "test",
     ) -> None:
         super().__init__(**base_args(locals()))
         check_split_arguments(split, grouping, test_fraction, gap, test_conditions, val_conditions, train_conditions)

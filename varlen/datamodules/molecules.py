@@ -9,7 +9,7 @@ from typing import Any, Literal
 import numpy as np
 
 from varlen.batching.telemetry import BatchStats
-from varlen.datamodules.base import VarLenDataModule, base_args
+from varlen.datamodules.base import PredictSplit, VarLenDataModule, base_args
 from varlen.datasets.molecules import (
     ATOM_VOCAB,
     BOND_VOCAB,
@@ -33,7 +33,7 @@ from varlen.datasets.molecules import (
 )
 from varlen.errors import DataError
 from varlen.report import OnBad
-from varlen.splits import balanced_scaffold_split, check_fractions, random_split, scaffold_split
+from varlen.splits import balanced_scaffold_split, fractions_of, random_split, scaffold_split
 
 __all__ = ["SPLIT_MODES", "MoleculeDataModule"]
 
@@ -74,7 +74,8 @@ class MoleculeDataModule(VarLenDataModule):
             astartes: sets larger than half of the val (or test) size go to train, the others
             are shuffled with ``split_seed`` and dealt in that order, so val and test look like
             the whole table. See :func:`varlen.splits.balanced_scaffold_split`.
-        split_fractions: train / val / test fractions.
+        val_fraction: share of the molecules for validation.
+        test_fraction: share for testing (the rest trains).
         split_seed: seed of the random and balanced scaffold splits (default: ``seed``).
         single_class: for classification, a val or test split holding one class only for some
             task has no ROC-AUC: ``"raise"`` (the default) stops with a ``DataError`` naming the
@@ -86,12 +87,10 @@ class MoleculeDataModule(VarLenDataModule):
             rotatable bonds, rings, sp3 fraction, heavy atoms, aromatic proportion; see
             :data:`~varlen.datasets.molecules.DESCRIPTORS`) to every sample, standardized with
             train statistics; the model concatenates them to the pooled graph embedding
-            (``num_descriptors`` is linked to it). On ESOL (random split, 3 seeds, 80 epochs) the
-            test RMSE with them is 0.62 ± 0.05; without them it was 0.88 ± 0.15 (measured on the
-            random split before it moved to ``varlen.splits``' named streams).
-        on_bad: ``"skip"`` (the default: MoleculeNet tables hold a few SMILES RDKit rejects, e.g.
-            7 in HIV) counts each such molecule in ``dm.report`` by reason with examples naming the
-            file, line and SMILES; ``"raise"`` stops at the first one.
+            (``num_descriptors`` is linked to it; the ESOL config uses them: docs/benchmarks.md).
+        on_bad: ``"raise"`` stops at the first SMILES RDKit rejects (naming the file, line and
+            SMILES); ``"skip"`` counts each such molecule in ``dm.report`` by reason, with examples.
+            Some MoleculeNet tables hold a few (7 in HIV): their configs set ``skip``.
         cache_dir: featurised-graph cache (default: ``$VARLEN_CACHE`` or ``~/.cache/varlen``).
         num_proc: processes for featurising big tables (small ones are done in-process).
         follow_batch: fields (of ``x``, ``edge_index``, ``edge_attr``, ``y``, ``y_mask``,
@@ -99,8 +98,8 @@ class MoleculeDataModule(VarLenDataModule):
             ``follow_batch``; another name raises ``ValueError``.
         batch_size: molecules per batch; with ``max_tokens``, the most molecules in a batch.
         max_tokens: budget on atoms + directed edges per batch (neither set: 1536).
-        shuffle, seed, num_buckets, num_workers, pin_memory, persistent_workers,
-            prefetch_factor: see :class:`~varlen.datamodules.base.VarLenDataModule`. There is no
+        shuffle, seed, num_buckets, num_workers, pin_memory, persistent_workers, prefetch_factor,
+            predict_split: see :class:`~varlen.datamodules.base.VarLenDataModule`. There is no
             ``pad_to_multiple_of``: nothing is padded.
     """
 
@@ -118,12 +117,13 @@ class MoleculeDataModule(VarLenDataModule):
         target_columns: list[str] | None = None,
         task: Literal["regression", "classification"] | None = None,
         split: Literal["random", "scaffold", "scaffold_balanced"] | None = None,
-        split_fractions: tuple[float, float, float] = (0.8, 0.1, 0.1),
+        val_fraction: float = 0.1,
+        test_fraction: float = 0.1,
         split_seed: int | None = None,
         single_class: SingleClass = "raise",
         standardize: bool = True,
         descriptors: bool = False,
-        on_bad: OnBad = "skip",
+        on_bad: OnBad = "raise",
         cache_dir: str | None = None,
         num_proc: int = 1,
         follow_batch: list[str] | None = None,
@@ -136,6 +136,7 @@ class MoleculeDataModule(VarLenDataModule):
         pin_memory: bool | None = None,
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
+        predict_split: PredictSplit = "test",
     ) -> None:
         super().__init__(**base_args(locals()))
         if dataset is not None and dataset not in MOLECULENET:
@@ -148,9 +149,9 @@ class MoleculeDataModule(VarLenDataModule):
             raise ValueError(f"split must be one of {SPLIT_MODES}, got {split!r}")
         if single_class not in SINGLE_CLASS:
             raise ValueError(f"single_class must be one of {SINGLE_CLASS}, got {single_class!r}")
-        if len(split_fractions) != len(SPLITS):
-            raise ValueError(f"split_fractions needs a train, val and test share, got {list(split_fractions)}")
-        self.fractions = check_fractions(dict(zip(SPLITS, split_fractions, strict=True)))
+        if not test_fraction > 0:
+            raise ValueError(f"test_fraction must be > 0, got {test_fraction}")
+        self.fractions = fractions_of(val_fraction, test_fraction)
         self.dataset_name = dataset
         self.path = path
         self.root = root
@@ -161,7 +162,6 @@ class MoleculeDataModule(VarLenDataModule):
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
         self.split = split
-        self.split_fractions = tuple(self.fractions.values())
         self.split_seed = seed if split_seed is None else split_seed
         self.single_class = single_class
         self.standardize = standardize and self.task == "regression"
@@ -257,7 +257,7 @@ class MoleculeDataModule(VarLenDataModule):
             sizes = {name: len(part) for name, part in positions.items()}
             raise DataError(
                 f"{table.path}: the {'/'.join(empty)} split(s) would be empty ({len(valid)} usable molecules, "
-                f"split={self.split!r}, fractions {list(self.split_fractions)} give {sizes}); use more molecules "
+                f"split={self.split!r}, fractions {self.fractions} give {sizes}); use more molecules "
                 "or larger fractions"
             )
         if self.task == "classification":

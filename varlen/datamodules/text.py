@@ -7,7 +7,7 @@ from functools import cached_property
 from typing import Literal
 
 from varlen import notices
-from varlen.datamodules.base import VarLenDataModule, base_args
+from varlen.datamodules.base import PredictSplit, VarLenDataModule, base_args
 from varlen.datasets import text as text_data
 from varlen.errors import DataError
 from varlen.report import SOURCE, OnBad
@@ -37,8 +37,8 @@ class TextClassificationDataModule(VarLenDataModule):
     Args:
         train_file: local training table.
         val_file: local validation table.
-        test_file: local test table; without one, ``test`` (and ``predict``) use the validation set
-            (SST-2's test labels are hidden, so its dev set is the usual test), and setup logs it.
+        test_file: local test table; without one, ``test`` uses the validation set (SST-2's test
+            labels are hidden, so its dev set is the usual test), and setup logs it.
         dataset_name: a Hub dataset (e.g. ``"glue"``), used when no ``train_file`` is given.
         dataset_config_name: its configuration (e.g. ``"sst2"``).
         text_column: column with the text.
@@ -78,6 +78,8 @@ class TextClassificationDataModule(VarLenDataModule):
         pin_memory: pin batches (None: when CUDA is available).
         persistent_workers: keep workers alive between epochs.
         prefetch_factor: batches prefetched per worker.
+        predict_split: the split ``trainer.predict`` runs on (``test``: the validation set when no
+            test source is given, see ``test_file``).
         on_bad: a row with an empty text or a missing, non-finite or unknown label: ``"raise"``
             (naming the file and row) or ``"skip"`` it and count it in ``report``.
     """
@@ -116,6 +118,7 @@ class TextClassificationDataModule(VarLenDataModule):
         pin_memory: bool | None = None,
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
+        predict_split: PredictSplit = "test",
         on_bad: OnBad = "raise",
     ) -> None:
         super().__init__(**base_args(locals()))

