@@ -134,7 +134,7 @@ def bad_case(case: str, tmp_path: Path) -> BadInput:
 
 class TestVideoTextContract(DataModuleContract):
     config = CONFIG
-    cli_overrides = SMALL_CLI
+    cli_overrides = [*SMALL_CLI, "--data.init_args.layout=padded"]  # the config packs
 
     def make_datamodule(self, **overrides):
         # a budget under which each segment-count class (a batch never mixes two) fills several

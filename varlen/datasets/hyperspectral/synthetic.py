@@ -41,11 +41,16 @@ def shared_layout_path() -> Path:
     return base / "hyperspectral" / "Indian_pines_gt.mat"
 
 
+#: parcels every class gets in a generated layout: one for each split at least
+PARCELS_PER_CLASS = 3
+
+
 def generate_field_layout(height: int = 145, width: int = 145, num_classes: int = 16, seed: int = 0) -> np.ndarray:
     """A field-like label map: rectangular parcels of random classes, roads unlabelled (0).
 
     Parcels are cut by recursive splits, so their sizes are long-tailed like real fields; every
-    class gets at least one parcel.
+    class gets at least :data:`PARCELS_PER_CLASS` parcels (as the parcels allow), so that a
+    spatial split can give each of train, validation and test a field of every class.
     """
     rng = np.random.default_rng(seed)
     labels = np.zeros((height, width), dtype=np.int64)
@@ -62,10 +67,12 @@ def generate_field_layout(height: int = 145, width: int = 145, num_classes: int 
         else:
             cut = int(rng.integers(c0 + w // 4, c1 - w // 4))
             stack += [(r0, c0, r1, cut), (r0, cut, r1, c1)]
-    classes = np.concatenate([np.arange(1, num_classes + 1), rng.integers(1, num_classes + 1, len(boxes))])
-    classes = rng.permutation(classes[: max(len(boxes), num_classes)])
-    for (r0, c0, r1, c1), cls in zip(boxes, classes, strict=False):
-        if rng.random() < 0.15 and cls > num_classes // 2:
+    guaranteed = np.tile(np.arange(1, num_classes + 1), PARCELS_PER_CLASS)
+    classes = np.concatenate([guaranteed, rng.integers(1, num_classes + 1, len(boxes))])[: max(len(boxes), num_classes)]
+    kept = np.arange(len(classes)) < len(guaranteed)  # the guaranteed parcels are never left unlabelled
+    order = rng.permutation(len(classes))
+    for (r0, c0, r1, c1), cls, keep in zip(boxes, classes[order], kept[order], strict=False):
+        if not keep and rng.random() < 0.15 and cls > num_classes // 2:
             continue  # some parcels stay unlabelled, as in real ground truth
         labels[r0 + 1 : r1 - 1, c0 + 1 : c1 - 1] = cls  # a 1-pixel unlabelled road around each parcel
     for cls in range(1, num_classes + 1):  # guarantee every class is present
@@ -146,7 +153,7 @@ def synthetic_layout(layout: str = "auto", sensor: str = "aviris", num_classes: 
     if layout == "generated":
         size = (145, 145) if sensor == "aviris" else (120, 90)
         labels = generate_field_layout(*size, num_classes=num_classes, seed=0)
-        return labels, f"generated{size[0]}x{size[1]}c{num_classes}"
+        return labels, f"generated-{array_hash(labels)}"
     labels = np.asarray(read_labels(layout, what="synthetic layout")).astype(np.int64)
     return labels, array_hash(labels)
 
