@@ -2,6 +2,7 @@
 
     python scripts/demo.py                 # all scenarios
     python scripts/demo.py text bearing    # some of them
+    python scripts/demo.py --max-epochs 1 --max-batches 2   # a quick look (the tests run this)
 
 Each scenario runs its shipped YAML through the ``varlen`` CLI (so this is exactly what
 ``varlen fit --config configs/<scenario>.yaml`` does), printing one line per epoch (its
@@ -30,7 +31,7 @@ SCENARIOS = {
 }
 
 
-def run(name: str, config: str, metrics: tuple[str, ...], workdir: Path) -> dict:
+def run(name: str, config: str, metrics: tuple[str, ...], workdir: Path, limits: list[str] = ()) -> dict:
     from varlen.batching.telemetry import PaddingTelemetry
     from varlen.cli import main
 
@@ -46,6 +47,7 @@ def run(name: str, config: str, metrics: tuple[str, ...], workdir: Path) -> dict
             "--trainer.callbacks+=varlen.progress.EpochProgress",  # a line per epoch instead of a bar
             f"--trainer.callbacks.name={name}",
             f"--trainer.callbacks.metrics=[{', '.join(metrics)}]",
+            *limits,
         ]
     )
     telemetry = next(c for c in cli.trainer.callbacks if isinstance(c, PaddingTelemetry))
@@ -64,7 +66,12 @@ def run(name: str, config: str, metrics: tuple[str, ...], workdir: Path) -> dict
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("scenarios", nargs="*", help=f"some of {', '.join(SCENARIOS)} (default: all)")
+    parser.add_argument("--max-epochs", type=int, default=None, help="fewer epochs than each config's (a quick look)")
+    parser.add_argument("--max-batches", type=int, default=None, help="at most this many batches per epoch and split")
     args = parser.parse_args(argv)
+    limits = [f"--trainer.max_epochs={args.max_epochs}"] if args.max_epochs else []
+    if args.max_batches:
+        limits += [f"--trainer.limit_{s}_batches={args.max_batches}" for s in ("train", "val")]
     unknown = sorted(set(args.scenarios) - set(SCENARIOS))
     if unknown:
         parser.error(f"unknown scenario(s) {unknown}; choose from {list(SCENARIOS)}")
@@ -74,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
         for name in args.scenarios or SCENARIOS:
             config, metrics = SCENARIOS[name]
             print(f"\n=== {name}: varlen fit --config {config}", flush=True)
-            rows.append(run(name, config, metrics, Path(tmp)))
+            rows.append(run(name, config, metrics, Path(tmp), limits))
     print("\n## varlen main job: short training on each embedded default\n")
     print("| scenario | validation metrics | padding efficiency | train samples/s | epochs | seconds |")
     print("|---|---|---:|---:|---:|---:|")

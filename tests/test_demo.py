@@ -23,3 +23,17 @@ def test_unknown_scenario_is_refused(capsys: pytest.CaptureFixture) -> None:
         demo.main(["nope"])
     assert exit_info.value.code == 2
     assert "unknown scenario" in capsys.readouterr().err
+
+
+def test_the_demo_runs_every_scenario_end_to_end(capsys: pytest.CaptureFixture, monkeypatch, tmp_path) -> None:
+    """The main job's own code path, on two batches of one epoch: a progress line per scenario, and a
+    table row each with its metrics and padding efficiency."""
+    monkeypatch.chdir(tmp_path)  # the configs' relative data folders land here
+    demo.main(["--max-epochs", "1", "--max-batches", "2"])
+    out = capsys.readouterr().out
+    for name, (_, metrics) in demo.SCENARIOS.items():
+        (line,) = [line for line in out.splitlines() if line.startswith(f"{name} epoch 1/1:")]
+        assert all(m in line for m in metrics), line
+        (row,) = [r for r in out.splitlines() if r.startswith(f"| {name} |")]
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert "missing" not in cells[1] and 0 < float(cells[2]) <= 1 and float(cells[3]) > 0, row

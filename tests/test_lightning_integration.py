@@ -184,33 +184,47 @@ def test_plain_torch_distributed_without_lightning(tmp_path: Path) -> None:
     assert sorted(i for g in gathered for b in g[2] for i in b) == list(range(101))
 
 
-def test_padding_telemetry_logs_and_summarises(tmp_path: Path, monkeypatch) -> None:
+class CountingToy(ToyDataModule):
+    """Counts calls of batch_stats, and whether the trainer was past the batch's transfer."""
+
+    def batch_stats(self, batch):
+        self.calls = getattr(self, "calls", 0) + 1
+        return super().batch_stats(batch)
+
+
+def test_padding_telemetry_logs_and_summarises(tmp_path: Path, capsys) -> None:
+    """Per step and per epoch; each training batch is counted once, on the host, for both
+    PaddingTelemetry and EpochProgress (counting a batch on the device waits for the device)."""
     from varlen.batching.telemetry import PaddingTelemetry
+    from varlen.progress import EpochProgress
 
-    def on_the_device(self, trainer):
-        raise AssertionError("counted the batch after its transfer: the DataModule counts it on the host")
-
-    monkeypatch.setattr(PaddingTelemetry, "_stats_fn", on_the_device)
     telemetry = PaddingTelemetry()
     recorder = Recorder()
     trainer = pl.Trainer(
-        max_epochs=1,
+        max_epochs=2,
         accelerator="cpu",
         logger=pl.loggers.CSVLogger(tmp_path),
         enable_progress_bar=False,
         enable_checkpointing=False,
-        callbacks=[telemetry, recorder],
+        callbacks=[telemetry, recorder, EpochProgress(metrics=["val/loss"], name="toy")],
         log_every_n_steps=1,
+        limit_val_batches=0,
     )
-    dm = ToyDataModule(num_samples=120, batch_size=None, max_tokens=200)
+    dm = CountingToy(num_samples=120, batch_size=None, max_tokens=200)
     trainer.fit(ToyModel(), datamodule=dm)
+    assert dm.calls == len(recorder.batches)  # once per training batch, before its transfer
+    progress = [line for line in capsys.readouterr().out.splitlines() if line.startswith("toy epoch")]
+    assert [line.split(":")[0] for line in progress] == ["toy epoch 1/2", "toy epoch 2/2"]
+    for line, summary in zip(progress, telemetry.epochs, strict=True):
+        assert f"padding {summary['padding_efficiency']:.3f}" in line
     lengths = dm.dataset("train").lengths
     batches = [b for _, b in recorder.batches]
-    real = sum(int(lengths[b].sum()) for b in batches)
-    padded = sum(len(b) * int(lengths[b].max()) for b in batches)
-    (summary,) = telemetry.epochs
-    assert summary["padding_efficiency"] == pytest.approx(real / padded)
-    assert summary["samples_per_s"] > 0 and summary["real_per_s"] > 0
+    for epoch, summary in enumerate(telemetry.epochs):
+        of_epoch = [b for e, b in recorder.batches if e == epoch]
+        real = sum(int(lengths[b].sum()) for b in of_epoch)
+        padded = sum(len(b) * int(lengths[b].max()) for b in of_epoch)
+        assert summary["padding_efficiency"] == pytest.approx(real / padded)
+        assert summary["samples_per_s"] > 0 and summary["real_per_s"] > 0
     import csv
 
     rows = list(csv.DictReader((Path(trainer.logger.log_dir) / "metrics.csv").open()))
@@ -222,9 +236,11 @@ def test_padding_telemetry_logs_and_summarises(tmp_path: Path, monkeypatch) -> N
         )
         assert float(row["telemetry/batch_size"]) == len(batch)
     rates = [float(r["telemetry/real_per_s"]) for r in steps if r.get("telemetry/real_per_s")]
-    assert len(rates) == len(batches) - 1 and min(rates) > 0  # the first batch has no predecessor
-    (epoch_row,) = [r for r in rows if r.get("telemetry/epoch_padding_efficiency")]
-    assert float(epoch_row["telemetry/epoch_padding_efficiency"]) == pytest.approx(real / padded)
+    assert len(rates) == len(batches) - 2 and min(rates) > 0  # an epoch's first batch has no predecessor
+    epoch_rows = [r for r in rows if r.get("telemetry/epoch_padding_efficiency")]
+    assert [float(r["telemetry/epoch_padding_efficiency"]) for r in epoch_rows] == pytest.approx(
+        [e["padding_efficiency"] for e in telemetry.epochs]
+    )
 
 
 class FreezeProbe(torch.utils.data.Dataset):

@@ -396,15 +396,20 @@ def test_real_sst2_files(shared_data: Path) -> None:
 
 
 class BatchRecorder(__import__("lightning").pytorch.Callback):
+    """The batches trained on, and the learning rate each was stepped with."""
+
     def __init__(self) -> None:
         self.batches: list[list[int]] = []
+        self.rates: list[float] = []
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.batches.append(batch["index"].tolist())
+        self.rates.append(trainer.optimizers[0].param_groups[0]["lr"])
 
 
 def test_resume_through_a_lightning_checkpoint_with_a_warmup_schedule(tmp_path: Path) -> None:
-    """The LR schedule reads trainer.estimated_stepping_batches; the loader state must survive it."""
+    """The LR schedule reads trainer.estimated_stepping_batches; the loader state must survive it,
+    and the resumed run steps with the uninterrupted run's learning rates (warm-up, then decay)."""
     import lightning.pytorch as pl
 
     def fit(ckpt_path=None):
@@ -426,12 +431,15 @@ def test_resume_through_a_lightning_checkpoint_with_a_warmup_schedule(tmp_path: 
         )
         dm = TextClassificationDataModule(synthetic_samples=60, batch_size=8)
         trainer.fit(tiny_model(), datamodule=dm, ckpt_path=ckpt_path)
-        return recorder.batches
+        return recorder
 
     full = fit()
-    assert len(full) == 16  # 8 batches per epoch
+    assert len(full.batches) == 16  # 8 batches per epoch
+    peak = max(full.rates)
+    assert full.rates[0] < peak and full.rates[-1] < peak  # warm-up from 0, then decay
     resumed = fit(tmp_path / "step=9.ckpt")  # one batch into the second epoch
-    assert resumed == full[9:]
+    assert resumed.batches == full.batches[9:]
+    assert resumed.rates == pytest.approx(full.rates[9:], rel=1e-12)
 
 
 def test_hub_style_dataset_folder_and_two_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

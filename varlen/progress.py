@@ -14,6 +14,8 @@ from collections.abc import Sequence
 import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_only
 
+from varlen.batching.telemetry import training_batch_stats
+
 __all__ = ["EpochProgress"]
 
 
@@ -36,7 +38,7 @@ class EpochProgress(pl.Callback):
         self._samples = self._real = self._padded = 0
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx: int) -> None:
-        stats = trainer.datamodule.batch_stats(batch) if hasattr(trainer.datamodule, "batch_stats") else None
+        stats = training_batch_stats(trainer, batch)
         if stats is not None:
             self._samples += stats.samples
             self._real += stats.real

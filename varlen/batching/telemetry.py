@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import lightning.pytorch as pl
 import torch
+
+__all__ = ["BatchStats", "PaddingTelemetry", "mask_stats", "training_batch_stats"]
 
 
 class BatchStats(NamedTuple):
@@ -26,6 +28,16 @@ def mask_stats(batch: Mapping[str, Any], mask_keys: Sequence[str]) -> BatchStats
     real = sum(int(m.sum()) for m in masks)
     padded = sum(m.numel() for m in masks)
     return BatchStats(int(masks[0].shape[0]), real, padded)
+
+
+def training_batch_stats(trainer: pl.Trainer, batch: Any) -> BatchStats | None:
+    """A training batch's counts: those its varlen DataModule took on the host before the transfer
+    (``host_stats``), else the DataModule's ``batch_stats`` of the batch, else None."""
+    datamodule = getattr(trainer, "datamodule", None)
+    stats = getattr(datamodule, "host_stats", None)
+    if stats is None and hasattr(datamodule, "batch_stats"):
+        stats = datamodule.batch_stats(batch)
+    return stats
 
 
 class PaddingTelemetry(pl.Callback):
@@ -58,14 +70,6 @@ class PaddingTelemetry(pl.Callback):
         self._epoch_start: float | None = None
         self._last_start: float | None = None
 
-    def _stats_fn(self, trainer: pl.Trainer) -> Callable[[Any], BatchStats]:
-        if self.mask_keys:
-            return lambda batch: mask_stats(batch, self.mask_keys)
-        datamodule = getattr(trainer, "datamodule", None)
-        if datamodule is None or not hasattr(datamodule, "batch_stats"):
-            raise RuntimeError("PaddingTelemetry needs mask_keys= or a DataModule with batch_stats(batch)")
-        return datamodule.batch_stats
-
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._reset()
 
@@ -74,12 +78,9 @@ class PaddingTelemetry(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         now = time.perf_counter()
-        datamodule = getattr(trainer, "datamodule", None)
-        stats = None if self.mask_keys else getattr(datamodule, "host_stats", None)
+        stats = mask_stats(batch, self.mask_keys) if self.mask_keys else training_batch_stats(trainer, batch)
         if stats is None:
-            stats = self._stats_fn(trainer)(batch)
-        else:
-            datamodule.host_stats = None  # consumed: the next batch brings its own
+            raise RuntimeError("PaddingTelemetry needs mask_keys= or a DataModule with batch_stats(batch)")
         for i, value in enumerate(stats):
             self._totals[i] += value
         if self._epoch_start is None:
