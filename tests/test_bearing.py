@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from varlen.datamodules.bearing import GAP, TAIL, UNIT, BearingDataModule
+from varlen.datamodules.bearing import BearingDataModule
 from varlen.datasets.bearing import (
     CWRU_FILES,
     BearingCollator,
@@ -29,6 +29,7 @@ from varlen.datasets.bearing import (
     plan_windows,
     resample,
 )
+from varlen.datasets.bearing.splits import GAP, TAIL, UNIT
 from varlen.errors import DataError, DatasetNotFoundError, DownloadError
 from varlen.models.bearing import BearingClassifier, MaskedBatchNorm1d, aggregate_by_recording
 from varlen.report import SOURCE

@@ -14,7 +14,7 @@ import torch
 from test_bearing import SMALL, coverage, shared_positions
 
 from varlen.batching import EpochIndices
-from varlen.datamodules.bearing import GAP, OTHER, UNIT, BearingDataModule
+from varlen.datamodules.bearing import BearingDataModule
 from varlen.datasets.bearing import (
     SPEED_ONLY,
     BearingCollator,
@@ -22,6 +22,7 @@ from varlen.datasets.bearing import (
     load_effects,
     simulate_recordings,
 )
+from varlen.datasets.bearing.splits import GAP, OTHER, UNIT
 from varlen.datasets.bearing.synthetic import BPFO
 from varlen.errors import DataError
 from varlen.models.bearing import BearingClassifier, LoaderBatches
@@ -56,7 +57,7 @@ def test_condition_split_carves_val_from_train_by_time_blocks_and_keeps_test_who
     for r in np.unique(train.recording).tolist():
         train_end = int((train.starts + train.lengths)[train.recording == r].max())
         val_start = int(val.starts[val.recording == r].min())
-        assert val_start - train_end >= dm.gap_samples == dm.window  # after the train block and a whole gap
+        assert val_start - train_end >= dm.windowing.gap == dm.window  # after the train block and a whole gap
         assert int((val.starts + val.lengths)[val.recording == r].max()) == dm.recordings[r].signal.shape[1]
     assert shared_positions(dm) == 0
     for r, covered in coverage(dm)["test"].items():  # test recordings whole: every sample in a window
@@ -177,7 +178,7 @@ def test_augmented_windows_stay_inside_their_block(speed):
             assert not batch.signals[row, :, n:].any()
     val = dm.dataset("val")  # train bounds end before the gap, so no moved window reaches val
     for r in np.unique(ds.recording).tolist():
-        assert ds.bounds[ds.recording == r, 1].max() + dm.gap_samples <= val.starts[val.recording == r].min()
+        assert ds.bounds[ds.recording == r, 1].max() + dm.windowing.gap <= val.starts[val.recording == r].min()
 
 
 def test_only_training_batches_carry_their_epoch():

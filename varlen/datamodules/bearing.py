@@ -28,7 +28,6 @@ from typing import Literal
 
 import numpy as np
 
-from varlen import notices
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
 from varlen.batching.collate import round_up
 from varlen.datamodules.base import PredictSplit, VarLenDataModule, base_args
@@ -39,68 +38,20 @@ from varlen.datasets.bearing import (
     BearingWindows,
     Recording,
     RecordingBuffer,
-    Segments,
     WindowAugment,
-    WindowTable,
-    cut_windows,
     normalize,
     renormalize,
     resample,
     simulate_recordings,
-    uncovered_between_segments,
 )
+from varlen.datasets.bearing.splits import OTHER, UNIT, WindowSplit, check_split_arguments, window_geometry
 from varlen.errors import DataError
 from varlen.report import SOURCE, OnBad
-from varlen.splits import condition_split, fractions_of, group_split, random_split, time_block_split
 
-__all__ = ["GAP", "OTHER", "SPLITS", "TAIL", "UNIT", "BearingDataModule", "check_split_arguments"]
+__all__ = ["BearingDataModule"]
 
 Split = Literal["time_block", "recording", "condition", "random_window"]
-SPLITS = ("time_block", "recording", "condition", "random_window")
 ITEM = "recording"
-#: the unit and reasons of the signal no window covers, in ``dm.report``
-UNIT = "signal samples"
-GAP = "gaps that separate split blocks"
-TAIL = "tail dropped by drop_tail=True"
-OTHER = "recordings of conditions outside train/val/test_conditions"
-
-
-def check_split_arguments(
-    split: str,
-    grouping: str,
-    test_fraction: float,
-    gap: int | None,
-    test_conditions: list[str] | None,
-    val_conditions: list[str] | None,
-    train_conditions: list[str] | None = None,
-) -> None:
-    """Refuse split arguments that cannot work, before any data is read.
-
-    Raises:
-        ValueError: naming the argument and what it needs.
-    """
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-    if grouping not in ("shuffle", "recording"):
-        raise ValueError(f"grouping must be shuffle or recording, got {grouping!r}")
-    if not test_fraction > 0:
-        raise ValueError(f"test_fraction must be > 0, got {test_fraction}")
-    if gap is not None and gap < 0:
-        raise ValueError(f"gap must be >= 0 samples (a negative gap makes splits overlap), got {gap}")
-    if split == "condition" and not test_conditions:
-        raise ValueError("split='condition' needs test_conditions (e.g. ['3'] to test on CWRU load 3)")
-    if train_conditions is not None and split != "condition":
-        raise ValueError(f"train_conditions needs split='condition' (split is {split!r})")
-    if train_conditions is not None and not train_conditions:
-        raise ValueError("train_conditions is empty: name the conditions to train on, or None for all the others")
-    named = {"train": train_conditions, "val": val_conditions, "test": test_conditions}
-    for a, b in (("val", "test"), ("train", "test"), ("train", "val")):
-        overlap = sorted({str(c) for c in named[a] or []} & {str(c) for c in named[b] or []})
-        if overlap:
-            raise ValueError(
-                f"conditions {overlap} are in both {a}_conditions and {b}_conditions: the same recordings "
-                f"would be in {a} and {b}"
-            )
 
 
 class BearingDataModule(VarLenDataModule):
@@ -227,7 +178,6 @@ class BearingDataModule(VarLenDataModule):
     ) -> None:
         super().__init__(**base_args(locals()))
         check_split_arguments(split, grouping, test_fraction, gap, test_conditions, val_conditions, train_conditions)
-        self.fractions = fractions_of(val_fraction, test_fraction)
         self.root = Path(root) if root is not None else None
         self.metadata = metadata
         self.download = download
@@ -266,6 +216,7 @@ class BearingDataModule(VarLenDataModule):
         self.recording_names: list[str] = []
         self.normalization: tuple[np.ndarray, np.ndarray] | None = None
         self.store: RecordingBuffer | None = None
+        self.windowing: WindowSplit | None = None  # the split in samples, once the rate is known (setup)
 
     # -- data -----------------------------------------------------------------------------------
 
@@ -290,7 +241,21 @@ class BearingDataModule(VarLenDataModule):
         """Recordings -> common rate -> usable ones -> leak-free splits -> windows over shared buffers."""
         recordings = self._of_conditions(self._at_common_rate(self.load()))
         if recordings:
-            self._window_sizes()
+            self.window, self.hop, gap = window_geometry(
+                self.rate, self.window_length, self.stride, self.window_seconds, self.stride_seconds, self.gap
+            )
+            self.windowing = WindowSplit(
+                self.split,
+                self.val_fraction,
+                self.test_fraction,
+                self.window,
+                self.hop,
+                gap,
+                self.drop_tail,
+                self.seed,
+                tuple(self.test_conditions),
+                None if self.val_conditions is None else tuple(self.val_conditions),
+            )
             recordings = self._drop_short(recordings)
         if not recordings:
             raise DataError(
@@ -302,7 +267,9 @@ class BearingDataModule(VarLenDataModule):
         labels = np.array([self.class_names.index(r.label) for r in recordings], dtype=np.int64)
         self.recording_labels = labels
         store = self.store = self._join(recordings)
-        tables, bounds = self._split_windows(recordings, labels)
+        lengths = [r.signal.shape[1] for r in recordings]
+        conditions = [r.condition for r in recordings]
+        tables, bounds = self.windowing.windows(lengths, labels, conditions, self.report, self.class_names)
         if self.normalize:
             self.normalization = normalize(store.buffers, tables["train"])
         augment = self._window_augment() if self.augment else None
@@ -388,136 +355,17 @@ class BearingDataModule(VarLenDataModule):
             kept.append(rec)
         return kept
 
-    def _window_sizes(self) -> None:
-        target = self.rate
-        self.window = int(round(self.window_seconds * target)) if self.window_seconds else int(self.window_length)
-        stride = int(round(self.stride_seconds * target)) if self.stride_seconds else self.stride
-        self.hop = int(stride) if stride else max(1, self.window // 2)
-        self.gap_samples = self.window if self.gap is None else int(self.gap)
-        if self.window < 1 or self.hop < 1:
-            raise ValueError(f"window ({self.window}) and stride ({self.hop}) must be >= 1 sample")
-
-    def _needed_length(self) -> int:
-        """Shortest recording the split can use: one window, or all time blocks and gaps."""
-        if self.split == "time_block" or (self.split == "condition" and self.val_conditions is None):
-            held = (self.val_fraction + self.test_fraction) if self.split == "time_block" else self.val_fraction
-            blocks = 2 if self.split == "time_block" else 1
-            return int(np.ceil((self.window + blocks * (self.gap_samples + 1)) / (1 - held)))
-        return self.window
-
     def _drop_short(self, recordings: list[Recording]) -> list[Recording]:
-        needed = self._needed_length()
+        """The recordings the split can use; the others are bad input (too short for it)."""
         kept = []
         for rec in recordings:
             length = rec.signal.shape[1]
-            where = f"{rec.where} ({length} samples at {self.rate:g} Hz)"
-            if length < self.window:
-                self.report.bad(where, f"shorter than one window ({self.window} samples)", item=ITEM)
-            elif length < needed and (self.split == "time_block" or rec.condition not in self.test_conditions):
-                reason = (
-                    f"too short for a {self.split} split (needs {needed} samples: "
-                    f"a window per block plus gaps of {self.gap_samples})"
-                )
-                self.report.bad(where, reason, item=ITEM)
-            else:
+            reason = self.windowing.unusable(length, rec.condition)
+            if reason is None:
                 kept.append(rec)
+            else:
+                self.report.bad(f"{rec.where} ({length} samples at {self.rate:g} Hz)", reason, item=ITEM)
         return kept
-
-    # -- splits ---------------------------------------------------------------------------------
-
-    def _split_windows(
-        self, recordings: list[Recording], labels: np.ndarray
-    ) -> tuple[dict[str, WindowTable], dict[str, np.ndarray]]:
-        """The windows of every split, and the span ``[start, end)`` each may move within (its block).
-
-        What the windows leave of the signal goes to the report.
-        """
-        lengths = np.array([r.signal.shape[1] for r in recordings], dtype=np.int64)
-        if self.split == "random_window":
-            tables = self._random_windows(lengths)
-            whole = np.stack([np.zeros_like(lengths), lengths], axis=1)
-            return tables, {name: whole[table.recording] for name, table in tables.items()}
-        segments = self._segments(recordings, labels, lengths)
-        for name in segments:  # the report lists the splits in this order
-            self.report.split(name)
-        for name, count in uncovered_between_segments(lengths, segments).items():
-            self.report.leave_unused(name, GAP, count, UNIT)
-        tables, bounds = {}, {}
-        for name, part in segments.items():
-            tables[name], between, dropped = cut_windows(part, self.window, self.hop, self.drop_tail)
-            self._leave_unused(name, between, dropped)
-            span = np.zeros((len(recordings), 2), dtype=np.int64)  # a recording has one block per split
-            span[part.recording] = np.stack([part.start, part.end], axis=1)
-            bounds[name] = span[tables[name].recording]
-        return tables, bounds
-
-    def _leave_unused(self, split: str, between: int, dropped: int) -> None:
-        self.report.leave_unused(split, f"between windows (stride {self.hop} > window {self.window})", between, UNIT)
-        self.report.leave_unused(split, TAIL, dropped, UNIT)
-
-    def _segments(self, recordings: list[Recording], labels: np.ndarray, lengths: np.ndarray) -> dict[str, Segments]:
-        """Per split (train, val, test): the recordings and spans it owns."""
-        every = np.arange(len(recordings))
-
-        def blocks(recs: np.ndarray, fractions: Mapping[str, float]) -> dict[str, Segments]:
-            spans = time_block_split(lengths[recs], fractions, self.gap_samples)
-            return {name: Segments(recs, start, end) for name, (start, end) in spans.items()}
-
-        if self.split == "time_block":
-            return blocks(every, self.fractions)
-        if self.split == "recording":  # whole: split -> the recordings it owns whole
-            whole = group_split(every, self.fractions, self.seed, labels=labels, name="recording split")
-            empty = [name for name, part in whole.items() if len(part) == 0]
-            if empty:
-                raise DataError(
-                    f"split='recording' leaves no recording for {empty} ({len(recordings)} recordings); "
-                    "use split='time_block'"
-                )
-            self._warn_missing_classes(
-                labels, whole, "too few recordings per class; split='time_block' keeps every class in every split"
-            )
-        else:  # condition
-            try:
-                whole = condition_split([r.condition for r in recordings], self.test_conditions, self.val_conditions)
-            except ValueError as error:
-                raise DataError(f"split='condition': {error}") from None
-            self._warn_missing_classes(
-                labels,
-                {"val": whole.get("val", whole["train"]), "test": whole["test"]},
-                "no recording of those classes under these conditions; their scores are not measured",
-            )
-        segments = {name: Segments(part, np.zeros_like(part), lengths[part]) for name, part in whole.items()}
-        if "val" not in segments:  # condition split without val_conditions: val is each train recording's last block
-            segments = {**blocks(whole["train"], fractions_of(self.val_fraction)), "test": segments["test"]}
-        return {name: segments[name] for name in ("train", "val", "test")}
-
-    def _random_windows(self, lengths: np.ndarray) -> dict[str, WindowTable]:
-        """LEAKY on purpose (to measure the leakage effect): windows of whole recordings dealt at random.
-
-        The windows are cut before the split, so what they leave of the signal is reported
-        under the ``source`` pseudo-split.
-        """
-        notices.warn(
-            "split='random_window' puts overlapping windows of one recording in train and test: "
-            "scores are optimistic (leakage); use it only to measure that effect"
-        )
-        every = np.arange(len(lengths))
-        table, between, dropped = cut_windows(
-            Segments(every, np.zeros_like(lengths), lengths), self.window, self.hop, self.drop_tail
-        )
-        self._leave_unused(SOURCE, between, dropped)
-        parts = random_split(len(table.recording), self.fractions, self.seed, name="random window split")
-        return {name: table.take(part) for name, part in parts.items()}
-
-    def _warn_missing_classes(self, labels: np.ndarray, parts: Mapping[str, np.ndarray], hint: str) -> None:
-        """Warn for every non-train split that lacks some classes (its scores would skip them)."""
-        for name, part in parts.items():
-            missing = sorted(set(range(self.num_classes)) - set(labels[part].tolist()))
-            if missing and name != "train":
-                notices.warn(
-                    f"split={self.split!r}: {name} has no recording of classes "
-                    f"{[self.class_names[m] for m in missing]} ({hint})"
-                )
 
     # -- sampler --------------------------------------------------------------------------------
 
