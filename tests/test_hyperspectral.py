@@ -22,11 +22,12 @@ import varlen.datasets.hyperspectral as hs
 import varlen.datasets.hyperspectral.readers as readers
 from varlen.batching.ragged import Ragged
 from varlen.cache import cache_key, file_hash
-from varlen.datamodules.hyperspectral import UNUSED_REASONS, HyperspectralDataModule
+from varlen.datamodules.hyperspectral import HyperspectralDataModule
 from varlen.datasets.hyperspectral.bands import random_band_rows
 from varlen.datasets.hyperspectral.gather import flat_view
 from varlen.datasets.hyperspectral.labels import check_classes_present
 from varlen.datasets.hyperspectral.scenes import INDIAN_PINES_CHANNELS, INDIAN_PINES_REMOVED, SALINAS_REMOVED
+from varlen.datasets.hyperspectral.splits import UNUSED_REASONS
 from varlen.errors import DataError, DatasetNotFoundError, DownloadError
 from varlen.models.hyperspectral import AverageAccuracy, SpectralTransformer
 from varlen.report import DataReport

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from varlen import notices
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
 from varlen.datamodules.base import PredictSplit, VarLenDataModule, base_args
 from varlen.datasets.hyperspectral import (
@@ -41,32 +40,11 @@ from varlen.datasets.hyperspectral import (
     scene_class_names,
     select_bands,
 )
+from varlen.datasets.hyperspectral.splits import PixelSplit
 from varlen.errors import DataError
 from varlen.report import OnBad
-from varlen.splits import footprint_map, fractions_of, patch_fits, spatial_block_split
 
 __all__ = ["HyperspectralDataModule"]
-
-#: why labelled pixels are no patch centre (``dm.report``'s unused reasons, unit "labelled pixels")
-UNUSED_REASONS = {
-    "border": "border: the patch would leave the image",
-    "buffer": "buffer: within `buffer` pixels of another split's blocks",
-    "near_train": "patch overlapping train patches",
-    "near_test": "patch overlapping test patches",
-}
-
-
-def _radius_and_buffer(patch_size: int, buffer: int | None, block_size: int) -> tuple[int, int]:
-    """The patch radius and the split buffer (default: the radius), refused when patches of two splits could touch."""
-    if patch_size < 1 or patch_size % 2 == 0:
-        raise ValueError(f"patch_size must be odd and >= 1, got {patch_size}")
-    radius = patch_size // 2
-    buffer = radius if buffer is None else buffer
-    if buffer < radius:
-        raise ValueError(f"buffer {buffer} < patch radius {radius}: train and test patches would share pixels")
-    if block_size <= 2 * buffer:
-        raise ValueError(f"block_size {block_size} must exceed twice the buffer ({buffer}), or no centre survives")
-    return radius, buffer
 
 
 def _check_band_arguments(min_bands: int | None, max_bands: int | None, train_bands: list[int] | None) -> None:
@@ -174,14 +152,14 @@ class HyperspectralDataModule(VarLenDataModule):
         on_bad: OnBad = "raise",
     ) -> None:
         super().__init__(**base_args(locals()))
-        self.radius, buffer = _radius_and_buffer(patch_size, buffer, block_size)
+        self.pixel_split = PixelSplit(val_fraction, test_fraction, block_size, patch_size, buffer, seed)
+        self.radius = self.pixel_split.radius
         _check_band_arguments(min_bands, max_bands, train_bands)
         self.scene_names = list(scenes) if scenes else (["custom"] if cube_path else ["synthetic"])
         if (train_map or test_map) and len(self.scene_names) != 1:
             raise ValueError("external train/test maps apply to a single scene")
         if len(set(self.scene_names)) != len(self.scene_names):
             raise ValueError(f"a scene is listed twice: {self.scene_names}")
-        self.fractions = fractions_of(val_fraction) if train_map else fractions_of(val_fraction, test_fraction)
         files = {"cube_path": cube_path, "labels_path": labels_path, "cube_key": cube_key, "labels_key": labels_key}
         wavelengths = None if wavelengths is None else tuple(wavelengths)
         grid = {"wavelengths": wavelengths, "sensor": sensor, "removed_bands": tuple(removed_bands or ())}
@@ -190,7 +168,7 @@ class HyperspectralDataModule(VarLenDataModule):
             SceneSource(name, root, cache_dir, download, **files, **grid, **maps) for name in self.scene_names
         ]
         self.root = Path(root)
-        self.patch_size, self.block_size, self.buffer = patch_size, block_size, buffer
+        self.patch_size = patch_size
         self.min_bands, self.max_bands = min_bands, max_bands
         self.train_bands, self.eval_bands = train_bands, eval_bands
         self.check_values = check_values
@@ -219,7 +197,8 @@ class HyperspectralDataModule(VarLenDataModule):
         parts: dict[str, list[tuple[np.ndarray, ...]]] = {}
         mean, std, offset = [], [], 0
         for s, scene in enumerate(self.scenes):
-            splits = self._split_scene(scene)
+            prefix = f"{scene.name}: " if len(self.scenes) > 1 else ""
+            splits = self.pixel_split.centres(scene, self.report, prefix, self.sources[s].train_map)
             for split, (mask, labels) in splits.items():
                 rows, cols = (a.astype(np.int32) for a in np.nonzero(mask))  # per-pixel tables in int32
                 ids = np.full(rows.size, s, dtype=np.int32)
@@ -229,7 +208,6 @@ class HyperspectralDataModule(VarLenDataModule):
             m, sd = band_statistics(scene.cube, splits["train"][0])  # train centres only: no test leakage
             mean.append(m)
             std.append(sd)
-            self._warn_missing_classes(scene, splits)
             offset += scene.num_classes
         self.band_stats = (mean, std)
         eval_bands = [select_bands(sc, self.eval_bands, "eval_bands") for sc in self.scenes]
@@ -278,73 +256,6 @@ class HyperspectralDataModule(VarLenDataModule):
         self.band_stats = (stats[0], stats[1])
         for dataset in self.datasets.values():
             dataset.set_statistics(*stats)
-
-    def _split_scene(self, scene: Scene) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """Centre mask and label map per split; labelled pixels that are no centre go to the report."""
-        if scene.train_labels is None:
-            split = spatial_block_split(
-                scene.labels, self.fractions, self.block_size, self.buffer, self.radius, self.seed
-            )
-            out, unused = {k: (m, scene.labels) for k, m in split.masks.items()}, split.unused
-        else:
-            out, unused = self._split_external(scene)
-        if not out["train"][0].any():
-            held = {k: {UNUSED_REASONS[why]: n for why, n in v.items() if n} for k, v in unused.items()}
-            raise DataError(
-                f"scene {scene.name!r} ({scene.source}): no training pixel is a patch centre; of "
-                f"{int((scene.labels > 0).sum())} labelled pixels, these are not: {held}. Use a smaller "
-                "block_size or patch_size"
-            )
-        for split, reasons in unused.items():
-            for why, n in reasons.items():
-                reason = UNUSED_REASONS[why] if len(self.scenes) == 1 else f"{scene.name}: {UNUSED_REASONS[why]}"
-                self.report.leave_unused(split, reason, n, "labelled pixels")
-        return out
-
-    def _split_external(self, scene: Scene) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], dict]:
-        """Validation blocks carved from the external train map; test (when given) is the test map.
-
-        Footprints of centres <= 2r apart share pixels. Test centres near train centres are
-        dropped, then validation centres near the remaining test ones: validation is carved out
-        here, while the published test map is kept as whole as possible.
-        """
-        r, train_labels = self.radius, scene.train_labels
-        fits = patch_fits(scene.labels.shape, r)
-        labelled = train_labels > 0
-        if not (labelled & fits).any():
-            raise DataError(
-                f"{self.sources[0].train_map}: no labelled pixel of scene {scene.name!r} whose {self.patch_size}x"
-                f"{self.patch_size} patch fits in the image"
-            )
-        split = spatial_block_split(
-            np.where(fits, train_labels, 0), self.fractions, self.block_size, self.buffer, r, self.seed
-        )
-        unused = {k: dict(v) for k, v in split.unused.items()}
-        unused["train"]["border"] = int((labelled & ~fits).sum())  # masked out before the split: counted here
-        train, val = split.masks["train"], split.masks["val"]
-        out = {"train": (train, train_labels), "val": (val, train_labels)}
-        if scene.test_labels is not None:
-            test = (scene.test_labels > 0) & fits
-            near_train = test & footprint_map(train, 2 * r)
-            test &= ~near_train
-            near_test = val & footprint_map(test, 2 * r)
-            out["val"] = (val & ~near_test, train_labels)
-            out["test"] = (test, scene.test_labels)
-            unused["val"]["near_test"] = int(near_test.sum())
-            unused["test"] = {
-                "border": int(((scene.test_labels > 0) & ~fits).sum()),
-                "near_train": int(near_train.sum()),
-            }
-        return out, unused
-
-    def _warn_missing_classes(self, scene: Scene, splits: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
-        missing = {
-            k: np.setdiff1d(np.arange(1, scene.num_classes + 1), np.unique(labels[mask])).tolist()
-            for k, (mask, labels) in splits.items()
-        }
-        missing = {k: v for k, v in missing.items() if v}
-        if missing:
-            notices.warn(f"scene {scene.name!r}: class(es) absent from a split (blocks too coarse for them): {missing}")
 
     def _train_bands(self, scene_ids: np.ndarray) -> dict[str, object]:
         if self.min_bands is None:
