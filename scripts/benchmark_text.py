@@ -24,6 +24,8 @@ Parts (``--part``, comma-separated; default ``sst2,budget``), each printing mark
   under ``max_duration`` = the same number (its budget counts real tokens: a length is a
   "duration"), and HF ``group_by_length`` and random batches at varlen's mean batch size for that
   budget (a fixed batch size is their only knob). With ``--out DIR``: ``text_padding_budget.png``.
+  Re-mixing of the same batchings: the share of pairs batched together in one epoch that are
+  together again in the next, on all lengths and on a ``--subset`` of them (a small dataset).
 ``long``
   Document-level accuracy on long texts (the synthetic IMDB-like reviews: median about 300
   tokens, opinions few and mostly late), the same MiniLM, ``max_length`` and learning rate:
@@ -192,7 +194,7 @@ def sst2_part(args: argparse.Namespace, dm) -> None:
 # -- padding efficiency against the budget -------------------------------------------------------
 
 
-def lhotse_batches(lengths: np.ndarray, budget: int) -> list[list[int]] | None:
+def lhotse_batches(lengths: np.ndarray, budget: int, epoch: int = 0) -> list[list[int]] | None:
     """lhotse's ``DynamicBucketingSampler`` over cuts whose duration is a text's token count
     (``max_duration`` = ``budget``: its budget counts real tokens); None without lhotse."""
     try:
@@ -204,41 +206,84 @@ def lhotse_batches(lengths: np.ndarray, budget: int) -> list[list[int]] | None:
     with warnings.catch_warnings():  # "eagerly read CutSet": true, and irrelevant to the batches it plans
         warnings.filterwarnings("ignore", message=".*eagerly read CutSet.*")
         sampler = DynamicBucketingSampler(cuts, max_duration=budget, shuffle=True, seed=0, world_size=1, rank=0)
+        sampler.set_epoch(epoch)
         return [[int(cut.id) for cut in batch] for batch in sampler]
 
 
-def budget_part(lengths: np.ndarray, budgets: list[int], out: Path | None) -> None:
-    """Padding efficiency of each batching at each budget: a table, and the figure with ``--out``."""
+NAMES = ("varlen max_tokens", "lhotse DynamicBucketingSampler", "HF group_by_length", "random batches")
+
+
+def batchings(lengths: np.ndarray, budget: int, epoch: int) -> dict[str, list[list[int]] | None]:
+    """One epoch of each batching at ``budget`` (the others at varlen's mean batch size)."""
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
     from varlen.batching import BucketBatchSampler
 
-    names = ("varlen max_tokens", "lhotse DynamicBucketingSampler", "HF group_by_length", "random batches")
-    results: dict[str, list[float]] = {name: [] for name in names}
-    sizes: dict[str, list[float]] = {name: [] for name in names}
+    sampler = BucketBatchSampler(lengths, max_tokens=budget, seed=0)
+    sampler.set_epoch(epoch)
+    ours = list(sampler)
+    bs = max(1, round(len(lengths) / len(ours)))  # varlen's mean batch size at this budget
+    generator = torch.Generator().manual_seed(epoch)  # the Trainer reseeds its sampler every epoch
+    order = list(LengthGroupedSampler(bs, lengths=lengths.tolist(), generator=generator))
+    torch.manual_seed(epoch)
+    return {
+        NAMES[0]: ours,
+        NAMES[1]: lhotse_batches(lengths, budget, epoch),
+        NAMES[2]: [order[i : i + bs] for i in range(0, len(order), bs)],
+        NAMES[3]: [b.tolist() for b in torch.randperm(len(lengths)).split(bs)],
+    }
+
+
+def pairs_kept(first: list[list[int]], second: list[list[int]], n: int) -> float:
+    """Share of the sample pairs batched together in ``first`` that are together again in ``second``."""
+    ids = [np.empty(n, np.int64) for _ in range(2)]
+    for out, batches in zip(ids, (first, second), strict=True):
+        for k, batch in enumerate(batches):
+            out[batch] = k
+    pairs = lambda counts: float((counts * (counts - 1) // 2).sum())  # noqa: E731
+    together = pairs(np.unique(ids[0], return_counts=True)[1])
+    both = pairs(np.unique(ids[0] * (ids[1].max() + 1) + ids[1], return_counts=True)[1])
+    return both / max(together, 1.0)
+
+
+def budget_part(lengths: np.ndarray, budgets: list[int], out: Path | None, subset: int) -> None:
+    """Padding efficiency and re-mixing of each batching at each budget: tables, and the figure with ``--out``.
+
+    Re-mixing: the share of pairs of samples batched together in epoch 0 that are together again
+    in epoch 1 (lower: batches change more), on every length and on a seeded subset of ``subset``
+    (a small dataset, where buckets hold few samples).
+    """
+    small = lengths[np.random.default_rng(0).permutation(len(lengths))[:subset]]
+    results: dict[str, list[float]] = {name: [] for name in NAMES}
+    sizes: dict[str, list[float]] = {name: [] for name in NAMES}
+    kept: dict[str, dict[str, list[float]]] = {"all": {n: [] for n in NAMES}, "subset": {n: [] for n in NAMES}}
     for budget in budgets:
-        ours = list(BucketBatchSampler(lengths, max_tokens=budget, seed=0))
-        bs = max(1, round(len(lengths) / len(ours)))  # varlen's mean batch size at this budget
-        generator = torch.Generator().manual_seed(0)
-        order = list(LengthGroupedSampler(bs, lengths=lengths.tolist(), generator=generator))
-        torch.manual_seed(0)
-        batchings = {
-            names[0]: ours,
-            names[1]: lhotse_batches(lengths, budget),
-            names[2]: [order[i : i + bs] for i in range(0, len(order), bs)],
-            names[3]: [b.tolist() for b in torch.randperm(len(lengths)).split(bs)],
-        }
-        for name, batches in batchings.items():
+        epochs = [batchings(lengths, budget, e) for e in (0, 1)]
+        for name, batches in epochs[0].items():
             results[name].append(np.nan if batches is None else efficiency(batches, lengths))
             sizes[name].append(np.nan if batches is None else len(lengths) / len(batches))
-    if all(np.isnan(results[names[1]])):
-        print("\nlhotse is not installed (pip install lhotse): left out of the table and the figure")
+            kept["all"][name].append(np.nan if batches is None else pairs_kept(batches, epochs[1][name], len(lengths)))
+        few = [batchings(small, budget, e) for e in (0, 1)]
+        for name, batches in few[0].items():
+            kept["subset"][name].append(np.nan if batches is None else pairs_kept(batches, few[1][name], len(small)))
+    if all(np.isnan(results[NAMES[1]])):
+        print("\nlhotse is not installed (pip install lhotse): left out of the tables and the figure")
     print("\n| padding efficiency (mean batch size) | " + " | ".join(f"budget {b}" for b in budgets) + " |")
     print("|---|" + "---:|" * len(budgets))
-    for name in names:
+    for name in NAMES:
         if not all(np.isnan(results[name])):
             cells = [f"{e:.4f} ({n:.0f})" for e, n in zip(results[name], sizes[name], strict=True)]
             print(f"| {name} | " + " | ".join(cells) + " |")
+    for part, title in (("all", f"all {len(lengths):,}"), ("subset", f"a subset of {len(small):,}")):
+        print(
+            f"\n| pairs batched together again next epoch ({title}) | "
+            + " | ".join(f"budget {b}" for b in budgets)
+            + " |"
+        )
+        print("|---|" + "---:|" * len(budgets))
+        for name in NAMES:
+            if not all(np.isnan(kept[part][name])):
+                print(f"| {name} | " + " | ".join(f"{k:.3f}" for k in kept[part][name]) + " |")
     if out is not None:
         plot_budget(budgets, results, out)
 
@@ -376,6 +421,7 @@ def main() -> None:
     parser.add_argument("--collate-batches", type=int, default=400)
     parser.add_argument("--train-steps", type=int, default=20)
     parser.add_argument("--budgets", default="128,256,512,1024,2048,4096")
+    parser.add_argument("--subset", type=int, default=2000, help="sentences of the small set of the re-mixing table")
     parser.add_argument("--long-docs", type=int, default=400, help="training documents (val, test: a fifth each)")
     parser.add_argument("--long-max-length", type=int, default=128)
     parser.add_argument("--long-stride", type=int, default=32)
@@ -393,7 +439,7 @@ def main() -> None:
         if "sst2" in parts:
             sst2_part(args, dm)
         if "budget" in parts:
-            budget_part(lengths, [int(b) for b in args.budgets.split(",")], args.out)
+            budget_part(lengths, [int(b) for b in args.budgets.split(",")], args.out, args.subset)
     if "long" in parts:
         quiet_training()
         long_part(args)
