@@ -237,6 +237,10 @@ def test_padding_telemetry_logs_and_summarises(tmp_path: Path, capsys) -> None:
         assert float(row["telemetry/batch_size"]) == len(batch)
     rates = [float(r["telemetry/real_per_s"]) for r in steps if r.get("telemetry/real_per_s")]
     assert len(rates) == len(batches) - 2 and min(rates) > 0  # an epoch's first batch has no predecessor
+    import yaml
+
+    logged = yaml.safe_load((Path(trainer.logger.log_dir) / "hparams.yaml").read_text())
+    assert logged["max_tokens"] == 200 and logged["num_samples"] == 120  # the DataModule's own arguments
     epoch_rows = [r for r in rows if r.get("telemetry/epoch_padding_efficiency")]
     assert [float(r["telemetry/epoch_padding_efficiency"]) for r in epoch_rows] == pytest.approx(
         [e["padding_efficiency"] for e in telemetry.epochs]
