@@ -61,7 +61,7 @@ from varlen import cli
 from varlen.batching import BucketBatchSampler
 from varlen.datamodules.video_text import VideoTextDataModule
 from varlen.datasets.video_text import VideoTextCollator, VideoTextDataset, budget_sizes, write_msrvtt_files
-from varlen.datasets.video_text.attention import PACKED_ATTENTION, Rows
+from varlen.models.attention import PACKED_ATTENTION, Rows
 from varlen.models.video_text import VideoTextAligner
 from varlen.report import DataReport
 

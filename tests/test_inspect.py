@@ -1,13 +1,17 @@
 """`varlen inspect` through the real console entry point, on every shipped config."""
 
+import re
 import sys
 from pathlib import Path
 
 import matplotlib.image
 import numpy as np
 import pytest
+from toy import ToyDataModule
 
 from varlen import cli
+from varlen.batching import BucketBatchSampler
+from varlen.inspection import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -29,14 +33,31 @@ def run_inspect(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+def served(dm, split: str, world_size: int) -> list[list[list[int]]]:
+    """Each rank's batches of epoch 0, as the DataModule's own sampler serves them on ``world_size`` ranks."""
+    shuffle = split == "train" and dm.shuffle
+    return [list(dm.batch_sampler(split, shuffle, num_replicas=world_size, rank=r)) for r in range(world_size)]
+
+
+def padding(dm, dataset, batches: list[list[int]]) -> tuple[int, int]:
+    """Real and allocated elements of ``batches``, fetched and collated one by one."""
+    real = allocated = 0
+    for indices in batches:
+        stats = dm.batch_stats(dm.collate_fn([dataset[int(i)] for i in indices]))
+        real, allocated = real + stats.real, allocated + stats.padded
+    return real, allocated
+
+
 @pytest.mark.parametrize("config", CONFIGS, ids=lambda p: p.stem)
 def test_inspect_every_shipped_config(config: Path, tmp_path: Path, monkeypatch, capsys, request) -> None:
+    """The printed numbers are those of the DataModule the command built, computed here from its own
+    dataset and sampler on 3 ranks (not by the code that prints them)."""
     if config.stem in SHARED:
         shared = request.getfixturevalue("shared_data")
         (tmp_path / "shared").symlink_to(shared.parent)  # the configs name ../shared/data
     (tmp_path / "checkout").mkdir()
     monkeypatch.chdir(tmp_path / "checkout")  # relative data / cache folders of the configs land here
-    args = ["--config", str(config), "--out", str(tmp_path / "plots"), "--world-size", "2", "--max-batches", "40"]
+    args = ["--config", str(config), "--out", str(tmp_path / "plots"), "--world-size", "3", "--max-batches", "40"]
     if config.stem in DOWNLOAD:  # offline: the download fails, clearly, with status 2
         code, _, err = run_inspect(monkeypatch, capsys, *args)
         assert code == 2 and "varlen: error: downloading https://" in err and "Traceback" not in err
@@ -45,33 +66,91 @@ def test_inspect_every_shipped_config(config: Path, tmp_path: Path, monkeypatch,
         code, _, err = run_inspect(monkeypatch, capsys, *args)
         assert code == 2 and "varlen: error:" in err and "not found" in err and "Traceback" not in err
         return
+    built, main = [], cli.main
+    monkeypatch.setattr(cli, "main", lambda *a, **k: built.append(main(*a, **k)) or built[-1])
     code, out, _ = run_inspect(monkeypatch, capsys, *args)
     assert code == 0, out
     lines = out.strip().splitlines()
     summary = lines[lines.index(next(line for line in lines if line.startswith("varlen inspect:"))) :]
     text = "\n".join(summary)
-    for part in ("samples", "sizes (", "batches per epoch", "per rank on 2", "padding efficiency", "budget use"):
-        assert part in text, (part, text)
     assert "sizes (size)" not in text and "sizes (axis" not in text  # every DataModule names what it counts
     assert max(len(line) for line in summary if "plots in" not in line) <= 100  # fits a terminal
+
+    dm = built[0].datamodule
+    dataset = dm.dataset("train")
+    ranks = served(dm, "train", 3)
+    batches = [b for rank in ranks for b in rank]
+    spb = [len(b) for b in batches]
+    assert len(ranks[0]) == len(ranks[1]) == len(ranks[2]) and sum(spb) == len(dataset)
+    assert f"  samples {len(dataset):,};" in text
+    assert (
+        f"batches per epoch {len(batches):,} ({len(ranks[0]):,} per rank on 3); "
+        f"samples per batch min {min(spb)} / median {np.median(spb):g} / max {max(spb)}"
+    ) in text
+    sizes = np.asarray(dm.sampler_lengths(dataset)).reshape(len(dataset), -1)
+    printed = re.findall(r"sizes \((.+?)\): min ([\d,]+) .* max ([\d,]+)", text)
+    assert [(a, int(lo.replace(",", "")), int(hi.replace(",", ""))) for a, lo, hi in printed] == [
+        (axis, sizes[:, d].min(), sizes[:, d].max()) for d, axis in enumerate(dm.size_axes[: sizes.shape[1]])
+    ]
+    first = [ranks[k % 3][k // 3] for k in range(min(40, len(batches)))]  # rank r serves batches r, r + 3, ...
+    real, allocated = padding(dm, dataset, first)
+    assert f"padding efficiency {real / allocated:.4f} " in text
+    budget = f"batch_size={dm.batch_size}" if dm.max_tokens is None else "max_tokens="
+    assert re.search(r"budget use mean [\d.]+ / max [\d.]+ of " + re.escape(budget), text), text
     for name in ("train_sizes.png", "train_padding.png", "train_batches.png"):
         image = matplotlib.image.imread(tmp_path / "plots" / name)
         assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100 and np.ptp(image) > 0
 
 
+def test_the_summary_is_the_plan_that_world_size_ranks_are_served() -> None:
+    """50 toy samples in batches of 16: one rank gets 2 + 16 + 16 + 16; three ranks get the two largest
+    batches halved (2, 8, 8, 8, 8, 16), two per rank. Every count and measure is of those batches."""
+    dm = ToyDataModule(num_samples=50, batch_size=16)
+    dm.setup("fit")
+    lengths = dm.dataset("train").lengths
+    one, three = summarize(dm, "train", 1), summarize(dm, "train", 3)
+    assert (one.batches, one.batches_per_rank, sorted(one.samples_per_batch)) == (4, 4, [2, 16, 16, 16])
+    assert (three.batches, three.batches_per_rank, sorted(three.samples_per_batch)) == (6, 2, [2, 8, 8, 8, 8, 16])
+    assert "batches per epoch 6 (2 per rank on 3); samples per batch min 2 / median 8 / max 16" in three.lines()[3]
+    for summary, world_size in ((one, 1), (three, 3)):
+        ranks = [
+            list(BucketBatchSampler(lengths, batch_size=16, seed=0, num_replicas=world_size, rank=r))
+            for r in range(world_size)
+        ]
+        assert summary.batches == sum(len(rank) for rank in ranks) == world_size * summary.batches_per_rank
+        assert sorted(i for rank in ranks for b in rank for i in b) == list(range(50))  # each sample once
+        for r, rank in enumerate(ranks):  # serving order: rank r gets batches r, r + W, ...
+            assert summary.samples_per_batch[r::world_size].tolist() == [len(b) for b in rank]
+            assert summary.padded_size[r::world_size].tolist() == [lengths[b].max() for b in rank]
+            efficiency = [lengths[b].sum() / (len(b) * lengths[b].max()) for b in rank]
+            assert summary.efficiency[r::world_size] == pytest.approx(efficiency)
+        batches = [b for rank in ranks for b in rank]
+        allocated = sum(len(b) * int(lengths[b].max()) for b in batches)  # the toy pads to the longest
+        assert (summary.real, summary.allocated) == (int(lengths.sum()), allocated)
+        assert summary.budget_use.mean() == pytest.approx(50 / len(batches) / 16) and summary.budget == "batch_size=16"
+    assert three.allocated < one.allocated  # halved batches pad less: the 3-rank plan, not the 1-rank one
+
+
 def test_inspect_counts_batches_per_rank_and_budget_use(tmp_path: Path) -> None:
+    """A token budget over recordings' windows (batches never mix recordings): counts are the sampler's."""
     from varlen.datamodules import BearingDataModule
-    from varlen.inspect import summarize
 
     dm = BearingDataModule(simulated_per_class=1, simulated_seconds=(1.0, 2.0), batch_size=None, max_tokens=8192)
     dm.setup("fit")
-    one, three = summarize(dm, "train", 1), summarize(dm, "train", 3)
+    dataset = dm.dataset("train")
+    one, four = summarize(dm, "train", 1), summarize(dm, "train", 4)
     assert one.batches_per_rank == one.batches == len(dm.train_dataloader())
-    assert three.batches_per_rank == len(dm.batch_sampler("train", True, num_replicas=3, rank=0))
-    assert three.batches >= one.batches
-    assert one.samples_per_batch.sum() == one.samples == len(dm.dataset("train"))
-    assert 0 < one.budget_use.max() <= 1.0 and one.budget.startswith("max_tokens=[8192]")
-    assert one.real / one.allocated == pytest.approx(float(np.sum(dm.dataset("train").lengths)) / one.allocated)
+    assert one.batches % 4 != 0  # so four ranks are served a plan of their own, with batches split
+    ranks = served(dm, "train", 4)
+    assert four.batches_per_rank == len(ranks[0]) == len(ranks[1]) == len(ranks[2]) == len(ranks[3])
+    assert four.batches == sum(len(rank) for rank in ranks) == 4 * four.batches_per_rank
+    assert sorted(four.samples_per_batch) == sorted(len(b) for rank in ranks for b in rank)
+    for summary in (one, four):
+        assert summary.samples_per_batch.sum() == summary.samples == len(dataset)
+        assert summary.real == int(np.sum(dataset.lengths))  # every window once, each element real once
+        assert 0 < summary.budget_use.max() <= 1.0 and summary.budget.startswith("max_tokens=[8192]")
+    real, allocated = padding(dm, dataset, [b for rank in ranks for b in rank])
+    assert (four.real, four.allocated) == (real, allocated)
 
 
 def test_inspect_bad_data_exits_2_with_the_message(tmp_path: Path, monkeypatch, capsys) -> None:

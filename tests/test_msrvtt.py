@@ -23,13 +23,9 @@ import yaml
 
 from varlen import cli
 from varlen.datamodules.video_text import VideoTextDataModule
-from varlen.datasets.video_text import (
-    MSRVTT_DATA_URL,
-    CaptionEmbeddings,
-    read_msrvtt_protocol,
-    retrieval_metrics,
-)
+from varlen.datasets.video_text import MSRVTT_DATA_URL, read_msrvtt_protocol
 from varlen.errors import DataError, DatasetNotFoundError
+from varlen.models.retrieval import CaptionEmbeddings, retrieval_metrics
 from varlen.models.video_text import VideoTextAligner
 from varlen.report import DataReport
 from varlen.splits import random_split

@@ -36,9 +36,9 @@ from varlen.datasets.video_text import (
     tokenize_captions,
     tokenizer,
 )
-from varlen.datasets.video_text.attention import PACKED_ATTENTION
 from varlen.datasets.video_text.tokenize import cache_path
 from varlen.errors import DataError, DatasetNotFoundError
+from varlen.models.attention import PACKED_ATTENTION
 from varlen.models.video_text import AlignmentScores, PairedEmbeddings, VideoTextAligner, retrieval_metrics
 from varlen.report import DataReport
 from varlen.testing import BadInput, DataModuleContract

@@ -1,9 +1,10 @@
 """The ``varlen`` command: Lightning's CLI over every scenario's DataModule and model.
 
 ``varlen fit --config configs/text_bert.yaml`` (also ``validate``, ``test``, ``predict``), and
-``varlen inspect --config ...`` (:mod:`varlen.inspect`: the batches a config will make, no
-training). Values the model needs from the data (class count, feature sizes, pad id) are linked,
-not repeated in the YAML: each name in :data:`LINKED` that the chosen DataModule has is passed to
+``varlen inspect --config ...`` (the batches a config will make, no training:
+:func:`inspect_command` builds the DataModule, :mod:`varlen.inspection` measures its batches).
+Values the model needs from the data (class count, feature sizes, pad id) are linked, not
+repeated in the YAML: each name in :data:`LINKED` that the chosen DataModule has is passed to
 the model's argument of the same name. The CLI keeps its output to what matters: Lightning's
 cloud-service tips and known third-party deprecation warnings are silenced (:func:`quiet`),
 never varlen's own warnings.
@@ -11,9 +12,11 @@ never varlen's own warnings.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 import warnings
+from collections.abc import Sequence
 
 import torch
 from jsonargparse import ArgumentParser
@@ -23,8 +26,9 @@ import varlen.datamodules
 import varlen.models
 from varlen.datamodules.base import LINKED
 from varlen.errors import DataError
+from varlen.inspection import SplitSummary, plot_summary, summarize
 
-__all__ = ["LINKED", "THIRD_PARTY_NOISE", "DataOnlyCLI", "VarLenCLI", "console", "main", "quiet"]
+__all__ = ["LINKED", "THIRD_PARTY_NOISE", "DataOnlyCLI", "VarLenCLI", "console", "inspect_command", "main", "quiet"]
 
 #: third-party deprecation warnings a user of varlen can do nothing about (regular expressions)
 THIRD_PARTY_NOISE = (
@@ -93,6 +97,35 @@ def main(args: ArgsType = None, run: bool = True, cli_class: type[VarLenCLI] = V
     return cli
 
 
+def inspect_command(argv: Sequence[str]) -> SplitSummary:
+    """``varlen inspect``: its own options, then the config and ``--data.*`` arguments ``fit`` takes.
+
+    The DataModule is built and set up exactly as ``varlen fit`` would (same YAML, same overrides);
+    no model and no trainer are made. Prints the summary (:func:`varlen.inspection.summarize`) and,
+    with ``--out``, writes its plots there.
+    """
+    parser = argparse.ArgumentParser(
+        prog="varlen inspect",
+        description="Set up a config's DataModule (no training) and show what its batches look like. "
+        "Every other argument is the one `varlen fit` takes (--config, --data.init_args.*).",
+    )
+    parser.add_argument("--split", default="train", help="the split to inspect (default: train)")
+    parser.add_argument("--world-size", type=int, default=1, help="ranks to plan the batches for")
+    parser.add_argument("--out", default=None, help="folder for the PNG plots (default: none written)")
+    parser.add_argument("--max-batches", type=int, default=None, help="collate at most this many batches")
+    options, rest = parser.parse_known_args(list(argv))
+    if options.world_size < 1:
+        parser.error("--world-size must be >= 1")
+    dm = main(rest, run=False, cli_class=DataOnlyCLI).datamodule
+    dm.prepare_data()
+    dm.setup("fit" if options.split in ("train", "val") else options.split)
+    summary = summarize(dm, options.split, options.world_size, options.max_batches)
+    if options.out:
+        plot_summary(summary, options.out)
+    print("\n".join(summary.lines()), flush=True)
+    return summary
+
+
 def show_varlen_logs() -> None:
     """Print the ``varlen`` logger's INFO messages (the data report) on stderr, once."""
     logger = logging.getLogger("varlen")
@@ -115,9 +148,7 @@ def console() -> None:
     argv = sys.argv[1:]
     try:
         if argv[:1] == ["inspect"]:
-            from varlen.inspect import inspect_main
-
-            inspect_main(argv[1:])
+            inspect_command(argv[1:])
         else:
             main()
     except Exception as error:  # a DataError, also one jsonargparse wrapped while instantiating classes

@@ -10,16 +10,16 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics import Metric
 
-from varlen.datasets.video_text.attention import PACKED_ATTENTION, Rows, pair_attention, row_mean
 from varlen.datasets.video_text.collate import IGNORE_INDEX, cross_attention_masks
-from varlen.datasets.video_text.retrieval import (
+from varlen.models.attention import PACKED_ATTENTION, Rows, pair_attention, row_mean
+from varlen.models.base import VarLenModule
+from varlen.models.retrieval import (
     TIE_TOLERANCE,
     CaptionEmbeddings,
     PairedEmbeddings,
     retrieval_metrics,
     retrieval_ranks,
 )
-from varlen.models.base import VarLenModule
 
 __all__ = [
     "TIE_TOLERANCE",
@@ -133,7 +133,7 @@ class VideoTextAligner(VarLenModule):
       video from the two encoders alone (no timestamps, no positions: content only); trained
       with cross-entropy on ``alignment_target``. Accuracy chance is ``1 / S_t`` per segment.
     - **Retrieval head**: video and caption-set embeddings (masked means), symmetric InfoNCE
-      over the batch. Evaluated over the whole split (:mod:`varlen.datasets.video_text.retrieval`)
+      over the batch. Evaluated over the whole split (:mod:`varlen.models.retrieval`)
       in both directions, R@1/5/10 and median rank: ``t2v_*`` / ``v2t_*`` pair each video with
       its caption set (a square similarity); ``caption_t2v_*`` / ``caption_v2t_*`` query with
       each caption alone (its projection, as in the span loss) and rank a video by its

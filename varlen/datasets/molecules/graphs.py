@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
+import varlen.datasets.molecules.features as features  # FEATURIZER_VERSION read when a key is made
 from varlen import notices
 from varlen.batching.ragged import Ragged
 from varlen.cache import cache_key, default_cache_dir, file_hash, load_arrays, save_arrays
-from varlen.datasets.molecules import features
 from varlen.datasets.molecules.features import ATOM_FEATURES, BOND_FEATURES, NUM_DESCRIPTORS, Graph, featurize_many
 from varlen.datasets.molecules.readers import MoleculeTable
 from varlen.report import DataReport

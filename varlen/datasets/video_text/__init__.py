@@ -16,10 +16,11 @@ padded or packed, and builds the cross-modal alignment.
 - :mod:`.dataset`: :class:`VideoTextDataset`, one sample per video;
 - :mod:`.alignment`: temporal overlap, IoU and alignment targets (both layouts);
 - :mod:`.packed`: the packed batch (segments, frames, captions, tokens back to back);
-- :mod:`.attention`: attention restricted to the rows of a packed batch (what the aligner uses);
 - :mod:`.collate`: :class:`VideoTextCollator`, both layouts' keys, and the sampler sizes that
-  bound the padded tensors;
-- :mod:`.retrieval`: text-to-video and video-to-text recall and median rank over a split.
+  bound the padded tensors.
+
+What models compute on these batches (attention over packed rows, retrieval metrics) lives with
+the models: :mod:`varlen.models.attention`, :mod:`varlen.models.retrieval`.
 
 Bad input raises :class:`~varlen.errors.DataError` naming the file, video and row (a missing
 file: :class:`~varlen.errors.DatasetNotFoundError`); a bad caption or video goes through a
@@ -55,7 +56,6 @@ from varlen.datasets.video_text.features import (
 )
 from varlen.datasets.video_text.msrvtt import read_msrvtt_protocol, read_test_pairs, read_video_list
 from varlen.datasets.video_text.packed import LAYOUTS, Layout, pack_batch, same_video_pairs
-from varlen.datasets.video_text.retrieval import CaptionEmbeddings, PairedEmbeddings, retrieval_metrics
 from varlen.datasets.video_text.source import SOURCES, open_source
 from varlen.datasets.video_text.storage import VideoTextFields, VideoTextSelection
 from varlen.datasets.video_text.synthetic import (
@@ -74,14 +74,12 @@ __all__ = [
     "SEGMENT_EDGES",
     "SOURCES",
     "YOUCOOK2_URL",
-    "CaptionEmbeddings",
     "CaptionTable",
     "FeatureStore",
     "HDF5Features",
     "Layout",
     "NpyFolderFeatures",
     "NpzFeatures",
-    "PairedEmbeddings",
     "Segmentation",
     "SentenceFeatures",
     "SyntheticFeatures",
@@ -105,7 +103,6 @@ __all__ = [
     "read_test_pairs",
     "read_video_list",
     "read_youcook2",
-    "retrieval_metrics",
     "same_video_pairs",
     "segment_class",
     "span_overlap",

@@ -1,19 +1,17 @@
-"""`varlen inspect`: what the batches of a config will look like, before any training.
+"""What the batches of a set-up DataModule look like, before any training (``varlen inspect``).
 
-    varlen inspect --config configs/text_sst2.yaml [--split train] [--world-size 2] [--out inspect/]
-
-The DataModule is built and set up exactly as ``varlen fit`` would (same YAML, same ``--data.*``
-overrides); no model is trained. For the split asked it prints, in a few terminal lines, what
-setup kept, skipped, truncated or left unused (``dm.report``), the size quantiles of each budget
-axis, the batches per epoch and per rank, samples per batch, padding efficiency and budget use
-measured on the collated batches, the distinct padded shapes and the largest batch; and it writes
-three PNG plots to ``--out``: the size histogram with the sampler's bucket edges, the padding
-efficiency of every batch, and samples per batch against padded size.
+:func:`summarize` takes one split's batches of epoch 0 from the plan that ``world_size`` ranks are
+served (the plan splits batches until every rank gets as many), fetches and collates them as the
+loader does, and measures them: what setup kept, skipped, truncated or left unused
+(``dm.report``), the size quantiles of each budget axis, the batches per epoch and per rank,
+samples per batch, padding efficiency and budget use, the distinct padded shapes and the largest
+batch. :func:`plot_summary` draws three PNGs: the size histogram with the sampler's bucket edges,
+the padding efficiency of every batch, and samples per batch against padded size. The command
+line (``varlen inspect --config ...``) is in :mod:`varlen.cli`.
 """
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +23,7 @@ import torch
 from varlen.batching.collate import round_up
 from varlen.datamodules.base import VarLenDataModule
 
-__all__ = ["SplitSummary", "inspect_main", "plot_summary", "summarize", "tensor_bytes"]
+__all__ = ["SplitSummary", "padded_shape", "plot_summary", "summarize", "tensor_bytes"]
 
 QUANTILES = (0.0, 0.5, 0.9, 0.99, 1.0)
 
@@ -120,21 +118,23 @@ def _budget_use(sizes: np.ndarray, batches: list[np.ndarray], sampler, rounds: i
 def summarize(
     dm: VarLenDataModule, split: str = "train", world_size: int = 1, max_batches: int | None = None
 ) -> SplitSummary:
-    """Batches of ``split`` for epoch 0, as the loader builds them (one batched fetch and collate each).
+    """Every rank's batches of ``split`` for epoch 0, as the loaders build them (one batched fetch and
+    collate each), in serving order (rank ``r`` is served batches ``r, r + world_size, ...``).
 
     Args:
         dm: a DataModule after ``setup``.
         split: the split to look at.
-        world_size: ranks to count batches for (the plan is the same on every rank).
-        max_batches: collate at most this many batches for the measured columns (None: all).
+        world_size: ranks to plan for: the plan, and so every count and measure, is the one that
+            ``world_size`` ranks get (batches are split until the count divides evenly).
+        max_batches: collate at most this many batches (the first in serving order) for the
+            measured efficiency, padded shapes and largest batch (None: all).
     """
     dataset = dm.dataset(split)
     shuffle = split == "train" and dm.shuffle
-    sampler = dm.batch_sampler(split, shuffle, num_replicas=1, rank=0)
+    sampler = dm.batch_sampler(split, shuffle, num_replicas=world_size, rank=0)
     plan = sampler.global_plan(0)
     batches = [plan.order[a:b] for a, b in plan.bounds.tolist()]
     sizes = np.asarray(dm.sampler_lengths(dataset)).reshape(len(dataset), -1)
-    per_rank = len(dm.batch_sampler(split, shuffle, num_replicas=world_size, rank=0))
     fetch = getattr(dataset, "__getitems__", None)
     efficiency, shapes, largest, real, allocated = [], set(), 0, 0, 0
     for indices in batches[:max_batches] if max_batches else batches:
@@ -161,7 +161,7 @@ def summarize(
         bucket_edges=[np.unique(sampler._buckets[1][:, d]) for d in range(sizes.shape[1])],
         world_size=world_size,
         batches=len(batches),
-        batches_per_rank=per_rank,
+        batches_per_rank=len(sampler),
         samples_per_batch=np.array([len(b) for b in batches]),
         efficiency=np.asarray(efficiency),
         real=real,
@@ -215,30 +215,3 @@ def plot_summary(summary: SplitSummary, out: str | Path) -> list[Path]:
     plt.close(fig)
     summary.plots = paths
     return paths
-
-
-def inspect_main(argv: Sequence[str]) -> SplitSummary:
-    """``varlen inspect``: its own options, then the usual config and ``--data.*`` arguments."""
-    parser = argparse.ArgumentParser(
-        prog="varlen inspect",
-        description="Set up a config's DataModule (no training) and show what its batches look like. "
-        "Every other argument is the one `varlen fit` takes (--config, --data.init_args.*).",
-    )
-    parser.add_argument("--split", default="train", help="the split to inspect (default: train)")
-    parser.add_argument("--world-size", type=int, default=1, help="ranks to count batches for")
-    parser.add_argument("--out", default=None, help="folder for the PNG plots (default: none written)")
-    parser.add_argument("--max-batches", type=int, default=None, help="collate at most this many batches")
-    options, rest = parser.parse_known_args(list(argv))
-    if options.world_size < 1:
-        parser.error("--world-size must be >= 1")
-    from varlen.cli import DataOnlyCLI, main
-
-    cli = main(rest, run=False, cli_class=DataOnlyCLI)
-    dm = cli.datamodule
-    dm.prepare_data()
-    dm.setup("fit" if options.split in ("train", "val") else options.split)
-    summary = summarize(dm, options.split, options.world_size, options.max_batches)
-    if options.out:
-        plot_summary(summary, options.out)
-    print("\n".join(summary.lines()), flush=True)
-    return summary

@@ -1,6 +1,6 @@
 """Attention restricted to the rows of a packed batch (no padding in the batch), and the rows themselves.
 
-A packed field is ``[N, ...]`` with offsets ``cu_seqlens`` ``[R + 1]`` (:mod:`.packed`): the
+A packed field is ``[N, ...]`` with offsets ``cu_seqlens`` ``[R + 1]`` (:mod:`varlen.datasets.video_text.packed`): the
 segments of each video, the tokens of each caption. :class:`Rows` derives what every mechanism
 needs from the offsets (row of each element, position inside it, longest row); the mechanisms
 take ``(q, k, v [N, H, dh], rows, dropout_p)`` and return ``[N, H, dh]`` where each element
