@@ -161,6 +161,12 @@ def test_inspect_bad_data_exits_2_with_the_message(tmp_path: Path, monkeypatch, 
     assert code == 2 and str(missing) in err and "Traceback" not in err
 
 
+def test_more_ranks_than_samples_is_a_usage_error(monkeypatch, capsys) -> None:
+    config = str(ROOT / "configs" / "molecules_esol.yaml")
+    code, _, err = run_inspect(monkeypatch, capsys, "--config", config, "--split", "val", "--world-size", "100000")
+    assert code == 2 and "--world-size 100000, split 'val'" in err and "cannot fill" in err and "Traceback" not in err
+
+
 def test_a_data_error_raised_while_the_cli_builds_the_datamodule_exits_2(tmp_path, monkeypatch, capsys) -> None:
     """jsonargparse wraps errors raised in ``__init__``; the CLI still finds the DataError in the chain."""
     missing = tmp_path / "no_features.npz"

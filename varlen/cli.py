@@ -119,7 +119,10 @@ def inspect_command(argv: Sequence[str]) -> SplitSummary:
     dm = main(rest, run=False, cli_class=DataOnlyCLI).datamodule
     dm.prepare_data()
     dm.setup("fit" if options.split in ("train", "val") else options.split)
-    summary = summarize(dm, options.split, options.world_size, options.max_batches)
+    try:
+        summary = summarize(dm, options.split, options.world_size, options.max_batches)
+    except ValueError as error:  # e.g. more ranks than the split has samples: a usage error, no traceback
+        parser.error(f"--world-size {options.world_size}, split {options.split!r}: {error}")
     if options.out:
         plot_summary(summary, options.out)
     print("\n".join(summary.lines()), flush=True)
