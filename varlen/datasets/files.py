@@ -46,13 +46,11 @@ def table_suffix(path: str | Path) -> str:
 def open_binary(path: str | Path) -> BinaryIO:
     """``path`` opened for reading, decompressed when its suffix names a compression (a stream)."""
     kind = compression(path)
-    if kind is None:
-        return open(path, "rb")
     if kind == "xz":
         return lzma.open(path, "rb")
     import pyarrow as pa
 
-    return pa.input_stream(str(path), compression=kind)
+    return pa.input_stream(str(path), compression=kind)  # a native stream: pyarrow's readers take it as is
 
 
 @contextmanager
