@@ -28,7 +28,7 @@ setup() {
       rm -rf "$wheels"
     fi
   fi
-  python -m pip install -q -e ".[dev]"
+  python -m pip install -q -e ".[all,dev]"
 }
 
 case "${1:-}" in

@@ -61,7 +61,7 @@ class TestTextContract(DataModuleContract):
         if case == "missing_source":
             return BadInput({"train_file": str(tmp_path / "nowhere.csv")}, r"train_file.*nowhere\.csv")
         if case == "unreadable_file":
-            return BadInput({"train_file": str(DATA / "latin1.csv")}, r"latin1\.csv: line 3 is not valid utf-8")
+            return BadInput({"train_file": str(DATA / "latin1.csv")}, r"latin1\.csv, line 3: bytes that are not UTF-8")
         if case == "empty_source":
             return BadInput({"train_file": str(DATA / "empty.csv")}, r"empty\.csv: the file is empty")
         if case == "non_finite":  # a numeric label column holding "inf": a bad label, its row left out
@@ -371,7 +371,7 @@ def test_a_split_left_without_rows_is_an_error(tmp_path: Path) -> None:
 def test_missing_and_unreadable_files_raise_data_errors(tmp_path: Path) -> None:
     with pytest.raises(DatasetNotFoundError, match=r"nowhere\.tsv.*To get it:.*SST-2"):
         TextClassificationDataModule(train_file=str(tmp_path / "nowhere.tsv")).setup("fit")
-    with pytest.raises(DataError, match=r"latin1\.csv: line 3 is not valid utf-8 \(byte 0xe9"):
+    with pytest.raises(DataError, match=r"latin1\.csv, line 3: bytes that are not UTF-8 \(b'\\xe9 no'"):
         TextClassificationDataModule(train_file=str(DATA / "latin1.csv")).setup("fit")
 
 

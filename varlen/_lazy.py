@@ -5,13 +5,28 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping
 
+from varlen._extras import MissingExtraError
 
-def lazy_scenarios(package: str, names: Mapping[str, str]) -> tuple[Callable[[], None], Callable[[str], object]]:
-    """``import_all`` (every scenario module, for the CLI) and a module ``__getattr__``."""
+__all__ = ["lazy_scenarios"]
 
-    def import_all() -> None:
+
+def lazy_scenarios(
+    package: str, names: Mapping[str, str]
+) -> tuple[Callable[[], dict[str, MissingExtraError]], Callable[[str], object]]:
+    """``import_all`` (every scenario module whose extra is installed, for the CLI) and a module ``__getattr__``.
+
+    ``import_all`` returns the modules left out, each with the :class:`~varlen._extras.MissingExtraError`
+    that names its extra; asking for one of their classes raises that error again.
+    """
+
+    def import_all() -> dict[str, MissingExtraError]:
+        missing = {}
         for module in sorted(set(names.values())):
-            importlib.import_module(f"{package}.{module}")
+            try:
+                importlib.import_module(f"{package}.{module}")
+            except MissingExtraError as error:  # that scenario is not installed: not offered
+                missing[module] = error
+        return missing
 
     def getattr_(name: str) -> object:
         if name in names:

@@ -21,7 +21,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import ndimage
 
 __all__ = [
     "SpatialSplit",
@@ -282,6 +281,8 @@ def inside_territory(territory: np.ndarray, split: int, buffer: int) -> np.ndarr
     own = territory == split
     if buffer == 0:
         return own
+    from scipy import ndimage  # here, not at the top: the spatial split is the hyperspectral extra's only
+
     return ndimage.minimum_filter(own.astype(np.uint8), size=2 * buffer + 1, mode="nearest").astype(bool)
 
 
@@ -289,6 +290,8 @@ def footprint_map(centres: np.ndarray, radius: int) -> np.ndarray:
     """Pixels covered by the ``(2r+1)^2`` patch of any centre."""
     if radius == 0:
         return centres.copy()
+    from scipy import ndimage  # the hyperspectral extra's (see inside_territory)
+
     return ndimage.maximum_filter(centres.astype(np.uint8), size=2 * radius + 1, mode="constant").astype(bool)
 
 

@@ -1,6 +1,11 @@
+# ruff: noqa: E402  (the extra is checked before the imports that need it)
 """`MoleculeGNN`: GINE message passing with bond features, a virtual node, and graph pooling."""
 
 from __future__ import annotations
+
+from varlen._extras import require
+
+require("molecules")  # before torch_geometric: names the extra when its packages are missing
 
 from typing import Any
 

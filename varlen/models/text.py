@@ -13,8 +13,11 @@ import torch
 from torchmetrics import MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
+from varlen._extras import require
 from varlen.models.base import VarLenModule, warmup_linear_decay
 from varlen.models.votes import ItemVotes
+
+require("text")  # transformers is imported when the model is built: say what to install at import
 
 __all__ = ["TextClassifier"]
 

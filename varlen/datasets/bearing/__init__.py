@@ -1,3 +1,4 @@
+# ruff: noqa: E402  (the extra is checked before the imports that need it)
 """Bearing-fault vibration recordings: formats, readers, a physical simulator, window views, collate.
 
 - :mod:`~varlen.datasets.bearing.formats`: :class:`Recording`, the CWRU / Paderborn names and classes.
@@ -13,6 +14,10 @@
 - :mod:`~varlen.datasets.bearing.dataset`: :class:`BearingWindows`, windows as views, fetched a batch at once.
 - :mod:`~varlen.datasets.bearing.collate`: :class:`BearingCollator`, which names the batch's fields.
 """
+
+from varlen._extras import require
+
+require("bearing")  # first: names the extra when its packages are missing
 
 from varlen.datasets.bearing.augment import WindowAugment
 from varlen.datasets.bearing.collate import BearingCollator

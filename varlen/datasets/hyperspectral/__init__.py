@@ -1,3 +1,4 @@
+# ruff: noqa: E402  (the extra is checked before the imports that need it)
 """Hyperspectral scenes: readers, downloads, the synthetic default, the pixel dataset and its collate.
 
 A *scene* is a cube ``[H, W, B]`` (a :class:`MappedCube`: memory-mapped, never loaded whole, and
@@ -19,6 +20,10 @@ Spatial splits come from :func:`varlen.splits.spatial_block_split`: a random pix
 neighbouring pixels, whose patches overlap, on both sides, and published accuracies near 99%
 fall to about 80% on disjoint splits.
 """
+
+from varlen._extras import require
+
+require("hyperspectral")  # first: names the extra when its packages are missing
 
 from varlen.datasets.hyperspectral.collate import HyperspectralCollator
 from varlen.datasets.hyperspectral.dataset import (

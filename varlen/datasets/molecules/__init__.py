@@ -1,3 +1,4 @@
+# ruff: noqa: E402  (the extra is checked before the imports that need it)
 """Molecular graphs from MoleculeNet-style SMILES tables: reading, RDKit featurisation, cache, dataset, collate.
 
 * :mod:`.readers`: presets, downloads, :func:`read_table` (table errors name the file and line);
@@ -12,6 +13,10 @@
 :data:`FEATURIZER_VERSION` here is a copy for reading; the cache key reads
 ``varlen.datasets.molecules.features.FEATURIZER_VERSION``.
 """
+
+from varlen._extras import require
+
+require("molecules")  # first: names the extra when its packages are missing
 
 from varlen.datasets.molecules.classes import SINGLE_CLASS, SingleClass, check_classes, class_counts
 from varlen.datasets.molecules.collate import GRAPH_FIELDS, MoleculeCollator, graph_batch

@@ -5,10 +5,19 @@ The batch is built straight from the arrays :meth:`MoleculeGraphs.__getitems__
 molecule: the collator names the fields and writes the bookkeeping ``Batch.from_data_list`` would
 write (per-field slices and increments, atoms per graph, the number of graphs), so PyG layers,
 ``batch.to_data_list()`` and ``batch.get_example(i)`` work as on a batch PyG collated itself.
+
+That bookkeeping is PyG's private API (``_slice_dict``, ``_inc_dict``, ``_num_graphs``,
+``_num_nodes``), which any release may change: pyproject caps torch-geometric below the next
+minor release after the newest tested (:data:`TESTED_TORCH_GEOMETRIC`), and
+:func:`check_torch_geometric` (run on the first batch, and by the test suite) compares what
+``Batch.from_data_list`` writes for two small graphs with what :func:`graph_batch` writes, and
+refuses a PyG that differs with a message naming the attribute, instead of batches whose
+``get_example`` is wrong.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,7 +27,10 @@ from torch_geometric.data import Batch, Data
 
 from varlen.datasets.molecules.rows import MoleculeRows
 
-__all__ = ["GRAPH_FIELDS", "MoleculeCollator", "graph_batch"]
+__all__ = ["GRAPH_FIELDS", "TESTED_TORCH_GEOMETRIC", "MoleculeCollator", "check_torch_geometric", "graph_batch"]
+
+#: torch-geometric releases whose private ``Batch`` bookkeeping :func:`graph_batch` writes was tested against
+TESTED_TORCH_GEOMETRIC = ("2.5", "2.6", "2.7", "2.8")
 
 #: the batch's per-graph fields in their order, as ``Batch.from_data_list`` slices them (``descriptors`` only
 #: when the dataset serves them); ``batch``, ``ptr`` and ``index`` follow
@@ -35,6 +47,53 @@ def _empty_batch() -> Batch:
     batch = _DATA_BATCH.__new__(_DATA_BATCH)
     batch.__init__()
     return batch
+
+
+def _plain(value: Any) -> Any:
+    """Tensors as lists, recursively in dicts and lists: PyG's bookkeeping in a comparable form."""
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
+@functools.cache
+def check_torch_geometric() -> None:
+    """Refuse a torch-geometric whose ``Batch.from_data_list`` bookkeeping differs from :func:`graph_batch`'s.
+
+    Raises:
+        RuntimeError: naming the PyG version, the attribute (missing, or both values) and the
+            versions tested.
+    """
+    import torch_geometric
+
+    samples = [  # two molecules: 2 atoms and one bond (2 directed edges), 3 atoms and two bonds
+        {"x": np.zeros((2, 1), np.int64), "edge_index": np.array([[0, 1], [1, 0]]), "y": np.zeros(1, np.float32)},
+        {"x": np.ones((3, 1), np.int64), "edge_index": np.array([[0, 1, 1, 2], [1, 0, 2, 1]]), "y": np.ones(1)},
+    ]
+    for i, sample in enumerate(samples):
+        sample.update(edge_attr=np.full((sample["edge_index"].shape[1], 1), i), index=i)
+    graphs = [
+        Data(**{k: torch.as_tensor(s[k]) for k in ("x", "edge_index", "edge_attr")}, num_nodes=len(s["x"]))
+        for s in samples
+    ]
+    for graph, sample in zip(graphs, samples, strict=True):
+        graph.y, graph.y_mask = torch.as_tensor(sample["y"]).view(1, -1).float(), torch.ones(1, 1, dtype=torch.bool)
+    reference, ours = Batch.from_data_list(graphs), graph_batch(MoleculeRows.from_samples(samples))
+    for name in ("_num_graphs", "_slice_dict", "_inc_dict", "_num_nodes"):
+        missing = object()
+        wanted, found = _plain(getattr(ours, name)), _plain(getattr(reference, name, missing))
+        if found != wanted:
+            what = "no longer writes it" if found is missing else f"writes {found}, graph_batch {wanted}"
+            raise RuntimeError(
+                f"torch_geometric {torch_geometric.__version__}: Batch.from_data_list's private {name} changed "
+                f"({what}); MoleculeCollator writes it itself (tested with torch-geometric "
+                f"{', '.join(TESTED_TORCH_GEOMETRIC)}). Install a tested one (pip install 'torch-geometric>=2.5,<2.9') "
+                "or update varlen.datasets.molecules.collate."
+            )
 
 
 def graph_batch(rows: MoleculeRows, follow_batch: Sequence[str] = ()) -> Batch:
@@ -110,5 +169,6 @@ class MoleculeCollator:
 
     def __call__(self, samples: MoleculeRows | Sequence[Mapping[str, Any]]) -> Batch:
         """A batch of :class:`MoleculeRows` (the loader's batched fetch) or of a list of ``dataset[i]`` samples."""
+        check_torch_geometric()  # once per process
         rows = samples if isinstance(samples, MoleculeRows) else MoleculeRows.from_samples(samples)
         return graph_batch(rows, self.follow_batch or ())

@@ -5,7 +5,9 @@ Lipophilicity, QM9 subsets, HIV, BBBP...). Everything wrong with the *table* (mi
 undecodable bytes, no header, no rows, a missing column, a target that is not a finite number, a
 classification target that is not 0/1) raises a :class:`~varlen.errors.DataError` naming the file
 and line, under either ``on_bad`` policy: such a table is broken, not one bad molecule. Molecules
-RDKit cannot use are the items ``on_bad="skip"`` leaves out (see :mod:`.graphs`).
+RDKit cannot use are the items ``on_bad="skip"`` leaves out (see :mod:`.graphs`). A table may be
+compressed (``HIV.csv.gz``, ``.bz2``, ``.xz``, ``.zst``: :mod:`varlen.datasets.files`); lines are then
+counted in the decompressed text.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import pandas as pd
 
 from varlen.cache import default_cache_dir
 from varlen.datasets.download import download_url
+from varlen.datasets.files import read_text
 from varlen.errors import DataError, DatasetNotFoundError, DownloadError
 
 __all__ = [
@@ -214,25 +217,9 @@ class MoleculeTable:
     target_columns: tuple[str, ...]
 
 
-def _decode(path: Path) -> str:
-    """The file's text (UTF-8, with or without a byte-order mark), or a DataError naming the line."""
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise DataError(f"{path}: cannot be read ({type(error).__name__}: {error})") from error
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        line = data[: error.start].count(b"\n") + 1
-        raise DataError(
-            f"{path}, line {line}: bytes that are not UTF-8 ({data[error.start : error.start + 4]!r} at byte "
-            f"{error.start}: {error.reason}); save the table as UTF-8"
-        ) from error
-
-
 def _frame(path: Path, smiles_column: str, target_columns: Sequence[str]) -> pd.DataFrame:
     """The CSV as strings, header stripped, checked to hold the wanted columns."""
-    text = _decode(path)
+    text = read_text(path)
     expected = f"a CSV header with {smiles_column!r} and {list(target_columns)}"
     if not text.strip():
         raise DataError(f"{path}: the file is empty (expected {expected})")
@@ -283,7 +270,7 @@ def _check_binary(path: Path, targets: np.ndarray, rows: np.ndarray, columns: Se
 def read_table(
     path: str | Path, smiles_column: str, target_columns: Sequence[str], task: str = "regression"
 ) -> MoleculeTable:
-    """Read and check a MoleculeNet-style CSV.
+    """Read and check a MoleculeNet-style CSV, plain or compressed (``.gz``, ``.bz2``, ``.xz``, ``.zst``).
 
     Stray whitespace around SMILES, headers and values is removed (MoleculeNet files have
     trailing spaces and CRLF line ends). Empty cells and ``nan``/``NA``-like strings are missing

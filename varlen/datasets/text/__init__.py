@@ -1,3 +1,4 @@
+# ruff: noqa: E402  (the extra is checked before the imports that need it)
 """Text classification data: readers for local tables and the Hub, a synthetic default,
 tokenised unpadded storage and its collate.
 
@@ -11,6 +12,10 @@ tokenised unpadded storage and its collate.
   a whole batch at a time on fetch (:class:`TextBatch`).
 * :mod:`~varlen.datasets.text.collate`: :class:`TextCollator`, which names the batch's fields.
 """
+
+from varlen._extras import require
+
+require("text")  # first: names the extra when its packages are missing
 
 from varlen.datasets.text.collate import TextCollator
 from varlen.datasets.text.column_splits import SPLIT_SPELLINGS, split_by_column, split_of

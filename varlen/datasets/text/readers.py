@@ -10,7 +10,8 @@ numbers, so nothing after a skipped row shifts.
 
 Local files are read with pyarrow directly (no ``datasets`` cache on disk): CSV (quoted fields
 may hold commas and newlines), TSV (GLUE layout: no quoting), JSON Lines, a JSON array of
-records, Parquet. Rows are numbered from 0, after the header.
+records, Parquet; each also compressed (``.gz``, ``.bz2``, ``.xz``, ``.zst``, see
+:mod:`varlen.datasets.files`). Rows are numbered from 0, after the header.
 """
 
 from __future__ import annotations
@@ -23,6 +24,15 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from varlen.datasets.files import (
+    COMPRESSIONS,
+    check_utf8,
+    compression,
+    open_binary,
+    read_bytes,
+    read_text,
+    table_suffix,
+)
 from varlen.errors import DataError, DatasetNotFoundError
 from varlen.report import DataReport
 
@@ -39,10 +49,8 @@ __all__ = [
     "read_table",
 ]
 
-#: local file suffixes the readers understand
+#: local file suffixes the readers understand (each may be followed by one of ``COMPRESSIONS``)
 FILE_TYPES = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
-#: the one text encoding the readers accept (the file is checked before it is parsed)
-ENCODING = "utf-8"
 #: where a user can fetch the usual real data, for the not-found hint
 SST2_URL = "https://dl.fbaipublicfiles.com/glue/data/SST-2.zip"
 
@@ -99,35 +107,6 @@ class TextTable:
 # -- local files ------------------------------------------------------------------------------
 
 
-def check_utf8(path: Path, chunk: int = 1 << 20) -> None:
-    """Refuse a file that is empty (or blank) or holds bytes that are not UTF-8, naming the line.
-
-    Read in blocks cut at line ends, so a character split across two blocks is not an error.
-    """
-    line, carry, blank = 1, b"", True
-    with open(path, "rb") as handle:
-        while True:
-            block = handle.read(chunk)
-            data = carry + block
-            cut = len(data) if not block else data.rfind(b"\n") + 1
-            part, carry = data[:cut], data[cut:]
-            try:
-                text = part.decode(ENCODING)
-            except UnicodeDecodeError as error:
-                where = line + part.count(b"\n", 0, error.start)
-                byte = part[error.start : error.start + 1].hex()
-                raise DataError(
-                    f"{path}: line {where} is not valid {ENCODING} (byte 0x{byte}: {error.reason}); varlen reads "
-                    f"text files as {ENCODING}: re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)"
-                ) from None
-            blank = blank and not text.strip()
-            line += part.count(b"\n")
-            if not block:
-                break
-    if blank:
-        raise DataError(f"{path}: the file is empty (no header, no rows)")
-
-
 def _read_csv(path: Path, columns: TextColumns):
     import pyarrow as pa
     import pyarrow.csv as pcsv
@@ -138,7 +117,7 @@ def _read_csv(path: Path, columns: TextColumns):
         bad_rows.append(row)
         return "error"
 
-    tsv = path.suffix.lower() == ".tsv"
+    tsv = table_suffix(path) == ".tsv"
     parse = pcsv.ParseOptions(
         delimiter="\t" if tsv else ",",
         quote_char=False if tsv else '"',
@@ -147,12 +126,13 @@ def _read_csv(path: Path, columns: TextColumns):
     )
     texts = {c: pa.string() for c in (columns.text, columns.pair) if c}  # "5" or "NA" stays a text
     try:
-        return pcsv.read_csv(
-            path,
-            read_options=pcsv.ReadOptions(use_threads=False),
-            parse_options=parse,
-            convert_options=pcsv.ConvertOptions(column_types=texts),
-        )
+        with open_binary(path) as source:  # decompressed by the file's suffix (checked by check_utf8 already)
+            return pcsv.read_csv(
+                source,
+                read_options=pcsv.ReadOptions(use_threads=False),
+                parse_options=parse,
+                convert_options=pcsv.ConvertOptions(column_types=texts),
+            )
     except pa.ArrowInvalid as error:
         if bad_rows:
             row = bad_rows[0]
@@ -167,13 +147,13 @@ def _read_json(path: Path):
     import pyarrow as pa
     import pyarrow.json as pjson
 
-    with open(path, encoding=ENCODING) as handle:
-        starts_array = handle.read(4096).lstrip().startswith("[")
+    with open_binary(path) as handle:
+        starts_array = handle.read(4096).lstrip().startswith((b"[", b"\xef\xbb\xbf["))
     try:
         if not starts_array:
-            return pjson.read_json(path)
-        with open(path, encoding=ENCODING) as handle:
-            records = json.load(handle)
+            with open_binary(path) as handle:
+                return pjson.read_json(handle)
+        records = json.loads(read_text(path))
     except json.JSONDecodeError as error:
         raise DataError(f"{path}: line {error.lineno} is not valid JSON: {error.msg}") from None
     except pa.ArrowInvalid as error:
@@ -191,7 +171,9 @@ def _read_parquet(path: Path):
     import pyarrow.parquet as pq
 
     try:
-        return pq.read_table(path)
+        if compression(path) is None:
+            return pq.read_table(path)
+        return pq.read_table(pa.BufferReader(read_bytes(path)))  # Parquet reads at offsets: decompressed in memory
     except (pa.ArrowException, OSError) as error:
         raise DataError(f"{path}: cannot read it as Parquet: {error}") from None
 
@@ -202,7 +184,8 @@ def read_table(
     """One local table, checked: it exists, is not empty, is UTF-8, parses, has rows and the columns.
 
     Args:
-        path: a ``.csv``, ``.tsv``, ``.json``, ``.jsonl`` or ``.parquet`` file.
+        path: a ``.csv``, ``.tsv``, ``.json``, ``.jsonl`` or ``.parquet`` file, or one of them
+            compressed (``.csv.gz``, ``.tsv.bz2``, ``.jsonl.xz``, ``.csv.zst``...).
         columns: the columns to take.
         role: the argument that named the file, for the not-found hint.
         split_column: also take this column (each row's split, see
@@ -220,9 +203,12 @@ def read_table(
             f"point {role} at a CSV, TSV, JSON(L) or Parquet file, or leave train_file unset for the embedded "
             f"synthetic reviews; SST-2: download {SST2_URL} and use its train.tsv and dev.tsv",
         )
-    suffix = path.suffix.lower()
+    suffix = table_suffix(path)
     if suffix not in FILE_TYPES:
-        raise DataError(f"{path}: unsupported file type {suffix!r}; use one of {list(FILE_TYPES)}")
+        raise DataError(
+            f"{path}: unsupported file type {suffix!r}; use one of {list(FILE_TYPES)}, optionally compressed "
+            f"({', '.join(COMPRESSIONS)})"
+        )
     if suffix == ".parquet":
         table = _read_parquet(path)
     else:

@@ -1,3 +1,4 @@
+# ruff: noqa: E402  (the extra is checked before the imports that need it)
 """Video-text alignment data: caption readers, feature stores, tokenisation, the dataset and its collate.
 
 A video has its own number of segments, each segment its own number of frames, and each caption
@@ -26,6 +27,10 @@ Bad input raises :class:`~varlen.errors.DataError` naming the file, video and ro
 file: :class:`~varlen.errors.DatasetNotFoundError`); a bad caption or video goes through a
 :class:`~varlen.report.DataReport`, which raises or counts it.
 """
+
+from varlen._extras import require
+
+require("video-text")  # first: names the extra when its packages are missing
 
 from varlen.datasets.video_text.alignment import IGNORE_INDEX, alignment_targets, span_overlap, temporal_alignment
 from varlen.datasets.video_text.captions import (

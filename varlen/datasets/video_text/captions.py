@@ -3,7 +3,8 @@
 A file that cannot be read at all (missing, not JSON, not the expected layout, no videos)
 raises; a single bad caption or video in it goes through ``report.bad(...)``: raised under
 ``on_bad="raise"`` (the default :class:`~varlen.report.DataReport`), counted and left out
-under ``"skip"``.
+under ``"skip"``. Every file may be compressed (``.gz``, ``.bz2``, ``.xz``, ``.zst``:
+:mod:`varlen.datasets.files`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from varlen.datasets.files import read_text, table_suffix
 from varlen.errors import DataError, DatasetNotFoundError
 from varlen.report import DataReport
 
@@ -165,9 +167,7 @@ def _open_json(path: Path, what: str, fetch: str) -> Any:
     if not path.is_file():
         raise DatasetNotFoundError(what, path, fetch)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path}: not UTF-8 text ({err})") from err
+        return json.loads(read_text(path))
     except json.JSONDecodeError as err:
         raise DataError(f"{path}: not valid JSON ({err})") from err
 
@@ -248,7 +248,7 @@ def read_msrvtt(path: str | os.PathLike, report: DataReport | None = None) -> Ca
     ``[0, duration]`` (its ``end`` is NaN until the dataset knows the duration).
     """
     path, report = Path(path), report or DataReport()
-    if path.is_file() and path.suffix.lower() == ".csv":
+    if path.is_file() and table_suffix(path) == ".csv":
         raise DataError(
             f"{path}: a CSV, not the MSR-VTT caption JSON. Pass MSRVTT_data.json as annotations=, the 1k-A "
             "test pairs (MSRVTT_JSFUSION_test.csv: key,vid_key,video_id,sentence) as test_pairs= and a "
@@ -291,10 +291,7 @@ def read_jsonl(path: str | os.PathLike, report: DataReport | None = None) -> Cap
             "caption JSONL", path, f"write one {{video_id, start, end, text}} per line to {path}"
         )
     records, durations, subsets = [], {}, {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path}: not UTF-8 text ({err})") from err
+    lines = read_text(path).splitlines()
     for line_no, line in enumerate(lines, 1):
         if not line.strip():
             continue

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from varlen.datasets.files import read_text
 from varlen.datasets.video_text.captions import (
     MSRVTT_DATA_URL,
     TEST_NAMES,
@@ -52,11 +53,7 @@ def _csv_rows(path: Path, what: str, columns: Sequence[str]) -> list[tuple[int, 
     """``(line, row)`` of every data row of a CSV with a header holding ``columns``."""
     if not path.is_file():
         raise DatasetNotFoundError(what, path, f"download {MSRVTT_DATA_URL} and extract {path.name} to {path}")
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise DataError(f"{path}: not UTF-8 text ({err})") from err
-    reader = csv.DictReader(io.StringIO(text))
+    reader = csv.DictReader(io.StringIO(read_text(path)))  # decompressed (.gz, .bz2, .xz, .zst) by its suffix
     try:
         header = [name.strip() for name in reader.fieldnames or []]
         reader.fieldnames = header  # pandas' to_csv may add an unnamed index column: harmless
