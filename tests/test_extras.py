@@ -46,7 +46,8 @@ CORE_MODULES = [
     "varlen.datamodules",
     "varlen.models",
     "varlen.cli",
-    "varlen.inspect",
+    "varlen.inspection",
+    "varlen.notices",
 ]
 
 
