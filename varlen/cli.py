@@ -129,11 +129,24 @@ def inspect_command(argv: Sequence[str]) -> SplitSummary:
     return summary
 
 
+class _StderrHandler(logging.StreamHandler):
+    """A handler that writes to ``sys.stderr`` as it is when a record comes, not as it was when the
+    handler was made (a later redirection, or a test's capture, must not leave it a closed stream)."""
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def show_varlen_logs() -> None:
     """Print the ``varlen`` logger's INFO messages (the data report) on stderr, once."""
     logger = logging.getLogger("varlen")
     if not logger.handlers:
-        handler = logging.StreamHandler()
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(message)s"))
         logger.addHandler(handler)
         logger.setLevel(logging.INFO)
