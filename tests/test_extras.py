@@ -8,7 +8,8 @@ import json
 import re
 import subprocess
 import sys
-from importlib.metadata import packages_distributions
+from functools import cache
+from importlib.metadata import packages_distributions as _packages_distributions
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,9 @@ CORE_MODULES = [
     "varlen.inspection",
     "varlen.notices",
 ]
+
+
+packages_distributions = cache(_packages_distributions)  # a scan of every installed distribution: once
 
 
 def run_without(blocked: list[str], code: str) -> subprocess.CompletedProcess:
