@@ -49,7 +49,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from varlen.batching import VarLenLoader
 from varlen.datamodules.bearing import BearingDataModule
-from varlen.datasets.bearing import BearingWindows, WindowBatch
+from varlen.datasets.bearing import BearingWindows
+from varlen.datasets.bearing.dataset import WindowBatch
 
 DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "shared" / "data" / "bearing"
 PARTS = ("memory", "loader", "leakage", "cross-condition")

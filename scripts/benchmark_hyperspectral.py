@@ -49,7 +49,7 @@ import torch
 from varlen.batching import BucketBatchSampler
 from varlen.batching.loader import VarLenLoader
 from varlen.datamodules.hyperspectral import HyperspectralDataModule
-from varlen.datasets.hyperspectral import generate_field_layout, shared_layout_path
+from varlen.datasets.hyperspectral.synthetic import generate_field_layout, shared_layout_path
 
 
 def smaps(pid: int, mapped: Path) -> dict[str, int]:
@@ -288,7 +288,7 @@ def _timed(make_batch, batches) -> float:
 
 def bench_gather(dm: HyperspectralDataModule, batches: int = 40) -> None:
     """The batched gather against the per-sample path, same batches, same run (no loader, one process)."""
-    from varlen.datasets.hyperspectral import EpochIndices
+    from varlen.batching import EpochIndices
 
     print("\n### Batch assembly, same batches (5x5 patches, batch 256, no loader): batched gather vs per sample\n")
     print("| split (bands) | per-sample draw + collate, patches/s | batched gather, patches/s | speed-up |")

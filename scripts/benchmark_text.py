@@ -361,7 +361,8 @@ def fit_long(overflow: str, epochs: int, args: argparse.Namespace) -> dict[str, 
 
 def long_part(args: argparse.Namespace) -> None:
     """Document accuracy with windows against truncation at the same ``max_length``."""
-    from varlen.datasets.text import opinion_votes, synthetic_tables
+    from varlen.datasets.text import synthetic_tables
+    from varlen.datasets.text.synthetic import opinion_votes
 
     tables = synthetic_tables(args.long_docs, "long_reviews")
     first_words = args.long_max_length - 2  # the first window's words (about one token each)

@@ -32,7 +32,8 @@ difference from the padded layout's outputs.
 
 ``--part msrvtt``: MSR-VTT's 9k-train / 1k-A-test protocol, run through
 ``configs/video_text_msrvtt.yaml`` on generated MSR-VTT-shaped files (the four files of
-CLIP4Clip's ``msrvtt_data.zip`` and per-video features, :func:`~varlen.datasets.video_text.write_msrvtt_files`):
+CLIP4Clip's ``msrvtt_data.zip`` and per-video features,
+:func:`~varlen.datasets.video_text.synthetic.write_msrvtt_files`):
 text-to-video and video-to-text R@1/5/10 and median rank on the 1,000 test pairs, untrained and
 trained, with features that match the captions and, as a control, shuffled among the videos.
 Not part of ``all`` (several minutes of training on CPU).
@@ -60,7 +61,8 @@ import torch.nn.functional as F
 from varlen import cli
 from varlen.batching import BucketBatchSampler
 from varlen.datamodules.video_text import VideoTextDataModule
-from varlen.datasets.video_text import VideoTextCollator, VideoTextDataset, budget_sizes, write_msrvtt_files
+from varlen.datasets.video_text import VideoTextCollator, VideoTextDataset, budget_sizes
+from varlen.datasets.video_text.synthetic import write_msrvtt_files
 from varlen.models.attention import PACKED_ATTENTION, Rows
 from varlen.models.video_text import VideoTextAligner
 from varlen.report import DataReport

@@ -17,19 +17,11 @@ import pytest
 import torch
 
 from varlen.datamodules.bearing import BearingDataModule
-from varlen.datasets.bearing import (
-    CWRU_FILES,
-    BearingCollator,
-    BearingSource,
-    BearingWindows,
-    RecordingBuffer,
-    gather_windows,
-    parse_cwru_name,
-    parse_paderborn_name,
-    plan_windows,
-    resample,
-)
+from varlen.datasets.bearing import BearingCollator, BearingSource, BearingWindows
+from varlen.datasets.bearing.formats import CWRU_FILES, parse_cwru_name, parse_paderborn_name
 from varlen.datasets.bearing.splits import GAP, TAIL, UNIT
+from varlen.datasets.bearing.storage import RecordingBuffer, gather_windows
+from varlen.datasets.bearing.windows import plan_windows, resample
 from varlen.errors import DataError, DatasetNotFoundError, DownloadError
 from varlen.models.bearing import BearingClassifier, MaskedBatchNorm1d, aggregate_by_recording
 from varlen.report import SOURCE

@@ -15,15 +15,9 @@ from test_bearing import SMALL, coverage, shared_positions
 
 from varlen.batching import EpochIndices
 from varlen.datamodules.bearing import BearingDataModule
-from varlen.datasets.bearing import (
-    SPEED_ONLY,
-    BearingCollator,
-    WindowAugment,
-    load_effects,
-    simulate_recordings,
-)
+from varlen.datasets.bearing import BearingCollator, WindowAugment, simulate_recordings
 from varlen.datasets.bearing.splits import GAP, OTHER, UNIT
-from varlen.datasets.bearing.synthetic import BPFO
+from varlen.datasets.bearing.synthetic import BPFO, SPEED_ONLY, load_effects
 from varlen.errors import DataError
 from varlen.models.bearing import BearingClassifier, LoaderBatches
 from varlen.report import SOURCE

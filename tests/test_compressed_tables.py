@@ -22,7 +22,8 @@ from varlen.datasets import files
 from varlen.datasets.molecules import read_table as read_molecules
 from varlen.datasets.text import TextColumns
 from varlen.datasets.text import read_table as read_text_table
-from varlen.datasets.video_text import read_jsonl, read_msrvtt, read_test_pairs, read_video_list, read_youcook2
+from varlen.datasets.video_text import read_jsonl, read_msrvtt, read_youcook2
+from varlen.datasets.video_text.msrvtt import read_test_pairs, read_video_list
 from varlen.errors import DataError
 
 DATA = Path(__file__).parent / "data"

@@ -20,14 +20,22 @@ from scipy.io import savemat
 
 import varlen.datasets.hyperspectral as hs
 import varlen.datasets.hyperspectral.readers as readers
+from varlen.batching import EpochIndices
 from varlen.batching.ragged import Ragged
 from varlen.cache import cache_key, file_hash
 from varlen.datamodules.hyperspectral import HyperspectralDataModule
 from varlen.datasets.hyperspectral.bands import random_band_rows
 from varlen.datasets.hyperspectral.gather import flat_view
-from varlen.datasets.hyperspectral.labels import check_classes_present
-from varlen.datasets.hyperspectral.scenes import INDIAN_PINES_CHANNELS, INDIAN_PINES_REMOVED, SALINAS_REMOVED
+from varlen.datasets.hyperspectral.labels import check_classes_present, known_labels
+from varlen.datasets.hyperspectral.scenes import (
+    EHU,
+    INDIAN_PINES_CHANNELS,
+    INDIAN_PINES_REMOVED,
+    SALINAS_REMOVED,
+    aviris_wavelengths,
+)
 from varlen.datasets.hyperspectral.splits import UNUSED_REASONS
+from varlen.datasets.hyperspectral.synthetic import shared_layout_path
 from varlen.errors import DataError, DatasetNotFoundError, DownloadError
 from varlen.models.hyperspectral import AverageAccuracy, SpectralTransformer
 from varlen.report import DataReport
@@ -277,7 +285,7 @@ def test_dataset_pickles_without_the_cube(synthetic_dm) -> None:
     assert len(blob) < per_sample + 200_000 < cube.array.nbytes
     clone = pickle.loads(blob)
     assert clone.cubes[0]._array is None and clone.cubes[0].path == cube.path
-    a, b = clone.__getitems__(hs.EpochIndices([0, 5], 3)), ds.__getitems__(hs.EpochIndices([0, 5], 3))
+    a, b = clone.__getitems__(EpochIndices([0, 5], 3)), ds.__getitems__(EpochIndices([0, 5], 3))
     for field in dataclasses.fields(a):
         assert torch.equal(getattr(a, field.name), getattr(b, field.name)), field.name
     assert isinstance(clone.cubes[0].array, np.memmap)
@@ -518,14 +526,14 @@ def test_band_statistics_in_chunks_match_direct() -> None:
 )
 def test_readers_agree_and_memory_map(cube, labels, tmp_path) -> None:
     ref = np.load(DATA / "tiny.npy")
-    arr = hs.read_array(DATA / cube, ndim=3, cache_dir=tmp_path)
+    arr = readers.read_array(DATA / cube, ndim=3, cache_dir=tmp_path)
     assert isinstance(arr, np.memmap) or isinstance(getattr(arr, "base", None), np.memmap)
     np.testing.assert_array_equal(np.asarray(arr), ref)
-    np.testing.assert_array_equal(hs.read_array(DATA / labels, ndim=2), np.load(DATA / "tiny_gt.npy"))
+    np.testing.assert_array_equal(readers.read_array(DATA / labels, ndim=2), np.load(DATA / "tiny_gt.npy"))
 
 
 def test_envi_wavelengths_are_converted_to_nm(tmp_path) -> None:
-    wl = hs.read_wavelengths(DATA / "tiny_envi.hdr")
+    wl = readers.read_wavelengths(DATA / "tiny_envi.hdr")
     np.testing.assert_allclose(wl, WAVELENGTHS, atol=0.1)
     dm = tiny_dm(
         tmp_path, cube_path=str(DATA / "tiny_envi.hdr"), labels_path=str(DATA / "tiny_gt.npy"), wavelengths=None
@@ -535,10 +543,10 @@ def test_envi_wavelengths_are_converted_to_nm(tmp_path) -> None:
 
 
 def test_sensor_wavelengths_account_for_removed_bands() -> None:
-    assert hs.aviris_wavelengths(INDIAN_PINES_REMOVED, INDIAN_PINES_CHANNELS).size == 200
-    assert hs.aviris_wavelengths(SALINAS_REMOVED).size == 204
+    assert aviris_wavelengths(INDIAN_PINES_REMOVED, INDIAN_PINES_CHANNELS).size == 200
+    assert aviris_wavelengths(SALINAS_REMOVED).size == 204
     assert len(hs.SCENES["pavia_u"].wavelengths) == 103
-    wl = hs.aviris_wavelengths(INDIAN_PINES_REMOVED, INDIAN_PINES_CHANNELS)
+    wl = aviris_wavelengths(INDIAN_PINES_REMOVED, INDIAN_PINES_CHANNELS)
     assert not np.any((wl > 1380) & (wl < 1430)) and not np.any((wl > 1830) & (wl < 1950))  # water bands gone
 
 
@@ -649,9 +657,9 @@ def test_scene_label_values_a_scene_does_not_know() -> None:
     raw = np.array([[0, 1, 10], [14, 7, 7]], dtype=np.uint8)
     values = hs.SCENES["salinas_a"].label_values
     with pytest.raises(DataError, match=r"gt\.mat: label 7 at 2 pixel\(s\), first at row 1, column 1: .*1, 10, 11"):
-        hs.known_labels(raw, values, "gt.mat")
+        known_labels(raw, values, "gt.mat")
     report = DataReport("skip")
-    np.testing.assert_array_equal(hs.known_labels(raw, values, "gt.mat", report), [[0, 1, 2], [6, 0, 0]])
+    np.testing.assert_array_equal(known_labels(raw, values, "gt.mat", report), [[0, 1, 2], [6, 0, 0]])
     assert report.skipped("not one of the scene's classes") == 1
 
 
@@ -663,7 +671,7 @@ def test_real_pavia_maps_read(shared_data, name) -> None:
 
 def test_salinas_a_labels_remap(shared_data) -> None:
     raw = hs.read_labels(shared_data / "hyperspectral" / "SalinasA_gt.mat")
-    labels = hs.known_labels(raw, hs.SCENES["salinas_a"].label_values, "SalinasA_gt.mat")
+    labels = known_labels(raw, hs.SCENES["salinas_a"].label_values, "SalinasA_gt.mat")
     assert labels.max() == 6 and set(np.unique(labels).tolist()) == set(range(7))
     check_classes_present(labels, 6, "x")
 
@@ -671,7 +679,7 @@ def test_salinas_a_labels_remap(shared_data) -> None:
 def test_synthetic_uses_real_indian_pines_layout(shared_data, tmp_path) -> None:
     dm = HyperspectralDataModule(root=str(tmp_path), layout="auto")
     real = hs.read_labels(shared_data / "hyperspectral" / "Indian_pines_gt.mat")
-    assert hs.shared_layout_path().is_file()
+    assert shared_layout_path().is_file()
     dm.setup("fit")
     np.testing.assert_array_equal(dm.scenes[0].labels, real)
     assert dm.num_classes == 16
@@ -683,7 +691,7 @@ def test_synthetic_uses_real_indian_pines_layout(shared_data, tmp_path) -> None:
 def test_mat_cache_is_built_in_prepare_data_and_only_mapped_in_build(tmp_path, monkeypatch) -> None:
     dm = tiny_dm(tmp_path)
     dm.prepare_data()
-    key = cache_key(file_hash(DATA / "tiny_v5.mat"), "tiny_cube", version=hs.MAT_CACHE_VERSION)
+    key = cache_key(file_hash(DATA / "tiny_v5.mat"), "tiny_cube", version=readers.MAT_CACHE_VERSION)
     cache = tmp_path / "cache" / f"tiny_v5.tiny_cube.{key}.npy"
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [cache.name]
 
@@ -792,7 +800,7 @@ def test_offline_download_says_which_url_and_where_to_put_it(tmp_path, monkeypat
     with pytest.raises(DownloadError) as info:
         dm.prepare_data()
     message = str(info.value)
-    assert f"downloading {hs.EHU}/e/ee/PaviaU.mat to {tmp_path / 'pavia_u' / 'PaviaU.mat'} failed" in message
+    assert f"downloading {EHU}/e/ee/PaviaU.mat to {tmp_path / 'pavia_u' / 'PaviaU.mat'} failed" in message
     assert "URLError" in message and f"put it at {tmp_path / 'pavia_u' / 'PaviaU.mat'}" in message
     assert not list((tmp_path / "pavia_u").iterdir())  # no partial file
 

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from varlen.datamodules.molecules import MoleculeDataModule
-from varlen.datasets.molecules import check_classes, class_counts
+from varlen.datasets.molecules.classes import check_classes, class_counts
 from varlen.errors import DataError
 from varlen.models.molecules import MoleculeGNN
 from varlen.splits import balanced_scaffold_split

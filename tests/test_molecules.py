@@ -24,6 +24,7 @@ import varlen.datasets.molecules as mol
 from varlen.cache import VERSION_KEY, load_arrays, save_arrays
 from varlen.datamodules.molecules import MoleculeDataModule
 from varlen.datasets.molecules import features, graphs
+from varlen.datasets.molecules.readers import MoleculeNetSpec
 from varlen.errors import DataError, DatasetNotFoundError, DownloadError
 from varlen.models.molecules import MoleculeGNN
 from varlen.splits import random_split
@@ -282,7 +283,7 @@ def test_graphs_are_cached_in_prepare_data_by_file_hash(tmp_path: Path, monkeypa
     first = MoleculeDataModule(path=str(source), cache_dir=str(cache), batch_size=4)
     first.prepare_data()
     files = list((cache / "molecules").glob("t-*.npz"))
-    assert files == [mol.graph_cache_path(source, "smiles", cache)]
+    assert files == [graphs.graph_cache_path(source, "smiles", cache)]
     monkeypatch.setattr(graphs, "featurize_all", no_featurising)
     first.setup("fit")  # only reads what prepare_data built
     again = MoleculeDataModule(path=str(source), cache_dir=str(cache), batch_size=4)
@@ -352,7 +353,7 @@ def test_an_unusable_cache_is_rebuilt_with_a_warning(tmp_path: Path, how: str) -
     dm = tiny(cache_dir=str(cache))
     dm.prepare_data()
     dm.setup("fit")
-    path = mol.graph_cache_path(DATA / "esol_tiny.csv", "smiles", cache)
+    path = graphs.graph_cache_path(DATA / "esol_tiny.csv", "smiles", cache)
     damage(path, how, marker)
     again = tiny(cache_dir=str(cache))
     with pytest.warns(UserWarning, match=rf"cache {re.escape(str(path))} .*; building it again"):
@@ -376,7 +377,7 @@ def test_featurisation_errors_survive_the_cache(tmp_path: Path, monkeypatch: pyt
     with pytest.warns(UserWarning, match="skipped 2"):
         dm.setup("fit")
     assert dm.report.num_skipped == 2
-    arrays = load_arrays(mol.graph_cache_path(DATA / "esol_invalid.csv", "smiles", tmp_path), graphs.CACHE_FORMAT)
+    arrays = load_arrays(graphs.graph_cache_path(DATA / "esol_invalid.csv", "smiles", tmp_path), graphs.CACHE_FORMAT)
     assert arrays["error_rows"].tolist() == [10, 11]
     assert arrays["error_messages"][0] == "RDKit could not parse the SMILES"
 
@@ -401,12 +402,12 @@ def test_download_is_verified(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     good = "sha256:" + hashlib.sha256(source.read_bytes()).hexdigest()
     monkeypatch.setattr(varlen.datasets.download.urllib.request, "urlopen", fake_urlopen(source))
     spec = mol.MOLECULENET["freesolv"]
-    monkeypatch.setitem(mol.MOLECULENET, "freesolv", mol.MoleculeNetSpec(**{**spec.__dict__, "checksum": "md5:0"}))
+    monkeypatch.setitem(mol.MOLECULENET, "freesolv", MoleculeNetSpec(**{**spec.__dict__, "checksum": "md5:0"}))
     dm = MoleculeDataModule(dataset="freesolv", root=str(tmp_path), download=True, cache_dir=str(CACHE))
     with pytest.raises(DownloadError, match=r"md5 is .* expected 0.*\(checksum from local copy of SAMPL\.csv\)"):
         dm.prepare_data()
     assert list(tmp_path.iterdir()) == []  # nothing half-written is left behind
-    monkeypatch.setitem(mol.MOLECULENET, "freesolv", mol.MoleculeNetSpec(**{**spec.__dict__, "checksum": good}))
+    monkeypatch.setitem(mol.MOLECULENET, "freesolv", MoleculeNetSpec(**{**spec.__dict__, "checksum": good}))
     dm = MoleculeDataModule(dataset="freesolv", root=str(tmp_path), download=True, batch_size=4, cache_dir=str(CACHE))
     dm.prepare_data()
     dm.setup("fit")
@@ -569,8 +570,9 @@ def test_batches_round_trip_and_feed_pyg_layers() -> None:
     again.index = batch.index
     assert_same_batch(again, batch)
     torch.manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(len(mol.ATOM_FEATURES), 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
-    conv = GINEConv(mlp, edge_dim=len(mol.BOND_FEATURES))
+    atoms = len(features.ATOM_FEATURES)
+    mlp = torch.nn.Sequential(torch.nn.Linear(atoms, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
+    conv = GINEConv(mlp, edge_dim=len(features.BOND_FEATURES))
     model = MoleculeGNN(hidden=16, num_layers=2, num_descriptors=dm.num_descriptors).eval()
 
     def outputs(graphs: Batch) -> tuple[torch.Tensor, ...]:
@@ -667,7 +669,7 @@ def test_regression_outputs_are_in_original_units() -> None:
 
 def test_descriptors_are_standardized_collated_and_invariant() -> None:
     dm = MoleculeDataModule(descriptors=True, cache_dir=str(CACHE))
-    assert dm.num_descriptors == mol.NUM_DESCRIPTORS
+    assert dm.num_descriptors == features.NUM_DESCRIPTORS
     dm.setup("fit")
     train = np.stack([dm.dataset("train")[i]["descriptors"] for i in range(len(dm.dataset("train")))])
     np.testing.assert_allclose(train.mean(0), 0.0, atol=1e-4)  # train statistics, not all molecules
@@ -682,7 +684,7 @@ def test_descriptors_are_standardized_collated_and_invariant() -> None:
     val = dm.dataset("val")
     model = MoleculeGNN(hidden=16, num_layers=2, pooling="add_mean", num_descriptors=dm.num_descriptors).eval()
     batch = next(iter(dm.val_dataloader()))
-    assert batch.descriptors.shape == (batch.num_graphs, mol.NUM_DESCRIPTORS)
+    assert batch.descriptors.shape == (batch.num_graphs, features.NUM_DESCRIPTORS)
     with torch.no_grad():
         alone = torch.cat([model(dm.collate_fn([val[int(i)]])) for i in batch["index"]])
         torch.testing.assert_close(model(batch), alone, atol=1e-5, rtol=1e-4)

@@ -23,7 +23,8 @@ import yaml
 
 from varlen import cli
 from varlen.datamodules.video_text import VideoTextDataModule
-from varlen.datasets.video_text import MSRVTT_DATA_URL, read_msrvtt_protocol
+from varlen.datasets.video_text import read_msrvtt_protocol
+from varlen.datasets.video_text.captions import MSRVTT_DATA_URL
 from varlen.errors import DataError, DatasetNotFoundError
 from varlen.models.retrieval import CaptionEmbeddings, retrieval_metrics
 from varlen.models.video_text import VideoTextAligner

@@ -10,15 +10,9 @@ import torch
 from varlen.batching.collate import pad_flat
 from varlen.batching.ragged import Ragged
 from varlen.datamodules import TextClassificationDataModule
-from varlen.datasets.text import (
-    TextCollator,
-    TextColumns,
-    TextTable,
-    class_list,
-    encode_rows,
-    pad_texts,
-    read_table,
-)
+from varlen.datasets.text import TextCollator, TextColumns, TextTable, encode_rows, read_table
+from varlen.datasets.text.dataset import pad_texts
+from varlen.datasets.text.readers import class_list
 from varlen.errors import DataError, DatasetNotFoundError
 from varlen.models import TextClassifier
 from varlen.report import DataReport

@@ -8,16 +8,9 @@ import pytest
 import torch
 
 from varlen.datamodules import TextClassificationDataModule
-from varlen.datasets.text import (
-    TextColumns,
-    TextTable,
-    load_tokenizer,
-    opinion_votes,
-    read_table,
-    split_by_column,
-    split_of,
-    synthetic_long_reviews,
-)
+from varlen.datasets.text import TextColumns, TextTable, load_tokenizer, read_table, split_by_column
+from varlen.datasets.text.column_splits import split_of
+from varlen.datasets.text.synthetic import opinion_votes, synthetic_long_reviews
 from varlen.errors import DataError
 from varlen.models import TextClassifier
 from varlen.models.votes import ItemVotes, sum_by_item

@@ -18,25 +18,21 @@ from torch import nn
 from varlen.batching import pad_sequences
 from varlen.datamodules.video_text import DEFAULT_BUDGET, VideoTextDataModule
 from varlen.datasets.video_text import (
-    IGNORE_INDEX,
-    YOUCOOK2_URL,
     CaptionTable,
-    NpzFeatures,
-    SentenceFeatures,
     VideoTextDataset,
-    alignment_targets,
     caption_tokens,
-    cross_attention_masks,
     open_features,
-    pad_segments,
     read_jsonl,
     read_msrvtt,
     read_youcook2,
-    temporal_alignment,
-    tokenize_captions,
     tokenizer,
 )
-from varlen.datasets.video_text.tokenize import cache_path
+from varlen.datasets.video_text.alignment import IGNORE_INDEX, alignment_targets, temporal_alignment
+from varlen.datasets.video_text.captions import YOUCOOK2_URL
+from varlen.datasets.video_text.collate import cross_attention_masks, pad_segments
+from varlen.datasets.video_text.features import NpzFeatures
+from varlen.datasets.video_text.synthetic import SentenceFeatures
+from varlen.datasets.video_text.tokenize import cache_path, tokenize_captions
 from varlen.errors import DataError, DatasetNotFoundError
 from varlen.models.attention import PACKED_ATTENTION
 from varlen.models.video_text import AlignmentScores, PairedEmbeddings, VideoTextAligner, retrieval_metrics

@@ -8,7 +8,7 @@ The two mistakes this DataModule makes impossible by default:
   has one recording), by whole recording, or by operating condition. The leaky random window
   split exists only to measure the effect, and warns.
 - *Copies*: windows are spans of one flat buffer holding every recording
-  (:class:`~varlen.datasets.bearing.RecordingBuffer`; each recording's signal is a view of it),
+  (:class:`~varlen.datasets.bearing.storage.RecordingBuffer`; each recording's signal is a view of it),
   so 50%-overlapping windows hold the signal once, not twice, and a batch is one gather.
 
 Across operating conditions (``split="condition"``: train on one motor load, test on another),
@@ -31,20 +31,15 @@ import numpy as np
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
 from varlen.batching.collate import round_up
 from varlen.datamodules.base import PredictSplit, VarLenDataModule, base_args
-from varlen.datasets.bearing import (
-    CWRU_CLASSES,
-    BearingCollator,
-    BearingSource,
-    BearingWindows,
-    Recording,
-    RecordingBuffer,
-    WindowAugment,
-    normalize,
-    renormalize,
-    resample,
-    simulate_recordings,
-)
+from varlen.datasets.bearing.augment import WindowAugment
+from varlen.datasets.bearing.collate import BearingCollator
+from varlen.datasets.bearing.dataset import BearingWindows
+from varlen.datasets.bearing.formats import CWRU_CLASSES, Recording
+from varlen.datasets.bearing.source import BearingSource
 from varlen.datasets.bearing.splits import OTHER, UNIT, WindowSplit, check_split_arguments, window_geometry
+from varlen.datasets.bearing.storage import RecordingBuffer
+from varlen.datasets.bearing.synthetic import simulate_recordings
+from varlen.datasets.bearing.windows import normalize, renormalize, resample
 from varlen.errors import DataError
 from varlen.report import SOURCE, OnBad
 

@@ -28,18 +28,9 @@ import numpy as np
 
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
 from varlen.datamodules.base import PredictSplit, VarLenDataModule, base_args
-from varlen.datasets.hyperspectral import (
-    HyperspectralCollator,
-    HyperspectralPixels,
-    Scene,
-    SceneSource,
-    band_statistics,
-    open_scene,
-    prepare_scene,
-    random_band_counts,
-    scene_class_names,
-    select_bands,
-)
+from varlen.datasets.hyperspectral.collate import HyperspectralCollator
+from varlen.datasets.hyperspectral.dataset import HyperspectralPixels, band_statistics, random_band_counts, select_bands
+from varlen.datasets.hyperspectral.source import Scene, SceneSource, open_scene, prepare_scene, scene_class_names
 from varlen.datasets.hyperspectral.splits import PixelSplit
 from varlen.errors import DataError
 from varlen.report import OnBad

@@ -10,27 +10,17 @@ import numpy as np
 
 from varlen.batching.telemetry import BatchStats
 from varlen.datamodules.base import PredictSplit, VarLenDataModule, base_args
-from varlen.datasets.molecules import (
-    ATOM_VOCAB,
-    BOND_VOCAB,
-    MOLECULENET,
-    NUM_DESCRIPTORS,
-    SINGLE_CLASS,
-    TASKS,
-    GraphStore,
-    MoleculeCollator,
+from varlen.datasets.molecules.classes import SINGLE_CLASS, SingleClass, check_classes
+from varlen.datasets.molecules.collate import MoleculeCollator
+from varlen.datasets.molecules.dataset import (
     MoleculeGraphs,
-    MoleculeTable,
-    SingleClass,
-    cached_graphs,
-    check_classes,
     descriptor_statistics,
-    read_table,
     standardized_descriptors,
-    table_path,
     target_statistics,
-    usable_positions,
 )
+from varlen.datasets.molecules.features import ATOM_VOCAB, BOND_VOCAB, NUM_DESCRIPTORS
+from varlen.datasets.molecules.graphs import GraphStore, cached_graphs, usable_positions
+from varlen.datasets.molecules.readers import MOLECULENET, TASKS, MoleculeTable, read_table, table_path
 from varlen.errors import DataError
 from varlen.report import OnBad
 from varlen.splits import balanced_scaffold_split, fractions_of, random_split, scaffold_split
@@ -85,7 +75,7 @@ class MoleculeDataModule(VarLenDataModule):
             ``target_mean`` / ``target_std`` and reports metrics in the original units).
         descriptors: add RDKit graph-level descriptors (logP, weight, TPSA, H donors/acceptors,
             rotatable bonds, rings, sp3 fraction, heavy atoms, aromatic proportion; see
-            :data:`~varlen.datasets.molecules.DESCRIPTORS`) to every sample, standardized with
+            :data:`~varlen.datasets.molecules.features.DESCRIPTORS`) to every sample, standardized with
             train statistics; the model concatenates them to the pooled graph embedding
             (``num_descriptors`` is linked to it; the ESOL config uses them: docs/benchmarks.md).
         on_bad: ``"raise"`` stops at the first SMILES RDKit rejects (naming the file, line and

@@ -8,7 +8,21 @@ from typing import Literal
 
 from varlen import notices
 from varlen.datamodules.base import PredictSplit, VarLenDataModule, base_args
-from varlen.datasets import text as text_data
+from varlen.datasets.text.collate import TextCollator
+from varlen.datasets.text.column_splits import split_by_column
+from varlen.datasets.text.dataset import TokenizedTexts
+from varlen.datasets.text.readers import (
+    TextColumns,
+    TextTable,
+    check_classes,
+    class_list,
+    encode_rows,
+    read_hub,
+    read_table,
+)
+from varlen.datasets.text.report import TextReport
+from varlen.datasets.text.synthetic import SYNTHETIC_KINDS, synthetic_tables
+from varlen.datasets.text.tokens import OVERFLOW, load_tokenizer, tokenize_table
 from varlen.errors import DataError
 from varlen.report import SOURCE, OnBad
 from varlen.splits import fractions_of, stratified_split
@@ -128,26 +142,26 @@ class TextClassificationDataModule(VarLenDataModule):
             raise ValueError(f"max_train_samples must be >= 1, got {max_train_samples}")
         if max_length < 2:
             raise ValueError(f"max_length must be >= 2 tokens (room for [CLS] and [SEP] at least), got {max_length}")
-        if overflow not in text_data.OVERFLOW:
-            raise ValueError(f"overflow must be one of {text_data.OVERFLOW}, got {overflow!r}")
+        if overflow not in OVERFLOW:
+            raise ValueError(f"overflow must be one of {OVERFLOW}, got {overflow!r}")
         if overflow == "windows" and text_pair_column:
             raise ValueError("overflow='windows' takes single texts; sentence pairs need overflow='truncate'")
         if stride < 0:
             raise ValueError(f"stride must be >= 0, got {stride}")
         if split_column and not (train_file or dataset_name):
             raise ValueError("split_column needs a train_file or a dataset_name (the synthetic reviews come split)")
-        if synthetic not in text_data.SYNTHETIC_KINDS:
-            raise ValueError(f"synthetic must be one of {text_data.SYNTHETIC_KINDS}, got {synthetic!r}")
-        self.report = text_data.TextReport(on_bad)  # the shared report, plus documents -> windows
+        if synthetic not in SYNTHETIC_KINDS:
+            raise ValueError(f"synthetic must be one of {SYNTHETIC_KINDS}, got {synthetic!r}")
+        self.report = TextReport(on_bad)  # the shared report, plus documents -> windows
         self.train_file = train_file
         self.val_file = val_file
         self.test_file = test_file
         self.dataset_name = dataset_name
         self.dataset_config_name = dataset_config_name
         self.columns = (
-            text_data.TextColumns(text_column, text_pair_column, label_column)
+            TextColumns(text_column, text_pair_column, label_column)
             if train_file or dataset_name
-            else text_data.TextColumns("text", None, "label")  # the synthetic default's own
+            else TextColumns("text", None, "label")  # the synthetic default's own
         )
         self.split_column = split_column
         self._class_names = list(class_names) if class_names else None
@@ -165,26 +179,26 @@ class TextClassificationDataModule(VarLenDataModule):
     # -- raw tables (read lazily: the CLI reads num_classes before setup) --------------------
 
     @cached_property
-    def tables(self) -> dict[str, text_data.TextTable]:
+    def tables(self) -> dict[str, TextTable]:
         """The rows of each available split as read (checked files, not yet checked rows), the
         training table already divided by its ``split_column``."""
         if self.train_file:
             files = {"train": self.train_file, "val": self.val_file, "test": self.test_file}
             marked = {"train": self.split_column}  # only the training table may carry the split column
             tables = {
-                split: text_data.read_table(path, self.columns, f"{split}_file", marked.get(split))
+                split: read_table(path, self.columns, f"{split}_file", marked.get(split))
                 for split, path in files.items()
                 if path
             }
         elif self.dataset_name:
-            tables = text_data.read_hub(self.dataset_name, self.dataset_config_name, self.columns, self.split_column)
+            tables = read_hub(self.dataset_name, self.dataset_config_name, self.columns, self.split_column)
         else:
-            return text_data.synthetic_tables(self.synthetic_samples, self.synthetic)
+            return synthetic_tables(self.synthetic_samples, self.synthetic)
         return self._by_split_column(tables) if self.split_column else tables
 
-    def _by_split_column(self, tables: dict[str, text_data.TextTable]) -> dict[str, text_data.TextTable]:
+    def _by_split_column(self, tables: dict[str, TextTable]) -> dict[str, TextTable]:
         """The training table's rows dealt by its split column; a split with its own source keeps it."""
-        parts = text_data.split_by_column(tables["train"], self.split_column)
+        parts = split_by_column(tables["train"], self.split_column)
         self._left_out = {split: len(part) for split, part in parts.items() if split != "train" and split in tables}
         counts = ", ".join(f"{len(part):,} {split}" for split, part in parts.items())
         notices.info(log, "%s: split column %r gives %s rows", tables["train"].name, self.split_column, counts)
@@ -196,10 +210,8 @@ class TextClassificationDataModule(VarLenDataModule):
         """Class names in id order (from the config, else the sorted training labels); two at least."""
         if self._class_names is None:
             train = self.tables["train"]
-            self._class_names = text_data.check_classes(
-                text_data.class_list(train.labels), train.name, self.columns.label
-            )
-        return text_data.check_classes(self._class_names, "class_names", self.columns.label)
+            self._class_names = check_classes(class_list(train.labels), train.name, self.columns.label)
+        return check_classes(self._class_names, "class_names", self.columns.label)
 
     @property
     def num_classes(self) -> int:
@@ -207,7 +219,7 @@ class TextClassificationDataModule(VarLenDataModule):
 
     @cached_property
     def tokenizer(self):
-        return text_data.load_tokenizer(self.tokenizer_name_or_path)
+        return load_tokenizer(self.tokenizer_name_or_path)
 
     @property
     def with_token_type_ids(self) -> bool:
@@ -236,13 +248,12 @@ class TextClassificationDataModule(VarLenDataModule):
     def prepare_data(self) -> None:
         """Download a Hub dataset once per node (files and the synthetic default need nothing)."""
         if self.dataset_name and not self.train_file:
-            text_data.read_hub(self.dataset_name, self.dataset_config_name, self.columns)
+            read_hub(self.dataset_name, self.dataset_config_name, self.columns)
 
-    def build(self, stage: str | None) -> dict[str, text_data.TokenizedTexts]:
+    def build(self, stage: str | None) -> dict[str, TokenizedTexts]:
         classes = self.class_names
         rows = {
-            split: text_data.encode_rows(table, classes, self.columns, self.report, split)
-            for split, table in self.tables.items()
+            split: encode_rows(table, classes, self.columns, self.report, split) for split, table in self.tables.items()
         }
         for split, (table, _) in rows.items():
             if not len(table):
@@ -261,13 +272,11 @@ class TextClassificationDataModule(VarLenDataModule):
             train, labels = train.select(kept), labels[kept]
         rows["train"] = (train, labels)
         # first: it refuses a tokenizer without a pad token before anything is tokenised
-        self.collate_fn = text_data.TextCollator(
-            self.tokenizer.pad_token_id, self.with_token_type_ids, self.pad_to_multiple_of
-        )
+        self.collate_fn = TextCollator(self.tokenizer.pad_token_id, self.with_token_type_ids, self.pad_to_multiple_of)
         datasets = {}
         pairs = self.columns.pair is not None
         for split, (table, split_labels) in rows.items():
-            datasets[split], truncated = text_data.tokenize_table(
+            datasets[split], truncated = tokenize_table(
                 table,
                 split_labels,
                 self.tokenizer,

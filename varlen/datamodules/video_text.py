@@ -20,23 +20,13 @@ from torch.utils.data import Dataset
 
 from varlen.batching.telemetry import BatchStats, mask_stats
 from varlen.datamodules.base import PredictSplit, VarLenDataModule, base_args
-from varlen.datasets.video_text import (
-    LAYOUTS,
-    SOURCES,
-    CaptionTable,
-    FeatureStore,
-    Layout,
-    Segmentation,
-    Tokenized,
-    VideoTextCollator,
-    VideoTextDataset,
-    budget_sizes,
-    caption_tokens,
-    open_features,
-    open_source,
-    tokenizer,
-)
-from varlen.datasets.video_text.captions import TEST_NAMES, VAL_NAMES
+from varlen.datasets.video_text.captions import TEST_NAMES, VAL_NAMES, CaptionTable
+from varlen.datasets.video_text.collate import VideoTextCollator, budget_sizes
+from varlen.datasets.video_text.dataset import Segmentation, VideoTextDataset
+from varlen.datasets.video_text.features import FeatureStore, open_features
+from varlen.datasets.video_text.packed import LAYOUTS, Layout
+from varlen.datasets.video_text.source import SOURCES, open_source
+from varlen.datasets.video_text.tokenize import Tokenized, caption_tokens, tokenizer
 from varlen.errors import DataError
 from varlen.report import DataReport, OnBad
 from varlen.splits import random_split

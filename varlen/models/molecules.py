@@ -16,7 +16,7 @@ from torch_geometric.nn import GINEConv, GraphNorm, global_add_pool, global_mean
 from torchmetrics import MeanAbsoluteError, MeanSquaredError, Metric, MetricCollection
 from torchmetrics.classification import BinaryAUROC
 
-from varlen.datasets.molecules import ATOM_VOCAB, BOND_VOCAB
+from varlen.datasets.molecules.features import ATOM_VOCAB, BOND_VOCAB
 from varlen.models.base import VarLenModule
 
 __all__ = ["NORMS", "POOLING", "ClassCounts", "MoleculeGNN"]

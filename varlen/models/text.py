@@ -59,7 +59,7 @@ class TextClassifier(VarLenModule):
         self.save_hyperparameters()
         from transformers import AutoConfig, AutoModelForSequenceClassification
 
-        from varlen.datasets.text import default_tokenizer_path
+        from varlen.datasets.text.tokens import default_tokenizer_path
 
         path = model_name_or_path or default_tokenizer_path()
         labels: dict[str, Any] = {"num_labels": num_classes}

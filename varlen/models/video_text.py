@@ -126,7 +126,7 @@ class VideoTextAligner(VarLenModule):
       caption slots are never encoded (a row of only padding would attend to nothing).
     - **Cross-attention**: every caption attends to the video segments it overlaps in time
       (``alignment_mask`` and both padding masks; ``nn.MultiheadAttention`` wants True =
-      blocked, so the keep-mask is flipped by :func:`~varlen.datasets.video_text.cross_attention_masks`).
+      blocked, so the keep-mask is flipped by :func:`~varlen.datasets.video_text.collate.cross_attention_masks`).
       Values come from the video only, so the result is a learnt pooling of the caption's own
       time span, contrasted with the caption (a segment-level InfoNCE).
     - **Alignment head**: for each video segment, scores against every real caption of its

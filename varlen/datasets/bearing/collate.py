@@ -24,7 +24,7 @@ class BearingCollator:
     Returns a dict: ``signals`` ``[B, C, W]`` float32 (zeros after each window's length),
     ``lengths`` ``[B]``, ``mask`` ``[B, W]`` bool keep-mask (True = real sample, the varlen
     convention), ``labels``, ``recording_ids``, ``window_index``, ``starts`` and ``index``.
-    A :class:`~varlen.datasets.bearing.WindowBatch` (the loader's batched fetch from
+    A :class:`~varlen.datasets.bearing.dataset.WindowBatch` (the loader's batched fetch from
     :class:`~varlen.datasets.bearing.BearingWindows`) is only named; a list of ``dataset[i]``
     dicts is joined and padded here first, with the same one-gather path. A class (not a
     closure) so it pickles into loader workers.

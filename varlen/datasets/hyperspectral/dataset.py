@@ -6,7 +6,7 @@ loader's batched fetch (``__getitems__``) reads a whole batch at once: the batch
 :class:`~varlen.batching.ragged.Ragged` rows (:mod:`.bands`), padded in one gather, and one read
 of the cube per scene present for all patches x their bands (:mod:`.gather`), normalized in
 place. The dataset keeps one row per sample (int32) and each scene's cube as a
-:class:`~varlen.datasets.hyperspectral.MappedCube`, which pickles as its path: a worker never
+:class:`~varlen.datasets.hyperspectral.readers.MappedCube`, which pickles as its path: a worker never
 receives a copy of the cube.
 
 Random band subsets (training): sample ``i`` has ``band_counts[i]`` bands, drawn once from the

@@ -1,7 +1,7 @@
 """Label maps: integer values, classes 1..C without gaps, and values a scene does not know.
 
 A label map is ``[H, W]`` with 0 = unlabelled and 1..C the classes (a public scene may number its
-classes otherwise, e.g. Salinas-A's 1, 10-14: :attr:`~varlen.datasets.hyperspectral.SceneInfo.label_values`).
+classes otherwise, e.g. Salinas-A's 1, 10-14: :attr:`~varlen.datasets.hyperspectral.scenes.SceneInfo.label_values`).
 A value that is no class of the scene (negative, above C, a number the scene does not use) is bad
 input: :func:`known_labels` sends it through ``report.bad`` once per value, which raises under
 ``on_bad="raise"`` and, under ``"skip"``, leaves its pixels unlabelled and counts the value.

@@ -1,96 +1,45 @@
 # ruff: noqa: E402  (the extra is checked before the imports that need it)
 """Molecular graphs from MoleculeNet-style SMILES tables: reading, RDKit featurisation, cache, dataset, collate.
 
+Public entry points (what a DataModule of one's own is built from): the presets
+:data:`MOLECULENET`, :func:`moleculenet_file` (a preset's verified download) and
+:func:`packaged_esol`; :func:`read_table` (-> :class:`MoleculeTable`); :func:`featurize_all` and
+:func:`cached_graphs` (the table's graphs, cached), :func:`usable_positions` (molecules RDKit
+could not use go through the report); :class:`MoleculeGraphs` and :class:`MoleculeCollator`; the
+vocabulary sizes :data:`ATOM_VOCAB` and :data:`BOND_VOCAB` a model embeds. Helpers stay in their
+submodules:
+
 * :mod:`.readers`: presets, downloads, :func:`read_table` (table errors name the file and line);
 * :mod:`.classes`: every validation and test split holds both classes of each task (ROC-AUC);
 * :mod:`.features`: RDKit atom / bond categories in shared vocabularies, scaffolds, descriptors;
 * :mod:`.graphs`: the table's graphs as concatenated arrays, cached as ``.npz`` (no pickles);
-* :mod:`.rows`: :class:`MoleculeRows`, a batch of molecules as the arrays of one graph;
+* :mod:`.rows`: :class:`~.rows.MoleculeRows`, a batch of molecules as the arrays of one graph;
 * :mod:`.dataset`: :class:`MoleculeGraphs`, one split over the shared store, gathering a batch at
-  once as :class:`MoleculeRows`;
-* :mod:`.collate`: :class:`MoleculeCollator`, those rows to a PyG ``Batch`` (:func:`graph_batch`).
-
-:data:`FEATURIZER_VERSION` here is a copy for reading; the cache key reads
-``varlen.datasets.molecules.features.FEATURIZER_VERSION``.
+  once as :class:`~.rows.MoleculeRows`; target and descriptor statistics;
+* :mod:`.collate`: :class:`MoleculeCollator`, those rows to a PyG ``Batch`` (:func:`~.collate.graph_batch`).
 """
 
 from varlen._extras import require
 
 require("molecules")  # first: names the extra when its packages are missing
 
-from varlen.datasets.molecules.classes import SINGLE_CLASS, SingleClass, check_classes, class_counts
-from varlen.datasets.molecules.collate import GRAPH_FIELDS, MoleculeCollator, graph_batch
-from varlen.datasets.molecules.dataset import (
-    MoleculeGraphs,
-    descriptor_statistics,
-    standardized_descriptors,
-    target_statistics,
-)
-from varlen.datasets.molecules.features import (
-    ATOM_FEATURES,
-    ATOM_VOCAB,
-    BOND_FEATURES,
-    BOND_VOCAB,
-    DESCRIPTORS,
-    FEATURIZER_VERSION,
-    NUM_DESCRIPTORS,
-    featurize_smiles,
-    molecule_descriptors,
-)
-from varlen.datasets.molecules.graphs import (
-    CACHE_FORMAT,
-    GraphStore,
-    cached_graphs,
-    featurize_all,
-    graph_cache_path,
-    usable_positions,
-)
-from varlen.datasets.molecules.readers import (
-    MOLECULENET,
-    TASKS,
-    MoleculeNetSpec,
-    MoleculeTable,
-    moleculenet_file,
-    packaged_esol,
-    read_table,
-    table_path,
-)
-from varlen.datasets.molecules.rows import MoleculeRows
+from varlen.datasets.molecules.collate import MoleculeCollator
+from varlen.datasets.molecules.dataset import MoleculeGraphs
+from varlen.datasets.molecules.features import ATOM_VOCAB, BOND_VOCAB
+from varlen.datasets.molecules.graphs import cached_graphs, featurize_all, usable_positions
+from varlen.datasets.molecules.readers import MOLECULENET, MoleculeTable, moleculenet_file, packaged_esol, read_table
 
 __all__ = [
-    "ATOM_FEATURES",
     "ATOM_VOCAB",
-    "BOND_FEATURES",
     "BOND_VOCAB",
-    "CACHE_FORMAT",
-    "DESCRIPTORS",
-    "FEATURIZER_VERSION",
-    "GRAPH_FIELDS",
     "MOLECULENET",
-    "NUM_DESCRIPTORS",
-    "SINGLE_CLASS",
-    "TASKS",
-    "GraphStore",
     "MoleculeCollator",
     "MoleculeGraphs",
-    "MoleculeNetSpec",
-    "MoleculeRows",
     "MoleculeTable",
-    "SingleClass",
     "cached_graphs",
-    "check_classes",
-    "class_counts",
     "featurize_all",
-    "featurize_smiles",
-    "graph_batch",
-    "graph_cache_path",
-    "molecule_descriptors",
     "moleculenet_file",
     "packaged_esol",
     "read_table",
-    "descriptor_statistics",
-    "standardized_descriptors",
-    "table_path",
-    "target_statistics",
     "usable_positions",
 ]

@@ -19,7 +19,7 @@ class TextCollator:
     ``token_type_ids`` (when the model takes them), ``labels``, ``index``, and ``document_ids``
     when the samples are windows of longer texts.
 
-    A :class:`~varlen.datasets.text.TextBatch` (the loader's batched fetch, padded by
+    A :class:`~varlen.datasets.text.dataset.TextBatch` (the loader's batched fetch, padded by
     :class:`~varlen.datasets.text.TokenizedTexts`) is only named; a list of ``dataset[i]`` dicts is
     padded here first, with the same one-gather path.
 

@@ -6,11 +6,19 @@ its own number of tokens: two ragged axes on each side. Everything here keeps th
 (:class:`~varlen.batching.ragged.Ragged` fields) until :class:`VideoTextCollator` gathers a batch,
 padded or packed, and builds the cross-modal alignment.
 
+Public entry points (what a DataModule of one's own is built from): the caption readers
+:func:`read_youcook2`, :func:`read_msrvtt`, :func:`read_jsonl` and :func:`read_msrvtt_protocol`
+(-> :class:`CaptionTable`); :func:`open_features` (-> a :class:`FeatureStore`);
+:func:`synthetic_corpus`; :func:`tokenizer` and :func:`caption_tokens` (cached tokens);
+:class:`VideoTextDataset`, :class:`VideoTextCollator` and :func:`budget_sizes` (the sampler
+sizes that bound a padded batch). Helpers stay in their submodules:
+
 - :mod:`.captions`: captions with timestamps (:class:`CaptionTable`) from the YouCook2
   annotation JSON, MSR-VTT-style caption files or a generic JSONL;
 - :mod:`.msrvtt`: MSR-VTT's retrieval protocols (9k / 7k train lists, the 1k-A test pairs);
 - :mod:`.features`: precomputed features ``[T, D]`` per video (a folder of ``.npy``, one
   ``.npz`` or one HDF5 file keyed by video id);
+- :mod:`.source`: the caption table and feature store of a configured source;
 - :mod:`.synthetic`: the embedded synthetic corpus, generated features, MSR-VTT-shaped files;
 - :mod:`.tokenize`: unpadded caption tokens and their cache;
 - :mod:`.storage`: the ragged fields a dataset serves and the batch selection it returns;
@@ -32,88 +40,26 @@ from varlen._extras import require
 
 require("video-text")  # first: names the extra when its packages are missing
 
-from varlen.datasets.video_text.alignment import IGNORE_INDEX, alignment_targets, span_overlap, temporal_alignment
-from varlen.datasets.video_text.captions import (
-    MSRVTT_DATA_URL,
-    READERS,
-    YOUCOOK2_URL,
-    CaptionTable,
-    read_jsonl,
-    read_msrvtt,
-    read_youcook2,
-)
-from varlen.datasets.video_text.collate import (
-    SEGMENT_EDGES,
-    VideoTextCollator,
-    budget_sizes,
-    cross_attention_masks,
-    pad_segments,
-    segment_class,
-)
-from varlen.datasets.video_text.dataset import Segmentation, VideoTextDataset
-from varlen.datasets.video_text.features import (
-    FeatureStore,
-    HDF5Features,
-    NpyFolderFeatures,
-    NpzFeatures,
-    frame_ranges,
-    open_features,
-)
-from varlen.datasets.video_text.msrvtt import read_msrvtt_protocol, read_test_pairs, read_video_list
-from varlen.datasets.video_text.packed import LAYOUTS, Layout, pack_batch, same_video_pairs
-from varlen.datasets.video_text.source import SOURCES, open_source
-from varlen.datasets.video_text.storage import VideoTextFields, VideoTextSelection
-from varlen.datasets.video_text.synthetic import (
-    SentenceFeatures,
-    SyntheticFeatures,
-    synthetic_corpus,
-    write_msrvtt_files,
-)
-from varlen.datasets.video_text.tokenize import Tokenized, caption_tokens, tokenize_captions, tokenizer
+from varlen.datasets.video_text.captions import CaptionTable, read_jsonl, read_msrvtt, read_youcook2
+from varlen.datasets.video_text.collate import VideoTextCollator, budget_sizes
+from varlen.datasets.video_text.dataset import VideoTextDataset
+from varlen.datasets.video_text.features import FeatureStore, open_features
+from varlen.datasets.video_text.msrvtt import read_msrvtt_protocol
+from varlen.datasets.video_text.synthetic import synthetic_corpus
+from varlen.datasets.video_text.tokenize import caption_tokens, tokenizer
 
 __all__ = [
-    "IGNORE_INDEX",
-    "LAYOUTS",
-    "MSRVTT_DATA_URL",
-    "READERS",
-    "SEGMENT_EDGES",
-    "SOURCES",
-    "YOUCOOK2_URL",
     "CaptionTable",
     "FeatureStore",
-    "HDF5Features",
-    "Layout",
-    "NpyFolderFeatures",
-    "NpzFeatures",
-    "Segmentation",
-    "SentenceFeatures",
-    "SyntheticFeatures",
-    "Tokenized",
     "VideoTextCollator",
     "VideoTextDataset",
-    "VideoTextFields",
-    "VideoTextSelection",
-    "alignment_targets",
     "budget_sizes",
     "caption_tokens",
-    "cross_attention_masks",
-    "frame_ranges",
     "open_features",
-    "open_source",
-    "pack_batch",
-    "pad_segments",
     "read_jsonl",
     "read_msrvtt",
     "read_msrvtt_protocol",
-    "read_test_pairs",
-    "read_video_list",
     "read_youcook2",
-    "same_video_pairs",
-    "segment_class",
-    "span_overlap",
     "synthetic_corpus",
-    "temporal_alignment",
-    "tokenize_captions",
     "tokenizer",
-    "write_msrvtt_files",
 ]

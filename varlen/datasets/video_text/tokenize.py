@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from varlen.cache import cache_key, load_arrays, save_arrays
-from varlen.datasets.text import default_tokenizer_path, load_tokenizer
+from varlen.datasets.text.tokens import default_tokenizer_path, load_tokenizer
 
 __all__ = ["CACHE_VERSION", "Tokenized", "cache_path", "caption_tokens", "tokenize_captions", "tokenizer"]
 
