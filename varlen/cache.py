@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from varlen import notices
+from varlen.errors import DataError
 
 __all__ = [
     "array_hash",
@@ -39,6 +40,7 @@ __all__ = [
     "file_hash",
     "load_arrays",
     "save_arrays",
+    "writable_folder",
 ]
 
 #: the key under which :func:`save_arrays` stores the format version
@@ -56,8 +58,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     Readers see either no file or the complete one; a failed ``write`` leaves nothing behind.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    handle, tmp = _temporary(path, suffix=".part")
     os.close(handle)
     tmp_path = Path(tmp)
     try:
@@ -66,6 +67,26 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     finally:
         tmp_path.unlink(missing_ok=True)
     return path
+
+
+def _temporary(path: Path, suffix: str) -> tuple[int, str]:
+    """A new temporary file beside ``path`` (its folder made first), or a DataError naming the folder."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+    except OSError as error:
+        raise DataError(
+            f"cannot write in {path.parent} ({error.strerror or error}): give a folder you can write to "
+            "(cache_dir=..., or $VARLEN_CACHE)"
+        ) from error
+
+
+def writable_folder(path: str | Path) -> Path:
+    """``path``'s folder, made if needed and checked writable (a DataError naming it otherwise)."""
+    handle, tmp = _temporary(Path(path), suffix=".probe")
+    os.close(handle)
+    os.unlink(tmp)
+    return Path(path).parent
 
 
 @functools.lru_cache(maxsize=64)

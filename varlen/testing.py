@@ -11,6 +11,7 @@ run whose metrics must equal one process's. Use it for your own DataModules too.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -28,6 +29,7 @@ import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 from varlen.batching import BucketBatchSampler
+from varlen.batching.loader import VarLenLoader
 from varlen.datamodules.base import VarLenDataModule
 from varlen.errors import DataError, DatasetNotFoundError
 from varlen.models.base import VarLenModule
@@ -158,6 +160,18 @@ def ddp_fit(config: str | Path, tmp_path: Path, overrides: Sequence[str] = ()) -
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
 
 
+def _assert_same_batch(a: Any, b: Any) -> None:
+    """Two collated batches hold the same tensors (a dict of tensors, or a PyG ``Batch``)."""
+    items = dict(a.items()) if isinstance(a, Mapping) else dict(a)
+    other = dict(b.items()) if isinstance(b, Mapping) else dict(b)
+    assert items.keys() == other.keys()
+    for name, value in items.items():
+        if torch.is_tensor(value):
+            torch.testing.assert_close(other[name], value, rtol=0, atol=0, msg=name)
+        else:
+            assert other[name] == value, name
+
+
 def _flat(value: Any) -> np.ndarray:
     """Nested lists of numbers as one flat float array."""
     if isinstance(value, list):
@@ -189,6 +203,9 @@ class DataModuleContract:
     config: str | None = None
     cli_overrides: Sequence[str] = ()
     invariance_atol: float = 1e-5
+    #: start methods the worker test runs under (default: every one the platform offers); a variant
+    #: whose dataset and collate another contract class already checks under spawn may skip it
+    start_methods: Sequence[str] = tuple(multiprocessing.get_all_start_methods())
 
     def make_datamodule(self, **overrides: Any) -> VarLenDataModule:
         raise NotImplementedError
@@ -303,6 +320,31 @@ class DataModuleContract:
         partial = 1 if groups is None else len(np.unique(groups))
         assert sizes.max() == 3 and sizes.sum() == len(dm.dataset("train"))
         assert (sizes != 3).sum() <= partial, sizes
+
+    @pytest.mark.parametrize("method", multiprocessing.get_all_start_methods())
+    def test_workers_serve_the_single_process_batches_under_every_start_method(
+        self, datamodule: VarLenDataModule, method: str
+    ) -> None:
+        """Two workers started by ``method`` (the dataset and collate pickled to them under spawn
+        and forkserver) give the batches one process gives: the first epoch's first four."""
+        if method not in self.start_methods:
+            pytest.skip(f"{type(self).__name__} checks its dataset and collate under {list(self.start_methods)}")
+        sampler = datamodule.batch_sampler("train", True)
+        sampler.set_epoch(1)
+        plain = VarLenLoader(datamodule.dataset("train"), batch_sampler=sampler, collate_fn=datamodule.collate_fn)
+        workers = VarLenLoader(
+            datamodule.dataset("train"),
+            batch_sampler=sampler,
+            collate_fn=datamodule.collate_fn,
+            num_workers=2,
+            multiprocessing_context=method,
+        )
+        expected = [b for _, b in zip(range(4), plain, strict=False)]
+        got = [b for _, b in zip(range(4), workers, strict=False)]
+        workers.shutdown_workers()
+        assert len(got) == len(expected) == min(4, len(sampler))
+        for a, b in zip(expected, got, strict=True):
+            _assert_same_batch(a, b)
 
     def test_resume_mid_epoch_matches_uninterrupted(self, datamodule: VarLenDataModule) -> None:
         loader = datamodule.train_dataloader()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import gc
 import inspect
+import multiprocessing
 import sys
 from typing import Any
 
@@ -88,6 +89,8 @@ class VarLenLoader(StatefulDataLoader):
             return super()._get_iterator()
         check_torchdata()
         self.check_worker_number_rationality()  # what StatefulDataLoader does, with our iterator class
+        if self._start_method() == "forkserver":
+            self._preload_forkserver()
         held = _WorkerIterator.holders > 0  # frozen by an epoch in progress (e.g. validation within training)
         freeze = self.freeze_gc and self._forks_workers() and (held or gc.get_freeze_count() == 0)
         if freeze:
@@ -100,12 +103,25 @@ class VarLenLoader(StatefulDataLoader):
         self.next_iter_state = None
         return iterator
 
-    def _forks_workers(self) -> bool:
+    def _start_method(self) -> str:
         context = self.multiprocessing_context
         if context is not None:
-            return context.get_start_method() == "fork"
+            return context.get_start_method()
         method = torch.multiprocessing.get_start_method(allow_none=True)
-        return (method or torch.multiprocessing.get_all_start_methods()[0]) == "fork"
+        return method or torch.multiprocessing.get_all_start_methods()[0]
+
+    def _forks_workers(self) -> bool:
+        return self._start_method() == "fork"
+
+    def _preload_forkserver(self) -> None:
+        """Have the fork server import torch and the modules of the dataset and collate when it starts,
+        so each worker it forks starts with them imported (seconds per worker otherwise); a module
+        the server cannot import is skipped by it."""
+        objects = (self.dataset, self.collate_fn, self.batch_sampler)
+        modules = {"torch", *(getattr(type(o), "__module__", None) for o in objects)}
+        modules |= {getattr(self.collate_fn, "__module__", None)}
+        modules -= {None, "__main__", "builtins"}
+        multiprocessing.get_context("forkserver").set_forkserver_preload(sorted(modules))
 
 
 class _WorkerIterator(_StatefulMultiProcessingDataLoaderIter):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -18,7 +19,7 @@ from varlen.batching.telemetry import BatchStats, mask_stats
 from varlen.errors import DataError
 from varlen.report import DataReport, OnBad
 
-__all__ = ["BASE_ARGS", "LINKED", "PredictSplit", "VarLenDataModule", "base_args", "plain"]
+__all__ = ["BASE_ARGS", "LINKED", "PredictSplit", "StartMethod", "VarLenDataModule", "base_args", "plain"]
 
 #: DataModule attributes handed to the model argument of the same name, when both exist (the CLI links
 #: them; the model's hyperparameters hold their values, so the DataModule's leave them out)
@@ -48,11 +49,14 @@ BASE_ARGS = (
     "pin_memory",
     "persistent_workers",
     "prefetch_factor",
+    "multiprocessing_context",
     "predict_split",
     "on_bad",
 )
 #: the split ``predict`` runs on, unless the DataModule built a ``predict`` split of its own
 PredictSplit = Literal["train", "val", "test"]
+#: how loader workers start (None: the platform's default)
+StartMethod = Literal["fork", "spawn", "forkserver"] | None
 
 
 def plain(value: Any) -> Any:
@@ -105,6 +109,9 @@ class VarLenDataModule(pl.LightningDataModule):
         pin_memory: pin batches for fast host-to-GPU copies (None: when CUDA is available).
         persistent_workers: keep workers between epochs (needs ``num_workers > 0``).
         prefetch_factor: batches prefetched per worker (needs ``num_workers > 0``).
+        multiprocessing_context: how workers start: ``"fork"``, ``"spawn"``, ``"forkserver"`` (None:
+            the platform's default; Python 3.14 on Linux starts with ``forkserver``). Under any of
+            them a worker maps the data files again, so it holds no copy of the data.
         predict_split: the split ``trainer.predict`` runs on (``train``, ``val`` or ``test``, in
             a fixed order, every sample once); a DataModule that reads a source of its own for
             prediction builds a ``predict`` split, which wins.
@@ -138,6 +145,7 @@ class VarLenDataModule(pl.LightningDataModule):
         pin_memory: bool | None = None,
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
+        multiprocessing_context: StartMethod = None,
         predict_split: PredictSplit = "test",
         on_bad: OnBad = "raise",
     ) -> None:
@@ -151,6 +159,10 @@ class VarLenDataModule(pl.LightningDataModule):
         self._plan_spec(batch_size, max_tokens)  # refuses bad values now, not at the first loader
         if num_workers == 0 and (persistent_workers or prefetch_factor is not None):
             raise ValueError("persistent_workers and prefetch_factor need num_workers > 0")
+        methods = multiprocessing.get_all_start_methods()
+        if multiprocessing_context is not None and multiprocessing_context not in methods:
+            raise ValueError(f"multiprocessing_context must be one of {methods} here, got {multiprocessing_context!r}")
+        self.multiprocessing_context = multiprocessing_context
         self.batch_size = batch_size
         self.max_tokens = max_tokens
         self.shuffle = shuffle
@@ -316,6 +328,7 @@ class VarLenDataModule(pl.LightningDataModule):
         extra: dict[str, Any] = {}
         if self.num_workers > 0:
             extra = {"persistent_workers": self.persistent_workers, "prefetch_factor": self.prefetch_factor}
+            extra["multiprocessing_context"] = self.multiprocessing_context
         return VarLenLoader(
             self.dataset(split),
             batch_sampler=self.batch_sampler(split, shuffle),

@@ -30,7 +30,7 @@ import numpy as np
 
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
 from varlen.batching.collate import round_up
-from varlen.datamodules.base import PredictSplit, VarLenDataModule, base_args
+from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datasets.bearing.augment import WindowAugment
 from varlen.datasets.bearing.collate import BearingCollator
 from varlen.datasets.bearing.dataset import BearingWindows
@@ -118,9 +118,9 @@ class BearingDataModule(VarLenDataModule):
             what a load changes (speed, impact and shaft amplitudes, noise, resonance), for
             cross-condition splits.
         batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, num_workers,
-            pin_memory, persistent_workers, prefetch_factor, predict_split: see :class:`VarLenDataModule`
-            (``max_tokens`` budgets ``windows x window length`` per batch); neither set: 64 windows
-            per batch.
+            pin_memory, persistent_workers, prefetch_factor, multiprocessing_context, predict_split:
+            see :class:`VarLenDataModule` (``max_tokens`` budgets ``windows x window length`` per
+            batch); neither set: 64 windows per batch.
     """
 
     mask_keys = ("mask",)
@@ -169,6 +169,7 @@ class BearingDataModule(VarLenDataModule):
         pin_memory: bool | None = None,
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
+        multiprocessing_context: StartMethod = None,
         predict_split: PredictSplit = "test",
     ) -> None:
         super().__init__(**base_args(locals()))

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
-from varlen.datamodules.base import PredictSplit, VarLenDataModule, base_args
+from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datasets.hyperspectral.collate import HyperspectralCollator
 from varlen.datasets.hyperspectral.dataset import HyperspectralPixels, band_statistics, random_band_counts, select_bands
 from varlen.datasets.hyperspectral.source import Scene, SceneSource, open_scene, prepare_scene, scene_class_names
@@ -85,7 +85,8 @@ class HyperspectralDataModule(VarLenDataModule):
         test_fraction: share for testing (0: no test split; ignored with external maps).
         check_values: scan each cube once for bands holding NaN/inf (turn off for huge cubes you trust).
         batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, num_workers,
-            pin_memory, persistent_workers, prefetch_factor, predict_split: see :class:`VarLenDataModule`.
+            pin_memory, persistent_workers, prefetch_factor, multiprocessing_context, predict_split:
+            see :class:`VarLenDataModule`.
             ``max_tokens`` budgets ``samples x max band count`` per batch; neither set: 64 pixels per batch.
         on_bad: a band holding NaN/inf, or a label value that is no class of the scene: ``raise``
             a :class:`~varlen.errors.DataError` naming the file, band / value and pixel, or
@@ -139,6 +140,7 @@ class HyperspectralDataModule(VarLenDataModule):
         pin_memory: bool | None = None,
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
+        multiprocessing_context: StartMethod = None,
         predict_split: PredictSplit = "test",
         on_bad: OnBad = "raise",
     ) -> None:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 import numpy as np
 
 from varlen.batching.telemetry import BatchStats
-from varlen.datamodules.base import PredictSplit, VarLenDataModule, base_args
+from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datasets.molecules.classes import SINGLE_CLASS, SingleClass, check_classes
 from varlen.datasets.molecules.collate import MoleculeCollator
 from varlen.datasets.molecules.dataset import (
@@ -89,8 +89,8 @@ class MoleculeDataModule(VarLenDataModule):
         batch_size: molecules per batch; with ``max_tokens``, the most molecules in a batch.
         max_tokens: budget on atoms + directed edges per batch (neither set: 1536).
         shuffle, seed, num_buckets, num_workers, pin_memory, persistent_workers, prefetch_factor,
-            predict_split: see :class:`~varlen.datamodules.base.VarLenDataModule`. There is no
-            ``pad_to_multiple_of``: nothing is padded.
+            multiprocessing_context, predict_split: see :class:`~varlen.datamodules.base.VarLenDataModule`.
+            There is no ``pad_to_multiple_of``: nothing is padded.
     """
 
     sampler_cost = "sum"
@@ -126,6 +126,7 @@ class MoleculeDataModule(VarLenDataModule):
         pin_memory: bool | None = None,
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
+        multiprocessing_context: StartMethod = None,
         predict_split: PredictSplit = "test",
     ) -> None:
         super().__init__(**base_args(locals()))

@@ -7,7 +7,7 @@ from functools import cached_property
 from typing import Literal
 
 from varlen import notices
-from varlen.datamodules.base import PredictSplit, VarLenDataModule, base_args
+from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datasets.text.collate import TextCollator
 from varlen.datasets.text.column_splits import split_by_column
 from varlen.datasets.text.dataset import TokenizedTexts
@@ -92,6 +92,8 @@ class TextClassificationDataModule(VarLenDataModule):
         pin_memory: pin batches (None: when CUDA is available).
         persistent_workers: keep workers alive between epochs.
         prefetch_factor: batches prefetched per worker.
+        multiprocessing_context: how workers start (``fork``, ``spawn``, ``forkserver``; None: the
+            platform's default).
         predict_split: the split ``trainer.predict`` runs on (``test``: the validation set when no
             test source is given, see ``test_file``).
         on_bad: a row with an empty text or a missing, non-finite or unknown label: ``"raise"``
@@ -132,6 +134,7 @@ class TextClassificationDataModule(VarLenDataModule):
         pin_memory: bool | None = None,
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
+        multiprocessing_context: StartMethod = None,
         predict_split: PredictSplit = "test",
         on_bad: OnBad = "raise",
     ) -> None:

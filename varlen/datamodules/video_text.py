@@ -19,7 +19,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from varlen.batching.telemetry import BatchStats, mask_stats
-from varlen.datamodules.base import PredictSplit, VarLenDataModule, base_args
+from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datasets.video_text.captions import TEST_NAMES, VAL_NAMES, CaptionTable
 from varlen.datasets.video_text.collate import VideoTextCollator, budget_sizes
 from varlen.datasets.video_text.dataset import Segmentation, VideoTextDataset
@@ -105,8 +105,8 @@ class VideoTextDataModule(VarLenDataModule):
         feature_dim: expected size of real features; None: the feature store's majority size
             (videos of another size are bad input).
         batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, num_workers,
-            pin_memory, persistent_workers, prefetch_factor, predict_split, on_bad: see
-            :class:`~varlen.datamodules.base.VarLenDataModule`.
+            pin_memory, persistent_workers, prefetch_factor, multiprocessing_context, predict_split,
+            on_bad: see :class:`~varlen.datamodules.base.VarLenDataModule`.
     """
 
     mask_keys = ("video_mask", "text_mask")
@@ -150,6 +150,7 @@ class VideoTextDataModule(VarLenDataModule):
         pin_memory: bool | None = None,
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
+        multiprocessing_context: StartMethod = None,
         predict_split: PredictSplit = "test",
         on_bad: OnBad = "raise",
     ) -> None:

@@ -1,0 +1,140 @@
+"""Arrow IPC tables built once and mapped everywhere (varlen.tables), and the cache's fault handling."""
+
+import multiprocessing as mp
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from varlen.batching import Ragged
+from varlen.cache import cache_key
+from varlen.errors import DataError
+from varlen.tables import MappedTable, TableBuilder, open_table, write_table
+
+KEY = cache_key("inputs", version="t1")
+
+
+def columns(n: int = 50, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    tokens = Ragged.from_arrays([rng.integers(0, 1000, rng.integers(1, 30)).astype(np.int32) for _ in range(n)])
+    frames = Ragged.from_arrays([rng.normal(size=(rng.integers(1, 6), 3)).astype(np.float32) for _ in range(n)])
+    segments = rng.integers(0, 4, n)
+    captions = Ragged.from_offsets(
+        rng.integers(0, 9, 500).astype(np.int16),
+        np.concatenate([[0], np.sort(rng.integers(0, 500, int(segments.sum()) - 1)), [500]]),
+        np.concatenate([[0], np.cumsum(segments)]),
+    )
+    return {
+        "tokens": tokens,
+        "frames": frames,
+        "captions": captions,
+        "label": rng.integers(0, 3, n),
+        "features": rng.normal(size=(n, 2, 4)).astype(np.float32),
+        "name": np.array([f"s{i}" for i in range(n)]),
+    }
+
+
+def same_ragged(a: Ragged, b: Ragged) -> None:
+    assert len(a) == len(b) and a.levels == b.levels
+    for i in range(len(a)):
+        np.testing.assert_array_equal(a.take([i]).values, b.take([i]).values)
+        np.testing.assert_array_equal(a.take([i]).lengths, b.take([i]).lengths)
+
+
+def test_columns_round_trip_as_views_of_the_file(tmp_path: Path) -> None:
+    data = columns()
+    table = open_table(write_table(tmp_path / "t.arrow", data, version="t1", key=KEY), version="t1", key=KEY)
+    assert len(table) == 50 and table.columns == list(data)
+    for name in ("tokens", "frames", "captions"):
+        same_ragged(table.ragged(name), data[name])
+    tokens = table.ragged("tokens")
+    assert not tokens.values.flags.writeable  # read-only: a view of the mapped file, not a copy
+    np.testing.assert_array_equal(table.numpy("label"), data["label"])
+    np.testing.assert_array_equal(table.numpy("features"), data["features"])
+    assert table.numpy("name").tolist() == data["name"].tolist()
+    stored = np.asarray(tokens.lengths)  # a length column given by the caller is used as it is
+    assert table.ragged("tokens", lengths=stored).lengths is stored
+
+
+def test_the_files_open_in_pyarrow_as_plain_list_columns(tmp_path: Path) -> None:
+    path = write_table(tmp_path / "t.arrow", columns(), version="t1", key=KEY)
+    read = pa.ipc.open_file(str(path)).read_all()
+    assert read.column("tokens").type == pa.large_list(pa.int32())
+    assert read.column("captions").type == pa.large_list(pa.large_list(pa.int16()))
+    assert read.column("tokens")[3].as_py() == columns()["tokens"].take([3]).values.tolist()
+
+
+def test_a_table_built_a_few_rows_at_a_time_equals_one_written_whole(tmp_path: Path) -> None:
+    data = columns(200)
+    whole = open_table(write_table(tmp_path / "w.arrow", data, version="t1", key=KEY), version="t1", key=KEY)
+    builder = TableBuilder(
+        tmp_path / "b.arrow", version="t1", key=KEY, ragged={"tokens": (np.int32, ()), "frames": (np.float32, (3,))}
+    )
+    for start in range(0, 200, 37):
+        rows = range(start, min(start + 37, 200))
+        builder.append(
+            tokens=[data["tokens"].take([i]).values for i in rows],
+            frames=[data["frames"].take([i]).values for i in rows],
+            label=data["label"][list(rows)],
+        )
+    built = open_table(builder.finish(), version="t1", key=KEY)
+    same_ragged(built.ragged("tokens"), whole.ragged("tokens"))
+    same_ragged(built.ragged("frames"), whole.ragged("frames"))
+    np.testing.assert_array_equal(built.numpy("label"), whole.numpy("label"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.arrow", "w.arrow"]  # no scratch file left
+    with pytest.raises(ValueError, match="every append needs"):
+        TableBuilder(tmp_path / "c.arrow", version="t1", key=KEY, ragged={"tokens": (np.int32, ())}).append(label=[1])
+
+
+def test_a_mapped_table_pickles_as_its_path(tmp_path: Path) -> None:
+    table = MappedTable(write_table(tmp_path / "t.arrow", columns(2000), version="t1", key=KEY))
+    payload = pickle.dumps(table)
+    assert len(payload) < 300  # the path, not the arrays
+    again = pickle.loads(payload)
+    same_ragged(again.ragged("tokens"), table.ragged("tokens"))
+
+
+@pytest.mark.parametrize("fault", ["cut short", "other version", "other inputs", "not arrow"])
+def test_a_bad_cache_is_rebuilt_with_a_warning_never_used(tmp_path: Path, fault: str) -> None:
+    path = write_table(tmp_path / "t.arrow", columns(), version="t1", key=KEY)
+    version, key = "t1", KEY
+    if fault == "cut short":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif fault == "other version":
+        version = "t2"
+    elif fault == "other inputs":
+        key = cache_key("other inputs", version="t1")
+    else:
+        path.write_bytes(b"PAR1 not an arrow file")
+    with pytest.warns(UserWarning, match=f"cache {path} is .*building it again"):
+        assert open_table(path, version=version, key=key) is None
+    assert open_table(tmp_path / "absent.arrow", version="t1", key=KEY) is None  # no file: no warning
+
+
+def _build(path: str, worker: int) -> None:
+    write_table(path, columns(3000, seed=0), version="t1", key=KEY)
+
+
+def test_two_processes_building_the_same_cache_leave_one_valid_file(tmp_path: Path) -> None:
+    path = tmp_path / "shared.arrow"
+    context = mp.get_context("spawn")
+    workers = [context.Process(target=_build, args=(str(path), s)) for s in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+    assert [w.exitcode for w in workers] == [0, 0]
+    table = open_table(path, version="t1", key=KEY)
+    same_ragged(table.ragged("tokens"), columns(3000)["tokens"])
+    assert [p.name for p in tmp_path.iterdir()] == ["shared.arrow"]  # no temporary file left
+
+
+def test_a_cache_folder_that_cannot_be_written_is_a_data_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    with pytest.raises(DataError, match=f"cannot write in {blocker / 'cache'}"):
+        write_table(blocker / "cache" / "t.arrow", columns(), version="t1", key=KEY)
+    with pytest.raises(DataError, match="cannot write in"):
+        TableBuilder(blocker / "t.arrow", version="t1", key=KEY, ragged={})

@@ -1,0 +1,263 @@
+"""What a scenario serves, built once per node and mapped by every process: Arrow IPC tables.
+
+A DataModule's ``prepare_data`` (one process per node) writes the arrays its datasets serve (token
+ids, atoms and bonds, caption tokens, features...) as one Arrow IPC file per table, one row per
+sample; ``setup`` in every rank, and every loader worker under any start method, maps the file
+read-only and reads its columns as zero-copy numpy views. A list column is exactly
+:class:`~varlen.batching.Ragged`'s values plus offsets (a list of lists: two ragged levels; a
+fixed-size list: trailing dimensions), so the files also open in pyarrow and in Hugging Face
+``datasets`` (``Dataset.from_file``).
+
+* :func:`write_table` writes columns that are in memory; :class:`TableBuilder` writes a table a
+  few rows at a time (ragged values go to scratch files as they come), so building one never holds
+  more than a batch of rows. Both write one record batch, atomically, with the format version and
+  the content key in the schema's metadata.
+* :func:`open_table` maps a file, or returns None with a warning when it is cut short, of another
+  format version or built from other inputs: the caller builds it again, never uses it.
+* A :class:`MappedTable` pickles as its path: a dataset sent to a spawned worker carries no
+  array, and the worker maps the file again.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from varlen import notices
+from varlen.batching.ragged import Ragged
+from varlen.cache import atomic_write, writable_folder
+
+__all__ = ["MappedTable", "TableBuilder", "open_table", "write_table"]
+
+VERSION_FIELD = b"varlen.version"
+KEY_FIELD = b"varlen.key"
+
+Column = np.ndarray | Ragged
+
+
+# -- numpy / Ragged -> Arrow --------------------------------------------------------------------------
+
+
+def _values(values: np.ndarray) -> pa.Array:
+    """``[total, *trailing]`` as Arrow (fixed-size lists for the trailing dimensions), zero-copy."""
+    values = np.ascontiguousarray(values)
+    if values.dtype.kind == "U":
+        return pa.array(values.tolist(), pa.string())
+    out = pa.array(values.reshape(-1))
+    for size in reversed(values.shape[1:]):
+        out = pa.FixedSizeListArray.from_arrays(out, int(size))
+    return out
+
+
+def _offsets(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Offsets of rows stored back to back (what a list column needs), or an error."""
+    offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+    if not np.array_equal(starts, offsets[:-1]):
+        raise ValueError("a Ragged column must have its rows back to back in values (compact it with .take)")
+    return offsets
+
+
+def to_arrow(column: Column) -> pa.Array:
+    """A column as Arrow: a numpy array ``[N, *trailing]``, or a :class:`Ragged` of N samples as a
+    large list column (a list of lists with two levels)."""
+    if not isinstance(column, Ragged):
+        return _values(np.asarray(column))
+    rows = pa.LargeListArray.from_arrays(pa.array(_offsets(column.starts, column.lengths)), _values(column.values))
+    if column.groups is None:
+        return rows
+    return pa.LargeListArray.from_arrays(pa.array(np.asarray(column.groups, np.int64)), rows)
+
+
+def _schema(arrays: Mapping[str, pa.Array], version: str, key: str) -> pa.Schema:
+    fields = [pa.field(name, array.type, nullable=False) for name, array in arrays.items()]
+    return pa.schema(fields, metadata={VERSION_FIELD: version.encode(), KEY_FIELD: key.encode()})
+
+
+def _write(path: Path, arrays: Mapping[str, pa.Array], version: str, key: str) -> Path:
+    lengths = {name: len(array) for name, array in arrays.items()}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"every column of a table needs one entry per sample; got {lengths}")
+    batch = pa.record_batch(list(arrays.values()), schema=_schema(arrays, version, key))
+
+    def write(tmp: Path) -> None:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+
+    return atomic_write(path, write)
+
+
+def write_table(path: str | Path, columns: Mapping[str, Column], *, version: str, key: str) -> Path:
+    """Write ``columns`` (one entry per sample each) as one Arrow IPC table at ``path``, atomically.
+
+    Args:
+        path: the file (its folder is created).
+        columns: name -> numpy array ``[N, *trailing]`` or :class:`Ragged` of N samples.
+        version: the format version of the caller's table (a reader of another version rebuilds).
+        key: the content key of what it was built from (:func:`varlen.cache.cache_key`).
+    """
+    return _write(Path(path), {name: to_arrow(column) for name, column in columns.items()}, version, key)
+
+
+class TableBuilder:
+    """Writes a table a few rows at a time: memory holds one batch of rows, never the table.
+
+    The values of each ragged column are appended to a scratch file as rows come, with their
+    lengths; :meth:`finish` maps the scratch files and writes the one record batch from them
+    (zero-copy), then removes them.
+
+    Args:
+        path, version, key: as :func:`write_table`.
+        ragged: name -> (dtype, trailing shape) of each ragged (one level) column.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        version: str,
+        key: str,
+        ragged: Mapping[str, tuple[np.dtype | type, tuple[int, ...]]],
+    ) -> None:
+        self.path, self.version, self.key = Path(path), version, key
+        self.ragged = {name: (np.dtype(dtype), tuple(shape)) for name, (dtype, shape) in ragged.items()}
+        folder = writable_folder(self.path)
+        self._scratch = Path(tempfile.mkdtemp(dir=folder, prefix=f".{self.path.name}.", suffix=".build"))
+        self._files = {name: open(self._scratch / f"{name}.bin", "wb") for name in self.ragged}  # noqa: SIM115
+        self._lengths: dict[str, list[np.ndarray]] = {name: [] for name in self.ragged}
+        self._plain: dict[str, list[np.ndarray]] = {}
+        self.rows = 0
+
+    def append(self, **columns: Sequence[np.ndarray] | np.ndarray) -> None:
+        """Add rows: a sequence of arrays per ragged column (one per row), an array per other column."""
+        counts = {name: len(value) for name, value in columns.items()}
+        self._names = getattr(self, "_names", None) or set(columns)
+        if set(columns) != self._names or not set(self.ragged) <= self._names:
+            raise ValueError(f"columns {sorted(columns)}: every append needs {sorted(self._names | set(self.ragged))}")
+        if len(set(counts.values())) != 1:
+            raise ValueError(f"append needs the same number of rows in every column; got {counts}")
+        for name, rows in columns.items():
+            if name in self.ragged:
+                dtype, shape = self.ragged[name]
+                lengths = np.fromiter((len(r) for r in rows), np.int64, len(rows))
+                values = np.concatenate([np.asarray(r, dtype).reshape(-1, *shape) for r in rows]) if len(rows) else []
+                self._files[name].write(np.ascontiguousarray(values, dtype).tobytes())
+                self._lengths[name].append(lengths)
+            else:
+                self._plain.setdefault(name, []).append(np.asarray(rows))
+        self.rows += next(iter(counts.values()), 0)
+
+    def finish(self) -> Path:
+        """Write the table and remove the scratch files; returns the table's path."""
+        try:
+            arrays: dict[str, pa.Array] = {}
+            for name, (dtype, shape) in self.ragged.items():
+                self._files[name].close()
+                lengths = np.concatenate(self._lengths[name]) if self._lengths[name] else np.zeros(0, np.int64)
+                offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+                size = int(offsets[-1]) * int(np.prod(shape, dtype=np.int64))
+                if size:
+                    mapped = np.memmap(self._scratch / f"{name}.bin", dtype=dtype, mode="r", shape=(size,))
+                else:
+                    mapped = np.zeros(0, dtype)
+                values = _values(np.asarray(mapped).reshape(-1, *shape))
+                arrays[name] = pa.LargeListArray.from_arrays(pa.array(offsets), values)
+            for name, parts in self._plain.items():
+                arrays[name] = _values(np.concatenate(parts))
+            return _write(self.path, arrays, self.version, self.key)
+        finally:
+            for handle in self._files.values():
+                handle.close()
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+# -- Arrow -> numpy / Ragged ------------------------------------------------------------------------
+
+
+def _numpy(array: pa.Array) -> np.ndarray:
+    """Values of an Arrow array as numpy, zero-copy: fixed-size lists become trailing dimensions."""
+    shape = []
+    while pa.types.is_fixed_size_list(array.type):
+        shape.append(array.type.list_size)
+        array = array.flatten()
+    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+        return np.asarray(array.to_pylist(), dtype=str)  # small columns (names, scaffolds): a copy
+    return array.to_numpy(zero_copy_only=True).reshape(-1, *shape)
+
+
+class MappedTable:
+    """An Arrow IPC table mapped read-only; its columns as zero-copy numpy arrays and :class:`Ragged`.
+
+    Pickles as its path: a process that receives it maps the file again (nothing is copied).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        source = pa.memory_map(str(self.path), "r")
+        reader = pa.ipc.open_file(source)
+        if reader.num_record_batches != 1:
+            raise ValueError(f"{self.path}: a varlen table holds one record batch, found {reader.num_record_batches}")
+        self.batch = reader.get_batch(0)
+        metadata = reader.schema.metadata or {}
+        self.version = metadata.get(VERSION_FIELD, b"").decode()
+        self.key = metadata.get(KEY_FIELD, b"").decode()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (MappedTable, (str(self.path),))
+
+    def __len__(self) -> int:
+        return self.batch.num_rows
+
+    @property
+    def columns(self) -> list[str]:
+        return self.batch.schema.names
+
+    def numpy(self, name: str) -> np.ndarray:
+        """Column ``name`` as a read-only numpy view ``[N, *trailing]`` (strings: a copy)."""
+        return _numpy(self.batch.column(name))
+
+    def ragged(self, name: str, lengths: np.ndarray | None = None) -> Ragged:
+        """List column ``name`` as :class:`Ragged` (two levels for a list of lists): views of the file.
+
+        The rows' lengths are computed from the offsets (``[R]`` int64, a private copy) unless
+        ``lengths`` gives them (e.g. a stored int64 length column: then a process holds nothing per
+        sample of its own).
+        """
+        column = self.batch.column(name)
+        groups = None
+        if pa.types.is_large_list(column.type) and pa.types.is_large_list(column.type.value_type):
+            groups = column.offsets.to_numpy(zero_copy_only=True)
+            column = column.values
+        offsets = column.offsets.to_numpy(zero_copy_only=True)
+        if lengths is None:
+            return Ragged.from_offsets(_numpy(column.values), offsets, groups)
+        return Ragged(_numpy(column.values), offsets[:-1], lengths, groups)
+
+
+def open_table(path: str | Path, *, version: str, key: str) -> MappedTable | None:
+    """The table at ``path`` mapped, or None when it must be (re)built.
+
+    None without a word when the file does not exist; None with a warning when it is cut short or
+    unreadable, of another format ``version``, or built from other inputs (another ``key``).
+    """
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        table = MappedTable(path)
+    except (OSError, ValueError, pa.ArrowException) as error:
+        reason = f"unreadable ({type(error).__name__}: {error})"
+    else:
+        if table.version != version:
+            reason = f"of format version {table.version!r}, expected {version!r}"
+        elif table.key != key:
+            reason = f"built from other inputs (key {table.key!r}, expected {key!r})"
+        else:
+            return table
+    notices.warn(f"cache {path} is {reason}; building it again")
+    return None
