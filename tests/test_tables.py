@@ -60,7 +60,7 @@ def test_columns_round_trip_as_views_of_the_file(tmp_path: Path) -> None:
 
 def test_the_files_open_in_pyarrow_as_plain_list_columns(tmp_path: Path) -> None:
     path = write_table(tmp_path / "t.arrow", columns(), version="t1", key=KEY)
-    read = pa.ipc.open_file(str(path)).read_all()
+    read = pa.ipc.open_stream(pa.memory_map(str(path))).read_all()
     assert read.column("tokens").type == pa.large_list(pa.int32())
     assert read.column("captions").type == pa.large_list(pa.large_list(pa.int16()))
     assert read.column("tokens")[3].as_py() == columns()["tokens"].take([3]).values.tolist()
@@ -138,3 +138,12 @@ def test_a_cache_folder_that_cannot_be_written_is_a_data_error(tmp_path: Path) -
         write_table(blocker / "cache" / "t.arrow", columns(), version="t1", key=KEY)
     with pytest.raises(DataError, match="cannot write in"):
         TableBuilder(blocker / "t.arrow", version="t1", key=KEY, ragged={})
+
+
+def test_the_files_open_in_hugging_face_datasets(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    data = columns()
+    path = write_table(tmp_path / "t.arrow", data, version="t1", key=KEY)
+    dataset = datasets.Dataset.from_file(str(path))
+    assert len(dataset) == 50 and dataset[7]["tokens"] == data["tokens"].take([7]).values.tolist()
+    assert dataset[7]["label"] == int(data["label"][7])

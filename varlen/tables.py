@@ -1,12 +1,14 @@
 """What a scenario serves, built once per node and mapped by every process: Arrow IPC tables.
 
+The files are Arrow IPC streams, the layout Hugging Face ``datasets`` writes and maps.
+
 A DataModule's ``prepare_data`` (one process per node) writes the arrays its datasets serve (token
 ids, atoms and bonds, caption tokens, features...) as one Arrow IPC file per table, one row per
 sample; ``setup`` in every rank, and every loader worker under any start method, maps the file
 read-only and reads its columns as zero-copy numpy views. A list column is exactly
 :class:`~varlen.batching.Ragged`'s values plus offsets (a list of lists: two ragged levels; a
-fixed-size list: trailing dimensions), so the files also open in pyarrow and in Hugging Face
-``datasets`` (``Dataset.from_file``).
+fixed-size list: trailing dimensions), so the files also open in pyarrow
+(``pyarrow.ipc.open_stream``) and in Hugging Face ``datasets`` (``Dataset.from_file``).
 
 * :func:`write_table` writes columns that are in memory; :class:`TableBuilder` writes a table a
   few rows at a time (ragged values go to scratch files as they come), so building one never holds
@@ -86,7 +88,7 @@ def _write(path: Path, arrays: Mapping[str, pa.Array], version: str, key: str) -
     batch = pa.record_batch(list(arrays.values()), schema=_schema(arrays, version, key))
 
     def write(tmp: Path) -> None:
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, batch.schema) as writer:
             writer.write_batch(batch)
 
     return atomic_write(path, write)
@@ -198,11 +200,11 @@ class MappedTable:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        source = pa.memory_map(str(self.path), "r")
-        reader = pa.ipc.open_file(source)
-        if reader.num_record_batches != 1:
-            raise ValueError(f"{self.path}: a varlen table holds one record batch, found {reader.num_record_batches}")
-        self.batch = reader.get_batch(0)
+        reader = pa.ipc.open_stream(pa.memory_map(str(self.path), "r"))
+        batches = list(reader)
+        if len(batches) != 1:
+            raise ValueError(f"{self.path}: a varlen table holds one record batch, found {len(batches)}")
+        self.batch = batches[0]
         metadata = reader.schema.metadata or {}
         self.version = metadata.get(VERSION_FIELD, b"").decode()
         self.key = metadata.get(KEY_FIELD, b"").decode()
