@@ -42,8 +42,8 @@ class TestTextContract(DataModuleContract):
         return tiny_model(datamodule.num_classes)
 
     def ddp_overrides(self, tmp_path: Path) -> list[str]:
-        # the synthetic tables live in memory: no cache to point at tmp_path
         return [
+            f"--data.init_args.cache_dir={tmp_path / 'cache'}",  # empty: prepare_data tokenises, once
             "--data.init_args.synthetic_samples=90",
             "--data.init_args.batch_size=null",
             "--data.init_args.max_tokens=400",

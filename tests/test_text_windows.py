@@ -65,6 +65,7 @@ class TestTextWindowsContract(DataModuleContract):
 
     def ddp_overrides(self, tmp_path: Path) -> list[str]:
         return [
+            f"--data.init_args.cache_dir={tmp_path / 'cache'}",
             "--data.init_args.synthetic_samples=20",
             "--data.init_args.max_length=48",
             "--data.init_args.max_tokens=600",
@@ -196,7 +197,7 @@ def test_validation_logs_window_and_document_metrics(windowed: TextClassificatio
     with torch.no_grad():
         outputs = [model.predict_step(batch, 0) for batch in windowed.val_dataloader()]
     every = {k: torch.cat([o[k] for o in outputs]) for k in ("index", "document_ids", "log_probs")}
-    labels = torch.from_numpy(windowed.dataset("val").labels)[every["index"]]
+    labels = torch.from_numpy(windowed.dataset("val").labels[every["index"].numpy()])
     _, summed, doc_labels = sum_by_item(every["log_probs"], every["document_ids"], labels)
     assert len(doc_labels) == 8
     expected = (summed.argmax(1) == doc_labels).float().mean()

@@ -4,28 +4,23 @@ from __future__ import annotations
 
 import logging
 from functools import cached_property
+from pathlib import Path
 from typing import Literal
 
 from varlen import notices
+from varlen.cache import default_cache_dir
 from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datasets.text.collate import TextCollator
-from varlen.datasets.text.column_splits import split_by_column
+from varlen.datasets.text.column_splits import SPLITS, split_by_column
 from varlen.datasets.text.dataset import TokenizedTexts
-from varlen.datasets.text.readers import (
-    TextColumns,
-    TextTable,
-    check_classes,
-    class_list,
-    encode_rows,
-    read_hub,
-    read_table,
-)
+from varlen.datasets.text.readers import TextColumns, TextTable, check_classes, read_hub, read_table
 from varlen.datasets.text.report import TextReport
+from varlen.datasets.text.selections import SplitPlan, TextSplit, split_summary
+from varlen.datasets.text.sources import TextSource, file_sources, hub_sources, synthetic_sources
+from varlen.datasets.text.store import TokenTables, load_tokens, tokenizer_identity
 from varlen.datasets.text.synthetic import SYNTHETIC_KINDS, synthetic_tables
-from varlen.datasets.text.tokens import OVERFLOW, load_tokenizer, tokenize_table
-from varlen.errors import DataError
-from varlen.report import SOURCE, OnBad
-from varlen.splits import fractions_of, stratified_split
+from varlen.datasets.text.tokens import OVERFLOW, Tokenization, load_tokenizer
+from varlen.report import OnBad
 
 __all__ = ["TextClassificationDataModule"]
 
@@ -33,7 +28,7 @@ log = logging.getLogger(__name__)
 
 
 class TextClassificationDataModule(VarLenDataModule):
-    """Sentences (or sentence pairs) and labels, tokenised once, batched by length.
+    """Sentences (or sentence pairs) and labels, tokenised once per node, batched by length.
 
     Sources, in the spirit of Hugging Face's ``run_glue.py``: ``train_file`` / ``val_file`` /
     ``test_file`` (CSV, TSV, JSON, JSONL or Parquet), or ``dataset_name`` from the Hub (when
@@ -47,6 +42,15 @@ class TextClassificationDataModule(VarLenDataModule):
     label and a ``document_ids`` entry in the batch; the rows are split first, then windowed, so
     the windows of a document never straddle two splits, and :class:`~varlen.models.TextClassifier`
     reports document-level metrics besides the window-level ones.
+
+    Where the data live: ``prepare_data`` (one process per node) tokenises each source once, a
+    slice of rows at a time, into Arrow tables in ``cache_dir/text`` named by a content key (the
+    file's content, the tokenizer, ``max_length``, ``overflow``, ``stride``, the columns, the
+    classes), and writes the split's selections beside them (see
+    :mod:`varlen.datasets.text.store` and :mod:`varlen.datasets.text.selections`). ``setup`` (every
+    rank) and every loader worker, under any start method, only map those files; a ``setup`` that
+    finds them missing (called without ``prepare_data``) builds them first. The linked
+    ``num_classes`` reads the training table's label column alone.
 
     Args:
         train_file: local training table.
@@ -81,6 +85,9 @@ class TextClassificationDataModule(VarLenDataModule):
         synthetic_samples: size of the synthetic training set (validation and test: a fifth each).
         synthetic: the synthetic set: short ``"reviews"`` or IMDB-like ``"long_reviews"`` (median
             about 300 tokens, opinions spread thinly and mostly late: truncation loses them).
+        cache_dir: where the tokenised tables are written (under ``text/``; None: ``$VARLEN_CACHE``,
+            else ``~/.cache/varlen``). Shared safely by ranks, runs and processes: files are written
+            atomically and keyed by content.
         batch_size: sentences per batch; with ``max_tokens``, the most sentences in a batch (neither
             set: 32 per batch).
         max_tokens: budget of padded tokens per batch, ``len(batch) * longest <= max_tokens``.
@@ -124,6 +131,7 @@ class TextClassificationDataModule(VarLenDataModule):
         max_train_samples: int | None = None,
         synthetic_samples: int = 2000,
         synthetic: Literal["reviews", "long_reviews"] = "reviews",
+        cache_dir: str | None = None,
         batch_size: int | None = None,
         max_tokens: int | None = None,
         shuffle: bool = True,
@@ -177,14 +185,25 @@ class TextClassificationDataModule(VarLenDataModule):
         self.max_train_samples = max_train_samples
         self.synthetic_samples = synthetic_samples
         self.synthetic = synthetic
-        self._left_out: dict[str, int] = {}  # split -> rows the split column gave to a split with its own file
+        self.cache_dir = cache_dir
+        self.splitter = TextSplit(val_fraction, max_train_samples, seed, split_column)
 
-    # -- raw tables (read lazily: the CLI reads num_classes before setup) --------------------
+    # -- sources (read lazily: the CLI reads num_classes before setup) --------------------------
+
+    @cached_property
+    def sources(self) -> dict[str, TextSource]:
+        """Where each available split's rows come from (nothing is read yet but a Hub dataset's index)."""
+        if self.train_file:
+            files = {"train": self.train_file, "val": self.val_file, "test": self.test_file}
+            return file_sources(files, self.columns, self.split_column)
+        if self.dataset_name:
+            return hub_sources(self.dataset_name, self.dataset_config_name, self.columns, self.split_column)
+        return synthetic_sources(self.synthetic, self.synthetic_samples)
 
     @cached_property
     def tables(self) -> dict[str, TextTable]:
-        """The rows of each available split as read (checked files, not yet checked rows), the
-        training table already divided by its ``split_column``."""
+        """The rows of each available split as read, in memory (for a look at the texts: ``setup`` reads
+        the sources a slice at a time instead), the training table already divided by its ``split_column``."""
         if self.train_file:
             files = {"train": self.train_file, "val": self.val_file, "test": self.test_file}
             marked = {"train": self.split_column}  # only the training table may carry the split column
@@ -197,23 +216,19 @@ class TextClassificationDataModule(VarLenDataModule):
             tables = read_hub(self.dataset_name, self.dataset_config_name, self.columns, self.split_column)
         else:
             return synthetic_tables(self.synthetic_samples, self.synthetic)
-        return self._by_split_column(tables) if self.split_column else tables
-
-    def _by_split_column(self, tables: dict[str, TextTable]) -> dict[str, TextTable]:
-        """The training table's rows dealt by its split column; a split with its own source keeps it."""
+        if not self.split_column:
+            return tables
         parts = split_by_column(tables["train"], self.split_column)
-        self._left_out = {split: len(part) for split, part in parts.items() if split != "train" and split in tables}
-        counts = ", ".join(f"{len(part):,} {split}" for split, part in parts.items())
-        notices.info(log, "%s: split column %r gives %s rows", tables["train"].name, self.split_column, counts)
-        merged = {**parts, **tables, "train": parts["train"]}
-        return {split: merged[split] for split in ("train", "val", "test") if split in merged}
+        merged = {**parts, **tables, "train": parts["train"]}  # a split with its own source keeps it
+        return {split: merged[split] for split in SPLITS if split in merged}
 
     @property
     def class_names(self) -> list[str]:
-        """Class names in id order (from the config, else the sorted training labels); two at least."""
+        """Class names in id order (from the config, else the sorted training labels: the label column
+        alone is read); two at least."""
         if self._class_names is None:
-            train = self.tables["train"]
-            self._class_names = check_classes(class_list(train.labels), train.name, self.columns.label)
+            train = self.sources["train"]
+            self._class_names = check_classes(train.classes(), train.name, self.columns.label)
         return check_classes(self._class_names, "class_names", self.columns.label)
 
     @property
@@ -248,50 +263,59 @@ class TextClassificationDataModule(VarLenDataModule):
 
     # -- build --------------------------------------------------------------------------------
 
+    @property
+    def cache_folder(self) -> Path:
+        """Where the tokenised tables live: ``<cache_dir>/text``."""
+        return (Path(self.cache_dir).expanduser() if self.cache_dir else default_cache_dir()) / "text"
+
+    @property
+    def tokenization(self) -> Tokenization:
+        pairs = self.columns.pair is not None
+        return Tokenization(self.max_length, self.overflow, self.stride, self.with_token_type_ids and pairs)
+
     def prepare_data(self) -> None:
-        """Download a Hub dataset once per node (files and the synthetic default need nothing)."""
-        if self.dataset_name and not self.train_file:
-            read_hub(self.dataset_name, self.dataset_config_name, self.columns)
+        """Tokenise every source and select every split into ``cache_folder``, once per node (a Hub
+        dataset is downloaded first); what is there already is only checked."""
+        self._collate()
+        tables = self._token_tables()
+        for split, plan in self.splitter.plans(tables).items():
+            if isinstance(plan, SplitPlan):
+                self.splitter.selection(self.cache_folder, tables[plan.source], split, plan)
+
+    def _collate(self) -> TextCollator:
+        """The collate (it refuses a tokenizer without a pad token before anything is tokenised)."""
+        return TextCollator(self.tokenizer.pad_token_id, self.with_token_type_ids, self.pad_to_multiple_of)
+
+    def _token_tables(self) -> dict[str, TokenTables]:
+        """Each source's token tables, mapped (built first where they are not in the cache)."""
+        classes, tokenization = self.class_names, self.tokenization
+        identity = tokenizer_identity(self.tokenizer)
+        return {
+            split: load_tokens(self.cache_folder, source, classes, self.tokenizer, tokenization, identity)
+            for split, source in self.sources.items()
+        }
 
     def build(self, stage: str | None) -> dict[str, TokenizedTexts]:
-        classes = self.class_names
-        rows = {
-            split: encode_rows(table, classes, self.columns, self.report, split) for split, table in self.tables.items()
-        }
-        for split, (table, _) in rows.items():
-            if not len(table):
-                raise DataError(f"{table.name}: no usable row is left ({split} split); see dm.report:\n{self.report}")
-        for split, count in self._left_out.items():
-            reason = f"the split column {self.split_column!r} gives them to {split}, which has its own file"
-            self.report.leave_unused(SOURCE, reason, count, "row")
-        train, labels = rows["train"]
-        if "val" not in rows:
-            parts = stratified_split(labels, fractions_of(self.val_fraction), self.seed, "validation split")
-            rows["val"] = (train.select(parts["val"]), labels[parts["val"]])
-            train, labels = train.select(parts["train"]), labels[parts["train"]]
-        if self.max_train_samples is not None and self.max_train_samples < len(labels):
-            share = self.max_train_samples / len(labels)
-            kept = stratified_split(labels, {"kept": share, "rest": 1 - share}, self.seed, "training subset")["kept"]
-            train, labels = train.select(kept), labels[kept]
-        rows["train"] = (train, labels)
-        # first: it refuses a tokenizer without a pad token before anything is tokenised
-        self.collate_fn = TextCollator(self.tokenizer.pad_token_id, self.with_token_type_ids, self.pad_to_multiple_of)
-        datasets = {}
-        pairs = self.columns.pair is not None
-        for split, (table, split_labels) in rows.items():
-            datasets[split], truncated = tokenize_table(
-                table,
-                split_labels,
-                self.tokenizer,
-                self.max_length,
-                self.with_token_type_ids and pairs,
-                self.pad_to_multiple_of,
-                self.overflow,
-                self.stride,
-            )
+        self.collate_fn = self._collate()
+        tables = self._token_tables()
+        if self.split_column:
+            marked = zip(SPLITS, self.splitter.marked(tables), strict=True)
+            counts = ", ".join(f"{n:,} {split}" for split, n in marked if n)
+            notices.info(log, "%s: split column %r gives %s rows", tables["train"].name, self.split_column, counts)
+        plans = self.splitter.plans(tables)
+        self.splitter.check(tables, plans, self.report)
+        datasets: dict[str, TokenizedTexts] = {}
+        for split, plan in plans.items():
+            if not isinstance(plan, SplitPlan):
+                continue
+            samples = tables[plan.source].samples
+            selection = self.splitter.selection(self.cache_folder, tables[plan.source], split, plan)
+            pad = self.tokenizer.pad_token_id
+            datasets[split] = TokenizedTexts.mapped(samples, selection, pad, self.pad_to_multiple_of)
+            documents, truncated = split_summary(samples, selection)
             self.report.truncate(split, truncated, "text")
             if self.overflow == "windows":
-                self.report.window(split, len(table), len(datasets[split]))
+                self.report.window(split, documents, len(datasets[split]))
         if "test" not in datasets:
             notices.info(log, "no test split given: test uses the validation set (%d samples)", len(datasets["val"]))
             datasets["test"] = datasets["val"]

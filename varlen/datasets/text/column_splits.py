@@ -9,6 +9,7 @@ an unknown value is an error that names the file, the column and the rows, never
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -16,8 +17,10 @@ import numpy as np
 from varlen.datasets.text.readers import TextTable
 from varlen.errors import DataError
 
-__all__ = ["SPLIT_SPELLINGS", "split_by_column", "split_of"]
+__all__ = ["SPLITS", "SPLIT_SPELLINGS", "split_by_column", "split_marks", "split_of"]
 
+#: the splits a column may name, in code order (see :func:`split_marks`)
+SPLITS = ("train", "val", "test")
 #: accepted spellings (compared stripped and lower-cased) of each split's value
 SPLIT_SPELLINGS: dict[str, tuple[str, ...]] = {
     "train": ("train", "training", "trn"),
@@ -61,6 +64,45 @@ def _rows(rows: np.ndarray) -> str:
     return f"row {shown}" if len(rows) == 1 else f"{len(rows)} rows ({shown}{', ...' if len(rows) > SHOWN else ''})"
 
 
+def split_marks(values: Iterable[Any], name: str, column: str, rows: np.ndarray | None = None) -> np.ndarray:
+    """The split each value names, as codes (positions in :data:`SPLITS`: 0 train, 1 val, 2 test).
+
+    Args:
+        values: the split column's values, in row order (any iterable: a file's column is read a
+            slice at a time).
+        name: the table's name, for error messages.
+        column: the column's name, for error messages.
+        rows: the row number of each value (default: its position).
+
+    Raises:
+        DataError: a value names no split (naming the value and its rows), or no row is left for
+            training (naming the values found and their counts).
+    """
+    codes = {split: k for k, split in enumerate(SPLITS)}
+    marks: list[int] = []
+    unknown: dict[str, list[int]] = defaultdict(list)
+    for i, value in enumerate(values):
+        split = split_of(value)
+        if split is None:
+            unknown[_shown(value)].append(i)
+        marks.append(codes.get(split, -1))
+    found = np.asarray(marks, dtype=np.int8)
+    rows = np.arange(len(found), dtype=np.int64) if rows is None else np.asarray(rows)
+    if unknown:
+        what = "; ".join(f"{value} in {_rows(rows[positions])}" for value, positions in unknown.items())
+        raise DataError(
+            f"{name}: split column {column!r} has values that name no split: {what}; accepted: {accepted()}"
+        )
+    if not np.any(found == 0):
+        found_per_split = zip(SPLITS, np.bincount(found, minlength=3), strict=True)
+        counts = ", ".join(f"{n:,} {split}" for split, n in found_per_split if n)
+        raise DataError(
+            f"{name}: split column {column!r} leaves the train split empty (all {len(found):,} rows are "
+            f"{counts}: {_rows(rows)}); mark the training rows {SPLIT_SPELLINGS['train'][0]!r} or False"
+        )
+    return found
+
+
 def split_by_column(table: TextTable, column: str) -> dict[str, TextTable]:
     """The rows of ``table`` by the split its column ``column`` names (only the splits it names).
 
@@ -69,25 +111,10 @@ def split_by_column(table: TextTable, column: str) -> dict[str, TextTable]:
         column: the column's name, for error messages.
 
     Raises:
-        DataError: a value names no split (naming the value and its rows), or no row is left for
-            training (naming the values found and their counts).
+        DataError: as :func:`split_marks`.
     """
     if table.splits is None:
         raise ValueError(f"{table.name}: the table was read without its split column {column!r}")
-    found: dict[str, list[int]] = defaultdict(list)
-    unknown: dict[str, list[int]] = defaultdict(list)
-    for i, value in enumerate(table.splits):
-        split = split_of(value)
-        (found[split] if split else unknown[_shown(value)]).append(i)
-    if unknown:
-        what = "; ".join(f"{value} in {_rows(table.rows[rows])}" for value, rows in unknown.items())
-        raise DataError(
-            f"{table.name}: split column {column!r} has values that name no split: {what}; accepted: {accepted()}"
-        )
-    if not found.get("train"):
-        counts = ", ".join(f"{len(rows):,} {split}" for split, rows in found.items())
-        raise DataError(
-            f"{table.name}: split column {column!r} leaves the train split empty (all {len(table):,} rows are "
-            f"{counts}: {_rows(table.rows)}); mark the training rows {SPLIT_SPELLINGS['train'][0]!r} or False"
-        )
-    return {split: table.select(rows) for split, rows in found.items()}
+    marks = split_marks(table.splits, table.name, column, table.rows)
+    present = list(dict.fromkeys(marks.tolist()))  # in the order the rows first name them
+    return {SPLITS[k]: table.select(np.flatnonzero(marks == k)) for k in present}

@@ -1,6 +1,7 @@
 """Tokenised texts over unpadded storage: token ids as :class:`~varlen.batching.ragged.Ragged` rows.
 
-A sample is a view into one flat id array; nothing is padded until a batch is fetched. The
+A sample is a view into one flat id array (the DataModule's: a memory-mapped cache file, see
+:meth:`TokenizedTexts.mapped`); nothing is padded until a batch is fetched. The
 loader's batched fetch (``__getitems__``) pads a whole batch in one gather (pad id and
 ``pad_to_multiple_of`` included), so the collate only names the fields. A sample may be one
 window of a longer document (``overflow="windows"``): it then carries its document id.
@@ -17,6 +18,7 @@ import torch
 
 from varlen.batching.collate import round_up
 from varlen.batching.ragged import Ragged
+from varlen.tables import MappedTable
 
 __all__ = ["TextBatch", "TokenizedTexts", "pad_texts"]
 
@@ -107,6 +109,45 @@ class TokenizedTexts(torch.utils.data.Dataset):
     pad_token_id: int = 0
     pad_to_multiple_of: int | None = None
     documents: np.ndarray | None = None
+
+    @classmethod
+    def mapped(
+        cls,
+        samples: MappedTable,
+        selection: MappedTable | None = None,
+        pad_token_id: int = 0,
+        pad_to_multiple_of: int | None = None,
+    ) -> TokenizedTexts:
+        """The texts of a tokenised table (:mod:`varlen.datasets.text.store`), every array a read-only
+        view of the mapped files: all its rows, or the rows a ``selection`` table lists.
+
+        Such a dataset pickles as the two tables' paths and its pad settings (a spawned loader
+        worker maps the files again), never as its arrays.
+        """
+        per_sample = selection if selection is not None else samples
+        lengths = per_sample.numpy("length")
+        ids = samples.ragged("input_ids", lengths=samples.numpy("length"))
+        starts = ids.starts if selection is None else selection.numpy("start")
+        type_ids = None
+        if "token_type_ids" in samples.columns:
+            type_ids = Ragged(samples.ragged("token_type_ids", lengths=ids.lengths).values, starts, lengths)
+        dataset = cls(
+            Ragged(ids.values, starts, lengths),
+            per_sample.numpy("label"),
+            per_sample.numpy("row"),
+            type_ids,
+            pad_token_id,
+            pad_to_multiple_of,
+            per_sample.numpy("document") if "document" in per_sample.columns else None,
+        )
+        dataset._tables = (samples, selection)
+        return dataset
+
+    def __reduce_ex__(self, protocol: int) -> Any:
+        tables = getattr(self, "_tables", None)
+        if tables is None:  # built in memory: its arrays travel
+            return super().__reduce_ex__(protocol)
+        return (TokenizedTexts.mapped, (*tables, self.pad_token_id, self.pad_to_multiple_of))
 
     def __post_init__(self) -> None:
         self.labels = np.asarray(self.labels, dtype=np.int64)

@@ -38,15 +38,23 @@ from varlen.report import DataReport
 
 __all__ = [
     "FILE_TYPES",
+    "HUB_SPLITS",
     "TextColumns",
     "TextTable",
     "check_classes",
+    "check_columns",
+    "check_rows",
     "check_utf8",
     "class_list",
     "encode_rows",
+    "hidden_labels",
     "label_key",
+    "load_hub",
+    "read_columns",
     "read_hub",
     "read_table",
+    "row_problem",
+    "wanted_columns",
 ]
 
 #: local file suffixes the readers understand (each may be followed by one of ``COMPRESSIONS``)
@@ -107,7 +115,8 @@ class TextTable:
 # -- local files ------------------------------------------------------------------------------
 
 
-def _read_csv(path: Path, columns: TextColumns):
+def _read_csv(path: Path, columns: TextColumns, include: Sequence[str]):
+    """The columns ``include`` of a CSV / TSV file (those it has), and every column name it has."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
@@ -125,14 +134,13 @@ def _read_csv(path: Path, columns: TextColumns):
         invalid_row_handler=refuse,
     )
     texts = {c: pa.string() for c in (columns.text, columns.pair) if c}  # "5" or "NA" stays a text
+    options = {"read_options": pcsv.ReadOptions(use_threads=False), "parse_options": parse}
     try:
         with open_binary(path) as source:  # decompressed by the file's suffix (checked by check_utf8 already)
-            return pcsv.read_csv(
-                source,
-                read_options=pcsv.ReadOptions(use_threads=False),
-                parse_options=parse,
-                convert_options=pcsv.ConvertOptions(column_types=texts),
-            )
+            names = pcsv.open_csv(source, **options).schema.names  # the header (and the first block)
+        convert = pcsv.ConvertOptions(column_types=texts, include_columns=[c for c in include if c in names])
+        with open_binary(path) as source:
+            return pcsv.read_csv(source, convert_options=convert, **options), names
     except pa.ArrowInvalid as error:
         if bad_rows:
             row = bad_rows[0]
@@ -166,16 +174,73 @@ def _read_json(path: Path):
         raise DataError(f"{path}: the rows' fields do not have one type per column: {error}") from None
 
 
-def _read_parquet(path: Path):
+def _read_parquet(path: Path, include: Sequence[str]):
+    """The columns ``include`` of a Parquet file (those it has), and every column name it has."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
-        if compression(path) is None:
-            return pq.read_table(path)
-        return pq.read_table(pa.BufferReader(read_bytes(path)))  # Parquet reads at offsets: decompressed in memory
+        source = path if compression(path) is None else pa.BufferReader(read_bytes(path))  # read at offsets
+        parquet = pq.ParquetFile(source)
+        names = parquet.schema_arrow.names
+        return parquet.read([c for c in include if c in names]), names
     except (pa.ArrowException, OSError) as error:
         raise DataError(f"{path}: cannot read it as Parquet: {error}") from None
+
+
+def wanted_columns(columns: TextColumns, split_column: str | None = None) -> list[str]:
+    """The columns a table must have: text, optional second text, label, optional split column."""
+    return [c for c in (*columns, split_column) if c is not None]
+
+
+def read_columns(
+    path: str | Path,
+    columns: TextColumns,
+    role: str = "train_file",
+    split_column: str | None = None,
+    include: Sequence[str] | None = None,
+):
+    """One local table, checked, as a ``pyarrow.Table`` of the columns ``include`` only.
+
+    Checked as :func:`read_table` checks it (it exists, is not empty, is UTF-8, parses, has rows
+    and every column of ``columns`` and ``split_column``), whatever ``include`` takes: CSV, TSV
+    and Parquet convert only those columns (the label column alone, for the class list); JSON is
+    read whole, then projected.
+
+    Args:
+        path, columns, role, split_column: as :func:`read_table`.
+        include: the columns to return (default: every column of ``columns`` and ``split_column``).
+    """
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise DatasetNotFoundError(
+            f"text table ({role})",
+            path.resolve(),
+            f"point {role} at a CSV, TSV, JSON(L) or Parquet file, or leave train_file unset for the embedded "
+            f"synthetic reviews; SST-2: download {SST2_URL} and use its train.tsv and dev.tsv",
+        )
+    suffix = table_suffix(path)
+    if suffix not in FILE_TYPES:
+        raise DataError(
+            f"{path}: unsupported file type {suffix!r}; use one of {list(FILE_TYPES)}, optionally compressed "
+            f"({', '.join(COMPRESSIONS)})"
+        )
+    wanted = wanted_columns(columns, split_column)
+    include = wanted if include is None else list(include)
+    if suffix == ".parquet":
+        table, names = _read_parquet(path, include)
+    else:
+        check_utf8(path)
+        if suffix in (".csv", ".tsv"):
+            table, names = _read_csv(path, columns, include)
+        else:
+            table = _read_json(path)
+            names = table.column_names
+    if table.num_rows == 0:
+        header = f"a header {names} but " if names else ""
+        raise DataError(f"{path}: the file has {header}no rows")
+    check_columns(names, wanted, str(path))
+    return table.select(include)
 
 
 def read_table(
@@ -195,39 +260,24 @@ def read_table(
         DatasetNotFoundError: there is no such file.
         DataError: the file cannot be used (the message names it, and the line where it applies).
     """
-    path = Path(path).expanduser()
-    if not path.is_file():
-        raise DatasetNotFoundError(
-            f"text table ({role})",
-            path.resolve(),
-            f"point {role} at a CSV, TSV, JSON(L) or Parquet file, or leave train_file unset for the embedded "
-            f"synthetic reviews; SST-2: download {SST2_URL} and use its train.tsv and dev.tsv",
-        )
-    suffix = table_suffix(path)
-    if suffix not in FILE_TYPES:
-        raise DataError(
-            f"{path}: unsupported file type {suffix!r}; use one of {list(FILE_TYPES)}, optionally compressed "
-            f"({', '.join(COMPRESSIONS)})"
-        )
-    if suffix == ".parquet":
-        table = _read_parquet(path)
-    else:
-        check_utf8(path)
-        table = _read_csv(path, columns) if suffix in (".csv", ".tsv") else _read_json(path)
-    if table.num_rows == 0:
-        header = f"a header {table.column_names} but " if table.column_names else ""
-        raise DataError(f"{path}: the file has {header}no rows")
-    return _take(table.column_names, lambda c: table.column(c).to_pylist(), columns, str(path), split_column)
+    table = read_columns(path, columns, role, split_column)
+    name = str(Path(path).expanduser())
+    return _take(table.column_names, lambda c: table.column(c).to_pylist(), columns, name, split_column)
 
 
-def _take(names: Sequence[str], column, columns: TextColumns, name: str, split_column: str | None = None) -> TextTable:
-    """The wanted columns of a table (``column(name) -> list``), or an error naming those missing."""
-    missing = [c for c in (*columns, split_column) if c is not None and c not in names]
+def check_columns(names: Sequence[str], wanted: Sequence[str], name: str) -> None:
+    """Refuse a table without one of the ``wanted`` columns, naming those missing and those it has."""
+    missing = [c for c in wanted if c not in names]
     if missing:
         raise DataError(
             f"{name}: missing column(s) {missing}; it has {list(names)} (set text_column / text_pair_column / "
             "label_column / split_column to the names the file uses)"
         )
+
+
+def _take(names: Sequence[str], column, columns: TextColumns, name: str, split_column: str | None = None) -> TextTable:
+    """The wanted columns of a table (``column(name) -> list``), or an error naming those missing."""
+    check_columns(names, wanted_columns(columns, split_column), name)
     pairs = column(columns.pair) if columns.pair else None
     splits = column(split_column) if split_column else None
     return TextTable(name, column(columns.text), column(columns.label), pairs, splits=splits)
@@ -236,17 +286,13 @@ def _take(names: Sequence[str], column, columns: TextColumns, name: str, split_c
 # -- the Hub ----------------------------------------------------------------------------------
 
 
-def read_hub(
-    name: str, config_name: str | None, columns: TextColumns, split_column: str | None = None
-) -> dict[str, TextTable]:
-    """The ``train`` / ``val`` / ``test`` tables of a Hub dataset (or a local dataset folder).
-
-    A test split whose labels are all -1 (GLUE hides its test labels) is left out. A
-    ``split_column`` is read from the ``train`` split only.
+def load_hub(name: str, config_name: str | None) -> dict[str, Any]:
+    """The ``train`` / ``val`` / ``test`` splits of a Hub dataset (or a local dataset folder) as
+    ``datasets.Dataset`` objects (Arrow tables on disk, in the ``datasets`` cache).
 
     Raises:
         DatasetNotFoundError: the dataset is neither on the Hub (when online) nor in the local cache.
-        DataError: it cannot be loaded, or lacks a column.
+        DataError: it cannot be loaded, or has no ``train`` split.
     """
     import datasets
 
@@ -262,16 +308,38 @@ def read_hub(
     except Exception as error:  # datasets wraps builder and parser failures in several types
         cause = error.__cause__ or error
         raise DataError(f"dataset {name!r}: cannot load it: {type(cause).__name__}: {cause}") from None
-    tables = {}
-    for split, hub_split in (("train", "train"), ("val", "validation"), ("test", "test")):
-        if hub_split in hub:
-            part = hub[hub_split]
-            extra = split_column if split == "train" else None
-            name_of = f"{name}[{hub_split}]"
-            tables[split] = _take(part.column_names, lambda c, p=part: list(p[c]), columns, name_of, extra)
-    if "train" not in tables:
+    if "train" not in hub:
         raise DataError(f"dataset {name!r} has no 'train' split (it has {sorted(hub)})")
-    if "test" in tables and all(label_key(v) == "-1" for v in tables["test"].labels):
+    return {split: hub[hub_split] for split, hub_split in HUB_SPLITS.items() if hub_split in hub}
+
+
+#: our split -> the Hub's name for it
+HUB_SPLITS = {"train": "train", "val": "validation", "test": "test"}
+
+
+def hidden_labels(labels: Sequence[Any]) -> bool:
+    """Whether every label is -1 (GLUE hides its test labels so): such a split is left out."""
+    return all(label_key(v) == "-1" for v in labels)
+
+
+def read_hub(
+    name: str, config_name: str | None, columns: TextColumns, split_column: str | None = None
+) -> dict[str, TextTable]:
+    """The ``train`` / ``val`` / ``test`` tables of a Hub dataset (or a local dataset folder).
+
+    A test split whose labels are all -1 (GLUE hides its test labels) is left out. A
+    ``split_column`` is read from the ``train`` split only.
+
+    Raises:
+        DatasetNotFoundError: the dataset is neither on the Hub (when online) nor in the local cache.
+        DataError: it cannot be loaded, or lacks a column.
+    """
+    tables = {}
+    for split, part in load_hub(name, config_name).items():
+        extra = split_column if split == "train" else None
+        name_of = f"{name}[{HUB_SPLITS[split]}]"
+        tables[split] = _take(part.column_names, lambda c, p=part: list(p[c]), columns, name_of, extra)
+    if "test" in tables and hidden_labels(tables["test"].labels):
         del tables["test"]
     return tables
 
@@ -315,12 +383,16 @@ def check_classes(classes: Sequence[str], name: str, column: str) -> list[str]:
     return classes
 
 
-def _row_problem(table: TextTable, i: int, lookup: dict[str, int], columns: TextColumns) -> tuple[str, str] | int:
-    """Row ``i``'s class id, or why it cannot be used: (a detail for the place, the reason)."""
-    for name, values in ((columns.text, table.texts), (columns.pair, table.pairs)):
-        if values is not None and (values[i] is None or not str(values[i]).strip()):
+def row_problem(
+    text: Any, pair: Any, label: Any, lookup: dict[str, int], columns: TextColumns
+) -> tuple[str, str] | int:
+    """A row's class id, or why it cannot be used: (a detail for the place, the reason).
+
+    ``pair`` is only looked at when ``columns.pair`` is set.
+    """
+    for name, value in ((columns.text, text), (columns.pair, pair)):
+        if name is not None and (value is None or not str(value).strip()):
             return "", f"empty text in column {name!r}"
-    label = table.labels[i]
     key = label_key(label)
     if key is None:
         missing = label is None or not str(label).strip()
@@ -331,6 +403,27 @@ def _row_problem(table: TextTable, i: int, lookup: dict[str, int], columns: Text
         shown = list(lookup)[:10] + (["..."] if len(lookup) > 10 else [])
         return f" (label {label!r})", f"label not one of the {len(lookup)} classes {shown}"
     return lookup[key]
+
+
+def check_rows(
+    texts: Sequence[Any],
+    pairs: Sequence[Any] | None,
+    labels: Sequence[Any],
+    classes: Sequence[str],
+    columns: TextColumns,
+) -> tuple[np.ndarray, list[tuple[int, str, str]]]:
+    """The class id of each row (-1 for an unusable one), and ``(position, detail, reason)`` of each
+    unusable row (see :func:`row_problem`)."""
+    lookup = {name: k for k, name in enumerate(classes)}
+    ids = np.full(len(texts), -1, dtype=np.int64)
+    problems = []
+    for i, (text, label) in enumerate(zip(texts, labels, strict=True)):
+        found = row_problem(text, None if pairs is None else pairs[i], label, lookup, columns)
+        if isinstance(found, tuple):
+            problems.append((i, *found))
+        else:
+            ids[i] = found
+    return ids, problems
 
 
 def encode_rows(
@@ -353,15 +446,11 @@ def encode_rows(
         DataError: a bad row under ``on_bad="raise"``, naming the file and the row.
     """
     report = report or DataReport("raise")
-    lookup = {name: k for k, name in enumerate(classes)}
-    keep, ids = [], []
-    for i in range(len(table)):
-        found = _row_problem(table, i, lookup, columns)
-        if isinstance(found, int):
-            keep.append(i)
-            ids.append(found)
-        else:
-            detail, reason = found
-            report.bad(f"{table.name}: row {int(table.rows[i])}{detail}", reason, item="row", split=split)
+    if table.pairs is None:
+        columns = columns._replace(pair=None)
+    ids, problems = check_rows(table.texts, table.pairs, table.labels, classes, columns)
+    for i, detail, reason in problems:
+        report.bad(f"{table.name}: row {int(table.rows[i])}{detail}", reason, item="row", split=split)
+    keep = np.flatnonzero(ids >= 0)
     kept = table if len(keep) == len(table) else table.select(keep)
-    return kept, np.asarray(ids, dtype=np.int64)
+    return kept, ids[keep]

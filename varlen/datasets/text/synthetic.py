@@ -7,11 +7,25 @@ the text, so that truncating to the first ``max_length`` tokens loses most of th
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from varlen.datasets.text.readers import TextTable
 
-__all__ = ["SYNTHETIC_KINDS", "opinion_votes", "synthetic_long_reviews", "synthetic_reviews", "synthetic_tables"]
+__all__ = [
+    "SYNTHETIC_KINDS",
+    "iter_long_reviews",
+    "iter_reviews",
+    "iter_synthetic",
+    "opinion_votes",
+    "synthetic_labels",
+    "synthetic_long_reviews",
+    "synthetic_name",
+    "synthetic_reviews",
+    "synthetic_splits",
+    "synthetic_tables",
+]
 
 #: the synthetic sets a DataModule can use
 SYNTHETIC_KINDS = ("reviews", "long_reviews")
@@ -38,17 +52,17 @@ _POLAR = {
 }
 
 
-def synthetic_reviews(num_samples: int, seed: int = 0) -> dict[str, list]:
-    """Deterministic movie-review-like texts with a learnable binary sentiment label.
+def synthetic_labels(num_samples: int, seed: int = 0) -> np.ndarray:
+    """The labels :func:`synthetic_reviews` and :func:`synthetic_long_reviews` give (their first draw),
+    without writing a text: what the class list needs."""
+    return np.random.default_rng(seed).integers(0, 2, num_samples)
 
-    Lengths (in words) are log-normal like real reviews: a median near 20 words and a long
-    tail past 150. About one word in eight is a sentiment word, most of them of the label's
-    polarity, so the label is learnable but not trivial from any single word.
-    """
+
+def iter_reviews(num_samples: int, seed: int = 0) -> Iterator[tuple[str, int]]:
+    """:func:`synthetic_reviews` one ``(text, label)`` at a time (the same texts: one generator stream)."""
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, 2, num_samples)
     lengths = np.clip(rng.lognormal(mean=3.0, sigma=0.7, size=num_samples), 4, 250).astype(int)
-    texts = []
     for label, length in zip(labels.tolist(), lengths.tolist(), strict=True):
         words = rng.choice(_FILLER, size=length)
         polar = rng.random(length) < 0.125
@@ -57,8 +71,42 @@ def synthetic_reviews(num_samples: int, seed: int = 0) -> dict[str, list]:
         for pos in np.flatnonzero(polar):
             side = label if agrees[pos] else 1 - label
             words[pos] = rng.choice(_POLAR[side])
-        texts.append(" ".join(words))
-    return {"text": texts, "label": labels.tolist()}
+        yield " ".join(words), label
+
+
+def synthetic_reviews(num_samples: int, seed: int = 0) -> dict[str, list]:
+    """Deterministic movie-review-like texts with a learnable binary sentiment label.
+
+    Lengths (in words) are log-normal like real reviews: a median near 20 words and a long
+    tail past 150. About one word in eight is a sentiment word, most of them of the label's
+    polarity, so the label is learnable but not trivial from any single word.
+    """
+    return _collect(iter_reviews(num_samples, seed))
+
+
+def _collect(reviews: Iterator[tuple[str, int]]) -> dict[str, list]:
+    texts, labels = [], []
+    for text, label in reviews:
+        texts.append(text)
+        labels.append(label)
+    return {"text": texts, "label": labels}
+
+
+def iter_long_reviews(
+    num_samples: int, seed: int = 0, median_words: int = 300, words_per_opinion: float = 40.0, agreement: float = 0.75
+) -> Iterator[tuple[str, int]]:
+    """:func:`synthetic_long_reviews` one ``(text, label)`` at a time (the same texts)."""
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 2, num_samples)
+    lengths = np.clip(rng.lognormal(np.log(median_words), 0.6, num_samples), 60, 1500).astype(int)
+    for label, length in zip(labels.tolist(), lengths.tolist(), strict=True):
+        words = rng.choice(_FILLER, size=length)
+        count = max(1, rng.poisson(length / words_per_opinion))
+        where = np.unique((length * np.sqrt(rng.random(count))).astype(int).clip(0, length - 1))
+        agrees = rng.random(len(where)) < agreement
+        for pos, agree in zip(where.tolist(), agrees.tolist(), strict=True):
+            words[pos] = rng.choice(_POLAR[label if agree else 1 - label])
+        yield " ".join(words), label
 
 
 def synthetic_long_reviews(
@@ -74,19 +122,7 @@ def synthetic_long_reviews(
     opinions is right about 9 times in 10; reading the first 128 tokens, far less often (see
     :func:`opinion_votes`).
     """
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, 2, num_samples)
-    lengths = np.clip(rng.lognormal(np.log(median_words), 0.6, num_samples), 60, 1500).astype(int)
-    texts = []
-    for label, length in zip(labels.tolist(), lengths.tolist(), strict=True):
-        words = rng.choice(_FILLER, size=length)
-        count = max(1, rng.poisson(length / words_per_opinion))
-        where = np.unique((length * np.sqrt(rng.random(count))).astype(int).clip(0, length - 1))
-        agrees = rng.random(len(where)) < agreement
-        for pos, agree in zip(where.tolist(), agrees.tolist(), strict=True):
-            words[pos] = rng.choice(_POLAR[label if agree else 1 - label])
-        texts.append(" ".join(words))
-    return {"text": texts, "label": labels.tolist()}
+    return _collect(iter_long_reviews(num_samples, seed, median_words, words_per_opinion, agreement))
 
 
 def opinion_votes(texts: list[str], first_words: int | None = None) -> np.ndarray:
@@ -100,6 +136,25 @@ def opinion_votes(texts: list[str], first_words: int | None = None) -> np.ndarra
     return np.asarray(votes, dtype=np.int64)
 
 
+def synthetic_splits(num_samples: int) -> dict[str, tuple[int, int]]:
+    """``split -> (reviews, generator seed)`` of :func:`synthetic_tables`: validation and test a fifth of
+    the training set (2 at least); the seeds fixed (0, 1, 2), independent of the DataModule's seed."""
+    small = max(num_samples // 5, 2)
+    return {"train": (num_samples, 0), "val": (small, 1), "test": (small, 2)}
+
+
+def synthetic_name(kind: str, split: str) -> str:
+    """What messages call a synthetic split."""
+    return f"synthetic {kind} {split}" if kind != "reviews" else f"synthetic {split}"
+
+
+def iter_synthetic(kind: str, num_samples: int, seed: int) -> Iterator[tuple[str, int]]:
+    """The reviews of ``kind`` one ``(text, label)`` at a time."""
+    if kind not in SYNTHETIC_KINDS:
+        raise ValueError(f"synthetic kind must be one of {SYNTHETIC_KINDS}, got {kind!r}")
+    return iter_reviews(num_samples, seed) if kind == "reviews" else iter_long_reviews(num_samples, seed)
+
+
 def synthetic_tables(num_samples: int, kind: str = "reviews") -> dict[str, TextTable]:
     """Train (``num_samples`` reviews), validation and test (a fifth each, at least 2).
 
@@ -111,16 +166,8 @@ def synthetic_tables(num_samples: int, kind: str = "reviews") -> dict[str, TextT
         kind: ``"reviews"`` (short, :func:`synthetic_reviews`) or ``"long_reviews"``
             (:func:`synthetic_long_reviews`).
     """
-    if kind not in SYNTHETIC_KINDS:
-        raise ValueError(f"synthetic kind must be one of {SYNTHETIC_KINDS}, got {kind!r}")
-    make = synthetic_reviews if kind == "reviews" else synthetic_long_reviews
-    small = max(num_samples // 5, 2)
     tables = {}
-    for split, n, seed in (("train", num_samples, 0), ("val", small, 1), ("test", small, 2)):
-        reviews = make(n, seed)
-        tables[split] = TextTable(
-            f"synthetic {kind} {split}" if kind != "reviews" else f"synthetic {split}",
-            reviews["text"],
-            reviews["label"],
-        )
+    for split, (n, seed) in synthetic_splits(num_samples).items():
+        reviews = _collect(iter_synthetic(kind, n, seed))
+        tables[split] = TextTable(synthetic_name(kind, split), reviews["text"], reviews["label"])
     return tables

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -23,7 +24,18 @@ from varlen.batching.ragged import Ragged
 from varlen.datasets.text.dataset import TokenizedTexts
 from varlen.datasets.text.readers import TextTable
 
-__all__ = ["OVERFLOW", "Overflow", "check_stride", "default_tokenizer_path", "load_tokenizer", "tokenize_table"]
+__all__ = [
+    "OVERFLOW",
+    "Encoded",
+    "Overflow",
+    "Tokenization",
+    "check_stride",
+    "default_tokenizer_path",
+    "encode_texts",
+    "flatten",
+    "load_tokenizer",
+    "tokenize_table",
+]
 
 Overflow = Literal["truncate", "windows"]
 #: what becomes of a text longer than ``max_length``
@@ -31,6 +43,8 @@ OVERFLOW = ("truncate", "windows")
 
 #: texts encoded per tokenizer call
 BATCH = 1000
+#: rows read, checked and encoded at a time (what memory holds besides the stored ids)
+CHUNK = 10_000
 
 
 def default_tokenizer_path() -> str:
@@ -51,8 +65,48 @@ def _as_text(values: Sequence[Any]) -> list[str]:
     return [v if isinstance(v, str) else str(v) for v in values]
 
 
+@dataclass(frozen=True)
+class Tokenization:
+    """How texts become token ids (with the tokenizer, what a tokenised cache is keyed by).
+
+    Attributes:
+        max_length: longest kept sequence, in tokens (the tokenizer's own pair strategy cuts pairs).
+        overflow: ``"truncate"`` a long text, or cut it into ``"windows"`` (single texts only).
+        stride: tokens shared by consecutive windows (``"windows"`` only).
+        with_token_type_ids: keep ``token_type_ids`` (for pairs, with models that take them).
+    """
+
+    max_length: int
+    overflow: Overflow = "truncate"
+    stride: int = 0
+    with_token_type_ids: bool = False
+
+    def __post_init__(self) -> None:
+        if self.overflow not in OVERFLOW:
+            raise ValueError(f"overflow must be one of {OVERFLOW}, got {self.overflow!r}")
+
+    @property
+    def fields(self) -> list[str]:
+        """The encoded fields kept."""
+        return ["input_ids"] + (["token_type_ids"] if self.with_token_type_ids else [])
+
+
+class Encoded(NamedTuple):
+    """Some texts encoded: one entry per output row (a text, or a window of one).
+
+    Attributes:
+        fields: field name -> the ids of each output row.
+        of_text: ``[R]`` int64 position, among the texts given, of each row's text.
+        truncated: ``[R]`` bool, the row is a text cut to ``max_length``.
+    """
+
+    fields: dict[str, list[list[int]]]
+    of_text: np.ndarray
+    truncated: np.ndarray
+
+
 def _encode(tokenizer, texts: list[str], pairs: list[str] | None, max_length: int, names: Sequence[str]):
-    """One batch: the encoded fields ``names`` per text, and which texts were truncated."""
+    """One batch: the encoded fields ``names`` per text, and the positions of the texts truncated."""
     encoded = tokenizer(texts, pairs, truncation=False, verbose=False)
     fields = {name: list(encoded[name]) for name in names}
     over = [i for i, ids in enumerate(fields["input_ids"]) if len(ids) > max_length]
@@ -66,7 +120,7 @@ def _encode(tokenizer, texts: list[str], pairs: list[str] | None, max_length: in
         for name in names:
             for j, i in enumerate(over):
                 fields[name][i] = cut[name][j]
-    return fields, len(over)
+    return fields, over
 
 
 def check_stride(tokenizer, max_length: int, stride: int) -> None:
@@ -92,6 +146,45 @@ def _windows(tokenizer, texts: list[str], max_length: int, stride: int, names: S
     return fields, np.asarray(encoded["overflow_to_sample_mapping"], dtype=np.int64)
 
 
+def encode_texts(tokenizer, texts: Sequence[Any], pairs: Sequence[Any] | None, tokenization: Tokenization) -> Encoded:
+    """``texts`` (and ``pairs``) encoded, :data:`BATCH` texts per tokenizer call.
+
+    Each text is encoded untruncated first, so that truncation can be counted; only the texts
+    over ``max_length`` are encoded again with truncation. With ``overflow="windows"`` a text
+    becomes its windows instead (call :func:`check_stride` first).
+    """
+    windows = tokenization.overflow == "windows"
+    if windows and pairs is not None:
+        raise ValueError("overflow='windows' takes single texts; truncate sentence pairs (overflow='truncate')")
+    names = tokenization.fields
+    texts = _as_text(texts)
+    pairs = _as_text(pairs) if pairs is not None else None
+    fields: dict[str, list[list[int]]] = {name: [] for name in names}
+    of_text, truncated = [np.zeros(0, np.int64)], [np.zeros(0, bool)]
+    for start in range(0, len(texts), BATCH):
+        stop = start + BATCH
+        if windows:
+            got, of = _windows(tokenizer, texts[start:stop], tokenization.max_length, tokenization.stride, names)
+            cut = np.zeros(len(of), bool)
+        else:
+            part = pairs[start:stop] if pairs else None
+            got, over = _encode(tokenizer, texts[start:stop], part, tokenization.max_length, names)
+            of = np.arange(len(got["input_ids"]), dtype=np.int64)
+            cut = np.zeros(len(of), bool)
+            cut[over] = True
+        of_text.append(of + start)
+        truncated.append(cut)
+        for name in names:
+            fields[name] += got[name]
+    return Encoded(fields, np.concatenate(of_text), np.concatenate(truncated))
+
+
+def flatten(rows: Sequence[Sequence[int]], dtype: np.dtype | type) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of ids as one flat array and the rows' lengths (``[R]`` int64)."""
+    lengths = np.fromiter(map(len, rows), np.int64, len(rows))
+    return np.fromiter(itertools.chain.from_iterable(rows), dtype, int(lengths.sum())), lengths
+
+
 def tokenize_table(
     table: TextTable,
     labels: np.ndarray,
@@ -102,7 +195,10 @@ def tokenize_table(
     overflow: Overflow = "truncate",
     stride: int = 0,
 ) -> tuple[TokenizedTexts, int]:
-    """The texts (and pairs) of ``table`` as :class:`TokenizedTexts`, and how many were truncated.
+    """The texts (and pairs) of ``table`` as :class:`TokenizedTexts` in memory, and how many were truncated.
+
+    (The DataModule writes its tokens to a cache file a slice at a time instead, see
+    :mod:`varlen.datasets.text.store`; this is for tables of one's own.)
 
     Args:
         table: checked rows (see :func:`~varlen.datasets.text.readers.encode_rows`).
@@ -118,45 +214,36 @@ def tokenize_table(
     Returns:
         The dataset and the number of texts truncated (0 with windows: nothing is lost).
     """
-    if overflow not in OVERFLOW:
-        raise ValueError(f"overflow must be one of {OVERFLOW}, got {overflow!r}")
+    tokenization = Tokenization(max_length, overflow, stride, with_token_type_ids)
     windows = overflow == "windows"
     if windows:
         if table.pairs is not None:
             raise ValueError("overflow='windows' takes single texts; truncate sentence pairs (overflow='truncate')")
         check_stride(tokenizer, max_length, stride)
-    names = ["input_ids"] + (["token_type_ids"] if with_token_type_ids else [])
-    texts = _as_text(table.texts)
-    pairs = _as_text(table.pairs) if table.pairs is not None else None
-    parts: dict[str, list[list[int]]] = {name: [] for name in names}
-    documents, truncated = [], 0
-    for start in range(0, len(texts), BATCH):
-        stop = start + BATCH
-        if windows:
-            fields, of_text = _windows(tokenizer, texts[start:stop], max_length, stride, names)
-            documents.append(of_text + start)
-        else:
-            fields, cut = _encode(tokenizer, texts[start:stop], pairs[start:stop] if pairs else None, max_length, names)
-            truncated += cut
-        for name in names:
-            parts[name] += fields[name]
-    document = np.concatenate([np.zeros(0, np.int64), *documents]) if windows else None
-    lengths = np.fromiter(map(len, parts["input_ids"]), np.int64, len(parts["input_ids"]))
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    total = int(offsets[-1])
-    ids = np.fromiter(itertools.chain.from_iterable(parts["input_ids"]), np.int32, total)
-    type_ids = None
-    if with_token_type_ids:
-        type_ids = np.fromiter(itertools.chain.from_iterable(parts["token_type_ids"]), np.int8, total)
+    dtypes = {"input_ids": np.int32, "token_type_ids": np.int8}
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in tokenization.fields}
+    lengths, documents, truncated = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], 0
+    for start in range(0, len(table), CHUNK):  # a slice at a time: never a Python list of every text's ids
+        stop = start + CHUNK
+        pairs = table.pairs[start:stop] if table.pairs is not None else None
+        encoded = encode_texts(tokenizer, table.texts[start:stop], pairs, tokenization)
+        for name in tokenization.fields:
+            values, sizes = flatten(encoded.fields[name], dtypes[name])
+            parts[name].append(values)
+        lengths.append(sizes)
+        documents.append(encoded.of_text + start)
+        truncated += int(encoded.truncated.sum())
+    offsets = np.concatenate([[0], np.cumsum(np.concatenate(lengths))])
+    ids = {name: np.concatenate([np.zeros(0, dtypes[name]), *values]) for name, values in parts.items()}
+    document = np.concatenate(documents)
     labels = np.asarray(labels, np.int64)
-    rows = np.asarray(table.rows)
     dataset = TokenizedTexts(
-        Ragged.from_offsets(ids, offsets),
-        labels if document is None else labels[document],
-        rows if document is None else rows[document],
-        None if type_ids is None else Ragged.from_offsets(type_ids, offsets),
+        Ragged.from_offsets(ids["input_ids"], offsets),
+        labels[document],
+        np.asarray(table.rows)[document],
+        Ragged.from_offsets(ids["token_type_ids"], offsets) if with_token_type_ids else None,
         int(tokenizer.pad_token_id),
         pad_to_multiple_of,
-        documents=document,
+        documents=document if windows else None,
     )
     return dataset, truncated

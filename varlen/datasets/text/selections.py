@@ -1,0 +1,211 @@
+"""The text split policy: which samples of which tokenised source each split serves.
+
+Rows are split, then served as their samples (a text, or its windows), so the windows of a
+document never straddle two splits:
+
+* ``train``: the training source's rows (those its split column marks ``train``, with one), less
+  the validation rows carved out, optionally a stratified, seeded subset (``max_train_samples``);
+* ``val``: its own source; else the training rows its split column marks ``val``; else
+  ``val_fraction`` of the training rows, carved out stratified and seeded;
+* ``test``: its own source; else the rows marked ``test``; else the validation split.
+
+A split that serves all of its source's samples reads the token table itself. One that serves
+some gets a *selection* table, built once per node beside the token table and keyed by it and the
+split settings: per sample its ``start`` and ``length`` in the source's ids, ``label``, ``row``,
+``truncated`` (and ``document``, numbered again from 0). Either way every per-sample array a
+process reads is a view of a mapped file: a loader worker holds nothing of its own per sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from varlen.batching.ragged import concat_ranges
+from varlen.cache import cache_key
+from varlen.datasets.text.column_splits import SPLITS
+from varlen.datasets.text.store import TokenTables
+from varlen.errors import DataError
+from varlen.report import SOURCE, DataReport
+from varlen.splits import fractions_of, stratified_split
+from varlen.tables import MappedTable, open_table, write_table
+
+__all__ = ["SELECTION_VERSION", "SplitPlan", "TextSplit", "document_starts", "split_summary"]
+
+#: format version of the selection tables
+SELECTION_VERSION = "text split 1"
+
+
+@dataclass(frozen=True)
+class SplitPlan:
+    """Which rows of which source a split serves.
+
+    Attributes:
+        source: the source it reads (``"train"``, ``"val"`` or ``"test"``).
+        mark: only the rows the split column gives this code (0 train, 1 val, 2 test); None: every row.
+        carve: ``"train"`` or ``"val"``: that part of the validation split carved out of those rows.
+        subset: the training subset (``max_train_samples``) of what is left.
+    """
+
+    source: str
+    mark: int | None = None
+    carve: str | None = None
+    subset: bool = False
+
+    @property
+    def whole(self) -> bool:
+        """Whether it serves every sample of its source (no selection table)."""
+        return self.mark is None and self.carve is None and not self.subset
+
+
+def document_starts(samples: MappedTable) -> tuple[np.ndarray, np.ndarray]:
+    """The first sample and the number of samples of each document (a text, or its windows)."""
+    n = len(samples)
+    if "document" not in samples.columns:
+        return np.arange(n), np.ones(n, np.int64)
+    first = np.flatnonzero(np.diff(samples.numpy("document"), prepend=-1))
+    return first, np.diff(first, append=n)
+
+
+def split_summary(samples: MappedTable, selection: MappedTable | None) -> tuple[int, int]:
+    """``(documents, truncated texts)`` of a split served from these tables."""
+    per_sample = selection if selection is not None else samples
+    truncated = int(np.count_nonzero(per_sample.numpy("truncated")))
+    if "document" not in per_sample.columns:
+        return len(per_sample), truncated
+    documents = per_sample.numpy("document")  # numbered from 0, in order
+    return (int(documents[-1]) + 1 if len(documents) else 0), truncated
+
+
+def _marks(tables: TokenTables) -> tuple[np.ndarray, np.ndarray]:
+    """The split code of each usable document and of each unusable row."""
+    first, _ = document_starts(tables.samples)
+    return tables.samples.numpy("mark")[first], tables.bad.numpy("mark")
+
+
+@dataclass(frozen=True)
+class TextSplit:
+    """The split settings of a text DataModule (see the module docstring).
+
+    Args:
+        val_fraction: share of the training rows carved out for validation, when nothing else gives one.
+        max_train_samples: keep a stratified, seeded subset of this many training rows (documents).
+        seed: seed of the carved validation and of the subset.
+        split_column: the training source's column naming each row's split, or None.
+    """
+
+    val_fraction: float = 0.1
+    max_train_samples: int | None = None
+    seed: int = 0
+    split_column: str | None = None
+
+    def marked(self, tables: Mapping[str, TokenTables]) -> np.ndarray:
+        """Rows of the training source its split column gives each split (usable or not), ``[3]``."""
+        if self.split_column is None:
+            return np.zeros(3, np.int64)
+        kept, bad = _marks(tables["train"])
+        return np.bincount(kept, minlength=3) + np.bincount(bad, minlength=3)
+
+    def plans(self, tables: Mapping[str, TokenTables]) -> dict[str, SplitPlan | str]:
+        """``split -> SplitPlan``, or the name of the split it repeats (test: ``"val"``)."""
+        marked = {SPLITS[k] for k, n in enumerate(self.marked(tables)) if n}
+        train_mark = 0 if self.split_column else None
+        if "val" in tables:
+            val = SplitPlan("val")
+        elif "val" in marked:
+            val = SplitPlan("train", 1)
+        else:
+            val = SplitPlan("train", train_mark, carve="val")
+        train = SplitPlan("train", train_mark, "train" if val.carve else None, self.max_train_samples is not None)
+        test: SplitPlan | str = "val"
+        if "test" in tables:
+            test = SplitPlan("test")
+        elif "test" in marked:
+            test = SplitPlan("train", 2)
+        return {"train": train, "val": val, "test": test}
+
+    def check(
+        self, tables: Mapping[str, TokenTables], plans: Mapping[str, SplitPlan | str], report: DataReport
+    ) -> None:
+        """Pass every unusable row through ``report`` (under its split, in row order), refuse a split
+        left without a usable row, and count the rows the split column gives a split that has a source
+        of its own (unused).
+
+        Raises:
+            DataError: an unusable row under ``on_bad="raise"`` (naming the source and the row), or a
+                split without a usable row.
+        """
+        own = {split: plan for split, plan in plans.items() if isinstance(plan, SplitPlan) and plan.carve != "val"}
+        for split, plan in own.items():
+            tables_of = tables[plan.source]
+            marks = tables_of.bad.numpy("mark")
+            picked = np.flatnonzero(marks == plan.mark) if plan.mark is not None else np.arange(len(marks))
+            if len(picked):  # the text columns are read only when there is something to say
+                rows, details, reasons = (tables_of.bad.numpy(c) for c in ("row", "detail", "reason"))
+                for i in picked:
+                    where = f"{tables_of.name}: row {int(rows[i])}{details[i]}"
+                    report.bad(where, str(reasons[i]), item="row", split=split)
+        for split, plan in own.items():
+            tables_of = tables[plan.source]
+            if plan.mark is None:
+                kept = len(tables_of.samples)
+            else:
+                kept = int(np.count_nonzero(_marks(tables_of)[0] == plan.mark))
+            if not kept:
+                raise DataError(f"{tables_of.name}: no usable row is left ({split} split); see dm.report:\n{report}")
+        marked = self.marked(tables)
+        for split in ("val", "test"):
+            if split in tables and marked[SPLITS.index(split)]:
+                reason = f"the split column {self.split_column!r} gives them to {split}, which has its own file"
+                report.leave_unused(SOURCE, reason, int(marked[SPLITS.index(split)]), "row")
+
+    def documents(self, samples: MappedTable, plan: SplitPlan) -> np.ndarray:
+        """The documents (numbers among the source's usable ones, ascending) that ``plan`` serves."""
+        first, _ = document_starts(samples)
+        labels = samples.numpy("label")[first]
+        docs = np.arange(len(first)) if plan.mark is None else np.flatnonzero(samples.numpy("mark")[first] == plan.mark)
+        if plan.carve:
+            parts = stratified_split(labels[docs], fractions_of(self.val_fraction), self.seed, "validation split")
+            docs = docs[parts[plan.carve]]
+        if plan.subset and self.max_train_samples < len(docs):
+            share = self.max_train_samples / len(docs)
+            fractions = {"kept": share, "rest": 1 - share}
+            docs = docs[stratified_split(labels[docs], fractions, self.seed, "training subset")["kept"]]
+        return docs
+
+    def select(self, samples: MappedTable, plan: SplitPlan) -> dict[str, np.ndarray]:
+        """The per-sample columns of the selection table of ``plan`` (see the module docstring)."""
+        docs = self.documents(samples, plan)
+        first, counts = document_starts(samples)
+        chosen = concat_ranges(first[docs], counts[docs])
+        lengths = samples.numpy("length")
+        columns = {"start": samples.ragged("input_ids", lengths=lengths).starts[chosen], "length": lengths[chosen]}
+        columns |= {name: samples.numpy(name)[chosen] for name in ("label", "row", "truncated")}
+        if "document" in samples.columns:
+            columns["document"] = np.repeat(np.arange(len(docs), dtype=np.int64), counts[docs])
+        return columns
+
+    def selection_key(self, tables: TokenTables, plan: SplitPlan) -> str:
+        """The content key of a selection table: the token tables' key and the settings ``plan`` uses."""
+        settings = {}
+        if plan.carve:
+            settings |= {"val_fraction": self.val_fraction, "seed": self.seed}
+        if plan.subset:
+            settings |= {"max_train_samples": self.max_train_samples, "seed": self.seed}
+        return cache_key(tables.key, asdict(plan), settings, version=SELECTION_VERSION)
+
+    def selection(self, folder: str | Path, tables: TokenTables, split: str, plan: SplitPlan) -> MappedTable | None:
+        """The mapped selection table of ``split`` (built first when it is not there), or None when the
+        split serves its whole source."""
+        if plan.whole:
+            return None
+        key = self.selection_key(tables, plan)
+        path = Path(folder) / f"{tables.slug}-{split}-{key}.arrow"
+        found = open_table(path, version=SELECTION_VERSION, key=key)
+        if found is None:
+            write_table(path, self.select(tables.samples, plan), version=SELECTION_VERSION, key=key)
+            found = open_table(path, version=SELECTION_VERSION, key=key)
+        return found
