@@ -285,9 +285,49 @@ class BearingDataModule(VarLenDataModule):
         """Mapped recordings (bad ones replayed into the report) -> usable ones -> leak-free splits ->
         windows over the shared buffer."""
         table = self.recording_table()
+        every = table.recordings()
+        recordings = self._usable(table, every)
+        self.recordings = recordings
+        self.recording_names = [r.name for r in recordings]
+        labels = np.array([self.class_names.index(r.label) for r in recordings], dtype=np.int64)
+        self.recording_labels = labels
+        row = {r.name: i for i, r in enumerate(every)}  # names are unique
+        store = self.store = table.store(np.array([row[r.name] for r in recordings], dtype=np.int64))
+        for rec, view in zip(recordings, store.buffers, strict=True):
+            rec.signal = view
+        lengths = [r.signal.shape[1] for r in recordings]
+        conditions = [r.condition for r in recordings]
+        tables, bounds = self.windowing.windows(lengths, labels, conditions, self.report, self.class_names)
+        folder = self.cache_folder
+        mapped = {
+            name: mapped_windows(folder, t, bounds[name] if name == "train" else None) for name, t in tables.items()
+        }
+        if self.normalize:
+            statistics = functools.partial(train_statistics, store.buffers, tables["train"])
+            self.normalization = mapped_statistics(folder, table.key, mapped["train"], statistics)
+        augment = self._window_augment() if self.augment else None
+        return {
+            name: BearingWindows.from_table(
+                store,
+                labels,
+                windows,
+                pad_to_multiple_of=self.pad_to_multiple_of,
+                augment=augment if name == "train" else None,
+                normalization=self.normalization,
+            )
+            for name, windows in mapped.items()
+        }
+
+    def _usable(self, table: RecordingTable, every: list[Recording]) -> list[Recording]:
+        """The recordings the split can use. The bad ones found while the table was built are replayed
+        into the report (raised or counted under this DataModule's ``on_bad``), then those of other
+        conditions and those too short for the split are left out (counted).
+
+        Raises:
+            DataError: no recording is left.
+        """
         for where, problem in table.skipped:
             self.report.bad(where, problem, item=ITEM)
-        every = table.recordings()
         rates = {r.sampling_rate for r in every}
         self.rate = float(self.sampling_rate or next(iter(rates), 0.0))
         recordings = self._of_conditions(every)
@@ -313,37 +353,7 @@ class BearingDataModule(VarLenDataModule):
                 f"no usable recordings in {self.root or 'the simulator'}: {self.report.num_skipped} skipped as bad "
                 f"input, none left (see dm.report)\n{self.report}"
             )
-        self.recordings = recordings
-        self.recording_names = [r.name for r in recordings]
-        labels = np.array([self.class_names.index(r.label) for r in recordings], dtype=np.int64)
-        self.recording_labels = labels
-        row = {r.name: i for i, r in enumerate(every)}  # names are unique
-        store = self.store = table.store(np.array([row[r.name] for r in recordings], dtype=np.int64))
-        for rec, view in zip(recordings, store.buffers, strict=True):
-            rec.signal = view
-        lengths = [r.signal.shape[1] for r in recordings]
-        conditions = [r.condition for r in recordings]
-        tables, bounds = self.windowing.windows(lengths, labels, conditions, self.report, self.class_names)
-        folder = self.cache_folder
-        mapped = {
-            name: mapped_windows(folder, t, bounds[name] if name == "train" else None) for name, t in tables.items()
-        }
-        if self.normalize:
-            train = tables["train"]
-            statistics = functools.partial(train_statistics, store.buffers, train)
-            self.normalization = mapped_statistics(folder, table.key, mapped["train"], statistics)
-        augment = self._window_augment() if self.augment else None
-        return {
-            name: BearingWindows.from_table(
-                store,
-                labels,
-                windows,
-                pad_to_multiple_of=self.pad_to_multiple_of,
-                augment=augment if name == "train" else None,
-                normalization=self.normalization,
-            )
-            for name, windows in mapped.items()
-        }
+        return recordings
 
     # -- what a checkpoint carries -----------------------------------------------------------
 
