@@ -1,12 +1,10 @@
 """Signal to windows: resampling, window plans as index tables, what they leave out, train statistics.
 
-The statistics standardize every gathered batch (the stored signal is mapped read-only and never
-changed), so restoring a checkpoint's statistics is replacing two vectors.
-
 A window is one row of a :class:`WindowTable` (recording, start, length, window index): four
 int64 numbers, never a copy of the signal. Every sample that no window covers is counted (gaps
 between split blocks, strides longer than a window, dropped tails), so the DataModule can put
-it in its report.
+it in its report. The train statistics standardize every gathered batch (the stored signal is
+mapped read-only and never changed), so restoring a checkpoint's statistics replaces two vectors.
 """
 
 from __future__ import annotations
