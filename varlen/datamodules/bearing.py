@@ -11,6 +11,13 @@ The two mistakes this DataModule makes impossible by default:
   (:class:`~varlen.datasets.bearing.storage.RecordingBuffer`; each recording's signal is a view of it),
   so 50%-overlapping windows hold the signal once, not twice, and a batch is one gather.
 
+Where the data lives: ``prepare_data`` (one process per node) reads and resamples the recordings
+once into an Arrow table in ``cache_dir/bearing``, named by the content of the files and settings
+(:mod:`~varlen.datasets.bearing.recordings`); ``setup`` in every rank maps it, splits it, and maps
+each split's windows and the train statistics from small tables beside it
+(:mod:`~varlen.datasets.bearing.window_tables`). A loader worker, under any start method, maps the
+same files: nothing is copied per process, and batches are standardized as they are gathered.
+
 Across operating conditions (``split="condition"``: train on one motor load, test on another),
 validation is carved from the train conditions by time blocks unless ``val_conditions`` are
 given, and the test conditions stay whole; ``augment`` shifts, resamples (speed), scales and
@@ -22,26 +29,35 @@ come from :mod:`varlen.splits`; this module wires them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
-from varlen.batching.collate import round_up
+from varlen.cache import default_cache_dir
 from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datasets.bearing.augment import WindowAugment
 from varlen.datasets.bearing.collate import BearingCollator
 from varlen.datasets.bearing.dataset import BearingWindows
 from varlen.datasets.bearing.formats import CWRU_CLASSES, Recording
+from varlen.datasets.bearing.recordings import (
+    RecordingTable,
+    build_recordings,
+    open_recordings,
+    recordings_key,
+    recordings_path,
+)
 from varlen.datasets.bearing.source import BearingSource
 from varlen.datasets.bearing.splits import OTHER, UNIT, WindowSplit, check_split_arguments, window_geometry
 from varlen.datasets.bearing.storage import RecordingBuffer
-from varlen.datasets.bearing.synthetic import simulate_recordings
-from varlen.datasets.bearing.windows import normalize, renormalize, resample
+from varlen.datasets.bearing.synthetic import iter_simulated
+from varlen.datasets.bearing.window_tables import mapped_statistics, mapped_windows
+from varlen.datasets.bearing.windows import train_statistics
 from varlen.errors import DataError
-from varlen.report import SOURCE, OnBad
+from varlen.report import SOURCE, DataReport, OnBad
 
 __all__ = ["BearingDataModule"]
 
@@ -52,8 +68,9 @@ ITEM = "recording"
 class BearingDataModule(VarLenDataModule):
     """Windows of vibration recordings (CWRU, Paderborn, a folder, or the built-in simulator).
 
-    ``build`` loads the recordings, resamples them to one rate (polyphase), splits them without
-    leakage, normalizes every channel with statistics of the train split only, and builds one
+    ``prepare_data`` loads the recordings and resamples them to one rate (polyphase) into the
+    cache; ``build`` maps them, splits them without leakage, standardizes every channel with
+    statistics of the train split only (as batches are gathered), and builds one
     :class:`~varlen.datasets.bearing.BearingWindows` per split over the same flat buffer. Samples no
     window covers are counted in :attr:`report` per split (unit ``"signal samples"``): gaps
     between split blocks, samples between windows when the stride exceeds the window, tails
@@ -117,6 +134,9 @@ class BearingDataModule(VarLenDataModule):
             its speed only; a list (e.g. ``[0, 1, 2, 3]``): every class under every load, with
             what a load changes (speed, impact and shaft amplitudes, noise, resonance), for
             cross-condition splits.
+        cache_dir: where the recordings at the common rate, the windows and the train statistics
+            are written once and mapped from (None: ``$VARLEN_CACHE`` or ``~/.cache/varlen``; the
+            files go in its ``bearing`` folder).
         batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, num_workers,
             pin_memory, persistent_workers, prefetch_factor, multiprocessing_context, predict_split:
             see :class:`VarLenDataModule` (``max_tokens`` budgets ``windows x window length`` per
@@ -159,6 +179,7 @@ class BearingDataModule(VarLenDataModule):
         simulated_per_class: int = 4,
         simulated_seconds: tuple[float, float] = (2.0, 20.0),
         simulated_loads: list[int] | None = None,
+        cache_dir: str | None = None,
         batch_size: int | None = None,
         max_tokens: int | None = None,
         shuffle: bool = True,
@@ -198,6 +219,7 @@ class BearingDataModule(VarLenDataModule):
         self.simulated_per_class = simulated_per_class
         self.simulated_seconds = tuple(simulated_seconds)
         self.simulated_loads = None if simulated_loads is None else [int(x) for x in simulated_loads]
+        self.cache_dir = cache_dir
         # the format, channels and classes are known here (the CLI links them), read cheaply
         self.source = None if root is None else BearingSource.open(root, data_format, metadata, channels, class_names)
         self.data_format = "simulator" if self.source is None else self.source.data_format
@@ -216,26 +238,99 @@ class BearingDataModule(VarLenDataModule):
 
     # -- data -----------------------------------------------------------------------------------
 
+    @property
+    def cache_folder(self) -> Path:
+        """Where this scenario's tables are: ``<cache_dir>/bearing``."""
+        return Path(self.cache_dir or default_cache_dir()) / "bearing"
+
     def prepare_data(self) -> None:
-        """Fetch the CWRU files when ``download=True`` (Lightning calls this once, before setup)."""
+        """Fetch the CWRU files when ``download=True``, then build the recordings table unless it is
+        there (Lightning calls this once per node, before setup)."""
         if self.download and self.source is not None:
             self.source.download()
+        self.recording_table()
+
+    def recording_table(self) -> RecordingTable:
+        """The recordings at the common rate, mapped from the cache; built there first when absent
+        (or cut short, of another format or of other inputs: then with a warning)."""
+        content = self.source.fingerprint() if self.source is not None else self._simulated_settings()
+        key = recordings_key(content, self.sampling_rate)
+        path = recordings_path(self.cache_folder, key)
+        table = open_recordings(path, key)
+        if table is None:
+            build_recordings(path, key, self._read, self.sampling_rate)
+            table = open_recordings(path, key)
+        return table
+
+    def _simulated_settings(self) -> dict[str, object]:
+        loads = self.simulated_loads
+        settings = (self.simulated_per_class, self.seed, list(self.simulated_seconds), loads, self.class_names)
+        return {"simulator": settings}
+
+    def _read(self, report: DataReport) -> Iterable[Recording]:
+        """The raw recordings, one at a time: simulated, or read and validated by the source (bad ones to
+        ``report``). What :func:`~varlen.datasets.bearing.recordings.build_recordings` stores."""
+        if self.source is None:
+            seconds, loads = self.simulated_seconds, self.simulated_loads
+            return iter_simulated(
+                self.simulated_per_class, self.seed, seconds, class_names=self.class_names, loads=loads
+            )
+        return self.source.iter_load(report)
 
     def load(self) -> list[Recording]:
-        """The raw recordings: simulated, or read and validated by the source (bad ones to :attr:`report`)."""
-        if self.source is None:
-            return simulate_recordings(
-                self.simulated_per_class,
-                self.seed,
-                self.simulated_seconds,
-                class_names=self.class_names,
-                loads=self.simulated_loads,
-            )
-        return self.source.load(self.report)
+        """The raw recordings, read now (not the cache), at their own rates (bad ones to :attr:`report`)."""
+        return list(self._read(self.report))
 
     def build(self, stage: str | None) -> dict[str, BearingWindows]:
-        """Recordings -> common rate -> usable ones -> leak-free splits -> windows over shared buffers."""
-        recordings = self._of_conditions(self._at_common_rate(self.load()))
+        """Mapped recordings (bad ones replayed into the report) -> usable ones -> leak-free splits ->
+        windows over the shared buffer."""
+        table = self.recording_table()
+        every = table.recordings()
+        recordings = self._usable(table, every)
+        self.recordings = recordings
+        self.recording_names = [r.name for r in recordings]
+        labels = np.array([self.class_names.index(r.label) for r in recordings], dtype=np.int64)
+        self.recording_labels = labels
+        row = {r.name: i for i, r in enumerate(every)}  # names are unique
+        store = self.store = table.store(np.array([row[r.name] for r in recordings], dtype=np.int64))
+        for rec, view in zip(recordings, store.buffers, strict=True):
+            rec.signal = view
+        lengths = [r.signal.shape[1] for r in recordings]
+        conditions = [r.condition for r in recordings]
+        tables, bounds = self.windowing.windows(lengths, labels, conditions, self.report, self.class_names)
+        folder = self.cache_folder
+        mapped = {
+            name: mapped_windows(folder, t, bounds[name] if name == "train" else None) for name, t in tables.items()
+        }
+        if self.normalize:
+            statistics = functools.partial(train_statistics, store.buffers, tables["train"])
+            self.normalization = mapped_statistics(folder, table.key, mapped["train"], statistics)
+        augment = self._window_augment() if self.augment else None
+        return {
+            name: BearingWindows.from_table(
+                store,
+                labels,
+                windows,
+                pad_to_multiple_of=self.pad_to_multiple_of,
+                augment=augment if name == "train" else None,
+                normalization=self.normalization,
+            )
+            for name, windows in mapped.items()
+        }
+
+    def _usable(self, table: RecordingTable, every: list[Recording]) -> list[Recording]:
+        """The recordings the split can use. The bad ones found while the table was built are replayed
+        into the report (raised or counted under this DataModule's ``on_bad``), then those of other
+        conditions and those too short for the split are left out (counted).
+
+        Raises:
+            DataError: no recording is left.
+        """
+        for where, problem in table.skipped:
+            self.report.bad(where, problem, item=ITEM)
+        rates = {r.sampling_rate for r in every}
+        self.rate = float(self.sampling_rate or next(iter(rates), 0.0))
+        recordings = self._of_conditions(every)
         if recordings:
             self.window, self.hop, gap = window_geometry(
                 self.rate, self.window_length, self.stride, self.window_seconds, self.stride_seconds, self.gap
@@ -258,28 +353,7 @@ class BearingDataModule(VarLenDataModule):
                 f"no usable recordings in {self.root or 'the simulator'}: {self.report.num_skipped} skipped as bad "
                 f"input, none left (see dm.report)\n{self.report}"
             )
-        self.recordings = recordings
-        self.recording_names = [r.name for r in recordings]
-        labels = np.array([self.class_names.index(r.label) for r in recordings], dtype=np.int64)
-        self.recording_labels = labels
-        store = self.store = self._join(recordings)
-        lengths = [r.signal.shape[1] for r in recordings]
-        conditions = [r.condition for r in recordings]
-        tables, bounds = self.windowing.windows(lengths, labels, conditions, self.report, self.class_names)
-        if self.normalize:
-            self.normalization = normalize(store.buffers, tables["train"])
-        augment = self._window_augment() if self.augment else None
-        return {
-            name: BearingWindows(
-                store,
-                labels,
-                *table,
-                pad_to_multiple_of=self.pad_to_multiple_of,
-                augment=augment if name == "train" else None,
-                bounds=bounds[name] if name == "train" else None,
-            )
-            for name, table in tables.items()
-        }
+        return recordings
 
     # -- what a checkpoint carries -----------------------------------------------------------
 
@@ -299,12 +373,13 @@ class BearingDataModule(VarLenDataModule):
         return state
 
     def restore_data_state(self, state: Mapping[str, object]) -> None:
-        """Standardise every split with the checkpoint's train statistics instead of this data's."""
+        """Standardise every split with the checkpoint's train statistics instead of this data's
+        (batches are standardized as they are gathered: the two vectors are replaced)."""
         if self.normalization is None or "normalization" not in state:
             return
-        target = tuple(np.asarray(v, dtype=np.float32) for v in state["normalization"])
-        renormalize(self.store.buffers, self.normalization, target)
-        self.normalization = target
+        self.normalization = tuple(np.asarray(v, dtype=np.float32) for v in state["normalization"])
+        for dataset in self.datasets.values():
+            dataset.normalization = self.normalization
 
     def _window_augment(self) -> WindowAugment:
         shift, scale, noise, speed = self.augment_args
@@ -322,34 +397,6 @@ class BearingDataModule(VarLenDataModule):
         other = sum(r.signal.shape[1] for r in recordings if r.condition not in named)
         self.report.leave_unused(SOURCE, OTHER, other, UNIT)
         return [r for r in recordings if r.condition in named]
-
-    def _join(self, recordings: list[Recording]) -> RecordingBuffer:
-        """All signals copied once into one flat buffer; each ``Recording.signal`` becomes its view (one copy kept).
-
-        The slack after the last recording lets a batch read any window as wide as the widest batch.
-        """
-        store = RecordingBuffer.join(
-            [r.signal for r in recordings], slack=round_up(self.window, self.pad_to_multiple_of)
-        )
-        for rec, view in zip(recordings, store.buffers, strict=True):
-            rec.signal = view
-        return store
-
-    def _at_common_rate(self, recordings: list[Recording]) -> list[Recording]:
-        """Every recording resampled to ``sampling_rate`` (each native buffer replaced, no second copy)."""
-        rates = {r.sampling_rate for r in recordings}
-        if self.sampling_rate is None and len(rates) > 1:
-            raise DataError(f"recordings have sampling rates {sorted(rates)}; set sampling_rate to resample them")
-        self.rate = target = float(self.sampling_rate or next(iter(rates), 0.0))
-        kept = []
-        for rec in recordings:
-            try:
-                rec.signal, rec.sampling_rate = resample(rec.signal, rec.sampling_rate, target), target
-            except ValueError as error:
-                self.report.bad(rec.where, str(error), item=ITEM)
-                continue
-            kept.append(rec)
-        return kept
 
     def _drop_short(self, recordings: list[Recording]) -> list[Recording]:
         """The recordings the split can use; the others are bad input (too short for it)."""

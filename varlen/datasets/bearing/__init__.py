@@ -17,9 +17,14 @@ simulator); :class:`WindowSplit` (the leak-free split); :class:`WindowAugment`;
 - :mod:`~varlen.datasets.bearing.splits`: :class:`WindowSplit`, the split policy (time blocks,
   recordings, conditions) and the window geometry.
 - :mod:`~varlen.datasets.bearing.windows`: resampling, window tables, unused samples, statistics.
+- :mod:`~varlen.datasets.bearing.recordings`: the recordings at the common rate, built once per
+  node into one Arrow table in the cache folder (bad ones beside them, for the report), mapped by
+  every process.
+- :mod:`~varlen.datasets.bearing.window_tables`: each split's windows and the train statistics as
+  small mapped tables named by their content.
 - :mod:`~varlen.datasets.bearing.storage`: :class:`~varlen.datasets.bearing.storage.RecordingBuffer`
-  (every recording in one flat buffer), windows as :class:`~varlen.batching.ragged.Ragged` spans of
-  it, the one-gather batch read.
+  (every recording in one flat buffer, a mapped column, pickled as its path), windows as
+  :class:`~varlen.batching.ragged.Ragged` spans of it, the one-gather batch read (standardized).
 - :mod:`~varlen.datasets.bearing.augment`: seeded (seed, epoch, window) shifts, scaling, noise of training windows.
 - :mod:`~varlen.datasets.bearing.dataset`: :class:`BearingWindows`, windows as views, fetched a batch at once.
 - :mod:`~varlen.datasets.bearing.collate`: :class:`BearingCollator`, which names the batch's fields.

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from varlen.datasets.bearing.storage import standardize
 from varlen.draws import counter_bits, unit_floats
 
 __all__ = ["WindowAugment"]
@@ -95,11 +96,18 @@ class WindowAugment:
 
     @staticmethod
     def resampled(
-        values: np.ndarray, row_starts: np.ndarray, rates: np.ndarray, lengths: np.ndarray, width: int
+        values: np.ndarray,
+        row_starts: np.ndarray,
+        rates: np.ndarray,
+        lengths: np.ndarray,
+        width: int,
+        normalization: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> np.ndarray:
         """``[B, C, width]`` float32: row ``(b, c)`` of the flat ``values`` resampled at ``rates[b]`` input
         samples per output sample, output ``k`` at ``row_starts[b, c] + 2 + k * rates[b]`` (Lanczos-3
-        weights, normalized to sum 1: a rate of exactly 1 copies the samples), zero after ``lengths[b]``."""
+        weights, normalized to sum 1: a rate of exactly 1 copies the samples), zero after ``lengths[b]``.
+        With ``normalization`` (``(mean, std)`` per channel) every sample read is standardized first,
+        as if ``values`` were: the stored signal is read-only."""
         position = 2.0 + np.arange(width) * rates[:, None]  # [B, W], from each row's start
         left = np.floor(position).astype(np.int64)
         offset = np.pi * ((position - left).astype(np.float32)[..., None] - _TAPS.astype(np.float32))  # [B, W, 6]
@@ -109,7 +117,10 @@ class WindowAugment:
         first = row_starts[:, :, None] + left[:, None, :]  # [B, C, W]
         out = np.zeros(first.shape, dtype=np.float32)
         for tap, step in enumerate(_TAPS.tolist()):  # six taps, each one read of the whole batch
-            out += values.take(np.minimum(first + step, len(values) - 1)) * weights[:, None, :, tap]
+            read = values.take(np.minimum(first + step, len(values) - 1))
+            if normalization is not None:
+                read = standardize(read, normalization)
+            out += read * weights[:, None, :, tap]
         out *= (np.arange(width) < lengths[:, None])[:, None, :]
         return out
 

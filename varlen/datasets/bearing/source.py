@@ -9,13 +9,14 @@ recordings (unreadable, a channel missing, NaN/inf, empty, an unknown label) go 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from varlen.cache import file_hash
 from varlen.datasets.bearing.formats import (
     CWRU_CLASSES,
     CWRU_PAGE,
@@ -66,6 +67,11 @@ def resolve_format(root: Path, data_format: str = "auto", metadata: str | Path |
     if mats and all(parse_paderborn_name(p.name) for p in mats):
         return "paderborn"
     return "cwru"
+
+
+def _content(path: Path) -> str | None:
+    """A file's SHA-256, or None when there is no such file (its reader reports that)."""
+    return file_hash(path) if path.is_file() else None
 
 
 @dataclass
@@ -194,6 +200,25 @@ class BearingSource:
             rows.append({**row, "where": f"{self.metadata}:{number}"})
         return rows
 
+    def fingerprint(self) -> dict[str, Any]:
+        """What the recordings read from this source depend on: the folder, the format, the metadata
+        CSV's and every listed file's content (SHA-256; None for a file that is not there), the
+        channels and classes. A cache keyed by it is never read for other files or settings.
+
+        Raises:
+            DatasetNotFoundError: no folder, or no recordings in it.
+        """
+        files = [(str(row["path"]), _content(self.root / str(row["path"]))) for row in self.rows()]
+        metadata = None if self.metadata is None else [str(self.metadata.resolve()), _content(self.metadata)]
+        return {
+            "root": str(self.root.resolve()),
+            "format": self.data_format,
+            "metadata": metadata,
+            "files": files,
+            "channels": list(self.channels),
+            "classes": list(self.class_names),
+        }
+
     def load(self, report: DataReport | None = None) -> list[Recording]:
         """Every recording, validated: readable, a label in :attr:`class_names`, finite, not empty.
 
@@ -204,9 +229,21 @@ class BearingSource:
             DatasetNotFoundError: no folder, or no recordings in it.
             DataError: a bad recording under ``on_bad="raise"``, or a duplicate recording id.
         """
+        return list(self.iter_load(report))
+
+    def iter_load(self, report: DataReport | None = None) -> Iterator[Recording]:
+        """:meth:`load` one recording at a time (a cache is written as they come: memory holds one).
+
+        Raises:
+            DatasetNotFoundError: no folder, or no recordings in it (before the first recording).
+            DataError: as :meth:`load`.
+        """
         report = report or DataReport("raise")
-        recordings, names = [], set()
-        for row in self.rows():
+        return self._validated(self.rows(), report)
+
+    def _validated(self, rows: list[dict[str, Any]], report: DataReport) -> Iterator[Recording]:
+        names = set()
+        for row in rows:
             path = self.root / str(row["path"])
             try:
                 rec = self._read(path, row)
@@ -220,10 +257,9 @@ class BearingSource:
             names.add(rec.name)
             problem = self.problem(rec)
             if problem is None:
-                recordings.append(rec)
+                yield rec
             else:
                 report.bad(*problem, item=ITEM)
-        return recordings
 
     def problem(self, rec: Recording) -> tuple[str, str] | None:
         """``(where, reason)`` when ``rec`` cannot be used (an unknown label, a non-finite value, no samples).

@@ -3,13 +3,16 @@
 All recordings live back to back in one flat float32 array (:class:`RecordingBuffer`); each
 recording's ``[C, T]`` buffer is a view of it. A window is a sample whose ``C`` rows are spans of
 that array (channel ``c`` of recording ``r`` starts at ``offsets[r] + c * T_r``), so 50%-overlapping
-windows cost index numbers, not signal.
+windows cost index numbers, not signal. The DataModule's flat array is the mapped, read-only
+values of the recordings table (:mod:`~varlen.datasets.bearing.recordings`), never written:
+normalization happens on each gathered batch.
 
 :func:`gather_windows` reads a batch ``[B, C, W]`` with one fancy index on a strided view of
-the flat array (each row is one contiguous block copy), which is why the flat array ends with
-``slack`` zeros: a window near its end can be read ``W`` wide. The core's :meth:`Ragged.pad
-<varlen.batching.ragged.Ragged.pad>` gives the same values by building a ``[B, C, W]`` index
-grid first, several times slower for windows of thousands of samples.
+the flat array (each row is one contiguous block copy); a batch whose widest read would pass the
+array's end (``slack`` zeros after it avoid that for arrays joined in memory) goes through a
+clipped index grid instead. The core's :meth:`Ragged.pad <varlen.batching.ragged.Ragged.pad>`
+gives the same values by building a ``[B, C, W]`` index grid first, several times slower for
+windows of thousands of samples.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ import numpy as np
 
 from varlen.batching.collate import round_up
 from varlen.batching.ragged import Ragged
+from varlen.tables import MappedTable
 
-__all__ = ["PaddedWindows", "RecordingBuffer", "gather_windows"]
+__all__ = ["PaddedWindows", "RecordingBuffer", "gather_windows", "standardize"]
 
 
 class RecordingBuffer:
@@ -34,7 +38,8 @@ class RecordingBuffer:
         lengths: ``[R]`` int64 samples ``T_r`` of each recording.
         channels: ``C``, the same for every recording.
         buffers: ``[C, T_r]`` views of ``values``, one per recording (what ``Recording.signal``
-            and single samples use; writing to them writes to ``values``).
+            and single samples use).
+        table: the mapped table ``values`` is a column of (:meth:`mapped`), or None.
     """
 
     def __init__(self, values: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, channels: int) -> None:
@@ -43,6 +48,23 @@ class RecordingBuffer:
         self.lengths = np.asarray(lengths, dtype=np.int64)
         self.channels = int(channels)
         self.buffers = self._views()
+        self.table: MappedTable | None = None
+        self.column = ""
+
+    @classmethod
+    def mapped(
+        cls, table: MappedTable, column: str, offsets: np.ndarray, lengths: np.ndarray, channels: int
+    ) -> RecordingBuffer:
+        """The recordings of list column ``column`` of a mapped table (read-only views of the file).
+
+        Args:
+            table: the table.
+            column: its list column whose values are the flat signal.
+            offsets, lengths, channels: as the attributes (a subset of the rows may be given).
+        """
+        store = cls(table.ragged(column).values, offsets, lengths, channels)
+        store.table, store.column = table, column
+        return store
 
     @classmethod
     def join(cls, signals: Sequence[np.ndarray], slack: int = 0) -> RecordingBuffer:
@@ -67,8 +89,8 @@ class RecordingBuffer:
 
     @property
     def slack(self) -> int:
-        """Zeros after the last recording (how far past its end a window may be read)."""
-        end = int(self.offsets[-1] + self.channels * self.lengths[-1]) if len(self.offsets) else 0
+        """Values after the end of the last recording (how far past its end a window may be read)."""
+        end = int((self.offsets + self.channels * self.lengths).max()) if len(self.offsets) else 0
         return len(self.values) - end
 
     def _views(self) -> list[np.ndarray]:
@@ -95,11 +117,19 @@ class RecordingBuffer:
         return Ragged(self.values, row_starts.ravel(), row_lengths, groups)
 
     def __getstate__(self) -> dict:
-        # pickled into spawned workers: the views would each be pickled as a copy of their signal
-        return {"values": self.values, "offsets": self.offsets, "lengths": self.lengths, "channels": self.channels}
+        # pickled into spawned workers: the views would each be pickled as a copy of their signal,
+        # and a mapped store sends its table (a path), which the worker maps again
+        state = {"offsets": self.offsets, "lengths": self.lengths, "channels": self.channels}
+        if self.table is not None:
+            return {**state, "table": self.table, "column": self.column}
+        return {**state, "values": self.values}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__(**state)
+        if "table" in state:
+            table, column = state.pop("table"), state.pop("column")
+            self.__dict__.update(RecordingBuffer.mapped(table, column, **state).__dict__)
+        else:
+            self.__init__(**state)
 
 
 class PaddedWindows(NamedTuple):
@@ -116,6 +146,7 @@ def gather_windows(
     indices: np.ndarray,
     pad_to_multiple_of: int | None = None,
     pad_value: float = 0.0,
+    normalization: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> PaddedWindows:
     """The windows ``indices`` padded to the batch's longest (rounded up): one read of the flat array.
 
@@ -130,6 +161,8 @@ def gather_windows(
         indices: ``[B]`` window indices.
         pad_to_multiple_of: round ``W`` up to this multiple.
         pad_value: written after each window's length.
+        normalization: ``(mean, std)`` ``[C]`` float32: the batch becomes ``(x - mean) / std`` per
+            channel (the stored signal is never changed), before the padding is written.
     """
     indices = np.asarray(indices, dtype=np.int64)
     if len(indices) == 0:
@@ -144,6 +177,8 @@ def gather_windows(
         signals = view[starts]  # [B, C, W], one block copy per row
     else:
         signals = values.take(starts[..., None] + np.arange(width), mode="clip")
+    if normalization is not None:
+        standardize(signals, normalization)
     longest = int(lengths.max())
     mask = np.ones((len(indices), width), dtype=bool)
     signals[:, :, longest:], mask[:, longest:] = pad_value, False  # the rounding, one slice for the batch
@@ -153,3 +188,11 @@ def gather_windows(
         mask[short, :longest] = keep
         signals[short, :, :longest] = np.where(keep[:, None, :], signals[short, :, :longest], np.float32(pad_value))
     return PaddedWindows(signals, lengths, mask)
+
+
+def standardize(signals: np.ndarray, normalization: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """``signals`` ``[..., C, W]`` float32 standardized in place per channel: ``(x - mean) / std``."""
+    mean, std = normalization
+    signals -= mean[:, None]
+    signals /= std[:, None]
+    return signals

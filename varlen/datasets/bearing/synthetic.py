@@ -14,7 +14,7 @@ cross-condition protocol (train on one load, test on another) testable offline.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -31,6 +31,7 @@ __all__ = [
     "SPEED_ONLY",
     "LoadEffects",
     "load_effects",
+    "iter_simulated",
     "simulate_recording",
     "simulate_recordings",
 ]
@@ -160,37 +161,53 @@ def simulate_recordings(
     Raises:
         ValueError: a class the simulator has no physics for, or a load outside 0-3.
     """
+    return list(iter_simulated(per_class, seed, seconds, sampling_rates, class_names, loads))
+
+
+def iter_simulated(
+    per_class: int = 4,
+    seed: int = 0,
+    seconds: tuple[float, float] = (2.0, 20.0),
+    sampling_rates: Sequence[int] = (12000, 48000),
+    class_names: Sequence[str] = CWRU_CLASSES,
+    loads: Sequence[int] | None = None,
+) -> Iterator[Recording]:
+    """:func:`simulate_recordings` one recording at a time (the same recordings, in the same order),
+    so that a cache is written as they come and memory holds one of them.
+
+    Raises:
+        ValueError: as :func:`simulate_recordings`, before the first recording.
+    """
     unknown = [c for c in class_names if not _SIMULATED_CLASS.match(c)]
     if unknown:
         raise ValueError(
             f"the simulator has no model for classes {unknown}: use 'normal' or IR/B/OR + a 3-digit size in mils"
         )
-    rng = np.random.default_rng(seed)
-    if loads is not None:
-        return _under_loads(per_class, rng, seconds, sampling_rates, class_names, loads)
-    recordings = []
-    for label in class_names:
-        for i in range(per_class):
-            duration = float(np.clip(rng.lognormal(np.log(5.0), 0.7), *seconds))
-            rate = int(rng.choice(sampling_rates))
-            load = int(rng.integers(0, 4))
-            recordings.append(simulate_recording(label, rate, duration, load, rng, name=f"sim_{label}_{i}"))
-    return recordings
+    bad = [load for load in loads or () if load not in CWRU_LOAD_RPM]
+    if loads is not None and (bad or not loads):
+        raise ValueError(f"simulated loads must be among {sorted(CWRU_LOAD_RPM)} HP, got {list(loads)}")
+    return _simulated(per_class, np.random.default_rng(seed), seconds, sampling_rates, class_names, loads)
 
 
-def _under_loads(
+def _simulated(
     per_class: int,
     rng: np.random.Generator,
     seconds: tuple[float, float],
     sampling_rates: Sequence[int],
     class_names: Sequence[str],
-    loads: Sequence[int],
-) -> list[Recording]:
-    """``per_class`` recordings of every class under every load (named ``sim_<label>_<load>hp_<i>``)."""
-    bad = [load for load in loads if load not in CWRU_LOAD_RPM]
-    if bad or not loads:
-        raise ValueError(f"simulated loads must be among {sorted(CWRU_LOAD_RPM)} HP, got {list(loads)}")
-    recordings = []
+    loads: Sequence[int] | None,
+) -> Iterator[Recording]:
+    """Without ``loads``: ``per_class`` recordings per class, each at a random load that sets its speed
+    only (``sim_<label>_<i>``); with ``loads``: of every class under every load, with its effects
+    (``sim_<label>_<load>hp_<i>``)."""
+    if loads is None:
+        for label in class_names:
+            for i in range(per_class):
+                duration = float(np.clip(rng.lognormal(np.log(5.0), 0.7), *seconds))
+                rate = int(rng.choice(sampling_rates))
+                load = int(rng.integers(0, 4))
+                yield simulate_recording(label, rate, duration, load, rng, name=f"sim_{label}_{i}")
+        return
     for load in dict.fromkeys(int(x) for x in loads):  # in the given order, once each
         effects = load_effects(load)
         for label in class_names:
@@ -198,5 +215,4 @@ def _under_loads(
                 duration = float(np.clip(rng.lognormal(np.log(5.0), 0.7), *seconds))
                 rate = int(rng.choice(sampling_rates))
                 name = f"sim_{label}_{load}hp_{i}"
-                recordings.append(simulate_recording(label, rate, duration, load, rng, name, effects))
-    return recordings
+                yield simulate_recording(label, rate, duration, load, rng, name, effects)

@@ -3,7 +3,8 @@
 A window is one row of a :class:`WindowTable` (recording, start, length, window index): four
 int64 numbers, never a copy of the signal. Every sample that no window covers is counted (gaps
 between split blocks, strides longer than a window, dropped tails), so the DataModule can put
-it in its report.
+it in its report. The train statistics standardize every gathered batch (the stored signal is
+mapped read-only and never changed), so restoring a checkpoint's statistics replaces two vectors.
 """
 
 from __future__ import annotations
@@ -19,8 +20,6 @@ __all__ = [
     "Segments",
     "WindowTable",
     "cut_windows",
-    "normalize",
-    "renormalize",
     "plan_windows",
     "resample",
     "train_statistics",
@@ -159,27 +158,3 @@ def train_statistics(buffers: Sequence[np.ndarray], table: WindowTable) -> tuple
     mean = total / count
     std = np.sqrt(np.maximum(square / count - mean**2, 0.0))
     return mean, np.where(std > 0, std, 1.0)
-
-
-def normalize(buffers: Sequence[np.ndarray], train: WindowTable) -> tuple[np.ndarray, np.ndarray]:
-    """Standardize every buffer in place with the statistics of the ``train`` windows; returns them (float32).
-
-    In place: the windows of every split are views of these buffers, so no second copy is made,
-    and validation and test see train statistics only.
-    """
-    mean, std = (s.astype(np.float32) for s in train_statistics(buffers, train))
-    for buffer in buffers:
-        buffer -= mean[:, None]
-        buffer /= std[:, None]
-    return mean, std
-
-
-def renormalize(
-    buffers: Sequence[np.ndarray], current: tuple[np.ndarray, np.ndarray], target: tuple[np.ndarray, np.ndarray]
-) -> None:
-    """Buffers standardized with ``current`` (mean, std per channel) are standardized with ``target``
-    instead, in place: ``x * s1 / s0 + (m1 - m0) / s0`` equals ``(raw - m0) / s0``."""
-    (m1, s1), (m0, s0) = ((np.asarray(a, np.float32) for a in pair) for pair in (current, target))
-    for buffer in buffers:
-        buffer *= (s1 / s0)[:, None]
-        buffer += ((m1 - m0) / s0)[:, None]
