@@ -147,8 +147,9 @@ def test_an_unusable_graph_table_is_rebuilt_with_a_warning(tmp_path: Path, how: 
     path = graphs.graph_cache_path(DATA / "esol_tiny.csv", "smiles", cache)
     damage(path, how, marker, tmp_path)
     again = tiny(cache)
-    with pytest.warns(UserWarning, match=rf"cache {re.escape(str(path))} .*; building it again"):
+    with pytest.warns(UserWarning, match=rf"cache {re.escape(str(path))} .*; building it again") as said:
         again.prepare_data()
+    assert len([w for w in said if "building it again" in str(w.message)]) == 1  # said once
     assert not marker.exists()  # nothing was unpickled
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -14,9 +14,9 @@ from varlen.datasets.molecules.classes import SINGLE_CLASS, SingleClass, check_c
 from varlen.datasets.molecules.collate import MoleculeCollator
 from varlen.datasets.molecules.dataset import MoleculeGraphs, descriptor_statistics, target_statistics
 from varlen.datasets.molecules.features import ATOM_VOCAB, BOND_VOCAB, NUM_DESCRIPTORS
-from varlen.datasets.molecules.graphs import GraphStore, cached_graphs, open_graphs, usable_positions
+from varlen.datasets.molecules.graphs import GraphStore, build_graphs, open_graphs, usable_positions
 from varlen.datasets.molecules.readers import MOLECULENET, TASKS, MoleculeTable, read_table, table_path
-from varlen.datasets.molecules.targets import TargetStore, cached_targets, open_targets
+from varlen.datasets.molecules.targets import TargetStore, open_targets, write_targets
 from varlen.errors import DataError
 from varlen.report import OnBad
 from varlen.splits import balanced_scaffold_split, fractions_of, random_split, scaffold_split
@@ -188,9 +188,9 @@ class MoleculeDataModule(VarLenDataModule):
         if graphs is None or targets is None:
             table = read_table(source, self.smiles_column, self.target_columns, self.task)
             if graphs is None:
-                graphs, _ = cached_graphs(table, self.smiles_column, cache_dir=self.cache_dir, num_proc=self.num_proc)
+                graphs = build_graphs(table, self.smiles_column, self.cache_dir, self.num_proc)
             if targets is None:
-                targets = cached_targets(table, self.smiles_column, self.task, self.cache_dir)
+                targets = write_targets(table, self.smiles_column, self.task, self.cache_dir)
         return source, graphs, targets
 
     def prepare_data(self) -> None:

@@ -38,6 +38,7 @@ __all__ = [
     "CACHE_FORMAT",
     "COLUMNS",
     "GraphStore",
+    "build_graphs",
     "cached_graphs",
     "featurize_all",
     "graph_cache_path",
@@ -188,6 +189,14 @@ def open_graphs(path: str | Path, smiles_column: str, cache_dir: str | Path | No
     return None if table is None else GraphStore(table)
 
 
+def build_graphs(
+    table: MoleculeTable, smiles_column: str, cache_dir: str | Path | None = None, num_proc: int = 1
+) -> GraphStore:
+    """Featurise a read ``table`` into its cache file (replacing whatever is there); mapped."""
+    target = graph_cache_path(table.path, smiles_column, cache_dir)
+    return featurize_all(table.smiles, target, key=graph_key(table.path, smiles_column), num_proc=num_proc)
+
+
 def cached_graphs(
     table: MoleculeTable, smiles_column: str, cache_dir: str | Path | None = None, num_proc: int = 1
 ) -> tuple[GraphStore, Path]:
@@ -196,11 +205,10 @@ def cached_graphs(
     Returns:
         The graph store and the cache file's path.
     """
-    target = graph_cache_path(table.path, smiles_column, cache_dir)
     store = open_graphs(table.path, smiles_column, cache_dir)
     if store is None:
-        store = featurize_all(table.smiles, target, key=graph_key(table.path, smiles_column), num_proc=num_proc)
-    return store, target
+        store = build_graphs(table, smiles_column, cache_dir, num_proc)
+    return store, graph_cache_path(table.path, smiles_column, cache_dir)
 
 
 def usable_positions(

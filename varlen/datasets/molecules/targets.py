@@ -19,7 +19,15 @@ from varlen.cache import cache_key, default_cache_dir, file_hash
 from varlen.datasets.molecules.readers import MoleculeTable
 from varlen.tables import MappedTable, open_table, write_table
 
-__all__ = ["TARGETS_FORMAT", "TargetStore", "cached_targets", "open_targets", "targets_cache_path", "targets_key"]
+__all__ = [
+    "TARGETS_FORMAT",
+    "TargetStore",
+    "cached_targets",
+    "open_targets",
+    "targets_cache_path",
+    "targets_key",
+    "write_targets",
+]
 
 #: the layout of the targets table
 TARGETS_FORMAT = "molecule-targets-arrow-1"
@@ -69,14 +77,19 @@ def open_targets(
     return None if table is None else TargetStore(table)
 
 
+def write_targets(
+    table: MoleculeTable, smiles_column: str, task: str, cache_dir: str | Path | None = None
+) -> TargetStore:
+    """Write the targets of a read ``table`` to their cache file (replacing whatever is there); mapped."""
+    target = targets_cache_path(table.path, smiles_column, table.target_columns, task, cache_dir)
+    key = targets_key(table.path, smiles_column, table.target_columns, task)
+    columns = {"targets": np.asarray(table.targets, np.float32), "line": np.asarray(table.rows, np.int64)}
+    return TargetStore(MappedTable(write_table(target, columns, version=TARGETS_FORMAT, key=key)))
+
+
 def cached_targets(
     table: MoleculeTable, smiles_column: str, task: str, cache_dir: str | Path | None = None
 ) -> TargetStore:
     """The targets of a read ``table``: mapped from the cache, or written to it first."""
     found = open_targets(table.path, smiles_column, table.target_columns, task, cache_dir)
-    if found is not None:
-        return found
-    target = targets_cache_path(table.path, smiles_column, table.target_columns, task, cache_dir)
-    key = targets_key(table.path, smiles_column, table.target_columns, task)
-    columns = {"targets": np.asarray(table.targets, np.float32), "line": np.asarray(table.rows, np.int64)}
-    return TargetStore(MappedTable(write_table(target, columns, version=TARGETS_FORMAT, key=key)))
+    return found if found is not None else write_targets(table, smiles_column, task, cache_dir)
