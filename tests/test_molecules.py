@@ -1,14 +1,12 @@
-"""Molecular graphs: readers, featurisation cache, splits, budgets, the GNN, bad input and the CLI."""
+"""Molecular graphs: readers, splits, budgets, the GNN, bad input and the CLI (the cache: test_molecule_cache.py)."""
 
 from __future__ import annotations
 
 import hashlib
 import io
-import re
 import shutil
 import tempfile
 import urllib.error
-import warnings
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -21,9 +19,8 @@ from torch_geometric.data import Batch, Data
 
 import varlen.datasets.download
 import varlen.datasets.molecules as mol
-from varlen.cache import VERSION_KEY, load_arrays, save_arrays
 from varlen.datamodules.molecules import MoleculeDataModule
-from varlen.datasets.molecules import features, graphs
+from varlen.datasets.molecules import features
 from varlen.datasets.molecules.readers import MoleculeNetSpec
 from varlen.errors import DataError, DatasetNotFoundError, DownloadError
 from varlen.models.molecules import MoleculeGNN
@@ -269,125 +266,7 @@ def test_missing_preset_says_what_to_fetch(tmp_path: Path) -> None:
         mol.read_table(tmp_path / "nothing.csv", "smiles", ["y"])
 
 
-# -- cache and download ---------------------------------------------------------------------
-
-
-def no_featurising(*args, **kwargs):
-    raise AssertionError("featurised again although the cache is valid")
-
-
-def test_graphs_are_cached_in_prepare_data_by_file_hash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    source = tmp_path / "t.csv"
-    shutil.copy(DATA / "esol_tiny.csv", source)
-    cache = tmp_path / "c"
-    first = MoleculeDataModule(path=str(source), cache_dir=str(cache), batch_size=4)
-    first.prepare_data()
-    files = list((cache / "molecules").glob("t-*.npz"))
-    assert files == [graphs.graph_cache_path(source, "smiles", cache)]
-    monkeypatch.setattr(graphs, "featurize_all", no_featurising)
-    first.setup("fit")  # only reads what prepare_data built
-    again = MoleculeDataModule(path=str(source), cache_dir=str(cache), batch_size=4)
-    again.prepare_data()
-    again.setup("fit")
-    np.testing.assert_array_equal(again.dataset("train").lengths, first.dataset("train").lengths)
-    # an edited file has another hash, hence another cache entry (featurised again)
-    source.write_text(source.read_text().replace("CCO", "CCN", 1))
-    with pytest.raises(AssertionError, match="featurised again"):
-        MoleculeDataModule(path=str(source), cache_dir=str(cache), batch_size=4).prepare_data()
-
-
-def test_cache_is_keyed_by_featurizer_version(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cache = tmp_path / "c"
-    calls = []
-    featurize = graphs.featurize_all
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return featurize(*args, **kwargs)
-
-    monkeypatch.setattr(graphs, "featurize_all", counting)
-    tiny(cache_dir=str(cache)).prepare_data()
-    assert len(calls) == 1
-    monkeypatch.setattr(features, "FEATURIZER_VERSION", features.FEATURIZER_VERSION + "-bumped")
-    tiny(cache_dir=str(cache)).prepare_data()
-    assert len(calls) == 2 and len(list((cache / "molecules").glob("*.npz"))) == 2
-    monkeypatch.setattr(graphs, "featurize_all", no_featurising)  # same version: featurising is impossible
-    dm = tiny(cache_dir=str(cache))
-    dm.prepare_data()
-    dm.setup("fit")
-    assert sum(len(d) for d in dm.datasets.values()) == 40
-
-
-class RunsCode:
-    """A pickle payload: unpickling it creates ``marker`` (what a hostile cache file could do)."""
-
-    def __init__(self, marker: Path) -> None:
-        self.marker = marker
-
-    def __reduce__(self):
-        return open, (str(self.marker), "w")
-
-
-def damage(path: Path, how: str, marker: Path) -> None:
-    if how == "truncated":
-        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
-    elif how == "empty":
-        path.write_bytes(b"")
-    elif how == "other_format":
-        save_arrays(path, {"x": np.zeros(3)}, "molecule-graphs-torch-0")
-    elif how == "wrong_rows":
-        arrays = load_arrays(path, graphs.CACHE_FORMAT)
-        store = graphs.GraphStore.from_arrays(arrays)
-        save_arrays(path, graphs.featurize_all(["CCO", "CCC"]).to_arrays(), graphs.CACHE_FORMAT)
-        assert len(store) == 40
-    else:  # a pickled object array where the scaffolds should be
-        arrays = load_arrays(path, graphs.CACHE_FORMAT)
-        arrays["scaffolds"] = np.array([RunsCode(marker)] * len(arrays["scaffolds"]), dtype=object)
-        with open(path, "wb") as handle:
-            np.savez(handle, **{VERSION_KEY: np.asarray(graphs.CACHE_FORMAT)}, **arrays)
-
-
-@pytest.mark.parametrize("how", ["truncated", "empty", "other_format", "wrong_rows", "pickled"])
-def test_an_unusable_cache_is_rebuilt_with_a_warning(tmp_path: Path, how: str) -> None:
-    cache, marker = tmp_path / "c", tmp_path / "code-ran"
-    dm = tiny(cache_dir=str(cache))
-    dm.prepare_data()
-    dm.setup("fit")
-    path = graphs.graph_cache_path(DATA / "esol_tiny.csv", "smiles", cache)
-    damage(path, how, marker)
-    again = tiny(cache_dir=str(cache))
-    with pytest.warns(UserWarning, match=rf"cache {re.escape(str(path))} .*; building it again"):
-        again.prepare_data()
-    assert not marker.exists()  # nothing was unpickled
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        again.setup("fit")
-    assert not [w for w in caught if "cache" in str(w.message)], [str(w.message) for w in caught]
-    for split, dataset in dm.datasets.items():
-        np.testing.assert_array_equal(again.dataset(split).lengths, dataset.lengths)
-    with np.load(path, allow_pickle=False) as archive:  # the rebuilt cache: plain arrays only
-        assert all(archive[k].dtype != object for k in archive.files)
-        assert archive["scaffolds"].dtype.kind == "U" and archive["error_rows"].dtype == np.int64
-
-
-def test_featurisation_errors_survive_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    dm = tiny("esol_invalid.csv", cache_dir=str(tmp_path), on_bad="skip")
-    dm.prepare_data()
-    monkeypatch.setattr(graphs, "featurize_all", no_featurising)
-    with pytest.warns(UserWarning, match="skipped 2"):
-        dm.setup("fit")
-    assert dm.report.num_skipped == 2
-    arrays = load_arrays(graphs.graph_cache_path(DATA / "esol_invalid.csv", "smiles", tmp_path), graphs.CACHE_FORMAT)
-    assert arrays["error_rows"].tolist() == [10, 11]
-    assert arrays["error_messages"][0] == "RDKit could not parse the SMILES"
-
-
-def test_parallel_featurisation_matches_serial() -> None:
-    table = mol.read_table(DATA / "esol_tiny.csv", "smiles", [ESOL_TARGET])
-    serial = mol.featurize_all(table.smiles)
-    parallel = mol.featurize_all(table.smiles, num_proc=2, chunk=8)
-    for name, value in serial.to_arrays().items():
-        np.testing.assert_array_equal(value, getattr(parallel, name), err_msg=name)
+# -- download (the graph and target cache: tests/test_molecule_cache.py) ----------------------
 
 
 def fake_urlopen(path: Path):
@@ -769,9 +648,19 @@ def test_checkpoint_descriptor_statistics_standardize_another_table(tmp_path: Pa
     assert not np.allclose(other.descriptor_stats[0], trained.descriptor_stats[0])
     other.load_state_dict(trained.state_dict())
     np.testing.assert_allclose(other.target_mean, trained.target_mean)
-    by_smiles = dict(zip(trained.table.smiles, trained.datasets["train"].descriptors, strict=True))
-    for smiles, row in zip(other.table.smiles, other.datasets["train"].descriptors, strict=True):
-        np.testing.assert_allclose(row, by_smiles[smiles], rtol=1e-5, atol=1e-6)
+    trained_rows, other_rows = descriptors_by_smiles(trained), descriptors_by_smiles(other)
+    assert trained_rows.keys() == other_rows.keys()
+    for smiles, row in other_rows.items():
+        np.testing.assert_allclose(row, trained_rows[smiles], rtol=1e-5, atol=1e-6)
+
+
+def descriptors_by_smiles(dm: MoleculeDataModule) -> dict[str, np.ndarray]:
+    """The descriptors every split serves, by SMILES (standardised as the DataModule does it now)."""
+    out = {}
+    for dataset in dm.datasets.values():
+        for i in range(len(dataset)):
+            out[dm.table.smiles[dataset.positions[i]]] = dataset[i]["descriptors"]
+    return out
 
 
 def test_checkpoint_refuses_other_targets(tmp_path: Path) -> None:

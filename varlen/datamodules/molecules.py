@@ -12,15 +12,11 @@ from varlen.batching.telemetry import BatchStats
 from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datasets.molecules.classes import SINGLE_CLASS, SingleClass, check_classes
 from varlen.datasets.molecules.collate import MoleculeCollator
-from varlen.datasets.molecules.dataset import (
-    MoleculeGraphs,
-    descriptor_statistics,
-    standardized_descriptors,
-    target_statistics,
-)
+from varlen.datasets.molecules.dataset import MoleculeGraphs, descriptor_statistics, target_statistics
 from varlen.datasets.molecules.features import ATOM_VOCAB, BOND_VOCAB, NUM_DESCRIPTORS
-from varlen.datasets.molecules.graphs import GraphStore, cached_graphs, usable_positions
+from varlen.datasets.molecules.graphs import GraphStore, build_graphs, open_graphs, usable_positions
 from varlen.datasets.molecules.readers import MOLECULENET, TASKS, MoleculeTable, read_table, table_path
+from varlen.datasets.molecules.targets import TargetStore, open_targets, write_targets
 from varlen.errors import DataError
 from varlen.report import OnBad
 from varlen.splits import balanced_scaffold_split, fractions_of, random_split, scaffold_split
@@ -34,8 +30,10 @@ SPLITS = ("train", "val", "test")
 class MoleculeDataModule(VarLenDataModule):
     """MoleculeNet-style molecules as graphs, batched by a budget on atoms + bonds per batch.
 
-    Each molecule is featurised once with RDKit, in ``prepare_data``, and cached (see
-    :mod:`varlen.datasets.molecules.graphs`); its size is atoms + directed edges, and the
+    Each molecule is featurised once per node with RDKit, in ``prepare_data``, into an Arrow
+    table in ``cache_dir`` (see :mod:`varlen.datasets.molecules.graphs`), and the targets are
+    written beside it (:mod:`~varlen.datasets.molecules.targets`); ``setup`` in every rank and
+    every loader worker only map both files. A molecule's size is atoms + directed edges, and the
     sampler's ``cost="sum"`` keeps the *sum* of sizes in a batch under ``max_tokens`` (graphs are
     concatenated, not padded), so a batch's memory is bounded whatever the molecule sizes.
     Molecules RDKit cannot use are skipped and counted in ``dm.report`` (the default) or raise;
@@ -81,7 +79,8 @@ class MoleculeDataModule(VarLenDataModule):
         on_bad: ``"raise"`` stops at the first SMILES RDKit rejects (naming the file, line and
             SMILES); ``"skip"`` counts each such molecule in ``dm.report`` by reason, with examples.
             Some MoleculeNet tables hold a few (7 in HIV): their configs set ``skip``.
-        cache_dir: featurised-graph cache (default: ``$VARLEN_CACHE`` or ``~/.cache/varlen``).
+        cache_dir: where the graph and target tables are built and mapped from (default:
+            ``$VARLEN_CACHE`` or ``~/.cache/varlen``); a folder that cannot be written is a ``DataError``.
         num_proc: processes for featurising big tables (small ones are done in-process).
         follow_batch: fields (of ``x``, ``edge_index``, ``edge_attr``, ``y``, ``y_mask``,
             ``descriptors``) that also get ``<name>_batch`` and ``<name>_ptr`` in the batch, as PyG's
@@ -166,8 +165,10 @@ class MoleculeDataModule(VarLenDataModule):
         self.edge_features = BOND_VOCAB
         self.num_descriptors = NUM_DESCRIPTORS if descriptors else 0
         # filled by setup()
-        self.table: MoleculeTable | None = None
+        self.source: Path | None = None
         self.store: GraphStore | None = None
+        self.target_store: TargetStore | None = None
+        self._table: MoleculeTable | None = None
         self.target_mean = np.zeros(self.num_tasks, np.float32)
         self.target_std = np.ones(self.num_tasks, np.float32)
         self.split_positions: dict[str, np.ndarray] = {}
@@ -177,29 +178,50 @@ class MoleculeDataModule(VarLenDataModule):
         """The CSV to read: ``path``, the packaged ESOL, or the preset's file under ``root``."""
         return table_path(self.dataset_name, self.path, self.root, download, self.cache_dir)
 
-    def _graphs(self, download: bool) -> tuple[MoleculeTable, GraphStore]:
-        table = read_table(self.resolve_path(download), self.smiles_column, self.target_columns, self.task)
-        store, _ = cached_graphs(table, self.smiles_column, cache_dir=self.cache_dir, num_proc=self.num_proc)
-        return table, store
+    def _stores(self, download: bool) -> tuple[Path, GraphStore, TargetStore]:
+        """The table's graphs and targets mapped from ``cache_dir``; the CSV is read (and checked) only
+        when one of them is missing, to build it."""
+        source = self.resolve_path(download)
+        args = (source, self.smiles_column)
+        graphs = open_graphs(*args, self.cache_dir)
+        targets = open_targets(*args, self.target_columns, self.task, self.cache_dir)
+        if graphs is None or targets is None:
+            table = read_table(source, self.smiles_column, self.target_columns, self.task)
+            if graphs is None:
+                graphs = build_graphs(table, self.smiles_column, self.cache_dir, self.num_proc)
+            if targets is None:
+                targets = write_targets(table, self.smiles_column, self.task, self.cache_dir)
+        return source, graphs, targets
 
     def prepare_data(self) -> None:
-        """Download when asked and featurise into the cache (Lightning: once per node, before setup)."""
-        self._graphs(self.download)
+        """Download when asked and build the graph and target tables (Lightning: once per node, before setup)."""
+        self._stores(self.download)
+
+    @property
+    def table(self) -> MoleculeTable | None:
+        """The table as read (SMILES, targets, line numbers), from the mapped stores; None before ``setup``.
+
+        Its SMILES list is made when first asked (``setup`` does not need it).
+        """
+        if self._table is None and self.store is not None:
+            targets = self.target_store
+            columns = tuple(self.target_columns)
+            self._table = MoleculeTable(self.source, self.store.smiles, targets.targets, targets.lines, columns)
+        return self._table
 
     def build(self, stage: str | None) -> dict[str, MoleculeGraphs]:
-        """Read the table and its cached graphs, leave out (and count) unusable molecules, split, standardize."""
-        table, store = self._graphs(self.download)  # the cache exists after prepare_data: only read here
-        self.table, self.store = table, store
-        self.split_positions = self._split(table, store, usable_positions(table, store, self.report))
+        """Map the table's graphs and targets, leave out (and count) unusable molecules, split, standardize."""
+        source, store, targets = self._stores(self.download)  # built by prepare_data: only mapped here
+        self.source, self.store, self.target_store, self._table = source, store, targets, None
+        valid = usable_positions(source, store, targets.lines, self.report)
+        self.split_positions = self._split(source, store, targets.targets, valid)
         train = self.split_positions["train"]
         if self.standardize:
-            self.target_mean, self.target_std = target_statistics(table.targets[train])
-        features = None
+            self.target_mean, self.target_std = target_statistics(targets.targets[train])
         if self.descriptors:
             self.descriptor_stats = descriptor_statistics(store.descriptors[train])
-            features = standardized_descriptors(store.descriptors, *self.descriptor_stats)
         return {
-            name: MoleculeGraphs(store, table.targets, positions, table.rows, features)
+            name: MoleculeGraphs(store, targets, positions, self.descriptor_stats)
             for name, positions in self.split_positions.items()
         }
 
@@ -226,15 +248,14 @@ class MoleculeDataModule(VarLenDataModule):
         if "descriptor_mean" in state and self.descriptor_stats is not None:
             stats = tuple(np.asarray(state[k], dtype=np.float32) for k in ("descriptor_mean", "descriptor_std"))
             self.descriptor_stats = stats
-            features = standardized_descriptors(self.store.descriptors, *stats)
-            for dataset in self.datasets.values():
-                dataset.descriptors = features
+            for dataset in self.datasets.values():  # each batch is standardised with them
+                dataset.descriptor_stats = stats
 
-    def _split(self, table: MoleculeTable, store: GraphStore, valid: np.ndarray) -> dict[str, np.ndarray]:
+    def _split(self, source: Path, store: GraphStore, targets: np.ndarray, valid: np.ndarray) -> dict[str, np.ndarray]:
         """Table positions per split (random: stream ``"molecule split"``; scaffold: deterministic;
         balanced: stream ``"molecule scaffold split"``), checked to hold both classes where classified."""
         if len(valid) < len(SPLITS):
-            raise DataError(f"{table.path}: only {len(valid)} usable molecule(s); need at least 3 to split")
+            raise DataError(f"{source}: only {len(valid)} usable molecule(s); need at least 3 to split")
         if self.split == "random":
             parts = random_split(len(valid), self.fractions, self.split_seed, "molecule split")
         elif self.split == "scaffold":
@@ -247,12 +268,12 @@ class MoleculeDataModule(VarLenDataModule):
         if empty:
             sizes = {name: len(part) for name, part in positions.items()}
             raise DataError(
-                f"{table.path}: the {'/'.join(empty)} split(s) would be empty ({len(valid)} usable molecules, "
+                f"{source}: the {'/'.join(empty)} split(s) would be empty ({len(valid)} usable molecules, "
                 f"split={self.split!r}, fractions {self.fractions} give {sizes}); use more molecules "
                 "or larger fractions"
             )
         if self.task == "classification":
-            check_classes(table.path, table.targets, positions, self.target_columns, self.split, self.single_class)
+            check_classes(source, targets, positions, self.target_columns, self.split, self.single_class)
         return positions
 
     def batch_stats(self, batch: Mapping[str, Any]) -> BatchStats:

@@ -4,7 +4,8 @@
 Public entry points (what a DataModule of one's own is built from): the presets
 :data:`MOLECULENET`, :func:`moleculenet_file` (a preset's verified download) and
 :func:`packaged_esol`; :func:`read_table` (-> :class:`MoleculeTable`); :func:`featurize_all` and
-:func:`cached_graphs` (the table's graphs, cached), :func:`usable_positions` (molecules RDKit
+:func:`cached_graphs` (the table's graphs, built once into a mapped Arrow table),
+:func:`~.targets.cached_targets` (its targets, likewise), :func:`usable_positions` (molecules RDKit
 could not use go through the report); :class:`MoleculeGraphs` and :class:`MoleculeCollator`; the
 vocabulary sizes :data:`ATOM_VOCAB` and :data:`BOND_VOCAB` a model embeds. Helpers stay in their
 submodules:
@@ -12,10 +13,13 @@ submodules:
 * :mod:`.readers`: presets, downloads, :func:`read_table` (table errors name the file and line);
 * :mod:`.classes`: every validation and test split holds both classes of each task (ROC-AUC);
 * :mod:`.features`: RDKit atom / bond categories in shared vocabularies, scaffolds, descriptors;
-* :mod:`.graphs`: the table's graphs as concatenated arrays, cached as ``.npz`` (no pickles);
+* :mod:`.graphs`: the table's graphs as one Arrow table (list columns), built a chunk at a time
+  and mapped (:class:`~.graphs.GraphStore`, read-only views that pickle as the file's path);
+* :mod:`.targets`: the table's targets and line numbers, mapped likewise (:class:`~.targets.TargetStore`);
 * :mod:`.rows`: :class:`~.rows.MoleculeRows`, a batch of molecules as the arrays of one graph;
-* :mod:`.dataset`: :class:`MoleculeGraphs`, one split over the shared store, gathering a batch at
-  once as :class:`~.rows.MoleculeRows`; target and descriptor statistics;
+* :mod:`.dataset`: :class:`MoleculeGraphs`, one split over the mapped stores (pickled as their
+  paths and its positions), gathering a batch at once as :class:`~.rows.MoleculeRows`; target and
+  descriptor statistics;
 * :mod:`.collate`: :class:`MoleculeCollator`, those rows to a PyG ``Batch`` (:func:`~.collate.graph_batch`).
 """
 

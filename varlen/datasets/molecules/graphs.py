@@ -1,86 +1,122 @@
-"""All molecules of a table as concatenated graph arrays, featurised once and cached as ``.npz``.
+"""All molecules of a table as one Arrow table of graphs: featurised once per node, mapped by every process.
 
-The store holds every row's graph as a few concatenated arrays plus offsets (like PyG's
-``InMemoryDataset``), so per-sample sizes (atoms + directed bonds) are one vectorised subtraction
-and never need a pass over the samples. The cache (:func:`cached_graphs`) is keyed by the file's
-SHA-256, the SMILES column and :data:`~.features.FEATURIZER_VERSION` (an edited file or a new
-featuriser never reads a stale cache), written atomically, and holds plain arrays only (scaffolds
-as a numpy str array, featurisation errors as rows plus messages): reading it runs no code. A
-cache that is cut short or from another format is rebuilt with a warning.
+The table (:data:`CACHE_FORMAT`, written through :mod:`varlen.tables`) holds one row per table
+row: its SMILES, its atoms (``[n, 8]`` int16 categories) and directed bonds (``[e, 4]`` int16
+categories, and ``[e, 2]`` atom pairs local to the molecule) as list columns, the atom and edge
+counts, the Bemis-Murcko scaffold, the RDKit descriptors, and ``error`` (why RDKit could not use
+the molecule; '' when it could, and then its graph is empty). It is keyed by the file's SHA-256,
+the SMILES column and :data:`~.features.FEATURIZER_VERSION` (an edited file or a new featuriser
+never reads a stale cache), built a chunk of molecules at a time (memory holds one chunk, never
+the table's graphs) and written atomically; a file cut short, of another format or built from
+other inputs is rebuilt with a warning (:func:`varlen.tables.open_table`).
+
+:class:`GraphStore` maps it: every array is a read-only view of the file, so per-sample sizes are
+views too, and the store pickles as its path (a spawned worker maps the file again).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, fields
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 import varlen.datasets.molecules.features as features  # FEATURIZER_VERSION read when a key is made
 from varlen import notices
-from varlen.batching.ragged import Ragged
-from varlen.cache import cache_key, default_cache_dir, file_hash, load_arrays, save_arrays
+from varlen.cache import cache_key, default_cache_dir, file_hash
 from varlen.datasets.molecules.features import ATOM_FEATURES, BOND_FEATURES, NUM_DESCRIPTORS, Graph, featurize_many
 from varlen.datasets.molecules.readers import MoleculeTable
 from varlen.report import DataReport
+from varlen.tables import MappedTable, TableBuilder, open_table
 
-__all__ = ["CACHE_FORMAT", "GraphStore", "cached_graphs", "featurize_all", "graph_cache_path", "usable_positions"]
+__all__ = [
+    "CACHE_FORMAT",
+    "COLUMNS",
+    "GraphStore",
+    "build_graphs",
+    "cached_graphs",
+    "featurize_all",
+    "graph_cache_path",
+    "graph_key",
+    "open_graphs",
+    "usable_positions",
+]
 
-#: the layout of the cache file; the featuriser's own version is part of the key
-CACHE_FORMAT = "molecule-graphs-npz-1"
+#: the layout of the cache table; the featuriser's own version is part of the key
+CACHE_FORMAT = "molecule-graphs-arrow-1"
+#: the table's columns
+COLUMNS = ("smiles", "atoms", "bonds", "edges", "num_atoms", "num_edges", "scaffold", "descriptors", "error")
+#: ragged columns: (dtype, trailing shape). Atom pairs are int32: local to one molecule, half of int64's bytes
+RAGGED = {
+    "atoms": (np.int16, (len(ATOM_FEATURES),)),
+    "bonds": (np.int16, (len(BOND_FEATURES),)),
+    "edges": (np.int32, (2,)),
+}
+#: what a molecule RDKit could not use stores: an empty graph
+EMPTY: Graph = (
+    np.zeros((0, len(ATOM_FEATURES)), np.int16),
+    np.zeros((2, 0), np.int64),
+    np.zeros((0, len(BOND_FEATURES)), np.int16),
+    "",
+    np.zeros(NUM_DESCRIPTORS, np.float32),
+)
 
 
-@dataclass
 class GraphStore:
-    """All molecules of a table as concatenated arrays with offsets (what is cached on disk).
+    """A table's graphs, mapped: every array is a read-only view of the cache file.
+
+    Pickles as the file's path: a process that receives it maps the file again.
 
     Attributes:
-        x: int16 ``[total_atoms, 8]`` atom features (shared vocabulary).
-        edge_index: int64 ``[2, total_edges]``, node indices local to each molecule.
-        edge_attr: int16 ``[total_edges, 4]`` bond features (shared vocabulary).
-        node_ptr / edge_ptr: int64 ``[N + 1]`` offsets of each molecule's atoms / edges.
-        scaffolds: str ``[N]`` Bemis-Murcko scaffold SMILES ('' when acyclic or invalid).
+        table: the mapped :class:`~varlen.tables.MappedTable`.
+        atoms: :class:`~varlen.batching.Ragged` int16 ``[atoms, 8]`` atom categories per molecule.
+        bonds: int16 ``[edges, 4]`` bond categories per molecule (both directions of each bond).
+        edges: int32 ``[edges, 2]`` (source, target) atoms of each directed bond, local to its
+            molecule; same rows as ``bonds``.
+        num_nodes / num_edges: int64 ``[N]`` atoms / directed bonds per molecule (stored columns).
         descriptors: float32 ``[N, NUM_DESCRIPTORS]`` RDKit descriptors (zeros when invalid).
-        error_rows: int64 positions (table rows) RDKit could not use; their graphs are empty.
-        error_messages: str, why each of ``error_rows`` failed (``"<reason>[: <detail>]"``).
-
-    :attr:`atoms` and :attr:`bonds` are the same arrays as :class:`~varlen.batching.ragged.Ragged` rows
-    (one row per molecule), which is how a batch is gathered.
     """
 
-    x: np.ndarray
-    edge_index: np.ndarray
-    edge_attr: np.ndarray
-    node_ptr: np.ndarray
-    edge_ptr: np.ndarray
-    scaffolds: np.ndarray
-    descriptors: np.ndarray
-    error_rows: np.ndarray
-    error_messages: np.ndarray
+    def __init__(self, table: MappedTable) -> None:
+        self.table = table
+        self.num_nodes = table.numpy("num_atoms")
+        self.num_edges = table.numpy("num_edges")
+        self.atoms = table.ragged("atoms", self.num_nodes)
+        self.bonds = table.ragged("bonds", self.num_edges)
+        self.edges = table.ragged("edges", self.num_edges)
+        self.descriptors = table.numpy("descriptors")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (GraphStore, (self.table,))
 
     def __len__(self) -> int:
-        return len(self.node_ptr) - 1
-
-    @property
-    def num_nodes(self) -> np.ndarray:
-        return np.diff(self.node_ptr)
-
-    @property
-    def num_edges(self) -> np.ndarray:
-        return np.diff(self.edge_ptr)
+        return len(self.table)
 
     @cached_property
-    def atoms(self) -> Ragged:
-        """Atoms per molecule: ``x`` split by ``node_ptr``."""
-        return Ragged.from_offsets(self.x, self.node_ptr)
+    def scaffolds(self) -> np.ndarray:
+        """str ``[N]`` Bemis-Murcko scaffold SMILES ('' when acyclic or invalid): a copy, for splitting."""
+        return self.table.numpy("scaffold")
 
     @cached_property
-    def bonds(self) -> Ragged:
-        """Directed edges per molecule: ``edge_attr`` split by ``edge_ptr``; ``edge_index[:, i]`` shares its rows."""
-        return Ragged.from_offsets(self.edge_attr, self.edge_ptr)
+    def smiles(self) -> list[str]:
+        """The SMILES of every row (a copy, made when asked)."""
+        return self.table.batch.column("smiles").to_pylist()
+
+    @cached_property
+    def error_rows(self) -> np.ndarray:
+        """int64 positions RDKit could not use (their graphs are empty)."""
+        return np.flatnonzero(pc.binary_length(self.table.batch.column("error")).to_numpy()).astype(np.int64)
+
+    def errors(self) -> tuple[np.ndarray, list[str], list[str]]:
+        """:attr:`error_rows`, why each failed (``"<reason>[: <detail>]"``) and its SMILES."""
+        rows = pa.array(self.error_rows)
+        column = self.table.batch.column
+        return self.error_rows, column("error").take(rows).to_pylist(), column("smiles").take(rows).to_pylist()
 
     @property
     def valid(self) -> np.ndarray:
@@ -89,110 +125,107 @@ class GraphStore:
         valid[self.error_rows] = False
         return valid
 
-    @classmethod
-    def from_results(cls, results: Sequence[Graph | str]) -> GraphStore:
-        """Concatenate :func:`~.features.featurize_smiles` results (a string is a failure: an empty graph)."""
-        empty: Graph = (
-            np.zeros((0, len(ATOM_FEATURES)), np.int16),
-            np.zeros((2, 0), np.int64),
-            np.zeros((0, len(BOND_FEATURES)), np.int16),
-            "",
-            np.zeros(NUM_DESCRIPTORS, np.float32),
-        )
-        failed = [(i, r) for i, r in enumerate(results) if isinstance(r, str)]
-        graphs = [empty if isinstance(r, str) else r for r in results]
-        # column by column, the empty graph first (so that an empty table concatenates too)
-        xs, edges, attrs, scaffolds, descriptors = zip(empty, *graphs, strict=True)
-        return cls(
-            x=np.concatenate(xs),
-            edge_index=np.concatenate(edges, axis=1),
-            edge_attr=np.concatenate(attrs),
-            node_ptr=np.cumsum([0] + [len(x) for x in xs[1:]]).astype(np.int64),
-            edge_ptr=np.cumsum([0] + [e.shape[1] for e in edges[1:]]).astype(np.int64),
-            scaffolds=np.asarray(scaffolds[1:], dtype=str),
-            descriptors=np.stack(descriptors)[1:].astype(np.float32),
-            error_rows=np.asarray([i for i, _ in failed], dtype=np.int64),
-            error_messages=np.asarray([m for _, m in failed], dtype=str),
-        )
 
-    def to_arrays(self) -> dict[str, np.ndarray]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
-    @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> GraphStore | None:
-        """The store of a loaded cache, or None when an array is missing or the offsets disagree."""
-        names = [f.name for f in fields(cls)]
-        if any(name not in arrays for name in names):
-            return None
-        store = cls(**{name: arrays[name] for name in names})
-        n = len(store)
-        consistent = (
-            n >= 0
-            and store.edge_ptr.shape == (n + 1,)
-            and len(store.scaffolds) == len(store.descriptors) == n
-            and int(store.node_ptr[-1]) == len(store.x)
-            and int(store.edge_ptr[-1]) == store.edge_index.shape[1] == len(store.edge_attr)
-            and len(store.error_rows) == len(store.error_messages)
-            and bool(np.all((store.error_rows >= 0) & (store.error_rows < n)))
-        )
-        return store if consistent else None
+def _chunks(smiles: Sequence[str], num_proc: int, chunk: int) -> Iterator[tuple[Sequence[str], list[Graph | str]]]:
+    """Each chunk of ``smiles`` with its featurisation, in order (in ``num_proc`` processes if it pays)."""
+    parts = [smiles[i : i + chunk] for i in range(0, len(smiles), chunk)]
+    if num_proc > 1 and len(smiles) >= 2 * chunk:
+        with ProcessPoolExecutor(max_workers=num_proc) as pool:
+            yield from zip(parts, pool.map(featurize_many, parts), strict=True)
+    else:
+        yield from ((part, featurize_many(part)) for part in parts)
 
 
-def featurize_all(smiles: Sequence[str], num_proc: int = 1, chunk: int = 2000) -> GraphStore:
-    """Featurise every SMILES, in ``num_proc`` processes when the table is big enough to pay.
+def _strings(values: Sequence[str]) -> np.ndarray:
+    """An object array of ``str``: Arrow writes it as a string column, without numpy's fixed-width padding."""
+    out = np.empty(len(values), dtype=object)
+    out[:] = list(values)
+    return out
+
+
+def featurize_all(
+    smiles: Sequence[str], path: str | Path, *, key: str, num_proc: int = 1, chunk: int = 2000
+) -> GraphStore:
+    """Featurise every SMILES into the graph table at ``path`` (keyed ``key``), a chunk at a time; mapped.
 
     Process start-up and pickling cost more than featurising a few thousand small molecules,
     so tables under ``2 * chunk`` molecules are done in this process.
     """
-    smiles = list(smiles)
-    if num_proc > 1 and len(smiles) >= 2 * chunk:
-        parts = [smiles[i : i + chunk] for i in range(0, len(smiles), chunk)]
-        with ProcessPoolExecutor(max_workers=num_proc) as pool:
-            results = [r for part in pool.map(featurize_many, parts) for r in part]
-    else:
-        results = featurize_many(smiles)
-    return GraphStore.from_results(results)
+    builder = TableBuilder(path, version=CACHE_FORMAT, key=key, ragged=RAGGED)
+    for part, results in _chunks(list(smiles), num_proc, chunk):
+        graphs = [EMPTY if isinstance(r, str) else r for r in results]
+        builder.append(
+            smiles=_strings(part),
+            atoms=[g[0] for g in graphs],
+            bonds=[g[2] for g in graphs],
+            edges=[g[1].T for g in graphs],
+            num_atoms=np.fromiter((len(g[0]) for g in graphs), np.int64, len(graphs)),
+            num_edges=np.fromiter((g[1].shape[1] for g in graphs), np.int64, len(graphs)),
+            scaffold=_strings([g[3] for g in graphs]),
+            descriptors=np.stack([g[4] for g in graphs]).astype(np.float32),
+            error=_strings([r if isinstance(r, str) else "" for r in results]),
+        )
+    return GraphStore(MappedTable(builder.finish()))
+
+
+def graph_key(path: str | Path, smiles_column: str) -> str:
+    """The content key of a table's graphs: the file's SHA-256, the column and the featuriser's version."""
+    return cache_key(file_hash(path), smiles_column, features.FEATURIZER_VERSION, version=CACHE_FORMAT)
 
 
 def graph_cache_path(path: str | Path, smiles_column: str, cache_dir: str | Path | None = None) -> Path:
-    """``<cache_dir>/molecules/<stem>-<key>.npz``, keyed by the file's content, the column and the featuriser."""
-    key = cache_key(file_hash(path), smiles_column, features.FEATURIZER_VERSION, version=CACHE_FORMAT)
+    """``<cache_dir>/molecules/<stem>-<key>.arrow``: see :func:`graph_key`."""
     folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    return folder / "molecules" / f"{Path(path).stem}-{key}.npz"
+    return folder / "molecules" / f"{Path(path).stem}-{graph_key(path, smiles_column)}.arrow"
+
+
+def open_graphs(path: str | Path, smiles_column: str, cache_dir: str | Path | None = None) -> GraphStore | None:
+    """The cached graphs of the table at ``path`` mapped, or None (with a warning if unusable): build them."""
+    target = graph_cache_path(path, smiles_column, cache_dir)
+    table = open_table(target, version=CACHE_FORMAT, key=graph_key(path, smiles_column))
+    if table is not None and sorted(table.columns) != sorted(COLUMNS):
+        notices.warn(f"cache {target} holds columns {table.columns}, expected {list(COLUMNS)}; building it again")
+        return None
+    return None if table is None else GraphStore(table)
+
+
+def build_graphs(
+    table: MoleculeTable, smiles_column: str, cache_dir: str | Path | None = None, num_proc: int = 1
+) -> GraphStore:
+    """Featurise a read ``table`` into its cache file (replacing whatever is there); mapped."""
+    target = graph_cache_path(table.path, smiles_column, cache_dir)
+    return featurize_all(table.smiles, target, key=graph_key(table.path, smiles_column), num_proc=num_proc)
 
 
 def cached_graphs(
     table: MoleculeTable, smiles_column: str, cache_dir: str | Path | None = None, num_proc: int = 1
 ) -> tuple[GraphStore, Path]:
-    """The graphs of ``table``: read from the cache, or featurised and cached when it is absent or unusable.
+    """The graphs of ``table``: mapped from the cache, or featurised into it when it is absent or unusable.
 
     Returns:
         The graph store and the cache file's path.
     """
-    target = graph_cache_path(table.path, smiles_column, cache_dir)
-    arrays = load_arrays(target, CACHE_FORMAT)  # None (with a warning if unreadable): build it
-    store = GraphStore.from_arrays(arrays) if arrays is not None else None
-    if arrays is not None and (store is None or len(store) != len(table.smiles)):
-        notices.warn(f"cache {target} does not match {table.path}; building it again")
-        store = None
+    store = open_graphs(table.path, smiles_column, cache_dir)
     if store is None:
-        store = featurize_all(table.smiles, num_proc=num_proc)
-        save_arrays(target, store.to_arrays(), CACHE_FORMAT)
-    return store, target
+        store = build_graphs(table, smiles_column, cache_dir, num_proc)
+    return store, graph_cache_path(table.path, smiles_column, cache_dir)
 
 
-def usable_positions(table: MoleculeTable, store: GraphStore, report: DataReport | None = None) -> np.ndarray:
+def usable_positions(
+    path: str | Path, store: GraphStore, lines: np.ndarray, report: DataReport | None = None
+) -> np.ndarray:
     """Positions of the molecules RDKit could use; each other one goes through ``report.bad``.
 
     The report's reason is the failure's kind (``"RDKit could not parse the SMILES"``...), so
-    counts group by kind; the place names the file, line and SMILES, with RDKit's detail.
+    counts group by kind; the place names the file (``path``), the line (``lines``: the file's
+    line of each row) and the SMILES, with RDKit's detail.
 
     Raises:
         DataError: at the first unusable molecule, when ``report`` raises (the default).
     """
     report = report if report is not None else DataReport("raise")
-    for position, message in zip(store.error_rows.tolist(), store.error_messages.tolist(), strict=True):
-        reason, _, detail = str(message).partition(": ")
-        where = f"{table.path}, line {table.rows[position]} {table.smiles[position]!r}"
+    for position, message, smiles in zip(*store.errors(), strict=True):
+        reason, _, detail = message.partition(": ")
+        where = f"{path}, line {lines[position]} {smiles!r}"
         report.bad(f"{where} ({detail})" if detail else where, reason, item="molecule")
     return np.flatnonzero(store.valid)
