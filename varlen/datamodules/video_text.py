@@ -21,7 +21,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from varlen.batching.telemetry import BatchStats, mask_stats
-from varlen.cache import cache_key, default_cache_dir
+from varlen.cache import cache_key, default_cache_dir, writable_folder
 from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datasets.video_text.captions import TEST_NAMES, VAL_NAMES, CaptionTable
 from varlen.datasets.video_text.collate import VideoTextCollator, budget_sizes
@@ -282,6 +282,7 @@ class VideoTextDataModule(VarLenDataModule):
 
     def build_tables(self, paths: Mapping[str, Path], key: str) -> None:
         """Read, check, tokenise, split and index the source; write each split's table and the report's."""
+        writable_folder(paths["report"])  # a folder that cannot be written is said before any work
         report = RecordingReport(self.on_bad)
         table, store = self.open(report)
         tokens = self.tokens(table)

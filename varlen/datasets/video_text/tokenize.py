@@ -55,9 +55,14 @@ def tokenizer(name_or_path: str | None = None):
     return load_tokenizer(name_or_path or default_tokenizer_path())
 
 
-@functools.lru_cache(maxsize=8)
 def tokenizer_fingerprint(tok) -> tuple[str, str]:
-    """``(name or path, SHA-256 of the vocabulary)``: what a cache key says of ``tok`` (memoised)."""
+    """``(name or path, SHA-256 of the vocabulary)``: what a cache key says of ``tok`` (memoised per
+    tokenizer object and size, so a token added later is a new fingerprint)."""
+    return _fingerprint(tok, len(tok))
+
+
+@functools.lru_cache(maxsize=8)
+def _fingerprint(tok, size: int) -> tuple[str, str]:
     vocab = json.dumps(sorted(tok.get_vocab().items()), ensure_ascii=False)
     return str(tok.name_or_path), hashlib.sha256(vocab.encode()).hexdigest()
 
@@ -141,7 +146,7 @@ def caption_tokens(
         tokens = tokenize_captions(texts, tokenizer, max_length)
         ids = Ragged.from_offsets(tokens.ids, tokens.offsets)
         write_table(path, {"ids": ids, "truncated": tokens.truncated.astype(np.uint8)}, version=CACHE_VERSION, key=key)
-        table = open_table(path, version=CACHE_VERSION, key=key)
+        return tokens
     column = table.batch.column("ids")  # views of the mapped file: the flat ids and their offsets
     ids, offsets = column.values.to_numpy(zero_copy_only=True), column.offsets.to_numpy(zero_copy_only=True)
     return Tokenized(ids, offsets, table.numpy("truncated").astype(bool))
