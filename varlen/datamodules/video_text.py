@@ -278,6 +278,8 @@ class VideoTextDataModule(VarLenDataModule):
         if any(table is None for table in tables.values()):
             self.build_tables(paths, key)
             tables = {name: open_table(path, version=SERVED_VERSION, key=key) for name, path in paths.items()}
+            if unread := [str(paths[name]) for name, table in tables.items() if table is None]:
+                raise DataError(f"the video-text tables just written cannot be read back: {unread}")
         return tables
 
     def build_tables(self, paths: Mapping[str, Path], key: str) -> None:

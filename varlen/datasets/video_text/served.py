@@ -23,11 +23,11 @@ column            Arrow type                                 what
 ``shapes``        fixed_size_list<int64, 4>                  the padded axes' maxima (idem)
 ================  =========================================  ==============================================
 
-The features go through a scratch file mapped in the cache folder, video by video, so building
-holds one video's frames in memory, not the split's. :class:`MappedVideoTextDataset` serves a
-table: every array a read-only view of the file (processes share one copy through the page
-cache), and it pickles as the table's path. The files open in pyarrow and in Hugging Face
-``datasets`` (``Dataset.from_file``) too.
+(``list`` is Arrow's ``large_list``, 64-bit offsets.) The features go through a scratch file
+mapped in the cache folder, video by video, so building holds one video's frames in memory, not
+the split's. :class:`MappedVideoTextDataset` serves a table: every array a read-only view of the
+file (processes share one copy through the page cache), and it pickles as the table's path. The
+files open in pyarrow too (``pyarrow.ipc.open_file(path).read_all()``).
 """
 
 from __future__ import annotations
