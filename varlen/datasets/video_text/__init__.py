@@ -20,9 +20,12 @@ sizes that bound a padded batch). Helpers stay in their submodules:
   ``.npz`` or one HDF5 file keyed by video id);
 - :mod:`.source`: the caption table and feature store of a configured source;
 - :mod:`.synthetic`: the embedded synthetic corpus, generated features, MSR-VTT-shaped files;
-- :mod:`.tokenize`: unpadded caption tokens and their cache;
+- :mod:`.tokenize`: unpadded caption tokens (in batches), the tokenizer's fingerprint, a cache;
 - :mod:`.storage`: the ragged fields a dataset serves and the batch selection it returns;
 - :mod:`.dataset`: :class:`VideoTextDataset`, one sample per video;
+- :mod:`.served`: what a split serves as one Arrow table, written once per node, and the dataset
+  that maps it (what the DataModule serves); :mod:`.replay`: what the build reported, stored
+  beside the tables and replayed by every setup;
 - :mod:`.alignment`: temporal overlap, IoU and alignment targets (both layouts);
 - :mod:`.packed`: the packed batch (segments, frames, captions, tokens back to back);
 - :mod:`.collate`: :class:`VideoTextCollator`, both layouts' keys, and the sampler sizes that

@@ -7,8 +7,10 @@ video or caption goes through ``report.bad(...)`` under the dataset's split name
 
 What a batch is gathered from is four :class:`~varlen.batching.ragged.Ragged` fields
 (:mod:`.storage`): tokens and timestamps are indexed at construction; the served video features
-(pooled segments, or the kept frames) are read from the store once, when first needed (the
-DataModule builds them in ``setup``), so a batch never touches the store.
+(pooled segments, or the kept frames) are read from the store once, when first needed, so a
+batch never touches the store. The DataModule builds these datasets only in ``prepare_data``, to
+write what they serve to split tables (:mod:`.served`); every process then serves the mapped
+tables (:class:`~varlen.datasets.video_text.served.MappedVideoTextDataset`).
 """
 
 from __future__ import annotations
@@ -200,7 +202,8 @@ class VideoTextDataset(Dataset):
     over the :attr:`fields` (no copy, no store read); the collate gathers it. ``dataset[i]``
     reads sample ``i`` from the store, checked again (a file changed since ``setup`` is caught).
     Memory: :attr:`video` holds the served features once, ``4 * D`` bytes per pooled segment
-    or kept frame (at most ``max_frames_per_segment`` per segment), never the whole videos.
+    or kept frame (at most ``max_frames_per_segment`` per segment), never the whole videos; a
+    mapped split table holds them on disk instead (:mod:`.served`).
 
     Args:
         table: captions with timestamps.
@@ -313,31 +316,50 @@ class VideoTextDataset(Dataset):
         self.text_times = Ragged.from_offsets(spans, self.text_offsets)
 
     @functools.cached_property
+    def _frame_picks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Frames kept (``frames=True``): ``(picks [F], kept per segment [R_v], offsets [R_v + 1])``."""
+        picks, counts = subsample(self.frame_first, self.frame_last, self.max_frames_per_segment)
+        return picks, counts, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+    def video_bounds(self) -> np.ndarray:
+        """``[N + 1]``: each sample's rows of the served features (segments pooled, or kept frames)."""
+        return self._frame_picks[2][self.segment_offsets] if self.frames else self.segment_offsets
+
+    def read_video(self, values: np.ndarray) -> np.ndarray:
+        """Fill ``values`` ``[video_bounds()[-1], D]`` with every sample's served features, one store
+        read per video (the store is keyed by video); any array will do (memory, or a mapped file)."""
+        bounds, segments = self.video_bounds(), self.segment_offsets
+        for i in range(len(self)):
+            feats, part = self.load(i), slice(bounds[i], bounds[i + 1])
+            if self.frames:
+                values[part] = feats[self._frame_picks[0][part]]
+            else:
+                seg = slice(segments[i], segments[i + 1])
+                values[part] = segment_means(feats, self.frame_first[seg], self.frame_last[seg])
+        return values
+
+    def video_field(self, values: np.ndarray) -> Ragged:
+        """The ``video`` field over ``values`` as :meth:`read_video` fills them."""
+        if self.frames:
+            _, counts, per_segment = self._frame_picks
+            return Ragged(values, per_segment[:-1], counts, self.segment_offsets)
+        return Ragged.from_offsets(values, self.segment_offsets)
+
+    @functools.cached_property
     def video(self) -> Ragged:
         """The served video features of every sample: read from the store once, one call per video.
 
         Pooled: one level, ``[segments, D]`` means. Frames: two levels (video -> segments ->
-        frames), the kept frames ``[frames, D]``. Built on first use (the DataModule does it in
-        ``setup``, before loader workers fork and share it).
+        frames), the kept frames ``[frames, D]``. Built on first use, in memory (the DataModule
+        writes them to its split tables instead, :mod:`.served`, and serves those).
         """
-        segments = self.segment_offsets
-        if self.frames:
-            picks, counts = subsample(self.frame_first, self.frame_last, self.max_frames_per_segment)
-            per_segment = np.concatenate([[0], np.cumsum(counts)])
-            bounds = per_segment[segments]  # each video's frames in ``picks``
-        else:
-            bounds = segments
-        values = np.empty((int(bounds[-1]), self.feature_dim), np.float32)
-        for i in range(len(self)):  # one store read per video (the store is keyed by video)
-            feats, part = self.load(i), slice(bounds[i], bounds[i + 1])
-            if self.frames:
-                values[part] = feats[picks[part]]
-            else:
-                seg = slice(segments[i], segments[i + 1])
-                values[part] = segment_means(feats, self.frame_first[seg], self.frame_last[seg])
-        if self.frames:
-            return Ragged(values, per_segment[:-1], counts, segments)
-        return Ragged.from_offsets(values, segments)
+        values = np.empty((int(self.video_bounds()[-1]), self.feature_dim), np.float32)
+        return self.video_field(self.read_video(values))
+
+    def captions(self, i: int) -> list[str]:
+        """The caption texts of sample ``i``, in served order."""
+        rows = self.rows[self.text_offsets[i] : self.text_offsets[i + 1]]
+        return [self.table.text[r] for r in rows.tolist()]
 
     @property
     def fields(self) -> VideoTextFields:

@@ -1,9 +1,14 @@
-"""Caption tokenisation, kept unpadded, and its on-disk cache.
+"""Caption tokenisation, kept unpadded, in batches; the tokenizer's fingerprint; an optional cache.
 
-The cache is one ``.npz`` (written atomically by :func:`varlen.cache.save_arrays`, read without
-pickles) keyed by the tokenizer's name and vocabulary size, ``max_length``, a hash of the caption
-texts and the format version: a changed caption, tokenizer or setting never reads a stale
-cache, and a cache that cannot be read is built again (with a warning).
+:func:`tokenize_captions` encodes a few thousand captions per tokenizer call and keeps only numpy
+arrays between calls (never a Python list of the whole corpus). :func:`tokenizer_fingerprint` is
+what a cache key says of a tokenizer: its name and a hash of its vocabulary.
+
+:func:`caption_tokens` can cache the tokens of a list of captions as one Arrow table (the same
+mechanism as the DataModule's split tables, :mod:`varlen.tables`): written atomically, keyed by
+the tokenizer, ``max_length``, a hash of the caption texts and the format version, rebuilt with a
+warning when it is cut short or of another version. The DataModule does not use it: its split
+tables (:mod:`.served`) hold the tokens already.
 """
 
 from __future__ import annotations
@@ -18,13 +23,26 @@ from pathlib import Path
 
 import numpy as np
 
-from varlen.cache import cache_key, load_arrays, save_arrays
+from varlen.batching.ragged import Ragged
+from varlen.cache import cache_key
 from varlen.datasets.text.tokens import default_tokenizer_path, load_tokenizer
+from varlen.tables import open_table, write_table
 
-__all__ = ["CACHE_VERSION", "Tokenized", "cache_path", "caption_tokens", "tokenize_captions", "tokenizer"]
+__all__ = [
+    "BATCH",
+    "CACHE_VERSION",
+    "Tokenized",
+    "cache_path",
+    "caption_tokens",
+    "tokenize_captions",
+    "tokenizer",
+    "tokenizer_fingerprint",
+]
 
-#: format of the cached arrays; a new format is a new key, so old files are never misread
-CACHE_VERSION = "video-text captions 2"
+#: format of the cached table; a new format is a new key, so old files are never misread
+CACHE_VERSION = "video-text captions 3"
+#: captions encoded per tokenizer call
+BATCH = 4096
 
 
 @functools.lru_cache(maxsize=4)
@@ -37,12 +55,24 @@ def tokenizer(name_or_path: str | None = None):
     return load_tokenizer(name_or_path or default_tokenizer_path())
 
 
+def tokenizer_fingerprint(tok) -> tuple[str, str]:
+    """``(name or path, SHA-256 of the vocabulary)``: what a cache key says of ``tok`` (memoised per
+    tokenizer object and size, so a token added later is a new fingerprint)."""
+    return _fingerprint(tok, len(tok))
+
+
+@functools.lru_cache(maxsize=8)
+def _fingerprint(tok, size: int) -> tuple[str, str]:
+    vocab = json.dumps(sorted(tok.get_vocab().items()), ensure_ascii=False)
+    return str(tok.name_or_path), hashlib.sha256(vocab.encode()).hexdigest()
+
+
 @dataclass
 class Tokenized:
     """Unpadded token ids of many captions: caption ``k`` is ``ids[offsets[k]:offsets[k + 1]]``.
 
     Attributes:
-        ids: all token ids, concatenated.
+        ids: all token ids, concatenated (int64).
         offsets: ``[N + 1]``.
         truncated: ``[N]`` bool, the captions that were longer than ``max_length`` and were cut.
     """
@@ -59,14 +89,8 @@ class Tokenized:
         return {"ids": self.ids, "offsets": self.offsets, "truncated": self.truncated}
 
 
-def tokenize_captions(texts: Sequence[str], tokenizer, max_length: int = 32) -> Tokenized:
-    """Tokenise all captions in batched calls of the tokenizer; keep the ids unpadded.
-
-    Captions are encoded untruncated first so that truncation is known per caption (the
-    dataset counts it per split in the report); only the captions over ``max_length`` are
-    encoded again with truncation (the tokenizer keeps its special tokens).
-    """
-    texts = list(texts)
+def _encode(texts: list[str], tokenizer, max_length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(ids, lengths, truncated)`` of one batch of captions."""
     encoded = tokenizer(texts, add_special_tokens=True, truncation=False, verbose=False)["input_ids"] if texts else []
     long = [k for k, e in enumerate(encoded) if len(e) > max_length]
     if long:
@@ -74,18 +98,35 @@ def tokenize_captions(texts: Sequence[str], tokenizer, max_length: int = 32) -> 
         for k, ids in zip(long, cut["input_ids"], strict=True):
             encoded[k] = ids
     lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    ids = np.fromiter((t for e in encoded for t in e), dtype=np.int64, count=int(offsets[-1]))
+    ids = np.fromiter((t for e in encoded for t in e), dtype=np.int64, count=int(lengths.sum()))
     truncated = np.zeros(len(texts), dtype=bool)
     truncated[long] = True
-    return Tokenized(ids, offsets, truncated)
+    return ids, lengths, truncated
+
+
+def tokenize_captions(texts: Sequence[str], tokenizer, max_length: int = 32, batch: int = BATCH) -> Tokenized:
+    """Tokenise all captions, ``batch`` per tokenizer call; keep the ids unpadded.
+
+    Captions are encoded untruncated first so that truncation is known per caption (the
+    dataset counts it per split in the report); only the captions over ``max_length`` are
+    encoded again with truncation (the tokenizer keeps its special tokens). Between calls only
+    numpy arrays are kept: memory holds one batch's Python lists, never the corpus's.
+    """
+    parts = [_encode(list(texts[a : a + batch]), tokenizer, max_length) for a in range(0, len(texts), batch)]
+    if not parts:
+        return Tokenized(np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, bool))
+    ids, lengths, truncated = (np.concatenate(arrays) for arrays in zip(*parts, strict=True))
+    return Tokenized(ids, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), truncated)
 
 
 def cache_path(cache_dir: str | os.PathLike, texts: Sequence[str], tokenizer, max_length: int) -> Path:
     """Where the tokens of ``texts`` under ``tokenizer`` and ``max_length`` are cached."""
+    return Path(cache_dir) / f"captions-{_key(texts, tokenizer, max_length)}.arrow"
+
+
+def _key(texts: Sequence[str], tokenizer, max_length: int) -> str:
     texts_hash = hashlib.sha256(json.dumps(list(texts), ensure_ascii=False).encode()).hexdigest()
-    key = cache_key(str(tokenizer.name_or_path), len(tokenizer), int(max_length), texts_hash, version=CACHE_VERSION)
-    return Path(cache_dir) / f"captions-{key}.npz"
+    return cache_key(tokenizer_fingerprint(tokenizer), int(max_length), texts_hash, version=CACHE_VERSION)
 
 
 def caption_tokens(
@@ -93,15 +134,19 @@ def caption_tokens(
 ) -> Tokenized:
     """The tokens of ``texts``: read from the cache in ``cache_dir``, else tokenised (and cached there).
 
-    Without ``cache_dir`` nothing touches the disk. A cache file that is truncated, corrupt or
-    from another format version is rebuilt (:func:`varlen.cache.load_arrays` warns).
+    Without ``cache_dir`` nothing touches the disk. A cache file that is cut short, corrupt or
+    from another format version is rebuilt (:func:`varlen.tables.open_table` warns). Read from
+    the cache, the arrays are read-only views of the mapped file.
     """
     if cache_dir is None:
         return tokenize_captions(texts, tokenizer, max_length)
-    path = cache_path(cache_dir, texts, tokenizer, max_length)
-    cached = load_arrays(path, CACHE_VERSION)
-    if cached is not None and {"ids", "offsets", "truncated"} <= set(cached):
-        return Tokenized(cached["ids"], cached["offsets"], cached["truncated"].astype(bool))
-    tokens = tokenize_captions(texts, tokenizer, max_length)
-    save_arrays(path, tokens.arrays(), CACHE_VERSION)
-    return tokens
+    path, key = cache_path(cache_dir, texts, tokenizer, max_length), _key(texts, tokenizer, max_length)
+    table = open_table(path, version=CACHE_VERSION, key=key)
+    if table is None:
+        tokens = tokenize_captions(texts, tokenizer, max_length)
+        ids = Ragged.from_offsets(tokens.ids, tokens.offsets)
+        write_table(path, {"ids": ids, "truncated": tokens.truncated.astype(np.uint8)}, version=CACHE_VERSION, key=key)
+        return tokens
+    column = table.batch.column("ids")  # views of the mapped file: the flat ids and their offsets
+    ids, offsets = column.values.to_numpy(zero_copy_only=True), column.offsets.to_numpy(zero_copy_only=True)
+    return Tokenized(ids, offsets, table.numpy("truncated").astype(bool))
