@@ -222,7 +222,7 @@ def test_the_recordings_table_opens_in_pyarrow(tmp_path):
     dm = BearingDataModule(**{**args, "cache_dir": str(tmp_path / "cache")})
     with pytest.warns(UserWarning, match="skipped 1"):
         dm.setup()
-    read = pa.ipc.open_file(str(tables(tmp_path / "cache")[0])).read_all()
+    read = pa.ipc.open_stream(str(tables(tmp_path / "cache")[0])).read_all()
     assert read.column("signal").type == pa.large_list(pa.float32())
     rows = read.to_pylist()
     assert [r["name"] for r in rows[:2]] == [r.name for r in dm.recordings] and rows[2]["signal"] == []

@@ -27,7 +27,7 @@ column            Arrow type                                 what
 mapped in the cache folder, video by video, so building holds one video's frames in memory, not
 the split's. :class:`MappedVideoTextDataset` serves a table: every array a read-only view of the
 file (processes share one copy through the page cache), and it pickles as the table's path. The
-files open in pyarrow too (``pyarrow.ipc.open_file(path).read_all()``).
+files open in pyarrow too (``pyarrow.ipc.open_stream(path).read_all()``).
 """
 
 from __future__ import annotations
