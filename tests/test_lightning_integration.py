@@ -1,5 +1,6 @@
 """The core inside Lightning: checkpoint resume mid-epoch, DDP injection, torchrun, workers."""
 
+import atexit
 import gc
 import json
 import os
@@ -330,3 +331,31 @@ def test_gc_frozen_in_workers_always_and_in_the_main_process_only_during_epochs(
         assert not loader._forks_workers()
     finally:
         gc.unfreeze()
+
+
+class AbortsAtExit(torch.utils.data.Dataset):
+    """Stands for an extension library that aborts the process while the interpreter finalises."""
+
+    def __init__(self) -> None:
+        self.size = 8
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, i: int) -> int:
+        return i
+
+    def __setstate__(self, state: dict) -> None:  # runs in the spawned worker
+        self.__dict__.update(state)
+        atexit.register(os.abort)
+
+
+def test_a_spawned_worker_ends_without_the_interpreters_finalisation() -> None:
+    """A spawned worker exits like a forked one, after its loop: what a library does while the
+    interpreter finalises cannot kill it after its last batch (the main process may then raise
+    'DataLoader worker ... is killed by signal: Aborted', depending on when the signal comes)."""
+    loader = VarLenLoader(AbortsAtExit(), batch_size=4, num_workers=1, multiprocessing_context="spawn")
+    epoch = iter(loader)
+    assert [batch.tolist() for batch in epoch] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # its end joins the worker
+    assert [worker.exitcode for worker in epoch._workers] == [0]  # -6 (SIGABRT) when it finalises
+    assert loader.worker_init_fn is None  # the loader's own setting is left as it was

@@ -9,10 +9,12 @@ whose private API differs, with a message that says so, instead of resuming wron
 
 from __future__ import annotations
 
+import atexit
 import functools
 import gc
 import inspect
 import multiprocessing
+import os
 import sys
 from typing import Any
 
@@ -74,6 +76,10 @@ class VarLenLoader(StatefulDataLoader):
       early keeps that freeze until the next epoch starts or the workers stop: call
       :meth:`shutdown_workers` (Lightning shuts them down itself). Skipped when the application
       froze objects itself, or with ``VarLenLoader.freeze_gc = False``.
+    * A spawned worker ends the way a forked one does (``os._exit`` once its loop has returned),
+      without the interpreter's finalisation: there, an extension library's threads or static
+      objects can abort the process after its last batch, which the main process reports as a
+      worker killed by a signal (seen once in CI; fork and forkserver workers never finalise).
     """
 
     freeze_gc = True
@@ -95,9 +101,13 @@ class VarLenLoader(StatefulDataLoader):
         freeze = self.freeze_gc and self._forks_workers() and (held or gc.get_freeze_count() == 0)
         if freeze:
             gc.freeze()
+        init = self.worker_init_fn
+        if self._start_method() == "spawn":
+            self.worker_init_fn = functools.partial(_exit_without_finalising, init)
         try:
-            iterator = _WorkerIterator(self, self.next_iter_state, freeze)  # forks the workers
+            iterator = _WorkerIterator(self, self.next_iter_state, freeze)  # starts the workers
         finally:
+            self.worker_init_fn = init
             if freeze and not held:
                 gc.unfreeze()
         self.next_iter_state = None
@@ -122,6 +132,20 @@ class VarLenLoader(StatefulDataLoader):
         modules |= {getattr(self.collate_fn, "__module__", None)}
         modules -= {None, "__main__", "builtins"}
         multiprocessing.get_context("forkserver").set_forkserver_preload(sorted(modules))
+
+
+def _exit_without_finalising(worker_init_fn, worker_id: int) -> None:
+    """Run in a spawned worker at its start: at exit, skip the interpreter's finalisation (multiprocessing
+    has already flushed the streams and joined its threads when the exit handlers run)."""
+    atexit.register(_exit_now)
+    if worker_init_fn is not None:
+        worker_init_fn(worker_id)
+
+
+def _exit_now() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 class _WorkerIterator(_StatefulMultiProcessingDataLoaderIter):
