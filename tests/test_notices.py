@@ -1,6 +1,8 @@
 """Notices are said once per job (rank zero) and point at the line a user can act on."""
 
 import logging
+import subprocess
+import sys
 import warnings
 
 import lightning.pytorch as pl
@@ -61,3 +63,23 @@ def test_only_rank_zero_speaks(monkeypatch, caplog) -> None:
     monkeypatch.setattr(rank_zero_only, "rank", 0)
     with pytest.warns(UserWarning, match="said on rank 0"):
         notices.warn("said on rank 0")
+
+
+def test_the_rank_comes_from_the_environment_where_lightning_has_not_set_it(monkeypatch) -> None:
+    monkeypatch.delattr(rank_zero_only, "rank", raising=False)
+    monkeypatch.setenv("RANK", "1")
+    assert not notices.is_rank_zero()
+    monkeypatch.setenv("RANK", "0")
+    assert notices.is_rank_zero()
+
+
+def test_the_datasets_import_without_lightning() -> None:
+    """A spawned loader worker imports the modules of its dataset and collate, not Lightning (whose
+    import costs seconds in every worker)."""
+    scenarios = ("text", "bearing", "video_text", "molecules", "hyperspectral")
+    code = "; ".join(
+        [*(f"import varlen.datasets.{s}" for s in scenarios), "import varlen.batching.loader, sys"]
+        + ["print(sorted({m.split('.')[0] for m in sys.modules} & {'lightning', 'pytorch_lightning'}))"]
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

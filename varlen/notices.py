@@ -11,11 +11,13 @@ libraries it runs under (the user's script), or varlen's own line when there is 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import warnings
 from pathlib import Path
 
-from lightning.fabric.utilities.rank_zero import rank_zero_only
+# Lightning's own rank_zero_only (Lightning sets its .rank), read without importing Lightning
+from lightning_utilities.core.rank_zero import rank_zero_only
 
 __all__ = ["info", "is_rank_zero", "warn"]
 
@@ -43,7 +45,10 @@ def _package_dirs() -> tuple[str, ...]:
 
 def is_rank_zero() -> bool:
     """Whether this process is the job's rank zero (True outside distributed runs)."""
-    return getattr(rank_zero_only, "rank", 0) == 0
+    rank = getattr(rank_zero_only, "rank", None)
+    if rank is None:  # Lightning is not imported in this process (a spawned worker, plain torchrun)
+        rank = int(os.environ.get("RANK", 0))
+    return rank == 0
 
 
 def _stacklevel() -> int:
