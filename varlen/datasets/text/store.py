@@ -2,9 +2,9 @@
 
 Each source (a file, a Hub split, a synthetic split) becomes two Arrow IPC tables in the cache
 folder (:mod:`varlen.tables`), named by a content key over the source's content, the tokenizer
-(its name and its whole definition: vocabulary, normaliser, special tokens), ``max_length``,
-``overflow``, ``stride``, the columns, the class list the labels were encoded with, and whether
-token type ids are kept:
+(its name, its whole definition: vocabulary, normaliser, special tokens; and the side it truncates),
+``max_length``, ``overflow``, ``stride``, the columns, the class list the labels were encoded with,
+and whether token type ids are kept:
 
 * ``<slug>-<key>.arrow``: one row per sample (a usable text, or a window of one): ``input_ids``
   (and ``token_type_ids``) as list columns, and per sample ``length``, ``label`` (class id),
@@ -50,8 +50,9 @@ DTYPES = {"input_ids": np.int32, "token_type_ids": np.int8}
 
 
 def tokenizer_identity(tokenizer: Any) -> str:
-    """A hash of what decides a tokenizer's ids: its class and name, and its whole definition (a fast
-    tokenizer's JSON less the call-time truncation and padding; else its vocabulary)."""
+    """A hash of what decides a tokenizer's ids: its class and name, its whole definition (a fast
+    tokenizer's JSON less the call-time truncation and padding; else its vocabulary) and the side it
+    truncates (``truncation_side``: a setting of the Python tokenizer, which its calls pass on)."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
         definition = json.loads(backend.to_str())
@@ -59,7 +60,8 @@ def tokenizer_identity(tokenizer: Any) -> str:
         definition.pop("padding", None)
     else:
         definition = sorted(tokenizer.get_vocab().items())
-    text = json.dumps([type(tokenizer).__name__, tokenizer.name_or_path, definition])  # the order is the library's
+    side = getattr(tokenizer, "truncation_side", "right")
+    text = json.dumps([type(tokenizer).__name__, tokenizer.name_or_path, definition, side])  # the library's order
     return hashlib.sha256(text.encode()).hexdigest()
 
 
