@@ -19,3 +19,13 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real data folder {SHARED_DATA} is absent")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cache_folder_of_the_session(tmp_path_factory: pytest.TempPathFactory):
+    """DataModules without a cache_dir (and the processes the tests start) cache in one fresh folder
+    of this session ($VARLEN_CACHE), never the user's; tests about building pass their own."""
+    with pytest.MonkeyPatch.context() as patch:
+        folder = tmp_path_factory.mktemp("varlen-cache")
+        patch.setenv("VARLEN_CACHE", str(folder))
+        yield folder

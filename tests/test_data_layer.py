@@ -9,10 +9,9 @@ import urllib.request
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from varlen.cache import atomic_write, cache_key, file_hash, load_arrays, save_arrays
+from varlen.cache import atomic_write, cache_key, file_hash
 from varlen.datasets.download import download_url
 from varlen.errors import DataError, DatasetNotFoundError, DownloadError
 from varlen.report import SOURCE, DataReport
@@ -102,31 +101,6 @@ def test_atomic_write_leaves_nothing_when_writing_fails(tmp_path: Path) -> None:
     assert not target.exists() and list(target.parent.iterdir()) == []
     atomic_write(target, lambda tmp: tmp.write_bytes(b"whole"))
     assert target.read_bytes() == b"whole" and len(list(target.parent.iterdir())) == 1
-
-
-def test_arrays_round_trip_without_pickles(tmp_path: Path) -> None:
-    path = tmp_path / "c.npz"
-    arrays = {"ids": np.arange(5), "names": np.array(["CCO", "c1ccccc1"]), "empty": np.zeros((0, 3))}
-    save_arrays(path, arrays, version="3")
-    loaded = load_arrays(path, version="3")
-    assert set(loaded) == set(arrays) and all(np.array_equal(loaded[k], arrays[k]) for k in arrays)
-    with pytest.raises(TypeError, match="dtype object"):
-        save_arrays(tmp_path / "o.npz", {"bad": np.array([{"a": 1}], dtype=object)}, version="3")
-
-
-def test_a_truncated_or_other_version_cache_is_rebuilt_with_a_warning(tmp_path: Path) -> None:
-    path = tmp_path / "c.npz"
-    save_arrays(path, {"x": np.arange(10_000)}, version="1")
-    with pytest.warns(UserWarning, match="format version '1', expected '2'"):
-        assert load_arrays(path, version="2") is None
-    path.write_bytes(path.read_bytes()[:200])  # cut short, as an interrupted copy would be
-    with pytest.warns(UserWarning, match="unreadable"):
-        assert load_arrays(path, version="1") is None
-    with open(tmp_path / "p.npz", "wb") as handle:
-        np.savez(handle, __cache_version__=np.asarray("1"), x=np.array([object()], dtype=object))  # a pickle
-    with pytest.warns(UserWarning, match="unreadable"):
-        assert load_arrays(tmp_path / "p.npz", version="1") is None
-    assert load_arrays(tmp_path / "absent.npz", version="1") is None
 
 
 def test_cache_keys_follow_content_and_version(tmp_path: Path) -> None:

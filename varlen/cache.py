@@ -1,6 +1,7 @@
 """On-disk caches that are safe to share: atomic writes, content keys, no pickles.
 
-Rules every cache of varlen follows (featurised molecules, tokenised captions, converted cubes):
+Rules every cache of varlen follows (token ids, recordings, molecular graphs, caption tokens and
+video features, converted cubes); the tables themselves are :mod:`varlen.tables`:
 
 * **Atomic**: every write goes through :func:`atomic_write` (a temporary file in the same
   folder, then ``os.replace``), so two DDP ranks or an interrupted run never leave a torn file
@@ -8,11 +9,12 @@ Rules every cache of varlen follows (featurised molecules, tokenised captions, c
 * **Keyed by content**: :func:`cache_key` hashes what the cache was built from (a file's
   SHA-256, the settings) together with a format version, so an edited file, new settings or a
   new format never read a stale cache.
-* **No pickles**: arrays are stored with :func:`save_arrays` (``.npz``) and read with
+* **No pickles**: tables are Arrow IPC (:mod:`varlen.tables`), cubes ``.npy`` read with
   ``allow_pickle=False``: a cache file someone else wrote cannot run code.
-* **Rebuilt, never fatal**: :func:`load_arrays` returns None (with a warning) for a file that
-  is truncated, from another version or otherwise unreadable; the caller builds it again.
-* Built once, in ``prepare_data`` (one process per node), and only read in ``setup``.
+* **Rebuilt, never fatal**: a file that is cut short, of another format version or built from
+  other inputs is reported with a warning and built again (:func:`varlen.tables.open_table`).
+* Built once, in ``prepare_data`` (one process per node), and only mapped in ``setup`` and by
+  every loader worker.
 """
 
 from __future__ import annotations
@@ -22,14 +24,12 @@ import hashlib
 import json
 import os
 import tempfile
-import zipfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from varlen import notices
 from varlen.errors import DataError
 
 __all__ = [
@@ -38,13 +38,8 @@ __all__ = [
     "cache_key",
     "default_cache_dir",
     "file_hash",
-    "load_arrays",
-    "save_arrays",
     "writable_folder",
 ]
-
-#: the key under which :func:`save_arrays` stores the format version
-VERSION_KEY = "__cache_version__"
 
 
 def default_cache_dir() -> Path:
@@ -118,38 +113,3 @@ def cache_key(*parts: Any, version: str) -> str:
     """A short key of ``parts`` (content hashes, settings: anything JSON can write) and ``version``."""
     text = json.dumps([version, *parts], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
-def save_arrays(path: str | Path, arrays: Mapping[str, np.ndarray], version: str) -> Path:
-    """Store ``arrays`` as one ``.npz`` (atomically) with the format ``version``; no object arrays."""
-    for name, value in arrays.items():
-        if np.asarray(value).dtype == object:
-            raise TypeError(f"cache array {name!r} has dtype object; store strings as a numpy str array")
-
-    def write(tmp: Path) -> None:
-        with open(tmp, "wb") as handle:  # a file object: np.savez would append .npz to a path
-            np.savez(handle, **{VERSION_KEY: np.asarray(version)}, **arrays)
-
-    return atomic_write(path, write)
-
-
-def load_arrays(path: str | Path, version: str) -> dict[str, np.ndarray] | None:
-    """The arrays of a cache written by :func:`save_arrays`, or None when it must be (re)built.
-
-    None without a word when the file does not exist; None with a warning when it is unreadable
-    (truncated, not an archive, holding pickles) or from another format version.
-    """
-    path = Path(path)
-    if not path.is_file():
-        return None
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            found = str(archive[VERSION_KEY]) if VERSION_KEY in archive.files else None
-            if found != version:
-                reason = f"format version {found!r}, expected {version!r}"
-            else:
-                return {k: archive[k] for k in archive.files if k != VERSION_KEY}
-    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as error:
-        reason = f"unreadable ({type(error).__name__}: {error})"
-    notices.warn(f"cache {path} is {reason}; building it again")
-    return None
