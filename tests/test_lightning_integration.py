@@ -1,6 +1,5 @@
 """The core inside Lightning: checkpoint resume mid-epoch, DDP injection, torchrun, workers."""
 
-import atexit
 import gc
 import json
 import os
@@ -14,6 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from aborting import AbortsAtExit
 from toy import ToyDataModule, ToyModel, ToySequences
 
 from varlen.batching import BucketBatchSampler
@@ -331,23 +331,6 @@ def test_gc_frozen_in_workers_always_and_in_the_main_process_only_during_epochs(
         assert not loader._forks_workers()
     finally:
         gc.unfreeze()
-
-
-class AbortsAtExit(torch.utils.data.Dataset):
-    """Stands for an extension library that aborts the process while the interpreter finalises."""
-
-    def __init__(self) -> None:
-        self.size = 8
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __getitem__(self, i: int) -> int:
-        return i
-
-    def __setstate__(self, state: dict) -> None:  # runs in the spawned worker
-        self.__dict__.update(state)
-        atexit.register(os.abort)
 
 
 def test_a_spawned_worker_ends_without_the_interpreters_finalisation() -> None:

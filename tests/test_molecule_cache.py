@@ -252,7 +252,8 @@ def _map_only(cache: str, sizes) -> None:
 
 
 def test_two_processes_building_at_once_leave_valid_tables_and_a_third_builds_nothing(tmp_path: Path) -> None:
-    context = mp.get_context("spawn")
+    # forked where the platform can (this process never opened tmp_path: nothing of it is memoised)
+    context = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     barrier, built, sizes = context.Barrier(2), context.Queue(), context.Queue()
     racers = [context.Process(target=_race, args=(str(tmp_path), barrier, built)) for _ in range(2)]
     for racer in racers:

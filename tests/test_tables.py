@@ -119,7 +119,7 @@ def _build(path: str, worker: int) -> None:
 
 def test_two_processes_building_the_same_cache_leave_one_valid_file(tmp_path: Path) -> None:
     path = tmp_path / "shared.arrow"
-    context = mp.get_context("spawn")
+    context = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     workers = [context.Process(target=_build, args=(str(path), s)) for s in range(2)]
     for w in workers:
         w.start()

@@ -1,12 +1,14 @@
 """Text classification: the contract, the real tokenizer and model, sources, splits and bad input."""
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+import varlen.testing
 from varlen.batching.collate import pad_flat
 from varlen.batching.ragged import Ragged
 from varlen.datamodules import TextClassificationDataModule
@@ -50,6 +52,26 @@ class TestTextContract(DataModuleContract):
             "--model.init_args.pretrained=false",
             f"--model.init_args.config_overrides={json.dumps(TINY_BERT)}",
         ]
+
+    def test_ddp_fit_covers_all_and_metrics_equal_one_process(self, tmp_path: Path, monkeypatch) -> None:
+        """The contract's 2-process fit, from an empty cache, tokenises each source once between the
+        two ranks: each build logs one ``tokenised <source>`` line (the ``varlen`` logger, printed on
+        stderr by every rank), and the cache holds one token table and one bad-rows table per source."""
+        outputs = []
+        run_cli = varlen.testing.run_cli
+
+        def captured(*args, **kwargs):
+            result = run_cli(*args, **kwargs)
+            outputs.append(result.stdout + result.stderr)
+            return result
+
+        monkeypatch.setattr(varlen.testing, "run_cli", captured)
+        super().test_ddp_fit_covers_all_and_metrics_equal_one_process(tmp_path)
+        (output,) = outputs
+        built = re.findall(r"^tokenised (synthetic \w+): ", output, flags=re.MULTILINE)
+        assert sorted(built) == ["synthetic test", "synthetic train", "synthetic val"], output[-3000:]
+        names = sorted(p.name for p in (tmp_path / "cache" / "text").iterdir())
+        assert len(names) == 6 and all(n.endswith(".arrow") for n in names)  # no scratch file left
 
     def bad_input(self, case: str, tmp_path: Path) -> BadInput | None:
         if case == "missing_source":

@@ -18,7 +18,6 @@ import torch
 
 import varlen.datasets.text.sources as sources_module
 import varlen.datasets.text.store as store
-import varlen.testing
 from varlen.datamodules import TextClassificationDataModule
 from varlen.datasets.text import TextColumns, encode_rows, load_tokenizer, read_table
 from varlen.datasets.text.sources import TextSource
@@ -510,35 +509,3 @@ def test_num_classes_reads_the_label_column_alone(tmp_path: Path, monkeypatch, s
 
 
 # -- DDP -----------------------------------------------------------------------------------------
-
-
-def test_a_two_process_ddp_fit_tokenises_once(tmp_path: Path, monkeypatch) -> None:
-    """Each build logs one ``tokenised <source>`` line (on the ``varlen`` logger, which the command
-    prints on stderr in every rank): two ranks that both tokenised would log each source twice."""
-    outputs = []
-    run_cli = varlen.testing.run_cli
-
-    def captured(*args, **kwargs):
-        result = run_cli(*args, **kwargs)
-        outputs.append(result.stdout + result.stderr)
-        return result
-
-    monkeypatch.setattr(varlen.testing, "run_cli", captured)
-    cache = tmp_path / "cache"
-    records = varlen.testing.ddp_fit(
-        ROOT / "configs" / "text_bert.yaml",
-        tmp_path,
-        [
-            f"--data.init_args.cache_dir={cache}",
-            "--data.init_args.synthetic_samples=24",
-            "--data.init_args.batch_size=4",
-            "--model.init_args.pretrained=false",
-            f"--model.init_args.config_overrides={json.dumps(TINY_BERT)}",
-        ],
-    )
-    assert records[0]["batches"] == records[1]["batches"] > 0
-    (output,) = outputs
-    built = re.findall(r"^tokenised (synthetic \w+): ", output, flags=re.MULTILINE)
-    assert sorted(built) == ["synthetic test", "synthetic train", "synthetic val"], output[-3000:]
-    names = sorted(p.name for p in (cache / "text").iterdir())
-    assert len(names) == 6 and all(n.endswith(".arrow") for n in names)  # 3 sources x 2 tables, no scratch left

@@ -189,8 +189,11 @@ class TestVideoTextPackedContract(TestVideoTextContract):
     def bad_input(self, case, tmp_path):
         return None  # reading and checking files does not depend on the layout (the padded class covers it)
 
-    def ddp_overrides(self, tmp_path):
-        return [*super().ddp_overrides(tmp_path), "--data.init_args.layout=packed"]
+    def test_ddp_fit_covers_all_and_metrics_equal_one_process(self, tmp_path) -> None:
+        pytest.skip(
+            "a 2-process fit costs ~20 s: the padded layout's covers the split, the plan and the gathered "
+            "metrics under DDP; the packed layout's outputs equal the padded ones per sample (tested here)"
+        )
 
 
 # -- collate ----------------------------------------------------------------------------------
@@ -898,7 +901,7 @@ def test_the_tables_are_built_once_and_only_mapped_after(tmp_path, monkeypatch) 
 
 def test_two_processes_building_at_once_leave_tables_a_third_maps(tmp_path, monkeypatch) -> None:
     arguments = {**SMALL, **FRAMES, "cache_dir": str(tmp_path)}
-    context = multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
     builders = [context.Process(target=_prepare, args=(arguments,)) for _ in range(2)]
     for process in builders:
         process.start()
