@@ -22,7 +22,7 @@ def shared_data() -> Path:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def cache_folder_of_the_session(tmp_path_factory: pytest.TempPathFactory):
+def cache_folder(tmp_path_factory: pytest.TempPathFactory):
     """DataModules without a cache_dir (and the processes the tests start) cache in one fresh folder
     of this session ($VARLEN_CACHE), never the user's; tests about building pass their own."""
     with pytest.MonkeyPatch.context() as patch:

@@ -57,15 +57,6 @@ def built(**kwargs) -> VideoTextDataModule:
     return dm
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cache_folder(tmp_path_factory) -> Path:
-    """Every DataModule here caches in one fresh folder ($VARLEN_CACHE), never the user's."""
-    with pytest.MonkeyPatch.context() as patch:
-        folder = tmp_path_factory.mktemp("varlen-cache")
-        patch.setenv("VARLEN_CACHE", str(folder))
-        yield folder
-
-
 def captions(dataset) -> list[list[str]]:
     """Each video's captions, as the dataset serves them."""
     return [dataset.captions(i) for i in range(len(dataset))]

@@ -64,15 +64,6 @@ def small_model(dm: VideoTextDataModule, **kwargs) -> VideoTextAligner:
     )
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cache_folder(tmp_path_factory) -> Path:
-    """Every DataModule without a cache_dir caches in one fresh folder ($VARLEN_CACHE), never the user's."""
-    with pytest.MonkeyPatch.context() as patch:
-        folder = tmp_path_factory.mktemp("varlen-cache")
-        patch.setenv("VARLEN_CACHE", str(folder))
-        yield folder
-
-
 def in_memory(datamodule: VideoTextDataModule, split: str) -> VideoTextDataset:
     """``split`` indexed from the source in memory, its features read from the store (what the tables hold)."""
     table, store = datamodule.open(DataReport("skip"))
@@ -1015,7 +1006,7 @@ def test_the_cache_key_covers_every_input_and_no_batching_setting(tmp_path) -> N
 
 
 def test_cache_dir_defaults_to_varlen_cache_and_must_be_writable(tmp_path, cache_folder) -> None:
-    assert VideoTextDataModule(**SMALL).cache_dir == cache_folder  # $VARLEN_CACHE (this module's fixture)
+    assert VideoTextDataModule(**SMALL).cache_dir == cache_folder  # $VARLEN_CACHE (the session fixture of conftest.py)
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
     with pytest.raises(DataError, match=f"cannot write in {blocker / 'video-text'}"):
