@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from varlen.batching.ragged import Ragged, concat_ranges
+from varlen.batching.ragged import CHECK_CHUNK, Ragged, concat_ranges
 
 RNG = np.random.default_rng(0)
 
@@ -105,3 +105,18 @@ def test_bad_rows_are_refused() -> None:
         Ragged(np.zeros(5), starts=[0, 2], lengths=[2, 3], groups=[0, 1])
     with pytest.raises(ValueError, match="empty batch"):
         Ragged.from_arrays([np.zeros(2)]).pad([])
+
+
+def test_rows_are_checked_a_chunk_at_a_time_to_the_last_row() -> None:
+    """The check reads the rows in chunks (bounded temporaries over a mapped corpus); a bad row or
+    group in the last chunk is still found."""
+    rows = CHECK_CHUNK * 2 + 5
+    starts, lengths = np.arange(rows), np.ones(rows, np.int64)
+    assert len(Ragged(np.zeros(rows), starts, lengths)) == rows
+    lengths[-1] = 2
+    with pytest.raises(ValueError, match="outside"):
+        Ragged(np.zeros(rows), starts, lengths)
+    groups = np.arange(rows + 1)
+    groups[-2] = groups[-3] - 1
+    with pytest.raises(ValueError, match="groups"):
+        Ragged(np.zeros(rows), starts, np.ones(rows, np.int64), groups=groups)

@@ -76,6 +76,16 @@ class PackedBatch(NamedTuple):
     max_len: int
 
 
+#: rows checked at a time when a Ragged is made: the check's temporaries stay small whatever the
+#: corpus (over a memory-mapped table in a new worker, whole-array temporaries would stay in its heap)
+CHECK_CHUNK = 1 << 16
+
+
+def _non_decreasing(offsets: np.ndarray) -> bool:
+    steps = (np.diff(offsets[i : i + CHECK_CHUNK + 1]) for i in range(0, len(offsets) - 1, CHECK_CHUNK))
+    return all(step.min() >= 0 for step in steps)
+
+
 @dataclass(frozen=True)
 class Ragged:
     """Rows of different lengths stored in one array (see the module docstring).
@@ -99,12 +109,15 @@ class Ragged:
         object.__setattr__(self, "lengths", lengths)
         if starts.shape != lengths.shape or starts.ndim != 1:
             raise ValueError(f"starts {starts.shape} and lengths {lengths.shape} must be [R] each")
-        if len(starts) and (lengths.min() < 0 or starts.min() < 0 or (starts + lengths).max() > len(self.values)):
-            raise ValueError(f"rows reach outside values ({len(self.values)} elements) or have negative lengths")
+        total = len(self.values)
+        for i in range(0, len(starts), CHECK_CHUNK):
+            s, n = starts[i : i + CHECK_CHUNK], lengths[i : i + CHECK_CHUNK]
+            if n.min() < 0 or s.min() < 0 or (s + n).max() > total:
+                raise ValueError(f"rows reach outside values ({total} elements) or have negative lengths")
         if self.groups is not None:
             groups = np.asarray(self.groups, np.int64)
             object.__setattr__(self, "groups", groups)
-            if groups.ndim != 1 or groups[0] != 0 or groups[-1] != len(starts) or np.any(np.diff(groups) < 0):
+            if groups.ndim != 1 or groups[0] != 0 or groups[-1] != len(starts) or not _non_decreasing(groups):
                 raise ValueError(f"groups must be [N + 1] non-decreasing offsets from 0 to {len(starts)} rows")
 
     # -- building -------------------------------------------------------------------------------
