@@ -111,6 +111,18 @@ def test_len_is_the_same_on_every_rank_and_epoch_and_the_budget_holds(
     assert len(lengths) == 1
 
 
+@pytest.mark.parametrize("cost", ["padded", "sum"])
+def test_two_size_axes_under_weights_keep_len_and_budget(cost: str) -> None:
+    sizes = np.stack([LENGTHS, RNG.integers(1, 50, len(LENGTHS))], axis=1)
+    sampler = BucketBatchSampler(sizes, max_tokens=(1000, 300), cost=cost, weights=WEIGHTS, seed=8)
+    for epoch in range(4):
+        batches = epoch_of(sampler, epoch)
+        assert len(batches) == len(sampler)
+        for b in batches:
+            used = sizes[b].sum(0) if cost == "sum" else len(b) * sizes[b].max(0)
+            assert len(b) == 1 or np.all(used <= [1000, 300])
+
+
 def test_groups_stay_apart_under_weights() -> None:
     groups = RNG.integers(0, 5, len(LENGTHS))
     sampler = BucketBatchSampler(LENGTHS, max_tokens=600, groups=groups, weights=WEIGHTS, seed=3)
