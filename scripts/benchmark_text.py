@@ -26,6 +26,10 @@ Parts (``--part``, comma-separated; default ``sst2,budget``), each printing mark
   budget (a fixed batch size is their only knob). With ``--out DIR``: ``text_padding_budget.png``.
   Re-mixing of the same batchings: the share of pairs batched together in one epoch that are
   together again in the next, on all lengths and on a ``--subset`` of them (a small dataset).
+``weights``
+  Padding efficiency of weighted draws (``weights=``: random uniform and lognormal weights, a
+  mean over 3 epochs) against the unweighted plan at each budget, and the time to build the
+  sampler and one epoch's plan, weighted or not, on the SST-2 lengths and on 1M of them.
 ``long``
   Document-level accuracy on long texts (the synthetic IMDB-like reviews: median about 300
   tokens, opinions few and mostly late), the same MiniLM, ``max_length`` and learning rate:
@@ -313,6 +317,57 @@ def plot_budget(budgets: list[int], results: dict[str, list[float]], out: Path) 
     return path
 
 
+# -- weighted draws: padding and plan time -------------------------------------------------------
+
+
+def weights_part(lengths: np.ndarray, budgets: list[int], epochs: int = 3) -> None:
+    """Padding efficiency with random weights against the unweighted plan (same budget), and plan time."""
+    from varlen.batching import BucketBatchSampler
+
+    rng = np.random.default_rng(0)
+    draws = {"uniform(0, 1)": rng.random(len(lengths)), "lognormal(0, 1)": rng.lognormal(0.0, 1.0, len(lengths))}
+
+    def mean_efficiency(weights: np.ndarray | None, budget: int) -> float:
+        sampler = BucketBatchSampler(lengths, max_tokens=budget, seed=0, weights=weights)
+        measured = []
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)
+            measured.append(efficiency(list(sampler), lengths))
+        return float(np.mean(measured))
+
+    print(f"\n| padding efficiency, mean of {epochs} epochs | " + " | ".join(f"budget {b}" for b in budgets) + " |")
+    print("|---|" + "---:|" * len(budgets))
+    plain = [mean_efficiency(None, b) for b in budgets]
+    print("| unweighted | " + " | ".join(f"{e:.4f}" for e in plain) + " |")
+    for name, weights in draws.items():
+        drawn = [mean_efficiency(weights, b) for b in budgets]
+        print(f"| weights {name} | " + " | ".join(f"{e:.4f}" for e in drawn) + " |")
+        points = [100 * (d - p) for d, p in zip(drawn, plain, strict=True)]
+        print(f"| difference, points ({name}) | " + " | ".join(f"{d:+.2f}" for d in points) + " |")
+
+    big = np.random.default_rng(1).choice(lengths, size=1_000_000)
+    print("\n| plan time, s (best of 3), budget 512 | built, SST-2 | one epoch, SST-2 | built, 1M | one epoch, 1M |")
+    print("|---|---:|---:|---:|---:|")
+    modes = {"unweighted": None, "weights, with replacement": {}, "weights, without replacement, half": {"half": 1}}
+    for name, mode in modes.items():
+        cells = []
+        for sizes in (lengths, big):
+            kwargs = {} if mode is None else {"weights": np.random.default_rng(2).random(len(sizes))}
+            if mode:
+                kwargs.update(num_samples=len(sizes) // 2, replacement=False)
+            built, planned = [], []
+            for epoch in range(3):
+                start = time.perf_counter()
+                sampler = BucketBatchSampler(sizes, max_tokens=512, seed=0, **kwargs)
+                built.append(time.perf_counter() - start)
+                start = time.perf_counter()
+                sampler.set_epoch(epoch + 1)
+                len(sampler)  # builds the epoch's plan
+                planned.append(time.perf_counter() - start)
+            cells += [min(built), min(planned)]
+        print(f"| {name} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
+
+
 # -- long documents: windows against truncation ----------------------------------------------------
 
 
@@ -415,7 +470,7 @@ def quiet_training() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--part", default="sst2,budget", help="comma-separated: sst2, budget, long")
+    parser.add_argument("--part", default="sst2,budget", help="comma-separated: sst2, budget, weights, long")
     parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "text"))
     parser.add_argument("--out", type=Path, default=None, help="save the padding-budget figure (PNG) here")
     parser.add_argument("--batch-size", type=int, default=32)
@@ -431,9 +486,10 @@ def main() -> None:
     parser.add_argument("--long-lr", type=float, default=1e-4)
     args = parser.parse_args()
     parts = set(args.part.split(","))
-    if not parts <= {"sst2", "budget", "long"}:
-        parser.error(f"unknown part(s) {sorted(parts - {'sst2', 'budget', 'long'})}")
-    if parts & {"sst2", "budget"}:
+    known = {"sst2", "budget", "weights", "long"}
+    if not parts <= known:
+        parser.error(f"unknown part(s) {sorted(parts - known)}")
+    if parts & {"sst2", "budget", "weights"}:
         dm = sst2(args.data)
         lengths = dm.dataset("train").lengths
         print(f"SST-2 train: {len(lengths)} sentences, MiniLM tokens: mean {lengths.mean():.1f}, max {lengths.max()}\n")
@@ -441,6 +497,8 @@ def main() -> None:
             sst2_part(args, dm)
         if "budget" in parts:
             budget_part(lengths, [int(b) for b in args.budgets.split(",")], args.out, args.subset)
+        if "weights" in parts:
+            weights_part(lengths, [int(b) for b in args.budgets.split(",")])
     if "long" in parts:
         quiet_training()
         long_part(args)

@@ -11,15 +11,22 @@ fresh random order inside each bucket every epoch, and the batch cuts are comput
 *rounded* sizes. The rounded sequence is the same every epoch, so the cuts (and the number of
 batches) are too, while which samples fill each batch is reshuffled. Budgets hold because a
 real size never exceeds its rounded size.
+
+With a :class:`~varlen.batching.weights.WeightedDraw`, the epoch's samples are drawn first (a fixed
+count per bucket, see :mod:`varlen.batching.weights`) and the drawn ones are planned as above:
+the rounded sequence, so the cuts, stay the same every epoch. After an interrupted epoch,
+:func:`remaining_batches` deals the batches not yet served to another number of ranks.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from varlen.batching.collate import round_up
+from varlen.batching.weights import WeightedDraw
 
 COST_MODES = ("padded", "sum")
 #: ratio between consecutive geometric bucket edges: rounding costs at most ~5% padding
@@ -280,6 +287,7 @@ def build_plan(
     drop_last: bool = False,
     rounded: tuple[np.ndarray, np.ndarray] | None = None,
     groups: np.ndarray | None = None,
+    draw: WeightedDraw | None = None,
 ) -> Plan:
     """The global batches of one epoch, the same on every rank.
 
@@ -287,9 +295,15 @@ def build_plan(
     made a multiple of ``num_replicas`` by splitting batches (no sample dropped or repeated);
     with ``drop_last=True`` the surplus batches are dropped instead. With ``groups`` (one int
     per sample), a batch only holds samples of one group: e.g. the windows of one recording.
+    With ``draw``, the batches hold the indices it draws for ``(seed, epoch)`` (an index may
+    repeat) instead of every sample once.
     """
     ids, rounded_sizes = rounded if rounded is not None else bucketize(sizes, spec)
     rng = np.random.default_rng([seed, epoch]) if shuffle else None
+    chosen = None if draw is None else draw.sample(seed, epoch)
+    if chosen is not None:  # plan the drawn samples: positions into them, mapped back below
+        ids, rounded_sizes, sizes = ids[chosen], rounded_sizes[chosen], sizes[chosen]
+        groups = None if groups is None else np.asarray(groups)[chosen]
     if groups is None:
         order = order_samples(ids, rng, sizes)
         starts = cut_batches(rounded_sizes[order], spec)
@@ -299,13 +313,35 @@ def build_plan(
         edges = np.flatnonzero(np.diff(group_ids[order])) + 1
         segments = zip(np.concatenate([[0], edges]), np.concatenate([edges, [len(order)]]), strict=True)
         starts = np.unique(np.concatenate([cut_batches(rounded_sizes[order[a:b]], spec) + a for a, b in segments]))
+    if chosen is not None:
+        order = chosen[order].astype(index_dtype(len(draw.weights)))
     bounds = np.stack([starts[:-1], starts[1:]], axis=1)
     if spec.batch_size is not None and drop_last:
         bounds = bounds[bounds[:, 1] - bounds[:, 0] == spec.batch_size]
     if rng is not None:
         bounds = bounds[rng.permutation(len(bounds))]
+    return Plan(order, deal(bounds, num_replicas, drop_last))
+
+
+def deal(bounds: np.ndarray, num_replicas: int, drop_last: bool) -> np.ndarray:
+    """``bounds`` made to divide over ``num_replicas`` ranks: the surplus dropped, or batches split."""
     if drop_last:
-        bounds = bounds[: len(bounds) - len(bounds) % num_replicas]
-    else:
-        bounds = split_to_multiple(bounds, num_replicas)
-    return Plan(order, bounds)
+        return bounds[: len(bounds) - len(bounds) % num_replicas]
+    return split_to_multiple(bounds, num_replicas)
+
+
+def remaining_batches(
+    bounds: np.ndarray, segments: Sequence[tuple[int, int]], num_replicas: int, drop_last: bool
+) -> np.ndarray:
+    """The batches of an epoch not yet served, dealt to ``num_replicas`` ranks.
+
+    ``bounds`` is the plan the epoch started with, on ``segments[0]``'s world size; each segment
+    ``(world size, batches served per rank)`` served the first ``world size * served`` batches of
+    what was left, dealt to its ranks (rank ``r`` takes batches ``r, r + world size, ...``). So the
+    rest is every sample not yet served, once, split (or, with ``drop_last``, cut) to divide over
+    the next world size.
+    """
+    sizes = [world for world, _ in segments[1:]] + [num_replicas]
+    for (world, served), next_world in zip(segments, sizes, strict=True):
+        bounds = deal(bounds[world * served :], next_world, drop_last)
+    return bounds

@@ -3,6 +3,11 @@
 `EpochBatchSampler` is the same sampler whose batches are :class:`EpochIndices`: index lists that
 carry the epoch they were planned for, into the dataset's ``__getitems__`` in whichever process
 runs it, for per-epoch draws of ``(seed, epoch, index)`` (:mod:`varlen.draws`).
+
+A state saved on W ranks resumes exactly on W' ranks: the state names the epoch, the world size
+and the batches each rank served (and, after an earlier such resume, the same for each earlier
+part of the epoch), which fixes exactly which of the epoch's global batches were served; the
+rest are dealt to the W' ranks (:func:`varlen.batching.plan.remaining_batches`).
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from torch.utils.data import BatchSampler, Sampler
 
 from varlen import notices
 from varlen.batching.collate import round_up
-from varlen.batching.plan import Plan, PlanSpec, as_size_matrix, bucketize, build_plan
+from varlen.batching.plan import Plan, PlanSpec, as_size_matrix, bucketize, build_plan, remaining_batches
+from varlen.batching.weights import WeightedDraw, strata_of
 
 
 class EpochTracker(Sampler[int]):
@@ -47,7 +53,8 @@ class BucketBatchSampler(BatchSampler):
     every ``num_replicas``-th batch, so all ranks get the same number of batches (unequal counts
     hang DDP) and, with ``drop_last=False``, every sample is served exactly once per epoch.
     The number of batches is the same every epoch (see :mod:`varlen.batching.plan`), which is
-    what Lightning assumes after reading ``len()`` once.
+    what Lightning assumes after reading ``len()`` once; only an epoch resumed on another number
+    of ranks has its own (the batches each rank served before, plus its share of the rest).
 
     Args:
         lengths: size of each sample, ``[N]`` or ``[N, D]`` for costs over several axes
@@ -70,6 +77,14 @@ class BucketBatchSampler(BatchSampler):
         pad_to_multiple_of: cost sizes rounded up to this multiple, to match the collate.
         groups: optional group id per sample; a batch then holds samples of one group only
             (e.g. the windows of one recording), and groups mix through the batch order.
+        weights: optional weight per sample (>= 0, not all zero): each epoch serves
+            ``num_samples`` indices drawn in proportion to them, from ``(seed, epoch)`` only
+            (stratified by size bucket and group so that ``len()`` never moves; see
+            :mod:`varlen.batching.weights`). A weight of 0 is never served. Needs ``shuffle``.
+        num_samples: indices drawn per epoch (default: the number of samples); given without
+            ``weights``, every sample weighs the same.
+        replacement: with ``weights`` or ``num_samples``, whether an index may be drawn more
+            than once in an epoch (False: at most the number of nonzero weights).
         sampler: set by Lightning, which injects a ``DistributedSampler`` under DDP; only its
             ``num_replicas``, ``rank`` and ``epoch`` are read. Leave it None yourself.
     """
@@ -89,6 +104,9 @@ class BucketBatchSampler(BatchSampler):
         num_buckets: int | None = None,
         pad_to_multiple_of: int | None = None,
         groups: Sequence[int] | np.ndarray | None = None,
+        weights: Sequence[float] | np.ndarray | None = None,
+        num_samples: int | None = None,
+        replacement: bool = True,
         sampler: Sampler | None = None,
     ) -> None:
         # BatchSampler.__init__ is not called: it insists on a sampler and an int batch size.
@@ -114,16 +132,31 @@ class BucketBatchSampler(BatchSampler):
         self.sampler = sampler if sampler is not None else EpochTracker(len(self.sizes))
         self.num_replicas, self.rank = self._resolve_ranks(num_replicas, rank, sampler)
         self._buckets = bucketize(self.sizes, self.spec)
+        self.draw = self._weighted_draw(weights, num_samples, replacement)
         self._plan_key: tuple[int, int] | None = None
         self._plan: Plan | None = None
-        self._position = (0, 0)  # (epoch, batches served in it) of the current iteration
+        self._position = (0, 0)  # (epoch, batches served in it per rank) of the current iteration
         self._resume: tuple[int, int] | None = None  # the same, restored and not yet iterated
+        # (epoch, ((world size, batches served per rank), ...)): the parts of that epoch served
+        # before a resume on another number of ranks; the epoch's batches are what they left
+        self._elastic: tuple[int, tuple[tuple[int, int], ...]] | None = None
+        self._dealt_key: tuple | None = None
+        self._dealt: np.ndarray | None = None
         self.num_oversized = self._count_oversized()
         if self.num_oversized:
             notices.warn(
                 f"{self.num_oversized} samples exceed max_tokens={self.max_tokens} on their own; "
                 "each gets a batch of its own (none is dropped)"
             )
+
+    def _weighted_draw(self, weights, num_samples: int | None, replacement: bool) -> WeightedDraw | None:
+        if weights is None and num_samples is None:
+            return None
+        if not self.shuffle:
+            raise ValueError("weights and num_samples draw new samples every epoch: they need shuffle=True")
+        if weights is None:
+            weights = np.ones(len(self.sizes))
+        return WeightedDraw.build(weights, strata_of(self._buckets[0], self.groups), num_samples, replacement)
 
     @staticmethod
     def _resolve_ranks(num_replicas: int | None, rank: int | None, sampler: Sampler | None) -> tuple[int, int]:
@@ -157,8 +190,10 @@ class BucketBatchSampler(BatchSampler):
 
     def global_plan(self, epoch: int | None = None) -> Plan:
         """All ranks' batches for ``epoch`` (default: the current one), in serving order."""
-        epoch = self.epoch if epoch is None else epoch
-        key = (epoch, self.num_replicas)
+        return self._plan_on(self.epoch if epoch is None else epoch, self.num_replicas)
+
+    def _plan_on(self, epoch: int, num_replicas: int) -> Plan:
+        key = (epoch, num_replicas)
         if self._plan_key != key:
             self._plan = build_plan(
                 self.sizes,
@@ -166,16 +201,36 @@ class BucketBatchSampler(BatchSampler):
                 shuffle=self.shuffle,
                 seed=self.seed,
                 epoch=epoch,
-                num_replicas=self.num_replicas,
+                num_replicas=num_replicas,
                 drop_last=self.drop_last,
                 rounded=self._buckets,
                 groups=self.groups,
+                draw=self.draw,
             )
             self._plan_key = key
         return self._plan
 
+    def _segments(self, epoch: int) -> tuple[tuple[int, int], ...]:
+        """``epoch``'s parts served on another number of ranks before this one (usually none)."""
+        return self._elastic[1] if self._elastic is not None and self._elastic[0] == epoch else ()
+
+    def _epoch_batches(self, epoch: int) -> tuple[np.ndarray, np.ndarray, int]:
+        """``epoch``'s order, the global batches this world size serves, and how many batches per
+        rank were served before them (on other world sizes; 0 for an epoch not resumed so)."""
+        segments = self._segments(epoch)
+        if not segments:
+            plan = self.global_plan(epoch)
+            return plan.order, plan.bounds, 0
+        plan = self._plan_on(epoch, segments[0][0])
+        key = (epoch, segments, self.num_replicas)
+        if self._dealt_key != key:
+            self._dealt = remaining_batches(plan.bounds, segments, self.num_replicas, self.drop_last)
+            self._dealt_key = key
+        return plan.order, self._dealt, sum(served for _, served in segments)
+
     def __len__(self) -> int:
-        return len(self.global_plan()) // self.num_replicas
+        _, bounds, before = self._epoch_batches(self.epoch)
+        return before + len(bounds) // self.num_replicas
 
     def __iter__(self) -> Iterator[list[int]]:
         """This epoch's batches for this rank (resuming where a loaded state left off).
@@ -193,17 +248,21 @@ class BucketBatchSampler(BatchSampler):
 
     def _batches(self) -> Iterator[list[int]]:
         epoch = self.epoch
-        plan = self.global_plan(epoch)
-        mine = plan.bounds[self.rank :: self.num_replicas]
+        order, bounds, before = self._epoch_batches(epoch)
+        mine = bounds[self.rank :: self.num_replicas]
         start = self._first_batch(epoch)
         self._resume = None
         self._position = (epoch, start)
-        for served, (first, end) in enumerate(mine[start:].tolist(), start + 1):
+        for served, (first, end) in enumerate(mine[start - before :].tolist(), start + 1):
             self._position = (epoch, served)
-            yield plan.order[first:end].tolist()
+            yield order[first:end].tolist()
 
     def state_dict(self) -> dict[str, Any]:
-        """Rank-independent position: all ranks have served the same number of batches."""
+        """Rank-independent position: all ranks have served the same number of batches.
+
+        ``batches_served`` counts each rank's batches of the epoch; ``segments`` lists the
+        ``[world size, batches per rank]`` of the epoch's parts served on other world sizes.
+        """
         epoch, served = self._resume or self._position
         if epoch != self.epoch:  # the epoch moved on and nothing of the new one was served yet
             epoch, served = self.epoch, 0
@@ -211,24 +270,40 @@ class BucketBatchSampler(BatchSampler):
             "epoch": epoch,
             "batches_served": served,
             "num_replicas": self.num_replicas,
+            "segments": [list(part) for part in self._segments(epoch)],
             "num_samples": len(self.sizes),
             "seed": self.seed,
+            "draw": None if self.draw is None else self.draw.key(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume mid-epoch: the next iteration yields exactly what an uninterrupted run would."""
+        """Resume mid-epoch, on any number of ranks.
+
+        On the saved number of ranks, the next iteration yields exactly what an uninterrupted run
+        would. On another, the batches the saved ranks had not served are dealt to these ranks
+        (split until they divide evenly, or cut with ``drop_last``): every remaining sample once,
+        the same number of batches on every rank; the next epoch is this world size's own.
+        A state saved before ``segments`` and ``draw`` were recorded loads as one without them.
+        """
         if state["num_samples"] != len(self.sizes):
             raise ValueError(f"sampler state is for {state['num_samples']} samples, this dataset has {len(self.sizes)}")
         if state["seed"] != self.seed:
             raise ValueError(f"sampler state was saved with seed {state['seed']}, this sampler has seed {self.seed}")
-        served = int(state["batches_served"])
-        if state["num_replicas"] != self.num_replicas:
-            served = (served * state["num_replicas"]) // self.num_replicas
-            notices.warn(
-                f"resuming on {self.num_replicas} ranks from a state saved on {state['num_replicas']}: "
-                "the position is approximate"
+        mine = None if self.draw is None else self.draw.key()
+        if state.get("draw") != mine:
+            raise ValueError(
+                "sampler state was saved with other weights, num_samples or replacement "
+                f"(draw {state.get('draw')}, this sampler's: {mine}): its position means other batches"
             )
+        served = int(state["batches_served"])
+        segments = tuple((int(world), int(count)) for world, count in state.get("segments", ()))
+        here = served - sum(count for _, count in segments)  # served on the saved world size
+        if here < 0 or any(count < 0 for _, count in segments):
+            raise ValueError(f"sampler state is inconsistent: {served} batches served, segments {segments}")
+        if state["num_replicas"] != self.num_replicas and here:
+            segments += ((int(state["num_replicas"]), here),)
         epoch = int(state["epoch"])
+        self._elastic = (epoch, segments) if segments else None
         self.set_epoch(epoch)
         if served >= len(self):
             # The saved epoch was complete: resume at the start of the next. A loader may plan
