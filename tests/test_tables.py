@@ -84,8 +84,12 @@ def test_a_table_built_a_few_rows_at_a_time_equals_one_written_whole(tmp_path: P
     same_ragged(built.ragged("frames"), whole.ragged("frames"))
     np.testing.assert_array_equal(built.numpy("label"), whole.numpy("label"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.arrow", "w.arrow"]  # no scratch file left
+    abandoned = TableBuilder(tmp_path / "c.arrow", version="t1", key=KEY, ragged={"tokens": (np.int32, ())})
+    abandoned.append(tokens=[np.arange(3)], label=[0])
     with pytest.raises(ValueError, match="every append needs"):
-        TableBuilder(tmp_path / "c.arrow", version="t1", key=KEY, ragged={"tokens": (np.int32, ())}).append(label=[1])
+        abandoned.append(label=[1])
+    abandoned.abandon()  # a build that failed half-way leaves nothing behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.arrow", "w.arrow"]
 
 
 def test_a_mapped_table_pickles_as_its_path(tmp_path: Path) -> None:

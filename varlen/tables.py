@@ -173,9 +173,13 @@ class TableBuilder:
                 arrays[name] = _values(np.concatenate(parts))
             return _write(self.path, arrays, self.version, self.key)
         finally:
-            for handle in self._files.values():
-                handle.close()
-            shutil.rmtree(self._scratch, ignore_errors=True)
+            self.abandon()
+
+    def abandon(self) -> None:
+        """Remove the scratch files without writing the table (a build that failed half-way)."""
+        for handle in self._files.values():
+            handle.close()
+        shutil.rmtree(self._scratch, ignore_errors=True)
 
 
 # -- Arrow -> numpy / Ragged ------------------------------------------------------------------------

@@ -25,7 +25,6 @@ import hashlib
 import itertools
 import json
 import logging
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -183,7 +182,7 @@ def build_tokens(
             builder.append(**_empty(tokenization, windows, marks is not None))
         write_table(bad_path, bad.columns(), version=VERSION, key=key)  # first: a samples file means both are
     except BaseException:
-        _abandon(builder)
+        builder.abandon()
         raise
     builder.finish()
     log.info(
@@ -231,13 +230,6 @@ def _append(
         columns["mark"] = marks[part.start + of_row]
     builder.append(**columns)
     return ids
-
-
-def _abandon(builder: TableBuilder) -> None:
-    """Remove the scratch files of a build that failed (``TableBuilder`` cleans up in ``finish`` only)."""
-    for handle in builder._files.values():
-        handle.close()
-    shutil.rmtree(builder._scratch, ignore_errors=True)
 
 
 def _empty(tokenization: Tokenization, windows: bool, marked: bool) -> dict[str, Any]:
