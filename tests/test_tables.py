@@ -2,6 +2,8 @@
 
 import multiprocessing as mp
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -151,3 +153,16 @@ def test_the_files_open_in_hugging_face_datasets(tmp_path: Path) -> None:
     dataset = datasets.Dataset.from_file(str(path))
     assert len(dataset) == 50 and dataset[7]["tokens"] == data["tokens"].take([7]).values.tolist()
     assert dataset[7]["label"] == int(data["label"][7])
+
+
+def test_mapping_a_table_imports_no_pandas(tmp_path: Path) -> None:
+    """What a new worker does with a table (open it, read its columns) costs no pandas import
+    (pyarrow's ``to_numpy`` imports it for a list's offsets: a second and ~30 MiB per worker)."""
+    path = write_table(tmp_path / "t.arrow", columns(50), version="t1", key=KEY)
+    code = (
+        "import sys; from varlen.tables import MappedTable; "
+        f"t = MappedTable({str(path)!r}); t.ragged('tokens'); t.ragged('frames'); t.numpy('label'); "
+        "print('pandas' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

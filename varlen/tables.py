@@ -193,7 +193,18 @@ def _numpy(array: pa.Array) -> np.ndarray:
         array = array.flatten()
     if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
         return np.asarray(array.to_pylist(), dtype=str)  # small columns (names, scaffolds): a copy
-    return array.to_numpy(zero_copy_only=True).reshape(-1, *shape)
+    return _view(array).reshape(-1, *shape)
+
+
+def _view(array: pa.Array) -> np.ndarray:
+    """A primitive array without nulls as a numpy view of its data buffer. Not ``to_numpy``: on some
+    arrays (a list's offsets) it imports pandas, a second and ~30 MiB in every new worker."""
+    if array.null_count or pa.types.is_boolean(array.type):  # nulls, or bits: not a plain buffer
+        return array.to_numpy(zero_copy_only=False)
+    dtype = np.dtype(array.type.to_pandas_dtype())
+    view = np.frombuffer(array.buffers()[1], dtype, len(array), array.offset * dtype.itemsize)
+    view.flags.writeable = False  # a view of the mapped file: nothing writes into it
+    return view
 
 
 class MappedTable:
@@ -237,9 +248,9 @@ class MappedTable:
         column = self.batch.column(name)
         groups = None
         if pa.types.is_large_list(column.type) and pa.types.is_large_list(column.type.value_type):
-            groups = column.offsets.to_numpy(zero_copy_only=True)
+            groups = _view(column.offsets)
             column = column.values
-        offsets = column.offsets.to_numpy(zero_copy_only=True)
+        offsets = _view(column.offsets)
         if lengths is None:
             return Ragged.from_offsets(_numpy(column.values), offsets, groups)
         return Ragged(_numpy(column.values), offsets[:-1], lengths, groups)
