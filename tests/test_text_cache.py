@@ -509,3 +509,37 @@ def test_num_classes_reads_the_label_column_alone(tmp_path: Path, monkeypatch, s
 
 
 # -- DDP -----------------------------------------------------------------------------------------
+
+
+def test_a_parquet_source_is_read_a_batch_at_a_time(tmp_path: Path, monkeypatch) -> None:
+    """A Parquet file is tokenised from record batches (memory holds one batch of text, whatever the
+    file), never read whole; the rows come in order, each once, and the ids equal a CSV's."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = corpus(45)
+    path = tmp_path / "train.parquet"
+    pq.write_table(pa.Table.from_pandas(pd.DataFrame(rows)), path, row_group_size=20)
+    source = sources_module.file_sources({"train": str(path)}, COLUMNS)["train"]
+
+    def whole(*args, include=None, **kwargs):
+        if include and "text" in include:
+            raise AssertionError("the text column of a Parquet file was read whole")
+        return read_columns(*args, include=include, **kwargs)
+
+    read_columns = sources_module.read_columns
+    monkeypatch.setattr(sources_module, "read_columns", whole)
+    slices = list(source.slices(8))
+    assert max(len(s.texts) for s in slices) <= 8
+    assert [s.start for s in slices] == list(np.cumsum([0] + [len(s.texts) for s in slices[:-1]]))
+    assert [t for s in slices for t in s.texts] == [r["text"] for r in rows]
+    from_parquet = make(tmp_path / "a", train_file=str(path), val_file=str(path))
+    from_csv = make(tmp_path / "b", train_file=str(write_csv(tmp_path / "t.csv", rows)), val_file=str(path))
+    for dm in (from_parquet, from_csv):
+        dm.prepare_data()
+        dm.setup("fit")
+    for i in range(len(rows)):
+        np.testing.assert_array_equal(
+            from_parquet.dataset("train")[i]["input_ids"], from_csv.dataset("train")[i]["input_ids"]
+        )

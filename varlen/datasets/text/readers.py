@@ -17,7 +17,7 @@ records, Parquet; each also compressed (``.gz``, ``.bz2``, ``.xz``, ``.zst``, se
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -48,6 +48,7 @@ __all__ = [
     "class_list",
     "encode_rows",
     "hidden_labels",
+    "iter_columns",
     "label_key",
     "load_hub",
     "read_columns",
@@ -184,6 +185,36 @@ def _read_parquet(path: Path, include: Sequence[str]):
         parquet = pq.ParquetFile(source)
         names = parquet.schema_arrow.names
         return parquet.read([c for c in include if c in names]), names
+    except (pa.ArrowException, OSError) as error:
+        raise DataError(f"{path}: cannot read it as Parquet: {error}") from None
+
+
+def iter_columns(
+    path: str | Path,
+    columns: TextColumns,
+    role: str = "train_file",
+    split_column: str | None = None,
+    include: Sequence[str] | None = None,
+    size: int = 10_000,
+) -> Iterator[Any]:
+    """The columns ``include`` of one local table, checked as :func:`read_columns` checks it, as
+    record batches of at most ``size`` rows. A Parquet file is read a batch at a time (memory holds
+    one batch, whatever the file); other formats are read whole (in Arrow), then cut."""
+    path = Path(path).expanduser()
+    if table_suffix(path) != ".parquet" or compression(path) is not None or not path.is_file():
+        yield from read_columns(path, columns, role, split_column, include).to_batches(max_chunksize=size)
+        return
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    wanted = wanted_columns(columns, split_column)
+    try:
+        parquet = pq.ParquetFile(path)
+        names = parquet.schema_arrow.names
+        check_columns(names, wanted, str(path))
+        if parquet.metadata.num_rows == 0:
+            raise DataError(f"{path}: the file has a header {names} but no rows")
+        yield from parquet.iter_batches(batch_size=size, columns=list(wanted if include is None else include))
     except (pa.ArrowException, OSError) as error:
         raise DataError(f"{path}: cannot read it as Parquet: {error}") from None
 

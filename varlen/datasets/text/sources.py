@@ -26,6 +26,7 @@ from varlen.datasets.text.readers import (
     check_columns,
     class_list,
     hidden_labels,
+    iter_columns,
     load_hub,
     read_columns,
     wanted_columns,
@@ -56,6 +57,8 @@ class TextSource:
             refused as :func:`~varlen.datasets.text.readers.read_columns` refuses them).
         split_column: the column naming each row's split, or None.
         slug: a short file-name-safe label for its cache files.
+        batches: ``(column names, size)`` -> record batches of at most ``size`` rows, every row once
+            (a file read a batch at a time); None: ``read`` cut into slices.
     """
 
     def __init__(
@@ -66,11 +69,12 @@ class TextSource:
         read: Callable[[list[str]], Any] | None,
         split_column: str | None = None,
         slug: str = "table",
+        batches: Callable[[list[str], int], Iterator[Any]] | None = None,
     ) -> None:
         self.name, self.columns, self._identity = name, columns, identity
         self.split_column = split_column
         self.slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", slug)[:60]
-        self._read = read
+        self._read, self._batches = read, batches
         self._marks: np.ndarray | None = None
 
     @property
@@ -104,13 +108,16 @@ class TextSource:
         return class_list(pc.unique(labels).to_pylist())
 
     def slices(self, size: int) -> Iterator[RowSlice]:
-        """The rows ``size`` at a time (the wanted columns read once, in Arrow; each slice as lists)."""
+        """The rows at most ``size`` at a time, each slice as lists (a Parquet file is read a batch
+        at a time; other sources are read once, in Arrow, then cut)."""
         text, pair, label = self.columns
-        table = self._read(wanted_columns(self.columns))
-        for start in range(0, table.num_rows, size):
-            part = table.slice(start, size)
+        names = wanted_columns(self.columns)
+        batches = self._batches(names, size) if self._batches else self._read(names).to_batches(max_chunksize=size)
+        start = 0
+        for part in batches:
             pairs = part.column(pair).to_pylist() if pair else None
             yield RowSlice(start, part.column(text).to_pylist(), pairs, part.column(label).to_pylist())
+            start += part.num_rows
 
 
 class SyntheticSource(TextSource):
@@ -147,12 +154,15 @@ def file_sources(
         def read(names: list[str], path=path, role=role, marked=marked) -> Any:
             return read_columns(path, columns, role, marked, include=names)
 
+        def batches(names: list[str], size: int, path=path, role=role, marked=marked) -> Iterator[Any]:
+            return iter_columns(path, columns, role, marked, include=names, size=size)
+
         def identity(path=path, read=read) -> list[Any]:
             if not path.is_file():
                 read([])  # raises DatasetNotFoundError, naming the argument and the path
             return ["file", table_suffix(path), file_hash(path)]
 
-        sources[split] = TextSource(str(path), columns, identity, read, marked, path.name)
+        sources[split] = TextSource(str(path), columns, identity, read, marked, path.name, batches)
     return sources
 
 
