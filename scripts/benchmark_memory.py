@@ -140,19 +140,54 @@ def unique_memory(pid: int, cache: Path) -> tuple[int, int]:
 
 
 def measure_setup(case: str, work: Path) -> dict:
-    """Seconds of ``prepare_data`` + ``setup`` (whatever the cache holds), and this process's peak RSS."""
+    """Seconds of ``prepare_data`` + ``setup`` (whatever the cache holds), this process's peak RSS, and
+    its peak anonymous memory (RSS less the pages of mapped files: what building holds of its own)."""
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     dm = datamodule(case, work)
     if hasattr(dm, "tokenizer"):
         dm.tokenizer  # noqa: B018  (loaded before the clock: the tokenizer is not the data)
     loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    anonymous = AnonymousPeak()
     start = time.perf_counter()
-    dm.prepare_data()
-    dm.setup("fit")
+    with anonymous:
+        dm.prepare_data()
+        dm.setup("fit")
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     ids = sum(int(d.ids.values.nbytes) for d in {id(d): d for d in dm.datasets.values()}.values())
-    return {"case": case, "seconds": seconds, "before": before, "tokenizer": loaded - before, "peak": peak, "ids": ids}
+    return {
+        "case": case, "seconds": seconds, "before": before, "tokenizer": loaded - before, "peak": peak, "ids": ids,
+        "anonymous_start": anonymous.start, "anonymous_peak": anonymous.peak,
+    }  # fmt: skip
+
+
+class AnonymousPeak:
+    """The largest ``RssAnon`` of this process while the block runs, sampled every 10 ms by a thread
+    (the kernel keeps a peak of the whole RSS only, which counts mapped file pages too)."""
+
+    def __enter__(self) -> AnonymousPeak:
+        import threading
+
+        self.start = self.peak = self.read()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.01):
+            self.peak = max(self.peak, self.read())
+
+    @staticmethod
+    def read() -> int:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("RssAnon:"):
+                return int(line.split()[1]) * 1024
+        return 0
 
 
 def run_child(*args: str, env: dict | None = None) -> dict:
@@ -238,7 +273,9 @@ def tokenise_part(args: argparse.Namespace, work: Path) -> None:
     print(f"| token ids stored | {built['ids'] / MIB:,.1f} |")
     print(f"| tokenizer loaded | {built['tokenizer'] / MIB:,.1f} |")
     ratio = extra / built["ids"]
-    print(f"| peak memory of prepare_data + setup, beyond the tokenizer | {extra / MIB:,.1f} ({ratio:.2f}x the ids) |")
+    print(f"| peak RSS of prepare_data + setup, beyond the tokenizer | {extra / MIB:,.1f} ({ratio:.2f}x the ids) |")
+    own = built["anonymous_peak"] - built["anonymous_start"]
+    print(f"| of which its own (anonymous) memory at most | {own / MIB:,.1f} ({own / built['ids']:.2f}x the ids) |")
     print(f"| seconds | {built['seconds']:,.0f} |")
 
 
