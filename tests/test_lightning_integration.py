@@ -3,6 +3,7 @@
 import gc
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -176,9 +177,16 @@ def _torchrun_worker(rank: int, world_size: int, port: int, out: str) -> None:
     dist.destroy_process_group()
 
 
+def free_port() -> int:
+    """A port nothing listens on now (a fixed one collides with another run on the same machine)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def test_plain_torch_distributed_without_lightning(tmp_path: Path) -> None:
     out = tmp_path / "gathered.json"
-    mp.spawn(_torchrun_worker, args=(3, 29511, str(out)), nprocs=3)
+    mp.spawn(_torchrun_worker, args=(3, free_port(), str(out)), nprocs=3)
     gathered = json.loads(out.read_text())
     assert [g[:2] for g in gathered] == [[0, 3], [1, 3], [2, 3]]
     assert len({len(g[2]) for g in gathered}) == 1
