@@ -2,6 +2,7 @@
 unweighted evaluation splits, bad values, DDP, checkpoints and ``varlen inspect``."""
 
 import csv
+import re
 import warnings
 from pathlib import Path
 
@@ -318,3 +319,20 @@ def test_inspect_shows_the_served_share_per_class(tmp_path: Path) -> None:
     assert "sample_weights='balanced': served share per class in epoch 0" in text
     assert f"b {summary.served[1][1]:.3f} ({summary.served[1][2]:.3f})" in text
     assert "served share" not in "\n".join(summarize(dm, "val", max_batches=2).lines())
+
+
+def test_varlen_inspect_takes_sample_weights_from_the_command_line(monkeypatch, capsys) -> None:
+    import sys
+
+    from varlen import cli
+
+    config = str(Path(__file__).resolve().parents[1] / "configs" / "text_bert.yaml")
+    argv = ["varlen", "inspect", "--config", config, "--data.init_args.synthetic_samples=300",
+            "--data.init_args.sample_weights=balanced", "--max-batches=2"]  # fmt: skip
+    monkeypatch.setattr(sys, "argv", argv)
+    cli.console()
+    out = capsys.readouterr().out
+    assert "sample_weights='balanced': served share per class in epoch 0" in out
+    shares = re.findall(r"\b([01]) (\d\.\d{3}) \((\d\.\d{3})\)", out)  # class served (held)
+    assert [name for name, _, _ in shares] == ["0", "1"]
+    assert abs(sum(float(served) for _, served, _ in shares) - 1) < 2e-3
