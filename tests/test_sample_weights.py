@@ -198,6 +198,12 @@ def test_unknown_or_textual_weight_columns_are_refused(tmp_path: Path) -> None:
     mols.setup("fit")
     with pytest.raises(DataError, match=r"column\(s\) \['weight'\] not found"):
         mols.train_dataloader()
+    rows = [{"smiles": "CCO", "logp": 1.0, "w": "heavy" if i == 5 else 1} for i in range(30)]
+    mols = MoleculeDataModule(dataset=None, path=write_csv(tmp_path / "words.csv", rows), smiles_column="smiles",
+                              target_columns=["logp"], sample_weights="w")  # fmt: skip
+    mols.setup("fit")
+    with pytest.raises(DataError, match="sample_weights='w': .*words.csv, line 7: .*'w' is 'heavy'"):
+        mols.train_dataloader()
 
 
 def test_all_zero_weights_are_refused(tmp_path: Path) -> None:

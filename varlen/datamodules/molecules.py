@@ -321,7 +321,10 @@ class MoleculeDataModule(VarLenDataModule):
     def weight_column(self, dataset: MoleculeGraphs, column: str) -> np.ndarray:
         """Each molecule's weight: its line's value in ``column`` of the CSV (read as targets are:
         an empty cell is missing, text a ``DataError`` naming the line)."""
-        table = read_table(self.source, self.smiles_column, [column])
+        try:
+            table = read_table(self.source, self.smiles_column, [column])
+        except DataError as error:  # it names the line; say what the column was read for
+            raise DataError(f"sample_weights={column!r}: {error}") from None
         lines = self.target_store.lines[dataset.positions]
         at = np.searchsorted(table.rows, lines)
         if not np.array_equal(table.rows[np.minimum(at, len(table.rows) - 1)], lines):
