@@ -22,6 +22,7 @@ import torch
 
 from varlen.batching.collate import round_up
 from varlen.datamodules.base import VarLenDataModule
+from varlen.datamodules.weighting import served_shares
 
 __all__ = ["SplitSummary", "padded_shape", "plot_summary", "summarize", "tensor_bytes"]
 
@@ -66,6 +67,10 @@ class SplitSummary:
     padded_size: np.ndarray
     shapes: int
     largest_bytes: int
+    #: a weighted split's ``sample_weights`` setting and, per class, (name, served share over the
+    #: planned epoch, share of the split's samples); empty when the split is not weighted
+    weighting: str | None = None
+    served: list[tuple[str, float, float]] = field(default_factory=list)
     plots: list[Path] = field(default_factory=list)
 
     def lines(self) -> list[str]:
@@ -96,6 +101,10 @@ class SplitSummary:
         out.append(
             f"  distinct padded shapes {self.shapes:,}; largest batch {self.largest_bytes / 2**20:,.2f} MiB of tensors"
         )
+        if self.weighting is not None:
+            out.append(f"  sample_weights={self.weighting!r}: served share per class in epoch 0 (share of the split)")
+            cells = [f"{name} {served:.3f} ({held:.3f})" for name, served, held in self.served]
+            out += ["    " + ";  ".join(cells[i : i + 4]) for i in range(0, len(cells), 4)]
         if self.plots:
             out.append(f"  plots in {self.plots[0].parent}/: " + ", ".join(p.name for p in self.plots))
         return out
@@ -145,6 +154,7 @@ def summarize(
         efficiency.append(stats.real / max(stats.padded, 1))
         shapes.add(padded_shape(batch, dm.mask_keys))
         largest = max(largest, tensor_bytes(batch))
+    weighting, served = _served(dm, dataset, sampler, plan.order)
     rounds = dm.pad_to_multiple_of if dm.sampler_rounds_sizes else None
     use, budget = _budget_use(sizes, batches, sampler, rounds)
     axes = list(dm.size_axes)[: sizes.shape[1]]
@@ -171,7 +181,23 @@ def summarize(
         padded_size=np.array([sizes[b, 0].max() for b in batches]),
         shapes=len(shapes),
         largest_bytes=largest,
+        weighting=weighting,
+        served=served,
     )
+
+
+def _served(dm: VarLenDataModule, dataset, sampler, order: np.ndarray) -> tuple[str | None, list]:
+    """A weighted sampler's setting and, per class, its served share in ``order`` (which may
+    repeat indices) against the split's share; nothing for an unweighted one."""
+    if sampler.draw is None:
+        return None, []
+    labels = dm.class_labels(dataset)
+    if labels is None:
+        return str(dm.sample_weights), []
+    names = list(getattr(dm, "class_names", None) or [])
+    classes, served, held = served_shares(order, labels)
+    named = [("unlabelled" if c < 0 else names[c] if c < len(names) else f"class {c}") for c in classes.tolist()]
+    return str(dm.sample_weights), list(zip(named, served.tolist(), held.tolist(), strict=True))
 
 
 def plot_summary(summary: SplitSummary, out: str | Path) -> list[Path]:

@@ -16,6 +16,7 @@ from varlen.batching import BucketBatchSampler
 from varlen.batching.loader import VarLenLoader
 from varlen.batching.plan import PlanSpec
 from varlen.batching.telemetry import BatchStats, mask_stats
+from varlen.datamodules.weighting import BALANCED, balanced_weights
 from varlen.errors import DataError
 from varlen.report import DataReport, OnBad
 
@@ -132,6 +133,9 @@ class VarLenDataModule(pl.LightningDataModule):
     sampler_rounds_sizes: bool = True
     #: ``(batch_size, max_tokens)`` when the user sets neither: the scenario's sensible default
     default_batching: tuple[int | None, int | tuple[int, ...] | None] = (32, None)
+    #: the training sampler's weights: None, ``"balanced"`` (:meth:`class_labels`) or a column
+    #: (:meth:`weight_column`); a classification DataModule takes it as its ``sample_weights`` argument
+    sample_weights: str | None = None
 
     def __init__(
         self,
@@ -181,6 +185,7 @@ class VarLenDataModule(pl.LightningDataModule):
         self.datasets: dict[str, Dataset] = {}
         self.collate_fn: Any = None
         self._checkpoint_state: dict[str, Any] | None = None  # loaded before setup: applied by setup
+        self._train_weights: tuple[Dataset, np.ndarray] | None = None  # (train dataset, its weights)
         self.host_stats: BatchStats | None = None  # the last training batch, counted before its transfer
 
     # -- what subclasses implement or may override ------------------------------------------
@@ -196,6 +201,16 @@ class VarLenDataModule(pl.LightningDataModule):
     def sampler_groups(self, dataset: Dataset) -> np.ndarray | None:
         """Optional group id per sample; batches then never mix groups (default: no groups)."""
         return None
+
+    def class_labels(self, dataset: Dataset) -> np.ndarray | None:
+        """Class id per sample (-1: no label), for ``sample_weights="balanced"`` and ``varlen
+        inspect``; None where there are no classes. Default: the dataset's ``labels``, if any."""
+        labels = getattr(dataset, "labels", None)
+        return None if labels is None else np.asarray(labels, dtype=np.int64)
+
+    def weight_column(self, dataset: Dataset, column: str) -> np.ndarray:
+        """Per-sample weights read from the data's ``column`` (checked, naming the row)."""
+        raise DataError(f"{type(self).__name__} reads no weight column ({column!r}): use sample_weights={BALANCED!r}")
 
     def batch_stats(self, batch: Mapping[str, Any]) -> BatchStats:
         """Samples, real and padded elements of a collated batch (for telemetry)."""
@@ -236,9 +251,14 @@ class VarLenDataModule(pl.LightningDataModule):
     def restore_data_state(self, state: Mapping[str, Any]) -> None:
         """Put a checkpoint's :attr:`state_restored` values in place of the rebuilt ones."""
 
+    def _saved_state(self) -> dict[str, Any]:
+        """:meth:`data_state` and how the training samples were drawn (a change warns: a sampler
+        position saved with other weights means other batches, and the sampler refuses it)."""
+        return plain({**self.data_state(), "sample_weights": self.sample_weights})
+
     def state_dict(self) -> dict[str, Any]:
         """Lightning saves this in every checkpoint: :meth:`data_state` as plain values."""
-        return {"data_state": plain(self.data_state())} if self.datasets else {}
+        return {"data_state": self._saved_state()} if self.datasets else {}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Check a checkpoint's data state against the rebuilt one and restore its statistics.
@@ -254,7 +274,7 @@ class VarLenDataModule(pl.LightningDataModule):
         if not self.datasets:
             self._checkpoint_state = dict(saved)
             return
-        current = plain(self.data_state())
+        current = self._saved_state()
         changed = [k for k in saved if k in current and saved[k] != current[k] and k not in self.state_restored]
         refused = [k for k in changed if k in self.state_must_match]
         if refused:
@@ -299,6 +319,23 @@ class VarLenDataModule(pl.LightningDataModule):
             )
         return self.datasets[split]
 
+    def train_weights(self) -> np.ndarray | None:
+        """The training sampler's per-sample weights (None: unweighted), computed once per training
+        split from :attr:`sample_weights`: inverse class frequency, or the weight column."""
+        if self.sample_weights is None:
+            return None
+        dataset = self.dataset("train")
+        if self._train_weights is None or self._train_weights[0] is not dataset:
+            if self.sample_weights == BALANCED:
+                labels = self.class_labels(dataset)
+                if labels is None:
+                    raise DataError(f"{type(self).__name__}: its samples have no classes to balance")
+                weights = balanced_weights(labels, f"{type(self).__name__} train split")
+            else:
+                weights = self.weight_column(dataset, self.sample_weights)
+            self._train_weights = (dataset, weights)
+        return self._train_weights[1]
+
     def sampler_class(self, split: str) -> type[BucketBatchSampler]:
         """The batch sampler class of ``split``; a subclass may carry extra per-batch state."""
         return BucketBatchSampler
@@ -306,8 +343,12 @@ class VarLenDataModule(pl.LightningDataModule):
     def batch_sampler(
         self, split: str, shuffle: bool, num_replicas: int | None = None, rank: int | None = None
     ) -> BucketBatchSampler:
-        """The bucketing batch sampler of ``split`` (ranks default to torch.distributed's)."""
+        """The bucketing batch sampler of ``split`` (ranks default to torch.distributed's); the
+        shuffled training split's draws by :meth:`train_weights`, every other split serves each
+        sample once. The weights are an argument of the sampler, so the sampler Lightning
+        rebuilds under DDP (with its saved arguments) keeps them."""
         spec = self._plan_spec(self.batch_size, self.max_tokens)
+        weights = self.train_weights() if split == "train" and shuffle else None
         return self.sampler_class(split)(
             self.sampler_lengths(self.dataset(split)),
             batch_size=spec.batch_size,
@@ -321,6 +362,7 @@ class VarLenDataModule(pl.LightningDataModule):
             num_replicas=num_replicas,
             rank=rank,
             groups=self.sampler_groups(self.dataset(split)),
+            weights=weights,
         )
 
     def loader(self, split: str, shuffle: bool = False) -> VarLenLoader:

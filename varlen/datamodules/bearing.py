@@ -39,6 +39,7 @@ import numpy as np
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
 from varlen.cache import default_cache_dir
 from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
+from varlen.datamodules.weighting import check_sample_weights
 from varlen.datasets.bearing.augment import WindowAugment
 from varlen.datasets.bearing.collate import BearingCollator
 from varlen.datasets.bearing.dataset import BearingWindows
@@ -115,6 +116,10 @@ class BearingDataModule(VarLenDataModule):
             :attr:`report` (``source``, unit ``"signal samples"``).
         grouping: ``shuffle`` (windows of all recordings mixed) or ``recording`` (every batch
             holds windows of one recording only, batches in random order).
+        sample_weights: ``"balanced"``: the training sampler draws windows by inverse class
+            frequency of the training split, so each class (e.g. CWRU's normal recordings, longer
+            than the fault ones) is served equally often per epoch; None: every window once.
+            There is no per-window weight column here. Validation and test serve every window once.
         on_bad: ``raise`` at the first bad recording (NaN/inf, shorter than one window, unknown
             label, missing channel, corrupt file, empty) or ``skip`` it, counted in :attr:`report`.
         augment: augment training windows: random shifts within their block, speed changes,
@@ -170,6 +175,7 @@ class BearingDataModule(VarLenDataModule):
         val_conditions: list[str] | None = None,
         train_conditions: list[str] | None = None,
         grouping: Literal["shuffle", "recording"] = "shuffle",
+        sample_weights: Literal["balanced"] | None = None,
         on_bad: OnBad = "raise",
         augment: bool = False,
         augment_shift: int | None = None,
@@ -195,6 +201,7 @@ class BearingDataModule(VarLenDataModule):
     ) -> None:
         super().__init__(**base_args(locals()))
         check_split_arguments(split, grouping, test_fraction, gap, test_conditions, val_conditions, train_conditions)
+        self.sample_weights = check_sample_weights(sample_weights, type(self).__name__, shuffle, columns=False)
         self.root = Path(root) if root is not None else None
         self.metadata = metadata
         self.download = download

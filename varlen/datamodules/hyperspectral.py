@@ -22,12 +22,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
 from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
+from varlen.datamodules.weighting import check_sample_weights
 from varlen.datasets.hyperspectral.collate import HyperspectralCollator
 from varlen.datasets.hyperspectral.dataset import HyperspectralPixels, band_statistics, random_band_counts, select_bands
 from varlen.datasets.hyperspectral.source import Scene, SceneSource, open_scene, prepare_scene, scene_class_names
@@ -84,6 +85,10 @@ class HyperspectralDataModule(VarLenDataModule):
         val_fraction: share of labelled pixels for validation.
         test_fraction: share for testing (0: no test split; ignored with external maps).
         check_values: scan each cube once for bands holding NaN/inf (turn off for huge cubes you trust).
+        sample_weights: ``"balanced"``: the training sampler draws pixels by inverse class
+            frequency of the training split (rare land covers served as often as common ones);
+            None: every pixel once. There is no per-pixel weight column here. Validation and test
+            serve every pixel once.
         batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, num_workers,
             pin_memory, persistent_workers, prefetch_factor, multiprocessing_context, predict_split:
             see :class:`VarLenDataModule`.
@@ -130,6 +135,7 @@ class HyperspectralDataModule(VarLenDataModule):
         val_fraction: float = 0.15,
         test_fraction: float = 0.35,
         check_values: bool = True,
+        sample_weights: Literal["balanced"] | None = None,
         batch_size: int | None = None,
         max_tokens: int | None = None,
         shuffle: bool = True,
@@ -145,6 +151,7 @@ class HyperspectralDataModule(VarLenDataModule):
         on_bad: OnBad = "raise",
     ) -> None:
         super().__init__(**base_args(locals()))
+        self.sample_weights = check_sample_weights(sample_weights, type(self).__name__, shuffle, columns=False)
         self.pixel_split = PixelSplit(val_fraction, test_fraction, block_size, patch_size, buffer, seed)
         self.radius = self.pixel_split.radius
         _check_band_arguments(min_bands, max_bands, train_bands)

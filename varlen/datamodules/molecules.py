@@ -10,6 +10,7 @@ import numpy as np
 
 from varlen.batching.telemetry import BatchStats
 from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
+from varlen.datamodules.weighting import BALANCED, check_sample_weights, checked_column
 from varlen.datasets.molecules.classes import SINGLE_CLASS, SingleClass, check_classes
 from varlen.datasets.molecules.collate import MoleculeCollator
 from varlen.datasets.molecules.dataset import MoleculeGraphs, descriptor_statistics, target_statistics
@@ -76,6 +77,15 @@ class MoleculeDataModule(VarLenDataModule):
             :data:`~varlen.datasets.molecules.features.DESCRIPTORS`) to every sample, standardized with
             train statistics; the model concatenates them to the pooled graph embedding
             (``num_descriptors`` is linked to it; the ESOL config uses them: docs/benchmarks.md).
+        sample_weights: how the training sampler draws each epoch (validation, test and predict
+            serve every molecule once): None (each molecule once), ``"balanced"`` (inverse class
+            frequency of ``balance_task`` in the training split: actives served as often as
+            inactives, e.g. HIV's 3.5%; molecules missing that task's target keep their share;
+            classification only) or the name of a numeric column of the CSV holding each
+            molecule's weight (a missing, negative or non-finite weight is a ``DataError`` naming
+            the line). Needs ``shuffle``.
+        balance_task: the target column ``"balanced"`` balances (default: the only one; several
+            targets need it).
         on_bad: ``"raise"`` stops at the first SMILES RDKit rejects (naming the file, line and
             SMILES); ``"skip"`` counts each such molecule in ``dm.report`` by reason, with examples.
             Some MoleculeNet tables hold a few (7 in HIV): their configs set ``skip``.
@@ -112,6 +122,8 @@ class MoleculeDataModule(VarLenDataModule):
         single_class: SingleClass = "raise",
         standardize: bool = True,
         descriptors: bool = False,
+        sample_weights: str | None = None,
+        balance_task: str | None = None,
         on_bad: OnBad = "raise",
         cache_dir: str | None = None,
         num_proc: int = 1,
@@ -142,6 +154,7 @@ class MoleculeDataModule(VarLenDataModule):
         if not test_fraction > 0:
             raise ValueError(f"test_fraction must be > 0, got {test_fraction}")
         self.fractions = fractions_of(val_fraction, test_fraction)
+        self.sample_weights = check_sample_weights(sample_weights, type(self).__name__, shuffle, columns=True)
         self.dataset_name = dataset
         self.path = path
         self.root = root
@@ -151,6 +164,7 @@ class MoleculeDataModule(VarLenDataModule):
         self.task = task or (preset.task if preset is not None else "regression")
         if self.task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
+        self.balance_index = self._balance_task(balance_task)
         self.split = split
         self.split_seed = seed if split_seed is None else split_seed
         self.single_class = single_class
@@ -173,6 +187,27 @@ class MoleculeDataModule(VarLenDataModule):
         self.target_std = np.ones(self.num_tasks, np.float32)
         self.split_positions: dict[str, np.ndarray] = {}
         self.descriptor_stats: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _balance_task(self, name: str | None) -> int | None:
+        """The target column index ``sample_weights="balanced"`` balances (None: not balanced)."""
+        if self.sample_weights != BALANCED:
+            if name is not None:
+                raise ValueError(f"balance_task={name!r} needs sample_weights='balanced'")
+            return None
+        if self.task != "classification":
+            raise ValueError(
+                f"sample_weights='balanced' balances classes: the {self.task} task of {self.target_columns} has none "
+                "(use a weight column, or task='classification')"
+            )
+        if name is None:
+            if len(self.target_columns) > 1:
+                raise ValueError(
+                    f"sample_weights='balanced' with several tasks {self.target_columns}: name one as balance_task"
+                )
+            return 0
+        if name not in self.target_columns:
+            raise ValueError(f"balance_task={name!r} is not a target column; the targets are {self.target_columns}")
+        return self.target_columns.index(name)
 
     def resolve_path(self, download: bool = False) -> Path:
         """The CSV to read: ``path``, the packaged ESOL, or the preset's file under ``root``."""
@@ -275,6 +310,27 @@ class MoleculeDataModule(VarLenDataModule):
         if self.task == "classification":
             check_classes(source, targets, positions, self.target_columns, self.split, self.single_class)
         return positions
+
+    def class_labels(self, dataset: MoleculeGraphs) -> np.ndarray | None:
+        """The 0/1 class of each molecule in ``balance_task`` (-1: missing); None for regression."""
+        if self.task != "classification":
+            return None
+        targets = dataset.targets[dataset.positions, self.balance_index or 0]
+        return np.where(np.isnan(targets), -1, targets).astype(np.int64)
+
+    def weight_column(self, dataset: MoleculeGraphs, column: str) -> np.ndarray:
+        """Each molecule's weight: its line's value in ``column`` of the CSV (read as targets are:
+        an empty cell is missing, text a ``DataError`` naming the line)."""
+        try:
+            table = read_table(self.source, self.smiles_column, [column])
+        except DataError as error:  # it names the line; say what the column was read for
+            raise DataError(f"sample_weights={column!r}: {error}") from None
+        lines = self.target_store.lines[dataset.positions]
+        at = np.searchsorted(table.rows, lines)
+        if not np.array_equal(table.rows[np.minimum(at, len(table.rows) - 1)], lines):
+            raise DataError(f"{self.source}: changed since its targets were cached; run again to rebuild them")
+        weights = table.targets[at, 0]
+        return checked_column(weights, column, lambda i: f"{self.source}, line {int(lines[i])}")
 
     def batch_stats(self, batch: Mapping[str, Any]) -> BatchStats:
         """Graphs, and atoms as both real and padded elements: graphs are never padded."""

@@ -7,19 +7,23 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
+
 from varlen import notices
 from varlen.cache import default_cache_dir
 from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
+from varlen.datamodules.weighting import check_sample_weights, checked_column
 from varlen.datasets.text.collate import TextCollator
 from varlen.datasets.text.column_splits import SPLITS, split_by_column
 from varlen.datasets.text.dataset import TokenizedTexts
-from varlen.datasets.text.readers import TextColumns, TextTable, check_classes, read_hub, read_table
+from varlen.datasets.text.readers import TextColumns, TextTable, check_classes, read_columns, read_hub, read_table
 from varlen.datasets.text.report import TextReport
 from varlen.datasets.text.selections import SplitPlan, TextSplit, split_summary
 from varlen.datasets.text.sources import TextSource, file_sources, hub_sources, synthetic_sources
 from varlen.datasets.text.store import TokenTables, load_tokens, tokenizer_identity
 from varlen.datasets.text.synthetic import SYNTHETIC_KINDS, synthetic_tables
 from varlen.datasets.text.tokens import OVERFLOW, Tokenization, load_tokenizer
+from varlen.errors import DataError
 from varlen.report import OnBad
 
 __all__ = ["TextClassificationDataModule"]
@@ -85,6 +89,12 @@ class TextClassificationDataModule(VarLenDataModule):
         synthetic_samples: size of the synthetic training set (validation and test: a fifth each).
         synthetic: the synthetic set: short ``"reviews"`` or IMDB-like ``"long_reviews"`` (median
             about 300 tokens, opinions spread thinly and mostly late: truncation loses them).
+        sample_weights: how the training sampler draws each epoch (validation, test and predict
+            serve every sample once): None (each text once), ``"balanced"`` (inverse class
+            frequency of the training split: every class served equally often; windows count
+            each as a sample) or the name of a numeric column of ``train_file`` holding each row's
+            weight (read alone; a missing, negative or non-finite weight is a ``DataError`` naming
+            the row). A Hub dataset or the synthetic reviews take ``"balanced"`` only. Needs ``shuffle``.
         cache_dir: where the tokenised tables are written (under ``text/``; None: ``$VARLEN_CACHE``,
             else ``~/.cache/varlen``). Shared safely by ranks, runs and processes: files are written
             atomically and keyed by content.
@@ -131,6 +141,7 @@ class TextClassificationDataModule(VarLenDataModule):
         max_train_samples: int | None = None,
         synthetic_samples: int = 2000,
         synthetic: Literal["reviews", "long_reviews"] = "reviews",
+        sample_weights: str | None = None,
         cache_dir: str | None = None,
         batch_size: int | None = None,
         max_tokens: int | None = None,
@@ -163,6 +174,7 @@ class TextClassificationDataModule(VarLenDataModule):
             raise ValueError("split_column needs a train_file or a dataset_name (the synthetic reviews come split)")
         if synthetic not in SYNTHETIC_KINDS:
             raise ValueError(f"synthetic must be one of {SYNTHETIC_KINDS}, got {synthetic!r}")
+        self.sample_weights = check_sample_weights(sample_weights, type(self).__name__, shuffle, bool(train_file))
         self.report = TextReport(on_bad)  # the shared report, plus documents -> windows
         self.train_file = train_file
         self.val_file = val_file
@@ -260,6 +272,23 @@ class TextClassificationDataModule(VarLenDataModule):
             "overflow": self.overflow,
             "stride": self.stride,
         }
+
+    def weight_column(self, dataset: TokenizedTexts, column: str) -> np.ndarray:
+        """Each training sample's weight: its row's value in ``column`` of ``train_file`` (read alone;
+        the windows of a text share its weight)."""
+        import pyarrow as pa
+
+        path = self.train_file
+        try:
+            table = read_columns(path, self.columns, "train_file", self.split_column, include=[column])
+        except KeyError:
+            raise DataError(f"{path}: no column {column!r} for sample_weights (the weight of each row)") from None
+        kind = table.schema.field(column).type  # a word in it makes it a string column; an empty cell a null
+        if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_null(kind)):
+            raise DataError(f"{path}: sample weight column {column!r} holds {kind}, not numbers")
+        values = table.column(column).cast(pa.float64()).to_numpy(zero_copy_only=False)  # nulls: NaN
+        weights = values[dataset.rows]
+        return checked_column(weights, column, lambda i: f"{path}: row {int(dataset.rows[i])}")
 
     # -- build --------------------------------------------------------------------------------
 
