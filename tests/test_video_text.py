@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import multiprocessing
 import pickle
@@ -1286,3 +1287,13 @@ def test_file_stores_pickle_into_loader_workers(features) -> None:
     np.testing.assert_array_equal(clone.load(vid), store.load(vid))
     seen = [i for batch in datamodule.train_dataloader() for i in batch["index"].tolist()]
     assert sorted(seen) == list(range(len(datamodule.dataset("train"))))
+
+
+def test_the_cache_key_covers_the_side_the_tokenizer_truncates() -> None:
+    """Captions longer than max_caption_tokens are cut on the tokenizer's truncation side: a tokenizer
+    that cuts from the left must not map the tables of one that cuts from the right."""
+    right, left = VideoTextDataModule(**SMALL), VideoTextDataModule(**SMALL)
+    left.tokenizer = copy.deepcopy(right.tokenizer)
+    assert left.cache_key() == right.cache_key()  # a copy of the same tokenizer: the same tables
+    left.tokenizer.truncation_side = "left"
+    assert left.cache_key() != right.cache_key()

@@ -38,6 +38,7 @@ __all__ = [
     "cache_key",
     "default_cache_dir",
     "file_hash",
+    "tokenizer_identity",
     "writable_folder",
 ]
 
@@ -113,3 +114,19 @@ def cache_key(*parts: Any, version: str) -> str:
     """A short key of ``parts`` (content hashes, settings: anything JSON can write) and ``version``."""
     text = json.dumps([version, *parts], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def tokenizer_identity(tokenizer: Any) -> str:
+    """A hash of what decides a tokenizer's ids: its class and name, its whole definition (a fast
+    tokenizer's JSON less the call-time truncation and padding; else its vocabulary) and the side it
+    truncates (``truncation_side``: a setting of the Python tokenizer, which its calls pass on)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is not None:
+        definition = json.loads(backend.to_str())
+        definition.pop("truncation", None)
+        definition.pop("padding", None)
+    else:
+        definition = sorted(tokenizer.get_vocab().items())
+    side = getattr(tokenizer, "truncation_side", "right")
+    text = json.dumps([type(tokenizer).__name__, tokenizer.name_or_path, definition, side])  # the library's order
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -10,7 +10,7 @@ from typing import Literal
 import numpy as np
 
 from varlen import notices
-from varlen.cache import default_cache_dir
+from varlen.cache import default_cache_dir, tokenizer_identity
 from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datamodules.weighting import check_sample_weights, checked_column
 from varlen.datasets.text.collate import TextCollator
@@ -20,7 +20,7 @@ from varlen.datasets.text.readers import TextColumns, TextTable, check_classes, 
 from varlen.datasets.text.report import TextReport
 from varlen.datasets.text.selections import SplitPlan, TextSplit, split_summary
 from varlen.datasets.text.sources import TextSource, file_sources, hub_sources, synthetic_sources
-from varlen.datasets.text.store import TokenTables, load_tokens, tokenizer_identity
+from varlen.datasets.text.store import TokenTables, load_tokens
 from varlen.datasets.text.synthetic import SYNTHETIC_KINDS, synthetic_tables
 from varlen.datasets.text.tokens import OVERFLOW, Tokenization, load_tokenizer
 from varlen.errors import DataError

@@ -21,9 +21,7 @@ holds one slice and a few bytes per row, never a Python list of the corpus' ids.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -33,35 +31,19 @@ from typing import Any
 
 import numpy as np
 
-from varlen.cache import cache_key, writable_folder
+from varlen.cache import cache_key, tokenizer_identity, writable_folder
 from varlen.datasets.text.readers import check_rows
 from varlen.datasets.text.sources import RowSlice, TextSource
 from varlen.datasets.text.tokens import CHUNK, Tokenization, check_stride, encode_texts
 from varlen.tables import MappedTable, TableBuilder, open_table, write_table
 
-__all__ = ["VERSION", "TokenTables", "build_tokens", "load_tokens", "token_key", "tokenizer_identity"]
+__all__ = ["VERSION", "TokenTables", "build_tokens", "load_tokens", "token_key"]
 
 log = logging.getLogger(__name__)
 
 #: format version of the token tables (a reader of another version rebuilds them)
 VERSION = "text tokens 1"
 DTYPES = {"input_ids": np.int32, "token_type_ids": np.int8}
-
-
-def tokenizer_identity(tokenizer: Any) -> str:
-    """A hash of what decides a tokenizer's ids: its class and name, its whole definition (a fast
-    tokenizer's JSON less the call-time truncation and padding; else its vocabulary) and the side it
-    truncates (``truncation_side``: a setting of the Python tokenizer, which its calls pass on)."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        definition = json.loads(backend.to_str())
-        definition.pop("truncation", None)
-        definition.pop("padding", None)
-    else:
-        definition = sorted(tokenizer.get_vocab().items())
-    side = getattr(tokenizer, "truncation_side", "right")
-    text = json.dumps([type(tokenizer).__name__, tokenizer.name_or_path, definition, side])  # the library's order
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def token_key(source: TextSource, classes: Sequence[str], tokenizer_id: str, tokenization: Tokenization) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from varlen.batching.ragged import Ragged
-from varlen.cache import cache_key
+from varlen.cache import cache_key, tokenizer_identity
 from varlen.datasets.text.tokens import default_tokenizer_path, load_tokenizer
 from varlen.tables import open_table, write_table
 
@@ -55,16 +55,16 @@ def tokenizer(name_or_path: str | None = None):
     return load_tokenizer(name_or_path or default_tokenizer_path())
 
 
-def tokenizer_fingerprint(tok) -> tuple[str, str]:
-    """``(name or path, SHA-256 of the vocabulary)``: what a cache key says of ``tok`` (memoised per
-    tokenizer object and size, so a token added later is a new fingerprint)."""
-    return _fingerprint(tok, len(tok))
+def tokenizer_fingerprint(tok) -> str:
+    """What a cache key says of ``tok``: :func:`varlen.cache.tokenizer_identity` (its definition and
+    the side it truncates), memoised per tokenizer object, size and side (a token added later, or
+    another truncation side, is a new fingerprint)."""
+    return _fingerprint(tok, len(tok), getattr(tok, "truncation_side", "right"))
 
 
 @functools.lru_cache(maxsize=8)
-def _fingerprint(tok, size: int) -> tuple[str, str]:
-    vocab = json.dumps(sorted(tok.get_vocab().items()), ensure_ascii=False)
-    return str(tok.name_or_path), hashlib.sha256(vocab.encode()).hexdigest()
+def _fingerprint(tok, size: int, side: str) -> str:
+    return tokenizer_identity(tok)
 
 
 @dataclass
