@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from varlen.batching import pad_sequences
+from varlen.cache import tokenizer_identity
 from varlen.datamodules.video_text import DEFAULT_BUDGET, VideoTextDataModule
 from varlen.datasets.text import load_tokenizer
 from varlen.datasets.video_text import (
@@ -36,7 +37,7 @@ from varlen.datasets.video_text.collate import cross_attention_masks, pad_segmen
 from varlen.datasets.video_text.features import NpzFeatures
 from varlen.datasets.video_text.served import MappedVideoTextDataset
 from varlen.datasets.video_text.synthetic import SentenceFeatures
-from varlen.datasets.video_text.tokenize import cache_path, tokenize_captions, tokenizer_fingerprint
+from varlen.datasets.video_text.tokenize import cache_path, tokenize_captions
 from varlen.errors import DataError, DatasetNotFoundError
 from varlen.models.attention import PACKED_ATTENTION
 from varlen.models.video_text import AlignmentScores, PairedEmbeddings, VideoTextAligner, retrieval_metrics
@@ -1000,10 +1001,10 @@ def test_the_cache_key_covers_every_input_and_no_batching_setting(tmp_path) -> N
     np.save(folder / "vid01.npy", np.load(DATA / "features" / "vid01.npy")[:-1])
     assert key(features=folder) != before
     tok = tokenizer(None)
-    assert tokenizer_fingerprint(load_tokenizer(None)) == tokenizer_fingerprint(tok)
+    assert tokenizer_identity(load_tokenizer(None)) == tokenizer_identity(tok)
     grown = load_tokenizer(None)
     grown.add_tokens(["zzyzx"])
-    assert tokenizer_fingerprint(grown) != tokenizer_fingerprint(tok)
+    assert tokenizer_identity(grown) != tokenizer_identity(tok)
 
 
 def test_cache_dir_defaults_to_varlen_cache_and_must_be_writable(tmp_path, cache_folder) -> None:

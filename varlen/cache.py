@@ -119,7 +119,13 @@ def cache_key(*parts: Any, version: str) -> str:
 def tokenizer_identity(tokenizer: Any) -> str:
     """A hash of what decides a tokenizer's ids: its class and name, its whole definition (a fast
     tokenizer's JSON less the call-time truncation and padding; else its vocabulary) and the side it
-    truncates (``truncation_side``: a setting of the Python tokenizer, which its calls pass on)."""
+    truncates (``truncation_side``: a setting of the Python tokenizer, which its calls pass on).
+    Memoised per tokenizer object, size and side: a token added later, or another side, is a new identity."""
+    return _tokenizer_identity(tokenizer, len(tokenizer), getattr(tokenizer, "truncation_side", "right"))
+
+
+@functools.lru_cache(maxsize=8)
+def _tokenizer_identity(tokenizer: Any, size: int, side: str) -> str:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is not None:
         definition = json.loads(backend.to_str())
@@ -127,6 +133,5 @@ def tokenizer_identity(tokenizer: Any) -> str:
         definition.pop("padding", None)
     else:
         definition = sorted(tokenizer.get_vocab().items())
-    side = getattr(tokenizer, "truncation_side", "right")
     text = json.dumps([type(tokenizer).__name__, tokenizer.name_or_path, definition, side])  # the library's order
     return hashlib.sha256(text.encode()).hexdigest()

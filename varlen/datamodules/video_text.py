@@ -21,7 +21,7 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from varlen.batching.telemetry import BatchStats, mask_stats
-from varlen.cache import cache_key, default_cache_dir, writable_folder
+from varlen.cache import cache_key, default_cache_dir, tokenizer_identity, writable_folder
 from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datasets.video_text.captions import TEST_NAMES, VAL_NAMES, CaptionTable
 from varlen.datasets.video_text.collate import VideoTextCollator, budget_sizes
@@ -32,7 +32,7 @@ from varlen.datasets.video_text.replay import RecordingReport, replay, write_eve
 from varlen.datasets.video_text.served import VERSION as SERVED_VERSION
 from varlen.datasets.video_text.served import MappedVideoTextDataset, input_fingerprint, write_split
 from varlen.datasets.video_text.source import SOURCES, open_source
-from varlen.datasets.video_text.tokenize import Tokenized, tokenize_captions, tokenizer, tokenizer_fingerprint
+from varlen.datasets.video_text.tokenize import Tokenized, tokenize_captions, tokenizer
 from varlen.errors import DataError
 from varlen.report import DataReport, OnBad
 from varlen.splits import random_split
@@ -262,7 +262,7 @@ class VideoTextDataModule(VarLenDataModule):
         inputs = [input_fingerprint(path) for path in files]
         settings = [self.fps, self.segmentation, self.segment_duration, self.frames, self.max_frames_per_segment]
         settings += [self.max_caption_tokens, self.limit_videos, self.synthetic, self.seed, self.val_fraction]
-        tokenizer = tokenizer_fingerprint(self.tokenizer)
+        tokenizer = tokenizer_identity(self.tokenizer)
         return cache_key(self.source, inputs, tokenizer, settings, self.feature_dim, version=SERVED_VERSION)
 
     def table_paths(self, key: str) -> dict[str, Path]:

@@ -20,7 +20,7 @@ sizes that bound a padded batch). Helpers stay in their submodules:
   ``.npz`` or one HDF5 file keyed by video id);
 - :mod:`.source`: the caption table and feature store of a configured source;
 - :mod:`.synthetic`: the embedded synthetic corpus, generated features, MSR-VTT-shaped files;
-- :mod:`.tokenize`: unpadded caption tokens (in batches), the tokenizer's fingerprint, a cache;
+- :mod:`.tokenize`: unpadded caption tokens (in batches), a cache;
 - :mod:`.storage`: the ragged fields a dataset serves and the batch selection it returns;
 - :mod:`.dataset`: :class:`VideoTextDataset`, one sample per video;
 - :mod:`.served`: what a split serves as one Arrow table, written once per node, and the dataset

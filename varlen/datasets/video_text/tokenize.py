@@ -1,8 +1,8 @@
-"""Caption tokenisation, kept unpadded, in batches; the tokenizer's fingerprint; an optional cache.
+"""Caption tokenisation, kept unpadded, in batches; an optional cache.
 
 :func:`tokenize_captions` encodes a few thousand captions per tokenizer call and keeps only numpy
-arrays between calls (never a Python list of the whole corpus). :func:`tokenizer_fingerprint` is
-what a cache key says of a tokenizer: its name and a hash of its vocabulary.
+arrays between calls (never a Python list of the whole corpus). A cache key says of a
+tokenizer its identity, :func:`varlen.cache.tokenizer_identity`.
 
 :func:`caption_tokens` can cache the tokens of a list of captions as one Arrow table (the same
 mechanism as the DataModule's split tables, :mod:`varlen.tables`): written atomically, keyed by
@@ -36,7 +36,6 @@ __all__ = [
     "caption_tokens",
     "tokenize_captions",
     "tokenizer",
-    "tokenizer_fingerprint",
 ]
 
 #: format of the cached table; a new format is a new key, so old files are never misread
@@ -53,18 +52,6 @@ def tokenizer(name_or_path: str | None = None):
     the tokenizer files again.
     """
     return load_tokenizer(name_or_path or default_tokenizer_path())
-
-
-def tokenizer_fingerprint(tok) -> str:
-    """What a cache key says of ``tok``: :func:`varlen.cache.tokenizer_identity` (its definition and
-    the side it truncates), memoised per tokenizer object, size and side (a token added later, or
-    another truncation side, is a new fingerprint)."""
-    return _fingerprint(tok, len(tok), getattr(tok, "truncation_side", "right"))
-
-
-@functools.lru_cache(maxsize=8)
-def _fingerprint(tok, size: int, side: str) -> str:
-    return tokenizer_identity(tok)
 
 
 @dataclass
@@ -126,7 +113,7 @@ def cache_path(cache_dir: str | os.PathLike, texts: Sequence[str], tokenizer, ma
 
 def _key(texts: Sequence[str], tokenizer, max_length: int) -> str:
     texts_hash = hashlib.sha256(json.dumps(list(texts), ensure_ascii=False).encode()).hexdigest()
-    return cache_key(tokenizer_fingerprint(tokenizer), int(max_length), texts_hash, version=CACHE_VERSION)
+    return cache_key(tokenizer_identity(tokenizer), int(max_length), texts_hash, version=CACHE_VERSION)
 
 
 def caption_tokens(
