@@ -1,8 +1,10 @@
 """Run by test_lightning_integration: `Trainer(strategy="ddp", devices=2)` with default flags.
 
-Usage: ddp_toy_fit.py OUT_DIR MAX_TOKENS [CHECKPOINT_EVERY RESUME_FROM]: with a checkpoint interval,
-every N-th step is saved to OUT_DIR/ckpt; with RESUME_FROM, the fit resumes from that checkpoint.
-Each rank writes the batches it trained on to OUT_DIR/batches<rank>.json and its PaddingTelemetry
+Usage: ddp_toy_fit.py OUT_DIR MAX_TOKENS [CHECKPOINT_EVERY RESUME_FROM [DEVICES]]: with a checkpoint
+interval, every N-th step is saved to OUT_DIR/ckpt; with RESUME_FROM, the fit resumes from that
+checkpoint; DEVICES processes (default 2).
+Each rank writes the batches it trained on to OUT_DIR/batches<rank>.json (their epochs to
+OUT_DIR/epochs<rank>.json) and its PaddingTelemetry
 epoch summaries to OUT_DIR/telemetry<rank>.json; the varlen logger prints to stderr.
 """
 
@@ -21,13 +23,15 @@ from varlen.testing import StepCounter
 
 class BatchLog(pl.Callback):
     def __init__(self, out_dir: str) -> None:
-        self.out_dir, self.batches = Path(out_dir), []
+        self.out_dir, self.batches, self.epochs = Path(out_dir), [], []
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.batches.append(batch["index"].tolist())
+        self.epochs.append(trainer.current_epoch)
 
     def on_train_end(self, trainer, pl_module) -> None:
         (self.out_dir / f"batches{trainer.global_rank}.json").write_text(json.dumps(self.batches))
+        (self.out_dir / f"epochs{trainer.global_rank}.json").write_text(json.dumps(self.epochs))
         telemetry = next(c for c in trainer.callbacks if isinstance(c, PaddingTelemetry))
         (self.out_dir / f"telemetry{trainer.global_rank}.json").write_text(json.dumps(telemetry.epochs))
 
@@ -36,6 +40,7 @@ if __name__ == "__main__":
     out_dir, max_tokens = sys.argv[1], int(sys.argv[2])
     every = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     resume = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] != "-" else None
+    devices = int(sys.argv[5]) if len(sys.argv) > 5 else 2
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("varlen").setLevel(logging.INFO)
     callbacks = [StepCounter(out_dir), BatchLog(out_dir), PaddingTelemetry()]
@@ -49,7 +54,7 @@ if __name__ == "__main__":
     trainer = pl.Trainer(
         accelerator="cpu",
         strategy="ddp",
-        devices=2,
+        devices=devices,
         max_epochs=2,
         logger=False,
         enable_checkpointing=bool(every),

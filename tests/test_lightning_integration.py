@@ -163,6 +163,36 @@ def test_ddp_checkpoint_resumes_exactly_on_every_rank(tmp_path: Path) -> None:
     assert resumed[0] == full[0][step:] and resumed[1] == full[1][step:]
 
 
+def test_a_checkpoint_of_one_process_resumes_on_two_with_every_remaining_sample_once(tmp_path: Path) -> None:
+    """Saved on 1 rank mid-epoch, resumed on 2 through Lightning: the rest of the epoch is served
+    exactly once, both ranks get as many batches (more per rank than a fresh 2-rank epoch: the
+    resumed epoch counts the batches served before), and the next epoch is a whole one."""
+    pythonpath = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
+    env = {"OMP_NUM_THREADS": "1", **os.environ, "PYTHONPATH": pythonpath}
+
+    def run(out: Path, devices: int, resume: str = "-") -> list[tuple[list[list[int]], list[int]]]:
+        out.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, str(HERE / "ddp_toy_fit.py"), str(out), "120", "3", resume, str(devices)]
+        subprocess.run(command, check=True, env=env, timeout=600)
+        return [
+            (json.loads((out / f"batches{r}.json").read_text()), json.loads((out / f"epochs{r}.json").read_text()))
+            for r in range(devices)
+        ]
+
+    ((single, _),) = run(tmp_path / "one", 1)
+    step = 3 * (len(single) // 2 // 6)  # a checkpoint early in the first epoch
+    assert step > 0
+    resumed = run(tmp_path / "two", 2, str(tmp_path / "one" / "ckpt" / f"step={step}.ckpt"))
+    for epoch in (0, 1):
+        counts = [sum(e == epoch for e in epochs) for _, epochs in resumed]
+        assert counts[0] == counts[1] > 0
+        served = [
+            i for batches, epochs in resumed for b, e in zip(batches, epochs, strict=True) if e == epoch for i in b
+        ]
+        before = [i for b in single[:step] for i in b] if epoch == 0 else []
+        assert sorted(before + served) == list(range(301))
+
+
 def _torchrun_worker(rank: int, world_size: int, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)

@@ -23,6 +23,7 @@ import torch
 from varlen.batching.collate import round_up
 from varlen.datamodules.base import VarLenDataModule
 from varlen.datamodules.weighting import served_shares
+from varlen.datasets.mixture import SourceMixture
 
 __all__ = ["SplitSummary", "padded_shape", "plot_summary", "summarize", "tensor_bytes"]
 
@@ -71,6 +72,9 @@ class SplitSummary:
     #: planned epoch, share of the split's samples); empty when the split is not weighted
     weighting: str | None = None
     served: list[tuple[str, float, float]] = field(default_factory=list)
+    #: a split drawn from several sources: ``mix`` and, per source, (name, served share, share of the split)
+    mix: str | None = None
+    sources: list[tuple[str, float, float]] = field(default_factory=list)
     plots: list[Path] = field(default_factory=list)
 
     def lines(self) -> list[str]:
@@ -104,6 +108,10 @@ class SplitSummary:
         if self.weighting is not None:
             out.append(f"  sample_weights={self.weighting!r}: served share per class in epoch 0 (share of the split)")
             cells = [f"{name} {served:.3f} ({held:.3f})" for name, served, held in self.served]
+            out += ["    " + ";  ".join(cells[i : i + 4]) for i in range(0, len(cells), 4)]
+        if self.sources:
+            out.append(f"  sources (mix={self.mix!r}): served share per source in epoch 0 (share of the split)")
+            cells = [f"{name} {served:.3f} ({held:.3f})" for name, served, held in self.sources]
             out += ["    " + ";  ".join(cells[i : i + 4]) for i in range(0, len(cells), 4)]
         if self.plots:
             out.append(f"  plots in {self.plots[0].parent}/: " + ", ".join(p.name for p in self.plots))
@@ -143,7 +151,7 @@ def summarize(
     sampler = dm.batch_sampler(split, shuffle, num_replicas=world_size, rank=0)
     plan = sampler.global_plan(0)
     batches = [plan.order[a:b] for a, b in plan.bounds.tolist()]
-    sizes = np.asarray(dm.sampler_lengths(dataset)).reshape(len(dataset), -1)
+    sizes = np.asarray(dm.of_each_source(dataset, "sampler_lengths")).reshape(len(dataset), -1)
     fetch = getattr(dataset, "__getitems__", None)
     efficiency, shapes, largest, real, allocated = [], set(), 0, 0, 0
     for indices in batches[:max_batches] if max_batches else batches:
@@ -155,6 +163,10 @@ def summarize(
         shapes.add(padded_shape(batch, dm.mask_keys))
         largest = max(largest, tensor_bytes(batch))
     weighting, served = _served(dm, dataset, sampler, plan.order)
+    sources = []
+    if isinstance(dataset, SourceMixture):
+        _, shares, held = served_shares(plan.order, dataset.sources)
+        sources = list(zip(dataset.names, shares.tolist(), held.tolist(), strict=True))
     rounds = dm.pad_to_multiple_of if dm.sampler_rounds_sizes else None
     use, budget = _budget_use(sizes, batches, sampler, rounds)
     axes = list(dm.size_axes)[: sizes.shape[1]]
@@ -183,6 +195,8 @@ def summarize(
         largest_bytes=largest,
         weighting=weighting,
         served=served,
+        mix=dm.mix if sources else None,
+        sources=sources,
     )
 
 
@@ -191,13 +205,15 @@ def _served(dm: VarLenDataModule, dataset, sampler, order: np.ndarray) -> tuple[
     repeat indices) against the split's share; nothing for an unweighted one."""
     if sampler.draw is None:
         return None, []
-    labels = dm.class_labels(dataset)
+    labels = dm.of_each_source(dataset, "class_labels")
     if labels is None:
         return str(dm.sample_weights), []
     names = list(getattr(dm, "class_names", None) or [])
     classes, served, held = served_shares(order, labels)
     named = [("unlabelled" if c < 0 else names[c] if c < len(names) else f"class {c}") for c in classes.tolist()]
-    return str(dm.sample_weights), list(zip(named, served.tolist(), held.tolist(), strict=True))
+    return str(dm.sample_weights or "none: source_weights"), list(
+        zip(named, served.tolist(), held.tolist(), strict=True)
+    )
 
 
 def plot_summary(summary: SplitSummary, out: str | Path) -> list[Path]:

@@ -8,7 +8,10 @@ One type for every scenario, so a user finds what was dropped in one place, ``dm
   item raises a :class:`~varlen.errors.DataError` instead;
 * **truncated**: samples cut to a maximum size (texts over ``max_length``...);
 * **unused**: data that no sample covers, by design, by reason and unit (signal between
-  windows, labelled pixels at the image border or in split buffers...).
+  windows, labelled pixels at the image border or in split buffers...);
+* **sources** of a training split drawn from several: each one's samples and planned share of
+  an epoch, and the samples each served per epoch (counted as batches reach the model, in this
+  process: under DDP, this rank's).
 
 Skips found before the data is split are filed under the pseudo-split :data:`SOURCE`.
 ``str(report)`` is a short table; the DataModule logs it once when ``setup`` ends.
@@ -71,6 +74,8 @@ class DataReport:
         self.on_bad = on_bad
         self.max_examples = max_examples
         self.splits: dict[str, SplitReport] = {}
+        self.sources: dict[str, dict[str, tuple[int, float]]] = {}  # split -> source -> (samples, share)
+        self.served: dict[int, Counter] = {}  # epoch -> source -> samples served
 
     # -- recording ----------------------------------------------------------------------------
 
@@ -107,8 +112,37 @@ class DataReport:
         if amount:
             self.split(split).unused[(unit, reason)] += int(amount)
 
+    def mixture(self, split: str, counts: dict[str, int], shares: dict[str, float]) -> None:
+        """``split`` is drawn from several sources: their samples and planned shares of an epoch."""
+        self.sources[split] = {name: (int(counts[name]), float(shares[name])) for name in counts}
+
+    def serve(self, epoch: int, counts: dict[str, int]) -> None:
+        """Samples each source served in a batch of ``epoch``."""
+        self.served.setdefault(int(epoch), Counter()).update(counts)
+
+    def absorb(self, source: str, other: DataReport, left_out: list[str]) -> None:
+        """Take in the report of another source's DataModule: what its training split (and its
+        files) skipped, truncated and left unused; its splits in ``left_out`` (held out by it,
+        served by no loader here) count as unused training samples, their skips as skips."""
+        for name, theirs in other.splits.items():
+            if name in left_out:
+                mine = self.split("train")
+                mine.unused[("samples", f"{name} split of source {source!r}, not served")] += theirs.kept
+            elif name in ("train", SOURCE):
+                mine = self.split(name)
+                mine.truncated.update(theirs.truncated)
+                mine.unused.update(theirs.unused)
+            else:
+                continue  # a split that repeats another (test as validation)
+            mine.skipped.update(theirs.skipped)
+            for key, shown in theirs.examples.items():
+                kept = mine.examples.setdefault(key, [])
+                kept.extend(shown[: max(self.max_examples - len(kept), 0)])
+
     def clear(self) -> None:
         self.splits.clear()
+        self.sources.clear()
+        self.served.clear()
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -142,9 +176,14 @@ class DataReport:
                 "examples": [e for shown in s.examples.values() for e in shown],
                 "truncated": dict(s.truncated),
                 "unused": {f"{unit}: {why}": n for (unit, why), n in s.unused.items()},
+                **(
+                    {"sources": {k: {"samples": n, "share": f} for k, (n, f) in self.sources[name].items()}}
+                    if name in self.sources
+                    else {}
+                ),  # fmt: skip
             }
             for name, s in self.splits.items()
-        }
+        } | ({"served": {epoch: dict(counts) for epoch, counts in self.served.items()}} if self.served else {})
 
     def __str__(self) -> str:
         names = [n for n in self.splits if n != SOURCE] + ([SOURCE] if SOURCE in self.splits else [])
@@ -159,6 +198,13 @@ class DataReport:
             for (item, why), n in s.skipped.items():
                 lines.append(f"skipped in {name}: {n:,} {item}(s): {why}")
                 lines += [f"    e.g. {e}" for e in s.examples.get((item, why), [])[:2]]
+        for name, sources in self.sources.items():
+            parts = ", ".join(f"{k} {n:,} ({share:.0%} of each epoch)" for k, (n, share) in sources.items())
+            lines.append(f"{name} sources: {parts}")
+        for epoch, counts in self.served.items():
+            total = max(sum(counts.values()), 1)
+            parts = ", ".join(f"{k} {n:,} ({n / total:.1%})" for k, n in counts.items())
+            lines.append(f"served in epoch {epoch}: {parts}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -67,6 +67,8 @@ class PaddingTelemetry(pl.Callback):
 
     def _reset(self) -> None:
         self._totals = [0, 0, 0]
+        self._sources: list[str] = []
+        self._served: list[int] = []
         self._epoch_start: float | None = None
         self._last_start: float | None = None
 
@@ -83,6 +85,7 @@ class PaddingTelemetry(pl.Callback):
             raise RuntimeError("PaddingTelemetry needs mask_keys= or a DataModule with batch_stats(batch)")
         for i, value in enumerate(stats):
             self._totals[i] += value
+        self._count_sources(trainer)
         if self._epoch_start is None:
             self._epoch_start = now
         metrics = {
@@ -94,18 +97,32 @@ class PaddingTelemetry(pl.Callback):
         self._last_start, self._last_real = now, stats.real
         pl_module.log_dict(metrics, on_step=True, on_epoch=False, batch_size=stats.samples)
 
+    def _count_sources(self, trainer: pl.Trainer) -> None:
+        """Add the batch's samples per source, which a varlen DataModule counted on the host."""
+        datamodule = getattr(trainer, "datamodule", None)
+        counts = getattr(datamodule, "host_sources", None)
+        if counts is None:
+            return
+        if not self._sources:
+            self._sources = list(datamodule.dataset("train").names)
+            self._served = [0] * len(self._sources)
+        for i, n in enumerate(counts.tolist()):
+            self._served[i] += n
+
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._epoch_start is None:
             return
         elapsed = max(time.perf_counter() - self._epoch_start, 1e-9)
-        local = torch.tensor([*self._totals, elapsed], dtype=torch.float64, device=pl_module.device)
-        every = pl_module.all_gather(local).reshape(-1, 4)  # [ranks, 4]; one row outside DDP
+        local = torch.tensor([*self._totals, elapsed, *self._served], dtype=torch.float64, device=pl_module.device)
+        every = pl_module.all_gather(local).reshape(-1, len(local))  # [ranks, ...]; one row outside DDP
         samples, real, padded = every[:, :3].sum(0).tolist()
         elapsed = float(every[:, 3].max())
+        served = every[:, 4:].sum(0).tolist()
         summary = {
             "telemetry/epoch_padding_efficiency": real / max(padded, 1),
             "telemetry/epoch_samples_per_s": samples / elapsed,
             "telemetry/epoch_real_per_s": real / elapsed,
+            **{f"telemetry/served_{name}": n for name, n in zip(self._sources, served, strict=True)},
         }
         self.epochs.append({k.split("/")[-1].removeprefix("epoch_"): v for k, v in summary.items()})
         pl_module.log_dict(summary, on_step=False, on_epoch=True, batch_size=1, sync_dist=False)

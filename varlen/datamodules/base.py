@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import multiprocessing
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -16,7 +18,17 @@ from varlen.batching import BucketBatchSampler
 from varlen.batching.loader import VarLenLoader
 from varlen.batching.plan import PlanSpec
 from varlen.batching.telemetry import BatchStats, mask_stats
+from varlen.datamodules.sources import (
+    MAIN,
+    MIXTURE_ARGS,
+    Mix,
+    check_mix,
+    check_source_weights,
+    check_sources,
+    proportions,
+)
 from varlen.datamodules.weighting import BALANCED, balanced_weights
+from varlen.datasets.mixture import MixtureCollator, SourceMixture, source_weights
 from varlen.errors import DataError
 from varlen.report import DataReport, OnBad
 
@@ -53,6 +65,9 @@ BASE_ARGS = (
     "multiprocessing_context",
     "predict_split",
     "on_bad",
+    "sources",
+    "source_weights",
+    "mix",
 )
 #: the split ``predict`` runs on, unless the DataModule built a ``predict`` split of its own
 PredictSplit = Literal["train", "val", "test"]
@@ -118,6 +133,16 @@ class VarLenDataModule(pl.LightningDataModule):
             prediction builds a ``predict`` split, which wins.
         on_bad: ``"raise"`` at the first bad input (a :class:`~varlen.errors.DataError` naming
             the file, row or sample), or ``"skip"`` it and count it in :attr:`report`.
+        sources: more training sources (see :mod:`varlen.datamodules.sources`): each a mapping of
+            this DataModule's arguments that differ for it, and an optional ``name`` (this
+            DataModule's own source is ``main``). Their training splits are served together;
+            validation and test are the main source's (the others' are counted as unused). A
+            subclass whose ``build`` returns ``train`` as a mapping name -> dataset mixes those.
+        source_weights: each source's share of every epoch (a list in source order, or a mapping
+            by name); None: as many as each holds. Inside a source, samples are drawn by
+            ``sample_weights`` where the DataModule has them, else equally.
+        mix: ``"within_batch"`` (sources share batches) or ``"per_source"`` (each batch holds one
+            source's samples).
 
     Attributes:
         report: :class:`~varlen.report.DataReport` of the last ``setup``: per split, samples kept,
@@ -152,10 +177,22 @@ class VarLenDataModule(pl.LightningDataModule):
         multiprocessing_context: StartMethod = None,
         predict_split: PredictSplit = "test",
         on_bad: OnBad = "raise",
+        sources: list[dict[str, Any]] | None = None,
+        source_weights: list[float] | dict[str, float] | None = None,
+        mix: Mix = "within_batch",
     ) -> None:
         super().__init__()
         # every subclass's arguments too, for the loggers and checkpoints; linked values are the model's
         self.save_hyperparameters(ignore=list(LINKED))
+        owner = type(self).__name__
+        self.other_sources = check_sources(sources, owner)
+        self.source_weights = check_source_weights(source_weights, owner)
+        self.mix = check_mix(mix, owner)
+        # the subclass's own arguments (linked ones included): what a source's DataModule starts from
+        self._arguments = self._init_arguments(inspect.currentframe()) if self.other_sources else {}
+        self._source_modules: dict[str, VarLenDataModule] | None = None
+        self._mixture_owners: list[VarLenDataModule] = []  # the DataModule of each source of a mixture
+        self.source_name: str | None = None  # set on a DataModule built as another's source
         if batch_size is None and max_tokens is None:
             batch_size, max_tokens = self.default_batching
         if isinstance(max_tokens, (list, tuple)):
@@ -187,6 +224,22 @@ class VarLenDataModule(pl.LightningDataModule):
         self._checkpoint_state: dict[str, Any] | None = None  # loaded before setup: applied by setup
         self._train_weights: tuple[Dataset, np.ndarray] | None = None  # (train dataset, its weights)
         self.host_stats: BatchStats | None = None  # the last training batch, counted before its transfer
+        self.host_sources: np.ndarray | None = None  # its samples per source (a mixture's), likewise
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass's ``prepare_data`` also prepares its other ``sources`` (one process per node)."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("prepare_data")
+        if own is not None and not getattr(own, "_prepares_sources", False):
+
+            @functools.wraps(own)
+            def prepare_data(self: VarLenDataModule) -> None:
+                own(self)
+                for module in self.source_modules().values():
+                    module.prepare_data()
+
+            prepare_data._prepares_sources = True  # type: ignore[attr-defined]
+            cls.prepare_data = prepare_data
 
     # -- what subclasses implement or may override ------------------------------------------
 
@@ -219,10 +272,18 @@ class VarLenDataModule(pl.LightningDataModule):
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Count a training batch while it is on the host (:attr:`host_stats`, read by
         :class:`~varlen.batching.telemetry.PaddingTelemetry`): counted on the device, every step
-        would wait for it."""
+        would wait for it. A mixture's samples are counted per source too (:attr:`host_sources`,
+        and per epoch in :attr:`report`)."""
         trainer = self.trainer
         if trainer is not None and trainer.training:
             self.host_stats = self.batch_stats(batch)
+            mixture = self.datasets.get("train")
+            if isinstance(mixture, SourceMixture):
+                index = np.asarray(batch["index"], dtype=np.int64)
+                self.host_sources = np.bincount(mixture.sources[index], minlength=len(mixture.names))
+                self.report.serve(
+                    trainer.current_epoch, dict(zip(mixture.names, self.host_sources.tolist(), strict=True))
+                )
         return batch
 
     @staticmethod
@@ -299,14 +360,123 @@ class VarLenDataModule(pl.LightningDataModule):
         if self.datasets:
             return
         self.report.clear()
-        datasets = self.build(stage)
+        datasets = self._mix_sources(self.build(stage), stage)
         for split, dataset in datasets.items():
             self.report.keep(split, len(dataset))
         self.datasets = datasets
-        self.report.announce(type(self).__name__)
+        if self.source_name is None:  # a source's DataModule reports through the mixture's
+            self.report.announce(type(self).__name__)
         if self._checkpoint_state is not None:
             state, self._checkpoint_state = self._checkpoint_state, None
             self.load_state_dict({"data_state": state})
+
+    # -- several training sources -------------------------------------------------------------
+
+    def _init_arguments(self, frame: Any) -> dict[str, Any]:
+        """The arguments of this instance's ``__init__`` calls, the outermost (most derived class)
+        winning: what the DataModule of another source starts from."""
+        arguments: dict[str, Any] = {}
+        frame = frame.f_back
+        while frame is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is self:
+            code = frame.f_code
+            names = code.co_varnames[1 : code.co_argcount + code.co_kwonlyargcount]
+            arguments.update({n: frame.f_locals[n] for n in names if n in frame.f_locals})
+            frame = frame.f_back
+        return {k: v for k, v in arguments.items() if k not in MIXTURE_ARGS}
+
+    def source_modules(self) -> dict[str, VarLenDataModule]:
+        """A DataModule per extra source (this class, this DataModule's arguments with the source's
+        own; the same classes where the class takes ``class_names``), built once."""
+        if self._source_modules is None:
+            modules = {}
+            accepted = inspect.signature(type(self)).parameters
+            for name, overrides in self.other_sources:
+                unknown = sorted(set(overrides) - set(accepted))
+                if unknown:
+                    raise ValueError(f"{type(self).__name__}: source {name!r} sets {unknown}, which it does not take")
+                arguments = {k: v for k, v in self._arguments.items() if k in accepted} | overrides
+                if "class_names" in accepted and "class_names" not in overrides:
+                    arguments["class_names"] = getattr(self, "class_names", None)
+                try:
+                    module = type(self)(**arguments)
+                except (TypeError, ValueError) as error:
+                    raise ValueError(f"{type(self).__name__}: source {name!r}: {error}") from error
+                module.source_name = name
+                modules[name] = module
+            self._source_modules = modules
+        return self._source_modules
+
+    def _mix_sources(self, datasets: dict[str, Dataset], stage: str | None) -> dict[str, Dataset]:
+        """``datasets`` with the training split of every source served as one :class:`SourceMixture`."""
+        train = datasets.get("train")
+        if not self.other_sources and not isinstance(train, Mapping):
+            if self.source_weights is not None:
+                raise ValueError(f"{type(self).__name__}: source_weights need sources (there is one)")
+            return datasets
+        parts = dict(train) if isinstance(train, Mapping) else {MAIN: train}
+        owners = [self] * len(parts)
+        mine = self._compared_state()
+        for name, module in self.source_modules().items():
+            module.setup(stage)
+            theirs = module._compared_state()
+            differ = [k for k in mine if k in theirs and mine[k] != theirs[k]]
+            if differ:
+                raise DataError(
+                    f"{type(self).__name__}: source {name!r} has "
+                    + "; ".join(f"{k}={theirs[k]!r} where {MAIN!r} has {mine[k]!r}" for k in differ)
+                    + ": a model cannot learn from both"
+                )
+            parts[name] = module.dataset("train")
+            owners.append(module)
+            held = [s for s, d in module.datasets.items() if s != "train" and d is not module.datasets["train"]]
+            distinct = [
+                s for i, s in enumerate(held) if all(module.datasets[s] is not module.datasets[t] for t in held[:i])
+            ]
+            self.report.absorb(name, module.report, distinct)
+        mixture = SourceMixture(parts)
+        if self.source_weights is not None:
+            proportions(self.source_weights, mixture.names, type(self).__name__)  # refused now, not at the loader
+        self.report.mixture("train", mixture.counts(), self._planned_shares(mixture))
+        self._mixture_owners = owners
+        self.collate_fn = MixtureCollator(self.collate_fn)
+        return {**datasets, "train": mixture}
+
+    def _compared_state(self) -> dict[str, Any]:
+        """What every source must share with the main one: the :attr:`state_must_match` values."""
+        state = plain(self.data_state())
+        return {k: state[k] for k in self.state_must_match if k in state}
+
+    def _planned_shares(self, mixture: SourceMixture) -> dict[str, float]:
+        counts = np.asarray(list(mixture.counts().values()), dtype=np.float64)
+        weights = (
+            counts
+            if self.source_weights is None
+            else np.asarray(proportions(self.source_weights, mixture.names, type(self).__name__))
+        )
+        return dict(zip(mixture.names, (weights / weights.sum()).tolist(), strict=True))
+
+    def of_each_source(self, dataset: Dataset, per_dataset: str) -> Any:
+        """``self.<per_dataset>(dataset)``, a mixture's computed by each source's DataModule and concatenated."""
+        if not isinstance(dataset, SourceMixture):
+            return getattr(self, per_dataset)(dataset)
+        owners = self._mixture_owners or [self] * len(dataset.parts)
+        values = [getattr(owner, per_dataset)(part) for owner, part in zip(owners, dataset.parts, strict=True)]
+        return None if any(v is None for v in values) else np.concatenate([np.asarray(v) for v in values])
+
+    def _sampler_groups(self, dataset: Dataset) -> np.ndarray | None:
+        """:meth:`sampler_groups`; a mixture's sources never share a group (a group of one source,
+        a recording say, is not the same-numbered group of another), and under ``per_source`` each
+        source is one group at least."""
+        if not isinstance(dataset, SourceMixture):
+            return self.sampler_groups(dataset)
+        owners = self._mixture_owners or [self] * len(dataset.parts)
+        inner = [owner.sampler_groups(part) for owner, part in zip(owners, dataset.parts, strict=True)]
+        if all(g is None for g in inner) and self.mix == "within_batch":
+            return None
+        ids = [np.zeros(len(p), np.int64) if g is None else np.unique(g, return_inverse=True)[1].reshape(-1)
+               for g, p in zip(inner, dataset.parts, strict=True)]  # fmt: skip
+        firsts = np.cumsum([0] + [int(i.max()) + 1 if len(i) else 0 for i in ids])
+        return np.concatenate([i + first for i, first in zip(ids, firsts, strict=False)])
 
     # -- loaders ----------------------------------------------------------------------------
 
@@ -321,20 +491,31 @@ class VarLenDataModule(pl.LightningDataModule):
 
     def train_weights(self) -> np.ndarray | None:
         """The training sampler's per-sample weights (None: unweighted), computed once per training
-        split from :attr:`sample_weights`: inverse class frequency, or the weight column."""
-        if self.sample_weights is None:
-            return None
+        split: from :attr:`sample_weights` (inverse class frequency, or the weight column) and, for
+        several sources, their ``source_weights``."""
         dataset = self.dataset("train")
         if self._train_weights is None or self._train_weights[0] is not dataset:
-            if self.sample_weights == BALANCED:
-                labels = self.class_labels(dataset)
-                if labels is None:
-                    raise DataError(f"{type(self).__name__}: its samples have no classes to balance")
-                weights = balanced_weights(labels, f"{type(self).__name__} train split")
-            else:
-                weights = self.weight_column(dataset, self.sample_weights)
-            self._train_weights = (dataset, weights)
+            self._train_weights = (dataset, self._weights_of(dataset))
         return self._train_weights[1]
+
+    def _weights_of(self, dataset: Dataset) -> np.ndarray | None:
+        if isinstance(dataset, SourceMixture):
+            owners = self._mixture_owners or [self] * len(dataset.parts)
+            within = [owner._weights_of(part) for owner, part in zip(owners, dataset.parts, strict=True)]
+            if self.source_weights is None and all(w is None for w in within):
+                return None  # every sample of every source once
+            counts = list(dataset.counts().values())
+            shares = counts if self.source_weights is None else proportions(self.source_weights, dataset.names, "")
+            return source_weights(shares, counts, within)
+        if self.sample_weights is None:
+            return None
+        where = f"{type(self).__name__} train split" + (f" of source {self.source_name!r}" if self.source_name else "")
+        if self.sample_weights == BALANCED:
+            labels = self.class_labels(dataset)
+            if labels is None:
+                raise DataError(f"{where}: its samples have no classes to balance")
+            return balanced_weights(labels, where)
+        return self.weight_column(dataset, self.sample_weights)
 
     def sampler_class(self, split: str) -> type[BucketBatchSampler]:
         """The batch sampler class of ``split``; a subclass may carry extra per-batch state."""
@@ -349,8 +530,9 @@ class VarLenDataModule(pl.LightningDataModule):
         rebuilds under DDP (with its saved arguments) keeps them."""
         spec = self._plan_spec(self.batch_size, self.max_tokens)
         weights = self.train_weights() if split == "train" and shuffle else None
+        dataset = self.dataset(split)
         return self.sampler_class(split)(
-            self.sampler_lengths(self.dataset(split)),
+            self.of_each_source(dataset, "sampler_lengths"),
             batch_size=spec.batch_size,
             max_tokens=self.max_tokens,
             max_batch_size=spec.max_batch_size,
@@ -361,7 +543,7 @@ class VarLenDataModule(pl.LightningDataModule):
             pad_to_multiple_of=self.pad_to_multiple_of if self.sampler_rounds_sizes else None,
             num_replicas=num_replicas,
             rank=rank,
-            groups=self.sampler_groups(self.dataset(split)),
+            groups=self._sampler_groups(dataset),
             weights=weights,
         )
 

@@ -32,13 +32,14 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
 from varlen.cache import default_cache_dir
 from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
+from varlen.datamodules.sources import Mix
 from varlen.datamodules.weighting import check_sample_weights
 from varlen.datasets.bearing.augment import WindowAugment
 from varlen.datasets.bearing.collate import BearingCollator
@@ -122,6 +123,12 @@ class BearingDataModule(VarLenDataModule):
             There is no per-window weight column here. Validation and test serve every window once.
         on_bad: ``raise`` at the first bad recording (NaN/inf, shorter than one window, unknown
             label, missing channel, corrupt file, empty) or ``skip`` it, counted in :attr:`report`.
+        sources: more training sources, each the arguments that differ for it and an optional
+            ``name`` (e.g. ``[{name: rig2, root: /data/rig2}]``; this DataModule's own is ``main``): their
+            training splits are served together; validation and test stay ``main``'s.
+        source_weights: each source's share of every epoch (a list, or a mapping by name; None:
+            as many as each holds); inside a source, samples are drawn by ``sample_weights``.
+        mix: ``"within_batch"`` (sources share batches) or ``"per_source"`` (one source per batch).
         augment: augment training windows: random shifts within their block, speed changes,
             amplitude scaling, white noise, drawn from (seed, epoch, window) (evaluation is never
             augmented).
@@ -198,6 +205,9 @@ class BearingDataModule(VarLenDataModule):
         prefetch_factor: int | None = None,
         multiprocessing_context: StartMethod = None,
         predict_split: PredictSplit = "test",
+        sources: list[dict[str, Any]] | None = None,
+        source_weights: list[float] | dict[str, float] | None = None,
+        mix: Mix = "within_batch",
     ) -> None:
         super().__init__(**base_args(locals()))
         check_split_arguments(split, grouping, test_fraction, gap, test_conditions, val_conditions, train_conditions)

@@ -10,6 +10,7 @@ import numpy as np
 
 from varlen.batching.telemetry import BatchStats
 from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
+from varlen.datamodules.sources import Mix
 from varlen.datamodules.weighting import BALANCED, check_sample_weights, checked_column
 from varlen.datasets.molecules.classes import SINGLE_CLASS, SingleClass, check_classes
 from varlen.datasets.molecules.collate import MoleculeCollator
@@ -89,6 +90,12 @@ class MoleculeDataModule(VarLenDataModule):
         on_bad: ``"raise"`` stops at the first SMILES RDKit rejects (naming the file, line and
             SMILES); ``"skip"`` counts each such molecule in ``dm.report`` by reason, with examples.
             Some MoleculeNet tables hold a few (7 in HIV): their configs set ``skip``.
+        sources: more training sources, each the arguments that differ for it and an optional
+            ``name`` (e.g. ``[{name: extra, path: more.csv}]``; this DataModule's own is ``main``): their
+            training splits are served together; validation and test stay ``main``'s.
+        source_weights: each source's share of every epoch (a list, or a mapping by name; None:
+            as many as each holds); inside a source, samples are drawn by ``sample_weights``.
+        mix: ``"within_batch"`` (sources share batches) or ``"per_source"`` (one source per batch).
         cache_dir: where the graph and target tables are built and mapped from (default:
             ``$VARLEN_CACHE`` or ``~/.cache/varlen``); a folder that cannot be written is a ``DataError``.
         num_proc: processes for featurising big tables (small ones are done in-process).
@@ -139,6 +146,9 @@ class MoleculeDataModule(VarLenDataModule):
         prefetch_factor: int | None = None,
         multiprocessing_context: StartMethod = None,
         predict_split: PredictSplit = "test",
+        sources: list[dict[str, Any]] | None = None,
+        source_weights: list[float] | dict[str, float] | None = None,
+        mix: Mix = "within_batch",
     ) -> None:
         super().__init__(**base_args(locals()))
         if dataset is not None and dataset not in MOLECULENET:

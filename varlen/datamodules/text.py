@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 from functools import cached_property
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
 from varlen import notices
 from varlen.cache import default_cache_dir, tokenizer_identity
 from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
+from varlen.datamodules.sources import Mix
 from varlen.datamodules.weighting import check_sample_weights, checked_column
 from varlen.datasets.text.collate import TextCollator
 from varlen.datasets.text.column_splits import SPLITS, split_by_column
@@ -115,6 +116,12 @@ class TextClassificationDataModule(VarLenDataModule):
             test source is given, see ``test_file``).
         on_bad: a row with an empty text or a missing, non-finite or unknown label: ``"raise"``
             (naming the file and row) or ``"skip"`` it and count it in ``report``.
+        sources: more training sources, each the arguments that differ for it and an optional
+            ``name`` (e.g. ``[{name: noisy, train_file: noisy.csv}]``; this DataModule's own is ``main``): their
+            training splits are served together; validation and test stay ``main``'s.
+        source_weights: each source's share of every epoch (a list, or a mapping by name; None:
+            as many as each holds); inside a source, samples are drawn by ``sample_weights``.
+        mix: ``"within_batch"`` (sources share batches) or ``"per_source"`` (one source per batch).
     """
 
     mask_keys = ("attention_mask",)
@@ -156,6 +163,9 @@ class TextClassificationDataModule(VarLenDataModule):
         multiprocessing_context: StartMethod = None,
         predict_split: PredictSplit = "test",
         on_bad: OnBad = "raise",
+        sources: list[dict[str, Any]] | None = None,
+        source_weights: list[float] | dict[str, float] | None = None,
+        mix: Mix = "within_batch",
     ) -> None:
         super().__init__(**base_args(locals()))
         if train_file is None and (val_file or test_file):

@@ -94,6 +94,30 @@ class MoleculeRows:
         )
 
     @classmethod
+    def concat(cls, parts: Sequence[MoleculeRows]) -> MoleculeRows:
+        """Several fetched batches as one (a batch of a mixture drawn on several sources): the
+        graphs back to back, each part's atoms renumbered after the parts before it."""
+        nodes = _offsets(np.array([len(p.x) for p in parts]))
+        graphs = _offsets(np.array([len(p) for p in parts]))
+        num_nodes = np.concatenate([p.num_nodes for p in parts])
+        num_edges = np.concatenate([p.num_edges for p in parts])
+        with_descriptors = parts[0].descriptors is not None
+        return cls(
+            x=np.concatenate([p.x for p in parts]),
+            edge_index=np.concatenate([p.edge_index + first for p, first in zip(parts, nodes, strict=False)], axis=1),
+            edge_attr=np.concatenate([p.edge_attr for p in parts]),
+            num_nodes=num_nodes,
+            num_edges=num_edges,
+            ptr=_offsets(num_nodes),
+            edge_ptr=_offsets(num_edges),
+            batch=np.concatenate([p.batch + first for p, first in zip(parts, graphs, strict=False)]),
+            y=np.concatenate([p.y for p in parts]),
+            y_mask=np.concatenate([p.y_mask for p in parts]),
+            index=np.concatenate([p.index for p in parts]),
+            descriptors=np.concatenate([p.descriptors for p in parts]) if with_descriptors else None,
+        )
+
+    @classmethod
     def from_samples(cls, samples: Sequence[Mapping[str, Any]]) -> MoleculeRows:
         """Join single samples (``dataset[i]`` dicts): the path for a collate called on a list."""
         count = len(samples)
