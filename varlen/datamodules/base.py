@@ -417,7 +417,10 @@ class VarLenDataModule(pl.LightningDataModule):
         owners = [self] * len(parts)
         mine = self._compared_state()
         for name, module in self.source_modules().items():
-            module.setup(stage)
+            try:
+                module.setup(stage)
+            except DataError as error:
+                raise DataError(f"{type(self).__name__}: source {name!r}: {error}") from error
             theirs = module._compared_state()
             differ = [k for k in mine if k in theirs and mine[k] != theirs[k]]
             if differ:

@@ -78,10 +78,9 @@ def proportions(weights: Sequence[float] | Mapping[str, float], names: Sequence[
     if isinstance(weights, Mapping):
         missing, unknown = sorted(set(names) - set(weights)), sorted(set(weights) - set(names))
         if missing or unknown:
+            problems = [f"{what}: {these}" for what, these in (("missing", missing), ("unknown", unknown)) if these]
             raise ValueError(
-                f"{owner}: source_weights name {sorted(weights)}, the sources are {list(names)}"
-                + (f" (missing: {missing})" if missing else "")
-                + (f" (unknown: {unknown})" if unknown else "")
+                f"{owner}: source_weights name {sorted(weights)}, the sources are {list(names)} ({'; '.join(problems)})"
             )
         return [float(weights[name]) for name in names]
     if len(weights) != len(names):
