@@ -30,6 +30,10 @@ Parts (``--part``, comma-separated; default ``sst2,budget``), each printing mark
   Padding efficiency of weighted draws (``weights=``: random uniform and lognormal weights, a
   mean over 3 epochs) against the unweighted plan at each budget, and the time to build the
   sampler and one epoch's plan, weighted or not, on the SST-2 lengths and on 1M of them.
+``mixture``
+  SST-2 and ``--long-reviews`` synthetic long reviews as two sources, ``source_weights`` 3:1, under
+  each ``mix``: the share each source served per epoch (acceptance: 0.75 / 0.25 +- 0.01), padding
+  efficiency, and fetch + collate time per batch (a batch of two sources is joined: a second pad).
 ``long``
   Document-level accuracy on long texts (the synthetic IMDB-like reviews: median about 300
   tokens, opinions few and mostly late), the same MiniLM, ``max_length`` and learning rate:
@@ -368,6 +372,51 @@ def weights_part(lengths: np.ndarray, budgets: list[int], epochs: int = 3) -> No
         print(f"| {name} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
 
 
+# -- a mixture of sources: SST-2 with long reviews, 3:1 ----------------------------------------------
+
+
+def mixture_part(args: argparse.Namespace, epochs: int = 3, budget: int = 4096) -> None:
+    """SST-2 and the synthetic long reviews (``--long-reviews`` of them) mixed 3:1 under each
+    ``mix``: the share each source served per epoch, padding efficiency, and fetch + collate time
+    of 200 batches (joined batches of two sources cost a second pad)."""
+    from varlen.datamodules import TextClassificationDataModule
+
+    long_reviews = {"name": "long", "synthetic": "long_reviews", "synthetic_samples": args.long_reviews}
+    print(f"\n| mix (budget {budget}, source_weights 3:1) | epoch | SST-2 share | long share "
+          "| padding efficiency | batches | fetch + collate, ms per batch |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for mix in ("within_batch", "per_source"):
+        dm = TextClassificationDataModule(
+            train_file=f"{args.data}/sst2_train.tsv",
+            val_file=f"{args.data}/sst2_dev.tsv",
+            text_column="sentence",
+            max_length=128,
+            max_tokens=budget,
+            sources=[long_reviews],
+            source_weights=[3, 1],
+            mix=mix,
+        )
+        dm.prepare_data()
+        dm.setup("fit")
+        mixture = dm.dataset("train")
+        lengths = mixture.lengths
+        sampler = dm.batch_sampler("train", True)
+        for epoch in range(epochs):
+            sampler.set_epoch(epoch)
+            batches = list(sampler)
+            shares = np.bincount(mixture.sources[np.concatenate(batches)], minlength=2) / sum(map(len, batches))
+            cost = ""
+            if epoch == 0:
+                chosen = batches[:200]
+                start = time.perf_counter()
+                for batch in chosen:
+                    dm.collate_fn(mixture.__getitems__(batch))
+                cost = f"{1e3 * (time.perf_counter() - start) / len(chosen):.2f}"
+            print(f"| {mix} | {epoch} | {shares[0]:.4f} | {shares[1]:.4f} | {efficiency(batches, lengths):.4f} "
+                  f"| {len(batches):,} | {cost} |")  # fmt: skip
+    print(f"(sources: SST-2 train {mixture.counts()['main']:,} sentences, long reviews {mixture.counts()['long']:,})")
+
+
 # -- long documents: windows against truncation ----------------------------------------------------
 
 
@@ -470,7 +519,7 @@ def quiet_training() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--part", default="sst2,budget", help="comma-separated: sst2, budget, weights, long")
+    parser.add_argument("--part", default="sst2,budget", help="comma-separated: sst2, budget, weights, mixture, long")
     parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "text"))
     parser.add_argument("--out", type=Path, default=None, help="save the padding-budget figure (PNG) here")
     parser.add_argument("--batch-size", type=int, default=32)
@@ -478,6 +527,7 @@ def main() -> None:
     parser.add_argument("--train-steps", type=int, default=20)
     parser.add_argument("--budgets", default="128,256,512,1024,2048,4096")
     parser.add_argument("--subset", type=int, default=2000, help="sentences of the small set of the re-mixing table")
+    parser.add_argument("--long-reviews", type=int, default=20000, help="long reviews mixed with SST-2 (mixture)")
     parser.add_argument("--long-docs", type=int, default=400, help="training documents (val, test: a fifth each)")
     parser.add_argument("--long-max-length", type=int, default=128)
     parser.add_argument("--long-stride", type=int, default=32)
@@ -486,7 +536,7 @@ def main() -> None:
     parser.add_argument("--long-lr", type=float, default=1e-4)
     args = parser.parse_args()
     parts = set(args.part.split(","))
-    known = {"sst2", "budget", "weights", "long"}
+    known = {"sst2", "budget", "weights", "long", "mixture"}
     if not parts <= known:
         parser.error(f"unknown part(s) {sorted(parts - known)}")
     if parts & {"sst2", "budget", "weights"}:
@@ -499,6 +549,8 @@ def main() -> None:
             budget_part(lengths, [int(b) for b in args.budgets.split(",")], args.out, args.subset)
         if "weights" in parts:
             weights_part(lengths, [int(b) for b in args.budgets.split(",")])
+    if "mixture" in parts:
+        mixture_part(args)
     if "long" in parts:
         quiet_training()
         long_part(args)
