@@ -292,3 +292,29 @@ def test_bearing_mixes_two_rigs_with_augmentation_and_one_recording_per_batch() 
         index = batch["index"].numpy()
         assert len(set(mixture.sources[index].tolist())) == 1
         assert len(set(batch["recording_ids"].tolist())) == 1
+
+
+def test_a_source_has_its_own_data_arguments_and_inherits_the_others(tmp_path) -> None:
+    from varlen.datamodules.text import TextClassificationDataModule
+
+    rows = "\n".join(f"a {'good' if i % 2 else 'bad'} film number {i}\t{i % 2}" for i in range(40))
+    (tmp_path / "main.tsv").write_text("sentence\tlabel\n" + rows + "\n")
+    long = {"name": "long", "synthetic": "long_reviews", "synthetic_samples": 30}
+    dm = TextClassificationDataModule(train_file=str(tmp_path / "main.tsv"), text_column="sentence", max_length=64,
+                                      val_fraction=0.25, sources=[long])  # fmt: skip
+    dm.prepare_data()
+    dm.setup("fit")
+    (source,) = dm.source_modules().values()
+    assert source.train_file is None and source.synthetic == "long_reviews"  # not main's file
+    assert source.max_length == 64 and source.columns.text == "text"  # inherited; the synthetic set's own column
+    assert dm.dataset("train").counts() == {"main": 30, "long": 30}
+
+
+def test_every_source_is_standardised_with_the_main_sources_statistics() -> None:
+    from varlen.datamodules.bearing import BearingDataModule
+
+    dm = BearingDataModule(sources=[{"name": "rig2", "seed": 1}], batch_size=16)
+    dm.setup("fit")
+    (source,) = dm.source_modules().values()
+    for mine, theirs in zip(dm.normalization, source.dataset("train").normalization, strict=True):
+        assert np.array_equal(mine, theirs)

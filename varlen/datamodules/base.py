@@ -161,6 +161,9 @@ class VarLenDataModule(pl.LightningDataModule):
     #: the training sampler's weights: None, ``"balanced"`` (:meth:`class_labels`) or a column
     #: (:meth:`weight_column`); a classification DataModule takes it as its ``sample_weights`` argument
     sample_weights: str | None = None
+    #: the arguments that say where a source's data is (files, roots, a synthetic set): an entry of
+    #: ``sources`` has its own or their defaults, never the main source's
+    source_arguments: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -385,8 +388,9 @@ class VarLenDataModule(pl.LightningDataModule):
         return {k: v for k, v in arguments.items() if k not in MIXTURE_ARGS}
 
     def source_modules(self) -> dict[str, VarLenDataModule]:
-        """A DataModule per extra source (this class, this DataModule's arguments with the source's
-        own; the same classes where the class takes ``class_names``), built once."""
+        """A DataModule per extra source (this class, this DataModule's arguments but
+        :attr:`source_arguments` with the source's own; the same classes where the class takes
+        ``class_names``), built once."""
         if self._source_modules is None:
             modules = {}
             accepted = inspect.signature(type(self)).parameters
@@ -394,7 +398,8 @@ class VarLenDataModule(pl.LightningDataModule):
                 unknown = sorted(set(overrides) - set(accepted))
                 if unknown:
                     raise ValueError(f"{type(self).__name__}: source {name!r} sets {unknown}, which it does not take")
-                arguments = {k: v for k, v in self._arguments.items() if k in accepted} | overrides
+                inherited = set(accepted) - set(self.source_arguments)
+                arguments = {k: v for k, v in self._arguments.items() if k in inherited} | overrides
                 if "class_names" in accepted and "class_names" not in overrides:
                     arguments["class_names"] = getattr(self, "class_names", None)
                 try:
@@ -416,6 +421,8 @@ class VarLenDataModule(pl.LightningDataModule):
         parts = dict(train) if isinstance(train, Mapping) else {MAIN: train}
         owners = [self] * len(parts)
         mine = self._compared_state()
+        state = plain(self.data_state())
+        mine_restored = {k: state.get(k) for k in self.state_restored}
         for name, module in self.source_modules().items():
             try:
                 module.setup(stage)
@@ -429,6 +436,9 @@ class VarLenDataModule(pl.LightningDataModule):
                     + "; ".join(f"{k}={theirs[k]!r} where {MAIN!r} has {mine[k]!r}" for k in differ)
                     + ": a model cannot learn from both"
                 )
+            restored = {k: v for k, v in mine_restored.items() if v is not None}
+            if restored:  # training statistics: the main source's, for every source (and the checkpoint)
+                module.restore_data_state(restored)
             parts[name] = module.dataset("train")
             owners.append(module)
             held = [s for s, d in module.datasets.items() if s != "train" and d is not module.datasets["train"]]

@@ -124,7 +124,8 @@ class BearingDataModule(VarLenDataModule):
         on_bad: ``raise`` at the first bad recording (NaN/inf, shorter than one window, unknown
             label, missing channel, corrupt file, empty) or ``skip`` it, counted in :attr:`report`.
         sources: more training sources, each the arguments that differ for it and an optional
-            ``name`` (e.g. ``[{name: rig2, root: /data/rig2}]``; this DataModule's own is ``main``): their
+            ``name`` (e.g. ``[{name: rig2, root: /data/rig2}]``; this DataModule's own is
+            ``main``; the data arguments are the source's own, the others inherited): their
             training splits are served together; validation and test stay ``main``'s.
         source_weights: each source's share of every epoch (a list, or a mapping by name; None:
             as many as each holds); inside a source, samples are drawn by ``sample_weights``.
@@ -156,6 +157,7 @@ class BearingDataModule(VarLenDataModule):
     """
 
     mask_keys = ("mask",)
+    source_arguments = ("root", "data_format", "metadata", "download", "simulated_per_class")
     default_batching = (64, None)
     size_axes = (UNIT,)  # a window's length, in samples of the signal
 

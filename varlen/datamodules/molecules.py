@@ -91,7 +91,8 @@ class MoleculeDataModule(VarLenDataModule):
             SMILES); ``"skip"`` counts each such molecule in ``dm.report`` by reason, with examples.
             Some MoleculeNet tables hold a few (7 in HIV): their configs set ``skip``.
         sources: more training sources, each the arguments that differ for it and an optional
-            ``name`` (e.g. ``[{name: extra, path: more.csv}]``; this DataModule's own is ``main``): their
+            ``name`` (e.g. ``[{name: extra, path: more.csv}]``; this DataModule's own is
+            ``main``; the data arguments are the source's own, the others inherited): their
             training splits are served together; validation and test stay ``main``'s.
         source_weights: each source's share of every epoch (a list, or a mapping by name; None:
             as many as each holds); inside a source, samples are drawn by ``sample_weights``.
@@ -112,6 +113,7 @@ class MoleculeDataModule(VarLenDataModule):
     sampler_cost = "sum"
     default_batching = (None, 1536)
     size_axes = ("atoms + directed edges",)
+    source_arguments = ("dataset", "path", "root", "download")
 
     def __init__(
         self,

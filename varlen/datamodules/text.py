@@ -117,7 +117,8 @@ class TextClassificationDataModule(VarLenDataModule):
         on_bad: a row with an empty text or a missing, non-finite or unknown label: ``"raise"``
             (naming the file and row) or ``"skip"`` it and count it in ``report``.
         sources: more training sources, each the arguments that differ for it and an optional
-            ``name`` (e.g. ``[{name: noisy, train_file: noisy.csv}]``; this DataModule's own is ``main``): their
+            ``name`` (e.g. ``[{name: noisy, train_file: noisy.csv}]``; this DataModule's own is
+            ``main``; the data arguments are the source's own, the others inherited): their
             training splits are served together; validation and test stay ``main``'s.
         source_weights: each source's share of every epoch (a list, or a mapping by name; None:
             as many as each holds); inside a source, samples are drawn by ``sample_weights``.
@@ -125,6 +126,17 @@ class TextClassificationDataModule(VarLenDataModule):
     """
 
     mask_keys = ("attention_mask",)
+    source_arguments = (
+        "train_file",
+        "val_file",
+        "test_file",
+        "dataset_name",
+        "dataset_config_name",
+        "split_column",
+        "synthetic",
+        "synthetic_samples",
+        "max_train_samples",
+    )
     size_axes = ("tokens",)
 
     def __init__(
