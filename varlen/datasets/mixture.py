@@ -136,10 +136,10 @@ def join_padded(parts: Sequence[Any]) -> Any:
 def _stack_padded(values: list[Any]) -> Any:
     numpy = isinstance(values[0], np.ndarray)
     tensors = [torch.from_numpy(v) if numpy else v for v in values]
-    shape = np.max([t.shape for t in tensors], axis=0)
+    shape = [max(sizes) for sizes in zip(*(t.shape for t in tensors), strict=True)]
     padded = []
     for t in tensors:
-        room = [int(size - have) for size, have in zip(shape[:0:-1], t.shape[:0:-1], strict=True)]
+        room = [size - have for size, have in zip(shape[:0:-1], t.shape[:0:-1], strict=True)]
         padded.append(F.pad(t, [p for gap in room for p in (0, gap)]) if any(room) else t)
     stacked = torch.cat(padded)
     return stacked.numpy() if numpy else stacked
