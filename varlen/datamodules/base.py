@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import inspect
 import multiprocessing
 from collections.abc import Mapping
@@ -18,17 +17,9 @@ from varlen.batching import BucketBatchSampler
 from varlen.batching.loader import VarLenLoader
 from varlen.batching.plan import PlanSpec
 from varlen.batching.telemetry import BatchStats, mask_stats
-from varlen.datamodules.sources import (
-    MAIN,
-    MIXTURE_ARGS,
-    Mix,
-    check_mix,
-    check_source_weights,
-    check_sources,
-    proportions,
-)
+from varlen.datamodules.sources import Mix, SourceMixing, check_mix, check_source_weights, check_sources
 from varlen.datamodules.weighting import BALANCED, balanced_weights
-from varlen.datasets.mixture import MixtureCollator, SourceMixture, source_weights
+from varlen.datasets.mixture import SourceMixture
 from varlen.errors import DataError
 from varlen.report import DataReport, OnBad
 
@@ -96,7 +87,7 @@ def base_args(arguments: Mapping[str, Any]) -> dict[str, Any]:
     return {name: arguments[name] for name in BASE_ARGS if name in arguments}
 
 
-class VarLenDataModule(pl.LightningDataModule):
+class VarLenDataModule(SourceMixing, pl.LightningDataModule):
     """Base of every varlen DataModule: the loaders, their bucketing sampler, the report.
 
     A subclass implements :meth:`build`, which returns its datasets by split (each with a
@@ -229,21 +220,6 @@ class VarLenDataModule(pl.LightningDataModule):
         self.host_stats: BatchStats | None = None  # the last training batch, counted before its transfer
         self.host_sources: np.ndarray | None = None  # its samples per source (a mixture's), likewise
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A subclass's ``prepare_data`` also prepares its other ``sources`` (one process per node)."""
-        super().__init_subclass__(**kwargs)
-        own = cls.__dict__.get("prepare_data")
-        if own is not None and not getattr(own, "_prepares_sources", False):
-
-            @functools.wraps(own)
-            def prepare_data(self: VarLenDataModule) -> None:
-                own(self)
-                for module in self.source_modules().values():
-                    module.prepare_data()
-
-            prepare_data._prepares_sources = True  # type: ignore[attr-defined]
-            cls.prepare_data = prepare_data
-
     # -- what subclasses implement or may override ------------------------------------------
 
     def build(self, stage: str | None) -> dict[str, Dataset]:
@@ -318,7 +294,12 @@ class VarLenDataModule(pl.LightningDataModule):
     def _saved_state(self) -> dict[str, Any]:
         """:meth:`data_state` and how the training samples were drawn (a change warns: a sampler
         position saved with other weights means other batches, and the sampler refuses it)."""
-        return plain({**self.data_state(), "sample_weights": self.sample_weights})
+        drawn = {"sample_weights": self.sample_weights, "source_weights": self.source_weights, "mix": self.mix}
+        return plain({**self.data_state(), **drawn})
+
+    def plain_data_state(self) -> dict[str, Any]:
+        """:meth:`data_state` as plain values (lists, Python numbers)."""
+        return plain(self.data_state())
 
     def state_dict(self) -> dict[str, Any]:
         """Lightning saves this in every checkpoint: :meth:`data_state` as plain values."""
@@ -373,124 +354,6 @@ class VarLenDataModule(pl.LightningDataModule):
             state, self._checkpoint_state = self._checkpoint_state, None
             self.load_state_dict({"data_state": state})
 
-    # -- several training sources -------------------------------------------------------------
-
-    def _init_arguments(self, frame: Any) -> dict[str, Any]:
-        """The arguments of this instance's ``__init__`` calls, the outermost (most derived class)
-        winning: what the DataModule of another source starts from."""
-        arguments: dict[str, Any] = {}
-        frame = frame.f_back
-        while frame is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is self:
-            code = frame.f_code
-            names = code.co_varnames[1 : code.co_argcount + code.co_kwonlyargcount]
-            arguments.update({n: frame.f_locals[n] for n in names if n in frame.f_locals})
-            frame = frame.f_back
-        return {k: v for k, v in arguments.items() if k not in MIXTURE_ARGS}
-
-    def source_modules(self) -> dict[str, VarLenDataModule]:
-        """A DataModule per extra source (this class, this DataModule's arguments but
-        :attr:`source_arguments` with the source's own; the same classes where the class takes
-        ``class_names``), built once."""
-        if self._source_modules is None:
-            modules = {}
-            accepted = inspect.signature(type(self)).parameters
-            for name, overrides in self.other_sources:
-                unknown = sorted(set(overrides) - set(accepted))
-                if unknown:
-                    raise ValueError(f"{type(self).__name__}: source {name!r} sets {unknown}, which it does not take")
-                inherited = set(accepted) - set(self.source_arguments)
-                arguments = {k: v for k, v in self._arguments.items() if k in inherited} | overrides
-                if "class_names" in accepted and "class_names" not in overrides:
-                    arguments["class_names"] = getattr(self, "class_names", None)
-                try:
-                    module = type(self)(**arguments)
-                except (TypeError, ValueError) as error:
-                    raise ValueError(f"{type(self).__name__}: source {name!r}: {error}") from error
-                module.source_name = name
-                modules[name] = module
-            self._source_modules = modules
-        return self._source_modules
-
-    def _mix_sources(self, datasets: dict[str, Dataset], stage: str | None) -> dict[str, Dataset]:
-        """``datasets`` with the training split of every source served as one :class:`SourceMixture`."""
-        train = datasets.get("train")
-        if not self.other_sources and not isinstance(train, Mapping):
-            if self.source_weights is not None:
-                raise ValueError(f"{type(self).__name__}: source_weights need sources (there is one)")
-            return datasets
-        parts = dict(train) if isinstance(train, Mapping) else {MAIN: train}
-        owners = [self] * len(parts)
-        mine = self._compared_state()
-        state = plain(self.data_state())
-        mine_restored = {k: state.get(k) for k in self.state_restored}
-        for name, module in self.source_modules().items():
-            try:
-                module.setup(stage)
-            except DataError as error:
-                raise DataError(f"{type(self).__name__}: source {name!r}: {error}") from error
-            theirs = module._compared_state()
-            differ = [k for k in mine if k in theirs and mine[k] != theirs[k]]
-            if differ:
-                raise DataError(
-                    f"{type(self).__name__}: source {name!r} has "
-                    + "; ".join(f"{k}={theirs[k]!r} where {MAIN!r} has {mine[k]!r}" for k in differ)
-                    + ": a model cannot learn from both"
-                )
-            restored = {k: v for k, v in mine_restored.items() if v is not None}
-            if restored:  # training statistics: the main source's, for every source (and the checkpoint)
-                module.restore_data_state(restored)
-            parts[name] = module.dataset("train")
-            owners.append(module)
-            held = [s for s, d in module.datasets.items() if s != "train" and d is not module.datasets["train"]]
-            distinct = [
-                s for i, s in enumerate(held) if all(module.datasets[s] is not module.datasets[t] for t in held[:i])
-            ]
-            self.report.absorb(name, module.report, distinct)
-        mixture = SourceMixture(parts)
-        if self.source_weights is not None:
-            proportions(self.source_weights, mixture.names, type(self).__name__)  # refused now, not at the loader
-        self.report.mixture("train", mixture.counts(), self._planned_shares(mixture))
-        self._mixture_owners = owners
-        self.collate_fn = MixtureCollator(self.collate_fn)
-        return {**datasets, "train": mixture}
-
-    def _compared_state(self) -> dict[str, Any]:
-        """What every source must share with the main one: the :attr:`state_must_match` values."""
-        state = plain(self.data_state())
-        return {k: state[k] for k in self.state_must_match if k in state}
-
-    def _planned_shares(self, mixture: SourceMixture) -> dict[str, float]:
-        counts = np.asarray(list(mixture.counts().values()), dtype=np.float64)
-        weights = (
-            counts
-            if self.source_weights is None
-            else np.asarray(proportions(self.source_weights, mixture.names, type(self).__name__))
-        )
-        return dict(zip(mixture.names, (weights / weights.sum()).tolist(), strict=True))
-
-    def of_each_source(self, dataset: Dataset, per_dataset: str) -> Any:
-        """``self.<per_dataset>(dataset)``, a mixture's computed by each source's DataModule and concatenated."""
-        if not isinstance(dataset, SourceMixture):
-            return getattr(self, per_dataset)(dataset)
-        owners = self._mixture_owners or [self] * len(dataset.parts)
-        values = [getattr(owner, per_dataset)(part) for owner, part in zip(owners, dataset.parts, strict=True)]
-        return None if any(v is None for v in values) else np.concatenate([np.asarray(v) for v in values])
-
-    def _sampler_groups(self, dataset: Dataset) -> np.ndarray | None:
-        """:meth:`sampler_groups`; a mixture's sources never share a group (a group of one source,
-        a recording say, is not the same-numbered group of another), and under ``per_source`` each
-        source is one group at least."""
-        if not isinstance(dataset, SourceMixture):
-            return self.sampler_groups(dataset)
-        owners = self._mixture_owners or [self] * len(dataset.parts)
-        inner = [owner.sampler_groups(part) for owner, part in zip(owners, dataset.parts, strict=True)]
-        if all(g is None for g in inner) and self.mix == "within_batch":
-            return None
-        ids = [np.zeros(len(p), np.int64) if g is None else np.unique(g, return_inverse=True)[1].reshape(-1)
-               for g, p in zip(inner, dataset.parts, strict=True)]  # fmt: skip
-        firsts = np.cumsum([0] + [int(i.max()) + 1 if len(i) else 0 for i in ids])
-        return np.concatenate([i + first for i, first in zip(ids, firsts, strict=False)])
-
     # -- loaders ----------------------------------------------------------------------------
 
     def dataset(self, split: str) -> Dataset:
@@ -513,13 +376,7 @@ class VarLenDataModule(pl.LightningDataModule):
 
     def _weights_of(self, dataset: Dataset) -> np.ndarray | None:
         if isinstance(dataset, SourceMixture):
-            owners = self._mixture_owners or [self] * len(dataset.parts)
-            within = [owner._weights_of(part) for owner, part in zip(owners, dataset.parts, strict=True)]
-            if self.source_weights is None and all(w is None for w in within):
-                return None  # every sample of every source once
-            counts = list(dataset.counts().values())
-            shares = counts if self.source_weights is None else proportions(self.source_weights, dataset.names, "")
-            return source_weights(shares, counts, within)
+            return self._mixture_weights(dataset)
         if self.sample_weights is None:
             return None
         where = f"{type(self).__name__} train split" + (f" of source {self.source_name!r}" if self.source_name else "")

@@ -7,16 +7,32 @@ tokenizer and batching), takes its training split, and serves the training split
 :class:`~varlen.datasets.mixture.SourceMixture`. ``source_weights`` are the sources' shares of
 every epoch (by default, as many as they hold); ``mix`` says whether sources share batches
 (``within_batch``) or each batch comes from one source (``per_source``, as lhotse's and LitData's
-per-stream batching).
+per-stream batching). :class:`SourceMixing` is the part of the base that does it.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-__all__ = ["MAIN", "MIX_MODES", "Mix", "check_mix", "check_source_weights", "check_sources", "proportions"]
+import numpy as np
+
+from varlen.datasets.mixture import MixtureCollator, SourceMixture, source_weights
+from varlen.errors import DataError
+
+__all__ = [
+    "MAIN",
+    "MIX_MODES",
+    "Mix",
+    "SourceMixing",
+    "check_mix",
+    "check_source_weights",
+    "check_sources",
+    "proportions",
+]
 
 #: the name of the source the DataModule's own arguments describe
 MAIN = "main"
@@ -88,3 +104,155 @@ def proportions(weights: Sequence[float] | Mapping[str, float], names: Sequence[
             f"{owner}: source_weights has {len(weights)} values but there are {len(names)} sources {list(names)}"
         )
     return [float(w) for w in weights]
+
+
+class SourceMixing:
+    """What :class:`~varlen.datamodules.base.VarLenDataModule` does with several training sources:
+    a DataModule per extra source, their training splits served as one :class:`SourceMixture`,
+    and the sampler's sizes, groups and weights computed by each source's DataModule. The base
+    sets ``other_sources``, ``source_weights``, ``mix``, ``source_name`` and the two below."""
+
+    _source_modules: dict[str, Any] | None
+    _mixture_owners: list[Any]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass's ``prepare_data`` also prepares its other ``sources`` (one process per node)."""
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("prepare_data")
+        if own is not None and not getattr(own, "_prepares_sources", False):
+
+            @functools.wraps(own)
+            def prepare_data(self: SourceMixing) -> None:
+                own(self)
+                for module in self.source_modules().values():
+                    module.prepare_data()
+
+            prepare_data._prepares_sources = True  # type: ignore[attr-defined]
+            cls.prepare_data = prepare_data
+
+    def _init_arguments(self, frame: Any) -> dict[str, Any]:
+        """The arguments of this instance's ``__init__`` calls, the outermost (most derived class)
+        winning: what the DataModule of another source starts from."""
+        arguments: dict[str, Any] = {}
+        frame = frame.f_back
+        while frame is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is self:
+            code = frame.f_code
+            names = code.co_varnames[1 : code.co_argcount + code.co_kwonlyargcount]
+            arguments.update({n: frame.f_locals[n] for n in names if n in frame.f_locals})
+            frame = frame.f_back
+        return {k: v for k, v in arguments.items() if k not in MIXTURE_ARGS}
+
+    def source_modules(self) -> dict[str, Any]:
+        """A DataModule per extra source (this class, this DataModule's arguments but
+        :attr:`source_arguments` with the source's own; the same classes where the class takes
+        ``class_names``), built once."""
+        if self._source_modules is None:
+            modules = {}
+            accepted = inspect.signature(type(self)).parameters
+            for name, overrides in self.other_sources:
+                unknown = sorted(set(overrides) - set(accepted))
+                if unknown:
+                    raise ValueError(f"{type(self).__name__}: source {name!r} sets {unknown}, which it does not take")
+                inherited = set(accepted) - set(self.source_arguments)
+                arguments = {k: v for k, v in self._arguments.items() if k in inherited} | overrides
+                if "class_names" in accepted and "class_names" not in overrides:
+                    arguments["class_names"] = getattr(self, "class_names", None)
+                try:
+                    module = type(self)(**arguments)
+                except (TypeError, ValueError) as error:
+                    raise ValueError(f"{type(self).__name__}: source {name!r}: {error}") from error
+                module.source_name = name
+                modules[name] = module
+            self._source_modules = modules
+        return self._source_modules
+
+    def _mix_sources(self, datasets: dict[str, Any], stage: str | None) -> dict[str, Any]:
+        """``datasets`` with the training split of every source served as one :class:`SourceMixture`."""
+        train = datasets.get("train")
+        if not self.other_sources and not isinstance(train, Mapping):
+            if self.source_weights is not None:
+                raise ValueError(f"{type(self).__name__}: source_weights need sources (there is one)")
+            return datasets
+        parts = dict(train) if isinstance(train, Mapping) else {MAIN: train}
+        owners = [self] * len(parts)
+        mine = self._compared_state()
+        state = self.plain_data_state()
+        mine_restored = {k: state.get(k) for k in self.state_restored}
+        for name, module in self.source_modules().items():
+            try:
+                module.setup(stage)
+            except DataError as error:
+                raise DataError(f"{type(self).__name__}: source {name!r}: {error}") from error
+            theirs = module._compared_state()
+            differ = [k for k in mine if k in theirs and mine[k] != theirs[k]]
+            if differ:
+                raise DataError(
+                    f"{type(self).__name__}: source {name!r} has "
+                    + "; ".join(f"{k}={theirs[k]!r} where {MAIN!r} has {mine[k]!r}" for k in differ)
+                    + ": a model cannot learn from both"
+                )
+            restored = {k: v for k, v in mine_restored.items() if v is not None}
+            if restored:  # training statistics: the main source's, for every source (and the checkpoint)
+                module.restore_data_state(restored)
+            parts[name] = module.dataset("train")
+            owners.append(module)
+            held = [s for s, d in module.datasets.items() if s != "train" and d is not module.datasets["train"]]
+            distinct = [
+                s for i, s in enumerate(held) if all(module.datasets[s] is not module.datasets[t] for t in held[:i])
+            ]
+            self.report.absorb(name, module.report, distinct)
+        mixture = SourceMixture(parts)
+        if self.source_weights is not None:
+            proportions(self.source_weights, mixture.names, type(self).__name__)  # refused now, not at the loader
+        self.report.mixture("train", mixture.counts(), self._planned_shares(mixture))
+        self._mixture_owners = owners
+        self.collate_fn = MixtureCollator(self.collate_fn)
+        return {**datasets, "train": mixture}
+
+    def _compared_state(self) -> dict[str, Any]:
+        """What every source must share with the main one: the :attr:`state_must_match` values."""
+        state = self.plain_data_state()
+        return {k: state[k] for k in self.state_must_match if k in state}
+
+    def _planned_shares(self, mixture: SourceMixture) -> dict[str, float]:
+        counts = np.asarray(list(mixture.counts().values()), dtype=np.float64)
+        weights = (
+            counts
+            if self.source_weights is None
+            else np.asarray(proportions(self.source_weights, mixture.names, type(self).__name__))
+        )
+        return dict(zip(mixture.names, (weights / weights.sum()).tolist(), strict=True))
+
+    def of_each_source(self, dataset: Any, per_dataset: str) -> Any:
+        """``self.<per_dataset>(dataset)``, a mixture's computed by each source's DataModule and concatenated."""
+        if not isinstance(dataset, SourceMixture):
+            return getattr(self, per_dataset)(dataset)
+        owners = self._mixture_owners or [self] * len(dataset.parts)
+        values = [getattr(owner, per_dataset)(part) for owner, part in zip(owners, dataset.parts, strict=True)]
+        return None if any(v is None for v in values) else np.concatenate([np.asarray(v) for v in values])
+
+    def _sampler_groups(self, dataset: Any) -> np.ndarray | None:
+        """:meth:`sampler_groups`; a mixture's sources never share a group (a group of one source,
+        a recording say, is not the same-numbered group of another), and under ``per_source`` each
+        source is one group at least."""
+        if not isinstance(dataset, SourceMixture):
+            return self.sampler_groups(dataset)
+        owners = self._mixture_owners or [self] * len(dataset.parts)
+        inner = [owner.sampler_groups(part) for owner, part in zip(owners, dataset.parts, strict=True)]
+        if all(g is None for g in inner) and self.mix == "within_batch":
+            return None
+        ids = [np.zeros(len(p), np.int64) if g is None else np.unique(g, return_inverse=True)[1].reshape(-1)
+               for g, p in zip(inner, dataset.parts, strict=True)]  # fmt: skip
+        firsts = np.cumsum([0] + [int(i.max()) + 1 if len(i) else 0 for i in ids])
+        return np.concatenate([i + first for i, first in zip(ids, firsts, strict=False)])
+
+    def _mixture_weights(self, mixture: SourceMixture) -> np.ndarray | None:
+        """Source s gets ``source_weights[s]`` of every epoch (default: its share of the samples),
+        its samples drawn by its own ``sample_weights``; None when neither weighs anything."""
+        owners = self._mixture_owners or [self] * len(mixture.parts)
+        within = [owner._weights_of(part) for owner, part in zip(owners, mixture.parts, strict=True)]
+        if self.source_weights is None and all(w is None for w in within):
+            return None  # every sample of every source once
+        counts = list(mixture.counts().values())
+        shares = counts if self.source_weights is None else proportions(self.source_weights, mixture.names, "")
+        return source_weights(shares, counts, within)
