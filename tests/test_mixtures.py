@@ -318,3 +318,16 @@ def test_every_source_is_standardised_with_the_main_sources_statistics() -> None
     (source,) = dm.source_modules().values()
     for mine, theirs in zip(dm.normalization, source.dataset("train").normalization, strict=True):
         assert np.array_equal(mine, theirs)
+
+
+def test_a_checkpoint_of_other_source_weights_warns_and_its_sampler_position_is_refused() -> None:
+    saved = TwoSources(source_weights=[1, 1], max_tokens=200)
+    saved.setup("fit")
+    sampler = saved.batch_sampler("train", True)
+    next(iter(sampler))
+    dm = TwoSources(source_weights=[1, 3], max_tokens=200)
+    dm.setup("fit")
+    with pytest.warns(UserWarning, match="source_weights=\\[1.0, 1.0\\] \\(here \\[1.0, 3.0\\]\\)"):
+        dm.load_state_dict(saved.state_dict())
+    with pytest.raises(ValueError, match="other weights"):
+        dm.batch_sampler("train", True).load_state_dict(sampler.state_dict())
