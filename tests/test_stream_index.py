@@ -24,6 +24,7 @@ from varlen.stream import ChunkList, SizeIndex, write_size_index
 from varlen.stream.size_index import FOLDER
 
 START = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+STARTS = ["--start-method", START] if START else []
 TEXT = ["--config", "configs/text_bert.yaml", "--data.init_args.synthetic_samples=60"]
 ESOL = ["--config", "configs/molecules_esol.yaml"]
 
@@ -132,6 +133,18 @@ def test_sizes_that_do_not_fit_the_chunks_are_refused(tmp_path: Path) -> None:
         write_size_index("s3://bucket/data", np.ones(8, int), ["tokens"])
 
 
+def test_a_size_index_of_two_builds_or_cut_short_is_refused(tmp_path: Path) -> None:
+    folder = write_size_index(fake_dataset(tmp_path, [4, 4]), np.arange(8), ["tokens"])
+    old_histograms = (folder / "histograms.arrow").read_bytes()
+    write_size_index(fake_dataset(tmp_path, [8]), np.arange(8), ["tokens"])
+    (folder / "histograms.arrow").write_bytes(old_histograms)
+    with pytest.raises(DataError, match=r"sizes.arrow and histograms.arrow were written for different chunk lists; "):
+        SizeIndex(tmp_path)
+    (folder / "sizes.arrow").write_bytes((folder / "sizes.arrow").read_bytes()[:100])
+    with pytest.raises(DataError, match=rf"{folder / 'sizes.arrow'} is unreadable .*rebuild it with varlen index"):
+        SizeIndex(tmp_path)
+
+
 def test_check_names_what_changed_and_how_to_rebuild(tmp_path: Path) -> None:
     """An index.json that lists more chunks (appended to) or other chunks (rewritten) is refused with the
     dataset folder, the difference and the rebuild command."""
@@ -199,12 +212,14 @@ def test_varlen_optimize_writes_the_text_training_split(litdata, tmp_path, monke
     """Chunks of every training sample in order, the size index equal to the DataModule's sampler_lengths, and
     decoded items that are the samples and collate as they do."""
     out = tmp_path / "text"
-    varlen(monkeypatch, "optimize", *TEXT, "--output", str(out), "--chunk-bytes", "3000", "--start-method", START)
+    options = ["--chunk-bytes", "3000", "--num-workers", "2", *STARTS]
+    varlen(monkeypatch, "optimize", *TEXT, "--output", str(out), *options)
     dm = datamodule(TEXT)
     train = dm.dataset("train")
     printed = capsys.readouterr().out
     index = SizeIndex(out)
     assert index.num_chunks > 2 and index.axes == ("tokens",)
+    assert {name.split("-")[1] for name in index.chunks.names} == {"0", "1"}  # two writers, in sample order
     assert f"wrote {len(train)} samples in {index.num_chunks} LitData chunks" in printed
     assert f"{out / FOLDER}" in printed
     assert np.array_equal(concatenated(index)[:, 0], dm.sampler_lengths(train))
@@ -221,7 +236,7 @@ def test_varlen_optimize_writes_the_text_training_split(litdata, tmp_path, monke
 
 def test_varlen_optimize_writes_molecules(litdata, tmp_path, monkeypatch, capsys) -> None:
     out = tmp_path / "esol"
-    varlen(monkeypatch, "optimize", *ESOL, "--output", str(out), "--chunk-bytes", "200000", "--start-method", START)
+    varlen(monkeypatch, "optimize", *ESOL, "--output", str(out), "--chunk-bytes", "200000", *STARTS)
     dm = datamodule(ESOL)
     train = dm.dataset("train")
     index = SizeIndex(out)
@@ -238,7 +253,7 @@ def test_varlen_optimize_writes_molecules(litdata, tmp_path, monkeypatch, capsys
     assert graphs.num_graphs == 3 and graphs.x.shape[0] == sum(len(item["x"]) for item in items)
     # a second write into the same folder is refused (exit 2, as fit on bad data)
     with pytest.raises(SystemExit) as exit:
-        varlen(monkeypatch, "optimize", *ESOL, "--output", str(out), "--start-method", START)
+        varlen(monkeypatch, "optimize", *ESOL, "--output", str(out), *STARTS)
     assert exit.value.code == 2
     assert f"varlen: error: {out} already holds a LitData dataset (index.json)" in capsys.readouterr().err
 
@@ -269,12 +284,12 @@ def test_index_sizes_of_a_plain_litdata_dataset(plain_dataset: Path, monkeypatch
 def test_a_bad_size_function_names_the_chunk_and_the_item(plain_dataset: Path, monkeypatch, capsys) -> None:
     from varlen.stream.index_sizes import index_sizes
 
-    where = rf"{plain_dataset}: chunk 1 \(chunk-0-1.bin\), item 5 \(item 13\): the size function"
+    where = rf"{plain_dataset}: chunk 1 \(chunk-0-1.bin\), item 5 \(item 13 of all\): the size function"
     with pytest.raises(DataError, match=where + r" .*failing_size.* failed: KeyError\('no such field'\)"):
         index_sizes(plain_dataset, stream_items.failing_size)
     with pytest.raises(DataError, match=where + r" gave -1, not a whole number from 0 to 2147483647"):
         index_sizes(plain_dataset, stream_items.negative_size)
-    with pytest.raises(DataError, match=r"item 1 \(item 1\): the size function gave \(3, 2\), not a whole number"):
+    with pytest.raises(DataError, match=r"item 1 \(item 1 of all\): the size function gave \(3, 2\), not a whole"):
         index_sizes(plain_dataset, lambda item: (3, 2) if item["index"] == 1 else 3)
     assert not (plain_dataset / FOLDER).exists()  # nothing written
     # the CLI: exit 2 with the message (as fit on bad data); a size function that is not there is a usage error

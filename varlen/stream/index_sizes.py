@@ -84,7 +84,8 @@ def index_sizes(
         if count >= total:
             raise DataError(f"{dataset_dir}: more items than the {total} its index.json lists")
         chunk = int(chunk_of[count])
-        where = f"{dataset_dir}: chunk {chunk} ({chunks.names[chunk]}), item {count - first[chunk]} (item {count})"
+        chunk_name = chunks.names[chunk]
+        where = f"{dataset_dir}: chunk {chunk} ({chunk_name}), item {count - first[chunk]} (item {count} of all)"
         try:
             value = size_fn(item)
         except Exception as error:

@@ -146,15 +146,15 @@ class SizeIndex:
         self.dataset_dir = Path(dataset_dir)
         self._sizes = self._open(SIZES)
         table = self._open(HISTOGRAMS)
-        if table.num_record_batches != 1:
-            self._refuse(f"{HISTOGRAMS} holds {table.num_record_batches} record batches, not 1")
-        self._table = table.get_batch(0)
-        metadata = self._table.schema.metadata
+        metadata = table.schema.metadata
         self.axes: tuple[str, ...] = tuple(json.loads(metadata[b"varlen.axes"]))
         self.key = metadata[b"varlen.key"].decode()
         self.size_fn = metadata[b"varlen.size_fn"].decode() or None
         #: the histograms' bin edges (a size ``s`` falls in the first bin whose edge is ``>= s``)
         self.edges = np.asarray(json.loads(metadata[b"varlen.grid"]), np.int64)
+        if table.num_record_batches != 1:
+            self._refuse(f"{HISTOGRAMS} holds {table.num_record_batches} record batches, not 1")
+        self._table = table.get_batch(0)
         if self._sizes.schema.metadata.get(b"varlen.key") != metadata[b"varlen.key"]:
             self._refuse(f"{SIZES} and {HISTOGRAMS} were written for different chunk lists")
         if self._sizes.num_record_batches != self._table.num_rows:

@@ -100,6 +100,8 @@ def write_split(
         verbose=False,
         start_method=start_method,
     )
+    if not (output / INDEX_JSON).is_file():
+        raise DataError(f"{output}: LitData's writers wrote no {INDEX_JSON} (they failed: see their errors above)")
     chunks = ChunkList.read(output)
     if int(chunks.samples.sum()) != len(dataset):
         raise DataError(
