@@ -3,7 +3,8 @@
 #   bash scripts/run.sh demo   # short real training of every scenario on its embedded default + summary
 #   bash scripts/run.sh test   # the test suite
 # Set-up: a .venv beside this folder, torch first (the CPU build when there is no NVIDIA GPU, never
-# a multi-GB CUDA build), then varlen and its dependencies. Re-runs reuse what is installed.
+# a multi-GB CUDA build), then varlen and its dependencies (the stream extra too, keeping that torch).
+# Re-runs reuse what is installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,7 +29,26 @@ setup() {
       rm -rf "$wheels"
     fi
   fi
-  python -m pip install -q -e ".[all,dev]"
+  install_varlen
+}
+
+# varlen with every scenario, the tests' tools and the stream extra (litdata), keeping the torch installed
+# above. litdata requires torchvision, each release of which pins one torch: the installed torch goes in a
+# constraints file, or pip would replace a CPU torch with a multi-GB CUDA build. PyPI's torchvision is built
+# for CUDA torch: beside a CPU torch it cannot load, and while it is installed torchmetrics (so Lightning)
+# fails to import. varlen's streaming never uses it (LitData needs it for images only), so a torchvision that
+# does not import is removed. A re-run with litdata there leaves the stream extra as it is.
+install_varlen() {
+  local constraints extras="all,dev,stream"
+  python -c "import litdata" >/dev/null 2>&1 && extras="all,dev"
+  constraints=$(mktemp)
+  python -c 'import torch; print(f"torch=={torch.__version__}")' >"$constraints"
+  python -m pip install -q -c "$constraints" -e ".[$extras]"
+  rm -f "$constraints"
+  if python -m pip show -q torchvision >/dev/null 2>&1 && ! python -c "import torchvision" >/dev/null 2>&1; then
+    echo "setup: removing torchvision, built for another torch than this one (varlen's streaming does not use it)" >&2
+    python -m pip uninstall -q -y torchvision
+  fi
 }
 
 case "${1:-}" in

@@ -29,8 +29,11 @@ SCENARIO_EXTRAS = {
     "molecules": "molecules",
     "hyperspectral": "hyperspectral",
 }
-#: every module a scenario brings (what a core-only install does not have)
-SCENARIO_MODULES = sorted({m for modules in _extras.EXTRAS.values() for m in modules})
+#: every module a scenario or a feature extra (stream) brings (what a core-only install does not have)
+SCENARIO_MODULES = sorted(
+    {m for modules in _extras.EXTRAS.values() for m in modules}
+    | {m for _, modules in _extras.FEATURES.values() for m in modules}
+)
 CORE_MODULES = [
     "varlen.batching",
     "varlen.datamodules.base",
@@ -49,6 +52,7 @@ CORE_MODULES = [
     "varlen.cli",
     "varlen.inspection",
     "varlen.notices",
+    "varlen.stream",  # the size index reads without litdata; writing and reading chunks need the stream extra
 ]
 
 
@@ -173,8 +177,12 @@ def requirement_names(extra: str | None, seen: tuple[str, ...] = ()) -> set[str]
     return names
 
 
+#: modules of the feature extras, which a suite without them runs without (each is its distribution's name)
+FEATURE_MODULES = {m for _, modules in _extras.FEATURES.values() for m in modules}
+
+
 def distribution(module: str) -> str:
-    found = packages_distributions().get(module)
+    found = packages_distributions().get(module) or ([module] if module in FEATURE_MODULES else None)
     assert found, f"no installed distribution provides {module!r}"
     return canonicalize_name(found[0])
 
@@ -186,6 +194,16 @@ def test_each_extra_installs_the_modules_its_scenario_requires() -> None:
         assert {distribution(m) for m in modules} == requirement_names(extra), extra
     assert requirement_names("all") == set().union(*(requirement_names(e) for e in _extras.EXTRAS))
     assert not requirement_names(None) & requirement_names("all")  # the core installs no scenario package
+
+
+def test_a_feature_extra_is_outside_all_and_installs_what_it_imports() -> None:
+    """stream (litdata, which pulls torchvision) is no scenario's and not in ``all``: ``all`` installs on a CPU
+    machine as it is; the extra's distributions are those of the modules it imports (where installed)."""
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    assert set(_extras.FEATURES) == {"stream"} and set(_extras.FEATURES) <= set(extras)
+    for extra, (_, modules) in _extras.FEATURES.items():
+        assert not requirement_names(extra) & requirement_names("all"), extra
+        assert {distribution(m) for m in modules} == requirement_names(extra), extra
 
 
 def imports(path: Path) -> tuple[set[str], set[str]]:
@@ -216,6 +234,12 @@ def scenario_of(path: Path) -> str | None:
     return None
 
 
+def feature_of(path: Path) -> str | None:
+    """The feature extra of a module of ``varlen/<extra>/`` (``varlen.stream``), if any."""
+    parts = path.relative_to(ROOT / "varlen").parts
+    return parts[0] if len(parts) > 1 and parts[0] in _extras.FEATURES else None
+
+
 def test_every_import_is_installed_by_the_core_or_the_scenarios_extra() -> None:
     core = requirement_names(None)
     checked = 0
@@ -227,8 +251,10 @@ def test_every_import_is_installed_by_the_core_or_the_scenarios_extra() -> None:
             wrong = {m for m in top | lazy if distribution(m) not in allowed}
         else:  # the core: its module-level imports from the core only (varlen.testing: pytest, from dev)
             allowed = core | (requirement_names("dev") if path.name == "testing.py" else set())
+            feature = feature_of(path)  # varlen.stream: litdata inside functions, after require("stream")
+            lazy_allowed = core | requirement_names("all") | (requirement_names(feature) if feature else set())
             wrong = {m for m in top if distribution(m) not in allowed}
-            wrong |= {m for m in lazy if distribution(m) not in core | requirement_names("all")}
+            wrong |= {m for m in lazy if distribution(m) not in lazy_allowed}
         assert not wrong, f"{path.relative_to(ROOT)} imports {sorted(wrong)}, which its install does not bring"
         checked += 1
     assert checked > 80

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Sequence
 
-__all__ = ["EXTRAS", "MissingExtraError", "require"]
+__all__ = ["EXTRAS", "FEATURES", "MissingExtraError", "require"]
 
 #: extra (``pip install 'varlen[<extra>]'``) -> the modules its scenario imports (kept equal to
 #: pyproject's optional-dependencies by tests/test_extras.py)
@@ -21,6 +21,12 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "molecules": ("rdkit", "torch_geometric", "pandas"),
     "hyperspectral": ("scipy", "h5py", "spectral"),
 }
+#: extras that serve every scenario, outside ``all`` -> (what they bring, the modules they import):
+#: ``stream`` reads and writes LitData chunks (litdata pulls torchvision, which a CPU machine must
+#: install with care: ``bash scripts/run.sh setup`` does)
+FEATURES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "stream": ("streaming from LitData chunks", ("litdata",)),
+}
 
 
 class MissingExtraError(ModuleNotFoundError):
@@ -28,8 +34,9 @@ class MissingExtraError(ModuleNotFoundError):
 
     def __init__(self, extra: str, missing: Sequence[str]) -> None:
         self.extra, self.missing = extra, tuple(missing)
+        what = f"{FEATURES[extra][0]} (the {extra} extra)" if extra in FEATURES else f"{extra} scenario"
         super().__init__(
-            f"varlen's {extra} scenario needs {', '.join(self.missing)}, which "
+            f"varlen's {what} needs {', '.join(self.missing)}, which "
             f"{'is' if len(self.missing) == 1 else 'are'} not installed: pip install 'varlen[{extra}]'",
             name=self.missing[0],
         )
@@ -41,6 +48,7 @@ def require(extra: str) -> None:
     Raises:
         MissingExtraError: naming the modules not found and ``pip install 'varlen[<extra>]'``.
     """
-    missing = [name for name in EXTRAS[extra] if importlib.util.find_spec(name) is None]
+    modules = FEATURES[extra][1] if extra in FEATURES else EXTRAS[extra]
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
     if missing:
         raise MissingExtraError(extra, missing)

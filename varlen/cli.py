@@ -2,7 +2,10 @@
 
 ``varlen fit --config configs/text_bert.yaml`` (also ``validate``, ``test``, ``predict``), and
 ``varlen inspect --config ...`` (the batches a config will make, no training:
-:func:`inspect_command` builds the DataModule, :mod:`varlen.inspection` measures its batches).
+:func:`inspect_command` builds the DataModule, :mod:`varlen.inspection` measures its batches),
+``varlen optimize --config ... --output DIR`` (the training split as LitData chunks with its size
+index: :func:`optimize_command`) and ``varlen index-sizes DIR --size-fn module:function`` (the size
+index of chunks written elsewhere: :func:`index_sizes_command`); both need the ``stream`` extra.
 Values the model needs from the data (class count, feature sizes, pad id) are linked, not
 repeated in the YAML: each name in :data:`LINKED` that the chosen DataModule has is passed to
 the model's argument of the same name. The CLI keeps its output to what matters: Lightning's
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import multiprocessing
 import sys
 import warnings
 from collections.abc import Sequence
@@ -24,11 +28,23 @@ from lightning.pytorch.cli import ArgsType, LightningCLI
 
 import varlen.datamodules
 import varlen.models
+from varlen._extras import MissingExtraError
 from varlen.datamodules.base import LINKED
 from varlen.errors import DataError
 from varlen.inspection import SplitSummary, plot_summary, summarize
 
-__all__ = ["LINKED", "THIRD_PARTY_NOISE", "DataOnlyCLI", "VarLenCLI", "console", "inspect_command", "main", "quiet"]
+__all__ = [
+    "LINKED",
+    "THIRD_PARTY_NOISE",
+    "DataOnlyCLI",
+    "VarLenCLI",
+    "console",
+    "index_sizes_command",
+    "inspect_command",
+    "main",
+    "optimize_command",
+    "quiet",
+]
 
 #: third-party deprecation warnings a user of varlen can do nothing about (regular expressions)
 THIRD_PARTY_NOISE = (
@@ -97,6 +113,14 @@ def main(args: ArgsType = None, run: bool = True, cli_class: type[VarLenCLI] = V
     return cli
 
 
+def _datamodule(rest: Sequence[str], stage: str):
+    """The config's DataModule built and set up as ``fit`` would, with no model and no trainer."""
+    dm = main(list(rest), run=False, cli_class=DataOnlyCLI).datamodule
+    dm.prepare_data()
+    dm.setup(stage)
+    return dm
+
+
 def inspect_command(argv: Sequence[str]) -> SplitSummary:
     """``varlen inspect``: its own options, then the config and ``--data.*`` arguments ``fit`` takes.
 
@@ -116,9 +140,7 @@ def inspect_command(argv: Sequence[str]) -> SplitSummary:
     options, rest = parser.parse_known_args(list(argv))
     if options.world_size < 1:
         parser.error("--world-size must be >= 1")
-    dm = main(rest, run=False, cli_class=DataOnlyCLI).datamodule
-    dm.prepare_data()
-    dm.setup("fit" if options.split in ("train", "val") else options.split)
+    dm = _datamodule(rest, "fit" if options.split in ("train", "val") else options.split)
     try:
         summary = summarize(dm, options.split, options.world_size, options.max_batches)
     except ValueError as error:  # e.g. more ranks than the split has samples: a usage error, no traceback
@@ -127,6 +149,57 @@ def inspect_command(argv: Sequence[str]) -> SplitSummary:
         plot_summary(summary, options.out)
     print("\n".join(summary.lines()), flush=True)
     return summary
+
+
+def optimize_command(argv: Sequence[str]) -> None:
+    """``varlen optimize``: a config's training split written as LitData chunks, with its size index."""
+    parser = argparse.ArgumentParser(
+        prog="varlen optimize",
+        description="Write a config's training split as LitData chunks (litdata.optimize) with varlen's size "
+        "index beside its index.json. Every other argument is the one `varlen fit` takes (--config, --data.*).",
+    )
+    parser.add_argument("--output", required=True, help="a new folder for the chunks")
+    parser.add_argument("--chunk-bytes", default="64MB", help="bytes per chunk, e.g. 64MB (default) or 1000000")
+    parser.add_argument("--num-workers", type=int, default=None, help="LitData writer processes (default: its own)")
+    parser.add_argument(
+        "--start-method",
+        default=None,
+        choices=multiprocessing.get_all_start_methods(),
+        help="how LitData starts its writers (default: its own, spawn)",
+    )
+    options, rest = parser.parse_known_args(list(argv))
+    if options.num_workers is not None and options.num_workers < 1:
+        parser.error("--num-workers must be >= 1")
+    chunk_bytes = int(options.chunk_bytes) if options.chunk_bytes.isdigit() else options.chunk_bytes
+    from varlen.stream.write import write_split
+
+    dm = _datamodule(rest, "fit")
+    written = write_split(
+        dm, options.output, chunk_bytes=chunk_bytes, num_workers=options.num_workers, start_method=options.start_method
+    )
+    print("\n".join(written.lines()), flush=True)
+
+
+def index_sizes_command(argv: Sequence[str]) -> None:
+    """``varlen index-sizes``: the size index of a LitData dataset made elsewhere, from a size function."""
+    parser = argparse.ArgumentParser(
+        prog="varlen index-sizes",
+        description="Read a LitData dataset's items once, in order, and write varlen's size index beside its "
+        "index.json from a size function (one item -> an int, or a tuple of ints: one per budget axis).",
+    )
+    parser.add_argument("dir", help="the LitData dataset folder (holds index.json)")
+    parser.add_argument("--size-fn", required=True, help="module:function giving one item's size(s)")
+    parser.add_argument("--axes", default=None, help="names of the size axes, comma-separated (default: size)")
+    options = parser.parse_args(list(argv))
+    from varlen.stream.index_sizes import index_sizes, resolve_size_fn
+
+    try:
+        size_fn = resolve_size_fn(options.size_fn)
+    except ValueError as error:
+        parser.error(str(error))
+    axes = [a.strip() for a in options.axes.split(",")] if options.axes else None
+    folder = index_sizes(options.dir, size_fn, axes=axes, name=options.size_fn)
+    print(f"size index written: {folder}", flush=True)
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -154,8 +227,8 @@ def show_varlen_logs() -> None:
 
 
 def console() -> None:
-    """The ``varlen`` console script (``fit`` / ``validate`` / ``test`` / ``predict`` / ``inspect``);
-    bad data ends it with its message and status 2.
+    """The ``varlen`` console script (``fit`` / ``validate`` / ``test`` / ``predict`` / ``inspect`` /
+    ``optimize`` / ``index-sizes``); bad data ends it with its message and status 2.
 
     A :class:`~varlen.errors.DataError` says which file, row or sample is wrong and what to do:
     its traceback would only bury that, so it is printed alone.
@@ -165,8 +238,15 @@ def console() -> None:
     try:
         if argv[:1] == ["inspect"]:
             inspect_command(argv[1:])
+        elif argv[:1] == ["optimize"]:
+            optimize_command(argv[1:])
+        elif argv[:1] == ["index-sizes"]:
+            index_sizes_command(argv[1:])
         else:
             main()
+    except MissingExtraError as error:  # e.g. varlen optimize without the stream extra: the install says it all
+        print(f"varlen: error: {error}", file=sys.stderr)
+        sys.exit(2)
     except Exception as error:  # a DataError, also one jsonargparse wrapped while instantiating classes
         data_error = _data_error_in(error)
         if data_error is None:

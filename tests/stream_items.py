@@ -1,0 +1,35 @@
+"""Items and size functions for tests/test_stream_index.py: importable by module name, as LitData's
+writer processes and ``varlen index-sizes --size-fn module:function`` need."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["failing_size", "item_sizes", "make_item", "negative_size", "rows_of"]
+
+
+def rows_of(i: int) -> int:
+    return 1 + (i * 7) % 5
+
+
+def make_item(i: int) -> dict:
+    """Item ``i``: ``3 + (i * 13) % 40`` tokens, ``rows_of(i)`` rows of 2 values."""
+    return {
+        "index": i,
+        "tokens": np.arange(3 + (i * 13) % 40, dtype=np.int32),
+        "rows": np.ones((rows_of(i), 2), np.float32),
+    }
+
+
+def item_sizes(item: dict) -> tuple[int, int]:
+    return len(item["tokens"]), len(item["rows"])
+
+
+def failing_size(item: dict) -> int:
+    if item["index"] == 13:
+        raise KeyError("no such field")
+    return len(item["tokens"])
+
+
+def negative_size(item: dict) -> int:
+    return -1 if item["index"] == 13 else len(item["tokens"])

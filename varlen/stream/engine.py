@@ -1,0 +1,54 @@
+"""LitData, the engine under varlen's streaming: imported on first use, at a tested version only.
+
+varlen uses LitData's storage, ``index.json``, chunk writing and decoding, never its order. Those
+surfaces moved a lot between releases (0.2.71 -> 0.2.76 changed its item loaders and its default
+in-chunk shuffle), so :func:`check_litdata` refuses a release outside the range varlen was tested
+with, once, when streaming is first used: a clear message instead of chunks read wrongly.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from types import ModuleType
+
+from varlen._extras import require
+
+__all__ = ["TESTED_LITDATA", "check_litdata", "litdata"]
+
+#: the releases varlen's streaming was tested with: ``>= first``, ``< end`` (pyproject's stream extra)
+TESTED_LITDATA = ("0.2.76", "0.3")
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """The release numbers of a version string (``0.2.76.dev1`` -> ``(0, 2, 76)``)."""
+    match = re.match(r"\d+(\.\d+)*", version)
+    return tuple(int(part) for part in match.group(0).split(".")) if match else ()
+
+
+@functools.cache
+def check_litdata() -> None:
+    """Refuse a litdata outside :data:`TESTED_LITDATA` (run once, at the first use of streaming).
+
+    Raises:
+        MissingExtraError: litdata is not installed (names ``pip install 'varlen[stream]'``).
+        RuntimeError: naming the version found, the tested range and the install that fixes it.
+    """
+    require("stream")
+    import litdata as module
+
+    first, end = TESTED_LITDATA
+    found = module.__version__
+    if not _release(first) <= _release(found) < _release(end):
+        raise RuntimeError(
+            f"litdata {found} is outside the range varlen's streaming was tested with (>={first},<{end}): "
+            f"install a tested release (pip install 'litdata>={first},<{end}') or update varlen.stream"
+        )
+
+
+def litdata() -> ModuleType:
+    """The ``litdata`` module, checked (:func:`check_litdata`)."""
+    check_litdata()
+    import litdata as module
+
+    return module

@@ -1,0 +1,128 @@
+"""A DataModule's training split written as LitData chunks, with its size index (``varlen optimize``).
+
+Each item is the sample as ``dataset[i]`` gives it (a dict of arrays and ints, with its ``index``):
+what the scenario's collator takes back in a list. ``litdata.optimize`` writes them with
+``keep_data_ordered=True``, so each of its workers writes a contiguous slice of the samples in
+order and ``index.json`` lists the chunks in sample order: the size index is the DataModule's
+``sampler_lengths`` cut by the chunks' item counts, with no second pass over the data. A few
+items are decoded afterwards to check that order (a LitData that ordered them otherwise is refused).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from varlen.batching.plan import as_size_matrix
+from varlen.errors import DataError
+from varlen.stream.chunks import INDEX_JSON, ChunkList, local_folder
+from varlen.stream.engine import litdata
+from varlen.stream.size_index import FOLDER, write_size_index
+
+__all__ = ["SampleItems", "Written", "write_split"]
+
+#: items decoded after writing to check that the chunks hold the samples in order
+CHECKED_ITEMS = 8
+
+
+class SampleItems:
+    """``litdata.optimize``'s function: sample ``i`` of a dataset as an item (pickled to LitData's worker
+    processes with the dataset, which pickles as its file paths)."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __call__(self, i: int) -> Any:
+        sample = self.dataset[i]
+        if isinstance(sample, Mapping) and sample.get("index", i) != i:
+            raise DataError(f"sample {i} of {type(self.dataset).__name__} says it is sample {sample['index']}")
+        return sample
+
+
+@dataclass(frozen=True)
+class Written:
+    """What :func:`write_split` wrote."""
+
+    output: Path
+    samples: int
+    chunks: int
+    nbytes: int
+    axes: tuple[str, ...]
+
+    def lines(self) -> list[str]:
+        return [
+            f"wrote {self.samples} samples in {self.chunks} LitData chunks, {self.nbytes / 2**20:.2f} MiB: "
+            f"{self.output / INDEX_JSON}",
+            f"size index ({', '.join(self.axes)}; per chunk: sizes, histograms): {self.output / FOLDER}",
+        ]
+
+
+def write_split(
+    datamodule: Any,
+    output: str | Path,
+    *,
+    split: str = "train",
+    chunk_bytes: int | str = "64MB",
+    num_workers: int | None = None,
+    start_method: str | None = None,
+) -> Written:
+    """Write ``split`` of a set-up DataModule to the new folder ``output`` as LitData chunks, and its size index.
+
+    Args:
+        chunk_bytes, num_workers, start_method: ``litdata.optimize``'s (None: LitData's defaults; its
+            writers receive the dataset pickled, which carries its file paths, not its data).
+
+    Raises:
+        DataError: ``output`` already holds a dataset, LitData's workers wrote nothing, or the chunks
+            do not hold the samples in order.
+    """
+    output = local_folder(output)
+    if (output / INDEX_JSON).exists():
+        raise DataError(f"{output} already holds a LitData dataset ({INDEX_JSON}): give a new folder or remove it")
+    dataset = datamodule.dataset(split)
+    if len(dataset) == 0:
+        raise DataError(f"{type(datamodule).__name__}: the {split} split is empty, nothing to write")
+    sizes = as_size_matrix(datamodule.sampler_lengths(dataset))
+    if len(sizes) != len(dataset):
+        raise DataError(f"{type(datamodule).__name__}: {len(sizes)} sizes for {len(dataset)} {split} samples")
+    litdata().optimize(
+        fn=SampleItems(dataset),
+        inputs=list(range(len(dataset))),
+        output_dir=str(output),
+        chunk_bytes=chunk_bytes,
+        num_workers=num_workers,
+        keep_data_ordered=True,  # each worker a contiguous slice, in order: the chunks are in sample order
+        reorder_files=False,
+        verbose=False,
+        start_method=start_method,
+    )
+    if not (output / INDEX_JSON).is_file():
+        raise DataError(f"{output}: LitData's writers wrote no {INDEX_JSON} (they failed: see their errors above)")
+    chunks = ChunkList.read(output)
+    if int(chunks.samples.sum()) != len(dataset):
+        raise DataError(
+            f"{output}: LitData wrote {int(chunks.samples.sum())} of {len(dataset)} samples (its workers failed: "
+            "see their errors above)"
+        )
+    check_order(output, len(dataset))
+    axes = tuple(datamodule.size_axes)
+    write_size_index(output, sizes, axes, chunks=chunks)
+    return Written(output, len(dataset), len(chunks), int(chunks.nbytes.sum()), axes)
+
+
+def check_order(output: Path, total: int) -> None:
+    """Decode :data:`CHECKED_ITEMS` items spread over the dataset (the first and the last included) and
+    check that item ``i`` is sample ``i``: the size index relies on it."""
+    dataset = litdata().StreamingDataset(str(output), shuffle=False)
+    for position in np.unique(np.linspace(0, total - 1, CHECKED_ITEMS).astype(np.int64)).tolist():
+        item = dataset[position]
+        found = item.get("index") if isinstance(item, Mapping) else None
+        if found is not None and int(found) != position:
+            raise DataError(
+                f"{output}: item {position} of the written chunks is sample {int(found)}: this LitData "
+                f"({litdata().__version__}) did not keep the samples in order, so the size index cannot be written"
+            )
