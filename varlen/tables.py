@@ -35,7 +35,7 @@ from varlen import notices
 from varlen.batching.ragged import Ragged
 from varlen.cache import atomic_write, writable_folder
 
-__all__ = ["MappedTable", "TableBuilder", "open_table", "write_table"]
+__all__ = ["MappedTable", "TableBuilder", "as_numpy", "open_table", "write_table"]
 
 VERSION_FIELD = b"varlen.version"
 KEY_FIELD = b"varlen.key"
@@ -185,7 +185,7 @@ class TableBuilder:
 # -- Arrow -> numpy / Ragged ------------------------------------------------------------------------
 
 
-def _numpy(array: pa.Array) -> np.ndarray:
+def as_numpy(array: pa.Array) -> np.ndarray:
     """Values of an Arrow array as numpy, zero-copy: fixed-size lists become trailing dimensions."""
     shape = []
     while pa.types.is_fixed_size_list(array.type):
@@ -236,7 +236,7 @@ class MappedTable:
 
     def numpy(self, name: str) -> np.ndarray:
         """Column ``name`` as a read-only numpy view ``[N, *trailing]`` (strings: a copy)."""
-        return _numpy(self.batch.column(name))
+        return as_numpy(self.batch.column(name))
 
     def ragged(self, name: str, lengths: np.ndarray | None = None) -> Ragged:
         """List column ``name`` as :class:`Ragged` (two levels for a list of lists): views of the file.
@@ -252,8 +252,8 @@ class MappedTable:
             column = column.values
         offsets = _view(column.offsets)
         if lengths is None:
-            return Ragged.from_offsets(_numpy(column.values), offsets, groups)
-        return Ragged(_numpy(column.values), offsets[:-1], lengths, groups)
+            return Ragged.from_offsets(as_numpy(column.values), offsets, groups)
+        return Ragged(as_numpy(column.values), offsets[:-1], lengths, groups)
 
 
 def open_table(path: str | Path, *, version: str, key: str) -> MappedTable | None:

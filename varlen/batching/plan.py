@@ -134,15 +134,29 @@ def bucketize(sizes: np.ndarray, spec: PlanSpec) -> tuple[np.ndarray, np.ndarray
             edges = distinct
         else:
             quantiles = np.quantile(col, np.linspace(0, 1, num_buckets + 1)[1:], method="higher")
-            low = max(int(distinct[0]), 1)
-            steps = int(np.ceil(np.log(distinct[-1] / low) / np.log(GROWTH))) + 1
-            edges = np.union1d(quantiles, np.floor(low * GROWTH ** np.arange(steps)))
+            edges = np.union1d(quantiles, geometric_edges(int(distinct[0]), int(distinct[-1])))
         edges = populated_edges(np.sort(col), edges, spec, d)
         ids[:, d] = np.searchsorted(edges, col, side="left")
         bucket_max = np.zeros(len(edges) + 1, dtype=np.int64)
         np.maximum.at(bucket_max, np.searchsorted(edges, distinct, side="left"), distinct)
         rounded[:, d] = bucket_max[ids[:, d]]
     return ids, rounded
+
+
+def geometric_edges(low: int, high: int) -> np.ndarray:
+    """Sizes from ``max(low, 1)`` up to at least ``high``, each about :data:`GROWTH` times the last and
+    whole: every size while a 5% step is under one, then 5% steps. The grid behind :func:`bucketize`
+    and, from 1 to the int32 limit, :data:`SIZE_GRID`."""
+    low = max(int(low), 1)
+    steps = int(np.ceil(np.log(max(high, low) / low) / np.log(GROWTH))) + 1
+    return np.unique(np.floor(low * GROWTH ** np.arange(steps)).astype(np.int64))
+
+
+#: the fixed fine grid of every size an int32 holds: 0, then :func:`geometric_edges` from 1; a size
+#: ``s`` falls in bin ``searchsorted(SIZE_GRID, s)`` (the first edge ``>= s``), so each bin's edge is
+#: its size rounded up. Histograms over it (varlen.stream's size index) are comparable across data sets.
+SIZE_GRID = np.concatenate([[0], geometric_edges(1, 2**31 - 1)])
+SIZE_GRID.flags.writeable = False
 
 
 def batch_room(sizes: np.ndarray, spec: PlanSpec, dim: int) -> np.ndarray:
