@@ -30,6 +30,9 @@ from varlen.stream.plan import (
 
 __all__ = ["StreamBatchPlan", "dealt_batches"]
 
+#: descriptors turned into Python tuples at a time (a rank's epoch holds millions at 1 B samples)
+_ROWS = 4096
+
 
 def _split_tail(batches: np.ndarray, multiple: int, plan: StreamLayout, epoch: int, seed: int) -> np.ndarray:
     """``batches`` (descriptors) made to divide over ``multiple`` ranks by splitting the largest of the
@@ -155,19 +158,25 @@ class StreamBatchPlan:
 
     def descriptors(self) -> Iterator[tuple[int, int, int, int]]:
         """This epoch's descriptors for this rank, from a loaded state's position (nothing read)."""
+        for _, row in self._rows():
+            yield row
+
+    def _rows(self) -> Iterator[tuple[StreamLayout, tuple[int, int, int, int]]]:
         epoch = self.epoch
-        _, mine, before = self.epoch_batches(epoch)
+        plan, mine, before = self.epoch_batches(epoch)
         start = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
         self._resume, self._position = None, (epoch, start)
-        for served, row in enumerate(mine[start - before :].tolist(), start + 1):
-            self._position = (epoch, served)
-            yield tuple(row)
+        served = start
+        for first in range(start - before, len(mine), _ROWS):
+            for row in mine[first : first + _ROWS].tolist():
+                served += 1
+                self._position = (epoch, served)
+                yield plan, tuple(row)
 
     def __iter__(self) -> Iterator[np.ndarray]:
         """This epoch's batches for this rank, as global sample ids: one window read at a time."""
-        plan, _, _ = self.epoch_batches(self.epoch)
         epoch, loaded = self.epoch, (-1, None, None)
-        for window, batch, low, high in self.descriptors():
+        for plan, (window, batch, low, high) in self._rows():
             if loaded[0] != window:
                 loaded = (window, *window_batches(self.index, plan, window, epoch, self.seed))
             ids, bounds = loaded[1], loaded[2]
