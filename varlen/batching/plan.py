@@ -175,7 +175,13 @@ def populated_edges(ordered: np.ndarray, edges: np.ndarray, spec: PlanSpec, dim:
     give the same batches every epoch (a long tail, or a small dataset). Joining the bucket above
     costs padding for its own few samples only: the bucket above keeps its largest size.
     """
-    at_or_below = np.searchsorted(ordered, edges, side="right").tolist()
+    return keep_populated(edges, np.searchsorted(ordered, edges, side="right"), spec, dim)
+
+
+def keep_populated(edges: np.ndarray, at_or_below: np.ndarray, spec: PlanSpec, dim: int) -> np.ndarray:
+    """:func:`populated_edges` from counts: ``at_or_below[i]`` samples have sizes ``<= edges[i]``
+    (a size histogram gives them without the sizes: the streaming plan's case)."""
+    at_or_below = np.asarray(at_or_below).tolist()
     need = np.ceil(MIX_BATCHES * batch_room(edges.astype(np.int64), spec, dim)).tolist()
     kept, last = [], 0
     for edge, count, enough in zip(edges.tolist(), at_or_below, need, strict=True):

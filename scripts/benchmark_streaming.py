@@ -1,0 +1,228 @@
+"""Benchmarks of streamed data (issue 20), printed as markdown tables.
+
+``--part plan``: the batch plan computed from a size index (:mod:`varlen.stream.plan`), on lognormal(5, 1)
+token counts in [1, 8192] under a budget of 8192 padded tokens, chunks of 8192 samples:
+
+* plan set-up per rank (seconds; RSS added, and the peak tracemalloc traces) and per-epoch planning, at
+  10 M samples (real per-chunk arrays in memory), 100 M and 1 B (a simulated index: histograms only,
+  a chunk's sizes drawn when read), against today's in-memory ``BucketBatchSampler`` where it fits;
+* restore mid-epoch + the first batch (one window read);
+* equal counts at W = 1, 2, 3, 8, 64, 512 on the 10 M index, every sample served once checked, and the
+  batches added to equalise them;
+* real / padded tokens against the global in-memory plan, random batches at varlen's mean batch size
+  (LitData's batching) and lhotse's ``DynamicBucketingSampler`` at the same budget (on a subset: lhotse
+  holds a Python object per sample).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import time
+import tracemalloc
+import warnings
+
+import numpy as np
+import psutil
+
+from varlen.batching import BucketBatchSampler
+from varlen.batching.plan import PlanSpec, build_plan
+from varlen.stream.memory_index import ArraySizeIndex, SimulatedSizeIndex
+from varlen.stream.plan import layout, window_batches
+from varlen.stream.plan_state import StreamBatchPlan
+
+BUDGET, CHUNK, TOP = 8192, 8192, 8192
+
+
+def lognormal(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.clip(np.rint(rng.lognormal(5.0, 1.0, n)), 1, TOP).astype(np.int32)
+
+
+def label(n: int) -> str:
+    return f"{n / 1e9:g}B" if n >= 1e9 else f"{n / 1e6:g}M" if n >= 1e6 else f"{n / 1e3:g}k"
+
+
+def rss_mb() -> float:
+    return psutil.Process().memory_info().rss / 2**20
+
+
+def measured(make):
+    """``make()``'s result, seconds, RSS added (MB) and its peak traced allocation (MB, a second run)."""
+    gc.collect()
+    before = rss_mb()
+    start = time.perf_counter()
+    out = make()
+    seconds = time.perf_counter() - start
+    added = rss_mb() - before
+    tracemalloc.start()
+    make()
+    peak = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
+    return out, seconds, added, peak
+
+
+def row(*cells) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def setup_table(indexes: dict[str, object], sizes_10m: np.ndarray, world: int) -> None:
+    print(f"\n### Plan set-up per rank (W = {world}, rank 0) and per-epoch planning\n")
+    print(row("samples", "index", "set-up (s)", "RSS added (MB)", "peak traced (MB)", "per-epoch (s)",
+              "windows", "batches per rank", "restore + first batch (s)"))  # fmt: skip
+    print(row(*["---"] * 9))
+    for name, index in indexes.items():
+        plan, seconds, added, peak = measured(lambda: StreamBatchPlan(index, max_tokens=BUDGET, num_replicas=world))  # noqa: B023
+        start = time.perf_counter()
+        plan.epoch_batches(1)
+        epoch = time.perf_counter() - start
+        state = {**plan.state_dict(), "epoch": 1, "batches_served": plan.layout.batches_per_rank // 2}
+        resumed = StreamBatchPlan(index, max_tokens=BUDGET, num_replicas=world)
+        start = time.perf_counter()
+        resumed.load_state_dict(state)
+        next(iter(resumed))  # computes the descriptors, reads one window
+        restore = time.perf_counter() - start
+        kind = "real arrays" if isinstance(index, ArraySizeIndex) else "simulated"
+        print(row(name, kind, f"{seconds:.2f}", f"{added:.0f}", f"{peak:.0f}", f"{epoch:.4f}", plan.layout.num_windows,
+                  plan.layout.batches_per_rank, f"{restore:.2f}"))  # fmt: skip
+        del plan, resumed
+    sampler, seconds, added, peak = measured(
+        lambda: BucketBatchSampler(sizes_10m, max_tokens=BUDGET, num_replicas=world)
+    )
+    start = time.perf_counter()
+    sampler.global_plan(1)
+    epoch = time.perf_counter() - start
+    name = f"{label(len(sizes_10m))}, today's BucketBatchSampler"
+    print(
+        row(name, "all sizes", f"{seconds:.2f}", f"{added:.0f}", f"{peak:.0f}", f"{epoch:.2f}", "-", len(sampler), "-")
+    )
+    print(
+        "\nToday's sampler is not run at 100 M and 1 B here (2 shared cores, 23 GB): it holds every size and "
+        "a plan of every sample on every rank (issue 20 measured 30 M: 10.4 s set-up, 6.3 s per epoch, 2.0 GB)."
+    )
+
+
+def serve_all(index, plan, sizes: np.ndarray) -> tuple[np.ndarray, int, int, int]:
+    """Every window's batches of epoch 0: how often each sample is served, real and padded tokens, batches."""
+    seen = np.zeros(len(sizes), np.int32)
+    real = padded = batches = 0
+    for window in range(plan.num_windows):
+        ids, bounds = window_batches(index, plan, window, 0, 0)
+        starts = np.sort(bounds[:, 0])
+        np.testing.assert_array_equal(np.sort(bounds[:, 1]), np.append(starts[1:], len(ids)))  # they tile
+        np.add.at(seen, ids, 1)
+        ordered = sizes[ids].astype(np.int64)
+        real += int(ordered.sum())
+        padded += int((np.diff(np.append(starts, len(ids))) * np.maximum.reduceat(ordered, starts)).sum())
+        batches += len(bounds)
+    return seen, real, padded, batches
+
+
+def counts_table(index, sizes: np.ndarray, worlds: list[int]) -> dict[int, tuple[int, int, int]]:
+    print(f"\n### Equal counts on every rank, {label(len(sizes))} samples (epoch 0, every window served)\n")
+    print(row("W", "batches per rank", "batches", "added to equalise", "every sample once", "set-up (s)"))
+    print(row(*["---"] * 6))
+    results = {}
+    spec = PlanSpec(max_tokens=(BUDGET,))
+    for world in worlds:
+        start = time.perf_counter()
+        plan = layout(index, spec, seed=0, num_replicas=world)
+        seconds = time.perf_counter() - start
+        seen, real, padded, batches = serve_all(index, plan, sizes)
+        assert batches == world * plan.batches_per_rank
+        once = bool((seen == 1).all())
+        share = plan.extra_batches / batches
+        print(row(world, plan.batches_per_rank, batches, f"{plan.extra_batches} ({share:.4%})", once, f"{seconds:.2f}"))
+        results[world] = (real, padded, batches)
+    return results
+
+
+def lhotse_batches(lengths: np.ndarray, budget: int) -> list[np.ndarray] | None:
+    """lhotse's ``DynamicBucketingSampler`` (``max_duration`` = budget, durations = token counts), as
+    ``scripts/benchmark_text.py`` calls it; None without lhotse."""
+    try:
+        from lhotse import CutSet, MonoCut
+        from lhotse.dataset import DynamicBucketingSampler
+    except ImportError:
+        return None
+    cuts = CutSet.from_cuts(MonoCut(str(i), 0.0, float(n), 0) for i, n in enumerate(lengths.tolist()))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*eagerly read CutSet.*")
+        sampler = DynamicBucketingSampler(cuts, max_duration=budget, shuffle=True, seed=0, world_size=1, rank=0)
+        return [np.asarray([int(cut.id) for cut in batch]) for batch in sampler]
+
+
+def efficiency(batches: list[np.ndarray], sizes: np.ndarray) -> tuple[float, int]:
+    real = sum(int(sizes[b].sum()) for b in batches)
+    return real / sum(len(b) * int(sizes[b].max()) for b in batches), len(batches)
+
+
+def padding_table(index, sizes: np.ndarray, streamed: tuple[int, int, int], world: int, subset: int) -> None:
+    print(f"\n### Real / padded tokens at a budget of {BUDGET} (epoch 0)\n")
+    print(row("batching", "samples", "real / padded", "batches", "vs global plan"))
+    print(row(*["---"] * 5))
+    spec = PlanSpec(max_tokens=(BUDGET,))
+    whole = build_plan(sizes[:, None], spec, shuffle=True, seed=0, epoch=0)
+    lengths = np.diff(whole.bounds, axis=1)[:, 0]
+    maxima = np.maximum.reduceat(sizes[whole.order].astype(np.int64), whole.bounds[:, 0])
+    global_eff = int(sizes.sum(dtype=np.int64)) / int((lengths * maxima).sum())
+    n = label(len(sizes))
+    print(row("global in-memory plan (BucketBatchSampler)", n, f"{global_eff:.2%}", len(whole), "-"))
+    real, padded, batches = streamed
+    print(row(f"streamed, default window, W = {world}", n, f"{real / padded:.2%}", batches,
+              f"{100 * (real / padded - global_eff):+.2f} pt, {batches / len(whole) - 1:+.2%} batches"))  # fmt: skip
+    small = layout(index, spec, seed=0, num_replicas=world, window_batches=500)
+    _, real, padded, batches = serve_all(index, small, sizes)
+    print(row(f"streamed, 500-batch windows, W = {world}", n, f"{real / padded:.2%}", batches,
+              f"{100 * (real / padded - global_eff):+.2f} pt, {batches / len(whole) - 1:+.2%} batches"))  # fmt: skip
+    mean = max(1, round(len(sizes) / len(whole)))
+    order = np.random.default_rng(0).permutation(len(sizes))
+    eff, count = efficiency(np.array_split(order, -(-len(sizes) // mean)), sizes)
+    print(row(f"random batches of {mean} (LitData's batching)", n, f"{eff:.2%}", count,
+              f"{100 * (eff - global_eff):+.2f} pt"))  # fmt: skip
+    part = sizes[:subset]
+    whole = build_plan(part[:, None], spec, shuffle=True, seed=0, epoch=0)
+    sub_eff, sub_count = efficiency([whole.order[a:b] for a, b in whole.bounds], part)
+    print(row("global in-memory plan", label(subset), f"{sub_eff:.2%}", sub_count, "-"))
+    theirs = lhotse_batches(part, BUDGET)
+    if theirs is None:
+        print("\nlhotse is not installed: left out")
+        return
+    eff, count = efficiency(theirs, part)
+    print(row("lhotse DynamicBucketingSampler", label(subset), f"{eff:.2%}", count,
+              f"{100 * (eff - sub_eff):+.2f} pt (vs the same {label(subset)})"))  # fmt: skip
+
+
+def plan_part(args: argparse.Namespace) -> None:
+    start = time.perf_counter()
+    sizes = lognormal(args.samples)
+    real = ArraySizeIndex.from_sizes(np.split(sizes, np.arange(CHUNK, len(sizes), CHUNK)))
+    print(f"{label(args.samples)} lognormal sizes as {real.num_chunks} chunks in {time.perf_counter() - start:.1f} s")
+    indexes: dict[str, object] = {label(args.samples): real}
+    for n in args.simulated:
+        indexes[label(n)] = SimulatedSizeIndex(n, CHUNK, max_size=TOP)
+    setup_table(indexes, sizes, args.world)
+    del indexes
+    streamed = counts_table(real, sizes, args.worlds)
+    padding_table(real, sizes, streamed[args.world], args.world, args.lhotse_subset)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--part", default="plan", help="comma-separated: plan")
+    parser.add_argument("--samples", type=int, default=10_000_000, help="samples of the real (in-memory) index")
+    parser.add_argument("--simulated", default="100000000,1000000000", help="samples of the simulated indexes")
+    parser.add_argument("--world", type=int, default=8, help="ranks of the set-up and padding tables")
+    parser.add_argument("--worlds", default="1,2,3,8,64,512")
+    parser.add_argument("--lhotse-subset", type=int, default=200_000, help="samples lhotse plans (an object each)")
+    args = parser.parse_args()
+    args.simulated = [int(n) for n in args.simulated.split(",") if n]
+    args.worlds = [int(w) for w in args.worlds.split(",")]
+    if args.world not in args.worlds:
+        args.worlds.append(args.world)
+    for part in args.part.split(","):
+        {"plan": plan_part}[part](args)
+
+
+if __name__ == "__main__":
+    main()
