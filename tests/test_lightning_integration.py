@@ -100,27 +100,32 @@ def test_epochs_reshuffle_inside_lightning(tmp_path: Path) -> None:
     assert sorted(i for b in first for i in b) == sorted(i for b in second for i in b) == list(range(200))
 
 
-def test_lightning_ddp_with_default_flags(tmp_path: Path) -> None:
-    env = {
+def _toy_env() -> dict[str, str]:
+    return {
         "OMP_NUM_THREADS": "1",
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
     }
-    run = subprocess.run(
-        [sys.executable, str(HERE / "ddp_toy_fit.py"), str(tmp_path), "120"],
-        check=True,
-        env=env,
-        timeout=600,
-        capture_output=True,
-        text=True,
-    )
+
+
+@pytest.fixture(scope="module")
+def ddp_toy_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """One 2-process fit of two epochs with default flags, a checkpoint every 5 steps: its folder and stderr."""
+    out = tmp_path_factory.mktemp("ddp_toy")
+    command = [sys.executable, str(HERE / "ddp_toy_fit.py"), str(out), "120", "5"]
+    run = subprocess.run(command, check=True, env=_toy_env(), timeout=600, capture_output=True, text=True)
+    return out, run.stderr
+
+
+def test_lightning_ddp_with_default_flags(ddp_toy_run: tuple[Path, str]) -> None:
+    tmp_path, stderr = ddp_toy_run
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert ranks[0]["global_step"] == ranks[1]["global_step"] > 0
     assert ranks[0]["batches"] == ranks[1]["batches"] == 2 * ranks[0]["num_training_batches"]
     served = np.bincount(ranks[0]["indices"] + ranks[1]["indices"], minlength=301)
     assert (served == 2).all()  # two epochs, every sample exactly once per epoch
     # the report is said once per job (once per setup: fit sets up once), not once per rank
-    assert run.stderr.count("ToyDataModule: data report") == 1, run.stderr[-3000:]
+    assert stderr.count("ToyDataModule: data report") == 1, stderr[-3000:]
     # telemetry: every rank reports the same epoch summary, over both ranks' batches
     telemetry = [json.loads((tmp_path / f"telemetry{r}.json").read_text()) for r in range(2)]
     assert telemetry[0] == telemetry[1] and len(telemetry[0]) == 2
@@ -140,26 +145,18 @@ def _rank_batches(out: Path, rank: int) -> list[list[list[int]]]:
     return [batches[:half], batches[half:]]
 
 
-def test_ddp_checkpoint_resumes_exactly_on_every_rank(tmp_path: Path) -> None:
+def test_ddp_checkpoint_resumes_exactly_on_every_rank(ddp_toy_run: tuple[Path, str], tmp_path: Path) -> None:
     """A 2-process fit resumed from a mid-epoch checkpoint trains each rank on exactly the batches
     the uninterrupted run trained it on after that step (the state is rank-independent)."""
-    env = {
-        "OMP_NUM_THREADS": "1",
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]),
-    }
-
-    def run(out: Path, resume: str = "-") -> list[list[list[int]]]:
-        out.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, str(HERE / "ddp_toy_fit.py"), str(out), "120", "5", resume]
-        subprocess.run(command, check=True, env=env, timeout=600)
-        return [json.loads((out / f"batches{r}.json").read_text()) for r in range(2)]
-
-    full = run(tmp_path / "full")
+    out, _ = ddp_toy_run
+    full = [json.loads((out / f"batches{r}.json").read_text()) for r in range(2)]
     per_epoch = len(full[0]) // 2
     step = 5 * (per_epoch // 5 + 1)  # a checkpoint inside the second epoch
     assert step % per_epoch and step < len(full[0])
-    resumed = run(tmp_path / "resumed", str(tmp_path / "full" / "ckpt" / f"step={step}.ckpt"))
+    checkpoint = str(out / "ckpt" / f"step={step}.ckpt")
+    command = [sys.executable, str(HERE / "ddp_toy_fit.py"), str(tmp_path), "120", "5", checkpoint]
+    subprocess.run(command, check=True, env=_toy_env(), timeout=600)
+    resumed = [json.loads((tmp_path / f"batches{r}.json").read_text()) for r in range(2)]
     assert resumed[0] == full[0][step:] and resumed[1] == full[1][step:]
 
 
@@ -167,8 +164,7 @@ def test_a_checkpoint_of_one_process_resumes_on_two_with_every_remaining_sample_
     """Saved on 1 rank mid-epoch, resumed on 2 through Lightning: the rest of the epoch is served
     exactly once, both ranks get as many batches (more per rank than a fresh 2-rank epoch: the
     resumed epoch counts the batches served before), and the next epoch is a whole one."""
-    pythonpath = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
-    env = {"OMP_NUM_THREADS": "1", **os.environ, "PYTHONPATH": pythonpath}
+    env = _toy_env()
 
     def run(out: Path, devices: int, resume: str = "-") -> list[tuple[list[list[int]], list[int]]]:
         out.mkdir(parents=True, exist_ok=True)
