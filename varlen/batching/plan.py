@@ -350,6 +350,25 @@ def deal(bounds: np.ndarray, num_replicas: int, drop_last: bool) -> np.ndarray:
     return split_to_multiple(bounds, num_replicas)
 
 
+def saved_position(state: dict, num_replicas: int, what: str) -> tuple[int, int, tuple[tuple[int, int], ...]]:
+    """A saved sampler state's ``(epoch, batches served per rank, segments)`` on ``num_replicas``
+    ranks: ``segments`` lists the ``(world size, batches per rank)`` of the epoch's parts served on
+    other world sizes, the saved one's own part added when it is not this one (see
+    :func:`remaining_batches`). ``what`` names the state in the error.
+
+    Raises:
+        ValueError: a state whose counts do not add up.
+    """
+    served = int(state["batches_served"])
+    segments = tuple((int(world), int(count)) for world, count in state.get("segments", ()))
+    here = served - sum(count for _, count in segments)  # served on the saved world size
+    if here < 0 or any(count < 0 for _, count in segments):
+        raise ValueError(f"{what} state is inconsistent: {served} batches served, segments {segments}")
+    if int(state["num_replicas"]) != num_replicas and here:
+        segments += ((int(state["num_replicas"]), here),)
+    return int(state["epoch"]), served, segments
+
+
 def remaining_batches(
     bounds: np.ndarray, segments: Sequence[tuple[int, int]], num_replicas: int, drop_last: bool
 ) -> np.ndarray:

@@ -21,7 +21,15 @@ from torch.utils.data import BatchSampler, Sampler
 
 from varlen import notices
 from varlen.batching.collate import round_up
-from varlen.batching.plan import Plan, PlanSpec, as_size_matrix, bucketize, build_plan, remaining_batches
+from varlen.batching.plan import (
+    Plan,
+    PlanSpec,
+    as_size_matrix,
+    bucketize,
+    build_plan,
+    remaining_batches,
+    saved_position,
+)
 from varlen.batching.weights import WeightedDraw, strata_of
 
 
@@ -295,14 +303,7 @@ class BucketBatchSampler(BatchSampler):
                 "sampler state was saved with other weights, num_samples or replacement "
                 f"(draw {state.get('draw')}, this sampler's: {mine}): its position means other batches"
             )
-        served = int(state["batches_served"])
-        segments = tuple((int(world), int(count)) for world, count in state.get("segments", ()))
-        here = served - sum(count for _, count in segments)  # served on the saved world size
-        if here < 0 or any(count < 0 for _, count in segments):
-            raise ValueError(f"sampler state is inconsistent: {served} batches served, segments {segments}")
-        if state["num_replicas"] != self.num_replicas and here:
-            segments += ((int(state["num_replicas"]), here),)
-        epoch = int(state["epoch"])
+        epoch, served, segments = saved_position(state, self.num_replicas, "sampler")
         self._elastic = (epoch, segments) if segments else None
         self.set_epoch(epoch)
         if served >= len(self):

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from varlen.batching.plan import PlanSpec, split_to_multiple
+from varlen.batching.plan import PlanSpec, saved_position, split_to_multiple
 from varlen.cache import cache_key
 from varlen.stream.plan import (
     WINDOW_BATCHES,
@@ -211,14 +211,7 @@ class StreamBatchPlan:
         for name, mine in (("index", self.index.key), ("seed", self.seed), ("plan", self._key())):
             if state[name] != mine:
                 raise ValueError(f"plan state was saved with {name} {state[name]!r}, this plan has {mine!r}")
-        served = int(state["batches_served"])
-        segments = tuple((int(world), int(count)) for world, count in state["segments"])
-        here = served - sum(count for _, count in segments)
-        if here < 0 or any(count < 0 for _, count in segments):
-            raise ValueError(f"plan state is inconsistent: {served} batches served, segments {segments}")
-        if int(state["num_replicas"]) != self.num_replicas and here:
-            segments += ((int(state["num_replicas"]), here),)
-        epoch = int(state["epoch"])
+        epoch, served, segments = saved_position(state, self.num_replicas, "plan")
         self._elastic = (epoch, segments) if segments else None
         self.set_epoch(epoch)
         if served >= len(self):
