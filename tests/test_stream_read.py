@@ -199,3 +199,34 @@ def test_a_streamed_esol_epoch_collates_into_pyg_batches(tmp_path: Path) -> None
         assert batch.x.shape[0] + batch.edge_attr.shape[0] <= dm.max_tokens  # atoms + directed edges, summed
         served.extend(batch["index"].tolist())
     assert sorted(served) == list(range(len(train)))
+
+
+def test_a_missing_chunk_and_settings_a_stream_cannot_serve_are_refused(text_stream: Path, tmp_path: Path) -> None:
+    copy = Path(shutil.copytree(text_stream, tmp_path / "copy"))
+    index = SizeIndex(copy)
+    (copy / index.chunks.names[2]).unlink()
+    dm = text_dm(copy)
+    sample = int(index.samples_per_chunk[:2].sum()) + 1
+    with pytest.raises(DataError, match=rf"chunk 2 \({index.chunks.names[2]}\), item 1 \(sample {sample}\) could not"):
+        dm.dataset("train")[sample]
+    with pytest.raises(ValueError, match=r"stream and sources cannot be combined yet"):
+        text_dm(text_stream, sources=[{"name": "more", "synthetic_samples": 40}])
+
+
+def test_varlen_inspect_shows_a_streamed_training_split(text_stream: Path, monkeypatch, capsys) -> None:
+    """The plan inspected is the streamed one on 2 ranks: every sample once, the sampler's count per rank."""
+    from varlen.cli import console
+
+    argv = [*TEXT, f"--data.init_args.stream={text_stream}", "--data.init_args.batch_size=null"]
+    argv += [f"--data.init_args.max_tokens={MAX_TOKENS}", "--world-size", "2"]
+    monkeypatch.setattr(sys, "argv", ["varlen", "inspect", *argv])
+    console()
+    printed = capsys.readouterr().out
+    dm = text_dm(text_stream)
+    dm.stream_window_batches = None  # the config's: the plan's default window
+    sampler = dm.batch_sampler("train", True, num_replicas=2, rank=0)
+    plan = sampler.global_plan(0)
+    assert np.array_equal(np.sort(plan.order), np.arange(SAMPLES))
+    assert len(plan) == 2 * len(sampler)
+    assert f"samples {SAMPLES};" in printed
+    assert f"batches per epoch {len(plan)} ({len(sampler)} per rank on 2)" in printed

@@ -10,12 +10,15 @@ and the loader's pickling carry no open files.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from torch.utils.data import BatchSampler, Sampler
 
+from varlen.batching.plan import Plan
 from varlen.batching.sampler import BucketBatchSampler, EpochTracker
 from varlen.stream.plan import WINDOW_BATCHES
 from varlen.stream.plan_state import StreamBatchPlan
@@ -38,6 +41,9 @@ class StreamBatchSampler(BatchSampler):
     ``len()`` is the same on every rank and every epoch (an epoch resumed on another number of
     ranks has its own, as the in-memory sampler's).
     """
+
+    #: the streamed plan draws no weights (what ``varlen inspect`` reads)
+    draw = None
 
     def __init__(
         self,
@@ -92,6 +98,26 @@ class StreamBatchSampler(BatchSampler):
         creating its first iterator)."""
         for batch in self._synced():
             yield batch.tolist()
+
+    def global_plan(self, epoch: int | None = None) -> Plan:
+        """Every rank's batches of ``epoch`` in serving order (rank r's t-th batch is batch ``t * W + r``),
+        as the in-memory sampler's :meth:`~varlen.batching.BucketBatchSampler.global_plan`: for a look at
+        the whole split (``varlen inspect``), it reads every rank's windows."""
+        epoch = self.epoch if epoch is None else int(epoch)
+        ranks = []
+        for rank in range(self.num_replicas):
+            plan = copy.copy(self.plan)  # the same layouts; a fresh position, from the epoch's start
+            plan.rank, plan._resume, plan._elastic, plan._dealt = rank, None, None, None
+            plan.set_epoch(epoch)
+            ranks.append(list(plan))
+        batches = [batch for turn in zip(*ranks, strict=True) for batch in turn]
+        ends = np.cumsum([len(batch) for batch in batches])
+        order = np.concatenate(batches) if batches else np.zeros(0, np.int64)
+        return Plan(order, np.stack([ends - [len(b) for b in batches], ends], axis=1))
+
+    def bucket_sizes(self) -> list[np.ndarray]:
+        """The size each bucket's samples are costed at, per axis (one: the streamed plan's)."""
+        return [np.asarray(self.plan.layout.rounded)]
 
     def state_dict(self) -> dict[str, Any]:
         return self._synced().state_dict()
