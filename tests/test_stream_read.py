@@ -103,6 +103,14 @@ def test_a_streamed_epoch_serves_every_sample_once_within_the_budget(text_stream
     assert epochs[0] != epochs[1]  # a new order every epoch, the same count
 
 
+@pytest.mark.skipif("spawn" not in multiprocessing.get_all_start_methods(), reason="no spawn here")
+def test_spawned_workers_read_the_stream_as_the_plan_says(text_stream: Path) -> None:
+    """A spawned worker receives the dataset as its folder and the size function's name, and opens its own reader."""
+    dm = text_dm(text_stream, num_workers=2, multiprocessing_context="spawn", persistent_workers=True)
+    loader = dm.train_dataloader()
+    assert [batch["index"].tolist() for batch in loader] == list(loader.batch_sampler)
+
+
 class Recorder(pl.Callback):
     def __init__(self) -> None:
         self.batches: list[tuple[int, list[int]]] = []
@@ -211,6 +219,8 @@ def test_a_missing_chunk_and_settings_a_stream_cannot_serve_are_refused(text_str
         dm.dataset("train")[sample]
     with pytest.raises(ValueError, match=r"stream and sources cannot be combined yet"):
         text_dm(text_stream, sources=[{"name": "more", "synthetic_samples": 40}])
+    with pytest.raises(ValueError, match=r"stream needs shuffle=True"):
+        text_dm(text_stream, shuffle=False)
 
 
 def test_varlen_inspect_shows_a_streamed_training_split(text_stream: Path, monkeypatch, capsys) -> None:

@@ -38,7 +38,7 @@ def streamed_train(dm: Any) -> Any:
     Raises:
         DataError: no size index (naming ``varlen index-sizes``), an index that does not describe the
             folder's ``index.json``, or one of other size axes than the DataModule's.
-        ValueError: settings a streamed split cannot serve (other sources, sample weights).
+        ValueError: settings a streamed split cannot serve (other sources, sample weights, no shuffle).
     """
     from varlen.stream.dataset import StreamedDataset
     from varlen.stream.engine import check_litdata
@@ -48,6 +48,8 @@ def streamed_train(dm: Any) -> Any:
         raise ValueError(f"{owner}: stream and sources cannot be combined yet (the stream is the training split)")
     if dm.sample_weights is not None:
         raise ValueError(f"{owner}: stream and sample_weights cannot be combined yet (the streamed plan is unweighted)")
+    if not dm.shuffle:
+        raise ValueError(f"{owner}: stream needs shuffle=True (the streamed plan orders every epoch by seed and epoch)")
     if getattr(type(dm).sample_sizes, "__qualname__", "") == "VarLenDataModule.sample_sizes":
         raise ValueError(
             f"{owner}: stream needs sample_sizes (the sizes of decoded samples), which it does not implement"
