@@ -111,6 +111,25 @@ def test_spawned_workers_read_the_stream_as_the_plan_says(text_stream: Path) -> 
     assert [batch["index"].tolist() for batch in loader] == list(loader.batch_sampler)
 
 
+def test_lightning_rebuilds_the_streamed_sampler_for_its_rank(text_stream: Path) -> None:
+    """Under DDP Lightning rebuilds the batch sampler with its saved arguments and the injected
+    DistributedSampler: the rebuilt one serves rank 1 of 2's batches, and set_epoch lands on it."""
+    from lightning.fabric.utilities.data import _replace_dunder_methods
+    from lightning.pytorch.utilities.data import _update_dataloader
+    from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+
+    dm = text_dm(text_stream)
+    with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):
+        loader = dm.train_dataloader()
+    injected = DistributedSampler(dm.dataset("train"), num_replicas=2, rank=1, shuffle=False)
+    rebuilt = _update_dataloader(loader, injected).batch_sampler
+    assert type(rebuilt).__name__ == "StreamBatchSampler" and (rebuilt.num_replicas, rebuilt.rank) == (2, 1)
+    injected.set_epoch(3)
+    mine = dm.batch_sampler("train", True, num_replicas=2, rank=1)
+    mine.set_epoch(3)
+    assert list(rebuilt) == list(mine) and len(rebuilt) == len(mine)
+
+
 class Recorder(pl.Callback):
     def __init__(self) -> None:
         self.batches: list[tuple[int, list[int]]] = []

@@ -5,7 +5,9 @@ index). ``setup`` builds val / test from the DataModule's own sources as usual, 
 training split by a :class:`~varlen.stream.dataset.StreamedDataset` over the folder, after checking
 the size index against ``index.json`` and against the DataModule (its size axes); the training
 batches come from a :class:`~varlen.stream.sampler.StreamBatchSampler` planned from the size index
-alone. Everything here imports litdata only when ``stream`` is set (the ``stream`` extra).
+alone. litdata is imported only when ``stream`` is set (the ``stream`` extra); the sampler class is
+imported with the base, before Lightning wraps every ``BatchSampler`` subclass's ``__init__`` to record
+its arguments (a class imported later is not recorded, and Lightning cannot rebuild it under DDP).
 """
 
 from __future__ import annotations
@@ -13,6 +15,10 @@ from __future__ import annotations
 from typing import Any
 
 from varlen.errors import DataError
+from varlen.stream.dataset import StreamedDataset
+from varlen.stream.engine import check_litdata
+from varlen.stream.plan import WINDOW_BATCHES
+from varlen.stream.sampler import StreamBatchSampler  # imported with the base: see the module docstring
 
 __all__ = ["check_stream", "stream_sampler", "streamed_train"]
 
@@ -40,8 +46,6 @@ def streamed_train(dm: Any) -> Any:
             folder's ``index.json``, or one of other size axes than the DataModule's.
         ValueError: settings a streamed split cannot serve (other sources, sample weights, no shuffle).
     """
-    from varlen.stream.dataset import StreamedDataset
-    from varlen.stream.engine import check_litdata
 
     owner = type(dm).__name__
     if dm.other_sources:
@@ -68,8 +72,6 @@ def streamed_train(dm: Any) -> Any:
 
 def stream_sampler(dm: Any, num_replicas: int | None, rank: int | None) -> Any:
     """The training batch sampler of a streamed ``dm`` (its ``batch_size`` / ``max_tokens``, its seed)."""
-    from varlen.stream.plan import WINDOW_BATCHES
-    from varlen.stream.sampler import StreamBatchSampler
 
     spec = dm._plan_spec(dm.batch_size, dm.max_tokens)
     if spec.max_tokens is not None and len(spec.max_tokens) > 1:
