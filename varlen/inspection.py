@@ -180,7 +180,9 @@ def summarize(
         axes=axes,
         sizes=sizes,
         quantiles=np.quantile(sizes, QUANTILES, axis=0) if len(sizes) else np.zeros((5, sizes.shape[1])),
-        bucket_edges=[np.unique(sampler._buckets[1][:, d]) for d in range(sizes.shape[1])],
+        bucket_edges=sampler.bucket_sizes()
+        if hasattr(sampler, "bucket_sizes")  # a streamed split's, from its size index
+        else [np.unique(sampler._buckets[1][:, d]) for d in range(sizes.shape[1])],
         world_size=world_size,
         batches=len(batches),
         batches_per_rank=len(sampler),

@@ -18,6 +18,7 @@ from varlen.batching.loader import VarLenLoader
 from varlen.batching.plan import PlanSpec
 from varlen.batching.telemetry import BatchStats, mask_stats
 from varlen.datamodules.sources import Mix, SourceMixing, check_mix, check_source_weights, check_sources
+from varlen.datamodules.streaming import check_stream, stream_sampler, streamed_train
 from varlen.datamodules.weighting import BALANCED, balanced_weights
 from varlen.datasets.mixture import SourceMixture
 from varlen.errors import DataError
@@ -59,6 +60,7 @@ BASE_ARGS = (
     "sources",
     "source_weights",
     "mix",
+    "stream",
 )
 #: the split ``predict`` runs on, unless the DataModule built a ``predict`` split of its own
 PredictSplit = Literal["train", "val", "test"]
@@ -134,6 +136,9 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
             ``sample_weights`` where the DataModule has them, else equally.
         mix: ``"within_batch"`` (sources share batches) or ``"per_source"`` (each batch holds one
             source's samples).
+        stream: a local folder written by ``varlen optimize`` (LitData chunks and their size index):
+            the training split is read from it and planned from its size index; val / test come from
+            this DataModule's own sources (see :mod:`varlen.datamodules.streaming`).
 
     Attributes:
         report: :class:`~varlen.report.DataReport` of the last ``setup``: per split, samples kept,
@@ -155,6 +160,8 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
     #: the arguments that say where a source's data is (files, roots, a synthetic set): an entry of
     #: ``sources`` has its own or their defaults, never the main source's
     source_arguments: tuple[str, ...] = ()
+    #: a streamed training split's window in batches (None: the plan's default)
+    stream_window_batches: int | None = None
 
     def __init__(
         self,
@@ -174,6 +181,7 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
         sources: list[dict[str, Any]] | None = None,
         source_weights: list[float] | dict[str, float] | None = None,
         mix: Mix = "within_batch",
+        stream: str | None = None,
     ) -> None:
         super().__init__()
         # every subclass's arguments too, for the loggers and checkpoints; linked values are the model's
@@ -182,6 +190,7 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
         self.other_sources = check_sources(sources, owner)
         self.source_weights = check_source_weights(source_weights, owner)
         self.mix = check_mix(mix, owner)
+        self.stream = check_stream(stream, owner)
         # the subclass's own arguments (linked ones included): what a source's DataModule starts from
         self._arguments = self._init_arguments(inspect.currentframe()) if self.other_sources else {}
         self._source_modules: dict[str, VarLenDataModule] | None = None
@@ -229,6 +238,13 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
     def sampler_lengths(self, dataset: Dataset) -> np.ndarray:
         """Per-sample sizes the sampler batches by (default: the dataset's ``lengths``)."""
         return np.asarray(dataset.lengths)
+
+    @staticmethod
+    def sample_sizes(samples: list[Any]) -> np.ndarray:
+        """The sizes of decoded samples (``dataset[i]`` dicts), ``[n, D]``: what :meth:`sampler_lengths`
+        gives for them, checked against a stream's size index. Static, so loader workers receive it by
+        name; a DataModule that streams implements it."""
+        raise NotImplementedError("this DataModule cannot check streamed samples: implement sample_sizes")
 
     def sampler_groups(self, dataset: Dataset) -> np.ndarray | None:
         """Optional group id per sample; batches then never mix groups (default: no groups)."""
@@ -345,6 +361,8 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
             return
         self.report.clear()
         datasets = self._mix_sources(self.build(stage), stage)
+        if self.stream is not None:  # the training split from the stream; val / test as built
+            datasets["train"] = streamed_train(self)
         for split, dataset in datasets.items():
             self.report.keep(split, len(dataset))
         self.datasets = datasets
@@ -397,7 +415,10 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
         """The bucketing batch sampler of ``split`` (ranks default to torch.distributed's); the
         shuffled training split's draws by :meth:`train_weights`, every other split serves each
         sample once. The weights are an argument of the sampler, so the sampler Lightning
-        rebuilds under DDP (with its saved arguments) keeps them."""
+        rebuilds under DDP (with its saved arguments) keeps them. A streamed training split's is a
+        :class:`~varlen.stream.sampler.StreamBatchSampler`."""
+        if split == "train" and self.stream is not None:
+            return stream_sampler(self, num_replicas, rank)
         spec = self._plan_spec(self.batch_size, self.max_tokens)
         weights = self.train_weights() if split == "train" and shuffle else None
         dataset = self.dataset(split)

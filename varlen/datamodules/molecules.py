@@ -97,6 +97,9 @@ class MoleculeDataModule(VarLenDataModule):
         source_weights: each source's share of every epoch (a list, or a mapping by name; None:
             as many as each holds); inside a source, samples are drawn by ``sample_weights``.
         mix: ``"within_batch"`` (sources share batches) or ``"per_source"`` (one source per batch).
+        stream: a local folder written by ``varlen optimize`` from this configuration: the training
+            split is read from its LitData chunks and planned from its size index (the ``stream``
+            extra); validation and test come from the sources above.
         cache_dir: where the graph and target tables are built and mapped from (default:
             ``$VARLEN_CACHE`` or ``~/.cache/varlen``); a folder that cannot be written is a ``DataError``.
         num_proc: processes for featurising big tables (small ones are done in-process).
@@ -151,6 +154,7 @@ class MoleculeDataModule(VarLenDataModule):
         sources: list[dict[str, Any]] | None = None,
         source_weights: list[float] | dict[str, float] | None = None,
         mix: Mix = "within_batch",
+        stream: str | None = None,
     ) -> None:
         super().__init__(**base_args(locals()))
         if dataset is not None and dataset not in MOLECULENET:
@@ -255,6 +259,11 @@ class MoleculeDataModule(VarLenDataModule):
             columns = tuple(self.target_columns)
             self._table = MoleculeTable(self.source, self.store.smiles, targets.targets, targets.lines, columns)
         return self._table
+
+    @staticmethod
+    def sample_sizes(samples: list[Any]) -> np.ndarray:
+        """Atoms + directed edges of each decoded molecule (what ``lengths`` counts), ``[n, 1]``."""
+        return np.array([[len(s["x"]) + len(s["edge_attr"])] for s in samples], dtype=np.int64).reshape(-1, 1)
 
     def build(self, stage: str | None) -> dict[str, MoleculeGraphs]:
         """Map the table's graphs and targets, leave out (and count) unusable molecules, split, standardize."""

@@ -123,6 +123,9 @@ class TextClassificationDataModule(VarLenDataModule):
         source_weights: each source's share of every epoch (a list, or a mapping by name; None:
             as many as each holds); inside a source, samples are drawn by ``sample_weights``.
         mix: ``"within_batch"`` (sources share batches) or ``"per_source"`` (one source per batch).
+        stream: a local folder written by ``varlen optimize`` from this configuration: the training
+            split is read from its LitData chunks and planned from its size index (the ``stream``
+            extra); validation and test come from the sources above.
     """
 
     mask_keys = ("attention_mask",)
@@ -178,6 +181,7 @@ class TextClassificationDataModule(VarLenDataModule):
         sources: list[dict[str, Any]] | None = None,
         source_weights: list[float] | dict[str, float] | None = None,
         mix: Mix = "within_batch",
+        stream: str | None = None,
     ) -> None:
         super().__init__(**base_args(locals()))
         if train_file is None and (val_file or test_file):
@@ -345,6 +349,11 @@ class TextClassificationDataModule(VarLenDataModule):
             split: load_tokens(self.cache_folder, source, classes, self.tokenizer, tokenization, identity)
             for split, source in self.sources.items()
         }
+
+    @staticmethod
+    def sample_sizes(samples: list[Any]) -> np.ndarray:
+        """Tokens of each decoded sample (what ``lengths`` counts), ``[n, 1]``."""
+        return np.array([[len(s["input_ids"])] for s in samples], dtype=np.int64).reshape(-1, 1)
 
     def build(self, stage: str | None) -> dict[str, TokenizedTexts]:
         self.collate_fn = self._collate()

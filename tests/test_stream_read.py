@@ -1,0 +1,261 @@
+"""The stream extra's reading step: a DataModule's training split read from chunks ``varlen optimize`` wrote
+(``stream:``), its items equal to the DataModule's samples, streamed epochs that serve every sample once within
+the budget (with and without workers), a Lightning fit that resumes mid-epoch exactly, and the refusals: a
+tampered size index, a folder without one. Needs litdata (the ``stream`` extra): skipped without it."""
+
+from __future__ import annotations
+
+import multiprocessing
+import pickle
+import shutil
+import sys
+from pathlib import Path
+
+import lightning.pytorch as pl
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from varlen.errors import DataError
+
+pytest.importorskip("litdata")
+
+from varlen.stream import SizeIndex, write_size_index  # noqa: E402
+from varlen.stream.dataset import StreamedDataset  # noqa: E402
+from varlen.stream.size_index import FOLDER  # noqa: E402
+
+START = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
+STARTS = ["--start-method", START] if START else []
+SAMPLES, MAX_TOKENS = 120, 400
+TEXT = ["--config", "configs/text_bert.yaml", f"--data.init_args.synthetic_samples={SAMPLES}"]
+ESOL = ["--config", "configs/molecules_esol.yaml"]
+
+
+def optimize(out: Path, *argv: str) -> Path:
+    """``varlen optimize`` (the console script, in this process) into ``out``."""
+    from varlen.cli import console
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "argv", ["varlen", "optimize", *argv, "--output", str(out), *STARTS])
+        console()
+    return out
+
+
+@pytest.fixture(scope="module")
+def text_stream(tmp_path_factory) -> Path:
+    return optimize(tmp_path_factory.mktemp("stream") / "text", *TEXT, "--chunk-bytes", "3000", "--num-workers", "2")
+
+
+def text_dm(stream: Path | None, **kwargs):
+    """The config's text DataModule (the synthetic reviews), streamed from ``stream`` or not, set up."""
+    from varlen.datamodules.text import TextClassificationDataModule
+
+    arguments = {"synthetic_samples": SAMPLES, "batch_size": None, "max_tokens": MAX_TOKENS} | kwargs
+    dm = TextClassificationDataModule(stream=None if stream is None else str(stream), **arguments)
+    dm.stream_window_batches = 4  # several windows in a small split
+    dm.prepare_data()
+    dm.setup("fit")
+    return dm
+
+
+def same_sample(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(np.array_equal(np.asarray(a[k]), np.asarray(b[k])) for k in a)
+
+
+def test_streamed_items_are_the_datamodules_samples(text_stream: Path) -> None:
+    """Every item, read one at a time and as a batch across chunks in any order, is ``dataset[i]``; the
+    dataset pickles as its folder; val stays the DataModule's own."""
+    plain, streamed = text_dm(None), text_dm(text_stream)
+    train, read = plain.dataset("train"), streamed.dataset("train")
+    assert isinstance(read, StreamedDataset) and len(read) == len(train)
+    assert read.index.num_chunks > 2
+    for i in range(len(train)):
+        assert same_sample(read[i], train[i]), i
+    ids = [len(train) - 1, 0, int(read.offsets[1]), 5, len(train) // 2]  # chunks out of order
+    assert all(same_sample(a, train[i]) for a, i in zip(read.__getitems__(ids), ids, strict=True))
+    copy = pickle.loads(pickle.dumps(read))
+    assert copy._stream is None and len(pickle.dumps(read)) < 1000  # the folder and a function's name
+    assert same_sample(copy[7], train[7])
+    assert np.array_equal(read.lengths, plain.sampler_lengths(train))
+    assert len(streamed.dataset("val")) == len(plain.dataset("val")) and streamed.dataset("val") is not read
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_streamed_epoch_serves_every_sample_once_within_the_budget(text_stream: Path, num_workers: int) -> None:
+    extra = {"multiprocessing_context": START} if num_workers else {}
+    dm = text_dm(text_stream, num_workers=num_workers, **extra)
+    loader = dm.train_dataloader()
+    sampler = loader.batch_sampler
+    assert type(sampler).__name__ == "StreamBatchSampler"
+    epochs = []
+    for epoch in (0, 1):
+        sampler.set_epoch(epoch)
+        planned = list(sampler)
+        batches = [batch["index"].tolist() for batch in loader]
+        assert batches == planned and len(batches) == len(sampler) == len(loader)  # workers serve the plan
+        for batch in loader if epoch == 0 else ():
+            rows, width = batch["input_ids"].shape
+            assert rows * width <= MAX_TOKENS and batch["attention_mask"].sum(1).min() > 0
+        served = np.concatenate(batches)
+        assert np.array_equal(np.sort(served), np.arange(len(dm.dataset("train"))))
+        epochs.append(batches)
+    assert epochs[0] != epochs[1]  # a new order every epoch, the same count
+
+
+@pytest.mark.skipif("spawn" not in multiprocessing.get_all_start_methods(), reason="no spawn here")
+def test_spawned_workers_read_the_stream_as_the_plan_says(text_stream: Path) -> None:
+    """A spawned worker receives the dataset as its folder and the size function's name, and opens its own reader."""
+    dm = text_dm(text_stream, num_workers=2, multiprocessing_context="spawn", persistent_workers=True)
+    loader = dm.train_dataloader()
+    assert [batch["index"].tolist() for batch in loader] == list(loader.batch_sampler)
+
+
+def test_lightning_rebuilds_the_streamed_sampler_for_its_rank(text_stream: Path) -> None:
+    """Under DDP Lightning rebuilds the batch sampler with its saved arguments and the injected
+    DistributedSampler: the rebuilt one serves rank 1 of 2's batches, and set_epoch lands on it."""
+    from lightning.fabric.utilities.data import _replace_dunder_methods
+    from lightning.pytorch.utilities.data import _update_dataloader
+    from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+
+    dm = text_dm(text_stream)
+    with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):
+        loader = dm.train_dataloader()
+    injected = DistributedSampler(dm.dataset("train"), num_replicas=2, rank=1, shuffle=False)
+    rebuilt = _update_dataloader(loader, injected).batch_sampler
+    assert type(rebuilt).__name__ == "StreamBatchSampler" and (rebuilt.num_replicas, rebuilt.rank) == (2, 1)
+    injected.set_epoch(3)
+    mine = dm.batch_sampler("train", True, num_replicas=2, rank=1)
+    mine.set_epoch(3)
+    assert list(rebuilt) == list(mine) and len(rebuilt) == len(mine)
+
+
+class Recorder(pl.Callback):
+    def __init__(self) -> None:
+        self.batches: list[tuple[int, list[int]]] = []
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self.batches.append((trainer.current_epoch, batch["index"].tolist()))
+
+
+class Counting(pl.LightningModule):
+    """The least model a fit needs: one weight, a loss from the batch's tokens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(1))
+
+    def training_step(self, batch, batch_idx):
+        return (self.weight * batch["attention_mask"].float().mean()).sum() ** 2
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def fit(stream: Path, root: Path, ckpt_path: Path | None = None, every: int | None = None):
+    recorder = Recorder()
+    callbacks: list = [recorder]
+    if every:
+        callbacks.append(
+            pl.callbacks.ModelCheckpoint(dirpath=root, every_n_train_steps=every, save_top_k=-1, filename="{step}")
+        )
+    trainer = pl.Trainer(
+        max_epochs=2, accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+        enable_checkpointing=bool(every), callbacks=callbacks, num_sanity_val_steps=0, limit_val_batches=0,
+    )  # fmt: skip
+    dm = text_dm(stream)
+    trainer.fit(Counting(), datamodule=dm, ckpt_path=ckpt_path)
+    return recorder.batches
+
+
+def test_a_lightning_fit_on_the_stream_resumes_mid_epoch_exactly(text_stream: Path, tmp_path: Path) -> None:
+    full = fit(text_stream, tmp_path / "ckpt", every=3)
+    per_epoch = len(full) // 2
+    assert per_epoch > 4 and [e for e, _ in full] == [0] * per_epoch + [1] * per_epoch
+    saved = [s for s in range(3, 2 * per_epoch, 3) if s % per_epoch]  # checkpoints inside an epoch
+    first, second = max(s for s in saved if s < per_epoch), min(s for s in saved if s > per_epoch)
+    resumed = fit(text_stream, tmp_path / "again", ckpt_path=tmp_path / "ckpt" / f"step={first}.ckpt")
+    assert resumed == full[first:]
+    later = fit(text_stream, tmp_path / "later", ckpt_path=tmp_path / "ckpt" / f"step={second}.ckpt")
+    assert later == full[second:]  # inside the second epoch too
+
+
+def test_a_tampered_size_index_names_the_chunk_and_the_sample(text_stream: Path, tmp_path: Path) -> None:
+    copy = Path(shutil.copytree(text_stream, tmp_path / "copy"))
+    index = SizeIndex(copy)
+    sizes = np.concatenate([index.sizes(c) for c in range(index.num_chunks)]).copy()
+    chunk, item = 1, 2
+    sample = int(index.samples_per_chunk[:chunk].sum()) + item
+    sizes[sample, 0] += 1
+    write_size_index(copy, sizes, index.axes)  # the same chunk list: only the decoded sizes can tell
+    dm = text_dm(copy)
+    name = SizeIndex(copy).chunks.names[chunk]
+    with pytest.raises(DataError) as caught:
+        dm.dataset("train").__getitems__([0, sample])
+    message = str(caught.value)
+    assert f"chunk {chunk} ({name}), item {item} (sample {sample})" in message
+    assert f"its sizes are [{sizes[sample, 0] - 1}] (tokens), its size index says [{sizes[sample, 0]}]" in message
+    assert f"varlen index-sizes {copy}" in message
+    assert dm.dataset("train")[0]["index"] == 0  # the other samples still read
+
+
+def test_a_stream_without_a_size_index_names_the_command_that_builds_it(text_stream: Path, tmp_path: Path) -> None:
+    copy = Path(shutil.copytree(text_stream, tmp_path / "copy"))
+    shutil.rmtree(copy / FOLDER)
+    with pytest.raises(DataError, match=rf"{copy} has no size index .* build it with varlen index-sizes {copy}"):
+        text_dm(copy)
+    from varlen.datamodules.text import TextClassificationDataModule
+
+    with pytest.raises(ValueError, match=r"only a local folder is read for now"):
+        TextClassificationDataModule(stream="s3://bucket/text")
+
+
+def test_a_streamed_esol_epoch_collates_into_pyg_batches(tmp_path: Path) -> None:
+    from torch_geometric.data import Batch
+
+    from varlen.cli import DataOnlyCLI, main
+
+    out = optimize(tmp_path / "esol", *ESOL, "--chunk-bytes", "200000")
+    dm = main([*ESOL, f"--data.init_args.stream={out}"], run=False, cli_class=DataOnlyCLI).datamodule
+    dm.prepare_data()
+    dm.setup("fit")
+    train, served = dm.dataset("train"), []
+    assert isinstance(train, StreamedDataset) and SizeIndex(out).num_chunks > 1
+    for batch in dm.train_dataloader():
+        assert isinstance(batch, Batch)
+        assert batch.x.shape[0] + batch.edge_attr.shape[0] <= dm.max_tokens  # atoms + directed edges, summed
+        served.extend(batch["index"].tolist())
+    assert sorted(served) == list(range(len(train)))
+
+
+def test_a_missing_chunk_and_settings_a_stream_cannot_serve_are_refused(text_stream: Path, tmp_path: Path) -> None:
+    copy = Path(shutil.copytree(text_stream, tmp_path / "copy"))
+    index = SizeIndex(copy)
+    (copy / index.chunks.names[2]).unlink()
+    dm = text_dm(copy)
+    sample = int(index.samples_per_chunk[:2].sum()) + 1
+    with pytest.raises(DataError, match=rf"chunk 2 \({index.chunks.names[2]}\), item 1 \(sample {sample}\) could not"):
+        dm.dataset("train")[sample]
+    with pytest.raises(ValueError, match=r"stream and sources cannot be combined yet"):
+        text_dm(text_stream, sources=[{"name": "more", "synthetic_samples": 40}])
+    with pytest.raises(ValueError, match=r"stream needs shuffle=True"):
+        text_dm(text_stream, shuffle=False)
+
+
+def test_varlen_inspect_shows_a_streamed_training_split(text_stream: Path, monkeypatch, capsys) -> None:
+    """The plan inspected is the streamed one on 2 ranks: every sample once, the sampler's count per rank."""
+    from varlen.cli import console
+
+    argv = [*TEXT, f"--data.init_args.stream={text_stream}", "--data.init_args.batch_size=null"]
+    argv += [f"--data.init_args.max_tokens={MAX_TOKENS}", "--world-size", "2"]
+    monkeypatch.setattr(sys, "argv", ["varlen", "inspect", *argv])
+    console()
+    printed = capsys.readouterr().out
+    dm = text_dm(text_stream)
+    dm.stream_window_batches = None  # the config's: the plan's default window
+    sampler = dm.batch_sampler("train", True, num_replicas=2, rank=0)
+    plan = sampler.global_plan(0)
+    assert np.array_equal(np.sort(plan.order), np.arange(SAMPLES))
+    assert len(plan) == 2 * len(sampler)
+    assert f"samples {SAMPLES};" in printed
+    assert f"batches per epoch {len(plan)} ({len(sampler)} per rank on 2)" in printed

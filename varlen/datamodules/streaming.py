@@ -1,0 +1,93 @@
+"""A DataModule's training split read from LitData chunks (``stream``): the base's wiring, kept here.
+
+``stream`` names a local folder written by ``varlen optimize`` (chunks, ``index.json`` and the size
+index). ``setup`` builds val / test from the DataModule's own sources as usual, then replaces the
+training split by a :class:`~varlen.stream.dataset.StreamedDataset` over the folder, after checking
+the size index against ``index.json`` and against the DataModule (its size axes); the training
+batches come from a :class:`~varlen.stream.sampler.StreamBatchSampler` planned from the size index
+alone. litdata is imported only when ``stream`` is set (the ``stream`` extra); the sampler class is
+imported with the base, before Lightning wraps every ``BatchSampler`` subclass's ``__init__`` to record
+its arguments (a class imported later is not recorded, and Lightning cannot rebuild it under DDP).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from varlen.errors import DataError
+from varlen.stream.dataset import StreamedDataset
+from varlen.stream.engine import check_litdata
+from varlen.stream.plan import WINDOW_BATCHES
+from varlen.stream.sampler import StreamBatchSampler  # imported with the base: see the module docstring
+
+__all__ = ["check_stream", "stream_sampler", "streamed_train"]
+
+
+def check_stream(stream: str | None, owner: str) -> str | None:
+    """``stream`` as given, refused now (not at ``setup``) where it cannot work.
+
+    Raises:
+        ValueError: not a string, or a URL (object storage is not read yet: give a local folder).
+    """
+    if stream is None:
+        return None
+    if not isinstance(stream, str) or not stream:
+        raise ValueError(f"{owner}: stream must be a folder written by `varlen optimize`, got {stream!r}")
+    if "://" in stream:
+        raise ValueError(f"{owner}: stream={stream!r}: only a local folder is read for now (copy the dataset there)")
+    return stream
+
+
+def streamed_train(dm: Any) -> Any:
+    """The training split of ``dm`` read from ``dm.stream``, checked (see the module docstring).
+
+    Raises:
+        DataError: no size index (naming ``varlen index-sizes``), an index that does not describe the
+            folder's ``index.json``, or one of other size axes than the DataModule's.
+        ValueError: settings a streamed split cannot serve (other sources, sample weights, no shuffle).
+    """
+
+    owner = type(dm).__name__
+    if dm.other_sources:
+        raise ValueError(f"{owner}: stream and sources cannot be combined yet (the stream is the training split)")
+    if dm.sample_weights is not None:
+        raise ValueError(f"{owner}: stream and sample_weights cannot be combined yet (the streamed plan is unweighted)")
+    if not dm.shuffle:
+        raise ValueError(f"{owner}: stream needs shuffle=True (the streamed plan orders every epoch by seed and epoch)")
+    if getattr(type(dm).sample_sizes, "__qualname__", "") == "VarLenDataModule.sample_sizes":
+        raise ValueError(
+            f"{owner}: stream needs sample_sizes (the sizes of decoded samples), which it does not implement"
+        )
+    check_litdata()
+    dataset = StreamedDataset(dm.stream, type(dm).sample_sizes)
+    dataset.index.check()
+    axes = tuple(dm.size_axes)
+    if dataset.index.axes != axes:
+        raise DataError(
+            f"{dm.stream}: its size index counts {list(dataset.index.axes)}, {owner} batches by {list(axes)}: "
+            f"write the chunks with this DataModule (varlen optimize --config CONFIG --output DIR)"
+        )
+    return dataset
+
+
+def stream_sampler(dm: Any, num_replicas: int | None, rank: int | None) -> Any:
+    """The training batch sampler of a streamed ``dm`` (its ``batch_size`` / ``max_tokens``, its seed)."""
+
+    spec = dm._plan_spec(dm.batch_size, dm.max_tokens)
+    if spec.max_tokens is not None and len(spec.max_tokens) > 1:
+        raise ValueError(
+            f"{type(dm).__name__}: a streamed split is planned on one size axis, max_tokens is {spec.max_tokens}"
+        )
+    max_tokens = None if spec.max_tokens is None else spec.max_tokens[0]
+    return StreamBatchSampler(
+        dm.stream,
+        batch_size=spec.batch_size,
+        max_tokens=max_tokens,
+        cost=dm.sampler_cost,
+        max_batch_size=spec.max_batch_size,
+        pad_to_multiple_of=dm.pad_to_multiple_of if dm.sampler_rounds_sizes else None,
+        seed=dm.seed,
+        window_batches=dm.stream_window_batches or WINDOW_BATCHES,
+        num_replicas=num_replicas,
+        rank=rank,
+    )

@@ -1,0 +1,127 @@
+"""`StreamedDataset`: a LitData dataset folder read as a map-style dataset, by varlen's batches.
+
+Items are read with LitData's storage and decoding (a ``StreamingDataset`` opened lazily in each
+process, never iterated: its shuffler and worker sharding play no part). A batch's global sample ids
+are read chunk by chunk, each item addressed as ``ChunkedIndex(index=id, chunk_index=c)`` with the
+chunk computed from the size index, so LitData never searches for it. A local folder's chunks are read
+in place and nothing is deleted (LitData deletes only chunks it downloaded, after ``is_last_index``
+or a chunk change with a remote source, neither of which happens here).
+
+Every decoded sample's sizes are computed by the DataModule's ``sample_sizes`` and compared with its
+size index entry: a dataset rewritten under its index, or an index built with another size function,
+raises a :class:`~varlen.errors.DataError` naming the chunk, the sample and the rebuild command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch.utils.data import Dataset
+
+from varlen.errors import DataError
+from varlen.stream.engine import litdata
+from varlen.stream.size_index import SizeIndex, rebuild_command
+
+__all__ = ["SizeFn", "StreamedDataset"]
+
+#: samples -> their sizes ``[n, D]`` (what the size index holds for them: a DataModule's ``sample_sizes``)
+SizeFn = Callable[[Sequence[Any]], np.ndarray]
+
+
+class StreamedDataset(Dataset):
+    """The items of a local LitData dataset folder with a size index (``varlen optimize`` writes both).
+
+    Args:
+        folder: the dataset folder (``index.json``, chunks, ``varlen_sizes/``).
+        sample_sizes: samples -> ``[n, D]`` sizes; must pickle (a module-level function or a
+            static method: loader workers receive it with the dataset).
+
+    The dataset pickles as ``(folder, sample_sizes)``: a worker maps the size index and opens its own
+    ``StreamingDataset`` at its first read, under fork, spawn or forkserver alike.
+    """
+
+    def __init__(self, folder: str | Path, sample_sizes: SizeFn) -> None:
+        self.folder = str(folder)
+        self.sample_sizes = sample_sizes
+        self.index = SizeIndex(self.folder)
+        self.offsets = np.concatenate([[0], np.cumsum(self.index.samples_per_chunk)]).astype(np.int64)
+        self.names = self.index.chunks.names
+        self._stream: Any = None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (StreamedDataset, (self.folder, self.sample_sizes))
+
+    def __len__(self) -> int:
+        return int(self.offsets[-1])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Every sample's sizes from the size index (``[N]``, or ``[N, D]`` for several axes): for a
+        look at the whole split (``varlen inspect``); the sampler reads chunks, not this."""
+        sizes = np.concatenate([self.index.sizes(c) for c in range(self.index.num_chunks)])
+        return sizes[:, 0] if sizes.shape[1] == 1 else sizes
+
+    def _open(self) -> Any:
+        if self._stream is None:
+            self._stream = litdata().StreamingDataset(self.folder, shuffle=False)
+        return self._stream
+
+    def __getitem__(self, i: int) -> Any:
+        return self.__getitems__([i])[0]
+
+    def __getitems__(self, ids: Sequence[int]) -> list[Any]:
+        """The samples of global ids ``ids``, in that order, read chunk by chunk and size-checked."""
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if len(ids) and (ids.min() < 0 or ids.max() >= len(self)):
+            bad = int(ids[(ids < 0) | (ids >= len(self))][0])
+            raise IndexError(f"sample {bad} of {self.folder}, which holds {len(self)}")
+        order = np.argsort(ids, kind="stable")  # ids ascending: chunk by chunk, in each chunk in order
+        chunks = np.searchsorted(self.offsets, ids[order], side="right") - 1
+        out: list[Any] = [None] * len(ids)
+        cuts = np.flatnonzero(np.diff(chunks)) + 1
+        for positions, chunk in zip(np.split(order, cuts), chunks[np.r_[0, cuts]].tolist(), strict=False):
+            members = ids[positions]
+            items = self._read_chunk(chunk, members)
+            self._check(chunk, members, items)
+            for position, item in zip(positions.tolist(), items, strict=True):
+                out[position] = item
+        return out
+
+    def _where(self, chunk: int, sample: int) -> str:
+        item = sample - int(self.offsets[chunk])
+        return f"{self.folder}: chunk {chunk} ({self.names[chunk]}), item {item} (sample {sample})"
+
+    def _read_chunk(self, chunk: int, members: np.ndarray) -> list[Any]:
+        from litdata.streaming.sampler import ChunkedIndex
+
+        stream, items = self._open(), []
+        for sample in members.tolist():
+            try:
+                items.append(stream[ChunkedIndex(index=sample, chunk_index=chunk)])
+            except Exception as error:  # LitData raises what its reader met: a missing or corrupt chunk
+                raise DataError(
+                    f"{self._where(chunk, sample)} could not be read ({type(error).__name__}: {error}); "
+                    "the chunk is missing or damaged: write the dataset again (varlen optimize)"
+                ) from error
+        return items
+
+    def _check(self, chunk: int, members: np.ndarray, items: list[Any]) -> None:
+        """Refuse an item that is another sample, or whose sizes differ from its size index entry."""
+        for sample, item in zip(members.tolist(), items, strict=True):
+            found = item.get("index", sample) if isinstance(item, Mapping) else sample
+            if int(found) != sample:
+                raise DataError(f"{self._where(chunk, sample)} is sample {int(found)}: the chunks are out of order")
+        sizes = np.asarray(self.sample_sizes(items), dtype=np.int64).reshape(len(items), -1)
+        indexed = self.index.sizes(chunk)[members - self.offsets[chunk]]
+        differ = np.flatnonzero((sizes != indexed).any(axis=1)) if sizes.shape == indexed.shape else [0]
+        if len(differ):
+            row = int(differ[0])
+            raise DataError(
+                f"{self._where(chunk, int(members[row]))}: its sizes are {sizes[row].tolist()} "
+                f"({', '.join(self.index.axes)}), its size index says {indexed[row].tolist()}: the chunks were "
+                "rewritten under the index, or the index was built with another size function. Rebuild the index: "
+                f"{rebuild_command(self.folder, self.index.axes, self.index.size_fn)}"
+            )

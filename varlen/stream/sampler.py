@@ -1,0 +1,129 @@
+"""`StreamBatchSampler`: the streamed plan (:class:`~varlen.stream.plan_state.StreamBatchPlan`) as a
+BatchSampler that Lightning handles as it handles :class:`~varlen.batching.BucketBatchSampler`.
+
+Lightning rebuilds a custom batch sampler under DDP with its saved arguments and the injected
+``DistributedSampler`` as ``sampler`` (ranks are read from it, then from torch.distributed), and calls
+``set_epoch`` on ``batch_sampler.sampler``; the state goes into checkpoints through torchdata's
+``StatefulDataLoader``. The arguments are plain values (the folder, not the index) so the rebuild
+and the loader's pickling carry no open files.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from torch.utils.data import BatchSampler, Sampler
+
+from varlen.batching.plan import Plan
+from varlen.batching.sampler import BucketBatchSampler, EpochTracker
+from varlen.stream.plan import WINDOW_BATCHES
+from varlen.stream.plan_state import StreamBatchPlan
+from varlen.stream.size_index import SizeIndex
+
+__all__ = ["StreamBatchSampler"]
+
+
+class StreamBatchSampler(BatchSampler):
+    """This rank's batches of a streamed training split (global sample ids), from its size index.
+
+    Args:
+        folder: the LitData dataset folder with its size index.
+        batch_size, max_tokens, cost, max_batch_size, pad_to_multiple_of, seed, window_batches: the
+            plan's (:class:`~varlen.stream.plan_state.StreamBatchPlan`); the order always changes with
+            ``(seed, epoch)``.
+        num_replicas, rank: default to the injected sampler's, then torch.distributed's, else 1 and 0.
+        sampler: set by Lightning (its ``DistributedSampler``); leave it None yourself.
+
+    ``len()`` is the same on every rank and every epoch (an epoch resumed on another number of
+    ranks has its own, as the in-memory sampler's).
+    """
+
+    #: the streamed plan draws no weights (what ``varlen inspect`` reads)
+    draw = None
+
+    def __init__(
+        self,
+        folder: str | Path,
+        batch_size: int | None = None,
+        max_tokens: int | None = None,
+        cost: str = "padded",
+        max_batch_size: int | None = None,
+        pad_to_multiple_of: int | None = None,
+        seed: int = 0,
+        window_batches: int = WINDOW_BATCHES,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        sampler: Sampler | None = None,
+    ) -> None:
+        # BatchSampler.__init__ is not called: it insists on a sampler and an int batch size.
+        self.folder = str(folder)
+        index = SizeIndex(self.folder)
+        self.sampler = sampler if sampler is not None else EpochTracker(int(index.samples_per_chunk.sum()))
+        self.num_replicas, self.rank = BucketBatchSampler._resolve_ranks(num_replicas, rank, sampler)
+        self.batch_size, self.max_tokens, self.drop_last = batch_size, max_tokens, False
+        self.plan = StreamBatchPlan(
+            index,
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+            cost=cost,
+            max_batch_size=max_batch_size,
+            pad_to_multiple_of=pad_to_multiple_of,
+            seed=seed,
+            num_replicas=self.num_replicas,
+            rank=self.rank,
+            window_batches=window_batches,
+        )
+        self.spec = self.plan.spec
+
+    @property
+    def epoch(self) -> int:
+        return int(getattr(self.sampler, "epoch", 0))
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def _synced(self) -> StreamBatchPlan:
+        self.plan.set_epoch(self.epoch)
+        return self.plan
+
+    def __len__(self) -> int:
+        return len(self._synced())
+
+    def __iter__(self) -> Iterator[list[int]]:
+        """This epoch's batches; the epoch is read at the first ``next()`` (Lightning sets it after
+        creating its first iterator)."""
+        for batch in self._synced():
+            yield batch.tolist()
+
+    def global_plan(self, epoch: int | None = None) -> Plan:
+        """Every rank's batches of ``epoch`` in serving order (rank r's t-th batch is batch ``t * W + r``),
+        as the in-memory sampler's :meth:`~varlen.batching.BucketBatchSampler.global_plan`: for a look at
+        the whole split (``varlen inspect``), it reads every rank's windows."""
+        epoch = self.epoch if epoch is None else int(epoch)
+        ranks = []
+        for rank in range(self.num_replicas):
+            plan = copy.copy(self.plan)  # the same layouts; a fresh position, from the epoch's start
+            plan.rank, plan._resume, plan._elastic, plan._dealt = rank, None, None, None
+            plan.set_epoch(epoch)
+            ranks.append(list(plan))
+        batches = [batch for turn in zip(*ranks, strict=True) for batch in turn]
+        ends = np.cumsum([len(batch) for batch in batches])
+        order = np.concatenate(batches) if batches else np.zeros(0, np.int64)
+        return Plan(order, np.stack([ends - [len(b) for b in batches], ends], axis=1))
+
+    def bucket_sizes(self) -> list[np.ndarray]:
+        """The size each bucket's samples are costed at, per axis (one: the streamed plan's)."""
+        return [np.asarray(self.plan.layout.rounded)]
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._synced().state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume exactly (see :meth:`StreamBatchPlan.load_state_dict`); the epoch it resumes in is set
+        on ``.sampler`` too (a complete epoch resumes at the start of the next)."""
+        self.plan.load_state_dict(state)
+        self.sampler.set_epoch(self.plan.epoch)
