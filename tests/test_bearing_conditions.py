@@ -194,15 +194,18 @@ def test_only_training_batches_carry_their_epoch():
 
 class TestBearingAugmentedContract(base.TestBearingContract):
     """The whole contract with augmented training batches: resume replays the draws, epochs differ,
-    and the CLI and a 2-process DDP fit (batches that carry their epoch, pickled to each rank) work."""
+    and the CLI works (the 2-process fit is left to the contracts that cover it, see below)."""
 
     cli_overrides = (*base.CLI_SMALL, *(f"--data.init_args.{k}={v}" for k, v in AUGMENT.items()))
 
     def make_datamodule(self, **overrides):
         return super().make_datamodule(**{**AUGMENT, **overrides})
 
-    def ddp_overrides(self, tmp_path):
-        return [*self.cli_overrides, "--trainer.limit_train_batches=null"]
+    def test_ddp_fit_covers_all_and_metrics_equal_one_process(self, tmp_path) -> None:
+        pytest.skip(
+            "a 2-process fit costs ~25 s: the plain bearing contract's covers the split, the plan and the "
+            "recording votes under DDP, and the hyperspectral contract's the batches that carry their epoch"
+        )
 
 
 # -- AdaBN -----------------------------------------------------------------------------------------
