@@ -196,11 +196,12 @@ class SourceMixing:
                 module.restore_data_state(restored)
             parts[name] = module.dataset("train")
             owners.append(module)
-            held = [s for s, d in module.datasets.items() if s != "train" and d is not module.datasets["train"]]
-            distinct = [
-                s for i, s in enumerate(held) if all(module.datasets[s] is not module.datasets[t] for t in held[:i])
-            ]
-            self.report.absorb(name, module.report, distinct)
+            seen, left_out = {id(parts[name])}, []  # its other splits, each dataset once (test may be val)
+            for split, dataset in module.datasets.items():
+                if id(dataset) not in seen:
+                    seen.add(id(dataset))
+                    left_out.append(split)
+            self.report.absorb(name, module.report, left_out)
         mixture = SourceMixture(parts)
         if self.source_weights is not None:
             proportions(self.source_weights, mixture.names, type(self).__name__)  # refused now, not at the loader
