@@ -5,6 +5,7 @@ tampered size index, a folder without one. Needs litdata (the ``stream`` extra):
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import pickle
 import shutil
@@ -259,3 +260,12 @@ def test_varlen_inspect_shows_a_streamed_training_split(text_stream: Path, monke
     assert len(plan) == 2 * len(sampler)
     assert f"samples {SAMPLES};" in printed
     assert f"batches per epoch {len(plan)} ({len(sampler)} per rank on 2)" in printed
+
+
+def test_chunks_written_with_other_classes_are_refused(text_stream: Path) -> None:
+    written = json.loads((text_stream / FOLDER / "data_state.json").read_text())
+    assert written["class_names"] == ["0", "1"] and written["vocab_size"] > 0
+    with pytest.raises(
+        DataError, match=r"written with class_names=\['0', '1'\] where TextClassificationDataModule has \['1', '0'\]"
+    ):
+        text_dm(text_stream, class_names=["1", "0"])

@@ -19,6 +19,7 @@ from varlen.stream.dataset import StreamedDataset
 from varlen.stream.engine import check_litdata
 from varlen.stream.plan import WINDOW_BATCHES
 from varlen.stream.sampler import StreamBatchSampler  # imported with the base: see the module docstring
+from varlen.stream.write import written_state
 
 __all__ = ["check_stream", "stream_sampler", "streamed_train"]
 
@@ -61,6 +62,7 @@ def streamed_train(dm: Any) -> Any:
     check_litdata()
     dataset = StreamedDataset(dm.stream, type(dm).sample_sizes)
     dataset.index.check()
+    check_written_state(dm)
     axes = tuple(dm.size_axes)
     if dataset.index.axes != axes:
         raise DataError(
@@ -68,6 +70,27 @@ def streamed_train(dm: Any) -> Any:
             f"write the chunks with this DataModule (varlen optimize --config CONFIG --output DIR)"
         )
     return dataset
+
+
+def check_written_state(dm: Any) -> None:
+    """Refuse chunks written by a DataModule whose ``state_must_match`` values (classes, vocabulary,
+    targets...) differ from ``dm``'s: its samples would mean something else to the model. Chunks
+    written elsewhere (``varlen index-sizes``) carry no state and are not checked.
+
+    Raises:
+        DataError: naming the folder, each differing key and both values.
+    """
+    written = written_state(dm.stream)
+    if written is None:
+        return
+    mine = dm.plain_data_state()
+    differ = [k for k in dm.state_must_match if k in written and k in mine and written[k] != mine[k]]
+    if differ:
+        raise DataError(
+            f"{dm.stream}: written with "
+            + "; ".join(f"{k}={written[k]!r} where {type(dm).__name__} has {mine[k]!r}" for k in differ)
+            + ": write the chunks again with this configuration (varlen optimize --config CONFIG --output DIR)"
+        )
 
 
 def stream_sampler(dm: Any, num_replicas: int | None, rank: int | None) -> Any:

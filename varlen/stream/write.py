@@ -6,10 +6,13 @@ what the scenario's collator takes back in a list. ``litdata.optimize`` writes t
 order and ``index.json`` lists the chunks in sample order: the size index is the DataModule's
 ``sampler_lengths`` cut by the chunks' item counts, with no second pass over the data. A few
 items are decoded afterwards to check that order (a LitData that ordered them otherwise is refused).
+The DataModule's data state (classes, tokenizer, statistics...) is saved beside the size index, so
+that a DataModule of other settings reading the chunks is refused (:func:`written_state`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,15 +21,18 @@ from typing import Any
 import numpy as np
 
 from varlen.batching.plan import as_size_matrix
+from varlen.cache import atomic_write
 from varlen.errors import DataError
 from varlen.stream.chunks import INDEX_JSON, ChunkList, local_folder
 from varlen.stream.engine import litdata
 from varlen.stream.size_index import FOLDER, write_size_index
 
-__all__ = ["SampleItems", "Written", "write_split"]
+__all__ = ["DATA_STATE", "SampleItems", "Written", "write_split", "written_state"]
 
 #: items decoded after writing to check that the chunks hold the samples in order
 CHECKED_ITEMS = 8
+#: the writing DataModule's data state, in the size index's folder
+DATA_STATE = "data_state.json"
 
 
 class SampleItems:
@@ -110,8 +116,16 @@ def write_split(
         )
     check_order(output, len(dataset))
     axes = tuple(datamodule.size_axes)
-    write_size_index(output, sizes, axes, chunks=chunks)
+    folder = write_size_index(output, sizes, axes, chunks=chunks)
+    state = json.dumps(datamodule.plain_data_state(), indent=1, sort_keys=True)
+    atomic_write(folder / DATA_STATE, lambda tmp: tmp.write_text(state))
     return Written(output, len(dataset), len(chunks), int(chunks.nbytes.sum()), axes)
+
+
+def written_state(folder: str | Path) -> dict[str, Any] | None:
+    """The data state of the DataModule that wrote the chunks in ``folder`` (None: written elsewhere)."""
+    path = Path(folder) / FOLDER / DATA_STATE
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def check_order(output: Path, total: int) -> None:
