@@ -12,6 +12,13 @@ token counts in [1, 8192] under a budget of 8192 padded tokens, chunks of 8192 s
 * real / padded tokens against the global in-memory plan, random batches at varlen's mean batch size
   (LitData's batching) and lhotse's ``DynamicBucketingSampler`` at the same budget (on a subset: lhotse
   holds a Python object per sample).
+
+``--part loader``: loader throughput over the same LitData chunks on local disk (``--loader-samples``
+token sequences, lognormal(5, 1) lengths in [1, 1024], written with ``litdata.optimize`` and indexed
+with ``write_size_index``), 2 workers each, one epoch: varlen's ``StreamBatchSampler`` +
+``StreamedDataset`` in a ``VarLenLoader`` (budget ``--loader-budget`` padded tokens) against LitData's
+``StreamingDataLoader(StreamingDataset(shuffle=True))`` at varlen's mean batch size; both pad each
+batch to its longest sequence. Samples/s, real tokens/s and real / padded tokens.
 """
 
 from __future__ import annotations
@@ -207,9 +214,79 @@ def plan_part(args: argparse.Namespace) -> None:
     padding_table(real, sizes, streamed[args.world], args.world, args.lhotse_subset)
 
 
+def token_item(i: int) -> dict:
+    """Sample ``i`` of the loader benchmark (a module-level function: LitData's writers import it)."""
+    length = int(LOADER_LENGTHS[i])
+    return {"index": i, "input_ids": np.arange(length, dtype=np.int32) % 30000}
+
+
+def token_sizes(samples) -> np.ndarray:
+    return np.array([[len(s["input_ids"])] for s in samples])
+
+
+def pad_batch(samples) -> tuple:
+    """Both loaders' collate: the ids padded to the batch's longest, and the real token count."""
+    import torch
+
+    longest = max(len(s["input_ids"]) for s in samples)
+    ids = torch.zeros(len(samples), longest, dtype=torch.int64)
+    for row, s in enumerate(samples):
+        ids[row, : len(s["input_ids"])] = torch.as_tensor(s["input_ids"])
+    return ids, sum(len(s["input_ids"]) for s in samples)
+
+
+LOADER_LENGTHS = np.clip(np.random.default_rng(0).lognormal(5.0, 1.0, 2_000_000), 1, 1024).astype(np.int64)
+
+
+def timed_epoch(loader) -> tuple[float, int, int, int]:
+    """Seconds, samples, real and padded tokens of one pass over ``loader``."""
+    start, samples, real, padded = time.perf_counter(), 0, 0, 0
+    for ids, tokens in loader:
+        samples, real, padded = samples + ids.shape[0], real + tokens, padded + ids.numel()
+    return time.perf_counter() - start, samples, real, padded
+
+
+def loader_part(args: argparse.Namespace) -> None:
+    import tempfile
+    from pathlib import Path
+
+    import litdata
+
+    from varlen.batching.loader import VarLenLoader
+    from varlen.stream import write_size_index
+    from varlen.stream.dataset import StreamedDataset
+    from varlen.stream.sampler import StreamBatchSampler
+
+    n, budget = args.loader_samples, args.loader_budget
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "tokens"
+        litdata.optimize(fn=token_item, inputs=list(range(n)), output_dir=str(folder), chunk_bytes="16MB",
+                         num_workers=2, keep_data_ordered=True, reorder_files=False, verbose=False,
+                         start_method="fork")  # fmt: skip
+        write_size_index(folder, LOADER_LENGTHS[:n], ("tokens",))
+        sampler = StreamBatchSampler(folder, max_tokens=budget, seed=0)
+        ours = VarLenLoader(StreamedDataset(folder, token_sizes), batch_sampler=sampler, collate_fn=pad_batch,
+                            num_workers=2, multiprocessing_context="fork")  # fmt: skip
+        mean_batch = max(1, round(n / len(sampler)))
+        theirs = litdata.StreamingDataLoader(litdata.StreamingDataset(str(folder), shuffle=True, seed=0),
+                                             batch_size=mean_batch, num_workers=2, collate_fn=pad_batch)  # fmt: skip
+        results = {"varlen (StreamBatchSampler, budget)": timed_epoch(ours),
+                   f"LitData StreamingDataLoader (shuffle, batch {mean_batch})": timed_epoch(theirs)}  # fmt: skip
+    print(f"\n| loader, {n:,} samples, 2 workers, one epoch | samples/s | real tokens/s | real / padded | samples |")
+    print("|---|---:|---:|---:|---:|")
+    rates = []
+    for name, (seconds, samples, real, padded) in results.items():
+        rates.append((samples / seconds, real / seconds))
+        print(row(name, f"{samples / seconds:,.0f}", f"{real / seconds:,.0f}", f"{real / padded:.4f}", f"{samples:,}"))
+    (ours_s, ours_t), (theirs_s, theirs_t) = rates
+    print(f"varlen / LitData: {ours_s / theirs_s:.2f}x samples/s, {ours_t / theirs_t:.2f}x real tokens/s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--part", default="plan", help="comma-separated: plan")
+    parser.add_argument("--part", default="plan", help="comma-separated: plan, loader")
+    parser.add_argument("--loader-samples", type=int, default=200_000, help="samples written for the loader part")
+    parser.add_argument("--loader-budget", type=int, default=8192, help="varlen's padded tokens per batch (loader)")
     parser.add_argument("--samples", type=int, default=10_000_000, help="samples of the real (in-memory) index")
     parser.add_argument("--simulated", default="100000000,1000000000", help="samples of the simulated indexes")
     parser.add_argument("--world", type=int, default=8, help="ranks of the set-up and padding tables")
@@ -221,7 +298,7 @@ def main() -> None:
     if args.world not in args.worlds:
         args.worlds.append(args.world)
     for part in args.part.split(","):
-        {"plan": plan_part}[part](args)
+        {"plan": plan_part, "loader": loader_part}[part](args)
 
 
 if __name__ == "__main__":
