@@ -43,8 +43,9 @@ class StreamedDataset(Dataset):
     ``StreamingDataset`` at its first read, under fork, spawn or forkserver alike.
     """
 
-    #: decoded chunks a process keeps (a window's batches draw on a few consecutive chunks)
-    cached_chunks = 8
+    #: bytes of chunk files whose decoded items a process keeps (the most recent chunk always): a
+    #: window's batches draw on a few consecutive chunks (``varlen optimize`` writes 64 MB ones)
+    cache_bytes = 256 * 2**20
 
     def __init__(self, folder: str | Path, sample_sizes: SizeFn) -> None:
         self.folder = str(folder)
@@ -104,7 +105,8 @@ class StreamedDataset(Dataset):
         return [items[i] for i in (members - self.offsets[chunk]).tolist()]
 
     def _decoded(self, chunk: int) -> list[Any]:
-        """Every item of ``chunk``, decoded in order once and kept among the last :attr:`cached_chunks`.
+        """Every item of ``chunk``, decoded in order once and kept while the chunks kept hold at most
+        :attr:`cache_bytes` (least recently used out first).
 
         LitData decodes a chunk a block of items at a time and keeps the last block: read in order,
         each block is decoded once; read in a batch's scattered order, a block per item (measured:
@@ -126,7 +128,8 @@ class StreamedDataset(Dataset):
                     "the chunk is missing or damaged: write the dataset again (varlen optimize)"
                 ) from error
         self._chunks[chunk] = items
-        while len(self._chunks) > self.cached_chunks:
+        nbytes = self.index.chunks.nbytes
+        while len(self._chunks) > 1 and sum(int(nbytes[c]) for c in self._chunks) > self.cache_bytes:
             self._chunks.pop(next(iter(self._chunks)))
         return items
 
