@@ -48,12 +48,14 @@ def text_stream(tmp_path_factory) -> Path:
     return optimize(tmp_path_factory.mktemp("stream") / "text", *TEXT, "--chunk-bytes", "3000", "--num-workers", "2")
 
 
-def text_dm(stream: Path | None, **kwargs):
-    """The config's text DataModule (the synthetic reviews), streamed from ``stream`` or not, set up."""
+def text_dm(stream: Path | dict | None, **kwargs):
+    """The config's text DataModule (the synthetic reviews), streamed from ``stream`` (a folder, or a
+    mapping with a URL) or not, set up."""
     from varlen.datamodules.text import TextClassificationDataModule
 
     arguments = {"synthetic_samples": SAMPLES, "batch_size": None, "max_tokens": MAX_TOKENS} | kwargs
-    dm = TextClassificationDataModule(stream=None if stream is None else str(stream), **arguments)
+    stream = stream if stream is None or isinstance(stream, dict) else str(stream)
+    dm = TextClassificationDataModule(stream=stream, **arguments)
     dm.stream_window_batches = 4  # several windows in a small split
     dm.prepare_data()
     dm.setup("fit")
@@ -207,8 +209,10 @@ def test_a_stream_without_a_size_index_names_the_command_that_builds_it(text_str
         text_dm(copy)
     from varlen.datamodules.text import TextClassificationDataModule
 
-    with pytest.raises(ValueError, match=r"only a local folder is read for now"):
-        TextClassificationDataModule(stream="s3://bucket/text")
+    with pytest.raises(ValueError, match=r"stream='ftp://host/text': LitData reads \['s3://'"):
+        TextClassificationDataModule(stream="ftp://host/text")
+    with pytest.raises(ValueError, match=r"stream takes \['url', 'storage_options', 'cache_dir'\], not \['endpoint'\]"):
+        TextClassificationDataModule(stream={"url": "s3://bucket/text", "endpoint": "http://127.0.0.1:1"})
 
 
 def test_a_streamed_esol_epoch_collates_into_pyg_batches(tmp_path: Path) -> None:

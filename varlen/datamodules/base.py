@@ -136,9 +136,11 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
             ``sample_weights`` where the DataModule has them, else equally.
         mix: ``"within_batch"`` (sources share batches) or ``"per_source"`` (each batch holds one
             source's samples).
-        stream: a local folder written by ``varlen optimize`` (LitData chunks and their size index):
-            the training split is read from it and planned from its size index; val / test come from
-            this DataModule's own sources (see :mod:`varlen.datamodules.streaming`).
+        stream: a dataset written by ``varlen optimize`` (LitData chunks and their size index), a
+            local folder or a store's URL (``s3://...``), or a mapping of ``url``, ``storage_options``
+            (LitData's, e.g. ``endpoint_url``) and ``cache_dir``: the training split is read from it and
+            planned from its size index; val / test come from this DataModule's own sources (see
+            :mod:`varlen.datamodules.streaming`).
 
     Attributes:
         report: :class:`~varlen.report.DataReport` of the last ``setup``: per split, samples kept,
@@ -181,7 +183,7 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
         sources: list[dict[str, Any]] | None = None,
         source_weights: list[float] | dict[str, float] | None = None,
         mix: Mix = "within_batch",
-        stream: str | None = None,
+        stream: str | dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         # every subclass's arguments too, for the loggers and checkpoints; linked values are the model's

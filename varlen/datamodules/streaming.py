@@ -1,8 +1,10 @@
 """A DataModule's training split read from LitData chunks (``stream``): the base's wiring, kept here.
 
-``stream`` names a local folder written by ``varlen optimize`` (chunks, ``index.json`` and the size
-index). ``setup`` builds val / test from the DataModule's own sources as usual, then replaces the
-training split by a :class:`~varlen.stream.dataset.StreamedDataset` over the folder, after checking
+``stream`` names a dataset written by ``varlen optimize`` (chunks, ``index.json`` and the size index):
+a local folder, or a store's URL with its options and cache (:class:`~varlen.stream.source.StreamSource`,
+whose index a process that sets up fetches to local disk). ``setup`` builds val / test from the
+DataModule's own sources as usual, then replaces the training split by a
+:class:`~varlen.stream.dataset.StreamedDataset` over the dataset, after checking
 the size index against ``index.json`` and against the DataModule (its size axes); the training
 batches come from a :class:`~varlen.stream.sampler.StreamBatchSampler` planned from the size index
 alone. litdata is imported only when ``stream`` is set (the ``stream`` extra); the sampler class is
@@ -19,24 +21,16 @@ from varlen.stream.dataset import StreamedDataset
 from varlen.stream.engine import check_litdata
 from varlen.stream.plan import WINDOW_BATCHES
 from varlen.stream.sampler import StreamBatchSampler  # imported with the base: see the module docstring
+from varlen.stream.source import StreamSource
 from varlen.stream.write import written_state
 
 __all__ = ["check_stream", "stream_sampler", "streamed_train"]
 
 
-def check_stream(stream: str | None, owner: str) -> str | None:
-    """``stream`` as given, refused now (not at ``setup``) where it cannot work.
-
-    Raises:
-        ValueError: not a string, or a URL (object storage is not read yet: give a local folder).
-    """
-    if stream is None:
-        return None
-    if not isinstance(stream, str) or not stream:
-        raise ValueError(f"{owner}: stream must be a folder written by `varlen optimize`, got {stream!r}")
-    if "://" in stream:
-        raise ValueError(f"{owner}: stream={stream!r}: only a local folder is read for now (copy the dataset there)")
-    return stream
+def check_stream(stream: str | dict[str, Any] | None, owner: str) -> StreamSource | None:
+    """``stream`` as a :class:`~varlen.stream.source.StreamSource`, refused now (not at ``setup``)
+    where it cannot work (see :meth:`StreamSource.parse`)."""
+    return None if stream is None else StreamSource.parse(stream, owner)
 
 
 def streamed_train(dm: Any) -> Any:
@@ -62,7 +56,7 @@ def streamed_train(dm: Any) -> Any:
     check_litdata()
     dataset = StreamedDataset(dm.stream, type(dm).sample_sizes)
     dataset.index.check()
-    check_written_state(dm)
+    check_written_state(dm, dataset.index_dir)
     axes = tuple(dm.size_axes)
     if dataset.index.axes != axes:
         raise DataError(
@@ -72,7 +66,7 @@ def streamed_train(dm: Any) -> Any:
     return dataset
 
 
-def check_written_state(dm: Any) -> None:
+def check_written_state(dm: Any, index_dir: str) -> None:
     """Refuse chunks written by a DataModule whose ``state_must_match`` values (classes, vocabulary,
     targets...) differ from ``dm``'s: its samples would mean something else to the model. Chunks
     written elsewhere (``varlen index-sizes``) carry no state and are not checked.
@@ -80,7 +74,7 @@ def check_written_state(dm: Any) -> None:
     Raises:
         DataError: naming the folder, each differing key and both values.
     """
-    written = written_state(dm.stream)
+    written = written_state(index_dir)
     if written is None:
         return
     mine = dm.plain_data_state()
@@ -103,7 +97,7 @@ def stream_sampler(dm: Any, num_replicas: int | None, rank: int | None) -> Any:
         )
     max_tokens = None if spec.max_tokens is None else spec.max_tokens[0]
     return StreamBatchSampler(
-        dm.stream,
+        dm.dataset("train").index_dir,  # the local copy of a store's index
         batch_size=spec.batch_size,
         max_tokens=max_tokens,
         cost=dm.sampler_cost,

@@ -123,7 +123,8 @@ class TextClassificationDataModule(VarLenDataModule):
         source_weights: each source's share of every epoch (a list, or a mapping by name; None:
             as many as each holds); inside a source, samples are drawn by ``sample_weights``.
         mix: ``"within_batch"`` (sources share batches) or ``"per_source"`` (one source per batch).
-        stream: a local folder written by ``varlen optimize`` from this configuration: the training
+        stream: a dataset written by ``varlen optimize`` from this configuration, a local folder or a
+            store's URL (``s3://...``; a mapping adds ``storage_options`` and ``cache_dir``): the training
             split is read from its LitData chunks and planned from its size index (the ``stream``
             extra); validation and test come from the sources above.
     """
@@ -181,7 +182,7 @@ class TextClassificationDataModule(VarLenDataModule):
         sources: list[dict[str, Any]] | None = None,
         source_weights: list[float] | dict[str, float] | None = None,
         mix: Mix = "within_batch",
-        stream: str | None = None,
+        stream: str | dict[str, Any] | None = None,
     ) -> None:
         super().__init__(**base_args(locals()))
         if train_file is None and (val_file or test_file):

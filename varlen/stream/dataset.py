@@ -1,11 +1,12 @@
-"""`StreamedDataset`: a LitData dataset folder read as a map-style dataset, by varlen's batches.
+"""`StreamedDataset`: a LitData dataset (a local folder or a store's URL) read as a map-style dataset,
+by varlen's batches.
 
 Items are read with LitData's storage and decoding (a ``StreamingDataset`` opened lazily in each
 process, never iterated: its shuffler and worker sharding play no part). A batch's global sample ids
 are read chunk by chunk, each item addressed as ``ChunkedIndex(index=id, chunk_index=c)`` with the
 chunk computed from the size index, so LitData never searches for it. A local folder's chunks are read
-in place and nothing is deleted (LitData deletes only chunks it downloaded, after ``is_last_index``
-or a chunk change with a remote source, neither of which happens here).
+in place; a store's are downloaded by LitData into the source's cache as they are first read, and
+kept while the cache is under LitData's budget (``max_cache_size``).
 
 Every decoded sample's sizes are computed by the DataModule's ``sample_sizes`` and compared with its
 size index entry: a dataset rewritten under its index, or an index built with another size function,
@@ -22,8 +23,9 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from varlen.errors import DataError
-from varlen.stream.engine import litdata
+from varlen.stream.engine import litdata, plain_http_downloads
 from varlen.stream.size_index import SizeIndex, rebuild_command
+from varlen.stream.source import StreamSource
 
 __all__ = ["SizeFn", "StreamedDataset"]
 
@@ -32,32 +34,37 @@ SizeFn = Callable[[Sequence[Any]], np.ndarray]
 
 
 class StreamedDataset(Dataset):
-    """The items of a local LitData dataset folder with a size index (``varlen optimize`` writes both).
+    """The items of a LitData dataset with a size index (``varlen optimize`` writes both).
 
     Args:
-        folder: the dataset folder (``index.json``, chunks, ``varlen_sizes/``).
+        source: the dataset (``index.json``, chunks, ``varlen_sizes/``): a local folder, a URL, or a
+            :class:`~varlen.stream.source.StreamSource` (a store's options and cache).
         sample_sizes: samples -> ``[n, D]`` sizes; must pickle (a module-level function or a
             static method: loader workers receive it with the dataset).
 
-    The dataset pickles as ``(folder, sample_sizes)``: a worker maps the size index and opens its own
-    ``StreamingDataset`` at its first read, under fork, spawn or forkserver alike.
+    The dataset pickles as ``(source, sample_sizes)``, the source's index fetched already: a worker
+    maps the local size index and opens its own ``StreamingDataset`` at its first read, under fork,
+    spawn or forkserver alike.
     """
 
     #: bytes of chunk files whose decoded items a process keeps (the most recent chunk always): a
     #: window's batches draw on a few consecutive chunks (``varlen optimize`` writes 64 MB ones)
     cache_bytes = 256 * 2**20
 
-    def __init__(self, folder: str | Path, sample_sizes: SizeFn) -> None:
-        self.folder = str(folder)
+    def __init__(self, source: StreamSource | str | Path, sample_sizes: SizeFn) -> None:
+        source = source if isinstance(source, StreamSource) else StreamSource.parse(str(source), "StreamedDataset")
+        self.source = source if source.index_dir is not None else source.fetched()
+        self.folder = self.source.url  # what messages name
+        self.index_dir = str(self.source.index_dir)  # index.json and the size index, on local disk
         self.sample_sizes = sample_sizes
-        self.index = SizeIndex(self.folder)
+        self.index = SizeIndex(self.index_dir)
         self.offsets = np.concatenate([[0], np.cumsum(self.index.samples_per_chunk)]).astype(np.int64)
         self.names = self.index.chunks.names
         self._stream: Any = None
         self._chunks: dict[int, list[Any]] = {}  # decoded chunks, least recently used first
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (StreamedDataset, (self.folder, self.sample_sizes))
+        return (StreamedDataset, (self.source, self.sample_sizes))
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
@@ -71,7 +78,15 @@ class StreamedDataset(Dataset):
 
     def _open(self) -> Any:
         if self._stream is None:
-            self._stream = litdata().StreamingDataset(self.folder, shuffle=False)
+            source, options = self.source, {}
+            if source.remote:
+                options = {"storage_options": dict(source.storage_options or {})}
+                options["cache_dir"] = str(source.cache / "chunks")
+                plain_http_downloads(source.storage_options)
+            self._stream = litdata().StreamingDataset(source.url, shuffle=False, **options)
+            # whole chunks into the cache (as LitData's own iteration does), not one ranged GET per item:
+            # a process decodes a chunk whole, and the node's other processes and later windows reuse it
+            self._stream._on_demand_bytes = False
         return self._stream
 
     def __getitem__(self, i: int) -> Any:

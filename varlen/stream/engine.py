@@ -14,7 +14,7 @@ from types import ModuleType
 
 from varlen._extras import require
 
-__all__ = ["TESTED_LITDATA", "check_litdata", "litdata"]
+__all__ = ["TESTED_LITDATA", "check_litdata", "litdata", "plain_http_downloads"]
 
 #: the releases varlen's streaming was tested with: ``>= first``, ``< end`` (pyproject's stream extra)
 TESTED_LITDATA = ("0.2.76", "0.3")
@@ -52,3 +52,19 @@ def litdata() -> ModuleType:
     import litdata as module
 
     return module
+
+
+def plain_http_downloads(storage_options: dict | None) -> None:
+    """Keep this process's S3 downloads on LitData's boto3 client when the store's endpoint is plain
+    ``http://`` (MinIO, a test server on loopback).
+
+    LitData 0.2.76 downloads chunks with obstore where it can, and builds obstore's S3 store without
+    ``allow_http``: every chunk GET from an http endpoint fails (``BadScheme``). LitData itself falls
+    back to boto3 in a process where obstore may not run (a fork of one that started it), which is
+    what this marks; https endpoints (AWS, GCS, R2) keep obstore.
+    """
+    endpoint = str((storage_options or {}).get("endpoint_url") or "")
+    if endpoint.startswith("http://"):
+        from litdata.streaming import downloader
+
+        downloader._OBSTORE_INIT_PID = -1  # no process is the one that may use obstore

@@ -1,0 +1,144 @@
+"""Streaming from object storage, offline: a moto S3 server on 127.0.0.1 (a free port, started and
+stopped by a fixture) holds chunks ``varlen optimize`` wrote; a DataModule streams them through
+LitData's S3 reader. Its samples and batches are the local folder's, a store rewritten under its size
+index or lacking one is refused by name, and a 2-process DDP fit that stops mid-epoch resumes with
+the batches of an uninterrupted run on every rank. Needs litdata and moto (the stream and dev extras)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from varlen.errors import DataError
+
+pytest.importorskip("litdata")
+pytest.importorskip("moto")
+
+from test_stream_read import SAMPLES, TEXT, optimize, same_sample, text_dm  # noqa: E402
+
+HERE = Path(__file__).parent
+BUCKET = "varlen-test"
+
+
+@pytest.fixture(scope="module")
+def s3() -> dict:
+    """A moto S3 server on a free loopback port with one bucket: LitData's ``storage_options`` for it."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    options = {
+        "endpoint_url": f"http://127.0.0.1:{port}",
+        "aws_access_key_id": "testing",
+        "aws_secret_access_key": "testing",
+        "region_name": "us-east-1",
+    }
+    boto3.client("s3", **options).create_bucket(Bucket=BUCKET)
+    yield options
+    server.stop()
+
+
+def upload(options: dict, folder: Path, prefix: str, skip: tuple[str, ...] = ()) -> str:
+    """Copy a local dataset folder to ``s3://BUCKET/prefix`` (as ``aws s3 cp --recursive`` would); its URL."""
+    import boto3
+
+    client = boto3.client("s3", **options)
+    for path in sorted(folder.rglob("*")):
+        name = path.relative_to(folder).as_posix()
+        if path.is_file() and not name.startswith(skip):
+            client.upload_file(str(path), BUCKET, f"{prefix}/{name}")
+    return f"s3://{BUCKET}/{prefix}"
+
+
+@pytest.fixture(scope="module")
+def text_local(tmp_path_factory) -> Path:
+    return optimize(tmp_path_factory.mktemp("s3") / "text", *TEXT, "--chunk-bytes", "3000", "--num-workers", "1")
+
+
+@pytest.fixture(scope="module")
+def text_url(s3: dict, text_local: Path) -> str:
+    return upload(s3, text_local, "text")
+
+
+def test_a_stream_from_s3_serves_the_local_folders_samples_and_batches(
+    s3: dict, text_local: Path, text_url: str, tmp_path: Path
+) -> None:
+    stream = {"url": text_url, "storage_options": s3, "cache_dir": str(tmp_path / "cache")}
+    remote, local = text_dm(stream), text_dm(text_local)
+    train = remote.dataset("train")
+    assert train.folder == text_url and len(train) == SAMPLES
+    pairs = zip(train.__getitems__(range(SAMPLES)), local.dataset("train"), strict=True)
+    assert all(same_sample(a, b) for a, b in pairs)
+    for epoch in (0, 1):
+        served = []
+        for dm in (remote, local):
+            loader = dm.train_dataloader()
+            loader.batch_sampler.set_epoch(epoch)
+            served.append([batch["index"].tolist() for batch in loader])
+        assert served[0] == served[1]  # the plan of the fetched size index: the local folder's
+        assert sorted(i for b in served[0] for i in b) == list(range(SAMPLES))
+    chunks = list((tmp_path / "cache" / "chunks").rglob("chunk-*.bin"))
+    assert len(chunks) == train.index.num_chunks  # LitData downloaded every chunk into the cache, and kept them
+    # a second DataModule keeps the fetched index (nothing changed in the store)
+    fetched = Path(train.index_dir) / "varlen_sizes" / "sizes.arrow"
+    before = fetched.stat().st_mtime_ns
+    assert text_dm(stream).dataset("train").index_dir == train.index_dir and fetched.stat().st_mtime_ns == before
+
+
+def test_a_store_rewritten_under_its_size_index_or_without_one_is_refused(
+    s3: dict, text_local: Path, tmp_path: Path
+) -> None:
+    def stream(url: str) -> dict:
+        return {"url": url, "storage_options": s3, "cache_dir": str(tmp_path / "cache")}
+
+    bare = upload(s3, text_local, "bare", skip=("varlen_sizes",))
+    with pytest.raises(DataError, match=rf"{bare} has no size index \({bare}/varlen_sizes/sizes.arrow is missing\)"):
+        text_dm(stream(bare))
+    nothing = f"s3://{BUCKET}/nothing"
+    with pytest.raises(DataError, match=rf"{nothing} has no index.json: not a LitData dataset"):
+        text_dm(stream(nothing))
+    # appended to: index.json lists one chunk more than the size index was written for
+    rewritten = upload(s3, text_local, "rewritten")
+    index = json.loads((text_local / "index.json").read_text())
+    index["chunks"].append(dict(index["chunks"][-1], filename="chunk-9-9.bin"))
+    import boto3
+
+    boto3.client("s3", **s3).put_object(Bucket=BUCKET, Key="rewritten/index.json", Body=json.dumps(index).encode())
+    with pytest.raises(DataError, match=r"the size index does not describe this dataset \(index.json lists 7 chunks"):
+        text_dm(stream(rewritten))
+
+
+def test_a_ddp_fit_streamed_from_s3_resumes_mid_epoch_with_the_uninterrupted_batches(
+    s3: dict, text_url: str, tmp_path: Path
+) -> None:
+    stream = json.dumps({"url": text_url, "storage_options": s3, "cache_dir": str(tmp_path / "cache")})
+    path = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
+    env = {"OMP_NUM_THREADS": "1", **os.environ, "PYTHONPATH": path}
+
+    def run(out: Path, resume: str | None = None) -> list[list]:
+        out.mkdir()
+        command = [sys.executable, str(HERE / "ddp_stream_fit.py"), str(out), stream, str(SAMPLES), "2"]
+        subprocess.run(command + ([resume] if resume else []), check=True, env=env, timeout=600)
+        return [json.loads((out / f"batches{rank}.json").read_text()) for rank in range(2)]
+
+    full = run(tmp_path / "full")
+    assert len(full[0]) == len(full[1])  # every rank as many batches
+    per_epoch = sum(epoch == 0 for epoch, _ in full[0])
+    for epoch in (0, 1):
+        served = [i for rank in full for e, batch in rank if e == epoch for i in batch]
+        assert sorted(served) == list(range(SAMPLES))  # every sample once per epoch, over both ranks
+    step = next(s for s in range(2, len(full[0]), 2) if s % per_epoch)  # a checkpoint inside an epoch
+    resumed = run(tmp_path / "resumed", str(tmp_path / "full" / "ckpt" / f"step={step}.ckpt"))
+    assert resumed[0] == full[0][step:] and resumed[1] == full[1][step:]
+    assert np.mean([len(b) for _, b in full[0]]) > 1
