@@ -142,3 +142,40 @@ def test_a_ddp_fit_streamed_from_s3_resumes_mid_epoch_with_the_uninterrupted_bat
     resumed = run(tmp_path / "resumed", str(tmp_path / "full" / "ckpt" / f"step={step}.ckpt"))
     assert resumed[0] == full[0][step:] and resumed[1] == full[1][step:]
     assert np.mean([len(b) for _, b in full[0]]) > 1
+
+
+def test_a_chunk_read_that_fails_is_read_again_and_counted(
+    s3: dict, text_url: str, tmp_path: Path, monkeypatch, caplog
+) -> None:
+    """A transient failure (here: LitData's reader raises once for chunk 1) is retried by a new reader,
+    logged with the chunk and counted; a chunk that keeps failing is a DataError saying how often."""
+    import litdata
+
+    stream = {"url": text_url, "storage_options": s3, "cache_dir": str(tmp_path / "cache")}
+    dm = text_dm(stream)
+    train = dm.dataset("train")
+    train.retry_pause_s = 0.01
+    read, failures = litdata.StreamingDataset.__getitem__, {"left": 1}
+
+    def flaky(self, index):
+        if getattr(index, "chunk_index", None) == 1 and failures["left"]:
+            failures["left"] -= 1
+            raise ConnectionError("connection reset by peer")
+        return read(self, index)
+
+    monkeypatch.setattr(litdata.StreamingDataset, "__getitem__", flaky)
+    first = int(train.index.samples_per_chunk[0])
+    with caplog.at_level("WARNING", logger="varlen.stream.dataset"):
+        items = train.__getitems__([first, first + 1])
+    assert [item["index"] for item in items] == [first, first + 1] and train.retries == 1
+    assert f"chunk 1 ({train.names[1]}), item 0 (sample {first}) could not be read (ConnectionError" in caplog.text
+
+    def down(self, index):
+        if index.chunk_index == 2:
+            raise ConnectionError("connection refused")
+        return read(self, index)
+
+    monkeypatch.setattr(litdata.StreamingDataset, "__getitem__", down)
+    with pytest.raises(DataError, match=r"chunk 2 .* could not be read 3 times \(ConnectionError: connection refused"):
+        train.__getitems__([int(train.offsets[2])])
+    assert train.retries == 3  # the one above, and two for chunk 2

@@ -15,6 +15,8 @@ raises a :class:`~varlen.errors.DataError` naming the chunk, the sample and the 
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,8 @@ from varlen.stream.size_index import SizeIndex, rebuild_command
 from varlen.stream.source import StreamSource
 
 __all__ = ["SizeFn", "StreamedDataset"]
+
+log = logging.getLogger(__name__)
 
 #: samples -> their sizes ``[n, D]`` (what the size index holds for them: a DataModule's ``sample_sizes``)
 SizeFn = Callable[[Sequence[Any]], np.ndarray]
@@ -50,6 +54,10 @@ class StreamedDataset(Dataset):
     #: bytes of chunk files whose decoded items a process keeps (the most recent chunk always): a
     #: window's batches draw on a few consecutive chunks (``varlen optimize`` writes 64 MB ones)
     cache_bytes = 256 * 2**20
+    #: a store's chunk that fails to read is read again this many times, by a new LitData reader, after
+    #: LitData's own client has retried its requests; each retry is logged and counted in :attr:`retries`
+    read_retries = 2
+    retry_pause_s = 1.0
 
     def __init__(self, source: StreamSource | str | Path, sample_sizes: SizeFn) -> None:
         source = source if isinstance(source, StreamSource) else StreamSource.parse(str(source), "StreamedDataset")
@@ -62,6 +70,8 @@ class StreamedDataset(Dataset):
         self.names = self.index.chunks.names
         self._stream: Any = None
         self._chunks: dict[int, list[Any]] = {}  # decoded chunks, least recently used first
+        #: chunk reads this process retried (a worker's are its own: each is logged where it happens)
+        self.retries = 0
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (StreamedDataset, (self.source, self.sample_sizes))
@@ -131,21 +141,42 @@ class StreamedDataset(Dataset):
         if chunk in self._chunks:
             self._chunks[chunk] = self._chunks.pop(chunk)  # most recently used last
             return self._chunks[chunk]
+        attempts = 1 + (self.read_retries if self.source.remote else 0)
+        for attempt in range(1, attempts + 1):
+            try:
+                items = self._decode(chunk)
+                break
+            except _Unread as unread:
+                error = unread.__cause__
+                if attempt == attempts:
+                    tries = f" {attempts} times" if attempts > 1 else ""
+                    raise DataError(
+                        f"{self._where(chunk, unread.sample)} could not be read{tries} ({type(error).__name__}: "
+                        f"{error}); the chunk is missing or damaged: write the dataset again (varlen optimize)"
+                    ) from error
+                self.retries += 1
+                log.warning(
+                    "%s could not be read (%s: %s): reading chunk %d again (%d of %d retries)",
+                    self._where(chunk, unread.sample), type(error).__name__, error, chunk, attempt, attempts - 1,
+                )  # fmt: skip
+                self._stream = None  # a new LitData reader: its download thread may have stopped
+                time.sleep(self.retry_pause_s * attempt)
+        self._chunks[chunk] = items
+        nbytes = self.index.chunks.nbytes
+        while len(self._chunks) > 1 and sum(int(nbytes[c]) for c in self._chunks) > self.cache_bytes:
+            self._chunks.pop(next(iter(self._chunks)))
+        return items
+
+    def _decode(self, chunk: int) -> list[Any]:
+        """Every item of ``chunk`` from LitData, in order (an :class:`_Unread` names the item that failed)."""
         from litdata.streaming.sampler import ChunkedIndex
 
         stream, items = self._open(), []
         for sample in range(int(self.offsets[chunk]), int(self.offsets[chunk + 1])):
             try:
                 items.append(stream[ChunkedIndex(index=sample, chunk_index=chunk)])
-            except Exception as error:  # LitData raises what its reader met: a missing or corrupt chunk
-                raise DataError(
-                    f"{self._where(chunk, sample)} could not be read ({type(error).__name__}: {error}); "
-                    "the chunk is missing or damaged: write the dataset again (varlen optimize)"
-                ) from error
-        self._chunks[chunk] = items
-        nbytes = self.index.chunks.nbytes
-        while len(self._chunks) > 1 and sum(int(nbytes[c]) for c in self._chunks) > self.cache_bytes:
-            self._chunks.pop(next(iter(self._chunks)))
+            except Exception as error:  # LitData raises what its reader met: a missing, corrupt or unreachable chunk
+                raise _Unread(sample) from error
         return items
 
     def _check(self, chunk: int, members: np.ndarray, items: list[Any]) -> None:
@@ -165,3 +196,11 @@ class StreamedDataset(Dataset):
                 "rewritten under the index, or the index was built with another size function. Rebuild the index: "
                 f"{rebuild_command(self.folder, self.index.axes, self.index.size_fn)}"
             )
+
+
+class _Unread(Exception):
+    """LitData could not read sample ``sample`` (the cause is LitData's error)."""
+
+    def __init__(self, sample: int) -> None:
+        super().__init__(sample)
+        self.sample = sample
