@@ -13,12 +13,24 @@ token counts in [1, 8192] under a budget of 8192 padded tokens, chunks of 8192 s
   (LitData's batching) and lhotse's ``DynamicBucketingSampler`` at the same budget (on a subset: lhotse
   holds a Python object per sample).
 
+``--part disk``: the same figures from real LitData chunks on local disk (``--disk-samples`` token
+sequences of lognormal(5, 1) lengths in [1, 8192], uint16 ids, written with ``litdata.optimize`` and
+their size index with ``write_size_index``; ``--disk-dir`` keeps them for a re-run). Each figure is
+taken in a fresh process: a rank's ``StreamBatchSampler`` set-up from the folder (seconds, RSS added),
+its per-epoch planning and a restore mid-epoch + first batch, against today's ``BucketBatchSampler``
+over the same sizes (read from the index, as a DataModule holds them).
+
 ``--part loader``: loader throughput over the same LitData chunks on local disk (``--loader-samples``
 token sequences, lognormal(5, 1) lengths in [1, 1024], written with ``litdata.optimize`` and indexed
 with ``write_size_index``), 2 workers each, one epoch: varlen's ``StreamBatchSampler`` +
 ``StreamedDataset`` in a ``VarLenLoader`` (budget ``--loader-budget`` padded tokens) against LitData's
 ``StreamingDataLoader(StreamingDataset(shuffle=True))`` at varlen's mean batch size; both pad each
 batch to its longest sequence. Samples/s, real tokens/s and real / padded tokens.
+
+``--part restore``: on the loader part's chunks, a loader's state half way through an epoch restored
+into a new loader, to its first batch: varlen's (``StreamBatchSampler`` state through the
+``VarLenLoader``), LitData's ``StreamingDataLoader`` (its own state), and lhotse's
+``DynamicBucketingSampler.load_state_dict`` on the same lengths (the sampler alone: lhotse replays it).
 """
 
 from __future__ import annotations
@@ -246,6 +258,95 @@ def timed_epoch(loader) -> tuple[float, int, int, int]:
     return time.perf_counter() - start, samples, real, padded
 
 
+def write_tokens(folder, n: int):
+    """The loader benchmark's ``n`` token sequences as LitData chunks in ``folder``, with their size index."""
+    import litdata
+
+    from varlen.stream import write_size_index
+
+    litdata.optimize(fn=token_item, inputs=list(range(n)), output_dir=str(folder), chunk_bytes="16MB",
+                     num_workers=2, keep_data_ordered=True, reorder_files=False, verbose=False,
+                     start_method="fork")  # fmt: skip
+    write_size_index(folder, LOADER_LENGTHS[:n], ("tokens",))
+    return folder
+
+
+def first_batch_after(make, state) -> float:
+    """Seconds from a new loader (``make()``) through ``load_state_dict(state)`` to its first batch."""
+    start = time.perf_counter()
+    loader = make()
+    loader.load_state_dict(state)
+    next(iter(loader))
+    return time.perf_counter() - start
+
+
+def state_at_half(loader, batches: int):
+    """``loader``'s state after ``batches`` batches of an epoch."""
+    iterator = iter(loader)
+    for _ in range(batches):
+        next(iterator)
+    state = loader.state_dict()
+    del iterator
+    return state
+
+
+def restore_part(args: argparse.Namespace) -> None:
+    """Restore mid-epoch + the first batch: varlen, LitData and lhotse, on the loader part's data."""
+    import tempfile
+    from pathlib import Path
+
+    import litdata
+
+    from varlen.batching.loader import VarLenLoader
+    from varlen.stream.dataset import StreamedDataset
+    from varlen.stream.sampler import StreamBatchSampler
+
+    n, budget = args.loader_samples, args.loader_budget
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = write_tokens(Path(tmp) / "tokens", n)
+
+        def ours():
+            sampler = StreamBatchSampler(folder, max_tokens=budget, seed=0)
+            return VarLenLoader(StreamedDataset(folder, token_sizes), batch_sampler=sampler, collate_fn=pad_batch,
+                                num_workers=2, multiprocessing_context="fork")  # fmt: skip
+
+        loader = ours()
+        half, mean_batch = len(loader) // 2, max(1, round(n / len(loader)))
+        rows["varlen StreamBatchSampler + StreamedDataset (a new loader)"] = first_batch_after(
+            ours, state_at_half(loader, half)
+        )
+
+        def theirs():
+            dataset = litdata.StreamingDataset(str(folder), shuffle=True, seed=0)
+            return litdata.StreamingDataLoader(dataset, batch_size=mean_batch, num_workers=2, collate_fn=pad_batch)
+
+        loader = theirs()
+        rows[f"LitData StreamingDataLoader (batch {mean_batch}, a new loader)"] = first_batch_after(
+            theirs, state_at_half(loader, len(loader) // 2)
+        )
+    try:
+        from lhotse import CutSet, MonoCut
+        from lhotse.dataset import DynamicBucketingSampler
+    except ImportError:
+        print("lhotse is not installed: left out")
+    else:
+        cuts = CutSet.from_cuts(MonoCut(str(i), 0.0, float(x), 0) for i, x in enumerate(LOADER_LENGTHS[:n].tolist()))
+
+        def lhotse():
+            return DynamicBucketingSampler(cuts, max_duration=budget, shuffle=True, seed=0, world_size=1, rank=0)
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*eagerly read CutSet.*")
+            sampler = lhotse()
+            state = state_at_half(sampler, sum(1 for _ in lhotse()) // 2)
+            rows["lhotse DynamicBucketingSampler (sampler only, a new one)"] = first_batch_after(lhotse, state)
+    print(f"\n| restore mid-epoch + first batch, {n:,} samples, 2 workers | seconds |")
+    print("|---|---:|")
+    for name, seconds in rows.items():
+        print(row(name, f"{seconds:.2f}"))
+
+
 def loader_part(args: argparse.Namespace) -> None:
     import tempfile
     from pathlib import Path
@@ -253,17 +354,12 @@ def loader_part(args: argparse.Namespace) -> None:
     import litdata
 
     from varlen.batching.loader import VarLenLoader
-    from varlen.stream import write_size_index
     from varlen.stream.dataset import StreamedDataset
     from varlen.stream.sampler import StreamBatchSampler
 
     n, budget = args.loader_samples, args.loader_budget
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(tmp) / "tokens"
-        litdata.optimize(fn=token_item, inputs=list(range(n)), output_dir=str(folder), chunk_bytes="16MB",
-                         num_workers=2, keep_data_ordered=True, reorder_files=False, verbose=False,
-                         start_method="fork")  # fmt: skip
-        write_size_index(folder, LOADER_LENGTHS[:n], ("tokens",))
+        folder = write_tokens(Path(tmp) / "tokens", n)
         sampler = StreamBatchSampler(folder, max_tokens=budget, seed=0)
         ours = VarLenLoader(StreamedDataset(folder, token_sizes), batch_sampler=sampler, collate_fn=pad_batch,
                             num_workers=2, multiprocessing_context="fork")  # fmt: skip
@@ -282,9 +378,101 @@ def loader_part(args: argparse.Namespace) -> None:
     print(f"varlen / LitData: {ours_s / theirs_s:.2f}x samples/s, {ours_t / theirs_t:.2f}x real tokens/s")
 
 
+def disk_items(span: tuple[int, int]):
+    """Samples ``start..end`` of the disk benchmark (module level: LitData's forked writers run it, with
+    the lengths :func:`write_disk` drew)."""
+    for i in range(*span):
+        yield {"index": i, "input_ids": np.zeros(int(DISK_LENGTHS[0][i]), np.uint16)}
+
+
+DISK_LENGTHS: list[np.ndarray] = []
+
+
+def write_disk(folder, n: int) -> None:
+    """``n`` samples as LitData chunks in ``folder`` with their size index (kept when already there)."""
+    import litdata
+
+    from varlen.stream import SizeIndex, write_size_index
+
+    try:
+        if SizeIndex(folder).samples_per_chunk.sum() == n:
+            return
+    except Exception:  # noqa: BLE001 - not written yet (or another n): write it
+        pass
+    start = time.perf_counter()
+    DISK_LENGTHS[:] = [lognormal(n, seed=1)]
+    spans = [(a, min(a + CHUNK, n)) for a in range(0, n, CHUNK)]
+    litdata.optimize(fn=disk_items, inputs=spans, output_dir=str(folder), chunk_bytes="64MB",
+                     num_workers=2, keep_data_ordered=True, reorder_files=False, verbose=False,
+                     start_method="fork", mode="overwrite")  # fmt: skip
+    write_size_index(folder, DISK_LENGTHS[0], ("tokens",))
+    print(f"wrote {n:,} samples in {time.perf_counter() - start:.0f} s")
+
+
+def disk_measure(folder: str, what: str, world: int) -> dict:
+    """One figure, in this (fresh) process: see :func:`disk_part`."""
+    from varlen.stream import SizeIndex
+    from varlen.stream.sampler import StreamBatchSampler
+
+    before, start = rss_mb(), time.perf_counter()
+    if what == "in-memory":
+        index = SizeIndex(folder)
+        sizes = np.concatenate([index.sizes(c)[:, 0] for c in range(index.num_chunks)])
+        before, start = rss_mb(), time.perf_counter()  # the sizes a DataModule holds anyway
+        sampler = BucketBatchSampler(sizes, max_tokens=BUDGET, num_replicas=world, rank=0)
+        len(sampler)
+    else:
+        sampler = StreamBatchSampler(folder, max_tokens=BUDGET, num_replicas=world, rank=0)
+        len(sampler)
+    out = {"setup": time.perf_counter() - start, "rss": rss_mb() - before, "batches": len(sampler)}
+    start = time.perf_counter()
+    sampler.set_epoch(1)
+    next(iter(sampler))
+    out["epoch"] = time.perf_counter() - start
+    state = sampler.state_dict() | {"epoch": 1, "batches_served": len(sampler) // 2}
+    if what != "in-memory":
+        fresh = StreamBatchSampler(folder, max_tokens=BUDGET, num_replicas=world, rank=0)
+        start = time.perf_counter()
+        fresh.load_state_dict(state)
+        next(iter(fresh))
+        out["restore"] = time.perf_counter() - start
+    out["rss_total"] = rss_mb() - before
+    return out
+
+
+def disk_part(args: argparse.Namespace) -> None:
+    import json
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    n = args.disk_samples
+    folder = Path(args.disk_dir or tempfile.mkdtemp(prefix="varlen-disk-")) / f"tokens-{n}"
+    write_disk(folder, n)
+    chunks = json.loads((folder / "index.json").read_text())["chunks"]
+    gib = sum(c["chunk_bytes"] for c in chunks) / 2**30
+    print(f"\n### From LitData chunks on local disk: {n:,} samples, {len(chunks)} chunks, {gib:.1f} GiB "
+          f"(W = {args.world}, rank 0; a fresh process each)\n")  # fmt: skip
+    print(row("sampler", "set-up (s)", "RSS added (MB)", "first batch of an epoch (s)", "restore + first batch (s)",
+              "batches per rank"))  # fmt: skip
+    print(row(*["---"] * 6))
+    for what, name in (("stream", "StreamBatchSampler (size index)"), ("in-memory", "today's BucketBatchSampler")):
+        code = (f"import json, benchmark_streaming as b; "
+                f"print(json.dumps(b.disk_measure({str(folder)!r}, {what!r}, {args.world})))")  # fmt: skip
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             cwd=Path(__file__).parent)  # fmt: skip
+        out = json.loads(run.stdout.strip().splitlines()[-1])
+        restore = f"{out['restore']:.2f}" if "restore" in out else "-"
+        print(row(name, f"{out['setup']:.2f}", f"{out['rss_total']:.0f}", f"{out['epoch']:.3f}", restore,
+                  out["batches"]))  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--part", default="plan", help="comma-separated: plan, loader")
+    parser.add_argument("--part", default="plan", help="comma-separated: plan, disk, loader, restore")
+    parser.add_argument("--disk-samples", type=int, default=10_000_000, help="samples written for the disk part")
+    parser.add_argument("--disk-dir", default=None, help="where the disk part's chunks are kept (default: a temp dir)")
     parser.add_argument("--loader-samples", type=int, default=200_000, help="samples written for the loader part")
     parser.add_argument("--loader-budget", type=int, default=8192, help="varlen's padded tokens per batch (loader)")
     parser.add_argument("--samples", type=int, default=10_000_000, help="samples of the real (in-memory) index")
@@ -298,7 +486,7 @@ def main() -> None:
     if args.world not in args.worlds:
         args.worlds.append(args.world)
     for part in args.part.split(","):
-        {"plan": plan_part, "loader": loader_part}[part](args)
+        {"plan": plan_part, "disk": disk_part, "loader": loader_part, "restore": restore_part}[part](args)
 
 
 if __name__ == "__main__":
