@@ -274,3 +274,16 @@ def test_chunks_written_with_other_classes_are_refused(text_stream: Path) -> Non
         DataError, match=r"written with class_names=\['0', '1'\] where TextClassificationDataModule has \['1', '0'\]"
     ):
         text_dm(text_stream, class_names=["1", "0"])
+
+
+def test_a_streamed_text_datamodule_leaves_its_training_source_untokenised(text_stream: Path, tmp_path: Path) -> None:
+    """The stream serves the training split and validation has its own source: only val and test are
+    tokenised (the same samples as without a stream), and the training split is the stream's."""
+    streamed = text_dm(text_stream, cache_dir=str(tmp_path / "streamed"))
+    built = sorted(path.name for path in (tmp_path / "streamed" / "text").glob("*.arrow"))
+    assert any("-val-" in name for name in built) and not any("-train-" in name for name in built), built
+    plain = text_dm(None, cache_dir=str(tmp_path / "plain"))
+    for split in ("val", "test"):
+        ours, theirs = streamed.dataset(split), plain.dataset(split)
+        assert len(ours) == len(theirs) and all(same_sample(ours[i], theirs[i]) for i in range(len(ours)))
+    assert isinstance(streamed.dataset("train"), StreamedDataset) and streamed.report.split("train").kept == SAMPLES

@@ -192,7 +192,7 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
         self.other_sources = check_sources(sources, owner)
         self.source_weights = check_source_weights(source_weights, owner)
         self.mix = check_mix(mix, owner)
-        self.stream = check_stream(stream, owner)
+        self.stream = check_stream(stream, owner, bool(self.other_sources), shuffle)
         # the subclass's own arguments (linked ones included): what a source's DataModule starts from
         self._arguments = self._init_arguments(inspect.currentframe()) if self.other_sources else {}
         self._source_modules: dict[str, VarLenDataModule] | None = None

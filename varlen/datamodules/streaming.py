@@ -27,10 +27,22 @@ from varlen.stream.write import written_state
 __all__ = ["check_stream", "stream_sampler", "streamed_train"]
 
 
-def check_stream(stream: str | dict[str, Any] | None, owner: str) -> StreamSource | None:
+def check_stream(
+    stream: str | dict[str, Any] | None, owner: str, sources: bool = False, shuffle: bool = True
+) -> StreamSource | None:
     """``stream`` as a :class:`~varlen.stream.source.StreamSource`, refused now (not at ``setup``)
-    where it cannot work (see :meth:`StreamSource.parse`)."""
-    return None if stream is None else StreamSource.parse(stream, owner)
+    where it cannot work (see :meth:`StreamSource.parse`).
+
+    Raises:
+        ValueError: a bad ``stream``, or one with other ``sources`` or without shuffling.
+    """
+    if stream is None:
+        return None
+    if sources:
+        raise ValueError(f"{owner}: stream and sources cannot be combined yet (the stream is the training split)")
+    if not shuffle:
+        raise ValueError(f"{owner}: stream needs shuffle=True (the streamed plan orders every epoch by seed and epoch)")
+    return StreamSource.parse(stream, owner)
 
 
 def streamed_train(dm: Any) -> Any:
@@ -39,16 +51,12 @@ def streamed_train(dm: Any) -> Any:
     Raises:
         DataError: no size index (naming ``varlen index-sizes``), an index that does not describe the
             folder's ``index.json``, or one of other size axes than the DataModule's.
-        ValueError: settings a streamed split cannot serve (other sources, sample weights, no shuffle).
+        ValueError: settings a streamed split cannot serve (sample weights).
     """
 
     owner = type(dm).__name__
-    if dm.other_sources:
-        raise ValueError(f"{owner}: stream and sources cannot be combined yet (the stream is the training split)")
     if dm.sample_weights is not None:
         raise ValueError(f"{owner}: stream and sample_weights cannot be combined yet (the streamed plan is unweighted)")
-    if not dm.shuffle:
-        raise ValueError(f"{owner}: stream needs shuffle=True (the streamed plan orders every epoch by seed and epoch)")
     if getattr(type(dm).sample_sizes, "__qualname__", "") == "VarLenDataModule.sample_sizes":
         raise ValueError(
             f"{owner}: stream needs sample_sizes (the sizes of decoded samples), which it does not implement"

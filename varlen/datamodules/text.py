@@ -334,7 +334,7 @@ class TextClassificationDataModule(VarLenDataModule):
         dataset is downloaded first); what is there already is only checked."""
         self._collate()
         tables = self._token_tables()
-        for split, plan in self.splitter.plans(tables).items():
+        for split, plan in self._plans(tables).items():
             if isinstance(plan, SplitPlan):
                 self.splitter.selection(self.cache_folder, tables[plan.source], split, plan)
 
@@ -342,14 +342,26 @@ class TextClassificationDataModule(VarLenDataModule):
         """The collate (it refuses a tokenizer without a pad token before anything is tokenised)."""
         return TextCollator(self.tokenizer.pad_token_id, self.with_token_type_ids, self.pad_to_multiple_of)
 
+    @property
+    def _streams_train(self) -> bool:
+        """The training split comes from ``stream`` and validation has a source of its own (not carved
+        from the training rows, nor marked by a split column): the training source is not tokenised."""
+        return self.stream is not None and "val" in self.sources and not self.split_column
+
     def _token_tables(self) -> dict[str, TokenTables]:
-        """Each source's token tables, mapped (built first where they are not in the cache)."""
+        """Each source's token tables, mapped (built first where they are not in the cache); the training
+        source's only where this DataModule serves it."""
         classes, tokenization = self.class_names, self.tokenization
         identity = tokenizer_identity(self.tokenizer)
         return {
             split: load_tokens(self.cache_folder, source, classes, self.tokenizer, tokenization, identity)
             for split, source in self.sources.items()
+            if not (split == "train" and self._streams_train)
         }
+
+    def _plans(self, tables: dict[str, TokenTables]) -> dict[str, SplitPlan | str]:
+        plans = self.splitter.plans(tables)
+        return {k: v for k, v in plans.items() if k != "train"} if self._streams_train else plans
 
     @staticmethod
     def sample_sizes(samples: list[Any]) -> np.ndarray:
@@ -363,7 +375,7 @@ class TextClassificationDataModule(VarLenDataModule):
             marked = zip(SPLITS, self.splitter.marked(tables), strict=True)
             counts = ", ".join(f"{n:,} {split}" for split, n in marked if n)
             notices.info(log, "%s: split column %r gives %s rows", tables["train"].name, self.split_column, counts)
-        plans = self.splitter.plans(tables)
+        plans = self._plans(tables)
         self.splitter.check(tables, plans, self.report)
         datasets: dict[str, TokenizedTexts] = {}
         for split, plan in plans.items():
