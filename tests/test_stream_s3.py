@@ -77,7 +77,7 @@ def test_a_stream_from_s3_serves_the_local_folders_samples_and_batches(
     stream = {"url": text_url, "storage_options": s3, "cache_dir": str(tmp_path / "cache")}
     remote, local = text_dm(stream), text_dm(text_local)
     train = remote.dataset("train")
-    assert train.folder == text_url and len(train) == SAMPLES
+    assert train.url == text_url and len(train) == SAMPLES
     pairs = zip(train.__getitems__(range(SAMPLES)), local.dataset("train"), strict=True)
     assert all(same_sample(a, b) for a, b in pairs)
     for epoch in (0, 1):

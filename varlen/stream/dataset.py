@@ -62,7 +62,7 @@ class StreamedDataset(Dataset):
     def __init__(self, source: StreamSource | str | Path, sample_sizes: SizeFn) -> None:
         source = source if isinstance(source, StreamSource) else StreamSource.parse(str(source), "StreamedDataset")
         self.source = source if source.index_dir is not None else source.fetched()
-        self.folder = self.source.url  # what messages name
+        self.url = self.source.url  # the dataset as given: what messages name
         self.index_dir = str(self.source.index_dir)  # index.json and the size index, on local disk
         self.sample_sizes = sample_sizes
         self.index = SizeIndex(self.index_dir)
@@ -107,7 +107,7 @@ class StreamedDataset(Dataset):
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if len(ids) and (ids.min() < 0 or ids.max() >= len(self)):
             bad = int(ids[(ids < 0) | (ids >= len(self))][0])
-            raise IndexError(f"sample {bad} of {self.folder}, which holds {len(self)}")
+            raise IndexError(f"sample {bad} of {self.url}, which holds {len(self)}")
         order = np.argsort(ids, kind="stable")  # ids ascending: chunk by chunk, in each chunk in order
         chunks = np.searchsorted(self.offsets, ids[order], side="right") - 1
         out: list[Any] = [None] * len(ids)
@@ -122,7 +122,7 @@ class StreamedDataset(Dataset):
 
     def _where(self, chunk: int, sample: int) -> str:
         item = sample - int(self.offsets[chunk])
-        return f"{self.folder}: chunk {chunk} ({self.names[chunk]}), item {item} (sample {sample})"
+        return f"{self.url}: chunk {chunk} ({self.names[chunk]}), item {item} (sample {sample})"
 
     def _read_chunk(self, chunk: int, members: np.ndarray) -> list[Any]:
         """The items ``members`` of ``chunk``, from its decoded items (kept for the next batches)."""
@@ -194,7 +194,7 @@ class StreamedDataset(Dataset):
                 f"{self._where(chunk, int(members[row]))}: its sizes are {sizes[row].tolist()} "
                 f"({', '.join(self.index.axes)}), its size index says {indexed[row].tolist()}: the chunks were "
                 "rewritten under the index, or the index was built with another size function. Rebuild the index: "
-                f"{rebuild_command(self.folder, self.index.axes, self.index.size_fn)}"
+                f"{rebuild_command(self.url, self.index.axes, self.index.size_fn)}"
             )
 
 

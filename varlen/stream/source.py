@@ -110,6 +110,8 @@ class StreamSource:
                 fresh = self._download(name, folder, required=name in INDEX_FILES)
                 if fresh is not None:
                     os.replace(fresh, folder / name)
+                else:  # not in the store: an earlier fetch's copy must not stand for it
+                    (folder / name).unlink(missing_ok=True)
         os.replace(listed, folder / INDEX_JSON)
         return replace(self, index_dir=str(folder))
 
