@@ -15,12 +15,12 @@ from pathlib import Path
 import lightning.pytorch as pl
 import numpy as np
 import pytest
-import torch
-from torch import nn
 
 from varlen.errors import DataError
 
 pytest.importorskip("litdata")
+
+from ddp_stream_fit import Counting  # noqa: E402  (the least model a fit needs)
 
 from varlen.stream import SizeIndex, write_size_index  # noqa: E402
 from varlen.stream.dataset import StreamedDataset  # noqa: E402
@@ -139,20 +139,6 @@ class Recorder(pl.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.batches.append((trainer.current_epoch, batch["index"].tolist()))
-
-
-class Counting(pl.LightningModule):
-    """The least model a fit needs: one weight, a loss from the batch's tokens."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(1))
-
-    def training_step(self, batch, batch_idx):
-        return (self.weight * batch["attention_mask"].float().mean()).sum() ** 2
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
 def fit(stream: Path, root: Path, ckpt_path: Path | None = None, every: int | None = None):
