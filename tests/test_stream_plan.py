@@ -119,6 +119,42 @@ def test_extra_batches_are_few_at_the_default_window():
     assert plan.extra_batches <= 0.01 * plan.window_counts.sum()
 
 
+@pytest.mark.parametrize("world", [64, 256])
+def test_pieces_cut_at_real_counts_leave_few_batches_to_split(world):
+    # 300k sizes, 60 chunks: pieces of equal expected batches left ~1 batch a rank to split (53 at 64 ranks,
+    # 282 at 256); cut where every piece but the last has T real batches, a few at most
+    index = ArraySizeIndex.from_sizes(lognormal_chunks(8, 60, 4000, 6000))
+    sizes = sizes_of(index)
+    spec = PlanSpec(max_tokens=(BUDGET,))
+    plan = layout(index, spec, seed=0, num_replicas=world)
+    per_rank = np.bincount(plan.window_rank, plan.window_counts, minlength=world)
+    assert (per_rank[:-1] == plan.batches_per_rank).all()
+    assert plan.extra_batches == plan.batches_per_rank - per_rank[-1] <= world // 8
+    ranks = [served(index, plan, r, 0, seed=0) for r in range(world)]
+    assert {len(batches) for batches in ranks} == {plan.batches_per_rank}
+    every = np.concatenate([np.concatenate(batches) for batches in ranks])
+    np.testing.assert_array_equal(np.sort(every), np.arange(len(sizes)))
+    check_budget([b for batches in ranks for b in batches], sizes, spec)
+
+
+@pytest.mark.parametrize("world", [2, 3, 20])
+def test_empty_chunks_get_no_segment_and_every_sample_is_served_once(world):
+    base = ArraySizeIndex.from_sizes(lognormal_chunks(4, 12, 100, 400))
+    chunks, histograms = list(base._chunks), list(base._histograms)
+    for at in (0, 5, 9, 14):
+        chunks.insert(at, np.zeros((0, 1), np.int32))
+        histograms.insert(at, np.zeros_like(histograms[0]))
+    index = ArraySizeIndex(chunks, np.stack(histograms), "with-empty-chunks")
+    sizes = sizes_of(index)
+    for spec in (SPECS[0], SPECS[1]):
+        plan = layout(index, spec, seed=2, num_replicas=world, window_batches=5)
+        assert (index.samples_per_chunk[plan.seg_chunk] > 0).all()
+        ranks = [served(index, plan, r, 0, seed=2) for r in range(world)]
+        assert {len(batches) for batches in ranks} == {plan.batches_per_rank}
+        every = np.concatenate([np.concatenate(batches) for batches in ranks])
+        np.testing.assert_array_equal(np.sort(every), np.arange(len(sizes)))
+
+
 def efficiency(batches, sizes) -> float:
     return sum(sizes[b].sum() for b in batches) / sum(len(b) * sizes[b].max() for b in batches)
 
