@@ -598,12 +598,12 @@ def _window_histograms(segments, window_segments, samples, histograms, bin_bucke
     num_buckets = int(bin_bucket[-1]) + 1
     first_bins = np.searchsorted(bin_bucket, np.arange(num_buckets))
     out = np.empty((len(window_segments) - 1, num_buckets), np.int32)
-    partial = np.flatnonzero((start > 0) | (stop < samples[chunk]))
+    cut = np.flatnonzero((start > 0) | (stop < samples[chunk]))
     for w0 in range(0, len(out), _BLOCK):
         w1 = min(len(out), w0 + _BLOCK)
         s0, s1 = window_segments[w0], window_segments[w1]
         rows = np.add.reduceat(histograms[chunk[s0:s1]], first_bins, axis=1, dtype=np.int64)
-        for s in partial[(partial >= s0) & (partial < s1)].tolist():
+        for s in cut[(cut >= s0) & (cut < s1)].tolist():
             rows[s - s0] = np.bincount(read[int(chunk[s])][start[s] : stop[s]], minlength=num_buckets)
         out[w0:w1] = np.add.reduceat(rows, window_segments[w0:w1] - s0, axis=0)
     return out
