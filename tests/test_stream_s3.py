@@ -179,3 +179,30 @@ def test_a_chunk_read_that_fails_is_read_again_and_counted(
     with pytest.raises(DataError, match=r"chunk 2 .* could not be read 3 times \(ConnectionError: connection refused"):
         train.__getitems__([int(train.offsets[2])])
     assert train.retries == 3  # the one above, and two for chunk 2
+
+
+def test_retries_in_loader_workers_are_counted_in_the_report(
+    s3: dict, text_url: str, tmp_path: Path, monkeypatch
+) -> None:
+    """A forked loader worker's retry (LitData's reader raises once for chunk 0 in it) reaches
+    ``dm.report``: the count is shared by the dataset and the workers started with it."""
+    import litdata
+
+    if "fork" not in __import__("multiprocessing").get_all_start_methods():
+        pytest.skip("needs the fork start method (the failure is patched into the worker by inheritance)")
+    stream = {"url": text_url, "storage_options": s3, "cache_dir": str(tmp_path / "cache")}
+    dm = text_dm(stream, num_workers=1, multiprocessing_context="fork")
+    dm.dataset("train").retry_pause_s = 0.01
+    read, failures = litdata.StreamingDataset.__getitem__, {"left": 1}
+
+    def flaky(self, index):
+        if index.chunk_index == 0 and failures["left"]:
+            failures["left"] -= 1
+            raise ConnectionError("connection reset by peer")
+        return read(self, index)
+
+    monkeypatch.setattr(litdata.StreamingDataset, "__getitem__", flaky)
+    served = sorted(i for batch in dm.train_dataloader() for i in batch["index"].tolist())
+    assert served == list(range(SAMPLES)) and failures["left"] == 1  # the worker failed, not this process
+    assert dm.report.retries("train") == 1 and dm.report.to_dict()["train"]["retried"] == 1
+    assert "train streamed: 1 chunk read(s) retried so far" in str(dm.report)

@@ -11,7 +11,9 @@ One type for every scenario, so a user finds what was dropped in one place, ``dm
   windows, labelled pixels at the image border or in split buffers...);
 * **sources** of a training split drawn from several: each one's samples and planned share of
   an epoch, and the samples each served per epoch (counted as batches reach the model, in this
-  process: under DDP, this rank's).
+  process: under DDP, this rank's);
+* **retried**: of a split read from a stream, the chunk reads retried so far (a live count, its
+  loader workers included; nothing streamed is skipped: a chunk that keeps failing raises).
 
 Skips found before the data is split are filed under the pseudo-split :data:`SOURCE`.
 ``str(report)`` is a short table; the DataModule logs it once when ``setup`` ends.
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -76,6 +79,7 @@ class DataReport:
         self.splits: dict[str, SplitReport] = {}
         self.sources: dict[str, dict[str, tuple[int, float]]] = {}  # split -> source -> (samples, share)
         self.served: dict[int, Counter] = {}  # epoch -> source -> samples served
+        self.streamed: dict[str, Callable[[], int]] = {}  # split -> its chunk reads retried so far (live)
 
     # -- recording ----------------------------------------------------------------------------
 
@@ -120,6 +124,15 @@ class DataReport:
         """Samples each source served in a batch of ``epoch``."""
         self.served.setdefault(int(epoch), Counter()).update(counts)
 
+    def stream(self, split: str, retried: Callable[[], int]) -> None:
+        """``split`` is read from a stream; ``retried()`` counts its chunk reads retried so far, by this
+        process and its loader workers (nothing is skipped: a chunk that keeps failing raises)."""
+        self.streamed[split] = retried
+
+    def retries(self, split: str | None = None) -> int:
+        """Chunk reads retried so far, of ``split`` or of every streamed split."""
+        return sum(count() for name, count in self.streamed.items() if split in (None, name))
+
     def absorb(self, source: str, other: DataReport, left_out: list[str]) -> None:
         """Take in the report of another source's DataModule: what its training split (and its
         files) skipped, truncated and left unused; its splits in ``left_out`` (held out by it,
@@ -143,6 +156,7 @@ class DataReport:
         self.splits.clear()
         self.sources.clear()
         self.served.clear()
+        self.streamed.clear()
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -181,6 +195,7 @@ class DataReport:
                     if name in self.sources
                     else {}
                 ),  # fmt: skip
+                **({"retried": self.retries(name)} if name in self.streamed else {}),
             }
             for name, s in self.splits.items()
         } | ({"served": {epoch: dict(counts) for epoch, counts in self.served.items()}} if self.served else {})
@@ -205,6 +220,8 @@ class DataReport:
             total = max(sum(counts.values()), 1)
             parts = ", ".join(f"{k} {n:,} ({n / total:.1%})" for k, n in counts.items())
             lines.append(f"served in epoch {epoch}: {parts}")
+        for name in self.streamed:
+            lines.append(f"{name} streamed: {self.retries(name):,} chunk read(s) retried so far (each logged)")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -71,6 +71,7 @@ def streamed_train(dm: Any) -> Any:
             f"{dm.stream}: its size index counts {list(dataset.index.axes)}, {owner} batches by {list(axes)}: "
             f"write the chunks with this DataModule (varlen optimize --config CONFIG --output DIR)"
         )
+    dm.report.stream("train", lambda: dataset.retries)
     return dataset
 
 

@@ -16,13 +16,14 @@ raises a :class:`~varlen.errors.DataError` naming the chunk, the sample and the 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
 from varlen.errors import DataError
 from varlen.stream.engine import litdata, plain_http_downloads
@@ -32,6 +33,8 @@ from varlen.stream.source import StreamSource
 __all__ = ["SizeFn", "StreamedDataset"]
 
 log = logging.getLogger(__name__)
+#: slots of the shared retry count: this process and up to 63 loader workers (more share slots)
+_SLOTS = 64
 
 #: samples -> their sizes ``[n, D]`` (what the size index holds for them: a DataModule's ``sample_sizes``)
 SizeFn = Callable[[Sequence[Any]], np.ndarray]
@@ -48,7 +51,7 @@ class StreamedDataset(Dataset):
 
     The dataset pickles as ``(source, sample_sizes)``, the source's index fetched already: a worker
     maps the local size index and opens its own ``StreamingDataset`` at its first read, under fork,
-    spawn or forkserver alike.
+    spawn or forkserver alike. A loader's workers share its retry count (:attr:`retries`).
     """
 
     #: bytes of chunk files whose decoded items a process keeps (the most recent chunk always): a
@@ -59,7 +62,7 @@ class StreamedDataset(Dataset):
     read_retries = 2
     retry_pause_s = 1.0
 
-    def __init__(self, source: StreamSource | str | Path, sample_sizes: SizeFn) -> None:
+    def __init__(self, source: StreamSource | str | Path, sample_sizes: SizeFn, _retried: Any | None = None) -> None:
         source = source if isinstance(source, StreamSource) else StreamSource.parse(str(source), "StreamedDataset")
         self.source = source if source.index_dir is not None else source.fetched()
         self.url = self.source.url  # the dataset as given: what messages name
@@ -70,11 +73,20 @@ class StreamedDataset(Dataset):
         self.names = self.index.chunks.names
         self._stream: Any = None
         self._chunks: dict[int, list[Any]] = {}  # decoded chunks, least recently used first
-        #: chunk reads this process retried (a worker's are its own: each is logged where it happens)
-        self.retries = 0
+        # chunk reads retried, in shared memory, a slot per process (this one, then each loader worker
+        # started with this dataset): each process adds to its own, so no lock is needed
+        self._retried = _retried if _retried is not None else multiprocessing.RawArray("q", _SLOTS)
+
+    @property
+    def retries(self) -> int:
+        """Chunk reads retried by this process and the loader workers started with it (each logged)."""
+        return int(sum(self._retried))
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (StreamedDataset, (self.source, self.sample_sizes))
+        # the shared count travels only to a process being started with this dataset (spawn, forkserver);
+        # anywhere else a copy counts afresh (shared memory cannot be pickled to a file)
+        starting = multiprocessing.context.get_spawning_popen() is not None
+        return (StreamedDataset, (self.source, self.sample_sizes, self._retried if starting else None))
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
@@ -154,7 +166,8 @@ class StreamedDataset(Dataset):
                         f"{self._where(chunk, unread.sample)} could not be read{tries} ({type(error).__name__}: "
                         f"{error}); the chunk is missing or damaged: write the dataset again (varlen optimize)"
                     ) from error
-                self.retries += 1
+                worker = get_worker_info()
+                self._retried[0 if worker is None else 1 + worker.id % (_SLOTS - 1)] += 1
                 log.warning(
                     "%s could not be read (%s: %s): reading chunk %d again (%d of %d retries)",
                     self._where(chunk, unread.sample), type(error).__name__, error, chunk, attempt, attempts - 1,
