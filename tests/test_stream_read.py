@@ -273,3 +273,38 @@ def test_a_streamed_text_datamodule_leaves_its_training_source_untokenised(text_
         ours, theirs = streamed.dataset(split), plain.dataset(split)
         assert len(ours) == len(theirs) and all(same_sample(ours[i], theirs[i]) for i in range(len(ours)))
     assert isinstance(streamed.dataset("train"), StreamedDataset) and streamed.report.split("train").kept == SAMPLES
+
+
+def test_a_text_stream_needs_no_local_training_file(tmp_path: Path) -> None:
+    """Chunks written from a training file serve a DataModule that has only the validation file: the
+    classes come from the chunks' data state, validation is the file's, every sample is served."""
+    from varlen.datamodules.text import TextClassificationDataModule
+
+    words = "good bad fine plot actor scene long short dull bright".split()
+    for name, n in (("train", 90), ("val", 20)):
+        lines = [" ".join(words[(i * k) % len(words)] for k in range(1, 3 + i % 9)) + f"\t{'pos' if i % 3 else 'neg'}"
+                 for i in range(n)]  # fmt: skip
+        (tmp_path / f"{name}.tsv").write_text("sentence\tlabel\n" + "\n".join(lines) + "\n")
+    files = [
+        f"--data.init_args.train_file={tmp_path / 'train.tsv'}",
+        f"--data.init_args.val_file={tmp_path / 'val.tsv'}",
+    ]
+    columns = {"text_column": "sentence", "label_column": "label", "batch_size": None, "max_tokens": MAX_TOKENS}
+    out = optimize(tmp_path / "chunks", "--config", "configs/text_bert.yaml", *files,
+                   "--data.init_args.text_column=sentence", "--data.init_args.label_column=label")  # fmt: skip
+    dm = TextClassificationDataModule(val_file=str(tmp_path / "val.tsv"), stream=str(out), **columns)
+    assert dm.class_names == ["neg", "pos"]  # read from the chunks, not from a training file
+    dm.prepare_data()
+    dm.setup("fit")
+    served = sorted(i for batch in dm.train_dataloader() for i in batch["index"].tolist())
+    assert served == list(range(90))
+    plain = TextClassificationDataModule(
+        train_file=str(tmp_path / "train.tsv"), val_file=str(tmp_path / "val.tsv"), **columns
+    )
+    plain.prepare_data()
+    plain.setup("fit")
+    assert all(same_sample(a, b) for a, b in zip(dm.dataset("val"), plain.dataset("val"), strict=True))
+    with pytest.raises(ValueError, match=r"a stream without a train_file needs a val_file"):
+        TextClassificationDataModule(test_file=str(tmp_path / "val.tsv"), stream=str(out), **columns)
+    with pytest.raises(ValueError, match=r"val_file/test_file need a train_file \(or a stream"):
+        TextClassificationDataModule(val_file=str(tmp_path / "val.tsv"), **columns)

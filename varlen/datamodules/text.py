@@ -26,6 +26,7 @@ from varlen.datasets.text.synthetic import SYNTHETIC_KINDS, synthetic_tables
 from varlen.datasets.text.tokens import OVERFLOW, Tokenization, load_tokenizer
 from varlen.errors import DataError
 from varlen.report import OnBad
+from varlen.stream.write import written_state
 
 __all__ = ["TextClassificationDataModule"]
 
@@ -126,7 +127,8 @@ class TextClassificationDataModule(VarLenDataModule):
         stream: a dataset written by ``varlen optimize`` from this configuration, a local folder or a
             store's URL (``s3://...``; a mapping adds ``storage_options`` and ``cache_dir``): the training
             split is read from its LitData chunks and planned from its size index (the ``stream``
-            extra); validation and test come from the sources above.
+            extra); validation and test come from the sources above. With a stream, ``train_file``
+            may be left out when ``val_file`` is given: the classes come from the chunks.
     """
 
     mask_keys = ("attention_mask",)
@@ -186,7 +188,10 @@ class TextClassificationDataModule(VarLenDataModule):
     ) -> None:
         super().__init__(**base_args(locals()))
         if train_file is None and (val_file or test_file):
-            raise ValueError("val_file/test_file need a train_file")
+            if stream is None:
+                raise ValueError("val_file/test_file need a train_file (or a stream that serves the training split)")
+            if not val_file:
+                raise ValueError("a stream without a train_file needs a val_file (none to carve validation from)")
         if max_train_samples is not None and max_train_samples < 1:
             raise ValueError(f"max_train_samples must be >= 1, got {max_train_samples}")
         if max_length < 2:
@@ -210,7 +215,7 @@ class TextClassificationDataModule(VarLenDataModule):
         self.dataset_config_name = dataset_config_name
         self.columns = (
             TextColumns(text_column, text_pair_column, label_column)
-            if train_file or dataset_name
+            if train_file or val_file or dataset_name
             else TextColumns("text", None, "label")  # the synthetic default's own
         )
         self.split_column = split_column
@@ -232,7 +237,7 @@ class TextClassificationDataModule(VarLenDataModule):
     @cached_property
     def sources(self) -> dict[str, TextSource]:
         """Where each available split's rows come from (nothing is read yet but a Hub dataset's index)."""
-        if self.train_file:
+        if self.train_file or self.val_file:  # no train_file: a stream serves the training split
             files = {"train": self.train_file, "val": self.val_file, "test": self.test_file}
             return file_sources(files, self.columns, self.split_column)
         if self.dataset_name:
@@ -243,7 +248,7 @@ class TextClassificationDataModule(VarLenDataModule):
     def tables(self) -> dict[str, TextTable]:
         """The rows of each available split as read, in memory (for a look at the texts: ``setup`` reads
         the sources a slice at a time instead), the training table already divided by its ``split_column``."""
-        if self.train_file:
+        if self.train_file or self.val_file:  # no train_file: a stream serves the training split
             files = {"train": self.train_file, "val": self.val_file, "test": self.test_file}
             marked = {"train": self.split_column}  # only the training table may carry the split column
             tables = {
@@ -264,11 +269,23 @@ class TextClassificationDataModule(VarLenDataModule):
     @property
     def class_names(self) -> list[str]:
         """Class names in id order (from the config, else the sorted training labels: the label column
-        alone is read); two at least."""
+        alone is read; with no training source, the streamed chunks' data state); two at least."""
+        if self._class_names is None and "train" not in self.sources:
+            self._class_names = self._streamed_class_names()
         if self._class_names is None:
             train = self.sources["train"]
             self._class_names = check_classes(train.classes(), train.name, self.columns.label)
         return check_classes(self._class_names, "class_names", self.columns.label)
+
+    def _streamed_class_names(self) -> list[str]:
+        """The class names the chunks of ``stream`` were written with (``varlen optimize`` saves them)."""
+        written = written_state(self.stream.fetched().index_dir)
+        if not written or "class_names" not in written:
+            raise ValueError(
+                f"{self.stream}: its chunks carry no class names (written elsewhere) and there is no train_file "
+                "to read them from: give class_names"
+            )
+        return list(written["class_names"])
 
     @property
     def num_classes(self) -> int:
