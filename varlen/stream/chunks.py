@@ -44,10 +44,15 @@ def read_index_json(dataset_dir: str | Path) -> dict[str, Any]:
             f"{dataset_dir} has no {INDEX_JSON}: not a LitData dataset (write one with `varlen optimize --config "
             "CONFIG --output DIR`, or litdata.optimize)"
         )
+    return parse_index_json(path, path)
+
+
+def parse_index_json(path: Path, where: str | Path) -> dict[str, Any]:
+    """The parsed ``index.json`` at ``path`` (a copy, perhaps), or a DataError naming it as ``where``."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise DataError(f"{path} is unreadable ({type(error).__name__}: {error})") from error
+        raise DataError(f"{where} is unreadable ({type(error).__name__}: {error})") from error
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,6 @@ is refused by :meth:`~varlen.stream.size_index.SizeIndex.check`.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import uuid
 from collections.abc import Mapping
@@ -23,15 +22,16 @@ from typing import Any
 
 from varlen.cache import default_cache_dir
 from varlen.errors import DataError
-from varlen.stream.chunks import INDEX_JSON, ChunkList
+from varlen.stream.chunks import INDEX_JSON, ChunkList, parse_index_json
 from varlen.stream.engine import litdata
 from varlen.stream.size_index import FOLDER, HISTOGRAMS, SIZES, SizeIndex
+from varlen.stream.write import DATA_STATE
 
 __all__ = ["StreamSource"]
 
 #: the files beside the chunks that a rank reads itself (the data state is optional: index-sizes writes none)
 INDEX_FILES = (f"{FOLDER}/{SIZES}", f"{FOLDER}/{HISTOGRAMS}")
-OPTIONAL_FILES = (f"{FOLDER}/data_state.json",)
+OPTIONAL_FILES = (f"{FOLDER}/{DATA_STATE}",)
 KEYS = ("url", "storage_options", "cache_dir")
 #: the URL prefixes LitData's downloaders read
 SCHEMES = ("s3://", "gs://", "azure://", "r2://", "hf://")
@@ -104,7 +104,7 @@ class StreamSource:
         folder = self.cache / "index" / hashlib.sha256(self.url.encode()).hexdigest()[:16]
         (folder / FOLDER).mkdir(parents=True, exist_ok=True)
         listed = self._download(INDEX_JSON, folder)
-        chunks = ChunkList.from_index(_read_json(listed, self.url), self.url)
+        chunks = ChunkList.from_index(parse_index_json(listed, f"{self.url}/{INDEX_JSON}"), self.url)
         if not _holds_index_of(folder, chunks):
             for name in INDEX_FILES + OPTIONAL_FILES:
                 fresh = self._download(name, folder, required=name in INDEX_FILES)
@@ -158,13 +158,6 @@ def _not_found(error: Exception) -> bool:
     """Whether a store's error says the object does not exist (LitData's S3 reader drops some itself)."""
     code = (getattr(error, "response", None) or {}).get("Error", {}).get("Code")
     return isinstance(error, FileNotFoundError) or code in {"404", "NoSuchKey", "NotFound"}
-
-
-def _read_json(path: Path, url: str) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise DataError(f"{url}/{INDEX_JSON} is unreadable ({type(error).__name__}: {error})") from error
 
 
 def _holds_index_of(folder: Path, chunks: ChunkList) -> bool:
