@@ -271,6 +271,25 @@ def write_tokens(folder, n: int):
     return folder
 
 
+def varlen_loader(folder, budget: int):
+    """varlen's loader over ``folder``: the streamed plan at ``budget`` padded tokens, 2 forked workers."""
+    from varlen.batching.loader import VarLenLoader
+    from varlen.stream.dataset import StreamedDataset
+    from varlen.stream.sampler import StreamBatchSampler
+
+    sampler = StreamBatchSampler(folder, max_tokens=budget, seed=0)
+    return VarLenLoader(StreamedDataset(folder, token_sizes), batch_sampler=sampler, collate_fn=pad_batch,
+                        num_workers=2, multiprocessing_context="fork")  # fmt: skip
+
+
+def litdata_loader(folder, batch_size: int):
+    """LitData's loader over ``folder``: its shuffled order at a fixed batch size, 2 workers."""
+    import litdata
+
+    dataset = litdata.StreamingDataset(str(folder), shuffle=True, seed=0)
+    return litdata.StreamingDataLoader(dataset, batch_size=batch_size, num_workers=2, collate_fn=pad_batch)
+
+
 def first_batch_after(make, state) -> float:
     """Seconds from a new loader (``make()``) through ``load_state_dict(state)`` to its first batch."""
     start = time.perf_counter()
@@ -295,21 +314,13 @@ def restore_part(args: argparse.Namespace) -> None:
     import tempfile
     from pathlib import Path
 
-    import litdata
-
-    from varlen.batching.loader import VarLenLoader
-    from varlen.stream.dataset import StreamedDataset
-    from varlen.stream.sampler import StreamBatchSampler
-
     n, budget = args.loader_samples, args.loader_budget
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = write_tokens(Path(tmp) / "tokens", n)
 
         def ours():
-            sampler = StreamBatchSampler(folder, max_tokens=budget, seed=0)
-            return VarLenLoader(StreamedDataset(folder, token_sizes), batch_sampler=sampler, collate_fn=pad_batch,
-                                num_workers=2, multiprocessing_context="fork")  # fmt: skip
+            return varlen_loader(folder, budget)
 
         loader = ours()
         half, mean_batch = len(loader) // 2, max(1, round(n / len(loader)))
@@ -318,8 +329,7 @@ def restore_part(args: argparse.Namespace) -> None:
         )
 
         def theirs():
-            dataset = litdata.StreamingDataset(str(folder), shuffle=True, seed=0)
-            return litdata.StreamingDataLoader(dataset, batch_size=mean_batch, num_workers=2, collate_fn=pad_batch)
+            return litdata_loader(folder, mean_batch)
 
         loader = theirs()
         rows[f"LitData StreamingDataLoader (batch {mean_batch}, a new loader)"] = first_batch_after(
@@ -351,21 +361,12 @@ def loader_part(args: argparse.Namespace) -> None:
     import tempfile
     from pathlib import Path
 
-    import litdata
-
-    from varlen.batching.loader import VarLenLoader
-    from varlen.stream.dataset import StreamedDataset
-    from varlen.stream.sampler import StreamBatchSampler
-
     n, budget = args.loader_samples, args.loader_budget
     with tempfile.TemporaryDirectory() as tmp:
         folder = write_tokens(Path(tmp) / "tokens", n)
-        sampler = StreamBatchSampler(folder, max_tokens=budget, seed=0)
-        ours = VarLenLoader(StreamedDataset(folder, token_sizes), batch_sampler=sampler, collate_fn=pad_batch,
-                            num_workers=2, multiprocessing_context="fork")  # fmt: skip
-        mean_batch = max(1, round(n / len(sampler)))
-        theirs = litdata.StreamingDataLoader(litdata.StreamingDataset(str(folder), shuffle=True, seed=0),
-                                             batch_size=mean_batch, num_workers=2, collate_fn=pad_batch)  # fmt: skip
+        ours = varlen_loader(folder, budget)
+        mean_batch = max(1, round(n / len(ours)))
+        theirs = litdata_loader(folder, mean_batch)
         results = {"varlen (StreamBatchSampler, budget)": timed_epoch(ours),
                    f"LitData StreamingDataLoader (shuffle, batch {mean_batch})": timed_epoch(theirs)}  # fmt: skip
     print(f"\n| loader, {n:,} samples, 2 workers, one epoch | samples/s | real tokens/s | real / padded | samples |")
