@@ -20,7 +20,7 @@ import numpy as np
 from varlen.cache import cache_key
 from varlen.errors import DataError
 
-__all__ = ["INDEX_JSON", "ChunkList", "local_folder", "read_index_json"]
+__all__ = ["INDEX_JSON", "ChunkList", "local_folder", "parse_index_json", "read_index_json"]
 
 INDEX_JSON = "index.json"
 _KEY_VERSION = "litdata-chunks-1"
