@@ -277,7 +277,7 @@ def varlen_loader(folder, budget: int):
     from varlen.stream.dataset import StreamedDataset
     from varlen.stream.sampler import StreamBatchSampler
 
-    sampler = StreamBatchSampler(folder, max_tokens=budget, seed=0)
+    sampler = StreamBatchSampler(folder, max_tokens=budget, seed=0, lanes=2)  # a lane per worker
     return VarLenLoader(StreamedDataset(folder, token_sizes), batch_sampler=sampler, collate_fn=pad_batch,
                         num_workers=2, multiprocessing_context="fork")  # fmt: skip
 

@@ -8,7 +8,7 @@ from varlen.batching.plan import PlanSpec, build_plan, cut_batches
 from varlen.errors import DataError
 from varlen.stream.memory_index import ArraySizeIndex, SimulatedSizeIndex
 from varlen.stream.plan import batch_counts, layout, rank_batches, window_batches
-from varlen.stream.plan_state import StreamBatchPlan
+from varlen.stream.plan_state import StreamBatchPlan, interleave
 
 BUDGET = 4096
 
@@ -207,14 +207,14 @@ def test_mid_epoch_resume_equals_the_uninterrupted_run(index):
             np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize(("saved", "resumed"), [(2, 4), (4, 3), (8, 3), (4, 1)])
-def test_elastic_resume_serves_the_rest_once_with_equal_counts(index, saved, resumed):
+@pytest.mark.parametrize(("saved", "resumed", "lanes"), [(2, 4, 1), (4, 3, 1), (8, 3, 1), (4, 1, 1), (3, 2, 2)])
+def test_elastic_resume_serves_the_rest_once_with_equal_counts(index, saved, resumed, lanes):
     sizes = sizes_of(index)
-    old = plans_on(index, saved)
+    old = plans_on(index, saved, lanes=lanes)
     stop = old[0].layout.batches_per_rank // 3
     before = run(old, epoch=2, stop=stop)
     state = old[0].state_dict()
-    new = plans_on(index, resumed)
+    new = plans_on(index, resumed, lanes=3)
     for plan in new:
         plan.load_state_dict(state)
     assert len({len(plan) for plan in new}) == 1
@@ -231,6 +231,55 @@ def test_elastic_resume_serves_the_rest_once_with_equal_counts(index, saved, res
         plan.load_state_dict(middle)
         plan.set_epoch(3)
     assert len(again[0]) == again[0].layout.batches_per_rank
+
+
+@pytest.mark.parametrize(("rows", "lanes"), [(10, 3), (9, 3), (2, 4), (7, 1), (0, 2)])
+def test_interleave_deals_contiguous_stretches_in_turn(rows, lanes):
+    order = interleave(np.arange(rows), lanes)
+    assert sorted(order.tolist()) == list(range(rows))
+    used = max(1, min(lanes, rows))
+    for lane in range(used):
+        stretch = order[lane::used]  # what loader worker `lane` receives: consecutive rows
+        assert len(stretch) in (rows // used, -(-rows // used))
+        assert np.array_equal(np.diff(stretch), np.ones(max(0, len(stretch) - 1)))
+
+
+def test_lanes_order_a_ranks_batches_and_never_change_them(index):
+    """Lane l (rows l, l + 3, ... of a rank's epoch) reads whole windows, one after the other; the batches are
+    the one-lane plan's, as many."""
+    one, three = plans_on(index, 2), plans_on(index, 2, lanes=3)
+    for epoch in (0, 1):
+        for a, b in zip(run(one, epoch), run(three, epoch), strict=True):
+            assert len(a) == len(b) and sorted(map(tuple, a)) == sorted(map(tuple, b))
+            assert [x.tolist() for x in a] != [x.tolist() for x in b]
+    plan = three[1]
+    windows = plan.epoch_batches(1)[1][:, 0]
+    for lane in range(3):
+        mine = windows[lane::3]
+        changes = np.flatnonzero(np.diff(mine)) + 1
+        assert len(set(mine.tolist())) == len(changes) + 1  # a window, once left, is never come back to
+    shared = [w for w in set(windows.tolist()) if len({i % 3 for i in np.flatnonzero(windows == w)}) > 1]
+    assert len(shared) <= 2  # only where a lane's stretch ends inside a window
+
+
+def test_an_epoch_resumed_with_other_lanes_finishes_in_its_saved_order(index):
+    whole = run(plans_on(index, 2, lanes=2), epoch=1)
+    stopped = plans_on(index, 2, lanes=2)
+    before = run(stopped, epoch=1, stop=11)
+    state = stopped[0].state_dict()
+    assert state["lanes"] == 2
+    resumed = plans_on(index, 2, lanes=3)  # the loader now has 3 workers
+    for plan in resumed:
+        plan.load_state_dict(state)
+    assert resumed[0].state_dict()["lanes"] == 2
+    after = run(resumed, epoch=1)
+    for rank in range(2):
+        assert [b.tolist() for b in before[rank] + after[rank]] == [b.tolist() for b in whole[rank]]
+    nxt, fresh = run(resumed, epoch=2), run(plans_on(index, 2, lanes=3), epoch=2)  # the next epoch: 3 lanes
+    assert [[b.tolist() for b in r] for r in nxt] == [[b.tolist() for b in r] for r in fresh]
+    assert resumed[0].state_dict()["lanes"] == 3
+    with pytest.raises(ValueError, match="lanes"):
+        StreamBatchPlan(index, max_tokens=BUDGET, lanes=0)
 
 
 def test_two_elastic_moves_in_one_epoch(index):

@@ -106,6 +106,42 @@ def test_a_streamed_epoch_serves_every_sample_once_within_the_budget(text_stream
     assert epochs[0] != epochs[1]  # a new order every epoch, the same count
 
 
+@pytest.mark.skipif(START != "fork", reason="the decode recorder reaches workers by fork")
+def test_each_loader_worker_decodes_only_the_chunks_of_its_own_windows(text_stream: Path, monkeypatch) -> None:
+    """With ``num_workers=2`` the plan serves a rank's batches in two lanes, one per worker: every chunk is
+    decoded by one worker, but for the window the lanes' boundary cuts (each worker decoded every chunk
+    before); the batches are the plan's."""
+    from torch.utils.data import DataLoader, get_worker_info
+
+    decode = StreamedDataset._decode
+
+    def recorded(self, chunk):
+        self.decoded = (*getattr(self, "decoded", ()), chunk)
+        return decode(self, chunk)
+
+    def chunks_decoded(items):  # the collate: this worker's chunks decoded so far
+        worker = get_worker_info()
+        return worker.id, worker.dataset.decoded, [item["index"] for item in items]
+
+    monkeypatch.setattr(StreamedDataset, "_decode", recorded)
+    dm = text_dm(text_stream, num_workers=2, multiprocessing_context=START)
+    sampler = dm.train_dataloader().batch_sampler
+    plan = sampler.plan.layout
+    assert sampler.plan.lanes == 2 and plan.num_windows >= 3
+    loader = DataLoader(dm.dataset("train"), batch_sampler=sampler, collate_fn=chunks_decoded, num_workers=2,
+                        multiprocessing_context=START)  # fmt: skip
+    decoded, batches = {}, []
+    for worker, chunks, batch in loader:
+        decoded[worker] = chunks
+        batches.append(batch)
+    assert batches == list(sampler)
+    assert all(len(set(chunks)) == len(chunks) for chunks in decoded.values())  # each decoded once
+    both = set(decoded[0]) & set(decoded[1])
+    windows = [set(plan.seg_chunk[a:b].tolist()) for a, b in zip(plan.window_segments[:-1], plan.window_segments[1:])]
+    assert set(decoded[0]) | set(decoded[1]) == set(range(dm.dataset("train").index.num_chunks))
+    assert any(both <= window for window in windows), (decoded, windows)
+
+
 @pytest.mark.skipif("spawn" not in multiprocessing.get_all_start_methods(), reason="no spawn here")
 def test_spawned_workers_read_the_stream_as_the_plan_says(text_stream: Path) -> None:
     """A spawned worker receives the dataset as its folder and the size function's name, and opens its own reader."""
@@ -141,7 +177,7 @@ class Recorder(pl.Callback):
         self.batches.append((trainer.current_epoch, batch["index"].tolist()))
 
 
-def fit(stream: Path, root: Path, ckpt_path: Path | None = None, every: int | None = None):
+def fit(stream: Path, root: Path, ckpt_path: Path | None = None, every: int | None = None, **data):
     recorder = Recorder()
     callbacks: list = [recorder]
     if every:
@@ -152,7 +188,7 @@ def fit(stream: Path, root: Path, ckpt_path: Path | None = None, every: int | No
         max_epochs=2, accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
         enable_checkpointing=bool(every), callbacks=callbacks, num_sanity_val_steps=0, limit_val_batches=0,
     )  # fmt: skip
-    dm = text_dm(stream)
+    dm = text_dm(stream, **data)
     trainer.fit(Counting(), datamodule=dm, ckpt_path=ckpt_path)
     return recorder.batches
 
@@ -167,6 +203,18 @@ def test_a_lightning_fit_on_the_stream_resumes_mid_epoch_exactly(text_stream: Pa
     assert resumed == full[first:]
     later = fit(text_stream, tmp_path / "later", ckpt_path=tmp_path / "ckpt" / f"step={second}.ckpt")
     assert later == full[second:]  # inside the second epoch too
+
+
+@pytest.mark.skipif(START is None, reason="no fork here")
+def test_a_fit_with_loader_workers_resumes_mid_epoch_exactly(text_stream: Path, tmp_path: Path) -> None:
+    """Two workers, so two lanes: the checkpoint's loader state and the plan's lanes give the uninterrupted
+    run's batches, the worker dealing each lane's batches as before."""
+    workers = {"num_workers": 2, "multiprocessing_context": START, "persistent_workers": True}
+    full = fit(text_stream, tmp_path / "ckpt", every=5, **workers)
+    per_epoch = len(full) // 2
+    assert 5 < per_epoch and per_epoch % 5
+    resumed = fit(text_stream, tmp_path / "again", ckpt_path=tmp_path / "ckpt" / "step=5.ckpt", **workers)
+    assert resumed == full[5:]
 
 
 def test_a_tampered_size_index_names_the_chunk_and_the_sample(text_stream: Path, tmp_path: Path) -> None:

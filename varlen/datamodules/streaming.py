@@ -114,6 +114,7 @@ def stream_sampler(dm: Any, num_replicas: int | None, rank: int | None) -> Any:
         pad_to_multiple_of=dm.pad_to_multiple_of if dm.sampler_rounds_sizes else None,
         seed=dm.seed,
         window_batches=dm.stream_window_batches or WINDOW_BATCHES,
+        lanes=max(1, dm.num_workers),  # each loader worker reads windows of its own
         num_replicas=num_replicas,
         rank=rank,
     )

@@ -115,7 +115,7 @@ class StreamedDataset(Dataset):
         return self.__getitems__([i])[0]
 
     def __getitems__(self, ids: Sequence[int]) -> list[Any]:
-        """The samples of global ids ``ids``, in that order, read chunk by chunk and size-checked."""
+        """The samples of global ids ``ids``, in that order, from their chunks (each checked when decoded)."""
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
         if len(ids) and (ids.min() < 0 or ids.max() >= len(self)):
             bad = int(ids[(ids < 0) | (ids >= len(self))][0])
@@ -125,25 +125,18 @@ class StreamedDataset(Dataset):
         out: list[Any] = [None] * len(ids)
         cuts = np.flatnonzero(np.diff(chunks)) + 1
         for positions, chunk in zip(np.split(order, cuts), chunks[np.r_[0, cuts]].tolist(), strict=False):
-            members = ids[positions]
-            items = self._read_chunk(chunk, members)
-            self._check(chunk, members, items)
-            for position, item in zip(positions.tolist(), items, strict=True):
-                out[position] = item
+            items = self._decoded(chunk)
+            for position, item in zip(positions.tolist(), (ids[positions] - self.offsets[chunk]).tolist(), strict=True):
+                out[position] = items[item]
         return out
 
     def _where(self, chunk: int, sample: int) -> str:
         item = sample - int(self.offsets[chunk])
         return f"{self.url}: chunk {chunk} ({self.names[chunk]}), item {item} (sample {sample})"
 
-    def _read_chunk(self, chunk: int, members: np.ndarray) -> list[Any]:
-        """The items ``members`` of ``chunk``, from its decoded items (kept for the next batches)."""
-        items = self._decoded(chunk)
-        return [items[i] for i in (members - self.offsets[chunk]).tolist()]
-
     def _decoded(self, chunk: int) -> list[Any]:
-        """Every item of ``chunk``, decoded in order once and kept while the chunks kept hold at most
-        :attr:`cache_bytes` (least recently used out first).
+        """Every item of ``chunk``, decoded in order once, size-checked, and kept while the chunks kept
+        hold at most :attr:`cache_bytes` (least recently used out first).
 
         LitData decodes a chunk a block of items at a time and keeps the last block: read in order,
         each block is decoded once; read in a batch's scattered order, a block per item (measured:
@@ -174,6 +167,7 @@ class StreamedDataset(Dataset):
                 )  # fmt: skip
                 self._stream = None  # a new LitData reader: its download thread may have stopped
                 time.sleep(self.retry_pause_s * attempt)
+        self._check(chunk, items)
         self._chunks[chunk] = items
         nbytes = self.index.chunks.nbytes
         while len(self._chunks) > 1 and sum(int(nbytes[c]) for c in self._chunks) > self.cache_bytes:
@@ -192,14 +186,16 @@ class StreamedDataset(Dataset):
                 raise _Unread(sample) from error
         return items
 
-    def _check(self, chunk: int, members: np.ndarray, items: list[Any]) -> None:
-        """Refuse an item that is another sample, or whose sizes differ from its size index entry."""
+    def _check(self, chunk: int, items: list[Any]) -> None:
+        """Refuse a decoded chunk with an item that is another sample, or whose sizes differ from its size
+        index entry (once a chunk: every item served was checked)."""
+        members = np.arange(self.offsets[chunk], self.offsets[chunk + 1])
         for sample, item in zip(members.tolist(), items, strict=True):
             found = item.get("index", sample) if isinstance(item, Mapping) else sample
             if int(found) != sample:
                 raise DataError(f"{self._where(chunk, sample)} is sample {int(found)}: the chunks are out of order")
         sizes = np.asarray(self.sample_sizes(items), dtype=np.int64).reshape(len(items), -1)
-        indexed = self.index.sizes(chunk)[members - self.offsets[chunk]]
+        indexed = self.index.sizes(chunk)
         differ = np.flatnonzero((sizes != indexed).any(axis=1)) if sizes.shape == indexed.shape else [0]
         if len(differ):
             row = int(differ[0])

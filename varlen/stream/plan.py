@@ -33,7 +33,8 @@ from ``(seed, epoch)``: pieces and windows are the same every epoch, so each ran
 (a node's chunk cache stays useful) and every window's count, hence ``len()``, never moves (Lightning
 reads it once). From ``(seed, epoch)``: the order of a rank's windows, the order of the samples inside
 each bucket of a window (so which samples share a batch) and the order of a window's batches. A rank
-serves a window's batches one after the other, so a reader loads each window once per epoch.
+serves a window's batches one after the other (in each of its lanes, one per loader worker: see
+:mod:`varlen.stream.plan_state`), so a reader loads each window once per epoch.
 
 A served batch is a *descriptor* ``(window, batch, lo, hi)``: samples ``lo:hi`` of the window's batch
 (``hi = -1``: to its end); the main process never holds a per-sample array. :class:`StreamBatchPlan`

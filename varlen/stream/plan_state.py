@@ -1,12 +1,18 @@
 """`StreamBatchPlan`: the streamed plan (:mod:`varlen.stream.plan`) behind a rank's epochs, with a small,
 rank-independent state that resumes exactly on the same or another number of ranks.
 
-The state is ``{epoch, batches_served, num_replicas, segments, seed, index, plan}``, as the in-memory
-sampler's: restoring computes descriptors only, and serving the next batch reads one window. Resumed on
+A rank's batches come in *lanes*, one per loader worker (:func:`interleave`): a DataLoader deals
+batches to its workers in turn, so worker w serves lane w, a stretch of whole windows in order, and
+decodes only their chunks (with one lane, every worker would decode every chunk of every window).
+The lanes change the order of a rank's batches, never which batches it serves.
+
+The state is ``{epoch, batches_served, num_replicas, segments, lanes, seed, index, plan}``, as the
+in-memory sampler's: restoring computes descriptors only, and serving the next batch reads one window.
+An epoch resumed with other lanes (another ``num_workers``) finishes in its saved order. Resumed on
 W' ranks, the epoch's global batches are the W-plan's, interleaved (rank r's t-th batch is global batch
 ``t * W + r``); the first ``W * served`` were served, the rest are dealt to the W' ranks, a few split so
-that they divide evenly (as :func:`varlen.batching.plan.remaining_batches` deals the in-memory plan's).
-The next epoch is the W'-plan's own.
+that they divide evenly (as :func:`varlen.batching.plan.remaining_batches` deals the in-memory plan's),
+in that order (no lanes until the epoch ends). The next epoch is the W'-plan's own.
 """
 
 from __future__ import annotations
@@ -28,10 +34,22 @@ from varlen.stream.plan import (
     window_bounds,
 )
 
-__all__ = ["StreamBatchPlan", "dealt_batches"]
+__all__ = ["StreamBatchPlan", "dealt_batches", "interleave"]
 
 #: descriptors turned into Python tuples at a time (a rank's epoch holds millions at 1 B samples)
 _ROWS = 4096
+
+
+def interleave(rows: np.ndarray, lanes: int) -> np.ndarray:
+    """``rows`` cut into ``lanes`` contiguous stretches (the first ``len(rows) % lanes`` a row longer),
+    dealt in turn: row t of the result is the next row of stretch ``t % lanes``."""
+    lanes = max(1, min(int(lanes), len(rows)))
+    if lanes == 1:
+        return rows
+    lengths = len(rows) // lanes + (np.arange(lanes) < len(rows) % lanes)
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    turn = np.arange(int(lengths[0]))[:, None]  # [turns, 1]: a stretch's row; each turn visits every lane
+    return rows[(starts + turn)[turn < lengths]]
 
 
 def _split_tail(batches: np.ndarray, multiple: int, plan: StreamLayout, epoch: int, seed: int) -> np.ndarray:
@@ -64,12 +82,12 @@ def _split_tail(batches: np.ndarray, multiple: int, plan: StreamLayout, epoch: i
     return np.concatenate([tail[:first], out])
 
 
-def dealt_batches(plan_on, epoch: int, seed: int, segments, num_replicas: int) -> np.ndarray:
+def dealt_batches(plan_on, epoch: int, seed: int, segments, num_replicas: int, lanes: int = 1) -> np.ndarray:
     """The global batches of ``epoch`` not served in ``segments`` (``(world size, batches served per
-    rank)``, the first on the plan ``plan_on(world size)`` laid out), dealt to ``num_replicas`` ranks:
-    rank r takes rows ``r, r + num_replicas, ...``."""
+    rank)``, the first on the plan ``plan_on(world size)`` laid out and served in ``lanes``), dealt to
+    ``num_replicas`` ranks: rank r takes rows ``r, r + num_replicas, ...``."""
     plan = plan_on(segments[0][0])
-    ranks = [rank_batches(plan, r, epoch, seed) for r in range(plan.num_replicas)]
+    ranks = [interleave(rank_batches(plan, r, epoch, seed), lanes) for r in range(plan.num_replicas)]
     batches = np.stack(ranks, axis=1).reshape(-1, 4)  # rank r's t-th batch is global batch t * W + r
     worlds = [world for world, _ in segments[1:]] + [num_replicas]
     for (world, served), next_world in zip(segments, worlds, strict=True):
@@ -89,6 +107,7 @@ class StreamBatchPlan:
         window_batches: a window's size in batches. A window's buckets hold fewer samples than the
             whole data set's: smaller windows pad more and re-mix less between epochs (at 40 batches,
             three quarters of the pairs batched together are again the next epoch; at 2000, a third).
+        lanes: the loader's workers (``num_workers``, 1 for none): each reads its own windows.
     """
 
     def __init__(
@@ -105,13 +124,16 @@ class StreamBatchPlan:
         rank: int = 0,
         window_batches: int = WINDOW_BATCHES,
         axis: int = 0,
+        lanes: int = 1,
     ) -> None:
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
+        if int(lanes) < 1:
+            raise ValueError(f"lanes must be >= 1 (the loader's workers, 1 for none), got {lanes}")
         tokens = None if max_tokens is None else (int(max_tokens),)
         self.spec = PlanSpec(batch_size, tokens, cost, max_batch_size, None, pad_to_multiple_of)
         self.index, self.seed, self.rank, self.num_replicas = index, int(seed), int(rank), int(num_replicas)
-        self.window_size, self.axis = int(window_batches), int(axis)
+        self.window_size, self.axis, self.lanes = int(window_batches), int(axis), int(lanes)
         self._layouts: dict[int, StreamLayout] = {}
         self.layout = self.layout_on(num_replicas)
         self.epoch = 0
@@ -119,6 +141,7 @@ class StreamBatchPlan:
         self._resume: tuple[int, int] | None = None
         self._elastic: tuple[int, tuple[tuple[int, int], ...]] | None = None
         self._dealt: tuple[tuple, np.ndarray] | None = None
+        self._saved_lanes: tuple[int, int] | None = None  # (epoch, lanes) of a loaded state
 
     def layout_on(self, num_replicas: int) -> StreamLayout:
         """The run laid out on ``num_replicas`` ranks (kept: an elastic resume needs the saved one)."""
@@ -135,17 +158,21 @@ class StreamBatchPlan:
     def _segments(self, epoch: int) -> tuple[tuple[int, int], ...]:
         return self._elastic[1] if self._elastic is not None and self._elastic[0] == epoch else ()
 
+    def lanes_of(self, epoch: int) -> int:
+        """The lanes ``epoch`` is served in: a loaded state's for its epoch, else :attr:`lanes`."""
+        return self._saved_lanes[1] if self._saved_lanes is not None and self._saved_lanes[0] == epoch else self.lanes
+
     def epoch_batches(self, epoch: int | None = None) -> tuple[StreamLayout, np.ndarray, int]:
         """The layout whose windows ``epoch`` serves, this rank's descriptors ``[n, 4]`` (window, batch,
         lo, hi; hi = -1: the batch's end), and the batches per rank served before them on other world
         sizes (0 unless the epoch was resumed on another number of ranks)."""
         epoch = self.epoch if epoch is None else epoch
-        segments = self._segments(epoch)
+        segments, lanes = self._segments(epoch), self.lanes_of(epoch)
         if not segments:
-            return self.layout, rank_batches(self.layout, self.rank, epoch, self.seed), 0
-        key = (epoch, segments)
+            return self.layout, interleave(rank_batches(self.layout, self.rank, epoch, self.seed), lanes), 0
+        key = (epoch, segments, lanes)
         if self._dealt is None or self._dealt[0] != key:
-            dealt = dealt_batches(self.layout_on, epoch, self.seed, segments, self.num_replicas)
+            dealt = dealt_batches(self.layout_on, epoch, self.seed, segments, self.num_replicas, lanes)
             self._dealt = (key, dealt)
         mine = self._dealt[1][self.rank :: self.num_replicas]
         return self.layout_on(segments[0][0]), mine, sum(served for _, served in segments)
@@ -174,12 +201,17 @@ class StreamBatchPlan:
                 yield plan, tuple(row)
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        """This epoch's batches for this rank, as global sample ids: one window read at a time."""
-        epoch, loaded = self.epoch, (-1, None, None)
+        """This epoch's batches for this rank, as global sample ids: a window is read when its lane reaches
+        it (a window per lane held, the least recently used out first)."""
+        epoch, loaded = self.epoch, {}
         for plan, (window, batch, low, high) in self._rows():
-            if loaded[0] != window:
-                loaded = (window, *window_batches(self.index, plan, window, epoch, self.seed))
-            ids, bounds = loaded[1], loaded[2]
+            if window in loaded:
+                loaded[window] = loaded.pop(window)
+            else:
+                if len(loaded) > self.lanes_of(epoch):
+                    loaded.pop(next(iter(loaded)))
+                loaded[window] = window_batches(self.index, plan, window, epoch, self.seed)
+            ids, bounds = loaded[window]
             samples = ids[bounds[batch, 0] : bounds[batch, 1]]
             yield samples[low:] if high < 0 else samples[low:high]
 
@@ -197,13 +229,14 @@ class StreamBatchPlan:
             "batches_served": served,
             "num_replicas": self.num_replicas,
             "segments": [list(part) for part in self._segments(epoch)],
+            "lanes": self.lanes_of(epoch),
             "seed": self.seed,
             "index": self.index.key,
             "plan": self._key(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume mid-epoch on any number of ranks (see the module docstring).
+        """Resume mid-epoch on any number of ranks and lanes (see the module docstring).
 
         Raises:
             ValueError: the state is of another index, seed or plan settings, or inconsistent.
@@ -212,7 +245,11 @@ class StreamBatchPlan:
             if state[name] != mine:
                 raise ValueError(f"plan state was saved with {name} {state[name]!r}, this plan has {mine!r}")
         epoch, served, segments = saved_position(state, self.num_replicas, "plan")
+        lanes = int(state.get("lanes", 1))  # a state without lanes was served in one
+        if lanes < 1:
+            raise ValueError(f"plan state is inconsistent: {lanes} lanes")
         self._elastic = (epoch, segments) if segments else None
+        self._saved_lanes = (epoch, lanes)
         self.set_epoch(epoch)
         if served >= len(self):
             epoch, served = epoch + 1, 0

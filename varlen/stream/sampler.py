@@ -35,6 +35,10 @@ class StreamBatchSampler(BatchSampler):
         batch_size, max_tokens, cost, max_batch_size, pad_to_multiple_of, seed, window_batches: the
             plan's (:class:`~varlen.stream.plan_state.StreamBatchPlan`); the order always changes with
             ``(seed, epoch)``.
+        lanes: the loader's ``num_workers`` (1 for none): the DataLoader deals batches to its workers in
+            turn, and the plan lays them out so that each worker reads whole windows of its own, each
+            chunk decoded by one worker (with 1, every worker decodes every chunk). It orders a rank's
+            batches, never chooses them; an epoch resumed with other lanes finishes in its saved order.
         num_replicas, rank: default to the injected sampler's, then torch.distributed's, else 1 and 0.
         sampler: set by Lightning (its ``DistributedSampler``); leave it None yourself.
 
@@ -55,6 +59,7 @@ class StreamBatchSampler(BatchSampler):
         pad_to_multiple_of: int | None = None,
         seed: int = 0,
         window_batches: int = WINDOW_BATCHES,
+        lanes: int = 1,
         num_replicas: int | None = None,
         rank: int | None = None,
         sampler: Sampler | None = None,
@@ -76,6 +81,7 @@ class StreamBatchSampler(BatchSampler):
             num_replicas=self.num_replicas,
             rank=self.rank,
             window_batches=window_batches,
+            lanes=lanes,
         )
         self.spec = self.plan.spec
 
@@ -107,7 +113,7 @@ class StreamBatchSampler(BatchSampler):
         ranks = []
         for rank in range(self.num_replicas):
             plan = copy.copy(self.plan)  # the same layouts; a fresh position, from the epoch's start
-            plan.rank, plan._resume, plan._elastic, plan._dealt = rank, None, None, None
+            plan.rank, plan._resume, plan._elastic, plan._dealt, plan._saved_lanes = rank, None, None, None, None
             plan.set_epoch(epoch)
             ranks.append(list(plan))
         batches = [batch for turn in zip(*ranks, strict=True) for batch in turn]
