@@ -137,7 +137,8 @@ def test_each_loader_worker_decodes_only_the_chunks_of_its_own_windows(text_stre
     assert batches == list(sampler)
     assert all(len(set(chunks)) == len(chunks) for chunks in decoded.values())  # each decoded once
     both = set(decoded[0]) & set(decoded[1])
-    windows = [set(plan.seg_chunk[a:b].tolist()) for a, b in zip(plan.window_segments[:-1], plan.window_segments[1:])]
+    bounds = plan.window_segments
+    windows = [set(plan.seg_chunk[a:b].tolist()) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
     assert set(decoded[0]) | set(decoded[1]) == set(range(dm.dataset("train").index.num_chunks))
     assert any(both <= window for window in windows), (decoded, windows)
 
