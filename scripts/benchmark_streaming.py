@@ -25,7 +25,12 @@ token sequences, lognormal(5, 1) lengths in [1, 1024], written with ``litdata.op
 with ``write_size_index``), 2 workers each, one epoch: varlen's ``StreamBatchSampler`` +
 ``StreamedDataset`` in a ``VarLenLoader`` (budget ``--loader-budget`` padded tokens) against LitData's
 ``StreamingDataLoader(StreamingDataset(shuffle=True))`` at varlen's mean batch size; both pad each
-batch to its longest sequence. Samples/s, real tokens/s and real / padded tokens.
+batch to its longest sequence. Samples/s, real tokens/s and real / padded tokens: the median of
+``--repeats`` epochs, each loader new and the two taken in turn (the machine's load moves between
+runs). Both serve the same samples, so the loader alone gives the same ratio of samples/s and of
+real tokens/s; the second table feeds each batch to a stand-in of a training step whose cost follows
+the padded tokens (an embedding and a linear layer over the padded batch, one thread), as a model's
+does: there the real tokens/s a step sees tell the padding apart.
 
 ``--part restore``: on the loader part's chunks, a loader's state half way through an epoch restored
 into a new loader, to its first batch: varlen's (``StreamBatchSampler`` state through the
@@ -250,12 +255,29 @@ def pad_batch(samples) -> tuple:
 LOADER_LENGTHS = np.clip(np.random.default_rng(0).lognormal(5.0, 1.0, 2_000_000), 1, 1024).astype(np.int64)
 
 
-def timed_epoch(loader) -> tuple[float, int, int, int]:
-    """Seconds, samples, real and padded tokens of one pass over ``loader``."""
+def timed_epoch(loader, step=None) -> tuple[float, int, int, int]:
+    """Seconds, samples, real and padded tokens of one pass over ``loader`` (each batch's ids given to
+    ``step``, if any)."""
     start, samples, real, padded = time.perf_counter(), 0, 0, 0
     for ids, tokens in loader:
         samples, real, padded = samples + ids.shape[0], real + tokens, padded + ids.numel()
+        if step is not None:
+            step(ids)
     return time.perf_counter() - start, samples, real, padded
+
+
+def padded_step():
+    """A stand-in for a model's training step: its cost follows the padded tokens (embedding, linear)."""
+    import torch
+
+    torch.manual_seed(0)
+    embed, linear = torch.nn.Embedding(30000, 32), torch.nn.Linear(32, 32)
+
+    def step(ids):
+        with torch.no_grad():
+            return linear(embed(ids)).relu_().sum()
+
+    return step
 
 
 def write_tokens(folder, n: int):
@@ -361,22 +383,37 @@ def loader_part(args: argparse.Namespace) -> None:
     import tempfile
     from pathlib import Path
 
+    import torch
+
     n, budget = args.loader_samples, args.loader_budget
     with tempfile.TemporaryDirectory() as tmp:
         folder = write_tokens(Path(tmp) / "tokens", n)
-        ours = varlen_loader(folder, budget)
-        mean_batch = max(1, round(n / len(ours)))
-        theirs = litdata_loader(folder, mean_batch)
-        results = {"varlen (StreamBatchSampler, budget)": timed_epoch(ours),
-                   f"LitData StreamingDataLoader (shuffle, batch {mean_batch})": timed_epoch(theirs)}  # fmt: skip
-    print(f"\n| loader, {n:,} samples, 2 workers, one epoch | samples/s | real tokens/s | real / padded | samples |")
-    print("|---|---:|---:|---:|---:|")
-    rates = []
-    for name, (seconds, samples, real, padded) in results.items():
-        rates.append((samples / seconds, real / seconds))
-        print(row(name, f"{samples / seconds:,.0f}", f"{real / seconds:,.0f}", f"{real / padded:.4f}", f"{samples:,}"))
-    (ours_s, ours_t), (theirs_s, theirs_t) = rates
-    print(f"varlen / LitData: {ours_s / theirs_s:.2f}x samples/s, {ours_t / theirs_t:.2f}x real tokens/s")
+        mean_batch = max(1, round(n / len(varlen_loader(folder, budget))))
+        makers = {
+            "varlen (StreamBatchSampler, budget)": lambda: varlen_loader(folder, budget),
+            f"LitData StreamingDataLoader (shuffle, batch {mean_batch})": lambda: litdata_loader(folder, mean_batch),
+        }
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # the step's: the workers keep the other core
+        tables = {}
+        for title, step in (("the loader alone", None), ("each batch through a padded-cost step", padded_step())):
+            runs: dict[str, list] = {name: [] for name in makers}
+            for _ in range(args.repeats):
+                for name, make in makers.items():  # in turn: the machine's load falls on both
+                    runs[name].append(timed_epoch(make(), step))
+            tables[title] = {name: sorted(r, key=lambda x: x[0])[len(r) // 2] for name, r in runs.items()}
+        torch.set_num_threads(threads)
+    for title, results in tables.items():
+        print(f"\n| loader, {n:,} samples, 2 workers, {title} (median of {args.repeats} epochs) | samples/s "
+              "| real tokens/s | padded tokens/s | real / padded | samples |")  # fmt: skip
+        print("|---|---:|---:|---:|---:|---:|")
+        rates = []
+        for name, (seconds, samples, real, padded) in results.items():
+            rates.append((samples / seconds, real / seconds))
+            cells = (f"{samples / seconds:,.0f}", f"{real / seconds:,.0f}", f"{padded / seconds:,.0f}")
+            print(row(name, *cells, f"{real / padded:.4f}", f"{samples:,}"))
+        (ours_s, ours_t), (theirs_s, theirs_t) = rates
+        print(f"varlen / LitData: {ours_s / theirs_s:.2f}x samples/s, {ours_t / theirs_t:.2f}x real tokens/s")
 
 
 def disk_items(span: tuple[int, int]):
@@ -476,6 +513,7 @@ def main() -> None:
     parser.add_argument("--disk-dir", default=None, help="where the disk part's chunks are kept (default: a temp dir)")
     parser.add_argument("--loader-samples", type=int, default=200_000, help="samples written for the loader part")
     parser.add_argument("--loader-budget", type=int, default=8192, help="varlen's padded tokens per batch (loader)")
+    parser.add_argument("--repeats", type=int, default=3, help="epochs of each loader (loader part): the median")
     parser.add_argument("--samples", type=int, default=10_000_000, help="samples of the real (in-memory) index")
     parser.add_argument("--simulated", default="100000000,1000000000", help="samples of the simulated indexes")
     parser.add_argument("--world", type=int, default=8, help="ranks of the set-up and padding tables")

@@ -22,6 +22,8 @@ import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.stateful_dataloader import _StatefulMultiProcessingDataLoaderIter
 
+from varlen.batching.transfer import PackingCollate, unpack
+
 __all__ = ["TESTED_TORCHDATA", "VarLenLoader", "check_torchdata"]
 
 #: torchdata releases whose private iterator API :class:`VarLenLoader` was tested against
@@ -76,6 +78,10 @@ class VarLenLoader(StatefulDataLoader):
       early keeps that freeze until the next epoch starts or the workers stop: call
       :meth:`shutdown_workers` (Lightning shuts them down itself). Skipped when the application
       froze objects itself, or with ``VarLenLoader.freeze_gc = False``.
+    * A worker's batch reaches the main process as one shared buffer with its tensors in it
+      (:mod:`varlen.batching.transfer`), not a shared-memory file per tensor: each file costs the
+      main process a round trip to a thread of the busy worker. Each tensor of a batch is then a
+      view of that buffer. Off with ``VarLenLoader.pack_batches = False``.
     * A spawned worker ends the way a forked one does (``os._exit`` once its loop has returned),
       without the interpreter's finalisation: there, an extension library's threads or static
       objects can abort the process after its last batch, which the main process reports as a
@@ -83,6 +89,7 @@ class VarLenLoader(StatefulDataLoader):
     """
 
     freeze_gc = True
+    pack_batches = True
 
     def shutdown_workers(self) -> None:
         """Stop the workers now (and release the main process's collector); the next ``iter()`` starts new ones."""
@@ -101,13 +108,15 @@ class VarLenLoader(StatefulDataLoader):
         freeze = self.freeze_gc and self._forks_workers() and (held or gc.get_freeze_count() == 0)
         if freeze:
             gc.freeze()
-        init = self.worker_init_fn
+        init, collate = self.worker_init_fn, self.collate_fn
         if self._start_method() == "spawn":
             self.worker_init_fn = functools.partial(_exit_without_finalising, init)
+        if self.pack_batches:
+            self.collate_fn = PackingCollate(collate)  # what the workers run
         try:
             iterator = _WorkerIterator(self, self.next_iter_state, freeze)  # starts the workers
         finally:
-            self.worker_init_fn = init
+            self.worker_init_fn, self.collate_fn = init, collate
             if freeze and not held:
                 gc.unfreeze()
         self.next_iter_state = None
@@ -149,8 +158,8 @@ def _exit_now() -> None:
 
 
 class _WorkerIterator(_StatefulMultiProcessingDataLoaderIter):
-    """torchdata's multi-process iterator, priming its prefetch at the first ``next()`` and
-    holding the main process's collector frozen while an epoch is iterated."""
+    """torchdata's multi-process iterator, priming its prefetch at the first ``next()``, holding the
+    main process's collector frozen while an epoch is iterated, and unpacking packed batches."""
 
     holders = 0  # iterators in the middle of an epoch, over all loaders
 
@@ -171,7 +180,7 @@ class _WorkerIterator(_StatefulMultiProcessingDataLoaderIter):
             for _ in range(self._prefetch_factor * self._num_workers):
                 self._try_put_index()
         try:
-            return super()._next_data()
+            return unpack(super()._next_data())
         except StopIteration:
             self._release_gc()
             raise
