@@ -278,6 +278,14 @@ def test_an_epoch_resumed_with_other_lanes_finishes_in_its_saved_order(index):
     nxt, fresh = run(resumed, epoch=2), run(plans_on(index, 2, lanes=3), epoch=2)  # the next epoch: 3 lanes
     assert [[b.tolist() for b in r] for r in nxt] == [[b.tolist() for b in r] for r in fresh]
     assert resumed[0].state_dict()["lanes"] == 3
+    unstarted = plans_on(index, 2, lanes=2)[0].state_dict()  # nothing served: the new lanes from its start
+    again = plans_on(index, 2, lanes=3)
+    for plan in again:
+        plan.load_state_dict(unstarted)
+    assert again[0].state_dict()["lanes"] == 3
+    assert [[b.tolist() for b in r] for r in run(again, 0)] == [
+        [b.tolist() for b in r] for r in run(plans_on(index, 2, lanes=3), 0)
+    ]
     with pytest.raises(ValueError, match="lanes"):
         StreamBatchPlan(index, max_tokens=BUDGET, lanes=0)
 

@@ -80,8 +80,10 @@ class VarLenLoader(StatefulDataLoader):
       froze objects itself, or with ``VarLenLoader.freeze_gc = False``.
     * A worker's batch reaches the main process as one shared buffer with its tensors in it
       (:mod:`varlen.batching.transfer`), not a shared-memory file per tensor: each file costs the
-      main process a round trip to a thread of the busy worker. Each tensor of a batch is then a
-      view of that buffer. Off with ``VarLenLoader.pack_batches = False``.
+      main process a round trip to a thread of the busy worker. A batch's large tensors are then
+      views of that buffer, its small ones copies. Off with ``VarLenLoader.pack_batches = False``.
+    * A state saved with another number of workers is refused by name when it is loaded (torchdata's
+      state is per worker; it would fail later on a bare assertion).
     * A spawned worker ends the way a forked one does (``os._exit`` once its loop has returned),
       without the interpreter's finalisation: there, an extension library's threads or static
       objects can abort the process after its last batch, which the main process reports as a
@@ -90,6 +92,20 @@ class VarLenLoader(StatefulDataLoader):
 
     freeze_gc = True
     pack_batches = True
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume from a state of this loader's number of workers (see the class docstring).
+
+        Raises:
+            ValueError: the state was saved by a loader with another ``num_workers``, naming both.
+        """
+        saved = _saved_workers(state_dict)
+        if saved is not None and saved != self.num_workers:
+            raise ValueError(
+                f"this loader state was saved with num_workers={saved}, this loader has {self.num_workers}: "
+                f"resume with num_workers={saved} (the loader's state is per worker), or start the epoch afresh"
+            )
+        super().load_state_dict(state_dict)
 
     def shutdown_workers(self) -> None:
         """Stop the workers now (and release the main process's collector); the next ``iter()`` starts new ones."""
@@ -141,6 +157,15 @@ class VarLenLoader(StatefulDataLoader):
         modules |= {getattr(self.collate_fn, "__module__", None)}
         modules -= {None, "__main__", "builtins"}
         multiprocessing.get_context("forkserver").set_forkserver_preload(sorted(modules))
+
+
+def _saved_workers(state: dict[str, Any]) -> int | None:
+    """The ``num_workers`` of the loader that saved ``state`` (None when the state does not say)."""
+    snapshot = state.get("_snapshot") if state else None
+    if isinstance(snapshot, dict):  # a multi-process iterator's state
+        workers = snapshot.get("_main_snapshot", {}).get("_num_workers")
+        return None if workers is None else int(workers)
+    return 0 if state and "_num_yielded" in state else None
 
 
 def _exit_without_finalising(worker_init_fn, worker_id: int) -> None:

@@ -3,11 +3,16 @@
 A worker hands each tensor of a batch to the main process through its own shared-memory file: torch
 moves the storage to shared memory, and the main process fetches the file descriptor from a thread
 of the worker, which must first get the worker's GIL (the worker is busy collating the next batch).
-That costs about 0.6 ms a tensor on 2 cores: a text batch of five tensors spent 3 ms in the hand-over
-and 0.05 ms in its collate. :class:`PackingCollate` copies a batch's tensors into one shared buffer in
-the worker and pickles the rest of the batch beside it; :func:`unpack` rebuilds the batch in the main
-process with each tensor a view of the buffer. Any structure pickles (dicts, dataclasses, PyG's
-``Batch``); what is not a plain CPU tensor travels as pickle would carry it.
+That costs about 0.7 ms a tensor on 2 cores: a text batch of five tensors spent 2.8 ms in the
+hand-over and 0.03 ms in its collate. :class:`PackingCollate` copies a batch's plain CPU tensors into
+one shared buffer in the worker and pickles the rest of the batch beside it (with torch's reducers,
+so any other tensor still travels in shared memory); :func:`unpack` rebuilds the batch in the main
+process. Any structure pickles (dicts, dataclasses, PyG's ``Batch``).
+
+In the main process a tensor of at least :data:`VIEW_BYTES` is a view of the buffer, a smaller one
+a copy: holding a batch's labels or indices past the batch (for an epoch's metric) holds nothing
+else, while its inputs are served without a copy. Tensors that shared memory in the worker arrive
+as separate tensors (one object met twice stays one).
 """
 
 from __future__ import annotations
@@ -15,46 +20,52 @@ from __future__ import annotations
 import io
 import pickle
 from collections.abc import Callable
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import torch
+import torch.multiprocessing  # noqa: F401  (registers torch's shared-memory reducers on ForkingPickler)
 
-__all__ = ["PackedBatch", "PackingCollate", "pack", "unpack"]
+__all__ = ["VIEW_BYTES", "PackingCollate", "SharedBatch", "pack", "unpack"]
 
 #: byte alignment of each tensor in the buffer (any dtype's element size divides it)
 _ALIGN = 64
+#: tensors of at least this many bytes arrive as views of the batch's buffer, smaller ones as copies
+VIEW_BYTES = 16 * 1024
 
 
-class PackedBatch:
-    """A batch as one shared ``uint8`` buffer, each tensor's place in it, and the rest of the batch pickled."""
+class SharedBatch:
+    """A batch as one shared ``uint8`` buffer, each plain tensor's place in it, and the rest pickled."""
 
     __slots__ = ("buffer", "payload", "places")
 
     def __init__(self, buffer: torch.Tensor, places: list[tuple[int, torch.dtype, tuple[int, ...]]], payload: bytes):
         self.buffer, self.places, self.payload = buffer, places, payload
 
-    def pin_memory(self, device: Any = None) -> PackedBatch:
-        """What the loader's pin-memory thread calls: one pinned copy, every tensor a view of it."""
+    def pin_memory(self, device: Any = None) -> SharedBatch:
+        """What the loader's pin-memory thread calls: the buffer pinned, so the tensors packed in it are."""
         buffer = self.buffer.pin_memory() if device is None else self.buffer.pin_memory(device)
-        return PackedBatch(buffer, self.places, self.payload)
+        return SharedBatch(buffer, self.places, self.payload)
 
 
 def _packable(obj: Any) -> bool:
-    """A plain CPU tensor: its values, dtype and shape are all it carries (no grad, no subclass)."""
+    """A plain dense CPU tensor (no grad, no subclass): its values, dtype and shape say what it is."""
     return (
         type(obj) is torch.Tensor
         and obj.device.type == "cpu"
         and obj.layout == torch.strided
+        and not obj.is_nested
         and not obj.requires_grad
         and not obj.is_quantized
     )
 
 
-class _Collector(pickle.Pickler):
-    """Pickles a batch with each plain CPU tensor left out, its id the tensor's index in :attr:`tensors`."""
+class _Collector(ForkingPickler):
+    """Pickles a batch with each plain CPU tensor left out, its id the tensor's index in :attr:`tensors`;
+    other tensors go by torch's reducers (shared memory), as the loader's queue would send them."""
 
     def __init__(self, file: io.BytesIO) -> None:
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        super().__init__(file, pickle.HIGHEST_PROTOCOL)
         self.tensors: list[torch.Tensor] = []
         self.seen: dict[int, int] = {}
 
@@ -69,8 +80,8 @@ class _Collector(pickle.Pickler):
 
 
 def pack(batch: Any) -> Any:
-    """``batch`` as a :class:`PackedBatch` (its tensors copied into one shared buffer), or as it is when
-    it holds fewer than two tensors (one tensor already travels in one file)."""
+    """``batch`` as a :class:`SharedBatch` (its plain tensors copied into one shared buffer), or as it is
+    when it holds fewer than two (one tensor already travels in one file)."""
     file = io.BytesIO()
     collector = _Collector(file)
     collector.dump(batch)
@@ -87,26 +98,27 @@ def pack(batch: Any) -> Any:
         nbytes = tensor.numel() * tensor.element_size()
         buffer[offset : offset + nbytes].view(tensor.dtype).view(tensor.shape).copy_(tensor)
         places.append((offset, tensor.dtype, tuple(tensor.shape)))
-    return PackedBatch(buffer, places, file.getvalue())
+    return SharedBatch(buffer, places, file.getvalue())
 
 
 class _Rebuilder(pickle.Unpickler):
-    def __init__(self, packed: PackedBatch) -> None:
-        super().__init__(io.BytesIO(packed.payload))
-        self.buffer, self.places = packed.buffer, packed.places
-        self.views: dict[int, torch.Tensor] = {}
+    def __init__(self, shared: SharedBatch) -> None:
+        super().__init__(io.BytesIO(shared.payload))
+        self.buffer, self.places = shared.buffer, shared.places
+        self.tensors: dict[int, torch.Tensor] = {}
 
     def persistent_load(self, pid: int) -> torch.Tensor:
-        if pid not in self.views:  # a tensor met twice in the batch is one view
+        if pid not in self.tensors:  # a tensor met twice in the batch is one tensor
             offset, dtype, shape = self.places[pid]
             nbytes = torch.Size(shape).numel() * dtype.itemsize
-            self.views[pid] = self.buffer[offset : offset + nbytes].view(dtype).view(shape)
-        return self.views[pid]
+            view = self.buffer[offset : offset + nbytes].view(dtype).view(shape)
+            self.tensors[pid] = view if nbytes >= VIEW_BYTES else view.clone()
+        return self.tensors[pid]
 
 
 def unpack(data: Any) -> Any:
-    """The batch a :class:`PackedBatch` holds, each tensor a view of its buffer; anything else as it is."""
-    return _Rebuilder(data).load() if isinstance(data, PackedBatch) else data
+    """The batch a :class:`SharedBatch` holds (see the module docstring); anything else as it is."""
+    return _Rebuilder(data).load() if isinstance(data, SharedBatch) else data
 
 
 class PackingCollate:

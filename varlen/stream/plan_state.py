@@ -8,7 +8,8 @@ The lanes change the order of a rank's batches, never which batches it serves.
 
 The state is ``{epoch, batches_served, num_replicas, segments, lanes, seed, index, plan}``, as the
 in-memory sampler's: restoring computes descriptors only, and serving the next batch reads one window.
-An epoch resumed with other lanes (another ``num_workers``) finishes in its saved order. Resumed on
+A state loaded into a plan of other lanes finishes its epoch in the saved order, then serves the new
+lanes (a loader's own state needs the same ``num_workers``: ``VarLenLoader`` refuses another). Resumed on
 W' ranks, the epoch's global batches are the W-plan's, interleaved (rank r's t-th batch is global batch
 ``t * W + r``); the first ``W * served`` were served, the rest are dealt to the W' ranks, a few split so
 that they divide evenly (as :func:`varlen.batching.plan.remaining_batches` deals the in-memory plan's),
@@ -202,7 +203,7 @@ class StreamBatchPlan:
 
     def __iter__(self) -> Iterator[np.ndarray]:
         """This epoch's batches for this rank, as global sample ids: a window is read when its lane reaches
-        it (a window per lane held, the least recently used out first)."""
+        it (up to ``lanes + 1`` windows held, the least recently used out first)."""
         epoch, loaded = self.epoch, {}
         for plan, (window, batch, low, high) in self._rows():
             if window in loaded:
@@ -249,7 +250,7 @@ class StreamBatchPlan:
         if lanes < 1:
             raise ValueError(f"plan state is inconsistent: {lanes} lanes")
         self._elastic = (epoch, segments) if segments else None
-        self._saved_lanes = (epoch, lanes)
+        self._saved_lanes = (epoch, lanes) if served else None  # an epoch not begun takes this plan's lanes
         self.set_epoch(epoch)
         if served >= len(self):
             epoch, served = epoch + 1, 0

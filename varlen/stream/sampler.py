@@ -38,7 +38,7 @@ class StreamBatchSampler(BatchSampler):
         lanes: the loader's ``num_workers`` (1 for none): the DataLoader deals batches to its workers in
             turn, and the plan lays them out so that each worker reads whole windows of its own, each
             chunk decoded by one worker (with 1, every worker decodes every chunk). It orders a rank's
-            batches, never chooses them; an epoch resumed with other lanes finishes in its saved order.
+            batches, never chooses them; a state of other lanes finishes its epoch in the saved order.
         num_replicas, rank: default to the injected sampler's, then torch.distributed's, else 1 and 0.
         sampler: set by Lightning (its ``DistributedSampler``); leave it None yourself.
 
