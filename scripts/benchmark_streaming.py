@@ -29,8 +29,8 @@ batch to its longest sequence. Samples/s, real tokens/s and real / padded tokens
 ``--repeats`` epochs, each loader new and the two taken in turn (the machine's load moves between
 runs). Both serve the same samples, so the loader alone gives the same ratio of samples/s and of
 real tokens/s; the second table feeds each batch to a stand-in of a training step whose cost follows
-the padded tokens (an embedding and a linear layer over the padded batch, one thread), as a model's
-does: there the real tokens/s a step sees tell the padding apart.
+the padded tokens (an embedding and a linear layer over the padded batch, ``--step-widths`` wide, one
+thread), as a model's does: there the real tokens/s a step sees tell the padding apart.
 
 ``--part restore``: on the loader part's chunks, a loader's state half way through an epoch restored
 into a new loader, to its first batch: varlen's (``StreamBatchSampler`` state through the
@@ -266,12 +266,13 @@ def timed_epoch(loader, step=None) -> tuple[float, int, int, int]:
     return time.perf_counter() - start, samples, real, padded
 
 
-def padded_step():
-    """A stand-in for a model's training step: its cost follows the padded tokens (embedding, linear)."""
+def padded_step(width: int):
+    """A stand-in for a model's training step: its cost follows the padded tokens (an embedding and a
+    linear layer, ``width`` wide)."""
     import torch
 
     torch.manual_seed(0)
-    embed, linear = torch.nn.Embedding(30000, 32), torch.nn.Linear(32, 32)
+    embed, linear = torch.nn.Embedding(30000, width), torch.nn.Linear(width, width)
 
     def step(ids):
         with torch.no_grad():
@@ -396,7 +397,9 @@ def loader_part(args: argparse.Namespace) -> None:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # the step's: the workers keep the other core
         tables = {}
-        for title, step in (("the loader alone", None), ("each batch through a padded-cost step", padded_step())):
+        steps = [("the loader alone", None)]
+        steps += [(f"each batch through a padded-cost step {w} wide", padded_step(w)) for w in args.step_widths]
+        for title, step in steps:
             runs: dict[str, list] = {name: [] for name in makers}
             for _ in range(args.repeats):
                 for name, make in makers.items():  # in turn: the machine's load falls on both
@@ -514,6 +517,7 @@ def main() -> None:
     parser.add_argument("--loader-samples", type=int, default=200_000, help="samples written for the loader part")
     parser.add_argument("--loader-budget", type=int, default=8192, help="varlen's padded tokens per batch (loader)")
     parser.add_argument("--repeats", type=int, default=3, help="epochs of each loader (loader part): the median")
+    parser.add_argument("--step-widths", default="32", help="loader part: stand-in step widths")
     parser.add_argument("--samples", type=int, default=10_000_000, help="samples of the real (in-memory) index")
     parser.add_argument("--simulated", default="100000000,1000000000", help="samples of the simulated indexes")
     parser.add_argument("--world", type=int, default=8, help="ranks of the set-up and padding tables")
@@ -521,6 +525,7 @@ def main() -> None:
     parser.add_argument("--lhotse-subset", type=int, default=200_000, help="samples lhotse plans (an object each)")
     args = parser.parse_args()
     args.simulated = [int(n) for n in args.simulated.split(",") if n]
+    args.step_widths = [int(w) for w in args.step_widths.split(",") if w]
     args.worlds = [int(w) for w in args.worlds.split(",")]
     if args.world not in args.worlds:
         args.worlds.append(args.world)
