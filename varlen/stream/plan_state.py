@@ -18,6 +18,7 @@ in that order (no lanes until the epoch ends). The next epoch is the W'-plan's o
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -138,11 +139,22 @@ class StreamBatchPlan:
         self._layouts: dict[int, StreamLayout] = {}
         self.layout = self.layout_on(num_replicas)
         self.epoch = 0
+        self._start_afresh()
+
+    def _start_afresh(self) -> None:
+        """No position and no loaded state: each epoch from its start."""
         self._position = (0, 0)  # (epoch, batches served per rank) of the current iteration
         self._resume: tuple[int, int] | None = None
         self._elastic: tuple[int, tuple[tuple[int, int], ...]] | None = None
         self._dealt: tuple[tuple, np.ndarray] | None = None
         self._saved_lanes: tuple[int, int] | None = None  # (epoch, lanes) of a loaded state
+
+    def on_rank(self, rank: int) -> StreamBatchPlan:
+        """This plan as rank ``rank``'s, from an epoch's start (its layouts shared, nothing read)."""
+        plan = copy.copy(self)
+        plan.rank = int(rank)
+        plan._start_afresh()
+        return plan
 
     def layout_on(self, num_replicas: int) -> StreamLayout:
         """The run laid out on ``num_replicas`` ranks (kept: an elastic resume needs the saved one)."""

@@ -10,7 +10,6 @@ and the loader's pickling carry no open files.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -112,8 +111,7 @@ class StreamBatchSampler(BatchSampler):
         epoch = self.epoch if epoch is None else int(epoch)
         ranks = []
         for rank in range(self.num_replicas):
-            plan = copy.copy(self.plan)  # the same layouts; a fresh position, from the epoch's start
-            plan.rank, plan._resume, plan._elastic, plan._dealt, plan._saved_lanes = rank, None, None, None, None
+            plan = self.plan.on_rank(rank)
             plan.set_epoch(epoch)
             ranks.append(list(plan))
         batches = [batch for turn in zip(*ranks, strict=True) for batch in turn]
