@@ -234,12 +234,18 @@ class TextClassificationDataModule(VarLenDataModule):
 
     # -- sources (read lazily: the CLI reads num_classes before setup) --------------------------
 
+    @property
+    def _files(self) -> dict[str, str | None] | None:
+        """Each split's file, when files are the source (without ``train_file``, a stream serves training)."""
+        if not (self.train_file or self.val_file):
+            return None
+        return {"train": self.train_file, "val": self.val_file, "test": self.test_file}
+
     @cached_property
     def sources(self) -> dict[str, TextSource]:
         """Where each available split's rows come from (nothing is read yet but a Hub dataset's index)."""
-        if self.train_file or self.val_file:  # no train_file: a stream serves the training split
-            files = {"train": self.train_file, "val": self.val_file, "test": self.test_file}
-            return file_sources(files, self.columns, self.split_column)
+        if self._files:
+            return file_sources(self._files, self.columns, self.split_column)
         if self.dataset_name:
             return hub_sources(self.dataset_name, self.dataset_config_name, self.columns, self.split_column)
         return synthetic_sources(self.synthetic, self.synthetic_samples)
@@ -248,12 +254,11 @@ class TextClassificationDataModule(VarLenDataModule):
     def tables(self) -> dict[str, TextTable]:
         """The rows of each available split as read, in memory (for a look at the texts: ``setup`` reads
         the sources a slice at a time instead), the training table already divided by its ``split_column``."""
-        if self.train_file or self.val_file:  # no train_file: a stream serves the training split
-            files = {"train": self.train_file, "val": self.val_file, "test": self.test_file}
+        if self._files:
             marked = {"train": self.split_column}  # only the training table may carry the split column
             tables = {
                 split: read_table(path, self.columns, f"{split}_file", marked.get(split))
-                for split, path in files.items()
+                for split, path in self._files.items()
                 if path
             }
         elif self.dataset_name:
