@@ -170,7 +170,7 @@ def test_a_fit_counts_what_each_source_served_in_the_report_and_the_telemetry() 
         assert dict(dm.report.served[epoch]) == want
         assert {k: telemetry.epochs[epoch][f"served_{k}"] for k in want} == want
     text = str(dm.report)
-    assert "train sources: short 300 (50% of each epoch), long 100 (50% of each epoch)" in text
+    assert "train sources: short 300 (asked 50% of each epoch, drawn 200.0 an epoch on average), long 100 (" in text
     assert "served in epoch 1: short" in text
 
 
@@ -331,3 +331,43 @@ def test_a_checkpoint_of_other_source_weights_warns_and_its_sampler_position_is_
         dm.load_state_dict(saved.state_dict())
     with pytest.raises(ValueError, match="other weights"):
         dm.batch_sampler("train", True).load_state_dict(sampler.state_dict())
+
+
+# -- a small source's share (rounded per source, then per bucket inside it) ----------------------
+
+
+class Sized(torch.utils.data.Dataset):
+    """Token-like sizes only (lognormal, 1 to 512): what the sampler plans from."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        self.lengths = np.clip(rng.lognormal(4.5, 1.0, n), 1, 512).astype(np.int64)
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+
+class BigAndSmall(TwoSources):
+    def train_sources(self) -> dict:
+        return {"big": Sized(20_000, 1), "small": Sized(400, 2)}
+
+
+@pytest.mark.parametrize("mix", ["within_batch", "per_source"])
+@pytest.mark.parametrize("share", [0.0005, 0.002, 0.01])
+def test_a_small_sources_share_is_served_within_chance_of_the_request(mix: str, share: float) -> None:
+    """Over 20 epochs the small source serves its share within a 99% binomial interval (rounding one
+    largest-remainder pass over every source's buckets served 0 of 10.2 asked, or 34 of 40.8)."""
+    dm = BigAndSmall(source_weights={"big": 1 - share, "small": share}, mix=mix, max_tokens=8192)
+    dm.setup("fit")
+    sampler = dm.batch_sampler("train", True)
+    sources = dm.dataset("train").sources
+    epochs = 20
+    served = [int((sources[sampler.global_plan(epoch).order] == 1).sum()) for epoch in range(epochs)]
+    n = len(dm.dataset("train")) * epochs
+    low, high = binom.ppf([0.005, 0.995], n, share)
+    assert low <= sum(served) <= high, (served, n * share)
+    assert dm.report.sources["train"]["small"][1] == pytest.approx(share)
+    drawn = dm.report.drawn["train"]  # what an epoch of the sampler draws of each source, not the plan's share
+    if mix == "per_source":
+        assert drawn["small"] == served[0] == served[-1] and drawn["small"] + drawn["big"] == n // epochs
+        assert "small 400 (asked 0.05% of each epoch" in str(dm.report) or share != 0.0005

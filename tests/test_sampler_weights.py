@@ -212,10 +212,37 @@ def test_a_state_of_other_weights_is_refused() -> None:
 
 def test_stratum_counts_are_proportional_capped_and_sum_to_the_total() -> None:
     assert stratum_counts(np.array([1.0, 2.0, 1.0]), 8).tolist() == [2, 4, 2]
-    assert stratum_counts(np.array([1.0, 1.0, 1.0]), 10).tolist() == [4, 3, 3]  # the tie goes to the first
+    assert stratum_counts(np.array([1.0, 1.0, 1.0]), 10).tolist() == [3, 4, 3]  # 3.33, 6.67, 10 rounded
     assert stratum_counts(np.array([0.0, 1.0, 3.0]), 5).tolist() == [0, 1, 4]  # 1.25 / 3.75: 3.75 rounds up
     capped = stratum_counts(np.array([100.0, 1.0, 1.0]), 101, caps=np.array([1, 100, 100]))
     assert capped.tolist() == [1, 50, 50]
+
+
+def test_stratum_counts_keep_every_run_of_strata_within_one_sample_of_its_share() -> None:
+    """A source of many small buckets gets its share (one largest-remainder pass over all strata
+    rounded each bucket of the small source down: 0 of 10.2 asked)."""
+    totals = np.concatenate([np.full(40, 0.0005 / 40), np.full(60, 0.9995 / 60)])
+    counts = stratum_counts(totals, 20_400)
+    assert counts[:40].sum() == 10 and counts.sum() == 20_400
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        totals = rng.random(50) * (rng.random(50) < 0.8)
+        if not totals.any():
+            continue
+        n = int(rng.integers(1, 500))
+        caps = rng.integers(0, 40, 50) if rng.random() < 0.5 else None
+        if caps is not None:
+            caps[totals > 0] = np.maximum(caps[totals > 0], 1)
+            n = min(n, int(caps[totals > 0].sum()))
+        counts = stratum_counts(totals, n, caps)
+        assert counts.sum() == n and (counts >= 0).all() and not counts[totals == 0].any()
+        if caps is None:
+            share = n * totals / totals.sum()
+            a, b = sorted(rng.integers(0, 51, 2))
+            assert abs(counts[a:b].sum() - share[a:b].sum()) < 1
+            assert (np.abs(counts - share) < 1).all()
+        else:
+            assert (counts <= caps).all()
 
 
 def test_weighted_draw_counts_do_not_depend_on_the_epoch() -> None:

@@ -9,9 +9,10 @@ One type for every scenario, so a user finds what was dropped in one place, ``dm
 * **truncated**: samples cut to a maximum size (texts over ``max_length``...);
 * **unused**: data that no sample covers, by design, by reason and unit (signal between
   windows, labelled pixels at the image border or in split buffers...);
-* **sources** of a training split drawn from several: each one's samples and planned share of
-  an epoch, and the samples each served per epoch (counted as batches reach the model, in this
-  process: under DDP, this rank's);
+* **sources** of a training split drawn from several: each one's samples, the share of an epoch
+  asked of it and the samples an epoch of the sampler draws of it (fixed when batches keep
+  sources apart, else on average), and the samples each served per epoch (counted as batches
+  reach the model, in this process: under DDP, this rank's);
 * **retried**: of a split read from a stream, the chunk reads retried so far (a live count, its
   loader workers included; nothing streamed is skipped: a chunk that keeps failing raises).
 
@@ -78,6 +79,8 @@ class DataReport:
         self.max_examples = max_examples
         self.splits: dict[str, SplitReport] = {}
         self.sources: dict[str, dict[str, tuple[int, float]]] = {}  # split -> source -> (samples, share)
+        self.drawn: dict[str, dict[str, float]] = {}  # split -> source -> samples an epoch draws
+        self.drawn_fixed: dict[str, bool] = {}  # split -> whether those are the same every epoch
         self.served: dict[int, Counter] = {}  # epoch -> source -> samples served
         self.streamed: dict[str, Callable[[], int]] = {}  # split -> its chunk reads retried so far (live)
 
@@ -120,6 +123,12 @@ class DataReport:
         """``split`` is drawn from several sources: their samples and planned shares of an epoch."""
         self.sources[split] = {name: (int(counts[name]), float(shares[name])) for name in counts}
 
+    def draw(self, split: str, counts: dict[str, float], fixed: bool) -> None:
+        """What an epoch of ``split``'s sampler draws of each source: exactly ``counts`` every epoch
+        (``fixed``: batches keep sources apart, so the draw's counts are the sources'), else on average."""
+        self.drawn[split] = {name: float(n) for name, n in counts.items()}
+        self.drawn_fixed[split] = bool(fixed)
+
     def serve(self, epoch: int, counts: dict[str, int]) -> None:
         """Samples each source served in a batch of ``epoch``."""
         self.served.setdefault(int(epoch), Counter()).update(counts)
@@ -155,6 +164,8 @@ class DataReport:
     def clear(self) -> None:
         self.splits.clear()
         self.sources.clear()
+        self.drawn.clear()
+        self.drawn_fixed.clear()
         self.served.clear()
         self.streamed.clear()
 
@@ -190,15 +201,19 @@ class DataReport:
                 "examples": [e for shown in s.examples.values() for e in shown],
                 "truncated": dict(s.truncated),
                 "unused": {f"{unit}: {why}": n for (unit, why), n in s.unused.items()},
-                **(
-                    {"sources": {k: {"samples": n, "share": f} for k, (n, f) in self.sources[name].items()}}
-                    if name in self.sources
-                    else {}
-                ),  # fmt: skip
+                **({"sources": self._sources_dict(name)} if name in self.sources else {}),
                 **({"retried": self.retries(name)} if name in self.streamed else {}),
             }
             for name, s in self.splits.items()
         } | ({"served": {epoch: dict(counts) for epoch, counts in self.served.items()}} if self.served else {})
+
+    def _sources_dict(self, split: str) -> dict[str, dict[str, Any]]:
+        drawn = self.drawn.get(split, {})
+        return {
+            k: {"samples": n, "share": f}
+            | ({"drawn": drawn[k], "drawn_fixed": self.drawn_fixed[split]} if k in drawn else {})
+            for k, (n, f) in self.sources[split].items()
+        }
 
     def __str__(self) -> str:
         names = [n for n in self.splits if n != SOURCE] + ([SOURCE] if SOURCE in self.splits else [])
@@ -214,8 +229,16 @@ class DataReport:
                 lines.append(f"skipped in {name}: {n:,} {item}(s): {why}")
                 lines += [f"    e.g. {e}" for e in s.examples.get((item, why), [])[:2]]
         for name, sources in self.sources.items():
-            parts = ", ".join(f"{k} {n:,} ({share:.0%} of each epoch)" for k, (n, share) in sources.items())
-            lines.append(f"{name} sources: {parts}")
+            drawn, fixed = self.drawn.get(name, {}), self.drawn_fixed.get(name, False)
+            parts = []
+            for k, (n, share) in sources.items():
+                told = f"asked {100 * share:.4g}% of each epoch"
+                if k in drawn:
+                    told += (
+                        f", drawn {drawn[k]:,.0f} an epoch" if fixed else f", drawn {drawn[k]:,.1f} an epoch on average"
+                    )
+                parts.append(f"{k} {n:,} ({told})")
+            lines.append(f"{name} sources: {', '.join(parts)}")
         for epoch, counts in self.served.items():
             total = max(sum(counts.values()), 1)
             parts = ", ".join(f"{k} {n:,} ({n / total:.1%})" for k, n in counts.items())

@@ -5,8 +5,10 @@ An epoch of a weighted sampler serves ``num_samples`` indices drawn in proportio
 from one epoch to the next, so the batch cuts, and ``len()``, would move (Lightning reads
 ``len()`` once; ranks must agree on it). So the draw is stratified: a *stratum* is a size bucket
 (and a group, when batches keep groups apart), and each stratum's count is fixed once, from the
-weights: ``num_samples * stratum weight / total weight``, rounded by largest remainder so the
-counts sum to ``num_samples``. Only *which* samples fill each stratum is drawn every epoch:
+weights: ``num_samples * stratum weight / total weight``, rounded along the strata in their order
+(a group's buckets one after the other, groups in order) so that every run of consecutive strata,
+a group or a source made of groups, gets its own share within one sample, and the counts sum to
+``num_samples``. Only *which* samples fill each stratum is drawn every epoch:
 
 * with replacement: each of a stratum's draws picks a sample with probability ``w / stratum
   weight`` (inverse-CDF on the stratum's cumulative weights), so a sample's expected count per
@@ -21,8 +23,11 @@ counts sum to ``num_samples``. Only *which* samples fill each stratum is drawn e
 Every random number is a counter-based draw of ``(seed, epoch, slot)`` (:mod:`varlen.draws`):
 the draw is a pure, vectorised function of the weights, the counts, the seed and the epoch, so a
 resumed run, any rank and any world size see the same samples. The price of fixed counts: a
-stratum's share departs from its weight's by less than one sample per epoch, always the same
-way (a stratum whose expected count is far below one sample may get none).
+stratum's, a group's or a source's count departs from its share by less than one sample per
+epoch, always the same way (one whose expected count is far below one sample may get none).
+Rounding each stratum on its own (largest remainder over all strata) would keep each within one
+sample too, but the errors of a source's many buckets add up, in one direction: a source asked
+for 10 samples an epoch could get none.
 """
 
 from __future__ import annotations
@@ -66,9 +71,14 @@ def strata_of(bucket_ids: np.ndarray, groups: np.ndarray | None = None) -> np.nd
 
 
 def stratum_counts(totals: np.ndarray, num_samples: int, caps: np.ndarray | None = None) -> np.ndarray:
-    """How many of ``num_samples`` each stratum gives, in proportion to its weight ``totals``,
-    rounded by largest remainder (ties: the lower stratum); at most ``caps`` each when given
-    (a capped stratum's excess is shared out over the others in proportion to their weight)."""
+    """How many of ``num_samples`` each stratum gives, in proportion to its weight ``totals``; at most
+    ``caps`` each when given (a capped stratum's excess is shared out over the others in proportion to
+    their weight).
+
+    The shares are rounded along the strata: the counts of strata ``0..k`` are the rounded sum of
+    their shares, so any run of consecutive strata (a group's buckets, a source's groups) gets its
+    summed share within one sample, and each stratum ``floor`` or ``ceil`` of its own (never over
+    its cap, never one of zero weight)."""
     share = num_samples * totals / totals.sum()
     if caps is not None:
         fixed = np.zeros(len(totals), dtype=bool)
@@ -77,10 +87,16 @@ def stratum_counts(totals: np.ndarray, num_samples: int, caps: np.ndarray | None
             share[fixed] = caps[fixed]
             free = ~fixed & (totals > 0)
             share[free] = (num_samples - caps[fixed].sum()) * totals[free] / totals[free].sum()
-    counts = np.floor(share).astype(np.int64)
-    room = counts < (caps if caps is not None else np.inf)
-    ranked = np.argsort(np.where(room & (totals > 0), counts - share, np.inf), kind="stable")
-    counts[ranked[: num_samples - int(counts.sum())]] += 1
+    running = np.floor(np.cumsum(share) + 0.5).astype(np.int64)
+    running[-1] = num_samples  # the float sum of the shares may miss it by a rounding error
+    counts = np.diff(running, prepend=0)
+    if caps is not None:
+        counts = np.minimum(counts, caps)  # float error only: a share never exceeds its (whole) cap
+    counts[totals <= 0] = 0
+    short = num_samples - int(counts.sum())  # float error only, as above
+    if short:
+        room = np.flatnonzero((totals > 0) & (counts < (caps if caps is not None else np.iinfo(np.int64).max)))
+        counts[room[np.argsort(counts[room] - share[room], kind="stable")[:short]]] += 1
     return counts
 
 

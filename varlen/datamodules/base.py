@@ -424,7 +424,7 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
         spec = self._plan_spec(self.batch_size, self.max_tokens)
         weights = self.train_weights() if split == "train" and shuffle else None
         dataset = self.dataset(split)
-        return self.sampler_class(split)(
+        sampler = self.sampler_class(split)(
             self.of_each_source(dataset, "sampler_lengths"),
             batch_size=spec.batch_size,
             max_tokens=self.max_tokens,
@@ -439,6 +439,9 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
             groups=self._sampler_groups(dataset),
             weights=weights,
         )
+        if split == "train" and shuffle and isinstance(dataset, SourceMixture):
+            self._report_draw(sampler, dataset)
+        return sampler
 
     def loader(self, split: str, shuffle: bool = False) -> VarLenLoader:
         """A resumable loader over ``split``, batched by :meth:`batch_sampler`."""

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from varlen import notices
 from varlen.datasets.mixture import MixtureCollator, SourceMixture, source_weights
 from varlen.errors import DataError
 
@@ -257,3 +258,35 @@ class SourceMixing:
         counts = list(mixture.counts().values())
         shares = counts if self.source_weights is None else proportions(self.source_weights, mixture.names, "")
         return source_weights(shares, counts, within)
+
+    def _report_draw(self, sampler: Any, mixture: SourceMixture) -> None:
+        """Put in the report what an epoch of the training ``sampler`` draws of each source (exact when
+        every stratum of its draw is one source's, as under ``per_source``; else on average), and warn
+        about a source asked for a share that its rounded count never serves."""
+        draw, sources = sampler.draw, mixture.sources.astype(np.int64)
+        if draw is None:  # every sample of every source once
+            counts, fixed = np.diff(mixture.offsets).astype(np.float64), True
+        else:
+            strata = len(draw.counts)
+            low = np.full(strata, len(mixture.parts))
+            np.minimum.at(low, draw.strata, sources)
+            high = np.zeros(strata, np.int64)
+            np.maximum.at(high, draw.strata, sources)
+            fixed = bool(np.array_equal(low, high))
+            if fixed:
+                counts = np.bincount(low, draw.counts, minlength=len(mixture.parts))
+            else:
+                per_source = np.bincount(sources, draw.weights, minlength=len(mixture.parts))
+                counts = draw.num_samples * per_source / per_source.sum()
+        self.report.draw("train", dict(zip(mixture.names, counts.tolist(), strict=True)), fixed)
+        asked = self.report.sources.get("train", {})
+        starved = [
+            name
+            for name, n in zip(mixture.names, counts.tolist(), strict=True)
+            if asked.get(name, (0, 0.0))[1] > 0 and n == 0
+        ]
+        if fixed and starved:
+            notices.warn(
+                f"{type(self).__name__}: source(s) {starved} are asked for less than half a sample an epoch and "
+                "get none: raise their source_weights"
+            )
