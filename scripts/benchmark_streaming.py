@@ -52,7 +52,7 @@ import psutil
 from varlen.batching import BucketBatchSampler
 from varlen.batching.plan import PlanSpec, build_plan
 from varlen.stream.memory_index import ArraySizeIndex, SimulatedSizeIndex
-from varlen.stream.plan import layout, window_batches
+from varlen.stream.plan import layout, read_window
 from varlen.stream.plan_state import StreamBatchPlan
 
 BUDGET, CHUNK, TOP = 8192, 8192, 8192
@@ -131,7 +131,7 @@ def serve_all(index, plan, sizes: np.ndarray) -> tuple[np.ndarray, int, int, int
     seen = np.zeros(len(sizes), np.int32)
     real = padded = batches = 0
     for window in range(plan.num_windows):
-        ids, bounds = window_batches(index, plan, window, 0, 0)
+        ids, bounds = read_window(index, plan, window, 0, 0)
         starts = np.sort(bounds[:, 0])
         np.testing.assert_array_equal(np.sort(bounds[:, 1]), np.append(starts[1:], len(ids)))  # they tile
         np.add.at(seen, ids, 1)

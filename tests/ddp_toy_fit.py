@@ -1,6 +1,7 @@
 """Run by test_lightning_integration: `Trainer(strategy="ddp", devices=2)` with default flags.
 
-Usage: ddp_toy_fit.py OUT_DIR MAX_TOKENS [CHECKPOINT_EVERY RESUME_FROM [DEVICES]]: with a checkpoint
+Usage: ddp_toy_fit.py OUT_DIR MAX_TOKENS [CHECKPOINT_EVERY RESUME_FROM [DEVICES [EPOCHS]]] (MAX_TOKENS ``bN``:
+batches of N samples instead; EPOCHS: 2 by default): with a checkpoint
 interval, every N-th step is saved to OUT_DIR/ckpt; with RESUME_FROM, the fit resumes from that
 checkpoint; DEVICES processes (default 2).
 Each rank writes the batches it trained on to OUT_DIR/batches<rank>.json (their epochs to
@@ -37,10 +38,12 @@ class BatchLog(pl.Callback):
 
 
 if __name__ == "__main__":
-    out_dir, max_tokens = sys.argv[1], int(sys.argv[2])
+    out_dir, budget = sys.argv[1], sys.argv[2]
+    batching = {"batch_size": int(budget[1:])} if budget.startswith("b") else {"max_tokens": int(budget)}
     every = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     resume = sys.argv[4] if len(sys.argv) > 4 and sys.argv[4] != "-" else None
     devices = int(sys.argv[5]) if len(sys.argv) > 5 else 2
+    epochs = int(sys.argv[6]) if len(sys.argv) > 6 else 2
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("varlen").setLevel(logging.INFO)
     callbacks = [StepCounter(out_dir), BatchLog(out_dir), PaddingTelemetry()]
@@ -50,12 +53,12 @@ if __name__ == "__main__":
                 dirpath=Path(out_dir) / "ckpt", every_n_train_steps=every, save_top_k=-1, filename="{step}"
             )
         )
-    dm = ToyDataModule(num_samples=301, batch_size=None, max_tokens=max_tokens)
+    dm = ToyDataModule(num_samples=301, **batching)
     trainer = pl.Trainer(
         accelerator="cpu",
         strategy="ddp",
         devices=devices,
-        max_epochs=2,
+        max_epochs=epochs,
         logger=False,
         enable_checkpointing=bool(every),
         enable_progress_bar=False,

@@ -91,7 +91,7 @@ def test_a_state_saved_after_an_elastic_resume_resumes_exactly_again(kind: str) 
     uninterrupted = serve(samplers_loaded(kind, 3, first[0].state_dict()))
     middle = serve(second, 2)
     state = second[0].state_dict()
-    assert state["segments"] == [[2, 4]] and state["batches_served"] == 6 and state["num_replicas"] == 3
+    assert state["segments"] == [[2, 4, 1]] and state["batches_served"] == 6 and state["num_replicas"] == 3
     same = samplers_loaded(kind, 3, state)
     assert [m + r for m, r in zip(middle, serve(same), strict=True)] == uninterrupted
     third = samplers_loaded(kind, 5, state)
@@ -151,6 +151,45 @@ def test_drop_last_serves_no_sample_twice_with_equal_counts() -> None:
 
 def test_an_inconsistent_state_is_refused() -> None:
     state = samplers("plain, token budget", 2, 0)[0].state_dict()
-    state.update(segments=[[4, 7]], batches_served=3)
+    state.update(segments=[[4, 7, 1]], batches_served=3)
     with pytest.raises(ValueError, match="inconsistent"):
         samplers("plain, token budget", 2, 0)[0].load_state_dict(state)
+
+
+def test_a_state_saved_mid_elastic_epoch_by_an_older_version_resumes_at_the_next_epoch() -> None:
+    """Segments of two numbers (before lanes were recorded) dealt the rest in another order: the rest of
+    that epoch cannot be told, so it is skipped with a warning that counts it, never served wrongly."""
+    state = samplers("plain, token budget", 3, 0)[0].state_dict()
+    state.update(epoch=2, segments=[[2, 4]], batches_served=6)
+    new = samplers("plain, token budget", 4, 0)
+    with pytest.warns(UserWarning, match="older varlen.*epoch 2.*6 batches per rank.*epoch 3"):
+        for sampler in new:
+            sampler.load_state_dict(state)
+    assert serve(new) == serve(samplers("plain, token budget", 4, 3))
+
+
+@pytest.mark.parametrize("left", [4, 0])
+def test_a_late_state_loads_on_more_ranks_than_its_rest_can_feed(left: int) -> None:
+    """100 samples in batches of 2, saved on 2 ranks with ``left`` samples to go, loaded on 8: every rank
+    gets the same number of batches (a sample repeated where fewer are left than ranks, with a warning
+    that counts it), every sample of the epoch is served, and the next epoch is 8 ranks' own."""
+    lengths = np.arange(1, 101)
+    old = [BucketBatchSampler(lengths, batch_size=2, num_replicas=2, rank=r, seed=3) for r in range(2)]
+    head = serve(old, (100 - left) // 4)
+    new = [BucketBatchSampler(lengths, batch_size=2, num_replicas=8, rank=r, seed=3) for r in range(8)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for sampler in new:
+            sampler.load_state_dict(old[0].state_dict())
+        rest = serve(new)
+    if left == 0:  # a finished epoch: the next one, whole
+        fresh = [BucketBatchSampler(lengths, batch_size=2, num_replicas=8, rank=r, seed=3) for r in range(8)]
+        for sampler in fresh:
+            sampler.set_epoch(1)
+        assert rest == serve(fresh)
+        return
+    assert {len(rank) for rank in rest} == {1} and {len(s) for s in new} == {len(head[0]) + 1}
+    served = flat(head) + flat(rest)
+    assert set(served) == set(range(100)) and sum(served.values()) == 100 + 8 - left
+    repeats = [str(w.message) for w in caught if "repeat" in str(w.message)]
+    assert len(set(repeats)) == 1 and f"{8 - left} batch(es) repeat" in repeats[0]

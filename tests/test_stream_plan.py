@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 
 from varlen.batching.plan import PlanSpec, build_plan, cut_batches
+from varlen.batching.resume import interleave
 from varlen.errors import DataError
 from varlen.stream.memory_index import ArraySizeIndex, SimulatedSizeIndex
-from varlen.stream.plan import batch_counts, layout, rank_batches, window_batches
-from varlen.stream.plan_state import StreamBatchPlan, interleave
+from varlen.stream.plan import batch_counts, layout, rank_batches, read_window
+from varlen.stream.plan_state import StreamBatchPlan
 
 BUDGET = 4096
 
@@ -32,7 +33,7 @@ def served(index, plan, rank: int, epoch: int, seed: int) -> list[np.ndarray]:
     out, loaded = [], {}
     for window, batch, _, _ in rank_batches(plan, rank, epoch, seed).tolist():
         if window not in loaded:
-            loaded = {window: window_batches(index, plan, window, epoch, seed)}
+            loaded = {window: read_window(index, plan, window, epoch, seed)}
         ids, bounds = loaded[window]
         out.append(ids[bounds[batch, 0] : bounds[batch, 1]])
     return out
@@ -80,7 +81,7 @@ def test_in_window_planner_gives_the_closed_form_count_and_budgets(spec):
         plan = layout(index, spec, seed=seed, num_replicas=3, window_batches=window)
         assert plan.num_windows > 6
         for w in range(plan.num_windows):
-            ids, bounds = window_batches(index, plan, w, epoch=1, seed=seed)
+            ids, bounds = read_window(index, plan, w, epoch=1, seed=seed)
             assert len(bounds) == plan.window_counts[w] + plan.window_splits[w]
             check_budget([ids[a:b] for a, b in bounds], sizes, spec)
 
@@ -225,7 +226,7 @@ def test_elastic_resume_serves_the_rest_once_with_equal_counts(index, saved, res
     check_budget([b for batches in after for b in batches], sizes, new[0].spec)
     # a second elastic move inside the same epoch, then the next epoch is the new world size's own
     middle = new[0].state_dict()
-    assert middle["segments"] == [[saved, stop]]
+    assert middle["segments"] == [[saved, stop, lanes]]
     again = plans_on(index, 2)
     for plan in again:
         plan.load_state_dict(middle)
@@ -262,7 +263,7 @@ def test_lanes_order_a_ranks_batches_and_never_change_them(index):
     assert len(shared) <= 2  # only where a lane's stretch ends inside a window
 
 
-def test_an_epoch_resumed_with_other_lanes_finishes_in_its_saved_order(index):
+def test_an_epoch_resumed_with_other_lanes_serves_each_ranks_rest_in_the_new_lanes(index):
     whole = run(plans_on(index, 2, lanes=2), epoch=1)
     stopped = plans_on(index, 2, lanes=2)
     before = run(stopped, epoch=1, stop=11)
@@ -271,10 +272,14 @@ def test_an_epoch_resumed_with_other_lanes_finishes_in_its_saved_order(index):
     resumed = plans_on(index, 2, lanes=3)  # the loader now has 3 workers
     for plan in resumed:
         plan.load_state_dict(state)
-    assert resumed[0].state_dict()["lanes"] == 2
+    assert resumed[0].state_dict()["lanes"] == 3 and resumed[0].state_dict()["segments"] == [[2, 11, 2]]
     after = run(resumed, epoch=1)
-    for rank in range(2):
-        assert [b.tolist() for b in before[rank] + after[rank]] == [b.tolist() for b in whole[rank]]
+    for rank in range(2):  # each rank serves its own rest: the same batches as the uninterrupted run
+        assert sorted(b.tolist() for b in before[rank] + after[rank]) == sorted(b.tolist() for b in whole[rank])
+        windows = resumed[rank].epoch_batches(1)[1][:, 0]
+        for lane in range(3):  # in the new lanes, each a stretch of whole windows
+            mine = windows[lane::3]
+            assert len(set(mine.tolist())) == np.count_nonzero(np.diff(mine)) + 1
     nxt, fresh = run(resumed, epoch=2), run(plans_on(index, 2, lanes=3), epoch=2)  # the next epoch: 3 lanes
     assert [[b.tolist() for b in r] for r in nxt] == [[b.tolist() for b in r] for r in fresh]
     assert resumed[0].state_dict()["lanes"] == 3
@@ -301,7 +306,7 @@ def test_two_elastic_moves_in_one_epoch(index):
     third = plans_on(index, 5)
     for plan in third:
         plan.load_state_dict(second[0].state_dict())
-    assert third[0].state_dict()["segments"] == [[2, 5], [3, 4]]
+    assert third[0].state_dict()["segments"] == [[2, 5, 1], [3, 4, 1]]
     part3 = run(third, epoch=0)
     assert len({len(b) for b in part3}) == 1
     every = np.concatenate([b for part in (part1, part2, part3) for batches in part for b in batches])
@@ -353,18 +358,40 @@ def test_an_index_inconsistent_with_its_histograms_is_refused(index):
     plan = layout(shifted, spec, seed=0, num_replicas=1, window_batches=10)
     window = int(np.searchsorted(plan.window_segments, np.flatnonzero(plan.seg_chunk == 11)[0], side="right") - 1)
     with pytest.raises(DataError, match="chunk 11's sizes do not match its histogram"):
-        window_batches(shifted, plan, window, 0, 0)
+        read_window(shifted, plan, window, 0, 0)
     short = ArraySizeIndex([c[:-1] if i == 3 else c for i, c in enumerate(index._chunks)], index._histograms, "short")
     with pytest.raises(DataError, match="chunk 3 lists"):
         plan = layout(short, spec, seed=0, num_replicas=40)
         for w in range(plan.num_windows):
-            window_batches(short, plan, w, 0, 0)
+            read_window(short, plan, w, 0, 0)
 
 
 def test_simulated_index_sizes_match_its_histograms():
     index = SimulatedSizeIndex(300_000, 4096, seed=1)
     plan = layout(index, PlanSpec(max_tokens=(8192,)), seed=0, num_replicas=4)
     assert plan.window_counts.sum() > 0
-    ids, bounds = window_batches(index, plan, 0, 0, 0)  # checks the chunk's sizes against its histogram
+    ids, bounds = read_window(index, plan, 0, 0, 0)  # checks the chunk's sizes against its histogram
     assert len(bounds) == plan.window_counts[0] + plan.window_splits[0]
     assert len(np.unique(ids)) == len(ids) == plan.window_histograms[0].sum()
+
+
+def test_a_late_state_loads_on_more_ranks_than_its_rest_can_feed():
+    """Saved on 2 ranks with 2 batches (4 samples) left, loaded on 8: every rank gets one batch, a sample
+    repeated for each rank the rest cannot feed (with a warning that counts them); nothing is lost."""
+    index = ArraySizeIndex.from_sizes([np.arange(1, 26)] * 4)
+
+    def plans_on(world):
+        return [StreamBatchPlan(index, batch_size=2, seed=7, num_replicas=world, rank=r) for r in range(world)]
+
+    old = plans_on(2)
+    per_rank = old[0].layout.batches_per_rank
+    before = run(old, epoch=0, stop=per_rank - 1)
+    new = plans_on(8)
+    with pytest.warns(UserWarning, match="4 batch\\(es\\) repeat a sample"):
+        for plan in new:
+            plan.load_state_dict(old[0].state_dict())
+        after = run(new, epoch=0)
+    assert [len(batches) for batches in after] == [1] * 8 and {len(p) for p in new} == {per_rank}
+    served = np.concatenate([b for batches in before + after for b in batches])
+    assert sorted(set(served.tolist())) == list(range(100)) and len(served) == 104
+    assert [len(p) for p in new] == [per_rank] * 8

@@ -14,13 +14,12 @@ real size never exceeds its rounded size.
 
 With a :class:`~varlen.batching.weights.WeightedDraw`, the epoch's samples are drawn first (a fixed
 count per bucket, see :mod:`varlen.batching.weights`) and the drawn ones are planned as above:
-the rounded sequence, so the cuts, stay the same every epoch. After an interrupted epoch,
-:func:`remaining_batches` deals the batches not yet served to another number of ranks.
+the rounded sequence, so the cuts, stay the same every epoch. An interrupted epoch's rest on another
+number of ranks is :mod:`varlen.batching.resume`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -271,6 +270,23 @@ class Plan:
         return len(self.bounds)
 
 
+def split_largest(bounds: np.ndarray, count: int) -> np.ndarray:
+    """``bounds`` with its largest batch split in two, ``count`` times (fewer when every batch is down to
+    one sample), each half where the batch was: every sample once, every budget held."""
+    bounds = bounds.copy()
+    for _ in range(count):
+        if not len(bounds):
+            break
+        k = int(np.argmax(bounds[:, 1] - bounds[:, 0]))
+        start, end = bounds[k]
+        if end - start < 2:
+            break
+        middle = start + (end - start + 1) // 2
+        bounds = np.insert(bounds, k + 1, [middle, end], axis=0)
+        bounds[k, 1] = middle
+    return bounds
+
+
 def split_to_multiple(bounds: np.ndarray, multiple: int) -> np.ndarray:
     """Split the largest batches in two until the count is a multiple of ``multiple``.
 
@@ -286,14 +302,7 @@ def split_to_multiple(bounds: np.ndarray, multiple: int) -> np.ndarray:
             f"{total} samples cannot fill {len(bounds) + short} batches (one per rank on "
             f"{multiple} ranks); use fewer ranks or more data"
         )
-    bounds = bounds.copy()
-    for _ in range(short):
-        k = int(np.argmax(bounds[:, 1] - bounds[:, 0]))
-        start, end = bounds[k]
-        middle = start + (end - start + 1) // 2
-        bounds = np.insert(bounds, k + 1, [middle, end], axis=0)
-        bounds[k, 1] = middle
-    return bounds
+    return split_largest(bounds, short)
 
 
 def build_plan(
@@ -348,39 +357,3 @@ def deal(bounds: np.ndarray, num_replicas: int, drop_last: bool) -> np.ndarray:
     if drop_last:
         return bounds[: len(bounds) - len(bounds) % num_replicas]
     return split_to_multiple(bounds, num_replicas)
-
-
-def saved_position(state: dict, num_replicas: int, what: str) -> tuple[int, int, tuple[tuple[int, int], ...]]:
-    """A saved sampler state's ``(epoch, batches served per rank, segments)`` on ``num_replicas``
-    ranks: ``segments`` lists the ``(world size, batches per rank)`` of the epoch's parts served on
-    other world sizes, the saved one's own part added when it is not this one (see
-    :func:`remaining_batches`). ``what`` names the state in the error.
-
-    Raises:
-        ValueError: a state whose counts do not add up.
-    """
-    served = int(state["batches_served"])
-    segments = tuple((int(world), int(count)) for world, count in state.get("segments", ()))
-    here = served - sum(count for _, count in segments)  # served on the saved world size
-    if here < 0 or any(count < 0 for _, count in segments):
-        raise ValueError(f"{what} state is inconsistent: {served} batches served, segments {segments}")
-    if int(state["num_replicas"]) != num_replicas and here:
-        segments += ((int(state["num_replicas"]), here),)
-    return int(state["epoch"]), served, segments
-
-
-def remaining_batches(
-    bounds: np.ndarray, segments: Sequence[tuple[int, int]], num_replicas: int, drop_last: bool
-) -> np.ndarray:
-    """The batches of an epoch not yet served, dealt to ``num_replicas`` ranks.
-
-    ``bounds`` is the plan the epoch started with, on ``segments[0]``'s world size; each segment
-    ``(world size, batches served per rank)`` served the first ``world size * served`` batches of
-    what was left, dealt to its ranks (rank ``r`` takes batches ``r, r + world size, ...``). So the
-    rest is every sample not yet served, once, split (or, with ``drop_last``, cut) to divide over
-    the next world size.
-    """
-    sizes = [world for world, _ in segments[1:]] + [num_replicas]
-    for (world, served), next_world in zip(segments, sizes, strict=True):
-        bounds = deal(bounds[world * served :], next_world, drop_last)
-    return bounds

@@ -7,7 +7,7 @@ runs it, for per-epoch draws of ``(seed, epoch, index)`` (:mod:`varlen.draws`).
 A state saved on W ranks resumes exactly on W' ranks: the state names the epoch, the world size
 and the batches each rank served (and, after an earlier such resume, the same for each earlier
 part of the epoch), which fixes exactly which of the epoch's global batches were served; the
-rest are dealt to the W' ranks (:func:`varlen.batching.plan.remaining_batches`).
+rest are dealt to the W' ranks (:mod:`varlen.batching.resume`, shared with the streamed plan).
 """
 
 from __future__ import annotations
@@ -21,15 +21,8 @@ from torch.utils.data import BatchSampler, Sampler
 
 from varlen import notices
 from varlen.batching.collate import round_up
-from varlen.batching.plan import (
-    Plan,
-    PlanSpec,
-    as_size_matrix,
-    bucketize,
-    build_plan,
-    remaining_batches,
-    saved_position,
-)
+from varlen.batching.plan import Plan, PlanSpec, as_size_matrix, bucketize, build_plan, split_largest
+from varlen.batching.resume import ResumableEpochs
 from varlen.batching.weights import WeightedDraw, strata_of
 
 
@@ -54,7 +47,7 @@ class EpochTracker(Sampler[int]):
         return self.num_samples
 
 
-class BucketBatchSampler(BatchSampler):
+class BucketBatchSampler(ResumableEpochs, BatchSampler):
     """Batches of similar-size samples, under a fixed batch size or a token budget.
 
     One global plan per (lengths, seed, epoch) is built on every rank, and rank ``r`` takes
@@ -143,13 +136,7 @@ class BucketBatchSampler(BatchSampler):
         self.draw = self._weighted_draw(weights, num_samples, replacement)
         self._plan_key: tuple[int, int] | None = None
         self._plan: Plan | None = None
-        self._position = (0, 0)  # (epoch, batches served in it per rank) of the current iteration
-        self._resume: tuple[int, int] | None = None  # the same, restored and not yet iterated
-        # (epoch, ((world size, batches served per rank), ...)): the parts of that epoch served
-        # before a resume on another number of ranks; the epoch's batches are what they left
-        self._elastic: tuple[int, tuple[tuple[int, int], ...]] | None = None
-        self._dealt_key: tuple | None = None
-        self._dealt: np.ndarray | None = None
+        self._start_afresh()
         self.num_oversized = self._count_oversized()
         if self.num_oversized:
             notices.warn(
@@ -218,27 +205,15 @@ class BucketBatchSampler(BatchSampler):
             self._plan_key = key
         return self._plan
 
-    def _segments(self, epoch: int) -> tuple[tuple[int, int], ...]:
-        """``epoch``'s parts served on another number of ranks before this one (usually none)."""
-        return self._elastic[1] if self._elastic is not None and self._elastic[0] == epoch else ()
+    def rank_rows(self, epoch: int, world: int, rank: int) -> np.ndarray:
+        """Rank ``rank``'s batches of ``epoch`` on ``world`` ranks: ``[n, 2]`` bounds into the plan's order."""
+        return self._plan_on(epoch, world).bounds[rank::world]
 
-    def _epoch_batches(self, epoch: int) -> tuple[np.ndarray, np.ndarray, int]:
-        """``epoch``'s order, the global batches this world size serves, and how many batches per
-        rank were served before them (on other world sizes; 0 for an epoch not resumed so)."""
-        segments = self._segments(epoch)
-        if not segments:
-            plan = self.global_plan(epoch)
-            return plan.order, plan.bounds, 0
-        plan = self._plan_on(epoch, segments[0][0])
-        key = (epoch, segments, self.num_replicas)
-        if self._dealt_key != key:
-            self._dealt = remaining_batches(plan.bounds, segments, self.num_replicas, self.drop_last)
-            self._dealt_key = key
-        return plan.order, self._dealt, sum(served for _, served in segments)
+    def split_rows(self, rows: np.ndarray, count: int, epoch: int, world: int) -> np.ndarray:
+        return split_largest(rows, count)
 
-    def __len__(self) -> int:
-        _, bounds, before = self._epoch_batches(self.epoch)
-        return before + len(bounds) // self.num_replicas
+    def plain_length(self, epoch: int) -> int:
+        return len(self._plan_on(epoch, self.num_replicas)) // self.num_replicas
 
     def __iter__(self) -> Iterator[list[int]]:
         """This epoch's batches for this rank (resuming where a loaded state left off).
@@ -247,38 +222,24 @@ class BucketBatchSampler(BatchSampler):
         and the first batch still counts (Lightning calls it after creating its first iterator).
         """
         epoch = self.epoch
-        self._position = (epoch, self._first_batch(epoch))  # what a state_dict now names
+        start = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
+        self._position = (epoch, start)  # what a state_dict now names
         return self._batches()
 
-    def _first_batch(self, epoch: int) -> int:
-        """Where ``epoch`` starts: the loaded state's position in that epoch, else 0."""
-        return self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
-
     def _batches(self) -> Iterator[list[int]]:
-        epoch = self.epoch
-        order, bounds, before = self._epoch_batches(epoch)
-        mine = bounds[self.rank :: self.num_replicas]
-        start = self._first_batch(epoch)
-        self._resume = None
-        self._position = (epoch, start)
-        for served, (first, end) in enumerate(mine[start - before :].tolist(), start + 1):
-            self._position = (epoch, served)
+        order = None
+        for world, (first, end) in self.positions():
+            if order is None:
+                order = self._plan_on(self.epoch, world).order
             yield order[first:end].tolist()
 
     def state_dict(self) -> dict[str, Any]:
         """Rank-independent position: all ranks have served the same number of batches.
 
         ``batches_served`` counts each rank's batches of the epoch; ``segments`` lists the
-        ``[world size, batches per rank]`` of the epoch's parts served on other world sizes.
+        ``[world size, batches per rank, lanes]`` of the epoch's parts served on other world sizes.
         """
-        epoch, served = self._resume or self._position
-        if epoch != self.epoch:  # the epoch moved on and nothing of the new one was served yet
-            epoch, served = self.epoch, 0
-        return {
-            "epoch": epoch,
-            "batches_served": served,
-            "num_replicas": self.num_replicas,
-            "segments": [list(part) for part in self._segments(epoch)],
+        return self.position_state() | {
             "num_samples": len(self.sizes),
             "seed": self.seed,
             "draw": None if self.draw is None else self.draw.key(),
@@ -289,8 +250,9 @@ class BucketBatchSampler(BatchSampler):
 
         On the saved number of ranks, the next iteration yields exactly what an uninterrupted run
         would. On another, the batches the saved ranks had not served are dealt to these ranks
-        (split until they divide evenly, or cut with ``drop_last``): every remaining sample once,
-        the same number of batches on every rank; the next epoch is this world size's own.
+        (split until they divide evenly, or cut with ``drop_last``; a sample repeated when fewer are
+        left than ranks): every remaining sample once, the same number of batches on every rank; the
+        next epoch is this world size's own (see :mod:`varlen.batching.resume`).
         A state saved before ``segments`` and ``draw`` were recorded loads as one without them.
         """
         if state["num_samples"] != len(self.sizes):
@@ -303,15 +265,7 @@ class BucketBatchSampler(BatchSampler):
                 "sampler state was saved with other weights, num_samples or replacement "
                 f"(draw {state.get('draw')}, this sampler's: {mine}): its position means other batches"
             )
-        epoch, served, segments = saved_position(state, self.num_replicas, "sampler")
-        self._elastic = (epoch, segments) if segments else None
-        self.set_epoch(epoch)
-        if served >= len(self):
-            # The saved epoch was complete: resume at the start of the next. A loader may plan
-            # its first batches before anyone calls set_epoch (torchdata's, when restoring workers).
-            epoch, served = epoch + 1, 0
-            self.set_epoch(epoch)
-        self._resume = (epoch, served)
+        self.load_position(state, self.set_epoch)
 
 
 class EpochIndices(list):

@@ -21,7 +21,7 @@ window at a time:
 3. Windows: K consecutive chunks of a piece (about ``window_batches`` batches). A window's batch count
    follows from its bucket histogram alone (:func:`batch_counts`: the greedy cut only reads the sorted
    rounded sizes); its samples are ordered and cut exactly as the in-memory plan does
-   (:func:`window_batches`), which gives that count.
+   (:func:`read_window`), which gives that count.
 4. Equal counts: every rank gets T = the largest rank's count; a shorter rank's windows split their
    largest batches (the splits dealt to its windows, the ones of largest mean batch first). With the
    walked cuts only the last piece can be short: by 0 to a few batches in most runs, by up to about
@@ -70,7 +70,7 @@ __all__ = [
     "chunk_sizes",
     "layout",
     "rank_batches",
-    "window_batches",
+    "read_window",
     "window_bounds",
 ]
 
@@ -660,12 +660,12 @@ def _serve(plan: StreamLayout, window: int, epoch: int, seed: int, starts: np.nd
 
 def window_bounds(plan: StreamLayout, window: int, epoch: int, seed: int) -> np.ndarray:
     """Window ``window``'s batches ``[n, 2]`` (offsets into its ordered samples, in serving order), from
-    its histogram alone: the batch sizes :func:`window_batches` gives, without reading a chunk."""
+    its histogram alone: the batch sizes :func:`read_window` gives, without reading a chunk."""
     largest_first = np.repeat(plan.rounded[::-1], plan.window_histograms[window][::-1])
     return _serve(plan, window, epoch, seed, cut_batches(largest_first[:, None], plan.spec))
 
 
-def window_batches(index: SizeIndexLike, plan: StreamLayout, window: int, epoch: int, seed: int):
+def read_window(index: SizeIndexLike, plan: StreamLayout, window: int, epoch: int, seed: int):
     """Window ``window``'s samples as global ids (chunk offset + position) in the order of ``epoch``,
     and its batches ``[n, 2]`` (offsets into them, in serving order): the in-memory plan's ordering and
     cut over the window's samples, the window's chunks read once.

@@ -1,0 +1,139 @@
+"""Serving the rest of an epoch resumed on another number of ranks, against a plain epoch, and the streamed
+plan's set-up and split batches by world size.
+
+``--part rest``: a streamed plan (lognormal(5, 1) token sizes, budget 8192, chunks of 8192 samples, in memory)
+saved on ``--saved`` ranks after ``--after`` batches and resumed on ``--resumed`` ranks: rank 0's rest served
+(batches/s, the process's RSS growth, windows read), against rank 0 of a plain epoch on ``--resumed`` ranks;
+and the in-memory sampler's rest against its plain epoch. One fresh process per figure.
+
+``--part pieces``: per world size, the streamed plan's set-up (rank 0) and the batches split to give every rank
+the same count, with the pieces walked at real counts and cut at equal expected batches.
+
+    python scripts/benchmark_elastic.py --part rest --samples 200000,2000000
+    python scripts/benchmark_elastic.py --part pieces --samples 10000000 --worlds 8,64,512
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+BUDGET, CHUNK = 8192, 8192
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+
+
+def sizes_in_chunks(n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    sizes = np.clip(np.rint(rng.lognormal(5.0, 1.0, n)), 1, 8192).astype(np.int32)
+    return np.split(sizes, np.arange(CHUNK, n, CHUNK))
+
+
+def serve(what: str, n: int, saved: int, after: int, resumed: int, limit: float) -> dict:
+    """One figure, in this process: batches/s of rank 0 and the RSS it added."""
+    from varlen.batching.sampler import BucketBatchSampler
+    from varlen.stream.memory_index import ArraySizeIndex
+    from varlen.stream.plan_state import StreamBatchPlan
+
+    chunks = sizes_in_chunks(n)
+    if what.startswith("stream"):
+        index = ArraySizeIndex.from_sizes(chunks)
+
+        def make(world: int, rank: int):
+            return StreamBatchPlan(index, max_tokens=BUDGET, num_replicas=world, rank=rank)
+    else:
+        sizes = np.concatenate(chunks)
+
+        def make(world: int, rank: int):
+            return BucketBatchSampler(sizes, max_tokens=BUDGET, num_replicas=world, rank=rank)
+
+    plan = make(resumed, 0)
+    if what.endswith("elastic"):
+        first = make(saved, 0)
+        iterator = iter(first)
+        for _ in range(after):
+            next(iterator)
+        plan.load_state_dict(first.state_dict())
+        del first, iterator
+    before, start, served = rss_mb(), time.perf_counter(), 0
+    for _ in plan:
+        served += 1
+        if time.perf_counter() - start > limit:
+            break
+    seconds = time.perf_counter() - start
+    return {"batches": served, "per_s": served / seconds, "rss_added": rss_mb() - before, "len": len(plan)}
+
+
+def rest_part(args) -> None:
+    print(f"\n### The rest of an epoch saved on {args.saved} ranks after {args.after} batches, resumed on "
+          f"{args.resumed} (rank 0), against a plain epoch on {args.resumed}\n")  # fmt: skip
+    print(
+        "| samples | plan | plain: batches/s | resumed rest: batches/s | rest / plain | RSS added, plain / rest (MB) |"
+    )
+    print("|---|---|---:|---:|---:|---:|")
+    for n in args.samples:
+        for kind in ("stream", "memory"):
+            figures = {}
+            for what in (kind, f"{kind}-elastic"):
+                settings = ["--samples", n, "--saved", args.saved, "--after", args.after, "--resumed", args.resumed]
+                command = [sys.executable, __file__, "--one", what, *map(str, settings + ["--limit", args.limit])]
+                out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+                figures[what] = json.loads(out.strip().splitlines()[-1])
+            plain, rest = figures[kind], figures[f"{kind}-elastic"]
+            print(f"| {n:,} | {'streamed' if kind == 'stream' else 'in memory'} | {plain['per_s']:,.0f} | "
+                  f"{rest['per_s']:,.0f} | {rest['per_s'] / plain['per_s']:.2f}x | "
+                  f"{plain['rss_added']:.0f} / {rest['rss_added']:.0f} |")  # fmt: skip
+
+
+def pieces_part(args) -> None:
+    from varlen.batching.plan import PlanSpec
+    from varlen.stream import plan as stream_plan
+    from varlen.stream.memory_index import ArraySizeIndex
+
+    print("\n### Streamed plan by world size: set-up (rank 0) and batches split to equal counts\n")
+    print("| samples | W | set-up (s) | batches per rank | split batches (walked) | share | split at equal expected |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for n in args.samples:
+        index = ArraySizeIndex.from_sizes(sizes_in_chunks(n))
+        spec = PlanSpec(max_tokens=(BUDGET,))
+        for world in args.worlds:
+            start = time.perf_counter()
+            plan = stream_plan.layout(index, spec, seed=0, num_replicas=world)
+            seconds = time.perf_counter() - start
+            total = world * plan.batches_per_rank
+            naive = getattr(stream_plan, "equal_expected_extra", None)
+            naive = naive(index, spec, seed=0, num_replicas=world) if naive else "-"
+            print(f"| {n:,} | {world} | {seconds:.2f} | {plan.batches_per_rank:,} | {plan.extra_batches} | "
+                  f"{plan.extra_batches / total:.4%} | {naive} |")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", default="rest", help="rest, pieces (comma-separated)")
+    parser.add_argument("--samples", default="200000,2000000")
+    parser.add_argument("--saved", type=int, default=3)
+    parser.add_argument("--after", type=int, default=300)
+    parser.add_argument("--resumed", type=int, default=5)
+    parser.add_argument("--limit", type=float, default=60.0, help="seconds a figure serves at most")
+    parser.add_argument("--worlds", default="8,64,512")
+    parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(serve(args.one, int(args.samples), args.saved, args.after, args.resumed, args.limit)))
+        return
+    args.samples = [int(s) for s in args.samples.split(",")]
+    args.worlds = [int(w) for w in args.worlds.split(",")]
+    for part in args.part.split(","):
+        {"rest": rest_part, "pieces": pieces_part}[part](args)
+
+
+if __name__ == "__main__":
+    main()
