@@ -395,3 +395,28 @@ def test_a_late_state_loads_on_more_ranks_than_its_rest_can_feed():
     served = np.concatenate([b for batches in before + after for b in batches])
     assert sorted(set(served.tolist())) == list(range(100)) and len(served) == 104
     assert [len(p) for p in new] == [per_rank] * 8
+
+
+@pytest.mark.parametrize("lanes", [1, 3])
+def test_an_elastic_rest_reads_each_window_once_per_lane(index, monkeypatch, lanes):
+    """Resumed from 3 ranks onto 5, a rank's rest is laid out window by window: each window it serves is read
+    once per lane that serves it (interleaved, it was read again for almost every batch)."""
+    import varlen.stream.plan_state as plan_state
+
+    reads = []
+
+    def counting(index, plan, window, epoch, seed):
+        reads.append(window)
+        return read_window(index, plan, window, epoch, seed)
+
+    old = plans_on(index, 3)
+    run(old, epoch=1, stop=old[0].layout.batches_per_rank // 4)
+    new = plans_on(index, 5, lanes=lanes)
+    for plan in new:
+        plan.load_state_dict(old[0].state_dict())
+    monkeypatch.setattr(plan_state, "read_window", counting)
+    for plan in new:
+        reads.clear()
+        run([plan], epoch=1)
+        windows = plan.epoch_batches(1)[1][:, 0]
+        assert len(reads) <= len(set(windows.tolist())) + lanes - 1, (reads, windows)
