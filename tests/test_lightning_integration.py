@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -363,6 +364,59 @@ def test_gc_frozen_in_workers_always_and_in_the_main_process_only_during_epochs(
         assert max(frozen_in_workers(loader)) == 0
         loader.multiprocessing_context = "spawn"
         assert not loader._forks_workers()
+    finally:
+        gc.unfreeze()
+
+
+class CorruptAt(torch.utils.data.Dataset):
+    """Sample ``bad`` raises in the worker that reads it, as a corrupt file would."""
+
+    def __init__(self, bad: int) -> None:
+        self.bad = bad
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> int:
+        if i == self.bad:
+            raise ValueError(f"sample {i} is corrupt")
+        return i
+
+
+class Model:
+    """Stands for a model dropped after a failed epoch: a reference cycle only the collector frees."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_a_worker_error_releases_the_collector_as_an_epochs_end_does() -> None:
+    """After a worker raises, nothing stays frozen (an object dropped then is collected); an epoch
+    of an enclosing loader keeps its own hold, and a loop that goes on after the error holds again."""
+    failing = VarLenLoader(CorruptAt(9), batch_size=4, num_workers=2)
+    if not failing._forks_workers():
+        pytest.skip("workers are not forked on this platform")
+    gc.unfreeze()
+    try:
+        model = Model()
+        alive = weakref.ref(model)
+        epoch = iter(failing)
+        with pytest.raises(ValueError, match="sample 9 is corrupt"):
+            list(epoch)
+        assert gc.get_freeze_count() == 0
+        del model
+        gc.collect()
+        assert alive() is None  # frozen, it would stay until the workers stop
+        assert len(list(epoch)) == 13  # going on: the rest of the epoch, held and released
+        assert gc.get_freeze_count() == 0
+
+        outer = VarLenLoader(FreezeProbe(), batch_size=8, num_workers=2, collate_fn=list)
+        training = iter(outer)
+        next(training)  # validation within a training epoch
+        with pytest.raises(ValueError, match="sample 9 is corrupt"):
+            list(failing)
+        assert gc.get_freeze_count() > 0  # the training epoch still holds it
+        assert len(list(training)) == 7 and gc.get_freeze_count() == 0
     finally:
         gc.unfreeze()
 

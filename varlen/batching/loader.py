@@ -73,7 +73,7 @@ class VarLenLoader(StatefulDataLoader):
       (~100 MiB of interpreter state; pytorch/pytorch#13246). So the collector is frozen
       (``gc.freeze``, as CPython's documentation advises before a fork) across the fork, which
       the workers keep for their lifetime, and in the main process while an epoch is being
-      iterated: from its first batch to its end (or the workers' shutdown), so nothing stays
+      iterated: from its first batch to its end (an error, or the workers' shutdown), so nothing stays
       uncollectable between epochs or after a fit. A loop of your own that leaves an epoch
       early keeps that freeze until the next epoch starts or the workers stop: call
       :meth:`shutdown_workers` (Lightning shuts them down itself). Skipped when the application
@@ -199,14 +199,14 @@ class _WorkerIterator(_StatefulMultiProcessingDataLoaderIter):
 
     def _next_data(self):
         if self._freeze and not self._holds_gc:
-            self._hold_gc()
-        if self._prime_pending:
-            self._prime_pending = False
-            for _ in range(self._prefetch_factor * self._num_workers):
-                self._try_put_index()
+            self._hold_gc()  # again after an error, when a loop goes on
         try:
+            if self._prime_pending:
+                self._prime_pending = False
+                for _ in range(self._prefetch_factor * self._num_workers):
+                    self._try_put_index()
             return unpack(super()._next_data())
-        except StopIteration:
+        except BaseException:  # the epoch's end, or an error (a worker's, a dead worker, ^C): nothing stays frozen
             self._release_gc()
             raise
 
