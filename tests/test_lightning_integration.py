@@ -421,6 +421,19 @@ def test_a_worker_error_releases_the_collector_as_an_epochs_end_does() -> None:
         gc.unfreeze()
 
 
+def test_an_epoch_left_unfinished_at_exit_prints_nothing() -> None:
+    """A script that leaves a 2-worker epoch in the middle exits without an 'Exception ignored' line
+    (its iterator is collected while the interpreter empties the modules)."""
+    code = (
+        "from varlen.batching.loader import VarLenLoader\n"
+        "loader = VarLenLoader(list(range(64)), batch_size=4, num_workers=2)\n"
+        "epoch = iter(loader)\n"
+        "next(epoch)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Exception ignored" not in done.stderr, done.stderr
+
+
 def test_a_spawned_worker_ends_without_the_interpreters_finalisation() -> None:
     """A spawned worker exits like a forked one, after its loop: what a library does while the
     interpreter finalises cannot kill it after its last batch (the main process may then raise

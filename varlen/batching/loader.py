@@ -221,8 +221,10 @@ class _WorkerIterator(_StatefulMultiProcessingDataLoaderIter):
         _WorkerIterator.holders += 1
         self._holds_gc = True
 
-    def _release_gc(self) -> None:
-        if getattr(self, "_holds_gc", False) and not sys.is_finalizing():
+    def _release_gc(self, _finalizing=sys.is_finalizing) -> None:
+        """Drop this iterator's hold (the last one unfreezes). Not at interpreter exit: an iterator
+        collected then may find the module's globals already None, so ``sys`` is bound here."""
+        if getattr(self, "_holds_gc", False) and not _finalizing():
             self._holds_gc = False
             _WorkerIterator.holders -= 1
             if _WorkerIterator.holders == 0:
