@@ -80,8 +80,8 @@ class VarLenLoader(StatefulDataLoader):
       froze objects itself, or with ``VarLenLoader.freeze_gc = False``.
     * A worker's batch reaches the main process as one shared buffer with its tensors in it
       (:mod:`varlen.batching.transfer`), not a shared-memory file per tensor: each file costs the
-      main process a round trip to a thread of the busy worker. A batch's large tensors are then
-      views of that buffer, its small ones copies. Off with ``VarLenLoader.pack_batches = False``.
+      main process a round trip to a thread of the busy worker. A batch's inputs are then
+      views of that buffer, the rest (labels, indices) copies. Off with ``VarLenLoader.pack_batches = False``.
     * A state saved with another number of workers is refused by name when it is loaded (torchdata's
       state is per worker; it would fail later on a bare assertion).
     * A spawned worker ends the way a forked one does (``os._exit`` once its loop has returned),
