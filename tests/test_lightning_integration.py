@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import weakref
 from collections import Counter
 from pathlib import Path
 
@@ -405,6 +406,72 @@ def test_gc_frozen_in_workers_always_and_in_the_main_process_only_during_epochs(
         assert not loader._forks_workers()
     finally:
         gc.unfreeze()
+
+
+class CorruptAt(torch.utils.data.Dataset):
+    """Sample ``bad`` raises in the worker that reads it, as a corrupt file would."""
+
+    def __init__(self, bad: int) -> None:
+        self.bad = bad
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, i: int) -> int:
+        if i == self.bad:
+            raise ValueError(f"sample {i} is corrupt")
+        return i
+
+
+class Model:
+    """Stands for a model dropped after a failed epoch: a reference cycle only the collector frees."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def test_a_worker_error_releases_the_collector_as_an_epochs_end_does() -> None:
+    """After a worker raises, nothing stays frozen (an object dropped then is collected); an epoch
+    of an enclosing loader keeps its own hold, and a loop that goes on after the error holds again."""
+    failing = VarLenLoader(CorruptAt(9), batch_size=4, num_workers=2)
+    if not failing._forks_workers():
+        pytest.skip("workers are not forked on this platform")
+    gc.unfreeze()
+    try:
+        model = Model()
+        alive = weakref.ref(model)
+        epoch = iter(failing)
+        with pytest.raises(ValueError, match="sample 9 is corrupt"):
+            list(epoch)
+        assert gc.get_freeze_count() == 0
+        del model
+        gc.collect()
+        assert alive() is None  # frozen, it would stay until the workers stop
+        assert len(list(epoch)) == 13  # going on: the rest of the epoch, held and released
+        assert gc.get_freeze_count() == 0
+
+        outer = VarLenLoader(FreezeProbe(), batch_size=8, num_workers=2, collate_fn=list)
+        training = iter(outer)
+        next(training)  # validation within a training epoch
+        with pytest.raises(ValueError, match="sample 9 is corrupt"):
+            list(failing)
+        assert gc.get_freeze_count() > 0  # the training epoch still holds it
+        assert len(list(training)) == 7 and gc.get_freeze_count() == 0
+    finally:
+        gc.unfreeze()
+
+
+def test_an_epoch_left_unfinished_at_exit_prints_nothing() -> None:
+    """A script that leaves a 2-worker epoch in the middle exits without an 'Exception ignored' line
+    (its iterator is collected while the interpreter empties the modules)."""
+    code = (
+        "from varlen.batching.loader import VarLenLoader\n"
+        "loader = VarLenLoader(list(range(64)), batch_size=4, num_workers=2)\n"
+        "epoch = iter(loader)\n"
+        "next(epoch)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Exception ignored" not in done.stderr, done.stderr
 
 
 def test_a_spawned_worker_ends_without_the_interpreters_finalisation() -> None:

@@ -1,9 +1,12 @@
 """Arrow IPC tables built once and mapped everywhere (varlen.tables), and the cache's fault handling."""
 
 import multiprocessing as mp
+import os
 import pickle
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from varlen.batching import Ragged
-from varlen.cache import cache_key
+from varlen.cache import atomic_write, cache_key
 from varlen.errors import DataError
 from varlen.tables import MappedTable, TableBuilder, open_table, write_table
 
@@ -135,6 +138,50 @@ def test_two_processes_building_the_same_cache_leave_one_valid_file(tmp_path: Pa
     table = open_table(path, version="t1", key=KEY)
     same_ragged(table.ragged("tokens"), columns(3000)["tokens"])
     assert [p.name for p in tmp_path.iterdir()] == ["shared.arrow"]  # no temporary file left
+
+
+def _killed_mid_build(folder: str) -> None:
+    """A job pre-empted by SIGKILL while building: a table's scratch folder and a file's .part left behind."""
+    builder = TableBuilder(Path(folder) / "t.arrow", version="t1", key=KEY, ragged={"tokens": (np.int32, ())})
+    builder.append(tokens=[np.arange(1 << 18)], label=[0])
+    atomic_write(Path(folder) / "other.arrow", lambda tmp: os.kill(os.getpid(), signal.SIGKILL))
+
+
+def kill_a_build(folder: Path) -> None:
+    context = mp.get_context("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    build = context.Process(target=_killed_mid_build, args=(str(folder),))
+    build.start()
+    build.join(120)
+    assert build.exitcode == -signal.SIGKILL
+
+
+def hidden(folder: Path) -> set[str]:
+    return {p.name for p in folder.iterdir() if p.name.startswith(".")}
+
+
+def test_scratch_of_a_killed_build_is_swept_by_the_next_build_or_open(tmp_path: Path) -> None:
+    """What a killed build left (its process is gone) is removed, and said, by the next build in the
+    folder or the next open of a table there; scratch of a live build is kept, as is another host's
+    (whose processes cannot be asked) until it is a day old, and one named before scratch named its owner."""
+    live = TableBuilder(tmp_path / "live.arrow", version="t1", key=KEY, ragged={"tokens": (np.int32, ())})
+    kill_a_build(tmp_path)
+    assert len(hidden(tmp_path)) == 3
+    fresh, old = tmp_path / ".t.arrow.4242@elsewhere.abcd1234.part", tmp_path / ".t.arrow.4242@elsewhere.efgh5678.part"
+    unnamed = tmp_path / ".t.arrow.ijkl9012.build"  # as builds named scratch before
+    unnamed.mkdir()
+    for path in (fresh, old, unnamed / "tokens.bin"):
+        path.write_bytes(b"x" * 1000)
+    two_days_ago = time.time() - 2 * 86400
+    for path in (old, unnamed / "tokens.bin", unnamed):
+        os.utime(path, (two_days_ago, two_days_ago))
+    with pytest.warns(UserWarning, match=rf"removed 4 scratch entries \(1\.0 MiB\) in {tmp_path}, left by builds"):
+        write_table(tmp_path / "t.arrow", columns(), version="t1", key=KEY)
+    assert hidden(tmp_path) == {live._scratch.name, fresh.name}
+    kill_a_build(tmp_path)
+    with pytest.warns(UserWarning, match="removed 2 scratch entries"):
+        assert open_table(tmp_path / "t.arrow", version="t1", key=KEY) is not None
+    assert hidden(tmp_path) == {live._scratch.name, fresh.name}
+    live.abandon()
 
 
 def test_a_cache_folder_that_cannot_be_written_is_a_data_error(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """A worker's batch handed to the main process as one shared buffer (`varlen.batching.transfer`): every
-tensor equal to the collate's (dtype, shape, values), the large ones views of one storage and the small
-ones copies of their own, the rest of the batch carried as the loader's queue carries it (tensors with
-grad, nested tensors); through a `VarLenLoader` with workers the batches equal the in-process loader's,
-for a dict of tensors and for PyG's `Batch`; a loader state of another number of workers is refused."""
+tensor equal to the collate's (dtype, shape, values), the inputs views of one storage and the rest (1-D, or
+a small share of the batch) copies of their own, the rest of the batch carried as the loader's queue
+carries it (tensors with grad, nested tensors); through a `VarLenLoader` with workers the batches equal
+the in-process loader's, for a dict of tensors and for PyG's `Batch`; a loader state of another number
+of workers is refused."""
 
 from __future__ import annotations
 
@@ -60,6 +61,34 @@ def test_every_tensor_arrives_equal_the_large_ones_views_of_one_buffer():
     assert len(storages(out, least=VIEW_BYTES)) == 1  # the inputs: views of the batch's one buffer
     labels = out["labels"]  # small: a copy, so holding it past the batch holds nothing else
     assert labels.untyped_storage().nbytes() == labels.numel() * labels.element_size()
+
+
+def outside(tensor: torch.Tensor, buffer: torch.Tensor) -> bool:
+    """Whether ``tensor`` holds storage of its own, none of ``buffer``'s: keeping it keeps none of the batch."""
+    start, storage = buffer.untyped_storage().data_ptr(), tensor.untyped_storage()
+    inside = start <= storage.data_ptr() < start + buffer.untyped_storage().nbytes()
+    return not inside and storage.nbytes() == tensor.numel() * tensor.element_size()
+
+
+def test_keeping_a_large_batchs_index_or_targets_keeps_none_of_its_buffer():
+    """A 4,096-sample batch: its 1-D tensors (the index is 32 KiB; a packed sequence, 2 MiB) and a 2-D
+    tensor that is a small share of the batch (multi-task targets, the mask) arrive as copies; the
+    inputs, each at least a quarter of the batch, as views of its one buffer."""
+    n = 4096
+    batch = {
+        "index": torch.arange(n),
+        "labels": torch.randint(0, 2, (n,)),
+        "packed": torch.arange(n * 64),
+        "targets": torch.randn(n, 12),
+        "mask": torch.ones(n, 256, dtype=torch.bool),
+        "ids": torch.randint(0, 1000, (n, 256)),
+        "type_ids": torch.zeros(n, 256, dtype=torch.int64),
+    }
+    out = handed_over(batch)
+    assert all(torch.equal(out[k], batch[k]) for k in batch)
+    assert out["ids"].untyped_storage().data_ptr() == out["type_ids"].untyped_storage().data_ptr()
+    for key in ("index", "labels", "packed", "targets", "mask"):
+        assert outside(out[key], out["ids"]), key
 
 
 def test_tensors_that_cannot_be_packed_travel_as_the_queue_carries_them():

@@ -6,6 +6,9 @@ video features, converted cubes); the tables themselves are :mod:`varlen.tables`
 * **Atomic**: every write goes through :func:`atomic_write` (a temporary file in the same
   folder, then ``os.replace``), so two DDP ranks or an interrupted run never leave a torn file
   where a cache is expected.
+* **Swept**: a build killed outright (SIGKILL: a pre-empted job) cannot remove its scratch, so
+  scratch is named by its host and process (:func:`scratch`), and the next build in the folder,
+  or open of a table there, removes what a gone process left (:func:`sweep_scratch`).
 * **Keyed by content**: :func:`cache_key` hashes what the cache was built from (a file's
   SHA-256, the settings) together with a format version, so an edited file, new settings or a
   new format never read a stale cache.
@@ -23,13 +26,18 @@ import functools
 import hashlib
 import json
 import os
+import re
+import shutil
+import socket
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from varlen import notices
 from varlen.errors import DataError
 
 __all__ = [
@@ -38,6 +46,8 @@ __all__ = [
     "cache_key",
     "default_cache_dir",
     "file_hash",
+    "scratch",
+    "sweep_scratch",
     "tokenizer_identity",
     "writable_folder",
 ]
@@ -54,9 +64,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     Readers see either no file or the complete one; a failed ``write`` leaves nothing behind.
     """
     path = Path(path)
-    handle, tmp = _temporary(path, suffix=".part")
-    os.close(handle)
-    tmp_path = Path(tmp)
+    tmp_path = scratch(path, ".part")
     try:
         write(tmp_path)
         os.replace(tmp_path, path)
@@ -65,11 +73,36 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     return path
 
 
-def _temporary(path: Path, suffix: str) -> tuple[int, str]:
-    """A new temporary file beside ``path`` (its folder made first), or a DataError naming the folder."""
+def writable_folder(path: str | Path) -> Path:
+    """``path``'s folder, made if needed and checked writable (a DataError naming it otherwise)."""
+    scratch(path, ".probe").unlink()
+    return Path(path).parent
+
+
+#: what a build writes beside its target until it renames it: files, and a table's ``.build`` folder
+SCRATCH_SUFFIXES = (".part", ".probe", ".build", ".features")
+#: another host's scratch (its process cannot be asked) is removed once untouched this long
+STALE_SECONDS = 24 * 3600
+_HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname()) or "-"  # no dot: the name parses back
+_ENDS = "(?:" + "|".join(re.escape(suffix) for suffix in SCRATCH_SUFFIXES) + ")$"
+_OWNED = re.compile(r"^\..+\.(?P<pid>\d+)@(?P<host>[A-Za-z0-9-]+)\.[^.]+" + _ENDS)
+_UNNAMED = re.compile(r"^\..+\.[a-z0-9_]{8}" + _ENDS)  # tempfile's names, before scratch named its owner
+
+
+def scratch(path: str | Path, suffix: str, *, folder: bool = False) -> Path:
+    """A new scratch file (a folder with ``folder=True``) beside ``path`` to build it in, named
+    ``.<name>.<pid>@<host>.<random><suffix>`` so that a later build can tell when its process is gone;
+    the folder's abandoned scratch is swept first. A DataError names a folder that cannot be written."""
+    path = Path(path)
+    prefix = f".{path.name}.{os.getpid()}@{_HOST}."
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+        sweep_scratch(path.parent)
+        if folder:
+            return Path(tempfile.mkdtemp(dir=path.parent, prefix=prefix, suffix=suffix))
+        handle, name = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=suffix)
+        os.close(handle)
+        return Path(name)
     except OSError as error:
         raise DataError(
             f"cannot write in {path.parent} ({error.strerror or error}): give a folder you can write to "
@@ -77,12 +110,67 @@ def _temporary(path: Path, suffix: str) -> tuple[int, str]:
         ) from error
 
 
-def writable_folder(path: str | Path) -> Path:
-    """``path``'s folder, made if needed and checked writable (a DataError naming it otherwise)."""
-    handle, tmp = _temporary(Path(path), suffix=".probe")
-    os.close(handle)
-    os.unlink(tmp)
-    return Path(path).parent
+def sweep_scratch(folder: str | Path) -> int:
+    """Remove the scratch in ``folder`` that killed builds left: a gone process's of this host, and,
+    untouched for :data:`STALE_SECONDS`, another host's or one not named by its owner. Says what it
+    removed (a warning) and returns how many entries; never raises (a sweep must not stop a build)."""
+    removed, freed, now = 0, 0, time.time()
+    try:
+        entries = [e for e in os.scandir(folder) if e.name.startswith(".") and e.name.endswith(SCRATCH_SUFFIXES)]
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            if not _abandoned(entry, now):
+                continue
+            size = _bytes(entry)
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            continue  # removed meanwhile (another process's sweep), or not ours to remove
+        removed, freed = removed + 1, freed + size
+    if removed:
+        notices.warn(
+            f"removed {removed} scratch entries ({freed / 2**20:.1f} MiB) in {folder}, left by builds whose "
+            "process is gone (killed or pre-empted)"
+        )
+    return removed
+
+
+def _abandoned(entry: os.DirEntry, now: float) -> bool:
+    """Whether scratch ``entry``'s build is over: its process is gone when it ran on this host; else
+    (another host's processes cannot be asked) its newest write is older than :data:`STALE_SECONDS`,
+    which a running build (that writes as it goes) never is."""
+    owned = _OWNED.match(entry.name)
+    if owned and owned["host"] == _HOST:
+        return not _running(int(owned["pid"]))
+    if owned or _UNNAMED.match(entry.name):
+        touched = [entry.stat(follow_symlinks=False).st_mtime]
+        if entry.is_dir(follow_symlinks=False):
+            touched += [child.stat(follow_symlinks=False).st_mtime for child in os.scandir(entry.path)]
+        return now - max(touched) > STALE_SECONDS
+    return False
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` of this host exists (signal 0 asks without sending anything)."""
+    if os.name == "nt":  # os.kill would stop it there: never judged gone
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process
+        return True
+    return True
+
+
+def _bytes(entry: os.DirEntry) -> int:
+    if not entry.is_dir(follow_symlinks=False):
+        return entry.stat(follow_symlinks=False).st_size
+    return sum(f.stat().st_size for f in Path(entry.path).rglob("*") if f.is_file())
 
 
 @functools.lru_cache(maxsize=64)

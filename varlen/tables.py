@@ -23,7 +23,6 @@ fixed-size list: trailing dimensions), so the files also open in pyarrow
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ import pyarrow as pa
 
 from varlen import notices
 from varlen.batching.ragged import Ragged
-from varlen.cache import atomic_write, writable_folder
+from varlen.cache import atomic_write, scratch, sweep_scratch
 
 __all__ = ["MappedTable", "TableBuilder", "as_numpy", "open_table", "write_table"]
 
@@ -128,8 +127,7 @@ class TableBuilder:
     ) -> None:
         self.path, self.version, self.key = Path(path), version, key
         self.ragged = {name: (np.dtype(dtype), tuple(shape)) for name, (dtype, shape) in ragged.items()}
-        folder = writable_folder(self.path)
-        self._scratch = Path(tempfile.mkdtemp(dir=folder, prefix=f".{self.path.name}.", suffix=".build"))
+        self._scratch = scratch(self.path, ".build", folder=True)  # swept by a later build if this one is killed
         self._files = {name: open(self._scratch / f"{name}.bin", "wb") for name in self.ragged}  # noqa: SIM115
         self._lengths: dict[str, list[np.ndarray]] = {name: [] for name in self.ragged}
         self._plain: dict[str, list[np.ndarray]] = {}
@@ -263,6 +261,7 @@ def open_table(path: str | Path, *, version: str, key: str) -> MappedTable | Non
     unreadable, of another format ``version``, or built from other inputs (another ``key``).
     """
     path = Path(path)
+    sweep_scratch(path.parent)  # what killed builds left here: a table another process built is not built again
     if not path.is_file():
         return None
     try:

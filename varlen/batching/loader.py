@@ -73,15 +73,15 @@ class VarLenLoader(StatefulDataLoader):
       (~100 MiB of interpreter state; pytorch/pytorch#13246). So the collector is frozen
       (``gc.freeze``, as CPython's documentation advises before a fork) across the fork, which
       the workers keep for their lifetime, and in the main process while an epoch is being
-      iterated: from its first batch to its end (or the workers' shutdown), so nothing stays
+      iterated: from its first batch to its end (an error, or the workers' shutdown), so nothing stays
       uncollectable between epochs or after a fit. A loop of your own that leaves an epoch
       early keeps that freeze until the next epoch starts or the workers stop: call
       :meth:`shutdown_workers` (Lightning shuts them down itself). Skipped when the application
       froze objects itself, or with ``VarLenLoader.freeze_gc = False``.
     * A worker's batch reaches the main process as one shared buffer with its tensors in it
       (:mod:`varlen.batching.transfer`), not a shared-memory file per tensor: each file costs the
-      main process a round trip to a thread of the busy worker. A batch's large tensors are then
-      views of that buffer, its small ones copies. Off with ``VarLenLoader.pack_batches = False``.
+      main process a round trip to a thread of the busy worker. A batch's inputs are then
+      views of that buffer, the rest (labels, indices) copies. Off with ``VarLenLoader.pack_batches = False``.
     * A state saved with another number of workers is refused by name when it is loaded (torchdata's
       state is per worker; it would fail later on a bare assertion).
     * A spawned worker ends the way a forked one does (``os._exit`` once its loop has returned),
@@ -199,14 +199,14 @@ class _WorkerIterator(_StatefulMultiProcessingDataLoaderIter):
 
     def _next_data(self):
         if self._freeze and not self._holds_gc:
-            self._hold_gc()
-        if self._prime_pending:
-            self._prime_pending = False
-            for _ in range(self._prefetch_factor * self._num_workers):
-                self._try_put_index()
+            self._hold_gc()  # again after an error, when a loop goes on
         try:
+            if self._prime_pending:
+                self._prime_pending = False
+                for _ in range(self._prefetch_factor * self._num_workers):
+                    self._try_put_index()
             return unpack(super()._next_data())
-        except StopIteration:
+        except BaseException:  # the epoch's end, or an error (a worker's, a dead worker, ^C): nothing stays frozen
             self._release_gc()
             raise
 
@@ -221,8 +221,10 @@ class _WorkerIterator(_StatefulMultiProcessingDataLoaderIter):
         _WorkerIterator.holders += 1
         self._holds_gc = True
 
-    def _release_gc(self) -> None:
-        if getattr(self, "_holds_gc", False) and not sys.is_finalizing():
+    def _release_gc(self, _finalizing=sys.is_finalizing) -> None:
+        """Drop this iterator's hold (the last one unfreezes). Not at interpreter exit: an iterator
+        collected then may find the module's globals already None, so ``sys`` is bound here."""
+        if getattr(self, "_holds_gc", False) and not _finalizing():
             self._holds_gc = False
             _WorkerIterator.holders -= 1
             if _WorkerIterator.holders == 0:

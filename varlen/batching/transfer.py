@@ -9,10 +9,14 @@ one shared buffer in the worker and pickles the rest of the batch beside it (wit
 so any other tensor still travels in shared memory); :func:`unpack` rebuilds the batch in the main
 process. Any structure pickles (dicts, dataclasses, PyG's ``Batch``).
 
-In the main process a tensor of at least :data:`VIEW_BYTES` is a view of the buffer, a smaller one
-a copy: holding a batch's labels or indices past the batch (for an epoch's metric) holds nothing
-else, while its inputs are served without a copy. Tensors that shared memory in the worker arrive
-as separate tensors (one object met twice stays one).
+In the main process a view of the buffer keeps the whole buffer alive, so only a batch's inputs are
+views: a tensor of two dimensions or more that holds at least :data:`VIEW_SHARE` of the buffer (and
+:data:`VIEW_BYTES`). Any other is a copy, whatever its size: a 0-D or 1-D tensor (labels, indices,
+lengths; the index of a 4,096-sample batch is 32 KiB of a 90 MiB buffer) or a small part of the batch
+(multi-task targets), so holding those past the batch (for an epoch's metric) holds nothing else, and
+holding a view holds at most four times its bytes. Copying a 1-D input (a packed batch's values) costs
+a memory copy, less than the hand-over it saves. Tensors that shared memory in the worker arrive as
+separate tensors (one object met twice stays one).
 """
 
 from __future__ import annotations
@@ -26,12 +30,14 @@ from typing import Any
 import torch
 import torch.multiprocessing  # noqa: F401  (registers torch's shared-memory reducers on ForkingPickler)
 
-__all__ = ["VIEW_BYTES", "PackingCollate", "SharedBatch", "pack", "unpack"]
+__all__ = ["VIEW_BYTES", "VIEW_SHARE", "PackingCollate", "SharedBatch", "pack", "unpack"]
 
 #: byte alignment of each tensor in the buffer (any dtype's element size divides it)
 _ALIGN = 64
-#: tensors of at least this many bytes arrive as views of the batch's buffer, smaller ones as copies
+#: a view of the batch's buffer has at least this many bytes (a smaller tensor is copied at no cost)
 VIEW_BYTES = 16 * 1024
+#: and at least this share of the buffer (keeping a view keeps at most 1 / VIEW_SHARE times its bytes)
+VIEW_SHARE = 0.25
 
 
 class SharedBatch:
@@ -101,6 +107,11 @@ def pack(batch: Any) -> Any:
     return SharedBatch(buffer, places, file.getvalue())
 
 
+def _input(tensor: torch.Tensor, nbytes: int, buffer_bytes: int) -> bool:
+    """Whether ``tensor`` is served as a view of the batch's buffer (see the module docstring)."""
+    return tensor.dim() >= 2 and nbytes >= max(VIEW_BYTES, VIEW_SHARE * buffer_bytes)
+
+
 class _Rebuilder(pickle.Unpickler):
     def __init__(self, shared: SharedBatch) -> None:
         super().__init__(io.BytesIO(shared.payload))
@@ -112,7 +123,7 @@ class _Rebuilder(pickle.Unpickler):
             offset, dtype, shape = self.places[pid]
             nbytes = torch.Size(shape).numel() * dtype.itemsize
             view = self.buffer[offset : offset + nbytes].view(dtype).view(shape)
-            self.tensors[pid] = view if nbytes >= VIEW_BYTES else view.clone()
+            self.tensors[pid] = view if _input(view, nbytes, len(self.buffer)) else view.clone()
         return self.tensors[pid]
 
 

@@ -34,14 +34,13 @@ from __future__ import annotations
 
 import functools
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from varlen.batching.ragged import Ragged
-from varlen.cache import file_hash, writable_folder
+from varlen.cache import file_hash, scratch
 from varlen.datasets.video_text.dataset import VideoTextDataset
 from varlen.datasets.video_text.features import FeatureStore
 from varlen.report import SOURCE
@@ -99,16 +98,15 @@ def write_split(path: str | os.PathLike, dataset: VideoTextDataset, key: str) ->
     store video by video into a scratch file beside it (memory holds one video's frames)."""
     path = Path(path)
     rows = int(dataset.video_bounds()[-1])
-    handle, scratch = tempfile.mkstemp(dir=writable_folder(path), prefix=f".{path.name}.", suffix=".features")
-    os.close(handle)
+    features = scratch(path, ".features")
     try:
         shape = (rows, dataset.feature_dim)
-        values = np.memmap(scratch, np.float32, "w+", shape=shape) if rows else np.zeros(shape, np.float32)
+        values = np.memmap(features, np.float32, "w+", shape=shape) if rows else np.zeros(shape, np.float32)
         dataset.read_video(values)
         columns = split_columns(dataset, dataset.video_field(values))
         return write_table(path, columns, version=VERSION, key=key)
     finally:
-        Path(scratch).unlink(missing_ok=True)
+        features.unlink(missing_ok=True)
 
 
 def _offsets(table: MappedTable, name: str, inner: bool = False) -> np.ndarray:
