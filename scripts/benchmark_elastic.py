@@ -1,10 +1,11 @@
 """Serving the rest of an epoch resumed on another number of ranks, against a plain epoch, and the streamed
 plan's set-up and split batches by world size.
 
-``--part rest``: a streamed plan (lognormal(5, 1) token sizes, budget 8192, chunks of 8192 samples, in memory)
-saved on ``--saved`` ranks after ``--after`` batches and resumed on ``--resumed`` ranks: rank 0's rest served
-(batches/s, the process's RSS growth, windows read), against rank 0 of a plain epoch on ``--resumed`` ranks;
-and the in-memory sampler's rest against its plain epoch. One fresh process per figure.
+``--part rest``: a streamed sampler (lognormal(5, 1) token sizes, budget 8192, chunks of 8192 samples: a size
+index on disk, as ``varlen optimize`` writes it, under ``--dir``) saved on ``--saved`` ranks after ``--after``
+batches and resumed on ``--resumed`` ranks: rank 0's rest served (batches/s, the process's RSS growth),
+against rank 0 of a plain epoch on ``--resumed`` ranks; and the in-memory sampler's rest against its plain
+epoch. One fresh process per figure.
 
 ``--part pieces``: per world size, the streamed plan's set-up (rank 0) and the batches split to give every rank
 the same count, with the pieces walked at real counts and cut at equal expected batches.
@@ -37,20 +38,40 @@ def sizes_in_chunks(n: int) -> list[np.ndarray]:
     return np.split(sizes, np.arange(CHUNK, n, CHUNK))
 
 
-def serve(what: str, n: int, saved: int, after: int, resumed: int, limit: float) -> dict:
+def size_index_folder(root: str, n: int) -> str:
+    """A folder holding an ``index.json`` of ``n`` samples' chunks and their size index (the chunk files
+    themselves are not needed to plan): written once."""
+    from pathlib import Path
+
+    from varlen.stream import SizeIndex, write_size_index
+
+    folder = Path(root) / f"sizes-{n}"
+    try:
+        SizeIndex(folder).check()
+        return str(folder)
+    except Exception:  # noqa: BLE001 - not written yet
+        pass
+    chunks = sizes_in_chunks(n)
+    folder.mkdir(parents=True, exist_ok=True)
+    listed = [{"filename": f"chunk-0-{k}.bin", "chunk_size": len(c), "chunk_bytes": 2 * int(c.sum())}
+              for k, c in enumerate(chunks)]  # fmt: skip
+    (folder / "index.json").write_text(json.dumps({"chunks": listed, "config": {}}))
+    write_size_index(folder, np.concatenate(chunks), ("tokens",))
+    return str(folder)
+
+
+def serve(what: str, n: int, saved: int, after: int, resumed: int, limit: float, root: str) -> dict:
     """One figure, in this process: batches/s of rank 0 and the RSS it added."""
     from varlen.batching.sampler import BucketBatchSampler
-    from varlen.stream.memory_index import ArraySizeIndex
-    from varlen.stream.plan_state import StreamBatchPlan
+    from varlen.stream.sampler import StreamBatchSampler
 
-    chunks = sizes_in_chunks(n)
     if what.startswith("stream"):
-        index = ArraySizeIndex.from_sizes(chunks)
+        folder = size_index_folder(root, n)
 
         def make(world: int, rank: int):
-            return StreamBatchPlan(index, max_tokens=BUDGET, num_replicas=world, rank=rank)
+            return StreamBatchSampler(folder, max_tokens=BUDGET, num_replicas=world, rank=rank)
     else:
-        sizes = np.concatenate(chunks)
+        sizes = np.concatenate(sizes_in_chunks(n))
 
         def make(world: int, rank: int):
             return BucketBatchSampler(sizes, max_tokens=BUDGET, num_replicas=world, rank=rank)
@@ -83,7 +104,8 @@ def rest_part(args) -> None:
         for kind in ("stream", "memory"):
             figures = {}
             for what in (kind, f"{kind}-elastic"):
-                settings = ["--samples", n, "--saved", args.saved, "--after", args.after, "--resumed", args.resumed]
+                settings = ["--samples", n, "--saved", args.saved, "--after", args.after, "--resumed", args.resumed,
+                            "--dir", args.dir]  # fmt: skip
                 command = [sys.executable, __file__, "--one", what, *map(str, settings + ["--limit", args.limit])]
                 out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
                 figures[what] = json.loads(out.strip().splitlines()[-1])
@@ -93,26 +115,53 @@ def rest_part(args) -> None:
                   f"{plain['rss_added']:.0f} / {rest['rss_added']:.0f} |")  # fmt: skip
 
 
+def equal_expected_cuts():
+    """The layout's piece boundaries replaced, for the comparison, by cuts at equal expected batches."""
+    import contextlib
+
+    from varlen.stream import pieces
+
+    @contextlib.contextmanager
+    def patched():
+        walked = pieces.piece_bounds
+        pieces.piece_bounds = lambda run, num_replicas: (
+            run.equal_expected(num_replicas)[0] if num_replicas > 1 else walked(run, 1)
+        )
+        try:
+            yield
+        finally:
+            pieces.piece_bounds = walked
+
+    return patched()
+
+
 def pieces_part(args) -> None:
     from varlen.batching.plan import PlanSpec
     from varlen.stream import plan as stream_plan
     from varlen.stream.memory_index import ArraySizeIndex
 
-    print("\n### Streamed plan by world size: set-up (rank 0) and batches split to equal counts\n")
-    print("| samples | W | set-up (s) | batches per rank | split batches (walked) | share | split at equal expected |")
+    print("\n### Streamed plan by world size: set-up (rank 0) and batches split to give every rank one count\n")
+    print("| samples | W | batches per rank | pieces walked at real counts: set-up (s) | split batches | "
+          "cut at equal expected batches: set-up (s) | split batches |")  # fmt: skip
     print("|---|---:|---:|---:|---:|---:|---:|")
     for n in args.samples:
         index = ArraySizeIndex.from_sizes(sizes_in_chunks(n))
         spec = PlanSpec(max_tokens=(BUDGET,))
         for world in args.worlds:
-            start = time.perf_counter()
-            plan = stream_plan.layout(index, spec, seed=0, num_replicas=world)
-            seconds = time.perf_counter() - start
-            total = world * plan.batches_per_rank
-            naive = getattr(stream_plan, "equal_expected_extra", None)
-            naive = naive(index, spec, seed=0, num_replicas=world) if naive else "-"
-            print(f"| {n:,} | {world} | {seconds:.2f} | {plan.batches_per_rank:,} | {plan.extra_batches} | "
-                  f"{plan.extra_batches / total:.4%} | {naive} |")  # fmt: skip
+            figures = []
+            for variant in ("walked", "expected"):
+                start = time.perf_counter()
+                if variant == "walked":
+                    plan = stream_plan.layout(index, spec, seed=0, num_replicas=world)
+                else:
+                    with equal_expected_cuts():
+                        plan = stream_plan.layout(index, spec, seed=0, num_replicas=world)
+                seconds = time.perf_counter() - start
+                total = world * plan.batches_per_rank
+                figures.append((seconds, plan.extra_batches, total, plan.batches_per_rank))
+            (walked, extra, total, per_rank), (plain, plain_extra, plain_total, _) = figures
+            print(f"| {n:,} | {world} | {per_rank:,} | {walked:.2f} | {extra} ({extra / total:.3%}) | "
+                  f"{plain:.2f} | {plain_extra} ({plain_extra / plain_total:.3%}) |")  # fmt: skip
 
 
 def main() -> None:
@@ -124,11 +173,18 @@ def main() -> None:
     parser.add_argument("--resumed", type=int, default=5)
     parser.add_argument("--limit", type=float, default=60.0, help="seconds a figure serves at most")
     parser.add_argument("--worlds", default="8,64,512")
+    parser.add_argument("--dir", default=None, help="where the size indexes are kept (default: a temp dir)")
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(serve(args.one, int(args.samples), args.saved, args.after, args.resumed, args.limit)))
+        print(
+            json.dumps(serve(args.one, int(args.samples), args.saved, args.after, args.resumed, args.limit, args.dir))
+        )
         return
+    if args.dir is None:
+        import tempfile
+
+        args.dir = tempfile.mkdtemp(prefix="varlen-elastic-")
     args.samples = [int(s) for s in args.samples.split(",")]
     args.worlds = [int(w) for w in args.worlds.split(",")]
     for part in args.part.split(","):
