@@ -11,7 +11,7 @@ from toy import ToyModel, ToySequences, collate_toy
 
 from varlen.batching.telemetry import PaddingTelemetry
 from varlen.datamodules.base import VarLenDataModule, base_args
-from varlen.datasets.mixture import MixedFetch, MixtureCollator, SourceMixture, join_padded, source_weights
+from varlen.datasets.mixture import MixedFetch, MixtureCollator, SourceMixture, join_padded, share_weights
 from varlen.errors import DataError
 
 
@@ -90,8 +90,8 @@ def test_join_padded_pads_every_axis_and_refuses_what_it_cannot_join() -> None:
         join_padded([texts(3, 2), {"index": torch.arange(2)}])
 
 
-def test_source_weights_give_each_source_its_share_and_keep_the_inner_weights() -> None:
-    weights = source_weights([3, 1], [4, 2], [None, np.array([1.0, 3.0])])
+def test_share_weights_give_each_source_its_share_and_keep_the_inner_weights() -> None:
+    weights = share_weights([3, 1], [4, 2], [None, np.array([1.0, 3.0])])
     assert weights[:4].sum() == pytest.approx(0.75) and weights[4:].sum() == pytest.approx(0.25)
     assert weights[5] == pytest.approx(3 * weights[4])
 

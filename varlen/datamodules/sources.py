@@ -21,7 +21,7 @@ from typing import Any, Literal
 import numpy as np
 
 from varlen import notices
-from varlen.datasets.mixture import MixtureCollator, SourceMixture, source_weights
+from varlen.datasets.mixture import MixtureCollator, SourceMixture, share_weights
 from varlen.errors import DataError
 
 __all__ = [
@@ -257,7 +257,7 @@ class SourceMixing:
             return None  # every sample of every source once
         counts = list(mixture.counts().values())
         shares = counts if self.source_weights is None else proportions(self.source_weights, mixture.names, "")
-        return source_weights(shares, counts, within)
+        return share_weights(shares, counts, within)
 
     def _report_draw(self, sampler: Any, mixture: SourceMixture) -> None:
         """Put in the report what an epoch of the training ``sampler`` draws of each source (exact when

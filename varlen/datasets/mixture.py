@@ -2,7 +2,7 @@
 
 A :class:`SourceMixture` numbers its sources' samples one after the other (sample ``i`` of source
 ``s`` is ``offsets[s] + i``), so the sampler plans over all of them at once: their ``lengths`` are
-concatenated, and weights (:func:`source_weights`) set each source's share of an epoch. A batch
+concatenated, and weights (:func:`share_weights`) set each source's share of an epoch. A batch
 is fetched from each source it draws on by that source's own batched fetch (``__getitems__``, the
 epoch of an :class:`~varlen.batching.EpochIndices` passed on), with ``index`` made the mixture's;
 a batch drawing on several sources is joined by :class:`MixtureCollator` before the scenario's
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-__all__ = ["MixedFetch", "MixtureCollator", "SourceMixture", "join_padded", "source_weights"]
+__all__ = ["MixedFetch", "MixtureCollator", "SourceMixture", "join_padded", "share_weights"]
 
 
 @dataclasses.dataclass
@@ -169,7 +169,7 @@ class MixtureCollator:
         return getattr(self.collate, name)
 
 
-def source_weights(
+def share_weights(
     proportions: Sequence[float], counts: Sequence[int], within: Sequence[np.ndarray | None]
 ) -> np.ndarray:
     """Per-sample weights that give source ``s`` the share ``proportions[s] / sum(proportions)`` of
