@@ -194,6 +194,16 @@ def test_bad_lengths_name_the_sample() -> None:
         len(BucketBatchSampler([3, 4], batch_size=2, num_replicas=3, rank=0))
 
 
+def test_samples_too_large_to_share_a_batch_give_every_rank_one_with_a_repeat() -> None:
+    """Found by hypothesis: 3 samples that each fill the budget, on 2 ranks, were refused ("3 samples cannot
+    fill 4 batches"); now a sample is repeated (warned about) so that both ranks get two batches."""
+    with pytest.warns(UserWarning, match="1 batch\\(es\\) repeat a sample"):
+        ranks = [BucketBatchSampler([10, 17, 10], max_tokens=16, num_replicas=2, rank=r) for r in range(2)]
+        served = [list(sampler) for sampler in ranks]
+    assert [len(batches) for batches in served] == [2, 2] and {len(s) for s in ranks} == {2}
+    assert sorted(i for batches in served for b in batches for i in b) == [0, 0, 1, 2]
+
+
 def test_pad_sequences_one_ragged_axis() -> None:
     arrays = [np.arange(3), np.arange(5), np.arange(1)]
     padded = pad_sequences(arrays, pad_value=-1, pad_to_multiple_of=4)

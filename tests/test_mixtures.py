@@ -170,7 +170,7 @@ def test_a_fit_counts_what_each_source_served_in_the_report_and_the_telemetry() 
         assert dict(dm.report.served[epoch]) == want
         assert {k: telemetry.epochs[epoch][f"served_{k}"] for k in want} == want
     text = str(dm.report)
-    assert "train sources: short 300 (asked 50% of each epoch, drawn 200.0 an epoch on average), long 100 (" in text
+    assert "train sources: short 300 (asked 50% of each epoch, drawn 200 an epoch), long 100 (asked 50%" in text
     assert "served in epoch 1: short" in text
 
 

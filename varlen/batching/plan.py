@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from varlen import notices
 from varlen.batching.collate import round_up
 from varlen.batching.weights import WeightedDraw
 
@@ -353,7 +354,29 @@ def build_plan(
 
 
 def deal(bounds: np.ndarray, num_replicas: int, drop_last: bool) -> np.ndarray:
-    """``bounds`` made to divide over ``num_replicas`` ranks: the surplus dropped, or batches split."""
+    """``bounds`` made to divide over ``num_replicas`` ranks: the surplus dropped, or batches split; where
+    the samples are too few to split into a multiple of the ranks (3 samples too large to share a batch, on
+    2 ranks), a few batches repeat a sample (fewer than the ranks; warned about, as ``DistributedSampler``
+    pads its ranks), since a rank without a batch would hang the others.
+
+    Raises:
+        ValueError: fewer samples than ranks (a usage error: every rank would serve repeats).
+    """
     if drop_last:
         return bounds[: len(bounds) - len(bounds) % num_replicas]
-    return split_to_multiple(bounds, num_replicas)
+    short = -len(bounds) % num_replicas
+    total = int((bounds[:, 1] - bounds[:, 0]).sum())
+    if short and total < num_replicas:
+        raise ValueError(
+            f"{total} samples cannot fill {len(bounds) + short} batches (one per rank on "
+            f"{num_replicas} ranks); use fewer ranks or more data"
+        )
+    bounds = split_largest(bounds, short)
+    repeated = -len(bounds) % num_replicas
+    if repeated:
+        notices.warn(
+            f"{total} samples cannot be split into a multiple of {num_replicas} batches: {repeated} batch(es) "
+            "repeat a sample so that every rank gets as many (a rank without a batch would hang the others)"
+        )
+        bounds = np.concatenate([bounds, bounds[np.arange(repeated) % len(bounds)]])
+    return bounds

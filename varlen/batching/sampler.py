@@ -86,6 +86,10 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
             ``weights``, every sample weighs the same.
         replacement: with ``weights`` or ``num_samples``, whether an index may be drawn more
             than once in an epoch (False: at most the number of nonzero weights).
+        shares: optional id per sample (a mixture's source) whose weighted count every epoch is fixed at
+            its weights' share, within one sample, while batches still mix ids (``groups`` keeps them
+            apart): without it, a source's count in a mixed batch is random around its share, and the
+            fixed counts per size bucket can bias it.
         sampler: set by Lightning, which injects a ``DistributedSampler`` under DDP; only its
             ``num_replicas``, ``rank`` and ``epoch`` are read. Leave it None yourself.
     """
@@ -108,6 +112,7 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         weights: Sequence[float] | np.ndarray | None = None,
         num_samples: int | None = None,
         replacement: bool = True,
+        shares: Sequence[int] | np.ndarray | None = None,
         sampler: Sampler | None = None,
     ) -> None:
         # BatchSampler.__init__ is not called: it insists on a sampler and an int batch size.
@@ -133,6 +138,9 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         self.sampler = sampler if sampler is not None else EpochTracker(len(self.sizes))
         self.num_replicas, self.rank = self._resolve_ranks(num_replicas, rank, sampler)
         self._buckets = bucketize(self.sizes, self.spec)
+        self.shares = None if shares is None else np.asarray(shares)
+        if self.shares is not None and self.shares.shape != (len(self.sizes),):
+            raise ValueError(f"shares must have one id per sample ({len(self.sizes)}), got shape {self.shares.shape}")
         self.draw = self._weighted_draw(weights, num_samples, replacement)
         self._plan_key: tuple[int, int] | None = None
         self._plan: Plan | None = None
@@ -151,7 +159,8 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
             raise ValueError("weights and num_samples draw new samples every epoch: they need shuffle=True")
         if weights is None:
             weights = np.ones(len(self.sizes))
-        return WeightedDraw.build(weights, strata_of(self._buckets[0], self.groups), num_samples, replacement)
+        strata = strata_of(self._buckets[0], self.groups, self.shares)
+        return WeightedDraw.build(weights, strata, num_samples, replacement)
 
     @staticmethod
     def _resolve_ranks(num_replicas: int | None, rank: int | None, sampler: Sampler | None) -> tuple[int, int]:

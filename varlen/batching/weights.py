@@ -4,7 +4,8 @@ An epoch of a weighted sampler serves ``num_samples`` indices drawn in proportio
 ``weights``. A plain multinomial draw would change how many samples land in each size bucket
 from one epoch to the next, so the batch cuts, and ``len()``, would move (Lightning reads
 ``len()`` once; ranks must agree on it). So the draw is stratified: a *stratum* is a size bucket
-(and a group, when batches keep groups apart), and each stratum's count is fixed once, from the
+(and a group, when batches keep groups apart, and a share id, a mixture's source, when batches mix them),
+and each stratum's count is fixed once, from the
 weights: ``num_samples * stratum weight / total weight``, rounded along the strata in their order
 (a group's buckets one after the other, groups in order) so that every run of consecutive strata,
 a group or a source made of groups, gets its own share within one sample, and the counts sum to
@@ -58,13 +59,16 @@ def check_weights(weights, num_items: int) -> np.ndarray:
     return values
 
 
-def strata_of(bucket_ids: np.ndarray, groups: np.ndarray | None = None) -> np.ndarray:
-    """Stratum ``0 .. S - 1`` of each sample: its bucket ids ``[N, D]`` and group, numbered in sorted order."""
+def strata_of(bucket_ids: np.ndarray, groups: np.ndarray | None = None, shares: np.ndarray | None = None) -> np.ndarray:
+    """Stratum ``0 .. S - 1`` of each sample: its bucket ids ``[N, D]``, group and share id (a mixture's
+    source), numbered in sorted order (group, then share id, then bucket), so that a group's or a share id's
+    strata are consecutive and their rounded counts add up to their share within one sample."""
     keys = bucket_ids.astype(np.int64)
     if len(keys) == 0:
         return np.zeros(0, dtype=np.int64)
-    if groups is not None:
-        keys = np.column_stack([np.unique(groups, return_inverse=True)[1].reshape(-1), keys])
+    leading = [np.unique(ids, return_inverse=True)[1].reshape(-1) for ids in (groups, shares) if ids is not None]
+    if leading:
+        keys = np.column_stack([*leading, keys])
     if keys.shape[1] > 1:
         keys = np.ravel_multi_index(tuple(keys.T), tuple(keys.max(axis=0) + 1))[:, None]
     return np.unique(keys[:, 0], return_inverse=True)[1].reshape(-1)

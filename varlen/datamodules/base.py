@@ -438,6 +438,7 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
             rank=rank,
             groups=self._sampler_groups(dataset),
             weights=weights,
+            shares=dataset.sources if weights is not None and isinstance(dataset, SourceMixture) else None,
         )
         if split == "train" and shuffle and isinstance(dataset, SourceMixture):
             self._report_draw(sampler, dataset)

@@ -28,7 +28,8 @@ class ArraySizeIndex:
     @classmethod
     def from_sizes(cls, chunks: Sequence[Sequence[int] | np.ndarray]) -> ArraySizeIndex:
         """An index of ``chunks``: one array of sizes (``[n]`` or ``[n, D]``) per chunk."""
-        arrays = [as_size_matrix(np.asarray(c, dtype=np.int64).reshape(len(c), -1)).astype(np.int32) for c in chunks]
+        arrays = [np.asarray(c, dtype=np.int64) for c in chunks]
+        arrays = [as_size_matrix(a[:, None] if a.ndim == 1 else a).astype(np.int32) for a in arrays]
         histograms = grid_counts(np.concatenate(arrays), np.array([len(a) for a in arrays]))
         return cls(arrays, histograms, array_hash(histograms, *arrays)[:24])
 
