@@ -5,7 +5,9 @@ plan's set-up and split batches by world size.
 index on disk, as ``varlen optimize`` writes it, under ``--dir``) saved on ``--saved`` ranks after ``--after``
 batches and resumed on ``--resumed`` ranks: rank 0's rest served (batches/s, the process's RSS growth),
 against rank 0 of a plain epoch on ``--resumed`` ranks; and the in-memory sampler's rest against its plain
-epoch. One fresh process per figure.
+epoch. With ``--loader``, also the streamed loader itself (real LitData chunks of token ids, written once under
+``--dir``, read by ``StreamedDataset`` in the main process): there the rest decodes chunks. One fresh process
+per figure.
 
 ``--part pieces``: per world size, the streamed plan's set-up (rank 0) and the batches split to give every rank
 the same count, with the pieces walked at real counts and cut at equal expected batches.
@@ -60,13 +62,42 @@ def size_index_folder(root: str, n: int) -> str:
     return str(folder)
 
 
+def load_streaming_benchmark():
+    """scripts/benchmark_streaming.py as a module: its token chunks, sizes and collate."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "benchmark_streaming", Path(__file__).with_name("benchmark_streaming.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def token_chunks(root: str, n: int) -> str:
+    """``n`` token sequences as LitData chunks with their size index (benchmark_streaming's), written once."""
+    from pathlib import Path
+
+    from varlen.stream import SizeIndex
+
+    folder = Path(root) / f"tokens-{n}"
+    try:
+        SizeIndex(folder).check()
+        return str(folder)
+    except Exception:  # noqa: BLE001 - not written yet
+        pass
+    load_streaming_benchmark().write_tokens(folder, n)
+    return str(folder)
+
+
 def serve(what: str, n: int, saved: int, after: int, resumed: int, limit: float, root: str) -> dict:
     """One figure, in this process: batches/s of rank 0 and the RSS it added."""
     from varlen.batching.sampler import BucketBatchSampler
     from varlen.stream.sampler import StreamBatchSampler
 
-    if what.startswith("stream"):
-        folder = size_index_folder(root, n)
+    if what.startswith(("stream", "loader")):
+        folder = size_index_folder(root, n) if what.startswith("stream") else token_chunks(root, n)
 
         def make(world: int, rank: int):
             return StreamBatchSampler(folder, max_tokens=BUDGET, num_replicas=world, rank=rank)
@@ -84,6 +115,13 @@ def serve(what: str, n: int, saved: int, after: int, resumed: int, limit: float,
             next(iterator)
         plan.load_state_dict(first.state_dict())
         del first, iterator
+    if what.startswith("loader"):
+        from varlen.batching.loader import VarLenLoader
+        from varlen.stream.dataset import StreamedDataset
+
+        streaming = load_streaming_benchmark()
+        dataset = StreamedDataset(folder, streaming.token_sizes)
+        plan = VarLenLoader(dataset, batch_sampler=plan, collate_fn=streaming.pad_batch, num_workers=0)
     before, start, served = rss_mb(), time.perf_counter(), 0
     for _ in plan:
         served += 1
@@ -101,7 +139,7 @@ def rest_part(args) -> None:
     )
     print("|---|---|---:|---:|---:|---:|")
     for n in args.samples:
-        for kind in ("stream", "memory"):
+        for kind in ("stream", "memory") + (("loader",) if args.loader else ()):
             figures = {}
             for what in (kind, f"{kind}-elastic"):
                 settings = ["--samples", n, "--saved", args.saved, "--after", args.after, "--resumed", args.resumed,
@@ -110,7 +148,8 @@ def rest_part(args) -> None:
                 out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
                 figures[what] = json.loads(out.strip().splitlines()[-1])
             plain, rest = figures[kind], figures[f"{kind}-elastic"]
-            print(f"| {n:,} | {'streamed' if kind == 'stream' else 'in memory'} | {plain['per_s']:,.0f} | "
+            name = {"stream": "streamed", "memory": "in memory", "loader": "streamed loader, 0 workers"}[kind]
+            print(f"| {n:,} | {name} | {plain['per_s']:,.0f} | "
                   f"{rest['per_s']:,.0f} | {rest['per_s'] / plain['per_s']:.2f}x | "
                   f"{plain['rss_added']:.0f} / {rest['rss_added']:.0f} |")  # fmt: skip
 
@@ -173,6 +212,7 @@ def main() -> None:
     parser.add_argument("--resumed", type=int, default=5)
     parser.add_argument("--limit", type=float, default=60.0, help="seconds a figure serves at most")
     parser.add_argument("--worlds", default="8,64,512")
+    parser.add_argument("--loader", action="store_true", help="also the streamed loader over real chunks")
     parser.add_argument("--dir", default=None, help="where the size indexes are kept (default: a temp dir)")
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
