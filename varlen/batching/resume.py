@@ -86,9 +86,7 @@ def rest_of_epoch(
     every rank a batch (see the module docstring)."""
     repeated = 0
     worlds = [world for world, _, _ in segments[1:]] + [num_replicas]
-    for (world, served, lanes), next_world in zip(segments, worlds, strict=True):
-        if len(ranks) != world:
-            raise ValueError(f"a segment of {world} ranks follows one of {len(ranks)}")
+    for (_, served, lanes), next_world in zip(segments, worlds, strict=True):
         rest = np.concatenate([unserved(rows, served, lanes) for rows in ranks])
         ranks, more = deal(rest, next_world, split, drop_last)
         repeated += more
