@@ -2,12 +2,14 @@
 stopped by a fixture) holds chunks ``varlen optimize`` wrote; a DataModule streams them through
 LitData's S3 reader. Its samples and batches are the local folder's, a store rewritten under its size
 index or lacking one is refused by name, and a 2-process DDP fit that stops mid-epoch resumes with
-the batches of an uninterrupted run on every rank. Needs litdata and moto (the stream and dev extras)."""
+the batches of an uninterrupted run on every rank. An index rebuilt in the store is fetched again.
+Needs litdata and moto (the stream and dev extras)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -206,3 +208,33 @@ def test_retries_in_loader_workers_are_counted_in_the_report(
     assert served == list(range(SAMPLES)) and failures["left"] == 1  # the worker failed, not this process
     assert dm.report.retries("train") == 1 and dm.report.to_dict()["train"]["retried"] == 1
     assert "train streamed: 1 chunk read(s) retried so far" in str(dm.report)
+
+
+def test_a_size_index_and_data_state_rebuilt_in_the_store_are_fetched_again(
+    s3: dict, text_local: Path, tmp_path: Path
+) -> None:
+    """The local copy of a store's size index is keyed on the store's files, not on the chunk list: after
+    the index is rebuilt in the store as the error said, the same cache_dir reads the new one; the data
+    state is fetched every time."""
+    import boto3
+
+    from varlen.stream import SizeIndex, write_size_index
+
+    tampered = Path(shutil.copytree(text_local, tmp_path / "tampered"))
+    index = SizeIndex(tampered)
+    sizes = np.concatenate([index.sizes(c) for c in range(index.num_chunks)]).copy()
+    sizes[0, 0] += 1
+    write_size_index(tampered, sizes, index.axes)
+    url = upload(s3, text_local, "rebuilt", skip=("varlen_sizes",))
+    upload(s3, tampered / "varlen_sizes", "rebuilt/varlen_sizes")
+    stream = {"url": url, "storage_options": s3, "cache_dir": str(tmp_path / "cache")}
+    with pytest.raises(DataError, match=r"its size index says"):
+        text_dm(stream).dataset("train")[0]
+    upload(s3, text_local / "varlen_sizes", "rebuilt/varlen_sizes")  # rebuilt in the store
+    train = text_dm(stream).dataset("train")
+    assert [item["index"] for item in train.__getitems__(range(SAMPLES))] == list(range(SAMPLES))
+    state = json.loads((text_local / "varlen_sizes" / "data_state.json").read_text())
+    body = json.dumps(dict(state, class_names=["1", "0"])).encode()
+    boto3.client("s3", **s3).put_object(Bucket=BUCKET, Key="rebuilt/varlen_sizes/data_state.json", Body=body)
+    with pytest.raises(DataError, match=r"written with class_names=\['1', '0'\]"):
+        text_dm(stream)
