@@ -56,7 +56,8 @@ def litdata() -> ModuleType:
 
 def plain_http_downloads(storage_options: dict | None) -> None:
     """Keep this process's S3 downloads on LitData's boto3 client when the store's endpoint is plain
-    ``http://`` (MinIO, a test server on loopback).
+    ``http://`` (MinIO, a test server on loopback). varlen fetches chunks itself (:mod:`.store`); this
+    covers a download LitData still makes (a chunk another process removed from the cache meanwhile).
 
     LitData 0.2.76 downloads chunks with obstore where it can, and builds obstore's S3 store without
     ``allow_http``: every chunk GET from an http endpoint fails (``BadScheme``). LitData itself falls
