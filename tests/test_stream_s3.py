@@ -330,3 +330,27 @@ def test_a_damaged_chunk_in_the_store_is_reported_as_damaged_at_once(
         assert detail in message and "varlen optimize --config CONFIG --output DIR" in message, message
     assert train.retries == 0 and train[0]["index"] == 0  # the other chunks still read
     assert_quiet(capfd.readouterr().err)
+
+
+def test_third_party_debug_logs_stay_off_a_console_logging_at_debug(s3: dict, text_url: str, tmp_path: Path) -> None:
+    """A script that logs everything at DEBUG to stderr (``logging.basicConfig``) keeps its own lines,
+    and gets none of botocore's, urllib3's or LitData's: their loggers are set to WARNING, not the root."""
+    script = f"""
+import logging
+logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
+from varlen.datamodules.text import TextClassificationDataModule as Text
+from varlen.stream.dataset import StreamedDataset
+from varlen.stream.source import StreamSource
+source = StreamSource.parse({{"url": {text_url!r}, "cache_dir": {str(tmp_path / "cache")!r}}}, "script")
+train = StreamedDataset(source, Text.sample_sizes)
+assert [item["index"] for item in train.__getitems__(range(len(train)))] == list(range(len(train)))
+logging.getLogger("mine").debug("read every item")
+"""
+    env = {**os.environ, "AWS_ENDPOINT_URL": s3["endpoint_url"], "AWS_ACCESS_KEY_ID": "testing"}
+    env.update(AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1", PYTHONPATH=str(HERE.parent))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "mine: read every item" in done.stderr
+    names = {line.split(":")[0] for line in done.stderr.splitlines() if ": " in line}
+    assert not {name for name in names if name.startswith(("botocore", "boto3", "s3transfer", "urllib3", "litdata"))}
+    assert_quiet(done.stderr)
