@@ -2,15 +2,21 @@
 stopped by a fixture) holds chunks ``varlen optimize`` wrote; a DataModule streams them through
 LitData's S3 reader. Its samples and batches are the local folder's, a store rewritten under its size
 index or lacking one is refused by name, and a 2-process DDP fit that stops mid-epoch resumes with
-the batches of an uninterrupted run on every rank. Needs litdata and moto (the stream and dev extras)."""
+the batches of an uninterrupted run on every rank. A store that cannot be reached fails within the
+stream's timeout, ``AWS_ENDPOINT_URL`` serves as ``storage_options.endpoint_url``, an index rebuilt in
+the store is fetched again, a damaged chunk is said to be so at once, and nothing of LitData's or
+botocore's reaches stderr. Needs litdata and moto (the stream and dev extras)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -147,62 +153,204 @@ def test_a_ddp_fit_streamed_from_s3_resumes_mid_epoch_with_the_uninterrupted_bat
 def test_a_chunk_read_that_fails_is_read_again_and_counted(
     s3: dict, text_url: str, tmp_path: Path, monkeypatch, caplog
 ) -> None:
-    """A transient failure (here: LitData's reader raises once for chunk 1) is retried by a new reader,
-    logged with the chunk and counted; a chunk that keeps failing is a DataError saying how often."""
-    import litdata
+    """A transient failure (here: the store's GET of chunk 1 fails once) is made again, logged with the
+    chunk's URL and counted; a chunk the store keeps failing to serve is a DataError once the stream's
+    timeout has passed, saying how often it was tried and the last error."""
+    from varlen.stream import store
 
     stream = {"url": text_url, "storage_options": s3, "cache_dir": str(tmp_path / "cache")}
     dm = text_dm(stream)
     train = dm.dataset("train")
-    train.retry_pause_s = 0.01
-    read, failures = litdata.StreamingDataset.__getitem__, {"left": 1}
+    monkeypatch.setattr(store, "FIRST_PAUSE_S", 0.01)
+    get, failures = store._get, {"left": 1}
 
-    def flaky(self, index):
-        if getattr(index, "chunk_index", None) == 1 and failures["left"]:
+    def flaky(remote, *args):
+        if remote.endswith(train.names[1]) and failures["left"]:
             failures["left"] -= 1
             raise ConnectionError("connection reset by peer")
-        return read(self, index)
+        return get(remote, *args)
 
-    monkeypatch.setattr(litdata.StreamingDataset, "__getitem__", flaky)
+    monkeypatch.setattr(store, "_get", flaky)
     first = int(train.index.samples_per_chunk[0])
-    with caplog.at_level("WARNING", logger="varlen.stream.dataset"):
+    with caplog.at_level("WARNING", logger="varlen.stream.store"):
         items = train.__getitems__([first, first + 1])
     assert [item["index"] for item in items] == [first, first + 1] and train.retries == 1
-    assert f"chunk 1 ({train.names[1]}), item 0 (sample {first}) could not be read (ConnectionError" in caplog.text
+    assert f"{text_url}/{train.names[1]} could not be read (ConnectionError: connection reset by peer" in caplog.text
 
-    def down(self, index):
-        if index.chunk_index == 2:
+    def down(remote, *args):
+        if remote.endswith(train.names[2]):
             raise ConnectionError("connection refused")
-        return read(self, index)
+        return get(remote, *args)
 
-    monkeypatch.setattr(litdata.StreamingDataset, "__getitem__", down)
-    with pytest.raises(DataError, match=r"chunk 2 .* could not be read 3 times \(ConnectionError: connection refused"):
+    monkeypatch.setattr(store, "_get", down)
+    train.source = dataclasses.replace(train.source, timeout=0.5)
+    with pytest.raises(
+        DataError, match=r"chunk-0-2.bin could not be read: the store did not answer within 0.5 s"
+    ) as caught:
         train.__getitems__([int(train.offsets[2])])
-    assert train.retries == 3  # the one above, and two for chunk 2
+    assert "tries, the last: ConnectionError: connection refused" in str(caught.value)
+    assert train.retries > 2  # the one above, and those for chunk 2
 
 
 def test_retries_in_loader_workers_are_counted_in_the_report(
     s3: dict, text_url: str, tmp_path: Path, monkeypatch
 ) -> None:
-    """A forked loader worker's retry (LitData's reader raises once for chunk 0 in it) reaches
+    """A forked loader worker's retry (the store's GET of chunk 0 fails once in it) reaches
     ``dm.report``: the count is shared by the dataset and the workers started with it."""
-    import litdata
+    from varlen.stream import store
 
     if "fork" not in __import__("multiprocessing").get_all_start_methods():
         pytest.skip("needs the fork start method (the failure is patched into the worker by inheritance)")
     stream = {"url": text_url, "storage_options": s3, "cache_dir": str(tmp_path / "cache")}
     dm = text_dm(stream, num_workers=1, multiprocessing_context="fork")
-    dm.dataset("train").retry_pause_s = 0.01
-    read, failures = litdata.StreamingDataset.__getitem__, {"left": 1}
+    monkeypatch.setattr(store, "FIRST_PAUSE_S", 0.01)
+    get, failures = store._get, {"left": 1}
 
-    def flaky(self, index):
-        if index.chunk_index == 0 and failures["left"]:
+    def flaky(remote, *args):
+        if remote.endswith(dm.dataset("train").names[0]) and failures["left"]:
             failures["left"] -= 1
             raise ConnectionError("connection reset by peer")
-        return read(self, index)
+        return get(remote, *args)
 
-    monkeypatch.setattr(litdata.StreamingDataset, "__getitem__", flaky)
+    monkeypatch.setattr(store, "_get", flaky)
     served = sorted(i for batch in dm.train_dataloader() for i in batch["index"].tolist())
     assert served == list(range(SAMPLES)) and failures["left"] == 1  # the worker failed, not this process
     assert dm.report.retries("train") == 1 and dm.report.to_dict()["train"]["retried"] == 1
     assert "train streamed: 1 chunk read(s) retried so far" in str(dm.report)
+
+
+def closed_port() -> str:
+    """An endpoint on 127.0.0.1 where nothing listens (a port bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{probe.getsockname()[1]}"
+
+
+def test_an_unreachable_store_fails_within_its_timeout_naming_the_url_and_the_endpoint(
+    s3: dict, text_url: str, tmp_path: Path
+) -> None:
+    """A closed port answers nothing: the index fetch in setup, and a chunk read after the store went
+    away, each end with a DataError within the stream's timeout (LitData's client would retry 1000 times)."""
+    closed = closed_port()
+    stream = {"url": text_url, "storage_options": dict(s3, endpoint_url=closed), "timeout": 3}
+    started = time.monotonic()
+    with pytest.raises(DataError) as caught:
+        text_dm(dict(stream, cache_dir=str(tmp_path / "cache")))
+    assert time.monotonic() - started < 30
+    message = str(caught.value)
+    assert f"{text_url}/index.json" in message and f"endpoint {closed}" in message
+    assert "did not answer within 3 s" in message and "EndpointConnectionError" in message
+    # set up while the store answered; its chunks are then read from a closed port
+    train = text_dm(dict(stream, storage_options=s3, cache_dir=str(tmp_path / "cache"))).dataset("train")
+    train.source = dataclasses.replace(train.source, storage_options=dict(s3, endpoint_url=closed))
+    started = time.monotonic()
+    with pytest.raises(DataError, match=rf"{text_url}/{train.names[0]} could not be read: the store did not answer"):
+        train[0]
+    assert time.monotonic() - started < 30 and train.retries > 0
+
+
+def test_aws_endpoint_url_serves_as_the_mappings_endpoint_without_third_party_output(
+    s3: dict, text_url: str, text_local: Path, tmp_path: Path, monkeypatch, capfd
+) -> None:
+    """MinIO and moto users set ``AWS_ENDPOINT_URL``: the store is read through it as through
+    ``storage_options.endpoint_url``, the batches are the local folder's, and nothing of LitData's,
+    botocore's or obstore's reaches stderr."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3["endpoint_url"])
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3["aws_access_key_id"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3["aws_secret_access_key"])
+    monkeypatch.setenv("AWS_DEFAULT_REGION", s3["region_name"])
+    remote = text_dm({"url": text_url, "cache_dir": str(tmp_path / "cache")})
+    local = text_dm(text_local)
+    served = [[batch["index"].tolist() for batch in dm.train_dataloader()] for dm in (remote, local)]
+    assert served[0] == served[1] and remote.dataset("train").retries == 0
+    assert_quiet(capfd.readouterr().err)
+
+
+def assert_quiet(err: str) -> None:
+    """Nothing of LitData's, botocore's or obstore's on stderr (LitData prints its download thread's crash)."""
+    for noise in ("Traceback", "CRASHED", "Debug source", "botocore", "obstore"):
+        assert noise not in err, err[-3000:]
+
+
+def test_a_size_index_and_data_state_rebuilt_in_the_store_are_fetched_again(
+    s3: dict, text_local: Path, tmp_path: Path
+) -> None:
+    """The local copy of a store's size index is keyed on the store's files, not on the chunk list: after
+    the index is rebuilt in the store as the error said, the same cache_dir reads the new one; the data
+    state is fetched every time."""
+    import boto3
+
+    from varlen.stream import SizeIndex, write_size_index
+
+    tampered = Path(shutil.copytree(text_local, tmp_path / "tampered"))
+    index = SizeIndex(tampered)
+    sizes = np.concatenate([index.sizes(c) for c in range(index.num_chunks)]).copy()
+    sizes[0, 0] += 1
+    write_size_index(tampered, sizes, index.axes)
+    url = upload(s3, text_local, "rebuilt", skip=("varlen_sizes",))
+    upload(s3, tampered / "varlen_sizes", "rebuilt/varlen_sizes")
+    stream = {"url": url, "storage_options": s3, "cache_dir": str(tmp_path / "cache")}
+    with pytest.raises(DataError, match=r"its size index says"):
+        text_dm(stream).dataset("train")[0]
+    upload(s3, text_local / "varlen_sizes", "rebuilt/varlen_sizes")  # rebuilt in the store
+    train = text_dm(stream).dataset("train")
+    assert [item["index"] for item in train.__getitems__(range(SAMPLES))] == list(range(SAMPLES))
+    state = json.loads((text_local / "varlen_sizes" / "data_state.json").read_text())
+    body = json.dumps(dict(state, class_names=["1", "0"])).encode()
+    boto3.client("s3", **s3).put_object(Bucket=BUCKET, Key="rebuilt/varlen_sizes/data_state.json", Body=body)
+    with pytest.raises(DataError, match=r"written with class_names=\['1', '0'\]"):
+        text_dm(stream)
+
+
+def test_a_damaged_chunk_in_the_store_is_reported_as_damaged_at_once(
+    s3: dict, text_local: Path, tmp_path: Path, capfd
+) -> None:
+    """A chunk cut short, or whose bytes were flipped, downloads fine and is then reported as damaged,
+    naming the chunk and how to write it again: not read again, not waited for, not called unreachable."""
+    import boto3
+
+    url = upload(s3, text_local, "damaged")
+    names = json.loads((text_local / "index.json").read_text())["chunks"]
+    client = boto3.client("s3", **s3)
+    first = (text_local / names[1]["filename"]).read_bytes()
+    client.put_object(Bucket=BUCKET, Key=f"damaged/{names[1]['filename']}", Body=first[: len(first) // 2])
+    flipped = bytearray((text_local / names[2]["filename"]).read_bytes())
+    middle = len(flipped) // 2
+    flipped[middle : middle + 40] = bytes(b ^ 0xFF for b in flipped[middle : middle + 40])
+    client.put_object(Bucket=BUCKET, Key=f"damaged/{names[2]['filename']}", Body=bytes(flipped))
+    train = text_dm({"url": url, "storage_options": s3, "cache_dir": str(tmp_path / "cache"), "timeout": 5})
+    train = train.dataset("train")
+    for chunk, detail in ((1, f"{len(first) // 2} bytes where index.json says {len(first)}"), (2, "")):
+        started = time.monotonic()
+        with pytest.raises(DataError) as caught:
+            train[int(train.offsets[chunk])]
+        assert time.monotonic() - started < 30
+        message = str(caught.value)
+        assert f"chunk {chunk} ({names[chunk]['filename']})" in message and "is damaged" in message, message
+        assert detail in message and "varlen optimize --config CONFIG --output DIR" in message, message
+    assert train.retries == 0 and train[0]["index"] == 0  # the other chunks still read
+    assert_quiet(capfd.readouterr().err)
+
+
+def test_third_party_debug_logs_stay_off_a_console_logging_at_debug(s3: dict, text_url: str, tmp_path: Path) -> None:
+    """A script that logs everything at DEBUG to stderr (``logging.basicConfig``) keeps its own lines,
+    and gets none of botocore's, urllib3's or LitData's: their loggers are set to WARNING, not the root."""
+    script = f"""
+import logging
+logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
+from varlen.datamodules.text import TextClassificationDataModule as Text
+from varlen.stream.dataset import StreamedDataset
+from varlen.stream.source import StreamSource
+source = StreamSource.parse({{"url": {text_url!r}, "cache_dir": {str(tmp_path / "cache")!r}}}, "script")
+train = StreamedDataset(source, Text.sample_sizes)
+assert [item["index"] for item in train.__getitems__(range(len(train)))] == list(range(len(train)))
+logging.getLogger("mine").debug("read every item")
+"""
+    env = {**os.environ, "AWS_ENDPOINT_URL": s3["endpoint_url"], "AWS_ACCESS_KEY_ID": "testing"}
+    env.update(AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1", PYTHONPATH=str(HERE.parent))
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "mine: read every item" in done.stderr
+    names = {line.split(":")[0] for line in done.stderr.splitlines() if ": " in line}
+    assert not {name for name in names if name.startswith(("botocore", "boto3", "s3transfer", "urllib3", "litdata"))}
+    assert_quiet(done.stderr)

@@ -25,7 +25,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
 #: ``stream`` reads and writes LitData chunks (litdata pulls torchvision, which a CPU machine must
 #: install with care: ``bash scripts/run.sh setup`` does)
 FEATURES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "stream": ("streaming from LitData chunks", ("litdata",)),
+    "stream": ("streaming from LitData chunks", ("litdata", "botocore")),
 }
 
 

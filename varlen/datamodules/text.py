@@ -125,7 +125,7 @@ class TextClassificationDataModule(VarLenDataModule):
             as many as each holds); inside a source, samples are drawn by ``sample_weights``.
         mix: ``"within_batch"`` (sources share batches) or ``"per_source"`` (one source per batch).
         stream: a dataset written by ``varlen optimize`` from this configuration, a local folder or a
-            store's URL (``s3://...``; a mapping adds ``storage_options`` and ``cache_dir``): the training
+            store's URL (``s3://...``; a mapping adds ``storage_options``, ``cache_dir``, ``timeout``): the training
             split is read from its LitData chunks and planned from its size index (the ``stream``
             extra); validation and test come from the sources above. With a stream, ``train_file``
             may be left out when ``val_file`` is given: the classes come from the chunks.

@@ -5,19 +5,23 @@ Items are read with LitData's storage and decoding (a ``StreamingDataset`` opene
 process, never iterated: its shuffler and worker sharding play no part). A batch's global sample ids
 are read chunk by chunk, each item addressed as ``ChunkedIndex(index=id, chunk_index=c)`` with the
 chunk computed from the size index, so LitData never searches for it. A local folder's chunks are read
-in place; a store's are downloaded by LitData into the source's cache as they are first read, and
-kept while the cache is under LitData's budget (``max_cache_size``).
+in place. A store's chunk is downloaded whole by this process, within the source's ``timeout``
+(:mod:`varlen.stream.store`: each retry logged and counted), into LitData's cache folder before LitData
+reads it, and kept while the cache is under LitData's budget (``max_cache_size``): a store that cannot
+be reached is told apart from a chunk that is missing or damaged, each a DataError of its own, and
+LitData neither waits for a chunk cut short nor prints its download thread's crash.
 
-Every decoded sample's sizes are computed by the DataModule's ``sample_sizes`` and compared with its
-size index entry: a dataset rewritten under its index, or an index built with another size function,
-raises a :class:`~varlen.errors.DataError` naming the chunk, the sample and the rebuild command.
+A chunk whose file is not the size ``index.json`` gives, or that fails to decode, is damaged: reported
+at once (never read again), naming the chunk and how to write it again. Every decoded sample's sizes
+are computed by the DataModule's ``sample_sizes`` and compared with its size index entry: a dataset
+rewritten under its index, or an index built with another size function, raises a
+:class:`~varlen.errors.DataError` naming the chunk, the sample and the rebuild command.
 """
 
 from __future__ import annotations
 
-import logging
 import multiprocessing
-import time
+import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,15 +30,22 @@ import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
 from varlen.errors import DataError
+from varlen.stream import store
+from varlen.stream.chunks import INDEX_JSON, ChunkList, read_index_json
 from varlen.stream.engine import litdata, plain_http_downloads
 from varlen.stream.size_index import SizeIndex, rebuild_command
 from varlen.stream.source import StreamSource
 
 __all__ = ["SizeFn", "StreamedDataset"]
 
-log = logging.getLogger(__name__)
 #: slots of the shared retry count: this process and up to 63 loader workers (more share slots)
 _SLOTS = 64
+
+#: what a missing or damaged chunk's message says to do
+REWRITE = (
+    "Write the dataset again (varlen optimize --config CONFIG --output DIR) and copy the whole folder to where "
+    "it is read from"
+)
 
 #: samples -> their sizes ``[n, D]`` (what the size index holds for them: a DataModule's ``sample_sizes``)
 SizeFn = Callable[[Sequence[Any]], np.ndarray]
@@ -57,10 +68,6 @@ class StreamedDataset(Dataset):
     #: bytes of chunk files whose decoded items a process keeps (the most recent chunk always): a
     #: window's batches draw on a few consecutive chunks (``varlen optimize`` writes 64 MB ones)
     cache_bytes = 256 * 2**20
-    #: a store's chunk that fails to read is read again this many times, by a new LitData reader, after
-    #: LitData's own client has retried its requests; each retry is logged and counted in :attr:`retries`
-    read_retries = 2
-    retry_pause_s = 1.0
 
     def __init__(self, source: StreamSource | str | Path, sample_sizes: SizeFn, _retried: Any | None = None) -> None:
         source = source if isinstance(source, StreamSource) else StreamSource.parse(str(source), "StreamedDataset")
@@ -71,6 +78,9 @@ class StreamedDataset(Dataset):
         self.index = SizeIndex(self.index_dir)
         self.offsets = np.concatenate([[0], np.cumsum(self.index.samples_per_chunk)]).astype(np.int64)
         self.names = self.index.chunks.names
+        listed = read_index_json(self.index_dir)
+        self.nbytes = ChunkList.from_index(listed, self.url).nbytes  # each chunk file's bytes
+        self._compressed = bool((listed.get("config") or {}).get("compression"))  # LitData decompresses those
         self._stream: Any = None
         self._chunks: dict[int, list[Any]] = {}  # decoded chunks, least recently used first
         # chunk reads retried, in shared memory, a slot per process (this one, then each loader worker
@@ -79,7 +89,7 @@ class StreamedDataset(Dataset):
 
     @property
     def retries(self) -> int:
-        """Chunk reads retried by this process and the loader workers started with it (each logged)."""
+        """Chunk downloads retried by this process and the loader workers started with it (each logged)."""
         return int(sum(self._retried))
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -101,10 +111,12 @@ class StreamedDataset(Dataset):
     def _open(self) -> Any:
         if self._stream is None:
             source, options = self.source, {}
-            if source.remote:
-                options = {"storage_options": dict(source.storage_options or {})}
-                options["cache_dir"] = str(source.cache / "chunks")
-                plain_http_downloads(source.storage_options)
+            if source.remote:  # LitData reads index.json from the local copy, and its client is bounded too
+                options = {"storage_options": store.bounded(source.options, source.timeout)}
+                options.update(
+                    cache_dir=str(source.cache / "chunks"), index_path=str(Path(self.index_dir) / INDEX_JSON)
+                )
+                plain_http_downloads(source.options)
             self._stream = litdata().StreamingDataset(source.url, shuffle=False, **options)
             # whole chunks into the cache (as LitData's own iteration does), not one ranged GET per item:
             # a process decodes a chunk whole, and the node's other processes and later windows reuse it
@@ -146,33 +158,55 @@ class StreamedDataset(Dataset):
         if chunk in self._chunks:
             self._chunks[chunk] = self._chunks.pop(chunk)  # most recently used last
             return self._chunks[chunk]
-        attempts = 1 + (self.read_retries if self.source.remote else 0)
-        for attempt in range(1, attempts + 1):
-            try:
-                items = self._decode(chunk)
-                break
-            except _Unread as unread:
-                error = unread.__cause__
-                if attempt == attempts:
-                    tries = f" {attempts} times" if attempts > 1 else ""
-                    raise DataError(
-                        f"{self._where(chunk, unread.sample)} could not be read{tries} ({type(error).__name__}: "
-                        f"{error}); the chunk is missing or damaged: write the dataset again (varlen optimize)"
-                    ) from error
-                worker = get_worker_info()
-                self._retried[0 if worker is None else 1 + worker.id % (_SLOTS - 1)] += 1
-                log.warning(
-                    "%s could not be read (%s: %s): reading chunk %d again (%d of %d retries)",
-                    self._where(chunk, unread.sample), type(error).__name__, error, chunk, attempt, attempts - 1,
-                )  # fmt: skip
-                self._stream = None  # a new LitData reader: its download thread may have stopped
-                time.sleep(self.retry_pause_s * attempt)
+        items = self._read(chunk)
         self._check(chunk, items)
         self._chunks[chunk] = items
         nbytes = self.index.chunks.nbytes
         while len(self._chunks) > 1 and sum(int(nbytes[c]) for c in self._chunks) > self.cache_bytes:
             self._chunks.pop(next(iter(self._chunks)))
         return items
+
+    def _read(self, chunk: int) -> list[Any]:
+        """Every item of ``chunk``: its file fetched from the store first (within the source's timeout),
+        checked to be whole, then decoded by LitData.
+
+        Raises:
+            DataError: the store did not serve it in time (naming the URL, endpoint and last error), or
+                the chunk is missing, or damaged (cut short, or failing to decode).
+        """
+        stream, first = self._open(), int(self.offsets[chunk])
+        path = Path(stream.input_dir.path) / self.names[chunk]
+        if self.source.remote and not self._compressed and not path.is_file():
+            part = path.with_name(f"{path.name}.{os.getpid()}.part")
+            if self.source.fetch(self.names[chunk], part, retried=self._count_retry):
+                os.replace(part, path)  # whole, or not at all: LitData waits for a file it finds short
+        if not self._compressed:
+            if not path.is_file():
+                missing = f"{self.names[chunk]} is missing from {self.url}"
+                raise DataError(f"{self._where(chunk, first)} could not be read: {missing}. {REWRITE}")
+            if path.stat().st_size != int(self.nbytes[chunk]):
+                self._damaged(chunk, first, f"{path.stat().st_size} bytes where {INDEX_JSON} says {self.nbytes[chunk]}")
+        try:
+            return self._decode(chunk)
+        except _Unread as unread:
+            if self._compressed:  # LitData downloaded it: not known to be damaged
+                said = store.said(unread.__cause__)
+                raise DataError(f"{self._where(chunk, unread.sample)} could not be read ({said})") from unread.__cause__
+            self._damaged(chunk, unread.sample, store.said(unread.__cause__))
+
+    def _damaged(self, chunk: int, sample: int, what: str) -> None:
+        """Refuse a chunk that downloaded but is not what was written, removing a store's copy from the
+        cache (a chunk written again is fetched again) after LitData's reader, whose download thread
+        would fetch it again, is let go (its ``__del__`` stops the thread)."""
+        if self.source.remote:
+            path = Path(self._open().input_dir.path) / self.names[chunk]
+            self._stream = None
+            path.unlink(missing_ok=True)
+        raise DataError(f"{self._where(chunk, sample)} could not be read: the chunk is damaged ({what}). {REWRITE}")
+
+    def _count_retry(self) -> None:
+        worker = get_worker_info()
+        self._retried[0 if worker is None else 1 + worker.id % (_SLOTS - 1)] += 1
 
     def _decode(self, chunk: int) -> list[Any]:
         """Every item of ``chunk`` from LitData, in order (an :class:`_Unread` names the item that failed)."""
@@ -182,7 +216,7 @@ class StreamedDataset(Dataset):
         for sample in range(int(self.offsets[chunk]), int(self.offsets[chunk + 1])):
             try:
                 items.append(stream[ChunkedIndex(index=sample, chunk_index=chunk)])
-            except Exception as error:  # LitData raises what its reader met: a missing, corrupt or unreachable chunk
+            except Exception as error:  # LitData raises what its reader met in the chunk's bytes
                 raise _Unread(sample) from error
         return items
 

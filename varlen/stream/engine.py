@@ -9,15 +9,19 @@ with, once, when streaming is first used: a clear message instead of chunks read
 from __future__ import annotations
 
 import functools
+import logging
 import re
 from types import ModuleType
 
 from varlen._extras import require
 
-__all__ = ["TESTED_LITDATA", "check_litdata", "litdata", "plain_http_downloads"]
+__all__ = ["QUIET_LOGGERS", "TESTED_LITDATA", "check_litdata", "litdata", "plain_http_downloads", "quiet_loggers"]
 
 #: the releases varlen's streaming was tested with: ``>= first``, ``< end`` (pyproject's stream extra)
 TESTED_LITDATA = ("0.2.76", "0.3")
+#: the libraries under a store's reads, whose DEBUG and INFO lines (every request, header and retry)
+#: stay off a console that logs at those levels; their warnings still show
+QUIET_LOGGERS = ("botocore", "boto3", "s3transfer", "urllib3", "litdata")
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -37,6 +41,7 @@ def check_litdata() -> None:
     require("stream")
     import litdata as module
 
+    quiet_loggers()
     first, end = TESTED_LITDATA
     found = module.__version__
     if not _release(first) <= _release(found) < _release(end):
@@ -44,6 +49,15 @@ def check_litdata() -> None:
             f"litdata {found} is outside the range varlen's streaming was tested with (>={first},<{end}): "
             f"install a tested release (pip install 'litdata>={first},<{end}') or update varlen.stream"
         )
+
+
+def quiet_loggers() -> None:
+    """Set each logger of :data:`QUIET_LOGGERS` to WARNING, unless a level was set for it: the root
+    logger, the user's, keeps its level and handlers."""
+    for name in QUIET_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)
 
 
 def litdata() -> ModuleType:
@@ -56,7 +70,8 @@ def litdata() -> ModuleType:
 
 def plain_http_downloads(storage_options: dict | None) -> None:
     """Keep this process's S3 downloads on LitData's boto3 client when the store's endpoint is plain
-    ``http://`` (MinIO, a test server on loopback).
+    ``http://`` (MinIO, a test server on loopback). varlen fetches chunks itself (:mod:`.store`); this
+    covers a download LitData still makes (a chunk another process removed from the cache meanwhile).
 
     LitData 0.2.76 downloads chunks with obstore where it can, and builds obstore's S3 store without
     ``allow_http``: every chunk GET from an http endpoint fails (``BadScheme``). LitData itself falls

@@ -3,16 +3,20 @@
 The plan needs the size index and ``index.json`` on local disk (it maps them); the chunks can stay
 remote. For a URL (``s3://``, ``gs://``, ``azure://``, ``r2://``...) :meth:`StreamSource.fetched`
 copies ``index.json`` and ``varlen_sizes/`` (a few bytes per sample) into the local cache with
-LitData's downloader for that store, once per process that sets up; LitData downloads the chunks
-into the same cache as they are read, under its own budget (``max_cache_size``), shared by the
-processes of a node. A fetched copy whose chunk list is the store's is kept; one of another list
-(the dataset was rewritten) is fetched again, and a size index the store holds for an older list
-is refused by :meth:`~varlen.stream.size_index.SizeIndex.check`.
+LitData's client for that store, once per process that sets up; the chunks are downloaded into the
+same cache as they are read (:mod:`varlen.stream.dataset`), under LitData's budget
+(``max_cache_size``), shared by the processes of a node. ``index.json`` and the data state (small)
+are fetched every time; a size index file is kept while the store's copy is the one fetched (S3: its
+ETag and size, from a HEAD request; other stores: fetched every time), so an index rebuilt in the
+store is fetched again, and one the store holds for an older chunk list is refused by
+:meth:`~varlen.stream.size_index.SizeIndex.check`.
+Every store call ends within ``timeout`` seconds (:mod:`varlen.stream.store`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import uuid
 from collections.abc import Mapping
@@ -22,9 +26,10 @@ from typing import Any
 
 from varlen.cache import default_cache_dir
 from varlen.errors import DataError
+from varlen.stream import store
 from varlen.stream.chunks import INDEX_JSON, ChunkList, parse_index_json
 from varlen.stream.engine import litdata
-from varlen.stream.size_index import FOLDER, HISTOGRAMS, SIZES, SizeIndex
+from varlen.stream.size_index import FOLDER, HISTOGRAMS, SIZES
 from varlen.stream.write import DATA_STATE
 
 __all__ = ["StreamSource"]
@@ -32,7 +37,9 @@ __all__ = ["StreamSource"]
 #: the files beside the chunks that a rank reads itself (the data state is optional: index-sizes writes none)
 INDEX_FILES = (f"{FOLDER}/{SIZES}", f"{FOLDER}/{HISTOGRAMS}")
 OPTIONAL_FILES = (f"{FOLDER}/{DATA_STATE}",)
-KEYS = ("url", "storage_options", "cache_dir")
+KEYS = ("url", "storage_options", "cache_dir", "timeout")
+#: what identified each fetched index file in the store (:func:`varlen.stream.store.stamp`), beside the copy
+STAMPS = "stamps.json"
 #: the URL prefixes LitData's downloaders read
 SCHEMES = ("s3://", "gs://", "azure://", "r2://", "hf://")
 
@@ -45,12 +52,14 @@ class StreamSource:
         url: the dataset folder (``index.json``, chunks, ``varlen_sizes/``), local or ``s3://...``.
         storage_options: LitData's ``storage_options`` for the store (e.g. ``endpoint_url``, keys).
         cache_dir: where a remote dataset's index and chunks are kept (default: ``$VARLEN_CACHE/stream``).
+        timeout: seconds a store call may take (retries included) before it fails with a DataError.
         index_dir: the local folder holding ``index.json`` and the size index (set by :meth:`fetched`).
     """
 
     url: str
     storage_options: Mapping[str, Any] | None = None
     cache_dir: str | None = None
+    timeout: float = store.DEFAULT_TIMEOUT
     index_dir: str | None = field(default=None, compare=False)
 
     @classmethod
@@ -67,7 +76,7 @@ class StreamSource:
         if not isinstance(value, Mapping) or not isinstance(value.get("url"), str) or not value["url"]:
             raise ValueError(
                 f"{owner}: stream must be a folder or URL written by `varlen optimize`, or a mapping with "
-                f"'url' (and 'storage_options', 'cache_dir'), got {value!r}"
+                f"'url' (and 'storage_options', 'cache_dir', 'timeout'), got {value!r}"
             )
         unknown = sorted(set(value) - set(KEYS))
         if unknown:
@@ -75,7 +84,10 @@ class StreamSource:
         options = value.get("storage_options")
         if options is not None and not isinstance(options, Mapping):
             raise ValueError(f"{owner}: stream's storage_options must be a mapping, got {options!r}")
-        source = cls(value["url"], dict(options) if options else None, value.get("cache_dir"))
+        timeout = value.get("timeout", store.DEFAULT_TIMEOUT)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"{owner}: stream's timeout must be a number of seconds > 0, got {timeout!r}")
+        source = cls(value["url"], dict(options) if options else None, value.get("cache_dir"), float(timeout))
         if source.remote and not source.url.startswith(SCHEMES):
             raise ValueError(f"{owner}: stream={source.url!r}: LitData reads {list(SCHEMES)} URLs, or a local folder")
         return source
@@ -91,41 +103,53 @@ class StreamSource:
     def __str__(self) -> str:
         return self.url
 
+    @property
+    def options(self) -> dict[str, Any]:
+        """The store's ``storage_options`` as read: the environment's S3 endpoint where they name none."""
+        return store.storage_options(self.url, self.storage_options)
+
+    def fetch(self, name: str, target: Path, retried: Any = None) -> bool:
+        """``<url>/<name>`` into ``target`` within :attr:`timeout` (False: not in the store); see
+        :func:`varlen.stream.store.fetch`."""
+        litdata()  # the tested release
+        return store.fetch(f"{self.url.rstrip('/')}/{name}", target, self.options, self.timeout, retried)
+
     def fetched(self) -> StreamSource:
         """This source with :attr:`index_dir` set: the folder itself when local, else a local copy of
         the store's ``index.json`` and size index (see the module docstring).
 
         Raises:
-            DataError: the store has no ``index.json`` or no size index there, or cannot be read;
-                each names the URL.
+            DataError: the store has no ``index.json`` or no size index there, or cannot be read in
+                :attr:`timeout`; each names the URL.
         """
         if not self.remote:
             return replace(self, index_dir=self.url)
         folder = self.cache / "index" / hashlib.sha256(self.url.encode()).hexdigest()[:16]
         (folder / FOLDER).mkdir(parents=True, exist_ok=True)
         listed = self._download(INDEX_JSON, folder)
-        chunks = ChunkList.from_index(parse_index_json(listed, f"{self.url}/{INDEX_JSON}"), self.url)
-        if not _holds_index_of(folder, chunks):
-            for name in INDEX_FILES + OPTIONAL_FILES:
-                fresh = self._download(name, folder, required=name in INDEX_FILES)
-                if fresh is not None:
-                    os.replace(fresh, folder / name)
-                else:  # not in the store: an earlier fetch's copy must not stand for it
-                    (folder / name).unlink(missing_ok=True)
+        ChunkList.from_index(parse_index_json(listed, f"{self.url}/{INDEX_JSON}"), self.url)
+        kept, stamps = _read_stamps(folder), {}
+        for name in INDEX_FILES + OPTIONAL_FILES:
+            remote = f"{self.url.rstrip('/')}/{name}"
+            stamp = store.stamp(remote, self.options, self.timeout) if name in INDEX_FILES else None
+            if stamp is not None and stamp == kept.get(name) and (folder / name).is_file():
+                stamps[name] = stamp  # the store's file is the copy's
+                continue
+            fresh = self._download(name, folder, required=name in INDEX_FILES)
+            if fresh is not None:
+                os.replace(fresh, folder / name)
+                stamps[name] = stamp
+            else:  # not in the store: an earlier fetch's copy must not stand for it
+                (folder / name).unlink(missing_ok=True)
         os.replace(listed, folder / INDEX_JSON)
+        _write_stamps(folder, stamps)
         return replace(self, index_dir=str(folder))
 
     def _download(self, name: str, folder: Path, required: bool = True) -> Path | None:
-        """``<url>/<name>`` into a new file in ``folder`` (its path), with LitData's downloader."""
-        litdata()  # the tested release
+        """``<url>/<name>`` into a new file in ``folder`` (its path), or None where the store has none and
+        it is not ``required``."""
         target = folder / f"{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part"
-        remote = f"{self.url.rstrip('/')}/{name}"
-        try:
-            _download(remote, target, dict(self.storage_options or {}))
-        except Exception as error:  # the store's client raises its own (botocore, obstore, google...)
-            if not _not_found(error):
-                raise DataError(f"{remote} could not be read ({type(error).__name__}: {error})") from error
-        if target.is_file():
+        if self.fetch(name, target):
             return target
         if not required:
             return None
@@ -135,34 +159,21 @@ class StreamSource:
                 "--config CONFIG --output DIR`, then copy the whole folder to the store)"
             )
         raise DataError(
-            f"{self.url} has no size index ({remote} is missing): build it beside the chunks with `varlen "
-            f"index-sizes` on a local copy, then copy {FOLDER}/ to the store"
+            f"{self.url} has no size index ({self.url.rstrip('/')}/{name} is missing): build it beside the chunks "
+            f"with `varlen index-sizes` on a local copy, then copy {FOLDER}/ to the store"
         )
 
 
-def _download(remote: str, target: Path, storage_options: dict[str, Any]) -> None:
-    """One file of a store to ``target`` with LitData's client for it. S3 goes through LitData's boto3
-    client, as LitData fetches its own ``index.json``: its other downloader (obstore) would start a
-    runtime in this process that forked loader workers cannot use."""
-    from litdata.streaming.client import S3Client
-    from litdata.streaming.downloader import get_downloader
-
-    if remote.startswith("s3://"):
-        bucket, _, key = remote[len("s3://") :].partition("/")
-        S3Client(storage_options=storage_options).client.download_file(bucket, key, str(target))
-    else:
-        get_downloader(remote, str(target.parent), [], storage_options).download_file(remote, str(target))
-
-
-def _not_found(error: Exception) -> bool:
-    """Whether a store's error says the object does not exist (LitData's S3 reader drops some itself)."""
-    code = (getattr(error, "response", None) or {}).get("Error", {}).get("Code")
-    return isinstance(error, FileNotFoundError) or code in {"404", "NoSuchKey", "NotFound"}
-
-
-def _holds_index_of(folder: Path, chunks: ChunkList) -> bool:
-    """Whether ``folder`` holds a size index written for ``chunks`` (kept from an earlier fetch)."""
+def _read_stamps(folder: Path) -> dict[str, str]:
+    """The stamps of an earlier fetch into ``folder`` (none: every index file is fetched)."""
     try:
-        return SizeIndex(folder).key == chunks.key
-    except DataError:
-        return False
+        stamps = json.loads((folder / STAMPS).read_text())
+    except (OSError, ValueError):
+        return {}
+    return stamps if isinstance(stamps, dict) else {}
+
+
+def _write_stamps(folder: Path, stamps: dict[str, str | None]) -> None:
+    part = folder / f"{STAMPS}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part"
+    part.write_text(json.dumps({name: value for name, value in stamps.items() if value is not None}))
+    os.replace(part, folder / STAMPS)
