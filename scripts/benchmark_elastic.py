@@ -158,7 +158,7 @@ def equal_expected_cuts():
     """The layout's piece boundaries replaced, for the comparison, by cuts at equal expected batches."""
     import contextlib
 
-    from varlen.stream import pieces
+    import varlen.stream.pieces as pieces
 
     @contextlib.contextmanager
     def patched():

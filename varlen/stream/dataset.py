@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
+import varlen.stream.store as store
 from varlen.errors import DataError
-from varlen.stream import store
 from varlen.stream.chunks import INDEX_JSON, ChunkList, read_index_json
 from varlen.stream.engine import litdata, plain_http_downloads
 from varlen.stream.size_index import SizeIndex, rebuild_command

@@ -46,6 +46,7 @@ from typing import Protocol
 
 import numpy as np
 
+import varlen.stream.pieces as pieces
 from varlen.batching.collate import round_up
 from varlen.batching.plan import (
     PlanSpec,
@@ -57,7 +58,6 @@ from varlen.batching.plan import (
     split_to_multiple,
 )
 from varlen.errors import DataError
-from varlen.stream import pieces
 from varlen.stream.pieces import BLOCK
 
 __all__ = [

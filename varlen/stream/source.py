@@ -24,9 +24,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import varlen.stream.store as store
 from varlen.cache import default_cache_dir
 from varlen.errors import DataError
-from varlen.stream import store
 from varlen.stream.chunks import INDEX_JSON, ChunkList, parse_index_json
 from varlen.stream.engine import litdata
 from varlen.stream.size_index import FOLDER, HISTOGRAMS, SIZES
