@@ -12,10 +12,12 @@ fixed-size list: trailing dimensions), so the files also open in pyarrow
 
 * :func:`write_table` writes columns that are in memory; :class:`TableBuilder` writes a table a
   few rows at a time (ragged values go to scratch files as they come), so building one never holds
-  more than a batch of rows. Both write one record batch, atomically, with the format version and
-  the content key in the schema's metadata.
+  more than a batch of rows. Both write one record batch, atomically, with the format version, the
+  content key and a checksum of the data (:mod:`varlen.checksums`) in the schema's metadata.
 * :func:`open_table` maps a file, or returns None with a warning when it is cut short, of another
-  format version or built from other inputs: the caller builds it again, never uses it.
+  format version, built from other inputs, or its data no longer match their checksum (verified
+  once per file per node), or the caller's ``check`` finds a value the data must not hold: the
+  caller builds it again, never uses it.
 * A :class:`MappedTable` pickles as its path: a dataset sent to a spawned worker carries no
   array, and the worker maps the file again.
 """
@@ -23,7 +25,7 @@ fixed-size list: trailing dimensions), so the files also open in pyarrow
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +33,16 @@ import numpy as np
 import pyarrow as pa
 
 from varlen import notices
-from varlen.batching.ragged import Ragged
+from varlen.batching.ragged import CHECK_CHUNK, Ragged
 from varlen.cache import atomic_write, scratch, sweep_scratch
+from varlen.checksums import ChecksumError, table_checksum, verify
+from varlen.errors import DataError
 
-__all__ = ["MappedTable", "TableBuilder", "as_numpy", "open_table", "write_table"]
+__all__ = ["MappedTable", "TableBuilder", "as_numpy", "first_outside", "ids_outside", "open_table", "write_table"]
 
 VERSION_FIELD = b"varlen.version"
 KEY_FIELD = b"varlen.key"
+CHECKSUM_FIELD = b"varlen.checksum"
 
 Column = np.ndarray | Ragged
 
@@ -85,6 +90,8 @@ def _write(path: Path, arrays: Mapping[str, pa.Array], version: str, key: str) -
     if len(set(lengths.values())) > 1:
         raise ValueError(f"every column of a table needs one entry per sample; got {lengths}")
     batch = pa.record_batch(list(arrays.values()), schema=_schema(arrays, version, key))
+    metadata = {**batch.schema.metadata, CHECKSUM_FIELD: table_checksum(batch).encode()}
+    batch = batch.replace_schema_metadata(metadata)
 
     def write(tmp: Path) -> None:
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, batch.schema) as writer:
@@ -208,10 +215,16 @@ def _view(array: pa.Array) -> np.ndarray:
 class MappedTable:
     """An Arrow IPC table mapped read-only; its columns as zero-copy numpy arrays and :class:`Ragged`.
 
-    Pickles as its path: a process that receives it maps the file again (nothing is copied).
+    Its data are checked against the checksum recorded when it was built (:func:`varlen.checksums.verify`:
+    once per file per process, and per node where the file takes a marker) unless ``verify=False``
+    (:func:`open_table` checks the version and key first). Pickles as its path: a process that
+    receives it maps the file again (and verifies it, unless a process of the node did).
+
+    Raises:
+        ChecksumError: the data differ from what was written (a DataError naming the file).
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, verify: bool = True) -> None:
         self.path = Path(path)
         reader = pa.ipc.open_stream(pa.memory_map(str(self.path), "r"))
         batches = list(reader)
@@ -221,6 +234,13 @@ class MappedTable:
         metadata = reader.schema.metadata or {}
         self.version = metadata.get(VERSION_FIELD, b"").decode()
         self.key = metadata.get(KEY_FIELD, b"").decode()
+        self.checksum = metadata.get(CHECKSUM_FIELD, b"").decode()
+        if verify:
+            self.verify()
+
+    def verify(self) -> None:
+        """Check the data against the recorded checksum (see the class docstring)."""
+        verify(self.path, self.batch, self.checksum)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (MappedTable, (str(self.path),))
@@ -241,7 +261,11 @@ class MappedTable:
 
         The rows' lengths are computed from the offsets (``[R]`` int64, a private copy) unless
         ``lengths`` gives them (e.g. a stored int64 length column: then a process holds nothing per
-        sample of its own).
+        sample of its own), which must equal the offsets' (a longer one would read the next row).
+
+        Raises:
+            DataError: naming the file and column, when ``lengths`` differ from the offsets, or rows
+                reach outside the values.
         """
         column = self.batch.column(name)
         groups = None
@@ -249,23 +273,71 @@ class MappedTable:
             groups = _view(column.offsets)
             column = column.values
         offsets = _view(column.offsets)
-        if lengths is None:
-            return Ragged.from_offsets(as_numpy(column.values), offsets, groups)
-        return Ragged(as_numpy(column.values), offsets[:-1], lengths, groups)
+        if lengths is not None and (row := _first_other_length(offsets, lengths)) is not None:
+            found = "no row" if row >= len(offsets) - 1 else f"{int(offsets[row + 1] - offsets[row])} elements"
+            raise DataError(
+                f"{self.path}: row {row} of column {name!r} holds {found}, its length column says "
+                f"{int(lengths[row]) if row < len(lengths) else 'none'}: remove the file to build it again"
+            )
+        try:
+            if lengths is None:
+                return Ragged.from_offsets(as_numpy(column.values), offsets, groups)
+            return Ragged(as_numpy(column.values), offsets[:-1], lengths, groups)
+        except ValueError as error:
+            raise DataError(f"{self.path}: column {name!r}: {error}: remove the file to build it again") from error
 
 
-def open_table(path: str | Path, *, version: str, key: str) -> MappedTable | None:
+def _first_other_length(offsets: np.ndarray, lengths: np.ndarray) -> int | None:
+    """The first row whose ``lengths`` entry differs from its offsets' span, or None (checked a chunk of
+    rows at a time: temporaries stay small in a new worker)."""
+    if len(lengths) != len(offsets) - 1:
+        return min(len(lengths), len(offsets) - 1)
+    for start in range(0, len(lengths), CHECK_CHUNK):
+        spans = np.diff(offsets[start : start + CHECK_CHUNK + 1])
+        differ = np.flatnonzero(spans != lengths[start : start + CHECK_CHUNK])
+        if len(differ):
+            return start + int(differ[0])
+    return None
+
+
+def first_outside(values: np.ndarray, low: int, high: int | np.ndarray) -> int | None:
+    """The first position of ``values`` outside ``[low, high)`` (``high`` a bound per position, or one
+    for all), or None: a chunk at a time, for a table's ids or indices before they are served."""
+    values = np.asarray(values).reshape(len(values), -1)
+    for start in range(0, len(values), CHECK_CHUNK):
+        part = values[start : start + CHECK_CHUNK]
+        bound = high if np.ndim(high) == 0 else np.asarray(high)[start : start + CHECK_CHUNK, None]
+        bad = np.flatnonzero(((part < low) | (part >= bound)).any(axis=1))
+        if len(bad):
+            return start + int(bad[0])
+    return None
+
+
+def ids_outside(ids: Ragged, size: int) -> tuple[int, int] | None:
+    """The first token id outside ``[0, size)`` (a vocabulary: an embedding given such an id fails, on
+    a GPU as a device-side assert) as ``(row, id)``, or None."""
+    position = first_outside(ids.values, 0, size)
+    if position is None:
+        return None
+    return int(np.searchsorted(ids.starts + ids.lengths, position, side="right")), int(ids.values[position])
+
+
+def open_table(
+    path: str | Path, *, version: str, key: str, check: Callable[[MappedTable], str | None] | None = None
+) -> MappedTable | None:
     """The table at ``path`` mapped, or None when it must be (re)built.
 
     None without a word when the file does not exist; None with a warning when it is cut short or
-    unreadable, of another format ``version``, or built from other inputs (another ``key``).
+    unreadable, of another format ``version``, built from other inputs (another ``key``), its data
+    differ from their checksum, or ``check(table)`` (what the caller's values must satisfy: ids
+    inside a vocabulary, indices inside their arrays) says what is wrong with it.
     """
     path = Path(path)
     sweep_scratch(path.parent)  # what killed builds left here: a table another process built is not built again
     if not path.is_file():
         return None
     try:
-        table = MappedTable(path)
+        table = MappedTable(path, verify=False)
     except (OSError, ValueError, pa.ArrowException) as error:
         reason = f"unreadable ({type(error).__name__}: {error})"
     else:
@@ -274,6 +346,17 @@ def open_table(path: str | Path, *, version: str, key: str) -> MappedTable | Non
         elif table.key != key:
             reason = f"built from other inputs (key {table.key!r}, expected {key!r})"
         else:
-            return table
+            reason = _problem(table, check)
+            if reason is None:
+                return table
     notices.warn(f"cache {path} is {reason}; building it again")
     return None
+
+
+def _problem(table: MappedTable, check: Callable[[MappedTable], str | None] | None) -> str | None:
+    """What is wrong with a table of the right version and key: its checksum, else ``check``'s finding."""
+    try:
+        table.verify()
+    except ChecksumError as error:
+        return error.reason
+    return None if check is None else check(table)
