@@ -24,6 +24,7 @@ fixed-size list: trailing dimensions), so the files also open in pyarrow
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -34,7 +35,7 @@ import pyarrow as pa
 
 from varlen import notices
 from varlen.batching.ragged import CHECK_CHUNK, Ragged
-from varlen.cache import atomic_write, scratch, sweep_scratch
+from varlen.cache import DISK_ERRNOS, atomic_write, disk_error, scratch, sweep_scratch
 from varlen.checksums import ChecksumError, table_checksum, verify
 from varlen.errors import DataError
 
@@ -97,7 +98,7 @@ def _write(path: Path, arrays: Mapping[str, pa.Array], version: str, key: str) -
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, batch.schema) as writer:
             writer.write_batch(batch)
 
-    return atomic_write(path, write)
+    return atomic_write(path, write, size=batch.nbytes)
 
 
 def write_table(path: str | Path, columns: Mapping[str, Column], *, version: str, key: str) -> Path:
@@ -117,11 +118,17 @@ class TableBuilder:
 
     The values of each ragged column are appended to a scratch file as rows come, with their
     lengths; :meth:`finish` maps the scratch files and writes the one record batch from them
-    (zero-copy), then removes them.
+    (zero-copy), then removes them. A failed build removes them too: :meth:`abandon`, or use the
+    builder as a context manager (an exception inside abandons it).
 
     Args:
         path, version, key: as :func:`write_table`.
         ragged: name -> (dtype, trailing shape) of each ragged (one level) column.
+        rows: the rows the table will hold, when known: a full disk's error then says about how
+            much space the build needs (its scratch, then the table).
+
+    Raises:
+        DataError: the folder cannot be written, or fills up (naming it; the scratch is removed).
     """
 
     def __init__(
@@ -131,14 +138,28 @@ class TableBuilder:
         version: str,
         key: str,
         ragged: Mapping[str, tuple[np.dtype | type, tuple[int, ...]]],
+        rows: int | None = None,
     ) -> None:
-        self.path, self.version, self.key = Path(path), version, key
+        self.path, self.version, self.key, self.expected = Path(path), version, key, rows
         self.ragged = {name: (np.dtype(dtype), tuple(shape)) for name, (dtype, shape) in ragged.items()}
         self._scratch = scratch(self.path, ".build", folder=True)  # swept by a later build if this one is killed
-        self._files = {name: open(self._scratch / f"{name}.bin", "wb") for name in self.ragged}  # noqa: SIM115
+        self._files: dict[str, Any] = {}
+        try:
+            for name in self.ragged:
+                self._files[name] = open(self._scratch / f"{name}.bin", "wb")  # noqa: SIM115
+        except OSError as error:
+            self.abandon()
+            raise disk_error(self.path.parent, error) from error
         self._lengths: dict[str, list[np.ndarray]] = {name: [] for name in self.ragged}
         self._plain: dict[str, list[np.ndarray]] = {}
-        self.rows = 0
+        self.rows, self._written, self._held = 0, 0, 0  # rows; bytes of scratch; bytes of the other columns
+
+    def __enter__(self) -> TableBuilder:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is not None:
+            self.abandon()
 
     def append(self, **columns: Sequence[np.ndarray] | np.ndarray) -> None:
         """Add rows: a sequence of arrays per ragged column (one per row), an array per other column."""
@@ -148,23 +169,48 @@ class TableBuilder:
             raise ValueError(f"columns {sorted(columns)}: every append needs {sorted(self._names | set(self.ragged))}")
         if len(set(counts.values())) != 1:
             raise ValueError(f"append needs the same number of rows in every column; got {counts}")
+        self.rows += next(iter(counts.values()), 0)
         for name, rows in columns.items():
             if name in self.ragged:
                 dtype, shape = self.ragged[name]
                 lengths = np.fromiter((len(r) for r in rows), np.int64, len(rows))
                 values = np.concatenate([np.asarray(r, dtype).reshape(-1, *shape) for r in rows]) if len(rows) else []
-                self._files[name].write(np.ascontiguousarray(values, dtype).tobytes())
+                self._spill(name, np.ascontiguousarray(values, dtype).tobytes())
                 self._lengths[name].append(lengths)
             else:
                 self._plain.setdefault(name, []).append(np.asarray(rows))
-        self.rows += next(iter(counts.values()), 0)
+                self._held += self._plain[name][-1].nbytes
+
+    def _spill(self, name: str, data: bytes) -> None:
+        """Append ``data`` to column ``name``'s scratch file; a full disk abandons the build (a DataError)."""
+        try:
+            self._files[name].write(data)
+        except OSError as error:
+            self.abandon()
+            if error.errno not in DISK_ERRNOS:
+                raise
+            raise self._full(error, len(data)) from error
+        self._written += len(data)
+
+    def _full(self, error: OSError, pending: int = 0) -> DataError:
+        """A full disk's DataError, with about the bytes the whole build needs (its scratch, then the table
+        beside it) from the rows so far and :attr:`expected`; without it, at least those of the rows so far."""
+        so_far = 2 * (self._written + pending) + self._held
+        if not self.expected or not self.rows:
+            return disk_error(self.path.parent, error, so_far, floor=True)
+        return disk_error(self.path.parent, error, int(so_far / self.rows * max(self.expected, self.rows)))
 
     def finish(self) -> Path:
         """Write the table and remove the scratch files; returns the table's path."""
         try:
             arrays: dict[str, pa.Array] = {}
             for name, (dtype, shape) in self.ragged.items():
-                self._files[name].close()
+                try:
+                    self._files[name].close()  # flushes: where a full disk may show first
+                except OSError as error:
+                    if error.errno not in DISK_ERRNOS:
+                        raise
+                    raise self._full(error) from error
                 lengths = np.concatenate(self._lengths[name]) if self._lengths[name] else np.zeros(0, np.int64)
                 offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
                 size = int(offsets[-1]) * int(np.prod(shape, dtype=np.int64))
@@ -183,7 +229,8 @@ class TableBuilder:
     def abandon(self) -> None:
         """Remove the scratch files without writing the table (a build that failed half-way)."""
         for handle in self._files.values():
-            handle.close()
+            with contextlib.suppress(OSError):  # a full disk's unflushed bytes: dropped with the file
+                handle.close()
         shutil.rmtree(self._scratch, ignore_errors=True)
 
 

@@ -155,23 +155,25 @@ def featurize_all(
     so tables under ``2 * chunk`` molecules are done in this process.
 
     Raises:
-        DataError: a bond's atom is not its molecule's (:func:`edge_problem`).
+        DataError: the folder cannot be written or fills up (no scratch is left), or a bond's atom is
+            not its molecule's (:func:`edge_problem`).
     """
-    builder = TableBuilder(path, version=CACHE_FORMAT, key=key, ragged=RAGGED)
-    for part, results in _chunks(list(smiles), num_proc, chunk):
-        graphs = [EMPTY if isinstance(r, str) else r for r in results]
-        builder.append(
-            smiles=_strings(part),
-            atoms=[g[0] for g in graphs],
-            bonds=[g[2] for g in graphs],
-            edges=[g[1].T for g in graphs],
-            num_atoms=np.fromiter((len(g[0]) for g in graphs), np.int64, len(graphs)),
-            num_edges=np.fromiter((g[1].shape[1] for g in graphs), np.int64, len(graphs)),
-            scaffold=_strings([g[3] for g in graphs]),
-            descriptors=np.stack([g[4] for g in graphs]).astype(np.float32),
-            error=_strings([r if isinstance(r, str) else "" for r in results]),
-        )
-    store = GraphStore(MappedTable(builder.finish()))
+    smiles = list(smiles)
+    with TableBuilder(path, version=CACHE_FORMAT, key=key, ragged=RAGGED, rows=len(smiles)) as builder:
+        for part, results in _chunks(smiles, num_proc, chunk):
+            graphs = [EMPTY if isinstance(r, str) else r for r in results]
+            builder.append(
+                smiles=_strings(part),
+                atoms=[g[0] for g in graphs],
+                bonds=[g[2] for g in graphs],
+                edges=[g[1].T for g in graphs],
+                num_atoms=np.fromiter((len(g[0]) for g in graphs), np.int64, len(graphs)),
+                num_edges=np.fromiter((g[1].shape[1] for g in graphs), np.int64, len(graphs)),
+                scaffold=_strings([g[3] for g in graphs]),
+                descriptors=np.stack([g[4] for g in graphs]).astype(np.float32),
+                error=_strings([r if isinstance(r, str) else "" for r in results]),
+            )
+        store = GraphStore(MappedTable(builder.finish()))
     if (problem := edge_problem(store.table)) is not None:
         raise DataError(f"{path}: featurising wrote {problem}")
     return store
