@@ -348,15 +348,23 @@ def _first_other_length(offsets: np.ndarray, lengths: np.ndarray) -> int | None:
 
 
 def first_outside(values: np.ndarray, low: int, high: int | np.ndarray) -> int | None:
-    """The first position of ``values`` outside ``[low, high)`` (``high`` a bound per position, or one
-    for all), or None: a chunk at a time, for a table's ids or indices before they are served."""
-    values = np.asarray(values).reshape(len(values), -1)
-    for start in range(0, len(values), CHECK_CHUNK):
-        part = values[start : start + CHECK_CHUNK]
-        bound = high if np.ndim(high) == 0 else np.asarray(high)[start : start + CHECK_CHUNK, None]
-        bad = np.flatnonzero(((part < low) | (part >= bound)).any(axis=1))
+    """The first row of ``values`` (``[N, *trailing]``) with an element outside ``[low, high)`` (``high``
+    one bound, or one per row), or None: a table's ids or indices checked before they are served, a
+    chunk of rows at a time (temporaries stay small)."""
+    values = np.asarray(values)
+    width = int(np.prod(values.shape[1:], dtype=np.int64))
+    flat = values.reshape(-1)
+    for row in range(0, len(values), CHECK_CHUNK):
+        part = flat[row * width : (row + CHECK_CHUNK) * width]
+        if np.ndim(high) == 0:
+            if not len(part) or (part.min() >= low and part.max() < high):
+                continue
+            bad = np.flatnonzero((part < low) | (part >= high))
+        else:
+            bound = np.repeat(np.asarray(high)[row : row + CHECK_CHUNK], width)
+            bad = np.flatnonzero((part < low) | (part >= bound))
         if len(bad):
-            return start + int(bad[0])
+            return row + int(bad[0]) // width
     return None
 
 
