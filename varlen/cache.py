@@ -17,8 +17,9 @@ video features, converted cubes); the tables themselves are :mod:`varlen.tables`
   new format never read a stale cache.
 * **No pickles**: tables are Arrow IPC (:mod:`varlen.tables`), cubes ``.npy`` read with
   ``allow_pickle=False``: a cache file someone else wrote cannot run code.
-* **Rebuilt, never fatal**: a file that is cut short, of another format version or built from
-  other inputs is reported with a warning and built again (:func:`varlen.tables.open_table`).
+* **Rebuilt, never fatal**: a file that is cut short, of another format version, built from
+  other inputs or whose data changed since (:mod:`varlen.checksums`) is reported with a warning and
+  built again (:func:`varlen.tables.open_table`).
 * Built once, in ``prepare_data`` (one process per node), and only mapped in ``setup`` and by
   every loader worker.
 """
