@@ -16,12 +16,10 @@ import pyarrow as pa
 import pytest
 from faults import flip_bytes
 
-import varlen.checksums as checksums
 from varlen.batching import Ragged
 from varlen.cache import cache_key
-from varlen.checksums import ChecksumError, table_checksum
 from varlen.errors import DataError
-from varlen.tables import MappedTable, ids_outside, open_table, to_arrow, write_table
+from varlen.tables import MappedTable, open_table, to_arrow, write_table
 
 KEY = cache_key("inputs", version="t1")
 
@@ -45,6 +43,8 @@ def read(path: Path) -> pa.Table:
 @pytest.fixture
 def hashes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The files whose data this process hashes to verify them."""
+    import varlen.checksums as checksums
+
     made: list[str] = []
     real = checksums.table_checksum
 
@@ -64,9 +64,8 @@ def test_flipped_bytes_are_found_and_the_table_is_rebuilt_with_a_warning(tmp_pat
     assert not read(path).equals(pa.ipc.open_stream(clean).read_all())  # what would be served
     with pytest.warns(UserWarning, match=rf"cache {re.escape(str(path))} is corrupt: its data's checksum .*; building"):
         assert open_table(path, version="t1", key=KEY) is None
-    with pytest.raises(ChecksumError, match=rf"cache {re.escape(str(path))} is corrupt") as raised:
+    with pytest.raises(DataError, match=rf"cache {re.escape(str(path))} is corrupt") as raised:
         MappedTable(path)  # what a worker mapping it would see
-    assert isinstance(raised.value, DataError)
     assert str(pickle.loads(pickle.dumps(raised.value))) == str(raised.value)
 
 
@@ -82,6 +81,8 @@ def test_a_table_without_a_checksum_is_rebuilt_with_a_warning(tmp_path: Path) ->
 
 
 def test_the_checksum_is_of_the_content_not_of_its_layout() -> None:
+    from varlen.checksums import table_checksum
+
     data = columns(50)
     whole = pa.record_batch({name: to_arrow(c) for name, c in data.items()})
     part = {name: (c.take(np.arange(10, 20)) if isinstance(c, Ragged) else c[10:20]) for name, c in data.items()}
@@ -95,7 +96,7 @@ def _marks_files(folder: Path) -> bool:
     probe = folder / "probe"
     probe.write_bytes(b"")
     try:
-        os.setxattr(probe, checksums.MARKER, b"1")
+        os.setxattr(probe, "user.varlen.probe", b"1")
     except (AttributeError, OSError):
         return False
     return True
@@ -135,6 +136,8 @@ def test_a_length_column_that_disagrees_with_its_rows_is_a_data_error(tmp_path: 
 
 
 def test_ids_outside_a_vocabulary_are_found_with_their_row() -> None:
+    from varlen.tables import ids_outside
+
     ids = Ragged.from_arrays([np.array([1, 2]), np.array([3, 30522, 4]), np.array([-1013])])
     assert ids_outside(ids, 30522) == (1, 30522)
     assert ids_outside(ids.take([0, 2]), 30522) == (1, -1013)
