@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from faults import flip_bytes
 from test_bearing import DATA, ROOT, SMALL, assert_same_batch, folder_args
 
 import varlen.datamodules.bearing as bearing_module
@@ -154,6 +155,24 @@ def test_a_cut_short_or_foreign_cache_is_rebuilt_with_a_warning(tmp_path, builds
         third.setup()
     same_batches(expected, first_batches(third))
     assert len(builds) == 4  # the first, after the cut, after the foreign file, and seed 1's
+
+
+def test_flipped_bytes_in_the_recordings_table_are_found_and_it_is_rebuilt(tmp_path, builds):
+    """Bytes flipped in the middle of the built signal were served as vibration values: its data no
+    longer match the checksum recorded when it was built, so it is rebuilt with a warning."""
+    dm = simulated(tmp_path)
+    dm.setup()
+    expected = first_batches(dm)
+    (path,) = tables(tmp_path)
+    content = path.read_bytes()
+    path.unlink()  # a new file (the live DataModule keeps its clean pages), its middle flipped
+    path.write_bytes(content)
+    flip_bytes(path)
+    again = simulated(tmp_path)
+    with pytest.warns(UserWarning, match=rf"cache {path} is corrupt: its data's checksum .*; building it again"):
+        again.setup()
+    assert len(builds) == 2
+    same_batches(expected, first_batches(again))
 
 
 def _prepare(cache: str, barrier) -> None:  # a racing builder (module level: it is pickled by name)

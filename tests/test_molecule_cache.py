@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from faults import flip_bytes, rewrite, with_value
 
 import varlen.datamodules.molecules as molecule_dm
 import varlen.datasets.molecules as mol
@@ -133,17 +134,26 @@ def damage(path: Path, how: str, marker: Path, tmp_path: Path) -> None:
         shutil.copy(mol.cached_graphs(mol.read_table(other, "smiles", ["y"]), "smiles", tmp_path / "o")[1], path)
     elif how == "other_columns":
         write_table(path, {"atoms": np.zeros((40, 8), np.int16)}, version=graphs.CACHE_FORMAT, key=key)
+    elif how == "flipped":  # sixteen bytes of the middle changed (a disk's, a copy's fault)
+        path.write_bytes(content)
+        flip_bytes(path)
+    elif how == "bond_outside":  # a bond to an atom of the next molecule, under a valid checksum
+        path.write_bytes(content)
+        rewrite(path, edges=lambda edges: with_value(edges, 5, 99))
     else:  # a pickle where the table should be (what a hostile file could hold)
         path.write_bytes(pickle.dumps(RunsCode(marker)))
 
 
-@pytest.mark.parametrize("how", ["truncated", "empty", "other_format", "other_inputs", "other_columns", "pickled"])
+@pytest.mark.parametrize(
+    "how", ["truncated", "empty", "other_format", "other_inputs", "other_columns", "pickled", "flipped", "bond_outside"]
+)
 def test_an_unusable_graph_table_is_rebuilt_with_a_warning(tmp_path: Path, how: str) -> None:
     cache, marker = tmp_path / "c", tmp_path / "code-ran"
     dm = tiny(cache)
     dm.prepare_data()
     dm.setup("fit")
     expected = {split: (d.lengths, d.positions) for split, d in dm.datasets.items()}
+    served = {name: np.array(value) for name, value in vars(dm.dataset("train").__getitems__(range(16))).items()}
     path = graphs.graph_cache_path(DATA / "esol_tiny.csv", "smiles", cache)
     damage(path, how, marker, tmp_path)
     again = tiny(cache)
@@ -158,6 +168,8 @@ def test_an_unusable_graph_table_is_rebuilt_with_a_warning(tmp_path: Path, how: 
     for split, (lengths, positions) in expected.items():
         np.testing.assert_array_equal(again.dataset(split).lengths, lengths)
         np.testing.assert_array_equal(again.dataset(split).positions, positions)
+    for name, value in vars(again.dataset("train").__getitems__(range(16))).items():
+        np.testing.assert_array_equal(value, served[name], err_msg=name)  # the clean table's molecules
     assert open_table(path, version=graphs.CACHE_FORMAT, key=graphs.graph_key(DATA / "esol_tiny.csv", "smiles"))
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from faults import flip_bytes, rewrite, with_value
 
 import varlen.datasets.text.sources as sources_module
 import varlen.datasets.text.store as store
@@ -440,6 +441,62 @@ def test_a_cut_short_or_foreign_table_is_rebuilt_with_a_warning(tmp_path: Path, 
         fifth.setup("fit")
     assert len(builds["sources"]) == 5
     same_batches(expected, batches(fifth))
+
+
+def test_flipped_bytes_in_a_token_table_are_found_and_it_is_rebuilt(tmp_path: Path, builds) -> None:
+    """Sixteen bytes flipped in the middle of a built table were served as token ids (-1013, -1999...):
+    its data no longer match the checksum recorded when it was built, so it is rebuilt with a warning."""
+    path = write_csv(tmp_path / "reviews.csv", corpus(40))
+    cache = tmp_path / "cache"
+    dm = make(cache, train_file=str(path))
+    dm.prepare_data()
+    dm.setup("fit")
+    expected = batches(dm)
+    (samples,) = token_tables(cache)
+    flip_bytes(samples)
+    again = make(cache, train_file=str(path))
+    with pytest.warns(UserWarning, match=rf"cache {re.escape(str(samples))} is corrupt: .*building it again"):
+        again.prepare_data()
+    assert len(builds["sources"]) == 2
+    again.setup("fit")
+    same_batches(expected, batches(again))
+
+
+def test_a_table_holding_ids_outside_the_vocabulary_is_rebuilt(tmp_path: Path, builds, tokenizer) -> None:
+    """An id outside the tokenizer's vocabulary fails an embedding (a device-side assert on a GPU): a table
+    holding one (its checksum valid: a build's bug) is rebuilt with a warning."""
+    path = write_csv(tmp_path / "reviews.csv", corpus(40))
+    cache = tmp_path / "cache"
+    dm = make(cache, train_file=str(path))
+    dm.prepare_data()
+    dm.setup("fit")
+    expected = batches(dm)
+    (samples,) = token_tables(cache)
+    rewrite(samples, input_ids=lambda ids: with_value(ids, 100, len(tokenizer) + 7))  # a valid checksum
+    again = make(cache, train_file=str(path))
+    outside = rf"token id {len(tokenizer) + 7} in row \d+, outside the tokenizer's {len(tokenizer):,} ids"
+    with pytest.warns(UserWarning, match=rf"cache {re.escape(str(samples))} is holding {outside}; building it"):
+        again.prepare_data()
+    again.setup("fit")
+    same_batches(expected, batches(again))
+
+
+def test_a_tokenizer_giving_an_id_outside_its_vocabulary_is_a_data_error(
+    tmp_path: Path, tokenizer, monkeypatch
+) -> None:
+    path = write_csv(tmp_path / "reviews.csv", corpus(40))
+    encode = store.encode_texts
+
+    def off_by_one(tokenizer, texts, *args, **kwargs):  # a tokenizer whose last id is past its vocabulary
+        encoded = encode(tokenizer, texts, *args, **kwargs)
+        encoded.fields["input_ids"][3] = [*encoded.fields["input_ids"][3][:-1], len(tokenizer)]
+        return encoded
+
+    monkeypatch.setattr(store, "encode_texts", off_by_one)
+    name = re.escape(str(path))
+    with pytest.raises(DataError, match=rf"{name}, row 3: the tokenizer gave token id {len(tokenizer)}, outside"):
+        make(tmp_path / "cache", train_file=str(path)).prepare_data()
+    assert list((tmp_path / "cache" / "text").iterdir()) == []  # no table, no scratch
 
 
 def test_a_cache_dir_that_cannot_be_written_is_a_data_error_naming_it(tmp_path: Path, builds) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from faults import rewrite, with_value
 from torch import nn
 
 from varlen.batching import pad_sequences
@@ -973,6 +974,43 @@ def test_a_table_cut_short_is_built_again_with_a_warning(tmp_path, name) -> None
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # built again: mapped without a word
         VideoTextDataModule(**arguments).setup()
+
+
+def test_a_table_holding_caption_ids_outside_the_vocabulary_is_built_again(tmp_path) -> None:
+    """A caption id outside the tokenizer's vocabulary fails the text embedding (on a GPU, a device-side
+    assert): a split table holding one, though its checksum holds (a build's bug), is built again."""
+    arguments = {**SMALL, "cache_dir": str(tmp_path)}
+    first = VideoTextDataModule(**arguments)
+    first.setup()
+    path = first.table_paths(first.cache_key())["train"]
+    rewrite(path, text=lambda text: with_value(text, 3, first.vocab_size + 5))
+    again = VideoTextDataModule(**arguments)
+    outside = f"token id {first.vocab_size + 5} in caption 0, outside the tokenizer's {first.vocab_size:,} ids"
+    with pytest.warns(UserWarning, match=f"cache {path} is holding {outside}; building it again"):
+        again.setup()
+    _same_batches(again, again.dataset("train"), first.dataset("train"))
+
+
+class _PastItsVocabulary:
+    """A tokenizer whose second caption ends with an id one past its vocabulary."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def __call__(self, *args, **kwargs):
+        encoded = self.tokenizer(*args, **kwargs)
+        if len(encoded["input_ids"]) > 1:
+            encoded["input_ids"][1] = [*encoded["input_ids"][1][:-1], len(self.tokenizer)]
+        return encoded
+
+    def __len__(self) -> int:
+        return len(self.tokenizer)
+
+
+def test_a_tokenizer_giving_a_caption_id_outside_its_vocabulary_is_a_data_error() -> None:
+    tok = tokenizer(None)
+    with pytest.raises(DataError, match=rf"caption 1 \('stir in .*'\): the tokenizer gave token id {len(tok)}, out"):
+        tokenize_captions(TEXTS, _PastItsVocabulary(tok), 16)
 
 
 def test_the_cache_key_covers_every_input_and_no_batching_setting(tmp_path) -> None:

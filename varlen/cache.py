@@ -5,7 +5,10 @@ video features, converted cubes); the tables themselves are :mod:`varlen.tables`
 
 * **Atomic**: every write goes through :func:`atomic_write` (a temporary file in the same
   folder, then ``os.replace``), so two DDP ranks or an interrupted run never leave a torn file
-  where a cache is expected.
+  where a cache is expected. A full disk, or a file that cannot be replaced, is a DataError naming
+  the folder (and the space a write needs), and leaves no scratch.
+* **Shared**: written files follow the umask (``0o666 & ~umask``, as tools that create files do),
+  not ``tempfile``'s 0600: one cache folder can serve every user of a node.
 * **Swept**: a build killed outright (SIGKILL: a pre-empted job) cannot remove its scratch, so
   scratch is named by its host and process (:func:`scratch`), and the next build in the folder,
   or open of a table there, removes what a gone process left (:func:`sweep_scratch`).
@@ -14,14 +17,17 @@ video features, converted cubes); the tables themselves are :mod:`varlen.tables`
   new format never read a stale cache.
 * **No pickles**: tables are Arrow IPC (:mod:`varlen.tables`), cubes ``.npy`` read with
   ``allow_pickle=False``: a cache file someone else wrote cannot run code.
-* **Rebuilt, never fatal**: a file that is cut short, of another format version or built from
-  other inputs is reported with a warning and built again (:func:`varlen.tables.open_table`).
+* **Rebuilt, never fatal**: a file that is cut short, of another format version, built from
+  other inputs or whose data changed since (:mod:`varlen.checksums`) is reported with a warning and
+  built again (:func:`varlen.tables.open_table`).
 * Built once, in ``prepare_data`` (one process per node), and only mapped in ``setup`` and by
   every loader worker.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import hashlib
 import json
@@ -45,7 +51,9 @@ __all__ = [
     "atomic_write",
     "cache_key",
     "default_cache_dir",
+    "disk_error",
     "file_hash",
+    "reserve",
     "scratch",
     "sweep_scratch",
     "tokenizer_identity",
@@ -58,19 +66,89 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("VARLEN_CACHE", Path.home() / ".cache" / "varlen")).expanduser()
 
 
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+def atomic_write(path: str | Path, write: Callable[[Path], None], *, size: int | None = None) -> Path:
     """Create ``path`` through a temporary file in its folder: ``write(tmp)`` fills it, then it is renamed.
 
-    Readers see either no file or the complete one; a failed ``write`` leaves nothing behind.
+    Readers see either no file or the complete one; a failed ``write`` leaves nothing behind. The file
+    gets the umask's permissions. ``size`` (the bytes it will hold, when known) goes in the message of a
+    full disk.
+
+    Raises:
+        DataError: the folder is full or read-only (naming it, and ``size``), or ``path`` cannot be
+            replaced (an immutable file, another user's in a shared folder).
     """
     path = Path(path)
     tmp_path = scratch(path, ".part")
     try:
-        write(tmp_path)
-        os.replace(tmp_path, path)
+        try:
+            write(tmp_path)
+            os.chmod(tmp_path, 0o666 & ~_umask())
+        except OSError as error:
+            if isinstance(error, DataError) or error.errno not in DISK_ERRNOS:
+                raise
+            raise disk_error(path.parent, error, size) from error
+        try:
+            os.replace(tmp_path, path)
+        except OSError as error:
+            raise DataError(
+                f"cannot replace {path} ({error.strerror or error}): it is immutable, or another user's in a "
+                "shared folder; remove it, or give another folder (cache_dir=..., or $VARLEN_CACHE)"
+            ) from error
     finally:
-        tmp_path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp_path.unlink(missing_ok=True)
     return path
+
+
+#: what a failed write's errno says of the folder (see :func:`disk_error`)
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+DISK_ERRNOS = (*NO_SPACE, errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def disk_error(folder: str | Path, error: OSError, needed: int | None = None, *, floor: bool = False) -> DataError:
+    """A write that failed in ``folder`` as a DataError naming it: out of space (with what is free and
+    ``needed``, the bytes the write needs, when known; ``floor``: at least those), or a folder that
+    cannot be written."""
+    advice = "give a folder you can write to (cache_dir=..., or $VARLEN_CACHE)"
+    if error.errno not in NO_SPACE:
+        return DataError(f"cannot write in {folder} ({error.strerror or error}): {advice}")
+    try:
+        free = f"{_mib(shutil.disk_usage(folder).free)} free"
+    except OSError:
+        free = "free space unknown"
+    need = f"; the cache needs {'more than' if floor else 'about'} {_mib(needed)} there" if needed else ""
+    return DataError(f"no space left in {folder} ({error.strerror or error}; {free}{need}): free some, or {advice}")
+
+
+def reserve(path: str | Path, size: int) -> None:
+    """Allocate ``size`` bytes of the file ``path`` (a scratch file to be written through a memory map):
+    a full disk is then a DataError naming the folder now, not a crash (SIGBUS) when a mapped page
+    is written later. Where the platform cannot allocate, the file is only extended."""
+    try:
+        with open(path, "r+b") as handle:
+            try:
+                os.posix_fallocate(handle.fileno(), 0, size)
+            except (AttributeError, OSError) as error:  # no such call, or a file system without it
+                if getattr(error, "errno", None) in DISK_ERRNOS:
+                    raise
+                handle.truncate(size)
+    except OSError as error:
+        raise disk_error(Path(path).parent, error, size) from error
+
+
+def _mib(size: int) -> str:
+    return f"{size / 2**20:,.1f} MiB"
+
+
+def _umask() -> int:
+    """This process's umask, read without changing it (``os.umask`` sets it: a race with other threads)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def writable_folder(path: str | Path) -> Path:
@@ -104,10 +182,7 @@ def scratch(path: str | Path, suffix: str, *, folder: bool = False) -> Path:
         os.close(handle)
         return Path(name)
     except OSError as error:
-        raise DataError(
-            f"cannot write in {path.parent} ({error.strerror or error}): give a folder you can write to "
-            "(cache_dir=..., or $VARLEN_CACHE)"
-        ) from error
+        raise disk_error(path.parent, error) from error
 
 
 def sweep_scratch(folder: str | Path) -> int:

@@ -32,7 +32,7 @@ from varlen.datasets.video_text.replay import RecordingReport, replay, write_eve
 from varlen.datasets.video_text.served import VERSION as SERVED_VERSION
 from varlen.datasets.video_text.served import MappedVideoTextDataset, input_fingerprint, write_split
 from varlen.datasets.video_text.source import SOURCES, open_source
-from varlen.datasets.video_text.tokenize import Tokenized, tokenize_captions, tokenizer
+from varlen.datasets.video_text.tokenize import Tokenized, ids_problem, tokenize_captions, tokenizer
 from varlen.errors import DataError
 from varlen.report import DataReport, OnBad
 from varlen.splits import random_split
@@ -274,10 +274,17 @@ class VideoTextDataModule(VarLenDataModule):
         of another version or of other inputs (:func:`varlen.tables.open_table` warns)."""
         key = self.cache_key()
         paths = self.table_paths(key)
-        tables = {name: open_table(path, version=SERVED_VERSION, key=key) for name, path in paths.items()}
+
+        def check(table: MappedTable) -> str | None:  # the report's table holds no tokens
+            return None if "text" not in table.columns else ids_problem(table, "text", self.vocab_size)
+
+        def mapped() -> dict[str, MappedTable | None]:
+            return {name: open_table(p, version=SERVED_VERSION, key=key, check=check) for name, p in paths.items()}
+
+        tables = mapped()
         if any(table is None for table in tables.values()):
             self.build_tables(paths, key)
-            tables = {name: open_table(path, version=SERVED_VERSION, key=key) for name, path in paths.items()}
+            tables = mapped()
             if unread := [str(paths[name]) for name, table in tables.items() if table is None]:
                 raise DataError(f"the video-text tables just written cannot be read back: {unread}")
         return tables

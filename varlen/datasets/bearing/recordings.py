@@ -17,7 +17,6 @@ built again with a warning.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -118,19 +117,12 @@ def build_recordings(
         for where, problem in collected.bad_items:
             builder.append(**_skipped_row(where, problem))
         if builder.rows == 0:  # nothing at all: a builder without rows has no columns
-            _abandon(builder)
+            builder.abandon()
             return write_table(path, _empty(), version=VERSION, key=key)
         return builder.finish()
     except BaseException:
-        _abandon(builder)
+        builder.abandon()
         raise
-
-
-def _abandon(builder: TableBuilder) -> None:
-    """Close and remove a builder's scratch files (TableBuilder cleans up only in ``finish``)."""
-    for handle in builder._files.values():
-        handle.close()
-    shutil.rmtree(builder._scratch, ignore_errors=True)
 
 
 def _empty() -> dict[str, Any]:

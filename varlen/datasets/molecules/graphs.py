@@ -7,8 +7,10 @@ counts, the Bemis-Murcko scaffold, the RDKit descriptors, and ``error`` (why RDK
 the molecule; '' when it could, and then its graph is empty). It is keyed by the file's SHA-256,
 the SMILES column and :data:`~.features.FEATURIZER_VERSION` (an edited file or a new featuriser
 never reads a stale cache), built a chunk of molecules at a time (memory holds one chunk, never
-the table's graphs) and written atomically; a file cut short, of another format or built from
-other inputs is rebuilt with a warning (:func:`varlen.tables.open_table`).
+the table's graphs) and written atomically; a file cut short, of another format, built from
+other inputs, whose data changed since, or with a bond whose atom is not its molecule's (PyG would
+join it to another molecule, or index past the batch) is rebuilt with a warning
+(:func:`varlen.tables.open_table`).
 
 :class:`GraphStore` maps it: every array is a read-only view of the file, so per-sample sizes are
 views too, and the store pickles as its path (a spawned worker maps the file again).
@@ -27,12 +29,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import varlen.datasets.molecules.features as features  # FEATURIZER_VERSION read when a key is made
-from varlen import notices
 from varlen.cache import cache_key, default_cache_dir, file_hash
 from varlen.datasets.molecules.features import ATOM_FEATURES, BOND_FEATURES, NUM_DESCRIPTORS, Graph, featurize_many
 from varlen.datasets.molecules.readers import MoleculeTable
+from varlen.errors import DataError
 from varlen.report import DataReport
-from varlen.tables import MappedTable, TableBuilder, open_table
+from varlen.tables import MappedTable, TableBuilder, first_outside, open_table
 
 __all__ = [
     "CACHE_FORMAT",
@@ -40,6 +42,7 @@ __all__ = [
     "GraphStore",
     "build_graphs",
     "cached_graphs",
+    "edge_problem",
     "featurize_all",
     "graph_cache_path",
     "graph_key",
@@ -150,22 +153,45 @@ def featurize_all(
 
     Process start-up and pickling cost more than featurising a few thousand small molecules,
     so tables under ``2 * chunk`` molecules are done in this process.
+
+    Raises:
+        DataError: the folder cannot be written or fills up (no scratch is left), or a bond's atom is
+            not its molecule's (:func:`edge_problem`).
     """
-    builder = TableBuilder(path, version=CACHE_FORMAT, key=key, ragged=RAGGED)
-    for part, results in _chunks(list(smiles), num_proc, chunk):
-        graphs = [EMPTY if isinstance(r, str) else r for r in results]
-        builder.append(
-            smiles=_strings(part),
-            atoms=[g[0] for g in graphs],
-            bonds=[g[2] for g in graphs],
-            edges=[g[1].T for g in graphs],
-            num_atoms=np.fromiter((len(g[0]) for g in graphs), np.int64, len(graphs)),
-            num_edges=np.fromiter((g[1].shape[1] for g in graphs), np.int64, len(graphs)),
-            scaffold=_strings([g[3] for g in graphs]),
-            descriptors=np.stack([g[4] for g in graphs]).astype(np.float32),
-            error=_strings([r if isinstance(r, str) else "" for r in results]),
-        )
-    return GraphStore(MappedTable(builder.finish()))
+    smiles = list(smiles)
+    with TableBuilder(path, version=CACHE_FORMAT, key=key, ragged=RAGGED, rows=len(smiles)) as builder:
+        for part, results in _chunks(smiles, num_proc, chunk):
+            graphs = [EMPTY if isinstance(r, str) else r for r in results]
+            builder.append(
+                smiles=_strings(part),
+                atoms=[g[0] for g in graphs],
+                bonds=[g[2] for g in graphs],
+                edges=[g[1].T for g in graphs],
+                num_atoms=np.fromiter((len(g[0]) for g in graphs), np.int64, len(graphs)),
+                num_edges=np.fromiter((g[1].shape[1] for g in graphs), np.int64, len(graphs)),
+                scaffold=_strings([g[3] for g in graphs]),
+                descriptors=np.stack([g[4] for g in graphs]).astype(np.float32),
+                error=_strings([r if isinstance(r, str) else "" for r in results]),
+            )
+        store = GraphStore(MappedTable(builder.finish()))
+    if (problem := edge_problem(store.table)) is not None:
+        raise DataError(f"{path}: featurising wrote {problem}")
+    return store
+
+
+def edge_problem(table: MappedTable) -> str | None:
+    """What is wrong with a graph table's bonds, or None: the first molecule with a bond whose atom is
+    not one of its own (local atom numbers: ``0 <= atom < num_atoms``), or whose counts disagree with
+    its lists (:meth:`~varlen.tables.MappedTable.ragged` raises then). One vectorised pass over the edges."""
+    num_atoms, num_edges = table.numpy("num_atoms"), table.numpy("num_edges")
+    edges = table.ragged("edges", num_edges)
+    table.ragged("atoms", num_atoms)
+    outside = first_outside(edges.values, 0, np.repeat(num_atoms, num_edges))
+    if outside is None:
+        return None
+    row = int(np.searchsorted(edges.starts + num_edges, outside, side="right"))
+    pair = edges.values[outside].tolist()
+    return f"a bond between atoms {pair} in row {row}, which has {int(num_atoms[row])} atoms"
 
 
 def graph_key(path: str | Path, smiles_column: str) -> str:
@@ -182,11 +208,16 @@ def graph_cache_path(path: str | Path, smiles_column: str, cache_dir: str | Path
 def open_graphs(path: str | Path, smiles_column: str, cache_dir: str | Path | None = None) -> GraphStore | None:
     """The cached graphs of the table at ``path`` mapped, or None (with a warning if unusable): build them."""
     target = graph_cache_path(path, smiles_column, cache_dir)
-    table = open_table(target, version=CACHE_FORMAT, key=graph_key(path, smiles_column))
-    if table is not None and sorted(table.columns) != sorted(COLUMNS):
-        notices.warn(f"cache {target} holds columns {table.columns}, expected {list(COLUMNS)}; building it again")
-        return None
+    table = open_table(target, version=CACHE_FORMAT, key=graph_key(path, smiles_column), check=_graph_problem)
     return None if table is None else GraphStore(table)
+
+
+def _graph_problem(table: MappedTable) -> str | None:
+    """What makes a mapped graph table unusable: other columns, or a bond outside its molecule."""
+    if sorted(table.columns) != sorted(COLUMNS):
+        return f"holding columns {table.columns}, expected {list(COLUMNS)}"
+    problem = edge_problem(table)
+    return None if problem is None else f"holding {problem}"
 
 
 def build_graphs(

@@ -31,11 +31,13 @@ from typing import Any
 
 import numpy as np
 
+from varlen.batching.ragged import Ragged
 from varlen.cache import cache_key, tokenizer_identity, writable_folder
 from varlen.datasets.text.readers import check_rows
 from varlen.datasets.text.sources import RowSlice, TextSource
 from varlen.datasets.text.tokens import CHUNK, Tokenization, check_stride, encode_texts
-from varlen.tables import MappedTable, TableBuilder, open_table, write_table
+from varlen.errors import DataError
+from varlen.tables import MappedTable, TableBuilder, ids_outside, open_table, write_table
 
 __all__ = ["VERSION", "TokenTables", "build_tokens", "load_tokens", "token_key"]
 
@@ -79,11 +81,19 @@ def _paths(folder: Path, source: TextSource, key: str) -> tuple[Path, Path]:
     return folder / f"{source.slug}-{key}.arrow", folder / f"{source.slug}-{key}.bad.arrow"
 
 
-def _open(folder: Path, source: TextSource, key: str) -> TokenTables | None:
+def _open(folder: Path, source: TextSource, key: str, vocabulary: int) -> TokenTables | None:
     samples_path, bad_path = _paths(folder, source, key)
-    samples = open_table(samples_path, version=VERSION, key=key)
+    samples = open_table(samples_path, version=VERSION, key=key, check=lambda table: _ids_problem(table, vocabulary))
     bad = open_table(bad_path, version=VERSION, key=key) if samples is not None else None
     return TokenTables(source.name, samples, bad, key) if samples is not None and bad is not None else None
+
+
+def _ids_problem(samples: MappedTable, vocabulary: int) -> str | None:
+    """A token id outside the tokenizer's ``vocabulary`` ids (an embedding would fail on it), or None."""
+    found = ids_outside(samples.ragged("input_ids", lengths=samples.numpy("length")), vocabulary)
+    if found is None:
+        return None
+    return f"holding token id {found[1]} in row {found[0]}, outside the tokenizer's {vocabulary:,} ids"
 
 
 def load_tokens(
@@ -100,10 +110,10 @@ def load_tokens(
     ``tokenizer_id`` is :func:`tokenizer_identity` of ``tokenizer``, when the caller has it already."""
     folder = Path(folder)
     key = token_key(source, classes, tokenizer_id or tokenizer_identity(tokenizer), tokenization)
-    found = _open(folder, source, key)
+    found = _open(folder, source, key, len(tokenizer))
     if found is None:
         build_tokens(folder, source, classes, tokenizer, tokenization, key)
-        found = _open(folder, source, key)
+        found = _open(folder, source, key, len(tokenizer))
     if found is None:
         raise RuntimeError(f"the token tables of {source.name} in {folder} do not open after being written")
     return found
@@ -138,8 +148,8 @@ def build_tokens(
     """Check, tokenise and write ``source``'s rows a slice at a time (see the module docstring).
 
     Raises:
-        DataError: the source cannot be read, its split column names no split, or ``folder`` cannot
-            be written (naming it).
+        DataError: the source cannot be read, its split column names no split, ``folder`` cannot
+            be written (naming it), or the tokenizer gives an id outside its vocabulary.
         ValueError: a ``stride`` that leaves a window no new token.
     """
     started = time.perf_counter()
@@ -201,6 +211,9 @@ def _append(
     pairs = None if part.pairs is None else [part.pairs[i] for i in keep]
     encoded = encode_texts(tokenizer, [part.texts[i] for i in keep], pairs, tokenization)
     of_row = keep[encoded.of_text]  # each sample's row in the slice
+    if (found := ids_outside(Ragged.from_arrays(encoded.fields["input_ids"]), len(tokenizer))) is not None:
+        where = f"{source.name}, row {part.start + int(of_row[found[0]])}"
+        raise DataError(f"{where}: the tokenizer gave token id {found[1]}, outside its {len(tokenizer):,} ids")
     columns: dict[str, Any] = {name: encoded.fields[name] for name in tokenization.fields}
     columns["length"] = np.fromiter(map(len, encoded.fields["input_ids"]), np.int64, len(of_row))
     columns["label"] = ids[of_row]

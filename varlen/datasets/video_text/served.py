@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from varlen.batching.ragged import Ragged
-from varlen.cache import file_hash, scratch
+from varlen.cache import file_hash, reserve, scratch
 from varlen.datasets.video_text.dataset import VideoTextDataset
 from varlen.datasets.video_text.features import FeatureStore
 from varlen.report import SOURCE
@@ -101,7 +101,9 @@ def write_split(path: str | os.PathLike, dataset: VideoTextDataset, key: str) ->
     features = scratch(path, ".features")
     try:
         shape = (rows, dataset.feature_dim)
-        values = np.memmap(features, np.float32, "w+", shape=shape) if rows else np.zeros(shape, np.float32)
+        if rows:
+            reserve(features, rows * dataset.feature_dim * 4)  # a full disk: an error now, not a SIGBUS mid-copy
+        values = np.memmap(features, np.float32, "r+", shape=shape) if rows else np.zeros(shape, np.float32)
         dataset.read_video(values)
         columns = split_columns(dataset, dataset.video_field(values))
         return write_table(path, columns, version=VERSION, key=key)

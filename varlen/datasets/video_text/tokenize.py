@@ -7,8 +7,9 @@ tokenizer its identity, :func:`varlen.cache.tokenizer_identity`.
 :func:`caption_tokens` can cache the tokens of a list of captions as one Arrow table (the same
 mechanism as the DataModule's split tables, :mod:`varlen.tables`): written atomically, keyed by
 the tokenizer, ``max_length``, a hash of the caption texts and the format version, rebuilt with a
-warning when it is cut short or of another version. The DataModule does not use it: its split
-tables (:mod:`.served`) hold the tokens already.
+warning when it is cut short, of another version, changed since (its checksum) or holds an id
+outside the tokenizer's vocabulary (one the tokenizer gives is a DataError when it is built). The
+DataModule does not use it: its split tables (:mod:`.served`) hold the tokens already.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import numpy as np
 from varlen.batching.ragged import Ragged
 from varlen.cache import cache_key, tokenizer_identity
 from varlen.datasets.text.tokens import default_tokenizer_path, load_tokenizer
-from varlen.tables import open_table, write_table
+from varlen.errors import DataError
+from varlen.tables import MappedTable, ids_outside, open_table, write_table
 
 __all__ = [
     "BATCH",
@@ -34,6 +36,7 @@ __all__ = [
     "Tokenized",
     "cache_path",
     "caption_tokens",
+    "ids_problem",
     "tokenize_captions",
     "tokenizer",
 ]
@@ -103,7 +106,23 @@ def tokenize_captions(texts: Sequence[str], tokenizer, max_length: int = 32, bat
     if not parts:
         return Tokenized(np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, bool))
     ids, lengths, truncated = (np.concatenate(arrays) for arrays in zip(*parts, strict=True))
-    return Tokenized(ids, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), truncated)
+    tokens = Tokenized(ids, np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), truncated)
+    if (found := ids_outside(Ragged.from_offsets(tokens.ids, tokens.offsets), len(tokenizer))) is not None:
+        caption, token = found
+        raise DataError(
+            f"caption {caption} ({texts[caption]!r}): the tokenizer gave token id {token}, "
+            f"outside its {len(tokenizer):,} ids"
+        )
+    return tokens
+
+
+def ids_problem(table: MappedTable, column: str, vocabulary: int) -> str | None:
+    """A caption token id of a mapped table's list column outside the tokenizer's ``vocabulary`` ids
+    (an embedding would fail on it), or None: what :func:`varlen.tables.open_table`'s check says."""
+    found = ids_outside(table.ragged(column), vocabulary)
+    if found is None:
+        return None
+    return f"holding token id {found[1]} in caption {found[0]}, outside the tokenizer's {vocabulary:,} ids"
 
 
 def cache_path(cache_dir: str | os.PathLike, texts: Sequence[str], tokenizer, max_length: int) -> Path:
@@ -128,7 +147,7 @@ def caption_tokens(
     if cache_dir is None:
         return tokenize_captions(texts, tokenizer, max_length)
     path, key = cache_path(cache_dir, texts, tokenizer, max_length), _key(texts, tokenizer, max_length)
-    table = open_table(path, version=CACHE_VERSION, key=key)
+    table = open_table(path, version=CACHE_VERSION, key=key, check=lambda t: ids_problem(t, "ids", len(tokenizer)))
     if table is None:
         tokens = tokenize_captions(texts, tokenizer, max_length)
         ids = Ragged.from_offsets(tokens.ids, tokens.offsets)
