@@ -17,7 +17,8 @@ from varlen.datamodules.weighting import check_sample_weights, checked_column
 from varlen.datasets.text.collate import TextCollator
 from varlen.datasets.text.column_splits import SPLITS, split_by_column
 from varlen.datasets.text.dataset import TokenizedTexts
-from varlen.datasets.text.readers import TextColumns, TextTable, check_classes, read_columns, read_hub, read_table
+from varlen.datasets.text.labels import check_classes
+from varlen.datasets.text.readers import TextColumns, TextTable, read_columns, read_hub, read_table
 from varlen.datasets.text.report import TextReport
 from varlen.datasets.text.selections import SplitPlan, TextSplit, split_summary
 from varlen.datasets.text.sources import TextSource, file_sources, hub_sources, synthetic_sources
@@ -75,7 +76,10 @@ class TextClassificationDataModule(VarLenDataModule):
             validation row and no ``val_file`` is given). Rows it gives to a split that has its own
             file are left out and counted in ``report`` (unused rows). An unknown value, or no
             training row, is a :class:`~varlen.errors.DataError` naming the file, column and rows.
-        class_names: the class list, in id order; default: the sorted training labels.
+        class_names: the class list, in id order; default: the sorted training labels, refused
+            (a ``DataError`` naming rows) when they mix numbers with words (``0``, ``1``, ``true``) or
+            spell one number two ways (``1``, ``1.0``). Given, each label is matched as written and a
+            row with another label is bad input (``on_bad``).
         tokenizer_name_or_path: Hub name or local path; default: the offline MiniLM tokenizer.
         max_length: longest sequence in tokens; a longer text is truncated (counted in ``report``)
             or cut into windows (``overflow``).
