@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -70,3 +71,40 @@ def test_class_names_say_which_spellings_are_classes(tmp_path: Path) -> None:
 def test_a_numeric_label_column_is_still_read_as_numbers(tmp_path: Path) -> None:
     rows = [{"text": f"text {i}", "label": [0, 1, 1.0][i % 3]} for i in range(30)]  # a float column: 0.0 / 1.0
     assert TextClassificationDataModule(train_file=write_csv(tmp_path / "floats.csv", rows)).class_names == ["0", "1"]
+
+
+# -- texts the tokenizer leaves empty ------------------------------------------------------------
+
+
+def test_a_text_of_nul_bytes_is_refused_as_an_empty_text(tmp_path: Path) -> None:
+    """Before: it was kept as ``[CLS] [SEP]``, though an empty text is refused."""
+    rows = reviews(20)
+    rows[3]["text"] = "\x00\x00\x00"
+    rows[7]["text"] = "\u200b\u200b"  # zero-width spaces: the tokenizer drops them too
+    path = write_csv(tmp_path / "nul.csv", rows)
+    message = r"nul\.csv: row 3 \('\\x00\\x00\\x00': no token but the special ones once tokenised\): empty text"
+    with pytest.raises(DataError, match=message):
+        TextClassificationDataModule(train_file=path).setup("fit")
+    dm = TextClassificationDataModule(train_file=path, on_bad="skip")
+    with pytest.warns(UserWarning, match="empty text in column 'text'"):
+        dm.setup("fit")
+    assert dm.report.skipped("empty text in column 'text'") == 2
+    served = np.concatenate([dm.dataset(split).rows for split in ("train", "val")])
+    assert sorted(served.tolist()) == [i for i in range(20) if i not in (3, 7)]
+    assert min(int(dm.dataset(split).lengths.min()) for split in ("train", "val")) > 2
+
+
+def test_an_emptied_pair_or_window_text_is_refused_too(tmp_path: Path) -> None:
+    rows = [{"a": f"premise {i}", "b": f"hypothesis {i}", "label": i % 2} for i in range(20)]
+    rows[5]["b"] = "\x00"
+    path = write_csv(tmp_path / "pairs.csv", rows)
+    dm = TextClassificationDataModule(train_file=path, text_column="a", text_pair_column="b", on_bad="skip")
+    with pytest.warns(UserWarning, match="empty text in column 'a' or 'b'"):
+        dm.setup("fit")
+    assert dm.report.skipped("empty text") == 1
+    rows = reviews(20)
+    rows[4]["text"] = "\x00 \x00"
+    path = write_csv(tmp_path / "long.csv", rows)
+    windows = TextClassificationDataModule(train_file=path, overflow="windows", max_length=8, stride=2)
+    with pytest.raises(DataError, match=r"long\.csv: row 4 .*empty text in column 'text'"):
+        windows.setup("fit")

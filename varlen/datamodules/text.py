@@ -119,8 +119,9 @@ class TextClassificationDataModule(VarLenDataModule):
             platform's default).
         predict_split: the split ``trainer.predict`` runs on (``test``: the validation set when no
             test source is given, see ``test_file``).
-        on_bad: a row with an empty text or a missing, non-finite or unknown label: ``"raise"``
-            (naming the file and row) or ``"skip"`` it and count it in ``report``.
+        on_bad: a row with an empty text (blank, or nothing left once tokenised but the special
+            tokens: NUL bytes, characters the tokenizer drops) or a missing, non-finite or unknown
+            label: ``"raise"`` (naming the file and row) or ``"skip"`` it and count it in ``report``.
         sources: more training sources, each the arguments that differ for it and an optional
             ``name`` (e.g. ``[{name: noisy, train_file: noisy.csv}]``; this DataModule's own is
             ``main``; the data arguments are the source's own, the others inherited): their
