@@ -108,3 +108,49 @@ def test_an_emptied_pair_or_window_text_is_refused_too(tmp_path: Path) -> None:
     windows = TextClassificationDataModule(train_file=path, overflow="windows", max_length=8, stride=2)
     with pytest.raises(DataError, match=r"long\.csv: row 4 .*empty text in column 'text'"):
         windows.setup("fit")
+
+
+# -- duplicates ----------------------------------------------------------------------------------
+
+
+def with_copies(tmp_path: Path) -> str:
+    """100 distinct reviews, then 51 copies of the first 51."""
+    rows = reviews(100)
+    return write_csv(tmp_path / "copies.csv", rows + rows[:51])
+
+
+def test_copies_of_a_text_stay_on_one_side_of_the_carved_validation_and_are_counted(tmp_path: Path) -> None:
+    """Before: copies were dealt like any row, straddling train and validation, and nothing said so."""
+    dm = TextClassificationDataModule(train_file=with_copies(tmp_path), val_fraction=0.3)
+    dm.setup("fit")
+    train, val = dm.dataset("train"), dm.dataset("val")
+    texts = [r % 100 for r in range(151)]  # row r holds the text of row r % 100
+    assert not {texts[r] for r in train.rows} & {texts[r] for r in val.rows}
+    assert len(train) + len(val) == 151 and abs(len(val) - 45) <= 6
+    duplicates = dm.report.duplicates
+    assert duplicates["train"].repeated + duplicates["val"].repeated == 51
+    assert duplicates["val"].in_train == 0 and duplicates["train"].unit == "row"
+    assert dm.report.to_dict()["val"]["duplicates"]["repeated"] == duplicates["val"].repeated
+    assert f"duplicates in train: {duplicates['train'].repeated} row(s) repeat an earlier one" in str(dm.report)
+
+
+def test_deduplicate_keeps_the_first_row_of_each_text(tmp_path: Path) -> None:
+    dm = TextClassificationDataModule(train_file=with_copies(tmp_path), val_fraction=0.3, deduplicate=True)
+    dm.setup("fit")
+    served = np.concatenate([dm.dataset("train").rows, dm.dataset("val").rows])
+    assert sorted(served.tolist()) == list(range(100))
+    assert dm.report.unused("deduplicate=True") == 51
+    assert all(d.repeated == 0 and d.in_train == 0 for d in dm.report.duplicates.values())
+
+
+def test_a_validation_file_sharing_texts_with_train_is_counted_and_can_be_deduplicated(tmp_path: Path) -> None:
+    train = write_csv(tmp_path / "train.csv", reviews(60))
+    val = write_csv(tmp_path / "val.csv", reviews(20) + reviews(80, 70) + reviews(2))  # 22 of train's texts
+    dm = TextClassificationDataModule(train_file=train, val_file=val)
+    dm.setup("fit")
+    assert dm.report.duplicates["val"] == (2, 22, "row") and dm.report.duplicates["train"].repeated == 0
+    assert "duplicates in val: 2 row(s) repeat an earlier one of val; 22 also in train" in str(dm.report)
+    clean = TextClassificationDataModule(train_file=train, val_file=val, deduplicate=True)
+    clean.setup("fit")
+    assert sorted(clean.dataset("val").rows.tolist()) == list(range(20, 30))
+    assert clean.report.unused("deduplicate=True") == 22
