@@ -155,4 +155,4 @@ def test_deduplicate_keeps_the_first_line_of_each_molecule(tmp_path: Path) -> No
     assert sorted(kept.tolist()) == list(range(len(CHAINS)))  # the first lines
     assert dm.report.unused("deduplicate=True") == 51
     assert all(d.repeated == 0 for d in dm.report.duplicates.values())
-    assert "51 molecule (a molecule of an earlier line (deduplicate=True))" in str(dm.report)
+    assert "51 molecule (copy of an earlier line's molecule, deduplicate=True)" in str(dm.report)

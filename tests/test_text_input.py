@@ -140,6 +140,7 @@ def test_deduplicate_keeps_the_first_row_of_each_text(tmp_path: Path) -> None:
     served = np.concatenate([dm.dataset("train").rows, dm.dataset("val").rows])
     assert sorted(served.tolist()) == list(range(100))
     assert dm.report.unused("deduplicate=True") == 51
+    assert "51 row (copy of an earlier row's text, deduplicate=True)" in str(dm.report)
     assert all(d.repeated == 0 and d.in_train == 0 for d in dm.report.duplicates.values())
 
 

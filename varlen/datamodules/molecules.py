@@ -294,7 +294,7 @@ class MoleculeDataModule(VarLenDataModule):
         valid = usable_positions(source, store, targets.lines, self.report)
         if self.deduplicate:
             copies = repeats(store.canonical[valid])
-            reason = "a molecule of an earlier line (deduplicate=True)"
+            reason = "copy of an earlier line's molecule, deduplicate=True"
             self.report.leave_unused(SOURCE, reason, int(copies.sum()), "molecule")
             valid = valid[~copies]
         self.split_positions = self._split(source, store, targets.targets, valid)

@@ -43,7 +43,7 @@ __all__ = ["SELECTION_VERSION", "SplitPlan", "TextSplit", "document_digests", "d
 #: format version of the selection tables
 SELECTION_VERSION = "text split 2"
 #: the reason a row ``deduplicate`` leaves out is counted under (unused, in the report)
-REPEATED = "rows that repeat an earlier row exactly (deduplicate=True)"
+REPEATED = "copy of an earlier row's text, deduplicate=True"
 
 
 @dataclass(frozen=True)
