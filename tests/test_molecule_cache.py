@@ -216,12 +216,12 @@ def test_the_graph_table_is_plain_arrow_and_parallel_featurisation_writes_the_sa
     ethanol = read.slice(0, 1).to_pylist()[0]  # CCO: 3 atoms, 2 bonds in both directions
     assert ethanol["smiles"] == "CCO" and len(ethanol["atoms"]) == 3 and ethanol["error"] == ""
     assert sorted(map(tuple, ethanol["edges"])) == [(0, 1), (1, 0), (1, 2), (2, 1)]
-    x, edge_index, edge_attr, scaffold, descriptors = features.featurize_smiles("CCO")
+    x, edge_index, edge_attr, canonical, descriptors = features.featurize_smiles("CCO")
     np.testing.assert_array_equal(serial.atoms.values[: len(x)], x)
     np.testing.assert_array_equal(serial.edges.values[: edge_index.shape[1]].T, edge_index)
     np.testing.assert_array_equal(serial.bonds.values[: len(edge_attr)], edge_attr)
     np.testing.assert_array_equal(serial.descriptors[0], descriptors)
-    assert serial.scaffolds[0] == scaffold == ""
+    assert serial.canonical[0] == canonical == "CCO"
 
 
 def test_a_dataset_pickles_as_paths_and_positions_and_serves_the_same_batches(tmp_path: Path) -> None:

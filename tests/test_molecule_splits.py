@@ -21,6 +21,7 @@ import torch
 
 from varlen.datamodules.molecules import MoleculeDataModule
 from varlen.datasets.molecules.classes import check_classes, class_counts
+from varlen.datasets.molecules.scaffolds import cached_scaffolds
 from varlen.errors import DataError
 from varlen.models.molecules import MoleculeGNN
 from varlen.splits import balanced_scaffold_split
@@ -86,7 +87,7 @@ def test_the_balanced_scaffold_split_keeps_both_classes_in_every_split(seed: int
     counts = classes_per_split(dm)
     assert all(zero > 0 and one > 0 for zero, one in counts.values()), counts
     assert [sum(counts[s]) for s in ("train", "val", "test")] == [48, 6, 6]
-    scaffolds = dm.dataset("train").store.scaffolds
+    scaffolds = cached_scaffolds(dm.dataset("train").store)
     sets = {name: set(scaffolds[part].tolist()) for name, part in dm.split_positions.items()}
     assert not (sets["train"] & sets["val"] or sets["train"] & sets["test"] or sets["val"] & sets["test"])
     expected = balanced_scaffold_split(scaffolds.tolist(), dm.fractions, seed, "molecule scaffold split")

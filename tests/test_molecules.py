@@ -24,7 +24,7 @@ from varlen.datasets.molecules import features
 from varlen.datasets.molecules.readers import MoleculeNetSpec
 from varlen.errors import DataError, DatasetNotFoundError, DownloadError
 from varlen.models.molecules import MoleculeGNN
-from varlen.splits import random_split
+from varlen.splits import keyed_split
 from varlen.testing import BadInput, DataModuleContract
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -339,8 +339,11 @@ def test_random_split_is_the_named_stream_of_varlen_splits() -> None:
     together = np.concatenate(list(splits[0].values()))
     assert len(np.unique(together)) == len(together) == 1128
     assert [len(splits[0][s]) for s in ("train", "val", "test")] == [902, 113, 113]
-    expected = random_split(1128, {"train": 0.8, "val": 0.1, "test": 0.1}, 0, "molecule split")
-    assert all(np.array_equal(splits[0][s], expected[s]) for s in expected)  # every molecule of ESOL is valid
+    # every molecule of ESOL is valid; its 11 copies of a molecule (canonical SMILES) go with their first
+    canonical = dm.store.canonical
+    expected = keyed_split(canonical, {"train": 0.8, "val": 0.1, "test": 0.1}, 0, name="molecule split")
+    assert all(np.array_equal(splits[0][s], expected[s]) for s in expected)
+    assert len(canonical) - len(set(canonical)) == 11
 
 
 def test_split_fractions_are_checked() -> None:

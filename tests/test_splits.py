@@ -85,6 +85,32 @@ def test_group_split_refuses_groups_with_mixed_labels() -> None:
         splits.group_split([0, 0, 1, 1], {"train": 0.5, "test": 0.5}, seed=0, labels=[0, 1, 0, 0])
 
 
+def test_keyed_split_keeps_every_copy_of_a_key_in_one_split() -> None:
+    keys = RNG.integers(0, 40, 300)  # about 7 copies of each key
+    labels = keys % 3  # a key's copies share a class here
+    for parts in (splits.keyed_split(keys, FRACTIONS, 0), splits.keyed_split(keys, FRACTIONS, 0, labels)):
+        assert_partition(parts, 300)
+        homes = [set(keys[p].tolist()) for p in parts.values()]
+        assert not (homes[0] & homes[1]) and not (homes[0] & homes[2]) and not (homes[1] & homes[2])
+        assert abs(len(parts["train"]) - 210) < 40  # whole keys of about 7: near the asked share
+    again = splits.keyed_split(keys, FRACTIONS, 0, labels)
+    assert all(np.array_equal(again[k], parts[k]) for k in parts)
+
+
+def test_keyed_split_of_distinct_keys_is_the_plain_split() -> None:
+    """Without duplicates nothing moves: the random and stratified splits of every DataModule stay as they were."""
+    for n in (3, 10, 101):
+        keys = [f"item {i}" for i in RNG.permutation(n)]
+        labels = RNG.integers(0, 3, n)
+        plain, keyed = splits.random_split(n, FRACTIONS, 4, "s"), splits.keyed_split(keys, FRACTIONS, 4, name="s")
+        assert all(np.array_equal(plain[k], keyed[k]) for k in FRACTIONS)
+        plain, keyed = (
+            splits.stratified_split(labels, FRACTIONS, 4, "t"),
+            splits.keyed_split(keys, FRACTIONS, 4, labels, "t"),
+        )
+        assert all(np.array_equal(plain[k], keyed[k]) for k in FRACTIONS)
+
+
 def test_time_blocks_are_ordered_disjoint_and_separated_by_the_gap() -> None:
     lengths = np.array([10_000, 3_000, 1_234])
     blocks = splits.time_block_split(lengths, FRACTIONS, gap=100)

@@ -14,7 +14,7 @@ from varlen.batching.ragged import Ragged
 from varlen.datamodules import TextClassificationDataModule
 from varlen.datasets.text import TextCollator, TextColumns, TextTable, encode_rows, read_table
 from varlen.datasets.text.dataset import pad_texts
-from varlen.datasets.text.readers import class_list
+from varlen.datasets.text.labels import class_list
 from varlen.errors import DataError, DatasetNotFoundError
 from varlen.models import TextClassifier
 from varlen.report import DataReport

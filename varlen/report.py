@@ -14,7 +14,9 @@ One type for every scenario, so a user finds what was dropped in one place, ``dm
   sources apart, else on average), and the samples each served per epoch (counted as batches
   reach the model, in this process: under DDP, this rank's);
 * **retried**: of a split read from a stream, the chunk reads retried so far (a live count, its
-  loader workers included; nothing streamed is skipped: a chunk that keeps failing raises).
+  loader workers included; nothing streamed is skipped: a chunk that keeps failing raises);
+* **duplicates**: per split, the items that repeat an earlier one of the split exactly, and those
+  of a held-out split that are in ``train`` too (:class:`Duplicates`, :mod:`varlen.duplicates`).
 
 Skips found before the data is split are filed under the pseudo-split :data:`SOURCE`.
 ``str(report)`` is a short table; the DataModule logs it once when ``setup`` ends.
@@ -26,12 +28,12 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from varlen import notices
 from varlen.errors import DataError
 
-__all__ = ["BAD_INPUT_POLICIES", "SOURCE", "DataReport", "OnBad", "SplitReport"]
+__all__ = ["BAD_INPUT_POLICIES", "SOURCE", "DataReport", "Duplicates", "OnBad", "SplitReport"]
 
 OnBad = Literal["raise", "skip"]
 BAD_INPUT_POLICIES = ("raise", "skip")
@@ -63,6 +65,15 @@ class SplitReport:
         return sum(self.skipped.values())
 
 
+class Duplicates(NamedTuple):
+    """The exact duplicates of one split: ``repeated`` items repeat an earlier one of the split,
+    ``in_train`` (of a split other than train) are in train too; counted in ``unit``."""
+
+    repeated: int
+    in_train: int
+    unit: str
+
+
 class DataReport:
     """Bad input under one policy, and the per-split counts of what setup built.
 
@@ -83,6 +94,7 @@ class DataReport:
         self.drawn_fixed: dict[str, bool] = {}  # split -> whether those are the same every epoch
         self.served: dict[int, Counter] = {}  # epoch -> source -> samples served
         self.streamed: dict[str, Callable[[], int]] = {}  # split -> its chunk reads retried so far (live)
+        self.duplicates: dict[str, Duplicates] = {}  # split -> its exact duplicates
 
     # -- recording ----------------------------------------------------------------------------
 
@@ -142,6 +154,10 @@ class DataReport:
         """Chunk reads retried so far, of ``split`` or of every streamed split."""
         return sum(count() for name, count in self.streamed.items() if split in (None, name))
 
+    def duplicate(self, split: str, repeated: int, in_train: int = 0, unit: str = "sample") -> None:
+        """``repeated`` items of ``split`` repeat an earlier one of it exactly; ``in_train`` are in train too."""
+        self.duplicates[split] = Duplicates(int(repeated), int(in_train), unit)
+
     def absorb(self, source: str, other: DataReport, left_out: list[str]) -> None:
         """Take in the report of another source's DataModule: what its training split (and its
         files) skipped, truncated and left unused; its splits in ``left_out`` (held out by it,
@@ -168,6 +184,7 @@ class DataReport:
         self.drawn_fixed.clear()
         self.served.clear()
         self.streamed.clear()
+        self.duplicates.clear()
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -203,6 +220,7 @@ class DataReport:
                 "unused": {f"{unit}: {why}": n for (unit, why), n in s.unused.items()},
                 **({"sources": self._sources_dict(name)} if name in self.sources else {}),
                 **({"retried": self.retries(name)} if name in self.streamed else {}),
+                **({"duplicates": self.duplicates[name]._asdict()} if name in self.duplicates else {}),
             }
             for name, s in self.splits.items()
         } | ({"served": {epoch: dict(counts) for epoch, counts in self.served.items()}} if self.served else {})
@@ -245,6 +263,10 @@ class DataReport:
             lines.append(f"served in epoch {epoch}: {parts}")
         for name in self.streamed:
             lines.append(f"{name} streamed: {self.retries(name):,} chunk read(s) retried so far (each logged)")
+        for name, (repeated, in_train, unit) in self.duplicates.items():
+            if repeated or in_train:
+                also = f"; {in_train:,} also in train" if in_train else ""
+                lines.append(f"duplicates in {name}: {repeated:,} {unit}(s) repeat an earlier one of {name}{also}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:

@@ -7,7 +7,8 @@ spans and masks that define them). Random decisions draw from *named streams*
 (:func:`stream`), so two decisions made from one seed are independent and adding a third never
 shifts the first two (no ``seed + 1`` offsets).
 
-Splits that cannot leak: :func:`group_split` (whole recordings or videos), :func:`time_block_split`
+Splits that cannot leak: :func:`group_split` (whole recordings or videos), :func:`keyed_split`
+(random or stratified, every copy of a duplicate in one split), :func:`time_block_split`
 (non-overlapping blocks of each recording with gaps), :func:`condition_split` (operating
 conditions held out), :func:`scaffold_split` (no Bemis-Murcko scaffold in two splits) and
 :func:`spatial_block_split` (no pixel in two splits' patches).
@@ -31,6 +32,7 @@ __all__ = [
     "fractions_of",
     "group_split",
     "inside_territory",
+    "keyed_split",
     "patch_fits",
     "random_split",
     "scaffold_split",
@@ -157,6 +159,54 @@ def group_split(
     for k, (_, part) in enumerate(chosen.items()):
         which[part] = k
     return {split: np.flatnonzero(which[inverse] == k) for k, split in enumerate(chosen)}
+
+
+def keyed_split(
+    keys: Sequence | np.ndarray,
+    fractions: Fractions,
+    seed: int,
+    labels: Sequence | np.ndarray | None = None,
+    name: str = "random split",
+) -> dict[str, np.ndarray]:
+    """Samples dealt at random (stratified by ``labels`` when given), every sample of one key in one split.
+
+    A key is a sample's identity (a canonical SMILES, a text): duplicates never straddle train and
+    test. With every key distinct this is exactly :func:`random_split` (with ``labels``,
+    :func:`stratified_split`) under the same ``name``: the keys, in the order of their first
+    sample, are shuffled as those shuffle samples, and each key's samples go whole to the first
+    split (in ``fractions``' order) with room left for them, else to the last. The shares count
+    samples; a key's class is its first sample's label.
+    """
+    fractions = check_fractions(fractions)
+    _, first, inverse = np.unique(np.asarray(keys), return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")  # keys numbered by their first sample
+    number = np.empty_like(order)
+    number[order] = np.arange(len(order))
+    key_of, firsts = number[inverse.reshape(-1)], first[order]
+    sizes = np.bincount(key_of, minlength=len(firsts))
+    rng = stream(seed, name)
+    if labels is None:
+        strata = [np.arange(len(firsts))]
+    else:
+        key_labels = np.asarray(labels)[firsts]
+        strata = [np.flatnonzero(key_labels == cls) for cls in np.unique(key_labels)]
+    names, wanted = list(fractions), [k for k, f in fractions.items() if f > 0]
+    home = np.zeros(len(firsts), np.int64)
+    for members in strata:
+        members = rng.permutation(members)
+        counts = _counts(int(sizes[members].sum()), fractions)
+        if labels is not None and len(members) >= len(wanted):  # as stratified_split: one in each, if it can
+            for k in wanted:
+                while counts[k] == 0:
+                    donor = max(counts, key=counts.get)
+                    counts[donor] -= 1
+                    counts[k] += 1
+        filled = dict.fromkeys(names, 0)
+        for key in members:
+            split = next((k for k in names[:-1] if filled[k] + sizes[key] <= counts[k]), names[-1])
+            filled[split] += sizes[key]
+            home[key] = names.index(split)
+    return {split: np.flatnonzero(home[key_of] == k) for k, split in enumerate(names)}
 
 
 def condition_split(

@@ -45,6 +45,7 @@ from varlen.datasets.bearing.augment import WindowAugment
 from varlen.datasets.bearing.collate import BearingCollator
 from varlen.datasets.bearing.dataset import BearingWindows
 from varlen.datasets.bearing.formats import CWRU_CLASSES, Recording
+from varlen.datasets.bearing.rates import rate_problem, warn_outliers
 from varlen.datasets.bearing.recordings import (
     RecordingTable,
     build_recordings,
@@ -88,9 +89,13 @@ class BearingDataModule(VarLenDataModule):
         channels: channels to read (CWRU ``DE``/``FE``/``BA``, Paderborn ``vibration_1``, CSV
             column names, ``.npy`` column numbers); default: DE, vibration_1, all columns.
         class_names: the classes, in label-index order; default: the 10 CWRU classes, the 4
-            Paderborn classes, or the sorted labels of the metadata CSV. Other labels are bad input.
+            Paderborn classes, or the sorted labels of the metadata CSV (refused when they mix
+            numbers with words or spell one number two ways). Other labels are bad input.
         sampling_rate: common rate every recording is resampled to; None: keep the rates (they
-            must all agree).
+            must all agree). It, and every recording's own rate, must lie in 1 kHz..1 MHz
+            (:data:`~varlen.datasets.bearing.rates.RATE_RANGE`: a rate in kHz is refused, a
+            recording's as bad input); a recording resampled by a factor more than 4x away from the
+            others' median factor is warned about.
         window_length: window length in samples (at ``sampling_rate``).
         stride: hop between windows in samples; default half a window (50% overlap).
         window_seconds: window length in seconds (overrides ``window_length``).
@@ -213,6 +218,8 @@ class BearingDataModule(VarLenDataModule):
     ) -> None:
         super().__init__(**base_args(locals()))
         check_split_arguments(split, grouping, test_fraction, gap, test_conditions, val_conditions, train_conditions)
+        if sampling_rate is not None and rate_problem(sampling_rate):
+            raise ValueError(f"sampling_rate={sampling_rate}: {rate_problem(sampling_rate)}")
         self.sample_weights = check_sample_weights(sample_weights, type(self).__name__, shuffle, columns=False)
         self.root = Path(root) if root is not None else None
         self.metadata = metadata
@@ -349,6 +356,7 @@ class BearingDataModule(VarLenDataModule):
             self.report.bad(where, problem, item=ITEM)
         rates = {r.sampling_rate for r in every}
         self.rate = float(self.sampling_rate or next(iter(rates), 0.0))
+        warn_outliers([r.name for r in every], table.source_rates.tolist(), self.rate)
         recordings = self._of_conditions(every)
         if recordings:
             self.window, self.hop, gap = window_geometry(

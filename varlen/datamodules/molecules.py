@@ -15,13 +15,15 @@ from varlen.datamodules.weighting import BALANCED, check_sample_weights, checked
 from varlen.datasets.molecules.classes import SINGLE_CLASS, SingleClass, check_classes
 from varlen.datasets.molecules.collate import MoleculeCollator
 from varlen.datasets.molecules.dataset import MoleculeGraphs, descriptor_statistics, target_statistics
-from varlen.datasets.molecules.features import ATOM_VOCAB, BOND_VOCAB, NUM_DESCRIPTORS
+from varlen.datasets.molecules.features import ATOM_VOCAB, BOND_VOCAB, MAX_ATOMS, NUM_DESCRIPTORS
 from varlen.datasets.molecules.graphs import GraphStore, build_graphs, open_graphs, usable_positions
 from varlen.datasets.molecules.readers import MOLECULENET, TASKS, MoleculeTable, read_table, table_path
+from varlen.datasets.molecules.scaffolds import cached_scaffolds
 from varlen.datasets.molecules.targets import TargetStore, open_targets, write_targets
+from varlen.duplicates import count_duplicates, repeats
 from varlen.errors import DataError
-from varlen.report import OnBad
-from varlen.splits import balanced_scaffold_split, fractions_of, random_split, scaffold_split
+from varlen.report import SOURCE, OnBad
+from varlen.splits import balanced_scaffold_split, fractions_of, keyed_split, scaffold_split
 
 __all__ = ["SPLIT_MODES", "MoleculeDataModule"]
 
@@ -63,7 +65,10 @@ class MoleculeDataModule(VarLenDataModule):
             Property Prediction", J. Chem. Inf. Model.; ``split_type="scaffold_balanced"``) and
             astartes: sets larger than half of the val (or test) size go to train, the others
             are shuffled with ``split_seed`` and dealt in that order, so val and test look like
-            the whole table. See :func:`varlen.splits.balanced_scaffold_split`.
+            the whole table. See :func:`varlen.splits.balanced_scaffold_split`. Scaffolds are
+            computed for the scaffold splits only (once per node, beside the graph table). Every
+            split keeps the copies of a molecule (the same canonical SMILES) together; ``dm.report``
+            counts each split's duplicates.
         val_fraction: share of the molecules for validation.
         test_fraction: share for testing (the rest trains).
         split_seed: seed of the random and balanced scaffold splits (default: ``seed``).
@@ -87,9 +92,16 @@ class MoleculeDataModule(VarLenDataModule):
             the line). Needs ``shuffle``.
         balance_task: the target column ``"balanced"`` balances (default: the only one; several
             targets need it).
-        on_bad: ``"raise"`` stops at the first SMILES RDKit rejects (naming the file, line and
-            SMILES); ``"skip"`` counts each such molecule in ``dm.report`` by reason, with examples.
-            Some MoleculeNet tables hold a few (7 in HIV): their configs set ``skip``.
+        on_bad: ``"raise"`` stops at the first SMILES RDKit rejects or over ``max_atoms`` (naming
+            the file, line and SMILES); ``"skip"`` counts each such molecule in ``dm.report`` by
+            reason, with examples. Some MoleculeNet tables hold a few (7 in HIV): their configs set ``skip``.
+        max_atoms: the most atoms (graph nodes: heavy atoms and any hydrogen written as an atom) a
+            molecule may have; a larger one is bad input (``on_bad``), refused from its parsed SMILES
+            before any featurisation (RDKit's passes grow much faster than a molecule: a
+            10,000-atom chain did not finish in 10 minutes). The default, 1000, is 4.5 times
+            HIV's largest molecule; raise it for polymers or proteins.
+        deduplicate: keep only the first line of each molecule (canonical SMILES); the others are
+            counted as unused in ``dm.report``. Without it, copies stay together in one split.
         sources: more training sources, each the arguments that differ for it and an optional
             ``name`` (e.g. ``[{name: extra, path: more.csv}]``; this DataModule's own is
             ``main``; the data arguments are the source's own, the others inherited): their
@@ -138,6 +150,8 @@ class MoleculeDataModule(VarLenDataModule):
         sample_weights: str | None = None,
         balance_task: str | None = None,
         on_bad: OnBad = "raise",
+        max_atoms: int = MAX_ATOMS,
+        deduplicate: bool = False,
         cache_dir: str | None = None,
         num_proc: int = 1,
         follow_batch: list[str] | None = None,
@@ -170,6 +184,8 @@ class MoleculeDataModule(VarLenDataModule):
             raise ValueError(f"single_class must be one of {SINGLE_CLASS}, got {single_class!r}")
         if not test_fraction > 0:
             raise ValueError(f"test_fraction must be > 0, got {test_fraction}")
+        if max_atoms < 1:
+            raise ValueError(f"max_atoms must be >= 1, got {max_atoms}")
         self.fractions = fractions_of(val_fraction, test_fraction)
         self.sample_weights = check_sample_weights(sample_weights, type(self).__name__, shuffle, columns=True)
         self.dataset_name = dataset
@@ -187,6 +203,8 @@ class MoleculeDataModule(VarLenDataModule):
         self.single_class = single_class
         self.standardize = standardize and self.task == "regression"
         self.descriptors = descriptors
+        self.max_atoms = max_atoms
+        self.deduplicate = deduplicate
         self.cache_dir = cache_dir
         self.num_proc = num_proc
         self.collate_fn = MoleculeCollator(follow_batch)
@@ -235,19 +253,22 @@ class MoleculeDataModule(VarLenDataModule):
         when one of them is missing, to build it."""
         source = self.resolve_path(download)
         args = (source, self.smiles_column)
-        graphs = open_graphs(*args, self.cache_dir)
+        graphs = open_graphs(*args, self.cache_dir, self.max_atoms)
         targets = open_targets(*args, self.target_columns, self.task, self.cache_dir)
         if graphs is None or targets is None:
             table = read_table(source, self.smiles_column, self.target_columns, self.task)
             if graphs is None:
-                graphs = build_graphs(table, self.smiles_column, self.cache_dir, self.num_proc)
+                graphs = build_graphs(table, self.smiles_column, self.cache_dir, self.num_proc, self.max_atoms)
             if targets is None:
                 targets = write_targets(table, self.smiles_column, self.task, self.cache_dir)
         return source, graphs, targets
 
     def prepare_data(self) -> None:
-        """Download when asked and build the graph and target tables (Lightning: once per node, before setup)."""
-        self._stores(self.download)
+        """Download when asked and build the graph and target tables, and the scaffolds when the split
+        needs them (Lightning: once per node, before setup)."""
+        _, graphs, _ = self._stores(self.download)
+        if self.split != "random":
+            cached_scaffolds(graphs, self.num_proc)
 
     @property
     def table(self) -> MoleculeTable | None:
@@ -271,7 +292,14 @@ class MoleculeDataModule(VarLenDataModule):
         source, store, targets = self._stores(self.download)  # built by prepare_data: only mapped here
         self.source, self.store, self.target_store, self._table = source, store, targets, None
         valid = usable_positions(source, store, targets.lines, self.report)
+        if self.deduplicate:
+            copies = repeats(store.canonical[valid])
+            reason = "copy of an earlier line's molecule, deduplicate=True"
+            self.report.leave_unused(SOURCE, reason, int(copies.sum()), "molecule")
+            valid = valid[~copies]
         self.split_positions = self._split(source, store, targets.targets, valid)
+        units = {name: store.canonical[part] for name, part in self.split_positions.items()}
+        count_duplicates(self.report, units, "molecule")
         train = self.split_positions["train"]
         if self.standardize:
             self.target_mean, self.target_std = target_statistics(targets.targets[train])
@@ -309,16 +337,17 @@ class MoleculeDataModule(VarLenDataModule):
                 dataset.descriptor_stats = stats
 
     def _split(self, source: Path, store: GraphStore, targets: np.ndarray, valid: np.ndarray) -> dict[str, np.ndarray]:
-        """Table positions per split (random: stream ``"molecule split"``; scaffold: deterministic;
-        balanced: stream ``"molecule scaffold split"``), checked to hold both classes where classified."""
+        """Table positions per split (random: stream ``"molecule split"``, copies of a molecule together;
+        scaffold: deterministic; balanced: stream ``"molecule scaffold split"``), checked to hold both
+        classes where classified."""
         if len(valid) < len(SPLITS):
             raise DataError(f"{source}: only {len(valid)} usable molecule(s); need at least 3 to split")
         if self.split == "random":
-            parts = random_split(len(valid), self.fractions, self.split_seed, "molecule split")
+            parts = keyed_split(store.canonical[valid], self.fractions, self.split_seed, name="molecule split")
         elif self.split == "scaffold":
-            parts = scaffold_split(store.scaffolds[valid].tolist(), self.fractions)
+            parts = scaffold_split(cached_scaffolds(store, self.num_proc)[valid].tolist(), self.fractions)
         else:
-            scaffolds = store.scaffolds[valid].tolist()
+            scaffolds = cached_scaffolds(store, self.num_proc)[valid].tolist()
             parts = balanced_scaffold_split(scaffolds, self.fractions, self.split_seed, "molecule scaffold split")
         positions = {name: valid[part] for name, part in parts.items()}
         empty = [name for name, part in positions.items() if self.fractions[name] > 0 and not len(part)]

@@ -17,13 +17,15 @@ from varlen.datamodules.weighting import check_sample_weights, checked_column
 from varlen.datasets.text.collate import TextCollator
 from varlen.datasets.text.column_splits import SPLITS, split_by_column
 from varlen.datasets.text.dataset import TokenizedTexts
-from varlen.datasets.text.readers import TextColumns, TextTable, check_classes, read_columns, read_hub, read_table
+from varlen.datasets.text.labels import check_classes
+from varlen.datasets.text.readers import TextColumns, TextTable, read_columns, read_hub, read_table
 from varlen.datasets.text.report import TextReport
-from varlen.datasets.text.selections import SplitPlan, TextSplit, split_summary
+from varlen.datasets.text.selections import SplitPlan, TextSplit, document_digests, split_summary
 from varlen.datasets.text.sources import TextSource, file_sources, hub_sources, synthetic_sources
 from varlen.datasets.text.store import TokenTables, load_tokens
 from varlen.datasets.text.synthetic import SYNTHETIC_KINDS, synthetic_tables
 from varlen.datasets.text.tokens import OVERFLOW, Tokenization, load_tokenizer
+from varlen.duplicates import count_duplicates
 from varlen.errors import DataError
 from varlen.report import OnBad
 from varlen.stream.write import written_state
@@ -75,7 +77,10 @@ class TextClassificationDataModule(VarLenDataModule):
             validation row and no ``val_file`` is given). Rows it gives to a split that has its own
             file are left out and counted in ``report`` (unused rows). An unknown value, or no
             training row, is a :class:`~varlen.errors.DataError` naming the file, column and rows.
-        class_names: the class list, in id order; default: the sorted training labels.
+        class_names: the class list, in id order; default: the sorted training labels, refused
+            (a ``DataError`` naming rows) when they mix numbers with words (``0``, ``1``, ``true``) or
+            spell one number two ways (``1``, ``1.0``). Given, each label is matched as written and a
+            row with another label is bad input (``on_bad``).
         tokenizer_name_or_path: Hub name or local path; default: the offline MiniLM tokenizer.
         max_length: longest sequence in tokens; a longer text is truncated (counted in ``report``)
             or cut into windows (``overflow``).
@@ -115,8 +120,13 @@ class TextClassificationDataModule(VarLenDataModule):
             platform's default).
         predict_split: the split ``trainer.predict`` runs on (``test``: the validation set when no
             test source is given, see ``test_file``).
-        on_bad: a row with an empty text or a missing, non-finite or unknown label: ``"raise"``
-            (naming the file and row) or ``"skip"`` it and count it in ``report``.
+        on_bad: a row with an empty text (blank, or nothing left once tokenised but the special
+            tokens: NUL bytes, characters the tokenizer drops) or a missing, non-finite or unknown
+            label: ``"raise"`` (naming the file and row) or ``"skip"`` it and count it in ``report``.
+        deduplicate: leave out every row whose exact text (and pair) an earlier row has: earlier in
+            its file, or, for ``val_file`` / ``test_file``, in the training file (counted as unused
+            rows in ``report``). Without it, copies of a text stay on one side of a carved
+            validation split, and ``report`` counts each split's copies and its texts also in train.
         sources: more training sources, each the arguments that differ for it and an optional
             ``name`` (e.g. ``[{name: noisy, train_file: noisy.csv}]``; this DataModule's own is
             ``main``; the data arguments are the source's own, the others inherited): their
@@ -181,6 +191,7 @@ class TextClassificationDataModule(VarLenDataModule):
         multiprocessing_context: StartMethod = None,
         predict_split: PredictSplit = "test",
         on_bad: OnBad = "raise",
+        deduplicate: bool = False,
         sources: list[dict[str, Any]] | None = None,
         source_weights: list[float] | dict[str, float] | None = None,
         mix: Mix = "within_batch",
@@ -230,7 +241,8 @@ class TextClassificationDataModule(VarLenDataModule):
         self.synthetic_samples = synthetic_samples
         self.synthetic = synthetic
         self.cache_dir = cache_dir
-        self.splitter = TextSplit(val_fraction, max_train_samples, seed, split_column)
+        self.deduplicate = deduplicate
+        self.splitter = TextSplit(val_fraction, max_train_samples, seed, split_column, deduplicate)
 
     # -- sources (read lazily: the CLI reads num_classes before setup) --------------------------
 
@@ -358,7 +370,7 @@ class TextClassificationDataModule(VarLenDataModule):
         tables = self._token_tables()
         for split, plan in self._plans(tables).items():
             if isinstance(plan, SplitPlan):
-                self.splitter.selection(self.cache_folder, tables[plan.source], split, plan)
+                self.splitter.selection(self.cache_folder, tables, split, plan)
 
     def _collate(self) -> TextCollator:
         """The collate (it refuses a tokenizer without a pad token before anything is tokenised)."""
@@ -399,18 +411,22 @@ class TextClassificationDataModule(VarLenDataModule):
             notices.info(log, "%s: split column %r gives %s rows", tables["train"].name, self.split_column, counts)
         plans = self._plans(tables)
         self.splitter.check(tables, plans, self.report)
+        self.splitter.repeated(tables, plans, self.report)
         datasets: dict[str, TokenizedTexts] = {}
+        digests: dict[str, np.ndarray] = {}
         for split, plan in plans.items():
             if not isinstance(plan, SplitPlan):
                 continue
             samples = tables[plan.source].samples
-            selection = self.splitter.selection(self.cache_folder, tables[plan.source], split, plan)
+            selection = self.splitter.selection(self.cache_folder, tables, split, plan)
+            digests[split] = document_digests(samples, selection)
             pad = self.tokenizer.pad_token_id
             datasets[split] = TokenizedTexts.mapped(samples, selection, pad, self.pad_to_multiple_of)
             documents, truncated = split_summary(samples, selection)
             self.report.truncate(split, truncated, "text")
             if self.overflow == "windows":
                 self.report.window(split, documents, len(datasets[split]))
+        count_duplicates(self.report, digests, "row", "train" if "train" in digests else None)
         if "test" not in datasets:
             notices.info(log, "no test split given: test uses the validation set (%d samples)", len(datasets["val"]))
             datasets["test"] = datasets["val"]

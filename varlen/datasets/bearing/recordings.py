@@ -5,7 +5,8 @@ and appends it to one Arrow IPC table in the cache folder (:func:`build_recordin
 at a time, so memory holds one). One row per recording: ``signal`` holds its ``[C, T]`` float32
 samples channel after channel, so the column's values are exactly the flat buffer that
 :class:`~varlen.datasets.bearing.storage.RecordingBuffer` serves windows from; beside it ``length``
-(``T``), ``channels`` (``C``), name, label, condition, rate, rpm and file. Recordings found bad
+(``T``), ``channels`` (``C``), name, label, condition, rate, the rate it was recorded at
+(``source_rate``), rpm and file. Recordings found bad
 while reading are rows too, after the kept ones, with no signal and the ``where`` and ``problem``
 the report needs: every ``setup`` replays them into ``dm.report``, so nothing is dropped silently.
 
@@ -35,7 +36,7 @@ from varlen.tables import MappedTable, TableBuilder, open_table, write_table
 __all__ = ["VERSION", "RecordingTable", "build_recordings", "open_recordings", "recordings_key", "recordings_path"]
 
 #: the format of the table; a file of another version is built again
-VERSION = "bearing-recordings-1"
+VERSION = "bearing-recordings-2"
 ITEM = "recording"
 TEXT_COLUMNS = ("name", "label", "condition", "source", "where", "problem")
 
@@ -63,13 +64,16 @@ class _Collected(DataReport):
         self.bad_items.append((where, reason))
 
 
-def _row(rec: Recording, signal: np.ndarray, where: str = "", problem: str = "") -> dict[str, Any]:
+def _row(
+    rec: Recording, signal: np.ndarray, where: str = "", problem: str = "", source_rate: float = 0.0
+) -> dict[str, Any]:
     text = (rec.name, rec.label, rec.condition, rec.source, where, problem)
     return {
         "signal": [np.ascontiguousarray(signal, dtype=np.float32).reshape(-1)],
         "length": np.array([signal.shape[-1]], np.int64),
         "channels": np.array([signal.shape[0]], np.int64),
         "sampling_rate": np.array([rec.sampling_rate], np.float64),
+        "source_rate": np.array([source_rate], np.float64),
         "rpm": np.array([np.nan if rec.rpm is None else rec.rpm], np.float64),
         **{name: np.array([value]) for name, value in zip(TEXT_COLUMNS, text, strict=True)},
     }
@@ -110,8 +114,8 @@ def build_recordings(
                 collected.bad(rec.where, str(error), item=ITEM)
                 continue
             rates.add(rec.sampling_rate)
-            rec.sampling_rate = target
-            builder.append(**_row(rec, signal))
+            source_rate, rec.sampling_rate = rec.sampling_rate, target
+            builder.append(**_row(rec, signal, source_rate=source_rate))
         if sampling_rate is None and len(rates) > 1:
             raise DataError(f"recordings have sampling rates {sorted(rates)}; set sampling_rate to resample them")
         for where, problem in collected.bad_items:
@@ -144,6 +148,7 @@ class RecordingTable:
     Attributes:
         table: the :class:`~varlen.tables.MappedTable`.
         skipped: ``(where, problem)`` of every recording found bad while reading, in order.
+        source_rates: float64 ``[kept]`` the rate each kept recording was recorded at (before resampling).
     """
 
     def __init__(self, table: MappedTable) -> None:
@@ -155,6 +160,7 @@ class RecordingTable:
         signal = table.ragged("signal")
         self.offsets = np.asarray(signal.starts[: self._kept], np.int64)
         self.lengths = table.numpy("length")[: self._kept]
+        self.source_rates = table.numpy("source_rate")[: self._kept]
         channels = set(table.numpy("channels")[: self._kept].tolist())
         if len(channels) > 1:
             raise ValueError(f"recordings have different channel counts {sorted(channels)}")

@@ -28,6 +28,7 @@ from varlen.datasets.bearing.formats import (
     parse_cwru_name,
     parse_paderborn_name,
 )
+from varlen.datasets.bearing.rates import rate_problem
 from varlen.datasets.bearing.readers import (
     default_channels,
     download_cwru,
@@ -37,6 +38,7 @@ from varlen.datasets.bearing.readers import (
     read_signal_file,
 )
 from varlen.errors import DataError, DatasetNotFoundError
+from varlen.labels import check_labels
 from varlen.report import DataReport
 
 if TYPE_CHECKING:
@@ -141,9 +143,17 @@ class BearingSource:
         return default_channels(self.root / paths[0])  # none can: raise the first file's error
 
     def _default_classes(self) -> list[str]:
-        if self.metadata is not None:
-            return sorted(self.read_metadata()["label"].astype(str).unique())
-        return list(PADERBORN_CLASSES if self.data_format == "paderborn" else CWRU_CLASSES)
+        """The metadata CSV's labels, sorted, refused when they mix numbers with words or spell one number
+        two ways (:func:`varlen.labels.check_labels`); else the format's classes."""
+        if self.metadata is None:
+            return list(PADERBORN_CLASSES if self.data_format == "paderborn" else CWRU_CLASSES)
+        labels = self.read_metadata()["label"]
+        first = {}
+        for line, label in enumerate(labels, start=2):  # line 1 is the header
+            if isinstance(label, str) and label.strip():  # a blank cell is read as NaN: a missing label
+                first.setdefault(label, line)
+        check_labels(list(first), [f"line {line}" for line in first.values()], str(self.metadata), "label")
+        return sorted(labels.astype(str).unique())
 
     def not_found(self, what: str | None = None) -> DatasetNotFoundError:
         """The error for a missing folder or recordings, with how to get them (the one place that says so)."""
@@ -262,7 +272,8 @@ class BearingSource:
                 report.bad(*problem, item=ITEM)
 
     def problem(self, rec: Recording) -> tuple[str, str] | None:
-        """``(where, reason)`` when ``rec`` cannot be used (an unknown label, a non-finite value, no samples).
+        """``(where, reason)`` when ``rec`` cannot be used (an unknown label, a sampling rate outside
+        :data:`~varlen.datasets.bearing.rates.RATE_RANGE`, a non-finite value, no samples).
 
         Reasons stay general (the place goes into ``where``), so that the report counts alike
         problems of many files under one reason.
@@ -270,6 +281,9 @@ class BearingSource:
         if rec.label not in self.class_names:
             classes = sorted(self.class_names)
             return rec.where, f"unknown label {rec.label!r} (classes: {classes}; list it in class_names to keep it)"
+        wrong_rate = rate_problem(rec.sampling_rate)
+        if wrong_rate is not None:
+            return f"{rec.where} (sampling rate {rec.sampling_rate:g} Hz)", wrong_rate
         finite = np.isfinite(rec.signal)
         if not finite.all():
             channel, sample = np.argwhere(~finite)[0]

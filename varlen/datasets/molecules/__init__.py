@@ -12,9 +12,11 @@ submodules:
 
 * :mod:`.readers`: presets, downloads, :func:`read_table` (table errors name the file and line);
 * :mod:`.classes`: every validation and test split holds both classes of each task (ROC-AUC);
-* :mod:`.features`: RDKit atom / bond categories in shared vocabularies, scaffolds, descriptors;
+* :mod:`.features`: RDKit atom / bond categories in shared vocabularies, canonical SMILES, scaffolds,
+  descriptors; molecules over ``max_atoms`` refused before any of it;
 * :mod:`.graphs`: the table's graphs as one Arrow table (list columns), built a chunk at a time
   and mapped (:class:`~.graphs.GraphStore`, read-only views that pickle as the file's path);
+* :mod:`.scaffolds`: the Bemis-Murcko scaffolds, computed for scaffold splits only, in a table beside;
 * :mod:`.targets`: the table's targets and line numbers, mapped likewise (:class:`~.targets.TargetStore`);
 * :mod:`.rows`: :class:`~.rows.MoleculeRows`, a batch of molecules as the arrays of one graph;
 * :mod:`.dataset`: :class:`MoleculeGraphs`, one split over the mapped stores (pickled as their

@@ -3,14 +3,16 @@
 The table (:data:`CACHE_FORMAT`, written through :mod:`varlen.tables`) holds one row per table
 row: its SMILES, its atoms (``[n, 8]`` int16 categories) and directed bonds (``[e, 4]`` int16
 categories, and ``[e, 2]`` atom pairs local to the molecule) as list columns, the atom and edge
-counts, the Bemis-Murcko scaffold, the RDKit descriptors, and ``error`` (why RDKit could not use
-the molecule; '' when it could, and then its graph is empty). It is keyed by the file's SHA-256,
-the SMILES column and :data:`~.features.FEATURIZER_VERSION` (an edited file or a new featuriser
-never reads a stale cache), built a chunk of molecules at a time (memory holds one chunk, never
-the table's graphs) and written atomically; a file cut short, of another format, built from
-other inputs, whose data changed since, or with a bond whose atom is not its molecule's (PyG would
-join it to another molecule, or index past the batch) is rebuilt with a warning
-(:func:`varlen.tables.open_table`).
+counts, the canonical SMILES (the molecule's identity: duplicates share it), the RDKit
+descriptors, and ``error`` (why the molecule cannot be used: RDKit rejects it, or it has more
+than ``max_atoms`` atoms; '' when it can, else its graph is empty). It is keyed by the file's
+SHA-256, the SMILES column, ``max_atoms`` and :data:`~.features.FEATURIZER_VERSION` (an edited
+file or a new featuriser never reads a stale cache), built a chunk of molecules at a time (memory
+holds one chunk, never the table's graphs) and written atomically; a file cut short, of another
+format, built from other inputs, whose data changed since, or with a bond whose atom is not its
+molecule's (PyG would join it to another molecule, or index past the batch) is rebuilt with a
+warning (:func:`varlen.tables.open_table`). Scaffolds are not in it: :mod:`.scaffolds` computes
+them for the splits that need them.
 
 :class:`GraphStore` maps it: every array is a read-only view of the file, so per-sample sizes are
 views too, and the store pickles as its path (a spawned worker maps the file again).
@@ -18,9 +20,9 @@ views too, and the store pickles as its path (a spawned worker maps the file aga
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +32,14 @@ import pyarrow.compute as pc
 
 import varlen.datasets.molecules.features as features  # FEATURIZER_VERSION read when a key is made
 from varlen.cache import cache_key, default_cache_dir, file_hash
-from varlen.datasets.molecules.features import ATOM_FEATURES, BOND_FEATURES, NUM_DESCRIPTORS, Graph, featurize_many
+from varlen.datasets.molecules.features import (
+    ATOM_FEATURES,
+    BOND_FEATURES,
+    MAX_ATOMS,
+    NUM_DESCRIPTORS,
+    Graph,
+    featurize_many,
+)
 from varlen.datasets.molecules.readers import MoleculeTable
 from varlen.errors import DataError
 from varlen.report import DataReport
@@ -46,14 +55,16 @@ __all__ = [
     "featurize_all",
     "graph_cache_path",
     "graph_key",
+    "map_chunks",
     "open_graphs",
+    "shown_smiles",
     "usable_positions",
 ]
 
 #: the layout of the cache table; the featuriser's own version is part of the key
-CACHE_FORMAT = "molecule-graphs-arrow-1"
+CACHE_FORMAT = "molecule-graphs-arrow-2"
 #: the table's columns
-COLUMNS = ("smiles", "atoms", "bonds", "edges", "num_atoms", "num_edges", "scaffold", "descriptors", "error")
+COLUMNS = ("smiles", "atoms", "bonds", "edges", "num_atoms", "num_edges", "canonical", "descriptors", "error")
 #: ragged columns: (dtype, trailing shape). Atom pairs are int32: local to one molecule, half of int64's bytes
 RAGGED = {
     "atoms": (np.int16, (len(ATOM_FEATURES),)),
@@ -101,9 +112,9 @@ class GraphStore:
         return len(self.table)
 
     @cached_property
-    def scaffolds(self) -> np.ndarray:
-        """str ``[N]`` Bemis-Murcko scaffold SMILES ('' when acyclic or invalid): a copy, for splitting."""
-        return self.table.numpy("scaffold")
+    def canonical(self) -> np.ndarray:
+        """str ``[N]`` canonical SMILES ('' where unusable): a copy, for splitting and finding duplicates."""
+        return self.table.numpy("canonical")
 
     @cached_property
     def smiles(self) -> list[str]:
@@ -129,14 +140,17 @@ class GraphStore:
         return valid
 
 
-def _chunks(smiles: Sequence[str], num_proc: int, chunk: int) -> Iterator[tuple[Sequence[str], list[Graph | str]]]:
-    """Each chunk of ``smiles`` with its featurisation, in order (in ``num_proc`` processes if it pays)."""
+def map_chunks(
+    function: Callable[[Sequence[str]], list[Any]], smiles: Sequence[str], num_proc: int, chunk: int
+) -> Iterator[tuple[Sequence[str], list[Any]]]:
+    """Each chunk of ``smiles`` with ``function`` of it, in order (in ``num_proc`` processes if it pays:
+    ``function`` must then pickle, a top-level function or a ``partial`` of one)."""
     parts = [smiles[i : i + chunk] for i in range(0, len(smiles), chunk)]
     if num_proc > 1 and len(smiles) >= 2 * chunk:
         with ProcessPoolExecutor(max_workers=num_proc) as pool:
-            yield from zip(parts, pool.map(featurize_many, parts), strict=True)
+            yield from zip(parts, pool.map(function, parts), strict=True)
     else:
-        yield from ((part, featurize_many(part)) for part in parts)
+        yield from ((part, function(part)) for part in parts)
 
 
 def _strings(values: Sequence[str]) -> np.ndarray:
@@ -147,10 +161,18 @@ def _strings(values: Sequence[str]) -> np.ndarray:
 
 
 def featurize_all(
-    smiles: Sequence[str], path: str | Path, *, key: str, num_proc: int = 1, chunk: int = 2000
+    smiles: Sequence[str],
+    path: str | Path,
+    *,
+    key: str,
+    num_proc: int = 1,
+    chunk: int = 2000,
+    max_atoms: int | None = MAX_ATOMS,
 ) -> GraphStore:
     """Featurise every SMILES into the graph table at ``path`` (keyed ``key``), a chunk at a time; mapped.
 
+    A molecule over ``max_atoms`` atoms (None: no limit) is refused unfeaturised (its ``error``: see
+    :func:`~.features.featurize_smiles`).
     Process start-up and pickling cost more than featurising a few thousand small molecules,
     so tables under ``2 * chunk`` molecules are done in this process.
 
@@ -159,8 +181,9 @@ def featurize_all(
             not its molecule's (:func:`edge_problem`).
     """
     smiles = list(smiles)
+    featurize = partial(featurize_many, max_atoms=max_atoms)
     with TableBuilder(path, version=CACHE_FORMAT, key=key, ragged=RAGGED, rows=len(smiles)) as builder:
-        for part, results in _chunks(smiles, num_proc, chunk):
+        for part, results in map_chunks(featurize, smiles, num_proc, chunk):
             graphs = [EMPTY if isinstance(r, str) else r for r in results]
             builder.append(
                 smiles=_strings(part),
@@ -169,7 +192,7 @@ def featurize_all(
                 edges=[g[1].T for g in graphs],
                 num_atoms=np.fromiter((len(g[0]) for g in graphs), np.int64, len(graphs)),
                 num_edges=np.fromiter((g[1].shape[1] for g in graphs), np.int64, len(graphs)),
-                scaffold=_strings([g[3] for g in graphs]),
+                canonical=_strings([g[3] for g in graphs]),
                 descriptors=np.stack([g[4] for g in graphs]).astype(np.float32),
                 error=_strings([r if isinstance(r, str) else "" for r in results]),
             )
@@ -194,21 +217,27 @@ def edge_problem(table: MappedTable) -> str | None:
     return f"a bond between atoms {pair} in row {row}, which has {int(num_atoms[row])} atoms"
 
 
-def graph_key(path: str | Path, smiles_column: str) -> str:
-    """The content key of a table's graphs: the file's SHA-256, the column and the featuriser's version."""
-    return cache_key(file_hash(path), smiles_column, features.FEATURIZER_VERSION, version=CACHE_FORMAT)
+def graph_key(path: str | Path, smiles_column: str, max_atoms: int | None = MAX_ATOMS) -> str:
+    """The content key of a table's graphs: the file's SHA-256, the column, ``max_atoms`` and the
+    featuriser's version."""
+    return cache_key(file_hash(path), smiles_column, max_atoms, features.FEATURIZER_VERSION, version=CACHE_FORMAT)
 
 
-def graph_cache_path(path: str | Path, smiles_column: str, cache_dir: str | Path | None = None) -> Path:
+def graph_cache_path(
+    path: str | Path, smiles_column: str, cache_dir: str | Path | None = None, max_atoms: int | None = MAX_ATOMS
+) -> Path:
     """``<cache_dir>/molecules/<stem>-<key>.arrow``: see :func:`graph_key`."""
     folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-    return folder / "molecules" / f"{Path(path).stem}-{graph_key(path, smiles_column)}.arrow"
+    return folder / "molecules" / f"{Path(path).stem}-{graph_key(path, smiles_column, max_atoms)}.arrow"
 
 
-def open_graphs(path: str | Path, smiles_column: str, cache_dir: str | Path | None = None) -> GraphStore | None:
+def open_graphs(
+    path: str | Path, smiles_column: str, cache_dir: str | Path | None = None, max_atoms: int | None = MAX_ATOMS
+) -> GraphStore | None:
     """The cached graphs of the table at ``path`` mapped, or None (with a warning if unusable): build them."""
-    target = graph_cache_path(path, smiles_column, cache_dir)
-    table = open_table(target, version=CACHE_FORMAT, key=graph_key(path, smiles_column), check=_graph_problem)
+    target = graph_cache_path(path, smiles_column, cache_dir, max_atoms)
+    key = graph_key(path, smiles_column, max_atoms)
+    table = open_table(target, version=CACHE_FORMAT, key=key, check=_graph_problem)
     return None if table is None else GraphStore(table)
 
 
@@ -221,25 +250,41 @@ def _graph_problem(table: MappedTable) -> str | None:
 
 
 def build_graphs(
-    table: MoleculeTable, smiles_column: str, cache_dir: str | Path | None = None, num_proc: int = 1
+    table: MoleculeTable,
+    smiles_column: str,
+    cache_dir: str | Path | None = None,
+    num_proc: int = 1,
+    max_atoms: int | None = MAX_ATOMS,
 ) -> GraphStore:
     """Featurise a read ``table`` into its cache file (replacing whatever is there); mapped."""
-    target = graph_cache_path(table.path, smiles_column, cache_dir)
-    return featurize_all(table.smiles, target, key=graph_key(table.path, smiles_column), num_proc=num_proc)
+    target = graph_cache_path(table.path, smiles_column, cache_dir, max_atoms)
+    key = graph_key(table.path, smiles_column, max_atoms)
+    return featurize_all(table.smiles, target, key=key, num_proc=num_proc, max_atoms=max_atoms)
 
 
 def cached_graphs(
-    table: MoleculeTable, smiles_column: str, cache_dir: str | Path | None = None, num_proc: int = 1
+    table: MoleculeTable,
+    smiles_column: str,
+    cache_dir: str | Path | None = None,
+    num_proc: int = 1,
+    max_atoms: int | None = MAX_ATOMS,
 ) -> tuple[GraphStore, Path]:
     """The graphs of ``table``: mapped from the cache, or featurised into it when it is absent or unusable.
 
     Returns:
         The graph store and the cache file's path.
     """
-    store = open_graphs(table.path, smiles_column, cache_dir)
+    store = open_graphs(table.path, smiles_column, cache_dir, max_atoms)
     if store is None:
-        store = build_graphs(table, smiles_column, cache_dir, num_proc)
-    return store, graph_cache_path(table.path, smiles_column, cache_dir)
+        store = build_graphs(table, smiles_column, cache_dir, num_proc, max_atoms)
+    return store, graph_cache_path(table.path, smiles_column, cache_dir, max_atoms)
+
+
+def shown_smiles(smiles: str, limit: int = 80) -> str:
+    """``repr(smiles)``, a long one cut to its first characters and its length (messages stay readable)."""
+    if len(smiles) <= limit:
+        return repr(smiles)
+    return f"{smiles[: limit - 20]!r}... ({len(smiles):,} characters)"
 
 
 def usable_positions(
@@ -247,9 +292,10 @@ def usable_positions(
 ) -> np.ndarray:
     """Positions of the molecules RDKit could use; each other one goes through ``report.bad``.
 
-    The report's reason is the failure's kind (``"RDKit could not parse the SMILES"``...), so
-    counts group by kind; the place names the file (``path``), the line (``lines``: the file's
-    line of each row) and the SMILES, with RDKit's detail.
+    The report's reason is the failure's kind (``"RDKit could not parse the SMILES"``, ``"more
+    atoms than max_atoms"``...), so counts group by kind; the place names the file (``path``), the
+    line (``lines``: the file's line of each row) and the SMILES (a long one shortened), with the
+    detail (RDKit's, or the atom count).
 
     Raises:
         DataError: at the first unusable molecule, when ``report`` raises (the default).
@@ -257,6 +303,6 @@ def usable_positions(
     report = report if report is not None else DataReport("raise")
     for position, message, smiles in zip(*store.errors(), strict=True):
         reason, _, detail = message.partition(": ")
-        where = f"{path}, line {lines[position]} {smiles!r}"
+        where = f"{path}, line {lines[position]} {shown_smiles(smiles)}"
         report.bad(f"{where} ({detail})" if detail else where, reason, item="molecule")
     return np.flatnonzero(store.valid)

@@ -10,6 +10,7 @@ rows through the report), :func:`load_tokenizer` and :func:`tokenize_table` (->
 
 * :mod:`~varlen.datasets.text.readers`: open and check CSV / TSV / JSON(L) / Parquet files or
   a Hub dataset; map labels to classes, bad rows through the report.
+* :mod:`~varlen.datasets.text.labels`: a label's class name, the checked class list of a label column.
 * :mod:`~varlen.datasets.text.column_splits`: the splits a table marks in a column (``is_valid``, ``split``).
 * :mod:`~varlen.datasets.text.synthetic`: the embedded movie reviews, short and long (offline default).
 * :mod:`~varlen.datasets.text.tokens`: tokenizers and tokenising a table once (truncated, or as windows).

@@ -33,6 +33,7 @@ from varlen.datasets.files import (
     read_text,
     table_suffix,
 )
+from varlen.datasets.text.labels import label_key
 from varlen.errors import DataError, DatasetNotFoundError
 from varlen.report import DataReport
 
@@ -41,15 +42,12 @@ __all__ = [
     "HUB_SPLITS",
     "TextColumns",
     "TextTable",
-    "check_classes",
     "check_columns",
     "check_rows",
     "check_utf8",
-    "class_list",
     "encode_rows",
     "hidden_labels",
     "iter_columns",
-    "label_key",
     "load_hub",
     "read_columns",
     "read_hub",
@@ -376,42 +374,6 @@ def read_hub(
 
 
 # -- labels and rows --------------------------------------------------------------------------
-
-
-def label_key(label: Any) -> str | None:
-    """A label as its class name: ints (and integral floats, which a column with one blank cell
-    becomes) as ``"1"``, other values as text; None for a missing or non-finite label."""
-    if label is None:
-        return None
-    if isinstance(label, (float, np.floating)):
-        if not np.isfinite(label):
-            return None
-        if label.is_integer():
-            return str(int(label))
-    if isinstance(label, (bool, int, np.integer)):
-        return str(int(label))
-    return str(label).strip() or None
-
-
-def class_list(labels: Sequence[Any]) -> list[str]:
-    """The stable class list of some labels: sorted numerically when all are ints, else as strings."""
-    unique = {key for key in map(label_key, labels) if key is not None}
-    try:
-        return [str(v) for v in sorted(int(v) for v in unique)]
-    except ValueError:
-        return sorted(unique)
-
-
-def check_classes(classes: Sequence[str], name: str, column: str) -> list[str]:
-    """Refuse fewer than two classes (a classifier with one class learns nothing), naming the source."""
-    classes = list(classes)
-    if len(classes) < 2:
-        held = f"only the class {classes[0]!r}" if classes else "no usable label"
-        raise DataError(
-            f"{name}: the label column {column!r} holds {held}; a classifier needs two classes or more "
-            "(check label_column, or give class_names)"
-        )
-    return classes
 
 
 def row_problem(

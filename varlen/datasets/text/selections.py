@@ -6,13 +6,17 @@ document never straddle two splits:
 * ``train``: the training source's rows (those its split column marks ``train``, with one), less
   the validation rows carved out, optionally a stratified, seeded subset (``max_train_samples``);
 * ``val``: its own source; else the training rows its split column marks ``val``; else
-  ``val_fraction`` of the training rows, carved out stratified and seeded;
+  ``val_fraction`` of the training rows, carved out stratified and seeded, every copy of a text
+  on the side of its first (:func:`varlen.splits.keyed_split`: copies never straddle train and val);
 * ``test``: its own source; else the rows marked ``test``; else the validation split.
+
+With ``deduplicate``, a text (and pair) whose exact copy came earlier is left out: earlier in its
+source, or, for a validation or test source of its own, in the training source.
 
 A split that serves all of its source's samples reads the token table itself. One that serves
 some gets a *selection* table, built once per node beside the token table and keyed by it and the
 split settings: per sample its ``start`` and ``length`` in the source's ids, ``label``, ``row``,
-``truncated`` (and ``document``, numbered again from 0). Either way every per-sample array a
+``truncated``, ``digest`` (and ``document``, numbered again from 0). Either way every per-sample array a
 process reads is a view of a mapped file: a loader worker holds nothing of its own per sample.
 """
 
@@ -28,15 +32,18 @@ from varlen.batching.ragged import concat_ranges
 from varlen.cache import cache_key
 from varlen.datasets.text.column_splits import SPLITS
 from varlen.datasets.text.store import TokenTables
+from varlen.duplicates import repeats
 from varlen.errors import DataError
 from varlen.report import SOURCE, DataReport
-from varlen.splits import fractions_of, stratified_split
+from varlen.splits import fractions_of, keyed_split, stratified_split
 from varlen.tables import MappedTable, open_table, write_table
 
-__all__ = ["SELECTION_VERSION", "SplitPlan", "TextSplit", "document_starts", "split_summary"]
+__all__ = ["SELECTION_VERSION", "SplitPlan", "TextSplit", "document_digests", "document_starts", "split_summary"]
 
 #: format version of the selection tables
-SELECTION_VERSION = "text split 1"
+SELECTION_VERSION = "text split 2"
+#: the reason a row ``deduplicate`` leaves out is counted under (unused, in the report)
+REPEATED = "copy of an earlier row's text, deduplicate=True"
 
 
 @dataclass(frozen=True)
@@ -48,17 +55,22 @@ class SplitPlan:
         mark: only the rows the split column gives this code (0 train, 1 val, 2 test); None: every row.
         carve: ``"train"`` or ``"val"``: that part of the validation split carved out of those rows.
         subset: the training subset (``max_train_samples``) of what is left.
+        dedupe: leave out the rows whose text an earlier row has (``deduplicate``).
+        reference: the other source whose texts count as earlier (``"train"`` for a validation or
+            test source of its own, under ``dedupe``), or None.
     """
 
     source: str
     mark: int | None = None
     carve: str | None = None
     subset: bool = False
+    dedupe: bool = False
+    reference: str | None = None
 
     @property
     def whole(self) -> bool:
         """Whether it serves every sample of its source (no selection table)."""
-        return self.mark is None and self.carve is None and not self.subset
+        return self.mark is None and self.carve is None and not self.subset and not self.dedupe
 
 
 def document_starts(samples: MappedTable) -> tuple[np.ndarray, np.ndarray]:
@@ -68,6 +80,12 @@ def document_starts(samples: MappedTable) -> tuple[np.ndarray, np.ndarray]:
         return np.arange(n), np.ones(n, np.int64)
     first = np.flatnonzero(np.diff(samples.numpy("document"), prepend=-1))
     return first, np.diff(first, append=n)
+
+
+def document_digests(samples: MappedTable, selection: MappedTable | None = None) -> np.ndarray:
+    """The digest of each document (a text and its pair) a split serves from these tables, in order."""
+    per_sample = selection if selection is not None else samples
+    return per_sample.numpy("digest")[document_starts(per_sample)[0]]
 
 
 def split_summary(samples: MappedTable, selection: MappedTable | None) -> tuple[int, int]:
@@ -95,12 +113,14 @@ class TextSplit:
         max_train_samples: keep a stratified, seeded subset of this many training rows (documents).
         seed: seed of the carved validation and of the subset.
         split_column: the training source's column naming each row's split, or None.
+        deduplicate: leave out every row whose exact text (and pair) an earlier row has.
     """
 
     val_fraction: float = 0.1
     max_train_samples: int | None = None
     seed: int = 0
     split_column: str | None = None
+    deduplicate: bool = False
 
     def marked(self, tables: Mapping[str, TokenTables]) -> np.ndarray:
         """Rows of the training source its split column gives each split (usable or not), ``[3]``."""
@@ -113,18 +133,21 @@ class TextSplit:
         """``split -> SplitPlan``, or the name of the split it repeats (test: ``"val"``)."""
         marked = {SPLITS[k] for k, n in enumerate(self.marked(tables)) if n}
         train_mark = 0 if self.split_column else None
+        dedupe = self.deduplicate
+        reference = "train" if dedupe and "train" in tables else None
         if "val" in tables:
-            val = SplitPlan("val")
+            val = SplitPlan("val", dedupe=dedupe, reference=reference)
         elif "val" in marked:
-            val = SplitPlan("train", 1)
+            val = SplitPlan("train", 1, dedupe=dedupe)
         else:
-            val = SplitPlan("train", train_mark, carve="val")
-        train = SplitPlan("train", train_mark, "train" if val.carve else None, self.max_train_samples is not None)
+            val = SplitPlan("train", train_mark, carve="val", dedupe=dedupe)
+        subset = self.max_train_samples is not None
+        train = SplitPlan("train", train_mark, "train" if val.carve else None, subset, dedupe=dedupe)
         test: SplitPlan | str = "val"
         if "test" in tables:
-            test = SplitPlan("test")
+            test = SplitPlan("test", dedupe=dedupe, reference=reference)
         elif "test" in marked:
-            test = SplitPlan("train", 2)
+            test = SplitPlan("train", 2, dedupe=dedupe)
         return {"train": train, "val": val, "test": test}
 
     def check(
@@ -162,13 +185,26 @@ class TextSplit:
                 reason = f"the split column {self.split_column!r} gives them to {split}, which has its own file"
                 report.leave_unused(SOURCE, reason, int(marked[SPLITS.index(split)]), "row")
 
-    def documents(self, samples: MappedTable, plan: SplitPlan) -> np.ndarray:
-        """The documents (numbers among the source's usable ones, ascending) that ``plan`` serves."""
+    def firsts(self, samples: MappedTable, earlier: MappedTable | None = None) -> np.ndarray:
+        """bool per document of ``samples``: no row before it (in its source, or in ``earlier``, the
+        reference source's samples) has its text."""
+        digests = document_digests(samples)
+        first = ~repeats(digests)
+        if earlier is not None:
+            first &= ~np.isin(digests, document_digests(earlier))
+        return first
+
+    def documents(self, samples: MappedTable, plan: SplitPlan, earlier: MappedTable | None = None) -> np.ndarray:
+        """The documents (numbers among the source's usable ones, ascending) that ``plan`` serves
+        (``earlier``: the samples of the plan's ``reference`` source)."""
         first, _ = document_starts(samples)
         labels = samples.numpy("label")[first]
         docs = np.arange(len(first)) if plan.mark is None else np.flatnonzero(samples.numpy("mark")[first] == plan.mark)
+        if plan.dedupe:
+            docs = docs[self.firsts(samples, earlier)[docs]]
         if plan.carve:
-            parts = stratified_split(labels[docs], fractions_of(self.val_fraction), self.seed, "validation split")
+            digests, fractions = samples.numpy("digest")[first][docs], fractions_of(self.val_fraction)
+            parts = keyed_split(digests, fractions, self.seed, labels[docs], "validation split")
             docs = docs[parts[plan.carve]]
         if plan.subset and self.max_train_samples < len(docs):
             share = self.max_train_samples / len(docs)
@@ -176,36 +212,58 @@ class TextSplit:
             docs = docs[stratified_split(labels[docs], fractions, self.seed, "training subset")["kept"]]
         return docs
 
-    def select(self, samples: MappedTable, plan: SplitPlan) -> dict[str, np.ndarray]:
+    def select(
+        self, samples: MappedTable, plan: SplitPlan, earlier: MappedTable | None = None
+    ) -> dict[str, np.ndarray]:
         """The per-sample columns of the selection table of ``plan`` (see the module docstring)."""
-        docs = self.documents(samples, plan)
+        docs = self.documents(samples, plan, earlier)
         first, counts = document_starts(samples)
         chosen = concat_ranges(first[docs], counts[docs])
         lengths = samples.numpy("length")
         columns = {"start": samples.ragged("input_ids", lengths=lengths).starts[chosen], "length": lengths[chosen]}
-        columns |= {name: samples.numpy(name)[chosen] for name in ("label", "row", "truncated")}
+        columns |= {name: samples.numpy(name)[chosen] for name in ("label", "row", "truncated", "digest")}
         if "document" in samples.columns:
             columns["document"] = np.repeat(np.arange(len(docs), dtype=np.int64), counts[docs])
         return columns
 
-    def selection_key(self, tables: TokenTables, plan: SplitPlan) -> str:
-        """The content key of a selection table: the token tables' key and the settings ``plan`` uses."""
+    def selection_key(self, tables: TokenTables, plan: SplitPlan, earlier: TokenTables | None = None) -> str:
+        """The content key of a selection table: the token tables' key (and the reference source's)
+        and the settings ``plan`` uses."""
         settings = {}
         if plan.carve:
             settings |= {"val_fraction": self.val_fraction, "seed": self.seed}
         if plan.subset:
             settings |= {"max_train_samples": self.max_train_samples, "seed": self.seed}
+        if earlier is not None:
+            settings |= {"reference": earlier.key}
         return cache_key(tables.key, asdict(plan), settings, version=SELECTION_VERSION)
 
-    def selection(self, folder: str | Path, tables: TokenTables, split: str, plan: SplitPlan) -> MappedTable | None:
-        """The mapped selection table of ``split`` (built first when it is not there), or None when the
-        split serves its whole source."""
+    def selection(
+        self, folder: str | Path, tables: Mapping[str, TokenTables], split: str, plan: SplitPlan
+    ) -> MappedTable | None:
+        """The mapped selection table of ``split`` (built first when it is not there) from ``tables``
+        (every source's), or None when the split serves its whole source."""
         if plan.whole:
             return None
-        key = self.selection_key(tables, plan)
-        path = Path(folder) / f"{tables.slug}-{split}-{key}.arrow"
+        own = tables[plan.source]
+        earlier = tables[plan.reference] if plan.reference else None
+        key = self.selection_key(own, plan, earlier)
+        path = Path(folder) / f"{own.slug}-{split}-{key}.arrow"
         found = open_table(path, version=SELECTION_VERSION, key=key)
         if found is None:
-            write_table(path, self.select(tables.samples, plan), version=SELECTION_VERSION, key=key)
+            columns = self.select(own.samples, plan, earlier.samples if earlier is not None else None)
+            write_table(path, columns, version=SELECTION_VERSION, key=key)
             found = open_table(path, version=SELECTION_VERSION, key=key)
         return found
+
+    def repeated(
+        self, tables: Mapping[str, TokenTables], plans: Mapping[str, SplitPlan | str], report: DataReport
+    ) -> None:
+        """Count in ``report`` (unused, under the source pseudo-split) the rows ``deduplicate`` leaves out."""
+        sources = {
+            plan.source: plan.reference for plan in plans.values() if isinstance(plan, SplitPlan) and plan.dedupe
+        }
+        for source, reference in sources.items():
+            earlier = tables[reference].samples if reference else None
+            left_out = int(np.count_nonzero(~self.firsts(tables[source].samples, earlier)))
+            report.leave_unused(SOURCE, REPEATED, left_out, "row")

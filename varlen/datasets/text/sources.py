@@ -20,11 +20,11 @@ import numpy as np
 from varlen.cache import file_hash
 from varlen.datasets.files import table_suffix
 from varlen.datasets.text.column_splits import split_marks
+from varlen.datasets.text.labels import class_list, column_classes
 from varlen.datasets.text.readers import (
     HUB_SPLITS,
     TextColumns,
     check_columns,
-    class_list,
     hidden_labels,
     iter_columns,
     load_hub,
@@ -96,16 +96,19 @@ class TextSource:
         return self._marks
 
     def classes(self) -> list[str]:
-        """The classes of its (training) rows' labels, sorted (see
-        :func:`~varlen.datasets.text.readers.class_list`): only the label column is read."""
+        """The classes of its (training) rows' labels, sorted and checked (see
+        :func:`~varlen.datasets.text.labels.column_classes`): only the label column is read.
+
+        Raises:
+            DataError: the labels mix numbers with words or spell one number two ways (naming rows).
+        """
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         labels = self._read([self.columns.label]).column(self.columns.label)
-        marks = self.marks()
+        marks, rows = self.marks(), None
         if marks is not None:
-            labels = labels.filter(pa.array(marks == 0))
-        return class_list(pc.unique(labels).to_pylist())
+            labels, rows = labels.filter(pa.array(marks == 0)), np.flatnonzero(marks == 0)
+        return column_classes(labels, self.name, self.columns.label, rows)
 
     def slices(self, size: int) -> Iterator[RowSlice]:
         """The rows at most ``size`` at a time, each slice as lists (a Parquet file is read a batch
@@ -130,7 +133,7 @@ class SyntheticSource(TextSource):
         self.kind, self.num_samples, self.seed = kind, num_samples, seed
 
     def classes(self) -> list[str]:
-        return class_list(np.unique(synthetic_labels(self.num_samples, self.seed)).tolist())
+        return class_list(np.unique(synthetic_labels(self.num_samples, self.seed)).tolist(), self.name)
 
     def slices(self, size: int) -> Iterator[RowSlice]:
         reviews = iter_synthetic(self.kind, self.num_samples, self.seed)

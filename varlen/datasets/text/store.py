@@ -8,9 +8,11 @@ and whether token type ids are kept:
 
 * ``<slug>-<key>.arrow``: one row per sample (a usable text, or a window of one): ``input_ids``
   (and ``token_type_ids``) as list columns, and per sample ``length``, ``label`` (class id),
-  ``row`` (in the source), ``truncated``, ``document`` (windows: the text's number among the usable
-  ones) and ``mark`` (the split its split column names, with one);
-* ``<slug>-<key>.bad.arrow``: the rows that cannot be used (their row, what is wrong, their mark),
+  ``row`` (in the source), ``truncated``, ``digest`` (of the row's text and pair: equal texts,
+  equal digests; what duplicates are found by), ``document`` (windows: the text's number among the
+  usable ones) and ``mark`` (the split its split column names, with one);
+* ``<slug>-<key>.bad.arrow``: the rows that cannot be used (their row, what is wrong, their mark;
+  a text the tokenizer leaves nothing of but the special tokens is empty, as a blank one is),
   which ``setup`` passes through the report as they were found (raised or counted: the report is the
   same whether the cache was just built or mapped).
 
@@ -35,7 +37,8 @@ from varlen.batching.ragged import Ragged
 from varlen.cache import cache_key, tokenizer_identity, writable_folder
 from varlen.datasets.text.readers import check_rows
 from varlen.datasets.text.sources import RowSlice, TextSource
-from varlen.datasets.text.tokens import CHUNK, Tokenization, check_stride, encode_texts
+from varlen.datasets.text.tokens import CHUNK, Encoded, Tokenization, check_stride, encode_texts
+from varlen.duplicates import text_digests
 from varlen.errors import DataError
 from varlen.tables import MappedTable, TableBuilder, ids_outside, open_table, write_table
 
@@ -44,7 +47,7 @@ __all__ = ["VERSION", "TokenTables", "build_tokens", "load_tokens", "token_key"]
 log = logging.getLogger(__name__)
 
 #: format version of the token tables (a reader of another version rebuilds them)
-VERSION = "text tokens 1"
+VERSION = "text tokens 2"
 DTYPES = {"input_ids": np.int32, "token_type_ids": np.int8}
 
 
@@ -202,14 +205,18 @@ def _append(
     """Check and encode one slice, append its samples to ``builder`` and its unusable rows to ``bad``;
     returns the class id of each row (-1: unusable)."""
     ids, problems = check_rows(part.texts, part.pairs, part.labels, classes, source.columns)
+    keep = np.flatnonzero(ids >= 0)
+    pairs = None if part.pairs is None else [part.pairs[i] for i in keep]
+    encoded = encode_texts(tokenizer, [part.texts[i] for i in keep], pairs, tokenization)
+    if encoded.empty.any():  # nothing left once tokenised: refused as an empty text is
+        problems = sorted(problems + _emptied(part, keep[encoded.empty], source.columns))
+        ids[keep[encoded.empty]] = -1
+        encoded, keep = _without_empty(encoded), keep[~encoded.empty]
     for i, detail, reason in problems:
         bad.rows.append(part.start + i)
         bad.details.append(detail)
         bad.reasons.append(reason)
         bad.marks.append(-1 if marks is None else int(marks[part.start + i]))
-    keep = np.flatnonzero(ids >= 0)
-    pairs = None if part.pairs is None else [part.pairs[i] for i in keep]
-    encoded = encode_texts(tokenizer, [part.texts[i] for i in keep], pairs, tokenization)
     of_row = keep[encoded.of_text]  # each sample's row in the slice
     if (found := ids_outside(Ragged.from_arrays(encoded.fields["input_ids"]), len(tokenizer))) is not None:
         where = f"{source.name}, row {part.start + int(of_row[found[0]])}"
@@ -219,6 +226,8 @@ def _append(
     columns["label"] = ids[of_row]
     columns["row"] = part.start + of_row
     columns["truncated"] = encoded.truncated.astype(np.int8)
+    digests = text_digests([part.texts[i] for i in keep], None if pairs is None else [part.pairs[i] for i in keep])
+    columns["digest"] = digests[encoded.of_text]
     if tokenization.overflow == "windows":
         columns["document"] = documents + encoded.of_text
     if marks is not None:
@@ -227,10 +236,31 @@ def _append(
     return ids
 
 
+def _emptied(part: RowSlice, positions: np.ndarray, columns: Any) -> list[tuple[int, str, str]]:
+    """``(position, detail, reason)`` of the rows of ``part`` at ``positions`` that tokenise to nothing."""
+    named = repr(columns.text) if part.pairs is None else f"{columns.text!r} or {columns.pair!r}"
+    reason = f"empty text in column {named}"
+    return [
+        (int(i), f" ({str(part.texts[i])[:40]!r}: no token but the special ones once tokenised)", reason)
+        for i in positions
+    ]
+
+
+def _without_empty(encoded: Encoded) -> Encoded:
+    """``encoded`` less the samples of its empty texts, the others' text numbers counted again."""
+    keep = ~encoded.empty[encoded.of_text]
+    number = np.cumsum(~encoded.empty) - 1
+    fields = {
+        name: [row for row, kept in zip(rows, keep, strict=True) if kept] for name, rows in encoded.fields.items()
+    }
+    return Encoded(fields, number[encoded.of_text[keep]], encoded.truncated[keep], encoded.empty[~encoded.empty])
+
+
 def _empty(tokenization: Tokenization, windows: bool, marked: bool) -> dict[str, Any]:
     """The columns of no sample (a source without rows still gets every column)."""
     columns: dict[str, Any] = {name: [] for name in tokenization.fields}
-    for name, dtype in (("length", np.int64), ("label", np.int64), ("row", np.int64), ("truncated", np.int8)):
+    plain = (("length", np.int64), ("label", np.int64), ("row", np.int64), ("truncated", np.int8), ("digest", np.int64))
+    for name, dtype in plain:
         columns[name] = np.zeros(0, dtype)
     if windows:
         columns["document"] = np.zeros(0, np.int64)

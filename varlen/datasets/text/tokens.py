@@ -9,6 +9,10 @@ With ``overflow="windows"`` a long text becomes several windows instead, through
 tokenizer's own overflow support (``return_overflowing_tokens`` with ``stride`` tokens shared by
 consecutive windows, ``overflow_to_sample_mapping`` naming each window's text): every window is
 a sample of its own, with its text's label and a document id, and nothing is cut.
+
+A text is empty when the model sees nothing of it: its encoding holds only the special tokens
+(``[CLS] [SEP]``), as one of NUL bytes or of characters the tokenizer drops does. Such texts are
+marked (:attr:`Encoded.empty`), so that they are refused as empty texts are, never kept as samples.
 """
 
 from __future__ import annotations
@@ -98,17 +102,29 @@ class Encoded(NamedTuple):
         fields: field name -> the ids of each output row.
         of_text: ``[R]`` int64 position, among the texts given, of each row's text.
         truncated: ``[R]`` bool, the row is a text cut to ``max_length``.
+        empty: ``[T]`` bool per text given: it (or its pair) has no token besides the special ones.
     """
 
     fields: dict[str, list[list[int]]]
     of_text: np.ndarray
     truncated: np.ndarray
+    empty: np.ndarray
+
+
+def _empty_sides(tokenizer, encoded, count: int) -> np.ndarray:
+    """bool ``[count]``: the pairs of a batch whose first or second text has no token of its own."""
+    if not getattr(encoded, "is_fast", False):  # a slow tokenizer says no sides: only an all-special row
+        special = set(tokenizer.all_special_ids)
+        return np.array([all(t in special for t in ids) for ids in encoded["input_ids"]], dtype=bool)
+    return np.array([not {0, 1} <= set(encoded.sequence_ids(i)) for i in range(count)], dtype=bool)
 
 
 def _encode(tokenizer, texts: list[str], pairs: list[str] | None, max_length: int, names: Sequence[str]):
-    """One batch: the encoded fields ``names`` per text, and the positions of the texts truncated."""
+    """One batch: the encoded fields ``names`` per text, the positions of the texts truncated, and
+    (pairs only, else None) which pairs have a side without a token of its own."""
     encoded = tokenizer(texts, pairs, truncation=False, verbose=False)
     fields = {name: list(encoded[name]) for name in names}
+    empty = _empty_sides(tokenizer, encoded, len(texts)) if pairs else None
     over = [i for i, ids in enumerate(fields["input_ids"]) if len(ids) > max_length]
     if over:
         cut = tokenizer(
@@ -120,7 +136,7 @@ def _encode(tokenizer, texts: list[str], pairs: list[str] | None, max_length: in
         for name in names:
             for j, i in enumerate(over):
                 fields[name][i] = cut[name][j]
-    return fields, over
+    return fields, over, empty
 
 
 def check_stride(tokenizer, max_length: int, stride: int) -> None:
@@ -151,7 +167,9 @@ def encode_texts(tokenizer, texts: Sequence[Any], pairs: Sequence[Any] | None, t
 
     Each text is encoded untruncated first, so that truncation can be counted; only the texts
     over ``max_length`` are encoded again with truncation. With ``overflow="windows"`` a text
-    becomes its windows instead (call :func:`check_stride` first).
+    becomes its windows instead (call :func:`check_stride` first). A text is empty
+    (:attr:`Encoded.empty`) when none of its rows holds more than the special tokens a text gets
+    (pairs: when either side has no token of its own).
     """
     windows = tokenization.overflow == "windows"
     if windows and pairs is not None:
@@ -161,6 +179,7 @@ def encode_texts(tokenizer, texts: Sequence[Any], pairs: Sequence[Any] | None, t
     pairs = _as_text(pairs) if pairs is not None else None
     fields: dict[str, list[list[int]]] = {name: [] for name in names}
     of_text, truncated = [np.zeros(0, np.int64)], [np.zeros(0, bool)]
+    sides = [np.zeros(0, bool)]
     for start in range(0, len(texts), BATCH):
         stop = start + BATCH
         if windows:
@@ -168,15 +187,23 @@ def encode_texts(tokenizer, texts: Sequence[Any], pairs: Sequence[Any] | None, t
             cut = np.zeros(len(of), bool)
         else:
             part = pairs[start:stop] if pairs else None
-            got, over = _encode(tokenizer, texts[start:stop], part, tokenization.max_length, names)
+            got, over, empty = _encode(tokenizer, texts[start:stop], part, tokenization.max_length, names)
             of = np.arange(len(got["input_ids"]), dtype=np.int64)
             cut = np.zeros(len(of), bool)
             cut[over] = True
+            if empty is not None:
+                sides.append(empty)
         of_text.append(of + start)
         truncated.append(cut)
         for name in names:
             fields[name] += got[name]
-    return Encoded(fields, np.concatenate(of_text), np.concatenate(truncated))
+    of_text = np.concatenate(of_text)
+    special = tokenizer.num_special_tokens_to_add(pairs is not None)
+    content = np.fromiter((len(ids) > special for ids in fields["input_ids"]), bool, len(of_text))
+    empty = np.bincount(of_text, weights=content, minlength=len(texts)) == 0
+    if pairs is not None:
+        empty |= np.concatenate(sides)
+    return Encoded(fields, of_text, np.concatenate(truncated), empty)
 
 
 def flatten(rows: Sequence[Sequence[int]], dtype: np.dtype | type) -> tuple[np.ndarray, np.ndarray]:
