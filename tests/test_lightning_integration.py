@@ -1,8 +1,10 @@
 """The core inside Lightning: checkpoint resume mid-epoch, DDP injection, torchrun, workers."""
 
 import gc
+import inspect
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -475,3 +477,47 @@ def test_a_spawned_worker_ends_without_the_interpreters_finalisation() -> None:
     assert [batch.tolist() for batch in epoch] == [[0, 1, 2, 3], [4, 5, 6, 7]]  # its end joins the worker
     assert [worker.exitcode for worker in epoch._workers] == [0]  # -6 (SIGABRT) when it finalises
     assert loader.worker_init_fn is None  # the loader's own setting is left as it was
+
+
+class StopsItsWorker(torch.utils.data.Dataset):
+    """Sample 5 stops the worker that fetches it (SIGSTOP): a worker stuck for good."""
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, i: int) -> int:
+        if i == 5:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        return i
+
+
+def test_a_stuck_worker_ends_the_epoch_with_an_error_naming_it_within_the_timeout() -> None:
+    """A stopped worker blocked the loop forever; with the loader's timeout the main process stops with an
+    error that names the worker, its pid and the setting to raise."""
+    loader = VarLenLoader(StopsItsWorker(), batch_size=2, num_workers=2, timeout=2, multiprocessing_context="fork")
+    iterator = iter(loader)
+    with pytest.raises(
+        RuntimeError, match=r"loader worker 0 \(pid \d+\) gave no batch in 2 s.*timeout \(now 2 s"
+    ) as caught:
+        for _ in iterator:
+            pass
+    pid = int(str(caught.value).split("pid ")[1].split(")")[0])
+    os.kill(pid, signal.SIGCONT)  # a stopped worker would not end on the loader's SIGTERM
+    loader.shutdown_workers()
+    assert gc.get_freeze_count() == 0
+
+
+def test_every_datamodule_passes_its_timeout_to_the_loader() -> None:
+    from varlen.datamodules.base import LOADER_TIMEOUT, VarLenDataModule
+
+    assert inspect.signature(VarLenDataModule).parameters["timeout"].default == LOADER_TIMEOUT
+    import varlen.datamodules as datamodules
+
+    for name in datamodules.SCENARIOS:
+        assert inspect.signature(getattr(datamodules, name)).parameters["timeout"].default == LOADER_TIMEOUT, name
+    dm = ToyDataModule(num_workers=1)
+    dm.timeout = 7.0
+    dm.setup("fit")
+    assert dm.train_dataloader().timeout == 7.0 and ToyDataModule().timeout == LOADER_TIMEOUT
+    with pytest.raises(ValueError, match="timeout must be seconds >= 0"):
+        VarLenDataModule(timeout=-1)

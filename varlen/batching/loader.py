@@ -206,9 +206,23 @@ class _WorkerIterator(_StatefulMultiProcessingDataLoaderIter):
                 for _ in range(self._prefetch_factor * self._num_workers):
                     self._try_put_index()
             return unpack(super()._next_data())
-        except BaseException:  # the epoch's end, or an error (a worker's, a dead worker, ^C): nothing stays frozen
+        except (
+            BaseException
+        ) as error:  # the epoch's end, or an error (a worker's, a dead worker, ^C): nothing stays frozen
             self._release_gc()
+            if isinstance(error, RuntimeError) and str(error).startswith("DataLoader timed out"):
+                raise RuntimeError(self._timed_out()) from error
             raise
+
+    def _timed_out(self) -> str:
+        """Which worker gave no batch within the loader's ``timeout``, and what to do about it."""
+        worker = self._task_info.get(self._rcvd_idx, (None,))[0]
+        pid = self._workers[worker].pid if worker is not None else None
+        return (
+            f"loader worker {worker} (pid {pid}) gave no batch in {self._timeout:g} s: it is stuck (stopped, "
+            "deadlocked, waiting on a store) or its batches take that long; find it with py-spy dump --pid "
+            f"{pid}, or raise the DataModule's timeout (now {self._timeout:g} s; 0 waits forever)"
+        )
 
     def _shutdown_workers(self) -> None:
         super()._shutdown_workers()

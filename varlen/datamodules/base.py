@@ -55,6 +55,7 @@ BASE_ARGS = (
     "persistent_workers",
     "prefetch_factor",
     "multiprocessing_context",
+    "timeout",
     "predict_split",
     "on_bad",
     "sources",
@@ -66,6 +67,8 @@ BASE_ARGS = (
 PredictSplit = Literal["train", "val", "test"]
 #: how loader workers start (None: the platform's default)
 StartMethod = Literal["fork", "spawn", "forkserver"] | None
+#: seconds a loader worker's batch may take (``timeout``): far above any normal batch, a stuck worker's bound
+LOADER_TIMEOUT = 600.0
 
 
 def plain(value: Any) -> Any:
@@ -121,6 +124,9 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
         multiprocessing_context: how workers start: ``"fork"``, ``"spawn"``, ``"forkserver"`` (None:
             the platform's default; Python 3.14 on Linux starts with ``forkserver``). Under any of
             them a worker maps the data files again, so it holds no copy of the data.
+        timeout: seconds a loader worker's batch may take; past it the loader stops with an error naming
+            the worker (a stuck worker would otherwise block training forever). 0 waits forever. Only
+            with ``num_workers > 0``.
         predict_split: the split ``trainer.predict`` runs on (``train``, ``val`` or ``test``, in
             a fixed order, every sample once); a DataModule that reads a source of its own for
             prediction builds a ``predict`` split, which wins.
@@ -179,6 +185,7 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
         multiprocessing_context: StartMethod = None,
+        timeout: float = LOADER_TIMEOUT,
         predict_split: PredictSplit = "test",
         on_bad: OnBad = "raise",
         sources: list[dict[str, Any]] | None = None,
@@ -210,6 +217,9 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
         if multiprocessing_context is not None and multiprocessing_context not in methods:
             raise ValueError(f"multiprocessing_context must be one of {methods} here, got {multiprocessing_context!r}")
         self.multiprocessing_context = multiprocessing_context
+        if not timeout >= 0:
+            raise ValueError(f"timeout must be seconds >= 0 (0: wait forever), got {timeout!r}")
+        self.timeout = float(timeout)
         self.batch_size = batch_size
         self.max_tokens = max_tokens
         self.shuffle = shuffle
@@ -450,6 +460,7 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
         extra: dict[str, Any] = {}
         if self.num_workers > 0:
             extra = {"persistent_workers": self.persistent_workers, "prefetch_factor": self.prefetch_factor}
+            extra["timeout"] = self.timeout
             extra["multiprocessing_context"] = self.multiprocessing_context
         return VarLenLoader(
             self.dataset(split),

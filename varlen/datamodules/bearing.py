@@ -38,7 +38,7 @@ import numpy as np
 
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
 from varlen.cache import default_cache_dir
-from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
+from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datamodules.sources import Mix
 from varlen.datamodules.weighting import check_sample_weights
 from varlen.datasets.bearing.augment import WindowAugment
@@ -156,7 +156,7 @@ class BearingDataModule(VarLenDataModule):
             are written once and mapped from (None: ``$VARLEN_CACHE`` or ``~/.cache/varlen``; the
             files go in its ``bearing`` folder).
         batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, num_workers,
-            pin_memory, persistent_workers, prefetch_factor, multiprocessing_context, predict_split:
+            pin_memory, persistent_workers, prefetch_factor, multiprocessing_context, timeout, predict_split:
             see :class:`VarLenDataModule` (``max_tokens`` budgets ``windows x window length`` per
             batch); neither set: 64 windows per batch.
     """
@@ -211,6 +211,7 @@ class BearingDataModule(VarLenDataModule):
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
         multiprocessing_context: StartMethod = None,
+        timeout: float = LOADER_TIMEOUT,
         predict_split: PredictSplit = "test",
         sources: list[dict[str, Any]] | None = None,
         source_weights: list[float] | dict[str, float] | None = None,

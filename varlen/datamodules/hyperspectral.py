@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
-from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
+from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datamodules.weighting import check_sample_weights
 from varlen.datasets.hyperspectral.collate import HyperspectralCollator
 from varlen.datasets.hyperspectral.dataset import HyperspectralPixels, band_statistics, random_band_counts, select_bands
@@ -90,7 +90,7 @@ class HyperspectralDataModule(VarLenDataModule):
             None: every pixel once. There is no per-pixel weight column here. Validation and test
             serve every pixel once.
         batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, num_workers,
-            pin_memory, persistent_workers, prefetch_factor, multiprocessing_context, predict_split:
+            pin_memory, persistent_workers, prefetch_factor, multiprocessing_context, timeout, predict_split:
             see :class:`VarLenDataModule`.
             ``max_tokens`` budgets ``samples x max band count`` per batch; neither set: 64 pixels per batch.
         on_bad: a band holding NaN/inf, or a label value that is no class of the scene: ``raise``
@@ -147,6 +147,7 @@ class HyperspectralDataModule(VarLenDataModule):
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
         multiprocessing_context: StartMethod = None,
+        timeout: float = LOADER_TIMEOUT,
         predict_split: PredictSplit = "test",
         on_bad: OnBad = "raise",
     ) -> None:

@@ -9,7 +9,7 @@ from typing import Any, Literal
 import numpy as np
 
 from varlen.batching.telemetry import BatchStats
-from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
+from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datamodules.sources import Mix
 from varlen.datamodules.weighting import BALANCED, check_sample_weights, checked_column
 from varlen.datasets.molecules.classes import SINGLE_CLASS, SingleClass, check_classes
@@ -122,7 +122,7 @@ class MoleculeDataModule(VarLenDataModule):
         batch_size: molecules per batch; with ``max_tokens``, the most molecules in a batch.
         max_tokens: budget on atoms + directed edges per batch (neither set: 1536).
         shuffle, seed, num_buckets, num_workers, pin_memory, persistent_workers, prefetch_factor,
-            multiprocessing_context, predict_split: see :class:`~varlen.datamodules.base.VarLenDataModule`.
+            multiprocessing_context, timeout, predict_split: see :class:`~varlen.datamodules.base.VarLenDataModule`.
             There is no ``pad_to_multiple_of``: nothing is padded.
     """
 
@@ -165,6 +165,7 @@ class MoleculeDataModule(VarLenDataModule):
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
         multiprocessing_context: StartMethod = None,
+        timeout: float = LOADER_TIMEOUT,
         predict_split: PredictSplit = "test",
         sources: list[dict[str, Any]] | None = None,
         source_weights: list[float] | dict[str, float] | None = None,

@@ -11,7 +11,7 @@ import numpy as np
 
 from varlen import notices
 from varlen.cache import default_cache_dir, tokenizer_identity
-from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
+from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datamodules.sources import Mix
 from varlen.datamodules.weighting import check_sample_weights, checked_column
 from varlen.datasets.text.collate import TextCollator
@@ -118,6 +118,8 @@ class TextClassificationDataModule(VarLenDataModule):
         prefetch_factor: batches prefetched per worker.
         multiprocessing_context: how workers start (``fork``, ``spawn``, ``forkserver``; None: the
             platform's default).
+        timeout: seconds a loader worker's batch may take before the loader stops naming the worker (0:
+            forever).
         predict_split: the split ``trainer.predict`` runs on (``test``: the validation set when no
             test source is given, see ``test_file``).
         on_bad: a row with an empty text (blank, or nothing left once tokenised but the special
@@ -189,6 +191,7 @@ class TextClassificationDataModule(VarLenDataModule):
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
         multiprocessing_context: StartMethod = None,
+        timeout: float = LOADER_TIMEOUT,
         predict_split: PredictSplit = "test",
         on_bad: OnBad = "raise",
         deduplicate: bool = False,

@@ -22,7 +22,7 @@ from torch.utils.data import Dataset
 
 from varlen.batching.telemetry import BatchStats, mask_stats
 from varlen.cache import cache_key, default_cache_dir, tokenizer_identity, writable_folder
-from varlen.datamodules.base import PredictSplit, StartMethod, VarLenDataModule, base_args
+from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datasets.video_text.captions import TEST_NAMES, VAL_NAMES, CaptionTable
 from varlen.datasets.video_text.collate import VideoTextCollator, budget_sizes
 from varlen.datasets.video_text.dataset import Segmentation, VideoTextDataset
@@ -125,7 +125,7 @@ class VideoTextDataModule(VarLenDataModule):
         feature_dim: expected size of real features; None: the feature store's majority size
             (videos of another size are bad input).
         batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, num_workers,
-            pin_memory, persistent_workers, prefetch_factor, multiprocessing_context, predict_split,
+            pin_memory, persistent_workers, prefetch_factor, multiprocessing_context, timeout, predict_split,
             on_bad: see :class:`~varlen.datamodules.base.VarLenDataModule`.
     """
 
@@ -171,6 +171,7 @@ class VideoTextDataModule(VarLenDataModule):
         persistent_workers: bool = False,
         prefetch_factor: int | None = None,
         multiprocessing_context: StartMethod = None,
+        timeout: float = LOADER_TIMEOUT,
         predict_split: PredictSplit = "test",
         on_bad: OnBad = "raise",
     ) -> None:
