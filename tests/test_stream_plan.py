@@ -420,3 +420,11 @@ def test_an_elastic_rest_reads_each_window_once_per_lane(index, monkeypatch, lan
         run([plan], epoch=1)
         windows = plan.epoch_batches(1)[1][:, 0]
         assert len(reads) <= len(set(windows.tolist())) + lanes - 1, (reads, windows)
+
+
+def test_an_index_of_sizes_with_an_empty_chunk_is_built():
+    """Found by hypothesis: ArraySizeIndex.from_sizes failed on an empty chunk (reshape of 0 sizes)."""
+    index = ArraySizeIndex.from_sizes([np.array([], dtype=int), np.array([3, 5])])
+    assert index.samples_per_chunk.tolist() == [0, 2] and index.sizes(1)[:, 0].tolist() == [3, 5]
+    plan = StreamBatchPlan(index, max_tokens=BUDGET)
+    assert sorted(i for batch in plan for i in batch.tolist()) == [0, 1]
