@@ -30,11 +30,14 @@ def write_csv(path: Path, rows: list[dict]) -> str:
 
 
 def reviews(tmp_path: Path, n: int = 300, weight=lambda i, label: 1.0) -> str:
-    """``n`` texts of varied length, one in ten of class ``b``, with a weight column ``w``."""
+    """``n`` distinct texts of varied length (copies would share a split), one in ten of class ``b``, with a
+    weight column ``w``."""
     rows = []
     for i in range(n):
         label = "b" if i % 10 == 0 else "a"
-        rows.append({"text": " ".join(["word"] * (3 + i % 40)), "label": label, "w": weight(i, label)})
+        rows.append(
+            {"text": f"review {i}: " + " ".join(["word"] * (3 + i % 40)), "label": label, "w": weight(i, label)}
+        )
     return write_csv(tmp_path / "reviews.csv", rows)
 
 
@@ -198,7 +201,8 @@ def test_unknown_or_textual_weight_columns_are_refused(tmp_path: Path) -> None:
     mols.setup("fit")
     with pytest.raises(DataError, match=r"column\(s\) \['weight'\] not found"):
         mols.train_dataloader()
-    rows = [{"smiles": "CCO", "logp": 1.0, "w": "heavy" if i == 5 else 1} for i in range(30)]
+    rows = [{"smiles": "C" * (i + 1) + "O", "logp": 1.0, "w": "heavy" if i == 5 else 1} for i in range(30)]  # distinct:
+    # copies of one molecule would share one split
     mols = MoleculeDataModule(dataset=None, path=write_csv(tmp_path / "words.csv", rows), smiles_column="smiles",
                               target_columns=["logp"], sample_weights="w")  # fmt: skip
     mols.setup("fit")
