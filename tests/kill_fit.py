@@ -13,9 +13,9 @@ its start, appends a line ``{"epoch", "step", "index", "bands"}`` (``bands``: th
 batch's band subsets, -1 where padded) to OUT/batches.jsonl, flushed, so a killed process leaves its
 record. ``kill``: SIGKILL at the start of the first batch after the k-th checkpoint was saved (its
 file complete: the save runs at the previous batch's end), or at the start of epoch e's first batch;
-that batch is not recorded. ``drop_loader_state``: the checkpoint's loader state (the sampler's place
-in the epoch) is removed before the resume, to show what an exact resume needs. The job's output
-goes to OUT/log.txt.
+that batch is not recorded. ``drop_loader_state``: the checkpoint's loader state and the DataModule's
+training position (the sampler's place in the epoch) are removed before the resume, to show what an exact
+resume needs. The job's output goes to OUT/log.txt.
 """
 
 from __future__ import annotations
@@ -76,11 +76,16 @@ class KillAndRecord(pl.Callback):
 
 
 def without_loader_state(checkpoint: str, out: Path) -> str:
-    """A copy of ``checkpoint`` whose fit loop holds no state of the training loader."""
+    """A copy of ``checkpoint`` that holds the sampler's place in the epoch nowhere: neither in the fit loop's
+    state of the training loader nor in the DataModule's training position."""
     state = torch.load(checkpoint, weights_only=False)
     loop = state["loops"]["fit_loop"]["state_dict"]
     if not loop.pop("combined_loader", None):
         raise RuntimeError(f"{checkpoint} holds no loader state under loops.fit_loop.state_dict.combined_loader")
+    holders = [part for part in state.values() if isinstance(part, dict) and "train_position" in part]
+    if len(holders) != 1:
+        raise RuntimeError(f"{checkpoint} holds no training position in a DataModule's state")
+    del holders[0]["train_position"]
     torch.save(state, out / "no_loader_state.ckpt")
     return str(out / "no_loader_state.ckpt")
 

@@ -92,6 +92,10 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
             fixed counts per size bucket can bias it.
         sampler: set by Lightning, which injects a ``DistributedSampler`` under DDP; only its
             ``num_replicas``, ``rank`` and ``epoch`` are read. Leave it None yourself.
+        state: a saved state to resume from at once (:meth:`load_state_dict`). Lightning reads
+            ``len()`` before it loads the loader's state, and ends an epoch when its count of batches
+            reaches that length: a DataModule passes the position its checkpoint recorded, so that an
+            epoch resumed on another number of ranks has its own length when Lightning reads it.
     """
 
     def __init__(
@@ -114,6 +118,7 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         replacement: bool = True,
         shares: Sequence[int] | np.ndarray | None = None,
         sampler: Sampler | None = None,
+        state: dict[str, Any] | None = None,
     ) -> None:
         # BatchSampler.__init__ is not called: it insists on a sampler and an int batch size.
         self.sizes = as_size_matrix(lengths)
@@ -151,6 +156,9 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
                 f"{self.num_oversized} samples exceed max_tokens={self.max_tokens} on their own; "
                 "each gets a batch of its own (none is dropped)"
             )
+        self.state = state
+        if state is not None:
+            self.load_state_dict(state)
 
     def _weighted_draw(self, weights, num_samples: int | None, replacement: bool) -> WeightedDraw | None:
         if weights is None and num_samples is None:

@@ -238,6 +238,8 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
         self.datasets: dict[str, Dataset] = {}
         self.collate_fn: Any = None
         self._checkpoint_state: dict[str, Any] | None = None  # loaded before setup: applied by setup
+        self._resume_position: dict[str, Any] | None = None  # a checkpoint's training position, not yet used
+        self._train_sampler: Any = None  # the training sampler last made (its position goes in checkpoints)
         self._train_weights: tuple[Dataset, np.ndarray] | None = None  # (train dataset, its weights)
         self.host_stats: BatchStats | None = None  # the last training batch, counted before its transfer
         self.host_sources: np.ndarray | None = None  # its samples per source (a mixture's), likewise
@@ -331,8 +333,32 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
         return plain(self.data_state())
 
     def state_dict(self) -> dict[str, Any]:
-        """Lightning saves this in every checkpoint: :meth:`data_state` as plain values."""
-        return {"data_state": self._saved_state()} if self.datasets else {}
+        """Lightning saves this in every checkpoint: :meth:`data_state` as plain values, and while fitting the
+        training sampler's position (see :meth:`resume_position`)."""
+        if not self.datasets:
+            return {}
+        position = self._train_position()
+        return {"data_state": self._saved_state()} | ({"train_position": position} if position else {})
+
+    def _train_position(self) -> dict[str, Any] | None:
+        """The training sampler's state at the batch Lightning has trained up to, or None when not fitting."""
+        trainer, sampler = self.trainer, self._train_sampler
+        if trainer is None or sampler is None or trainer.state.fn != "fit":
+            return None
+        epoch = int(trainer.current_epoch)
+        trained = int(trainer.fit_loop.epoch_loop.batch_progress.current.ready)
+        segments = [list(part) for part in sampler.segments(epoch)]
+        return sampler.state_dict() | {"epoch": epoch, "batches_served": trained, "segments": segments}
+
+    def resume_position(self) -> dict[str, Any] | None:
+        """The training position a loaded checkpoint recorded, handed (once) to the training sampler it builds.
+
+        Lightning reads the loader's length before it loads the loader's own state, and ends the epoch when
+        its count of batches reaches that length: an epoch resumed on another number of ranks, whose length
+        is its own, would end early (samples lost) unless the sampler knows its position when it is made.
+        """
+        position, self._resume_position = self._resume_position, None
+        return position
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Check a checkpoint's data state against the rebuilt one and restore its statistics.
@@ -342,6 +368,7 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
         Raises:
             DataError: a :attr:`state_must_match` value changed (it names both values).
         """
+        self._resume_position = state_dict.get("train_position")
         saved = state_dict.get("data_state")
         if saved is None:
             return
@@ -431,7 +458,8 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
         rebuilds under DDP (with its saved arguments) keeps them. A streamed training split's is a
         :class:`~varlen.stream.sampler.StreamBatchSampler`."""
         if split == "train" and self.stream is not None:
-            return stream_sampler(self, num_replicas, rank)
+            self._train_sampler = stream_sampler(self, num_replicas, rank)
+            return self._train_sampler
         spec = self._plan_spec(self.batch_size, self.max_tokens)
         weights = self.train_weights() if split == "train" and shuffle else None
         dataset = self.dataset(split)
@@ -450,7 +478,10 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
             groups=self._sampler_groups(dataset),
             weights=weights,
             shares=dataset.sources if weights is not None and isinstance(dataset, SourceMixture) else None,
+            state=self.resume_position() if split == "train" else None,
         )
+        if split == "train":
+            self._train_sampler = sampler
         if split == "train" and shuffle and isinstance(dataset, SourceMixture):
             self._report_draw(sampler, dataset)
         return sampler

@@ -117,4 +117,5 @@ def stream_sampler(dm: Any, num_replicas: int | None, rank: int | None) -> Any:
         lanes=max(1, dm.num_workers),  # each loader worker reads windows of its own
         num_replicas=num_replicas,
         rank=rank,
+        state=dm.resume_position(),
     )

@@ -40,6 +40,7 @@ class StreamBatchSampler(BatchSampler):
             batches, never chooses them; a state of other lanes finishes its epoch in the saved order.
         num_replicas, rank: default to the injected sampler's, then torch.distributed's, else 1 and 0.
         sampler: set by Lightning (its ``DistributedSampler``); leave it None yourself.
+        state: a saved state to resume from at once (see :class:`~varlen.batching.BucketBatchSampler`).
 
     ``len()`` is the same on every rank and every epoch (an epoch resumed on another number of
     ranks has its own, as the in-memory sampler's).
@@ -62,6 +63,7 @@ class StreamBatchSampler(BatchSampler):
         num_replicas: int | None = None,
         rank: int | None = None,
         sampler: Sampler | None = None,
+        state: dict[str, Any] | None = None,
     ) -> None:
         # BatchSampler.__init__ is not called: it insists on a sampler and an int batch size.
         self.folder = str(folder)
@@ -83,6 +85,9 @@ class StreamBatchSampler(BatchSampler):
             lanes=lanes,
         )
         self.spec = self.plan.spec
+        self.state = state
+        if state is not None:
+            self.load_state_dict(state)
 
     @property
     def epoch(self) -> int:
@@ -122,6 +127,9 @@ class StreamBatchSampler(BatchSampler):
     def bucket_sizes(self) -> list[np.ndarray]:
         """The size each bucket's samples are costed at, per axis (one: the streamed plan's)."""
         return [np.asarray(self.plan.layout.rounded)]
+
+    def segments(self, epoch: int) -> tuple:
+        return self.plan.segments(epoch)
 
     def state_dict(self) -> dict[str, Any]:
         return self._synced().state_dict()
