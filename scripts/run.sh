@@ -54,6 +54,7 @@ install_varlen() {
 case "${1:-}" in
   setup) setup ;;
   demo) setup; shift; HF_HUB_OFFLINE=1 python scripts/demo.py "$@" ;;
-  test) setup; shift; HF_HUB_OFFLINE=1 python -m pytest -q "$@" ;;
+  # two test processes (VARLEN_TEST_WORKERS), a test file to each at a time: a file's fixtures are built once
+  test) setup; shift; HF_HUB_OFFLINE=1 python -m pytest -q -n "${VARLEN_TEST_WORKERS:-2}" --dist loadfile "$@" ;;
   *) echo "usage: bash scripts/run.sh {setup|demo|test} [args...]" >&2; exit 2 ;;
 esac
