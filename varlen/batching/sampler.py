@@ -279,8 +279,9 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         mine = None if self.draw is None else self.draw.key()
         if state.get("draw") != mine:
             raise ValueError(
-                "sampler state was saved with other weights, num_samples or replacement "
-                f"(draw {state.get('draw')}, this sampler's: {mine}): its position means other batches"
+                "sampler state was saved with other weights, num_samples or replacement, or by a varlen that "
+                f"draws otherwise (draw {state.get('draw')}, this sampler's: {mine}): its position means other "
+                "batches; start the epoch afresh"
             )
         self.load_position(state, self.set_epoch)
 
