@@ -40,26 +40,33 @@ def sizes_in_chunks(n: int) -> list[np.ndarray]:
     return np.split(sizes, np.arange(CHUNK, n, CHUNK))
 
 
+def written_once(folder, write) -> str:
+    """``folder``, its size index checked; ``write(folder)`` first when it holds none (or another)."""
+    from varlen.stream import SizeIndex
+
+    try:
+        SizeIndex(folder).check()
+    except Exception:  # noqa: BLE001 - not written yet
+        folder.mkdir(parents=True, exist_ok=True)
+        write(folder)
+    return str(folder)
+
+
 def size_index_folder(root: str, n: int) -> str:
     """A folder holding an ``index.json`` of ``n`` samples' chunks and their size index (the chunk files
     themselves are not needed to plan): written once."""
     from pathlib import Path
 
-    from varlen.stream import SizeIndex, write_size_index
+    from varlen.stream import write_size_index
 
-    folder = Path(root) / f"sizes-{n}"
-    try:
-        SizeIndex(folder).check()
-        return str(folder)
-    except Exception:  # noqa: BLE001 - not written yet
-        pass
-    chunks = sizes_in_chunks(n)
-    folder.mkdir(parents=True, exist_ok=True)
-    listed = [{"filename": f"chunk-0-{k}.bin", "chunk_size": len(c), "chunk_bytes": 2 * int(c.sum())}
-              for k, c in enumerate(chunks)]  # fmt: skip
-    (folder / "index.json").write_text(json.dumps({"chunks": listed, "config": {}}))
-    write_size_index(folder, np.concatenate(chunks), ("tokens",))
-    return str(folder)
+    def write(folder: Path) -> None:
+        chunks = sizes_in_chunks(n)
+        listed = [{"filename": f"chunk-0-{k}.bin", "chunk_size": len(c), "chunk_bytes": 2 * int(c.sum())}
+                  for k, c in enumerate(chunks)]  # fmt: skip
+        (folder / "index.json").write_text(json.dumps({"chunks": listed, "config": {}}))
+        write_size_index(folder, np.concatenate(chunks), ("tokens",))
+
+    return written_once(Path(root) / f"sizes-{n}", write)
 
 
 def load_streaming_benchmark():
@@ -79,16 +86,7 @@ def token_chunks(root: str, n: int) -> str:
     """``n`` token sequences as LitData chunks with their size index (benchmark_streaming's), written once."""
     from pathlib import Path
 
-    from varlen.stream import SizeIndex
-
-    folder = Path(root) / f"tokens-{n}"
-    try:
-        SizeIndex(folder).check()
-        return str(folder)
-    except Exception:  # noqa: BLE001 - not written yet
-        pass
-    load_streaming_benchmark().write_tokens(folder, n)
-    return str(folder)
+    return written_once(Path(root) / f"tokens-{n}", lambda folder: load_streaming_benchmark().write_tokens(folder, n))
 
 
 def serve(what: str, n: int, saved: int, after: int, resumed: int, limit: float, root: str) -> dict:

@@ -127,6 +127,32 @@ def flat(per_rank) -> Counter:
     return Counter(int(i) for rank in per_rank for batch in rank for i in batch)
 
 
+def serve_moves(make, steps, state: dict, epoch: int) -> tuple[Counter, list | None, int]:
+    """An epoch saved in ``state`` served on by each of ``steps`` (``(args of make, share)``: the plans of a
+    world size, and the share of the batches left each serves before it is saved again; the last serves the
+    rest). Every part has equal counts per rank. Returns what the parts served, the first part's batches
+    when it was the only one, and the last state's batches served (the epoch's end when it ran)."""
+    total, first = Counter(), None
+    for number, (args, share) in enumerate(steps):
+        plans = make(*args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for plan in plans:
+                plan.load_state_dict(state)
+            if plans[0].epoch != epoch:  # the saved epoch was over: the next one starts
+                assert {p.epoch for p in plans} == {epoch + 1}
+                return total, None, len(plans[0])
+            assert len({len(p) for p in plans}) == 1
+            left = len(plans[0]) - state["batches_served"]
+            part = epoch_of(plans, None, None if number == len(steps) - 1 else int(share * left))
+        assert len({len(rank) for rank in part}) == 1
+        first = part if len(steps) == 1 else None
+        total += flat(part)
+        state = plans[0].state_dict()
+    assert state["batches_served"] == len(plans[0])  # the epoch is over on every rank
+    return total, first, state["batches_served"]
+
+
 # -- the in-memory sampler ------------------------------------------------------------------------
 
 
@@ -173,26 +199,11 @@ def test_resumes_on_any_world_sizes_serve_the_uninterrupted_epoch(data, case: di
     stop = data.draw(st.integers(0, len(whole[0])))
     served = epoch_of(first, epoch, stop)
     assert served == [rank[:stop] for rank in whole]
-    state, total = first[0].state_dict(), flat(served)
-    for number, (new_world, share) in enumerate(steps):
-        samplers = [make_sampler(case, new_world, rank) for rank in range(new_world)]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for sampler in samplers:
-                sampler.load_state_dict(state)
-            if samplers[0].epoch != epoch:  # the saved epoch was over: the next one starts
-                assert {s.epoch for s in samplers} == {epoch + 1}
-                break
-            assert len({len(s) for s in samplers}) == 1
-            left = len(samplers[0]) - state["batches_served"]
-            part = epoch_of(samplers, None, None if number == len(steps) - 1 else int(share * left))
-        assert len({len(rank) for rank in part}) == 1
-        if new_world == world and number == 0 and len(steps) == 1:
-            assert [a + b for a, b in zip(served, part, strict=True)] == whole
-        total += flat(part)
-        state = samplers[0].state_dict()
-    else:
-        assert state["batches_served"] == len(samplers[0])  # the epoch is over on every rank
+    make = lambda world: [make_sampler(case, world, rank) for rank in range(world)]  # noqa: E731
+    total, alone, _ = serve_moves(make, [((w,), share) for w, share in steps], first[0].state_dict(), epoch)
+    if alone is not None and steps[0][0] == world:  # resumed on the saved world size: the uninterrupted run
+        assert [a + b for a, b in zip(served, alone, strict=True)] == whole
+    total += flat(served)
     # nothing lost; a sample repeated only to give each rank a batch when fewer were left than ranks
     assert want - total == Counter() and sum(total.values()) - sum(want.values()) < world + sum(w for w, _ in steps)
 
@@ -313,28 +324,13 @@ def test_streamed_resumes_on_any_world_sizes_and_lanes_serve_the_uninterrupted_e
     first = stream_plans(case, world, lanes)
     served = stream_epoch(first, epoch, stop)
     assert served == [rank[:stop] for rank in whole]
-    state, total = first[0].state_dict(), flat(served)
     moves = st.tuples(st.integers(1, 8), st.integers(1, 4), st.floats(0, 1))
     steps = data.draw(st.lists(moves, min_size=1, max_size=3))
-    for number, (new_world, new_lanes, share) in enumerate(steps):
-        plans = stream_plans(case, new_world, new_lanes)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for plan in plans:
-                plan.load_state_dict(state)
-            if plans[0].epoch != epoch:  # the saved epoch was over: the next one starts
-                assert {p.epoch for p in plans} == {epoch + 1}
-                break
-            assert len({len(p) for p in plans}) == 1
-            left = len(plans[0]) - state["batches_served"]
-            part = stream_epoch(plans, None, None if number == len(steps) - 1 else int(share * left))
-        assert len({len(rank) for rank in part}) == 1
-        if (new_world, new_lanes) == (world, lanes) and number == 0 and len(steps) == 1:
-            assert [a + b for a, b in zip(served, part, strict=True)] == whole
-        total += flat(part)
-        state = plans[0].state_dict()
-    else:
-        assert state["batches_served"] == len(plans[0])
+    make = lambda world, ways: stream_plans(case, world, ways)  # noqa: E731
+    total, alone, _ = serve_moves(make, [((w, ways), share) for w, ways, share in steps], first[0].state_dict(), epoch)
+    if alone is not None and steps[0][:2] == (world, lanes):
+        assert [a + b for a, b in zip(served, alone, strict=True)] == whole
+    total += flat(served)
     assert want - total == Counter() and sum(total.values()) - sum(want.values()) < sum(w for w, _, _ in steps)
 
 
