@@ -401,14 +401,19 @@ def cut_short(path: Path, size: int | None = None) -> None:
     path.write_bytes(content[: size if size is not None else len(content) // 2])
 
 
-def test_a_cut_short_or_foreign_table_is_rebuilt_with_a_warning(tmp_path: Path, builds) -> None:
+def built(tmp_path: Path) -> tuple[Path, Path, list, Path]:
+    """A 40-review file tokenised into a fresh cache: the file, the cache, its batches and its token table."""
     path = write_csv(tmp_path / "reviews.csv", corpus(40))
     cache = tmp_path / "cache"
     dm = make(cache, train_file=str(path))
     dm.prepare_data()
     dm.setup("fit")
-    expected = batches(dm)
     (samples,) = token_tables(cache)
+    return path, cache, batches(dm), samples
+
+
+def test_a_cut_short_or_foreign_table_is_rebuilt_with_a_warning(tmp_path: Path, builds) -> None:
+    path, cache, expected, samples = built(tmp_path)
     cut_short(samples)
     again = make(cache, train_file=str(path))
     with pytest.warns(UserWarning, match=rf"cache {re.escape(str(samples))} is unreadable .*building it again"):
@@ -446,13 +451,7 @@ def test_a_cut_short_or_foreign_table_is_rebuilt_with_a_warning(tmp_path: Path, 
 def test_flipped_bytes_in_a_token_table_are_found_and_it_is_rebuilt(tmp_path: Path, builds) -> None:
     """Sixteen bytes flipped in the middle of a built table were served as token ids (-1013, -1999...):
     its data no longer match the checksum recorded when it was built, so it is rebuilt with a warning."""
-    path = write_csv(tmp_path / "reviews.csv", corpus(40))
-    cache = tmp_path / "cache"
-    dm = make(cache, train_file=str(path))
-    dm.prepare_data()
-    dm.setup("fit")
-    expected = batches(dm)
-    (samples,) = token_tables(cache)
+    path, cache, expected, samples = built(tmp_path)
     flip_bytes(samples)
     again = make(cache, train_file=str(path))
     with pytest.warns(UserWarning, match=rf"cache {re.escape(str(samples))} is corrupt: .*building it again"):
@@ -465,13 +464,7 @@ def test_flipped_bytes_in_a_token_table_are_found_and_it_is_rebuilt(tmp_path: Pa
 def test_a_table_holding_ids_outside_the_vocabulary_is_rebuilt(tmp_path: Path, builds, tokenizer) -> None:
     """An id outside the tokenizer's vocabulary fails an embedding (a device-side assert on a GPU): a table
     holding one (its checksum valid: a build's bug) is rebuilt with a warning."""
-    path = write_csv(tmp_path / "reviews.csv", corpus(40))
-    cache = tmp_path / "cache"
-    dm = make(cache, train_file=str(path))
-    dm.prepare_data()
-    dm.setup("fit")
-    expected = batches(dm)
-    (samples,) = token_tables(cache)
+    path, cache, expected, samples = built(tmp_path)
     rewrite(samples, input_ids=lambda ids: with_value(ids, 100, len(tokenizer) + 7))  # a valid checksum
     again = make(cache, train_file=str(path))
     outside = rf"token id {len(tokenizer) + 7} in row \d+, outside the tokenizer's {len(tokenizer):,} ids"
