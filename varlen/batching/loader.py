@@ -206,9 +206,8 @@ class _WorkerIterator(_StatefulMultiProcessingDataLoaderIter):
                 for _ in range(self._prefetch_factor * self._num_workers):
                     self._try_put_index()
             return unpack(super()._next_data())
-        except (
-            BaseException
-        ) as error:  # the epoch's end, or an error (a worker's, a dead worker, ^C): nothing stays frozen
+        except BaseException as error:
+            # the epoch's end, or an error (a worker's, a dead worker, ^C): nothing stays frozen
             self._release_gc()
             if isinstance(error, RuntimeError) and str(error).startswith("DataLoader timed out"):
                 raise RuntimeError(self._timed_out()) from error

@@ -371,12 +371,19 @@ def deal(bounds: np.ndarray, num_replicas: int, drop_last: bool) -> np.ndarray:
             f"{total} samples cannot fill {len(bounds) + short} batches (one per rank on "
             f"{num_replicas} ranks); use fewer ranks or more data"
         )
-    bounds = split_largest(bounds, short)
-    repeated = -len(bounds) % num_replicas
+    bounds, repeated = repeat_to_multiple(split_largest(bounds, short), num_replicas)
     if repeated:
         notices.warn(
             f"{total} samples cannot be split into a multiple of {num_replicas} batches: {repeated} batch(es) "
             "repeat a sample so that every rank gets as many (a rank without a batch would hang the others)"
         )
-        bounds = np.concatenate([bounds, bounds[np.arange(repeated) % len(bounds)]])
     return bounds
+
+
+def repeat_to_multiple(rows: np.ndarray, multiple: int) -> tuple[np.ndarray, int]:
+    """``rows`` with its first rows repeated (in turn) until their count is a multiple of ``multiple``, and
+    how many were: what gives every rank a batch when the samples are too few to split further."""
+    repeated = -len(rows) % multiple if len(rows) else 0
+    if repeated:
+        rows = np.concatenate([rows, rows[np.arange(repeated) % len(rows)]])
+    return rows, repeated

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from varlen import notices
+from varlen.batching.plan import repeat_to_multiple
 
 __all__ = ["ResumableEpochs", "Segment", "deal", "interleave", "rest_of_epoch", "saved_position", "unserved"]
 
@@ -68,9 +69,7 @@ def deal(rows: np.ndarray, world: int, split: Callable[[np.ndarray, int], np.nda
         rows = rows[: len(rows) - len(rows) % world]
     elif len(rows) % world:
         rows = split(rows, -len(rows) % world)
-    repeated = -len(rows) % world if len(rows) else 0
-    if repeated:
-        rows = np.concatenate([rows, rows[np.arange(repeated) % len(rows)]])
+    rows, repeated = repeat_to_multiple(rows, world)
     return np.split(rows, world), repeated
 
 
@@ -194,12 +193,16 @@ class ResumableEpochs:
         rows, before, _ = self.epoch_rows(epoch)
         return before + len(rows)
 
+    def first_batch(self, epoch: int) -> int:
+        """Where ``epoch`` starts on this rank: a loaded state's position in that epoch, else 0."""
+        return self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
+
     def positions(self) -> Iterator[tuple[int, tuple[int, ...]]]:
         """This epoch's rows for this rank, from a loaded state's position: ``(world, row)`` each, the
         world size whose plan the row belongs to; the position advances as they are taken."""
         epoch = self.epoch
         rows, before, world = self.epoch_rows(epoch)
-        start = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
+        start = self.first_batch(epoch)
         self._resume, self._position = None, (epoch, start)
         served = start
         for first in range(start - before, len(rows), _ROWS):

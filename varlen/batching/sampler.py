@@ -239,8 +239,7 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         and the first batch still counts (Lightning calls it after creating its first iterator).
         """
         epoch = self.epoch
-        start = self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
-        self._position = (epoch, start)  # what a state_dict now names
+        self._position = (epoch, self.first_batch(epoch))  # what a state_dict now names
         return self._batches()
 
     def _batches(self) -> Iterator[list[int]]:
