@@ -10,9 +10,9 @@ One type for every scenario, so a user finds what was dropped in one place, ``dm
 * **unused**: data that no sample covers, by design, by reason and unit (signal between
   windows, labelled pixels at the image border or in split buffers...);
 * **sources** of a training split drawn from several: each one's samples, the share of an epoch
-  asked of it and the samples an epoch of the sampler draws of it (fixed when batches keep
-  sources apart, else on average), and the samples each served per epoch (counted as batches
-  reach the model, in this process: under DDP, this rank's);
+  asked of it and the samples every epoch of the sampler draws of it (a fixed count), and the
+  samples each served per epoch (counted as batches reach the model, in this process: under DDP,
+  this rank's);
 * **retried**: of a split read from a stream, the chunk reads retried so far (a live count, its
   loader workers included; nothing streamed is skipped: a chunk that keeps failing raises);
 * **duplicates**: per split, the items that repeat an earlier one of the split exactly, and those
@@ -91,7 +91,6 @@ class DataReport:
         self.splits: dict[str, SplitReport] = {}
         self.sources: dict[str, dict[str, tuple[int, float]]] = {}  # split -> source -> (samples, share)
         self.drawn: dict[str, dict[str, float]] = {}  # split -> source -> samples an epoch draws
-        self.drawn_fixed: dict[str, bool] = {}  # split -> whether those are the same every epoch
         self.served: dict[int, Counter] = {}  # epoch -> source -> samples served
         self.streamed: dict[str, Callable[[], int]] = {}  # split -> its chunk reads retried so far (live)
         self.duplicates: dict[str, Duplicates] = {}  # split -> its exact duplicates
@@ -135,11 +134,9 @@ class DataReport:
         """``split`` is drawn from several sources: their samples and planned shares of an epoch."""
         self.sources[split] = {name: (int(counts[name]), float(shares[name])) for name in counts}
 
-    def draw(self, split: str, counts: dict[str, float], fixed: bool) -> None:
-        """What an epoch of ``split``'s sampler draws of each source: exactly ``counts`` every epoch
-        (``fixed``: batches keep sources apart, so the draw's counts are the sources'), else on average."""
+    def draw(self, split: str, counts: dict[str, float]) -> None:
+        """What every epoch of ``split``'s sampler draws of each source: ``counts`` (the draw's fixed counts)."""
         self.drawn[split] = {name: float(n) for name, n in counts.items()}
-        self.drawn_fixed[split] = bool(fixed)
 
     def serve(self, epoch: int, counts: dict[str, int]) -> None:
         """Samples each source served in a batch of ``epoch``."""
@@ -181,7 +178,6 @@ class DataReport:
         self.splits.clear()
         self.sources.clear()
         self.drawn.clear()
-        self.drawn_fixed.clear()
         self.served.clear()
         self.streamed.clear()
         self.duplicates.clear()
@@ -228,8 +224,7 @@ class DataReport:
     def _sources_dict(self, split: str) -> dict[str, dict[str, Any]]:
         drawn = self.drawn.get(split, {})
         return {
-            k: {"samples": n, "share": f}
-            | ({"drawn": drawn[k], "drawn_fixed": self.drawn_fixed[split]} if k in drawn else {})
+            k: {"samples": n, "share": f} | ({"drawn": drawn[k]} if k in drawn else {})
             for k, (n, f) in self.sources[split].items()
         }
 
@@ -247,14 +242,12 @@ class DataReport:
                 lines.append(f"skipped in {name}: {n:,} {item}(s): {why}")
                 lines += [f"    e.g. {e}" for e in s.examples.get((item, why), [])[:2]]
         for name, sources in self.sources.items():
-            drawn, fixed = self.drawn.get(name, {}), self.drawn_fixed.get(name, False)
+            drawn = self.drawn.get(name, {})
             parts = []
             for k, (n, share) in sources.items():
                 told = f"asked {100 * share:.4g}% of each epoch"
                 if k in drawn:
-                    told += (
-                        f", drawn {drawn[k]:,.0f} an epoch" if fixed else f", drawn {drawn[k]:,.1f} an epoch on average"
-                    )
+                    told += f", drawn {drawn[k]:,.0f} an epoch"
                 parts.append(f"{k} {n:,} ({told})")
             lines.append(f"{name} sources: {', '.join(parts)}")
         for epoch, counts in self.served.items():

@@ -260,32 +260,24 @@ class SourceMixing:
         return share_weights(shares, counts, within)
 
     def _report_draw(self, sampler: Any, mixture: SourceMixture) -> None:
-        """Put in the report what an epoch of the training ``sampler`` draws of each source (exact when
-        every stratum of its draw is one source's, as under ``per_source``; else on average), and warn
-        about a source asked for a share that its rounded count never serves."""
-        draw, sources = sampler.draw, mixture.sources.astype(np.int64)
+        """Put in the report what every epoch of the training ``sampler`` draws of each source (its draw's
+        strata are split by source, ``shares``, so each source's count is fixed), and warn about a source
+        asked for a share that its rounded count never serves."""
+        draw = sampler.draw
         if draw is None:  # every sample of every source once
-            counts, fixed = np.diff(mixture.offsets).astype(np.float64), True
+            counts = np.diff(mixture.offsets).astype(np.float64)
         else:
-            strata = len(draw.counts)
-            low = np.full(strata, len(mixture.parts))
-            np.minimum.at(low, draw.strata, sources)
-            high = np.zeros(strata, np.int64)
-            np.maximum.at(high, draw.strata, sources)
-            fixed = bool(np.array_equal(low, high))
-            if fixed:
-                counts = np.bincount(low, draw.counts, minlength=len(mixture.parts))
-            else:
-                per_source = np.bincount(sources, draw.weights, minlength=len(mixture.parts))
-                counts = draw.num_samples * per_source / per_source.sum()
-        self.report.draw("train", dict(zip(mixture.names, counts.tolist(), strict=True)), fixed)
+            stratum_source = np.zeros(len(draw.counts), np.int64)
+            stratum_source[draw.strata] = mixture.sources  # one source a stratum
+            counts = np.bincount(stratum_source, draw.counts, minlength=len(mixture.parts))
+        self.report.draw("train", dict(zip(mixture.names, counts.tolist(), strict=True)))
         asked = self.report.sources.get("train", {})
         starved = [
             name
             for name, n in zip(mixture.names, counts.tolist(), strict=True)
             if asked.get(name, (0, 0.0))[1] > 0 and n == 0
         ]
-        if fixed and starved:
+        if starved:
             notices.warn(
                 f"{type(self).__name__}: source(s) {starved} are asked for less than half a sample an epoch and "
                 "get none: raise their source_weights"
