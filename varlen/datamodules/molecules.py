@@ -45,6 +45,20 @@ class MoleculeDataModule(VarLenDataModule):
 
     Default: the ESOL table packaged with varlen (offline, 1,128 real molecules).
 
+    Batch:
+        x: [N, 8] int64, atom features of the batch's N atoms, each column shifted into one vocabulary
+        edge_index: [2, E] int64, directed bonds (both directions) in the batch's atom numbering
+        edge_attr: [E, 4] int64, bond features, shifted into one vocabulary
+        y: [B, T] float32, the T targets of each molecule as the file has them, 0 where missing
+        y_mask: [B, T] bool, True = the target is observed
+        batch: [N] int64, the molecule of each atom
+        ptr: [B + 1] int64, where each molecule's atoms start in x
+        num_nodes: int, the batch's atoms (N)
+        index: [B] int64, each molecule's position in its split
+
+    A PyG ``Batch`` (graphs concatenated, nothing padded); ``descriptors=True`` adds ``descriptors``
+    ``[B, 10]`` float32 (train-standardized) and ``follow_batch`` ``<name>_batch`` / ``<name>_ptr``.
+
     Args:
         dataset: a MoleculeNet preset (``esol``, ``freesolv``, ``lipo``, ``hiv``, ``bbbp``,
             ``qm9``) giving the default columns, task and download URL; None for your own table.
