@@ -95,7 +95,11 @@ def test_inspect_every_shipped_config(config: Path, tmp_path: Path, monkeypatch,
     first = [ranks[k % 3][k // 3] for k in range(min(40, len(batches)))]  # rank r serves batches r, r + 3, ...
     real, allocated = padding(dm, dataset, first)
     assert f"padding efficiency {real / allocated:.4f} " in text
-    budget = f"batch_size={dm.batch_size}" if dm.max_tokens is None else "max_tokens="
+    spec = dm.batch_sampler("train", dm.shuffle, num_replicas=3, rank=0).spec
+    if spec.max_tokens is None:
+        budget = f"batch_size={spec.batch_size}"
+    else:  # as a config writes it: one axis a number, several a tuple
+        budget = f"max_tokens={spec.max_tokens[0] if len(spec.max_tokens) == 1 else tuple(spec.max_tokens)} ("
     assert re.search(r"budget use mean [\d.]+ / max [\d.]+ of " + re.escape(budget), text), text
     for name in ("train_sizes.png", "train_padding.png", "train_batches.png"):
         image = matplotlib.image.imread(tmp_path / "plots" / name)
@@ -148,7 +152,7 @@ def test_inspect_counts_batches_per_rank_and_budget_use(tmp_path: Path) -> None:
     for summary in (one, four):
         assert summary.samples_per_batch.sum() == summary.samples == len(dataset)
         assert summary.real == int(np.sum(dataset.lengths))  # every window once, each element real once
-        assert 0 < summary.budget_use.max() <= 1.0 and summary.budget.startswith("max_tokens=[8192]")
+        assert 0 < summary.budget_use.max() <= 1.0 and summary.budget.startswith("max_tokens=8192 (")
     real, allocated = padding(dm, dataset, [b for rank in ranks for b in rank])
     assert (four.real, four.allocated) == (real, allocated)
 
@@ -196,3 +200,33 @@ def test_inspect_builds_the_datamodule_only(monkeypatch, capsys) -> None:
     code, out, err = run_inspect(monkeypatch, capsys, "--config", config, "--data.init_args.batch_size=16")
     assert code == 0, err
     assert "batches per epoch 75 (75 per rank on 1)" in out  # the override reached the DataModule: 1,200 / 16
+
+
+def test_the_size_histogram_shows_a_tiny_tail(monkeypatch, tmp_path: Path) -> None:
+    """30,000 samples of one size and 5 shorter ones (as bearing windows cut at a recording's end): every
+    short one is drawn in a bar of its own, apart from the mass, of a visible height (the log count axis)."""
+    import dataclasses
+
+    import matplotlib.pyplot as plt
+
+    from varlen.inspection import plot_summary
+
+    dm = ToyDataModule(num_samples=50, batch_size=16)
+    dm.setup("fit")
+    tail = np.array([1039, 1200, 1500, 1800, 1950])
+    sizes = np.concatenate([np.full(30_000, 2048), tail])[:, None]
+    summary = dataclasses.replace(summarize(dm), sizes=sizes, bucket_edges=[np.array([2048])])
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)  # keep the figures plot_summary draws
+    plot_summary(summary, tmp_path)
+    ax = figures[0].axes[0]
+    bars = [(p.get_x(), p.get_x() + p.get_width(), p.get_height()) for p in ax.patches]
+    to_axes = ax.transData + ax.transAxes.inverted()  # data -> fraction of the plot's height
+    for size in [*tail, 2048]:
+        lo, hi, height = next(bar for bar in bars if bar[0] <= size < bar[1])
+        assert height == np.count_nonzero((sizes >= lo) & (sizes < hi))  # the bar counts its sizes
+        assert size == 2048 or not lo <= 2048 < hi  # a tail size is not lumped with the mass
+        assert to_axes.transform((size, height))[1] >= 0.05, (size, height)  # at least 5% of the height
+    monkeypatch.undo()
+    for figure in figures:
+        plt.close(figure)

@@ -155,3 +155,33 @@ def test_check_classes_counts_labels_only() -> None:
     with pytest.raises(DataError, match=r"t\.csv: the val split holds no label for task 'b' \(0 of class 0, 0 of"):
         check_classes(Path("t.csv"), targets, parts, ["a", "b"], "random")
     check_classes(Path("t.csv"), targets, {"val": np.array([2, 3])}, ["a", "b"], "random")  # both classes: silent
+
+
+def test_max_train_samples_keeps_a_stratified_seeded_subset_of_the_training_split() -> None:
+    """Half of the training molecules, each class kept in its share (within one molecule), the same ones
+    on every setup; validation and test untouched; the rest counted as unused. Regression: exactly n."""
+    full = bbbp_like(split="random")
+    full.setup("fit")
+    train = full.split_positions["train"]
+    n = len(train) // 2
+    subsets = []
+    for _ in range(2):
+        dm = bbbp_like(split="random", max_train_samples=n)
+        dm.setup("fit")
+        subsets.append(dm.split_positions["train"])
+    kept = subsets[0]
+    assert np.array_equal(kept, subsets[1]) and len(dm.dataset("train")) == len(kept)
+    assert np.isin(kept, train).all() and len(np.unique(kept)) == len(kept)
+    classes = full.table.targets[:, 0].astype(int)
+    for c in (0, 1):  # stratified: each class's count within one molecule of its share
+        assert abs(np.sum(classes[kept] == c) - n / len(train) * np.sum(classes[train] == c)) < 1
+    for split in ("val", "test"):
+        assert np.array_equal(dm.split_positions[split], full.split_positions[split])
+    unused = dm.report.to_dict()["train"]["unused"]
+    assert unused == {f"molecule: not in the training subset, max_train_samples={n}": len(train) - len(kept)}
+
+    esol = MoleculeDataModule(path=str(DATA / "esol_tiny.csv"), cache_dir=str(CACHE), max_train_samples=10)
+    esol.setup("fit")
+    assert len(esol.dataset("train")) == 10
+    with pytest.raises(ValueError, match="max_train_samples must be >= 1, got 0"):
+        MoleculeDataModule(path=str(DATA / "esol_tiny.csv"), max_train_samples=0)

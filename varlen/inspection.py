@@ -5,7 +5,8 @@ served (the plan splits batches until every rank gets as many), fetches and coll
 loader does, and measures them: what setup kept, skipped, truncated or left unused
 (``dm.report``), the size quantiles of each budget axis, the batches per epoch and per rank,
 samples per batch, padding efficiency and budget use, the distinct padded shapes and the largest
-batch. :func:`plot_summary` draws three PNGs: the size histogram with the sampler's bucket edges,
+batch. :func:`plot_summary` draws three PNGs: the size histogram with the sampler's bucket edges
+(bins from the observed sizes, a log count axis when a short tail would not show beside the mass),
 the padding efficiency of every batch, and samples per batch against padded size. The command
 line (``varlen inspect --config ...``) is in :mod:`varlen.cli`.
 """
@@ -25,7 +26,17 @@ from varlen.datamodules.base import VarLenDataModule
 from varlen.datamodules.weighting import served_shares
 from varlen.datasets.mixture import SourceMixture
 
-__all__ = ["SplitSummary", "padded_shape", "plot_summary", "summarize", "tensor_bytes"]
+__all__ = [
+    "SplitSummary",
+    "budget_value",
+    "draw_sizes",
+    "log_counts",
+    "padded_shape",
+    "plot_summary",
+    "size_bins",
+    "summarize",
+    "tensor_bytes",
+]
 
 QUANTILES = (0.0, 0.5, 0.9, 0.99, 1.0)
 
@@ -129,7 +140,13 @@ def _budget_use(sizes: np.ndarray, batches: list[np.ndarray], sampler, rounds: i
         cost = np.stack([rounded[b].sum(0) for b in batches])
     else:
         cost = np.stack([len(b) * rounded[b].max(0) for b in batches])
-    return (cost / budget).max(axis=1), f"max_tokens={list(spec.max_tokens)} ({spec.cost})"
+    return (cost / budget).max(axis=1), f"max_tokens={budget_value(spec.max_tokens)} ({spec.cost})"
+
+
+def budget_value(values: Sequence[int]) -> int | tuple[int, ...]:
+    """A budget as it is written in a config: one axis a number, several a tuple (never a list of one)."""
+    values = tuple(int(v) for v in values)
+    return values[0] if len(values) == 1 else values
 
 
 def summarize(
@@ -218,6 +235,44 @@ def _served(dm: VarLenDataModule, dataset, sampler, order: np.ndarray) -> tuple[
     )
 
 
+#: the most bars a size histogram gets (about 5 pixels each in the saved plot)
+MOST_BINS = 80
+#: a count axis is logarithmic when its tallest bar is this many times its shortest nonzero one: a
+#: tail bin of 3 beside a bin of 30,000 stays visible
+LOG_RATIO = 20
+
+
+def size_bins(sizes: np.ndarray, most: int = MOST_BINS) -> np.ndarray:
+    """Histogram edges over the observed sizes: numpy's ``"auto"`` width (Freedman-Diaconis or
+    Sturges), widened to whole sizes and to at most ``most`` bins, each bin centred on whole sizes."""
+    sizes = np.asarray(sizes)
+    if not len(sizes):
+        return np.array([-0.5, 0.5])
+    lo, hi = int(sizes.min()), int(sizes.max())
+    width = np.diff(np.histogram_bin_edges(sizes, bins="auto")[:2])[0] if hi > lo else 1.0
+    width = int(np.ceil(max(width, (hi - lo + 1) / most, 1.0)))
+    return lo - 0.5 + width * np.arange(-(-(hi - lo + 1) // width) + 1)
+
+
+def log_counts(counts: np.ndarray) -> bool:
+    """Whether a histogram's counts need a log axis for its smallest nonzero bar to show."""
+    positive = counts[counts > 0]
+    return bool(len(positive)) and positive.max() >= LOG_RATIO * positive.min()
+
+
+def draw_sizes(ax, sizes: np.ndarray, edges: np.ndarray, axis: str) -> None:
+    """One axis's size histogram (:func:`size_bins`, a log count axis where :func:`log_counts` says)
+    with the sampler's bucket edges (red; at most about 40 drawn)."""
+    counts, _, _ = ax.hist(sizes, bins=size_bins(sizes), color="#4472c4")
+    if log_counts(counts):
+        ax.set_yscale("log")
+        ax.set_ylim(bottom=0.5)  # a bar of one sample keeps a visible height
+    for edge in edges[:: max(1, len(edges) // 40)]:
+        ax.axvline(edge, color="#c00000", lw=0.5, alpha=0.5)
+    scale = " (log)" if ax.get_yscale() == "log" else ""
+    ax.set(xlabel=f"sample size ({axis})", ylabel=f"samples{scale}", title="sizes and bucket edges (red)")
+
+
 def plot_summary(summary: SplitSummary, out: str | Path) -> list[Path]:
     """Three PNGs in ``out``: sizes with bucket edges, efficiency per batch, samples against padded size."""
     import matplotlib
@@ -233,10 +288,7 @@ def plot_summary(summary: SplitSummary, out: str | Path) -> list[Path]:
     axes_count = summary.sizes.shape[1]
     fig, axes = plt.subplots(1, axes_count, figsize=(6 * axes_count, 3.6), squeeze=False)
     for d, ax in enumerate(axes[0]):
-        ax.hist(summary.sizes[:, d], bins=60, color="#4472c4")
-        for edge in summary.bucket_edges[d][:: max(1, len(summary.bucket_edges[d]) // 40)]:
-            ax.axvline(edge, color="#c00000", lw=0.5, alpha=0.5)
-        ax.set(xlabel=f"sample size ({summary.axes[d]})", ylabel="samples", title="sizes and bucket edges (red)")
+        draw_sizes(ax, summary.sizes[:, d], summary.bucket_edges[d], summary.axes[d])
     fig.suptitle(f"{summary.name}: {summary.split}", fontsize=10)
     fig.tight_layout()
     fig.savefig(paths[0], dpi=80)

@@ -79,6 +79,16 @@ class BearingDataModule(VarLenDataModule):
     between split blocks, samples between windows when the stride exceeds the window, tails
     dropped by ``drop_tail``.
 
+    Batch:
+        signals: [B, C, L] float32, the windows (C channels, train-standardized), zeros after each one's length
+        mask: [B, L] bool, True = a real signal sample
+        lengths: [B] int64, each window's length (L is the batch's longest, rounded up to pad_to_multiple_of)
+        labels: [B] int64, the class of each window's recording
+        recording_ids: [B] int64, each window's recording (a recording's windows vote together)
+        window_index: [B] int64, each window's position among its recording's windows in the split
+        starts: [B] int64, each window's first signal sample in its recording
+        index: [B] int64, each window's position in its split
+
     Args:
         root: data folder; None runs the built-in simulator (offline, deterministic in ``seed``).
         data_format: ``auto`` (Paderborn names -> paderborn, a metadata CSV -> folder, else

@@ -53,6 +53,17 @@ def _check_band_arguments(min_bands: int | None, max_bands: int | None, train_ba
 class HyperspectralDataModule(VarLenDataModule):
     """Pixels (spectra or ``P x P`` patches) of hyperspectral scenes, batched by band count.
 
+    Batch:
+        spectra: [B, K] float32, each pixel's K bands (train-standardized), zeros where padded; [B, K, P, P] for patches
+        band_mask: [B, K] bool, True = a real band
+        bands: [B, K] int64, each band's index in its scene's cube, -1 where padded
+        wavelengths: [B, K] float32, each band's centre in nm, 0 where padded
+        lengths: [B] int64, the number of real bands of each pixel
+        labels: [B] int64, each pixel's class (0-based, over every scene's classes)
+        scene: [B] int64, each pixel's scene (its position in scenes)
+        coords: [B, 2] int64, each pixel's (row, column) in its scene
+        index: [B] int64, each pixel's position in its split
+
     Args:
         scenes: scene names: ``synthetic`` (the embedded default: a synthetic AVIRIS-like cube over
             the Indian Pines label map when the shared data folder is present, a generated field

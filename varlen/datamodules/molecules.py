@@ -23,7 +23,7 @@ from varlen.datasets.molecules.targets import TargetStore, open_targets, write_t
 from varlen.duplicates import count_duplicates, repeats
 from varlen.errors import DataError
 from varlen.report import SOURCE, OnBad
-from varlen.splits import balanced_scaffold_split, fractions_of, keyed_split, scaffold_split
+from varlen.splits import balanced_scaffold_split, fractions_of, keyed_split, scaffold_split, stratified_split
 
 __all__ = ["SPLIT_MODES", "MoleculeDataModule"]
 
@@ -44,6 +44,20 @@ class MoleculeDataModule(VarLenDataModule):
     a broken table (no file, undecodable, empty, a bad target) raises under either policy.
 
     Default: the ESOL table packaged with varlen (offline, 1,128 real molecules).
+
+    Batch:
+        x: [N, 8] int64, atom features of the batch's N atoms, each column shifted into one vocabulary
+        edge_index: [2, E] int64, directed bonds (both directions) in the batch's atom numbering
+        edge_attr: [E, 4] int64, bond features, shifted into one vocabulary
+        y: [B, T] float32, the T targets of each molecule as the file has them, 0 where missing
+        y_mask: [B, T] bool, True = the target is observed
+        batch: [N] int64, the molecule of each atom
+        ptr: [B + 1] int64, where each molecule's atoms start in x
+        num_nodes: int, the batch's atoms (N)
+        index: [B] int64, each molecule's position in its split
+
+    A PyG ``Batch`` (graphs concatenated, nothing padded); ``descriptors=True`` adds ``descriptors``
+    ``[B, 10]`` float32 (train-standardized) and ``follow_batch`` ``<name>_batch`` / ``<name>_ptr``.
 
     Args:
         dataset: a MoleculeNet preset (``esol``, ``freesolv``, ``lipo``, ``hiv``, ``bbbp``,
@@ -71,7 +85,13 @@ class MoleculeDataModule(VarLenDataModule):
             counts each split's duplicates.
         val_fraction: share of the molecules for validation.
         test_fraction: share for testing (the rest trains).
-        split_seed: seed of the random and balanced scaffold splits (default: ``seed``).
+        max_train_samples: keep a stratified, seeded subset of this many training molecules (a quick
+            run, a learning curve): drawn from the training split with ``split_seed``, within each class of
+            ``balance_task`` (the first target when unset; one stratum for regression), the others
+            counted as unused in ``dm.report``; validation and test stay whole. Every molecule is still
+            featurised, once per node and cached by the file alone (every subset shares that cache):
+            a split needs every molecule's canonical SMILES (copies stay together; scaffolds come from it).
+        split_seed: seed of the random and balanced scaffold splits and of the training subset (default: ``seed``).
         single_class: for classification, a val or test split holding one class only for some
             task has no ROC-AUC: ``"raise"`` (the default) stops with a ``DataError`` naming the
             split, the target column and the count of each class; ``"warn"`` goes on with a
@@ -129,7 +149,7 @@ class MoleculeDataModule(VarLenDataModule):
     sampler_cost = "sum"
     default_batching = (None, 1536)
     size_axes = ("atoms + directed edges",)
-    source_arguments = ("dataset", "path", "root", "download")
+    source_arguments = ("dataset", "path", "root", "download", "max_train_samples")
 
     def __init__(
         self,
@@ -143,6 +163,7 @@ class MoleculeDataModule(VarLenDataModule):
         split: Literal["random", "scaffold", "scaffold_balanced"] | None = None,
         val_fraction: float = 0.1,
         test_fraction: float = 0.1,
+        max_train_samples: int | None = None,
         split_seed: int | None = None,
         single_class: SingleClass = "raise",
         standardize: bool = True,
@@ -187,6 +208,8 @@ class MoleculeDataModule(VarLenDataModule):
             raise ValueError(f"test_fraction must be > 0, got {test_fraction}")
         if max_atoms < 1:
             raise ValueError(f"max_atoms must be >= 1, got {max_atoms}")
+        if max_train_samples is not None and max_train_samples < 1:
+            raise ValueError(f"max_train_samples must be >= 1, got {max_train_samples}")
         self.fractions = fractions_of(val_fraction, test_fraction)
         self.sample_weights = check_sample_weights(sample_weights, type(self).__name__, shuffle, columns=True)
         self.dataset_name = dataset
@@ -200,6 +223,7 @@ class MoleculeDataModule(VarLenDataModule):
             raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
         self.balance_index = self._balance_task(balance_task)
         self.split = split
+        self.max_train_samples = max_train_samples
         self.split_seed = seed if split_seed is None else split_seed
         self.single_class = single_class
         self.standardize = standardize and self.task == "regression"
@@ -299,6 +323,7 @@ class MoleculeDataModule(VarLenDataModule):
             self.report.leave_unused(SOURCE, reason, int(copies.sum()), "molecule")
             valid = valid[~copies]
         self.split_positions = self._split(source, store, targets.targets, valid)
+        self.split_positions["train"] = self._training_subset(self.split_positions["train"], targets.targets)
         units = {name: store.canonical[part] for name, part in self.split_positions.items()}
         count_duplicates(self.report, units, "molecule")
         train = self.split_positions["train"]
@@ -362,6 +387,21 @@ class MoleculeDataModule(VarLenDataModule):
         if self.task == "classification":
             check_classes(source, targets, positions, self.target_columns, self.split, self.single_class)
         return positions
+
+    def _training_subset(self, train: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """``max_train_samples`` of the training positions (stream ``"training subset"``, within each class
+        of the balanced task, missing targets a class of their own); the rest counted as unused."""
+        if self.max_train_samples is None or self.max_train_samples >= len(train):
+            return train
+        if self.task == "classification":
+            classes = np.nan_to_num(targets[train, self.balance_index or 0], nan=-1)
+        else:
+            classes = np.zeros(len(train))
+        share = self.max_train_samples / len(train)
+        parts = stratified_split(classes, {"kept": share, "rest": 1 - share}, self.split_seed, "training subset")
+        reason = f"not in the training subset, max_train_samples={self.max_train_samples}"
+        self.report.leave_unused("train", reason, len(parts["rest"]), "molecule")
+        return train[parts["kept"]]
 
     def class_labels(self, dataset: MoleculeGraphs) -> np.ndarray | None:
         """The 0/1 class of each molecule in ``balance_task`` (-1: missing); None for regression."""

@@ -95,6 +95,23 @@ class VideoTextDataModule(VarLenDataModule):
     start method, only maps them (and replays the report into :attr:`report`); a missing, cut
     short or stale table is built again (with a warning when one was there).
 
+    Batch:
+        video: [B, S_v, D] float32, pooled features of each video's segments, zeros where padded
+        video_mask: [B, S_v] bool, True = a real segment
+        video_times: [B, S_v, 2] float32, start and end seconds of each segment
+        text_ids: [B, S_t, L] int64, each caption's token ids, the tokenizer's pad id where padded
+        text_mask: [B, S_t, L] bool, True = a real token
+        text_segment_mask: [B, S_t] bool, True = a real caption
+        text_times: [B, S_t, 2] float32, start and end seconds of each caption
+        alignment_mask: [B, S_v, S_t] bool, True = segment and caption overlap in time (IoU >= min_iou), both real
+        alignment_iou: [B, S_v, S_t] float32, temporal IoU of segment and caption (0 on padding)
+        alignment_target: [B, S_v] int64, each segment's caption of highest IoU; -100 on padding, no overlap or a tie
+        index: [B] int64, each video's position in its split
+
+    That is the padded layout of pooled segments (the default). ``frames=True`` makes ``video``
+    ``[B, S_v, F, D]`` and adds ``frame_mask`` ``[B, S_v, F]`` bool; ``layout="packed"`` gives the
+    keys tabled in :mod:`varlen.datasets.video_text.collate` (offsets instead of masks).
+
     Args:
         source: "synthetic", "youcook2", "msrvtt" or "jsonl".
         annotations: caption file of a real source (MSR-VTT: ``MSRVTT_data.json``).
