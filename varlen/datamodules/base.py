@@ -14,9 +14,11 @@ from torch.utils.data import Dataset
 
 from varlen.batching import BucketBatchSampler
 from varlen.batching.loader import VarLenLoader
+from varlen.batching.pad_collate import PadCollate
 from varlen.batching.plan import PlanSpec
-from varlen.batching.telemetry import BatchStats, mask_stats
+from varlen.batching.telemetry import BatchStats
 from varlen.datamodules.checkpoint import DataStateCheckpoint, plain
+from varlen.datamodules.contract import CheckedCollate, batch_stats_of, check_split, describe
 from varlen.datamodules.sources import Mix, SourceMixing, check_mix, check_source_weights, check_sources
 from varlen.datamodules.streaming import check_stream, stream_sampler, streamed_train
 from varlen.datamodules.weighting import BALANCED, balanced_weights
@@ -84,8 +86,10 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
     """Base of every varlen DataModule: the loaders, their bucketing sampler, the report.
 
     A subclass implements :meth:`build`, which returns its datasets by split (each with a
-    ``lengths`` array and samples that carry an ``index``), sets ``self.collate_fn``, and lists
-    its keep-mask keys in ``mask_keys`` (or overrides :meth:`batch_stats`). Files are read and
+    ``lengths`` array and samples that carry an ``index``: checked, see
+    :mod:`varlen.datamodules.contract`), sets ``self.collate_fn`` (left None: dict samples are padded
+    key by key, :class:`~varlen.batching.pad_collate.PadCollate`), and lists its keep-mask keys in
+    ``mask_keys`` (or overrides :meth:`batch_stats`; none: the batch's ``<key>_mask``). Files are read and
     checked by readers in :mod:`varlen.datasets`; splits come from :mod:`varlen.splits`; caches
     are written in ``prepare_data`` and only read in :meth:`build`. Bad input goes through
     ``self.report.bad(...)``: raised, or counted under ``on_bad="skip"``. Everything else, the
@@ -159,6 +163,8 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
     source_arguments: tuple[str, ...] = ()
     #: a streamed training split's window in batches (None: the plan's default)
     stream_window_batches: int | None = None
+    #: keys the default collate pads (with ``<key>_mask``) even in a batch of equal lengths
+    ragged_keys: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -265,7 +271,7 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
 
     def batch_stats(self, batch: Mapping[str, Any]) -> BatchStats:
         """Samples, real and padded elements of a collated batch (for telemetry)."""
-        return mask_stats(batch, self.mask_keys)
+        return batch_stats_of(batch, self.mask_keys)
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Count a training batch while it is on the host (:attr:`host_stats`, read by
@@ -298,10 +304,17 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
         if self.datasets:
             return
         self.report.clear()
-        datasets = self._mix_sources(self.build(stage), stage)
+        built = self.build(stage)
+        if not isinstance(built, Mapping):
+            raise TypeError(f"{type(self).__name__}.build() must return datasets by split, got {type(built).__name__}")
+        if self.collate_fn is None:
+            self.collate_fn = PadCollate(self.ragged_keys, pad_to_multiple_of=self.pad_to_multiple_of)
+        datasets = self._mix_sources(dict(built), stage)
         if self.stream is not None:  # the training split from the stream; val / test as built
             datasets["train"] = streamed_train(self)
         for split, dataset in datasets.items():
+            if not (split == "train" and self.stream is not None):  # a stream's sizes are its size index's
+                check_split(self, split, dataset)
             self.report.keep(split, len(dataset))
         self.datasets = datasets
         if self.source_name is None:  # a source's DataModule reports through the mixture's
@@ -309,6 +322,11 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
         if self._checkpoint_state is not None:
             state, self._checkpoint_state = self._checkpoint_state, None
             self.load_state_dict({"data_state": state})
+
+    def __repr__(self) -> str:
+        """Its class, split sizes (or "not set up") and batching, e.g. ``Name(train=1,200 val=240 | max_tokens=2048,
+        batch_size=None, shuffle=True)``."""
+        return describe(self)
 
     # -- loaders ----------------------------------------------------------------------------
 
@@ -394,7 +412,7 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
         return VarLenLoader(
             self.dataset(split),
             batch_sampler=self.batch_sampler(split, shuffle),
-            collate_fn=self.collate_fn,
+            collate_fn=CheckedCollate(self.collate_fn, type(self).__name__, split),
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             **extra,
