@@ -42,6 +42,7 @@ LINKED = (
     "pad_token_id",
     "class_names",
     "num_descriptors",
+    "input_field",
 )
 
 #: the arguments of :class:`VarLenDataModule`, which every scenario forwards with :func:`base_args`
@@ -165,6 +166,8 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
     stream_window_batches: int | None = None
     #: keys the default collate pads (with ``<key>_mask``) even in a batch of equal lengths
     ragged_keys: tuple[str, ...] = ()
+    #: arguments kept out of the hyperparameters (in-memory data: a checkpoint and the loggers get no copy)
+    unsaved_arguments: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -189,7 +192,7 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
     ) -> None:
         super().__init__()
         # every subclass's arguments too, for the loggers and checkpoints; linked values are the model's
-        self.save_hyperparameters(ignore=list(LINKED))
+        self.save_hyperparameters(ignore=[*LINKED, *self.unsaved_arguments])
         owner = type(self).__name__
         self.other_sources = check_sources(sources, owner)
         self.source_weights = check_source_weights(source_weights, owner)
