@@ -96,6 +96,16 @@ def test_a_collate_that_stacks_unequal_tensors_names_the_field() -> None:
         first_batch(dm)
 
 
+def test_a_collate_that_returns_unequal_tensors_names_the_field() -> None:
+    dm = custom({"train": Samples(sizes=RNG_LENGTHS)}, batch_size=None, max_tokens=64)
+    dm.collate_fn = lambda samples: {
+        "index": torch.tensor([s["index"] for s in samples]),
+        "x": [s["x"] for s in samples],
+    }
+    with pytest.raises(DataError, match=r"the collate returned 'x' as a list of \d+ arrays of unequal sizes"):
+        first_batch(dm)
+
+
 def test_plain_samples_are_padded_by_the_default_collate() -> None:
     """Only ``__getitem__``, no collate: ``x`` padded with its mask and lengths, numbers and text collated."""
     dm = custom({"train": Samples(sizes=RNG_LENGTHS)}, batch_size=None, max_tokens=64)

@@ -92,9 +92,9 @@ def _unequal_field(fetched: Any) -> str:
 class CheckedCollate:
     """A DataModule's collate as its loaders run it (pickled to workers with it).
 
-    The first batch each process collates is checked for ``index``; a collate that stacks tensors of
-    unequal sizes (torch's ``stack expects each tensor to be equal size``) is a :class:`DataError`
-    naming the field and the fix.
+    The first batch each process collates is checked for ``index`` and for a field left as a list of
+    arrays of unequal sizes; a collate that stacks tensors of unequal sizes (torch's ``stack expects
+    each tensor to be equal size``) is a :class:`DataError` naming the field and the fix.
     """
 
     def __init__(self, collate: Callable[[Any], Any], owner: str, split: str) -> None:
@@ -115,8 +115,20 @@ class CheckedCollate:
             ) from error
         if not self.checked:
             self._check_index(batch)
+            self._check_joined(batch)
             self.checked = True
         return batch
+
+    def _check_joined(self, batch: Any) -> None:
+        """A field left as a list of arrays of unequal sizes (a model cannot take it as one tensor)."""
+        for key, value in batch.items() if isinstance(batch, Mapping) else ():
+            shapes = {tuple(v.shape) for v in value if torch.is_tensor(v) or isinstance(v, np.ndarray)}
+            if isinstance(value, (list, tuple)) and len(shapes) > 1:
+                raise DataError(
+                    f"{self.owner}: split {self.split!r}: the collate returned {key!r} as a list of {len(value)} "
+                    f"arrays of unequal sizes ({sorted(shapes)[:2]}...): pad them into one tensor with a mask "
+                    "(varlen.batching.pad_sequences), or leave collate_fn None (varlen's default collate does)"
+                )
 
     def _check_index(self, batch: Any) -> None:
         index = _index_of(batch)

@@ -60,7 +60,7 @@ class SequenceDataModule(VarLenDataModule):
         <field>_mask: [B, L] bool, True where the field's element is real
         <field>_lengths: [B] int64, the field's length in each sample
         <fixed field>: [B, *trailing] its dtype, stacked
-        labels: [B] int64 class ids (classification) or float32 targets (regression), with a label column
+        labels: [B] int64 or float32, class ids (classification) or targets (regression); with a label column only
 
     Args:
         train: the training data (None: synthetic sequences, ``synthetic`` of them).

@@ -50,7 +50,7 @@ class SequenceColumns:
 
     @classmethod
     def mapped(cls, table: MappedTable, label: str | None) -> SequenceColumns:
-        """The columns of a cache table (:func:`varlen.datasets.sequence.store.write_columns`): views of the file."""
+        """The columns of a cache table (:func:`varlen.datasets.sequence.store.cached_columns`): views of the file."""
         out = cls(len(table), table=table, label_name=label)
         for name in table.columns:
             if name.startswith(MISSING):
