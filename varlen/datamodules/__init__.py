@@ -1,4 +1,5 @@
-"""One DataModule per scenario, on the shared :class:`VarLenDataModule` base (imported lazily)."""
+"""One DataModule per scenario, and one for any ragged data, on the shared :class:`VarLenDataModule` base (imported
+lazily)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ SCENARIOS = {
     "MoleculeDataModule": "molecules",
     "VideoTextDataModule": "video_text",
     "HyperspectralDataModule": "hyperspectral",
+    "SequenceDataModule": "sequence",
 }
 
 __all__ = ["VarLenDataModule", "base_args", "import_all", *SCENARIOS]

@@ -12,11 +12,13 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from varlen import notices
 from varlen.batching import BucketBatchSampler
 from varlen.batching.loader import VarLenLoader
+from varlen.batching.pad_collate import PadCollate
 from varlen.batching.plan import PlanSpec
-from varlen.batching.telemetry import BatchStats, mask_stats
+from varlen.batching.telemetry import BatchStats
+from varlen.datamodules.checkpoint import DataStateCheckpoint, plain
+from varlen.datamodules.contract import CheckedCollate, batch_stats_of, check_split, describe
 from varlen.datamodules.sources import Mix, SourceMixing, check_mix, check_source_weights, check_sources
 from varlen.datamodules.streaming import check_stream, stream_sampler, streamed_train
 from varlen.datamodules.weighting import BALANCED, balanced_weights
@@ -40,6 +42,7 @@ LINKED = (
     "pad_token_id",
     "class_names",
     "num_descriptors",
+    "input_field",
 )
 
 #: the arguments of :class:`VarLenDataModule`, which every scenario forwards with :func:`base_args`
@@ -71,18 +74,6 @@ StartMethod = Literal["fork", "spawn", "forkserver"] | None
 LOADER_TIMEOUT = 600.0
 
 
-def plain(value: Any) -> Any:
-    """``value`` as JSON-like Python values (arrays and tuples as lists, numpy scalars as Python
-    ones): what a checkpoint can hold and ``torch.load(weights_only=True)`` reads back."""
-    if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, np.ndarray)):
-        return [plain(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
-
-
 def base_args(arguments: Mapping[str, Any]) -> dict[str, Any]:
     """The base's arguments among a subclass's own (``super().__init__(**base_args(locals()))``).
 
@@ -92,12 +83,14 @@ def base_args(arguments: Mapping[str, Any]) -> dict[str, Any]:
     return {name: arguments[name] for name in BASE_ARGS if name in arguments}
 
 
-class VarLenDataModule(SourceMixing, pl.LightningDataModule):
+class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule):
     """Base of every varlen DataModule: the loaders, their bucketing sampler, the report.
 
     A subclass implements :meth:`build`, which returns its datasets by split (each with a
-    ``lengths`` array and samples that carry an ``index``), sets ``self.collate_fn``, and lists
-    its keep-mask keys in ``mask_keys`` (or overrides :meth:`batch_stats`). Files are read and
+    ``lengths`` array and samples that carry an ``index``: checked, see
+    :mod:`varlen.datamodules.contract`), sets ``self.collate_fn`` (left None: dict samples are padded
+    key by key, :class:`~varlen.batching.pad_collate.PadCollate`), and lists its keep-mask keys in
+    ``mask_keys`` (or overrides :meth:`batch_stats`; none: the batch's ``<key>_mask``). Files are read and
     checked by readers in :mod:`varlen.datasets`; splits come from :mod:`varlen.splits`; caches
     are written in ``prepare_data`` and only read in :meth:`build`. Bad input goes through
     ``self.report.bad(...)``: raised, or counted under ``on_bad="skip"``. Everything else, the
@@ -171,6 +164,10 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
     source_arguments: tuple[str, ...] = ()
     #: a streamed training split's window in batches (None: the plan's default)
     stream_window_batches: int | None = None
+    #: keys the default collate pads (with ``<key>_mask``) even in a batch of equal lengths
+    ragged_keys: tuple[str, ...] = ()
+    #: arguments kept out of the hyperparameters (in-memory data: a checkpoint and the loggers get no copy)
+    unsaved_arguments: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -195,7 +192,7 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
     ) -> None:
         super().__init__()
         # every subclass's arguments too, for the loggers and checkpoints; linked values are the model's
-        self.save_hyperparameters(ignore=list(LINKED))
+        self.save_hyperparameters(ignore=[*LINKED, *self.unsaved_arguments])
         owner = type(self).__name__
         self.other_sources = check_sources(sources, owner)
         self.source_weights = check_source_weights(source_weights, owner)
@@ -277,7 +274,7 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
 
     def batch_stats(self, batch: Mapping[str, Any]) -> BatchStats:
         """Samples, real and padded elements of a collated batch (for telemetry)."""
-        return mask_stats(batch, self.mask_keys)
+        return batch_stats_of(batch, self.mask_keys)
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
         """Count a training batch while it is on the host (:attr:`host_stats`, read by
@@ -303,96 +300,6 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
             return PlanSpec(batch_size=batch_size)
         return PlanSpec(max_tokens=tuple(int(t) for t in np.atleast_1d(max_tokens)), max_batch_size=batch_size)
 
-    # -- what the data taught the model: saved in every checkpoint ----------------------------
-
-    #: keys of :meth:`data_state` whose change a checkpoint refuses: a model trained on other
-    #: classes (or classes in another order, or another vocabulary) is another model
-    state_must_match: tuple[str, ...] = ("class_names",)
-    #: keys of :meth:`data_state` computed from the training split: a checkpoint's values replace
-    #: the rebuilt ones (:meth:`restore_data_state`), so a model meets data in its training units
-    state_restored: tuple[str, ...] = ()
-
-    def data_state(self) -> dict[str, Any]:
-        """What the model's outputs depend on that the data taught it or was chosen for it (class
-        names in id order, training-split statistics, the tokenizer...), known after ``setup``.
-        Default: ``class_names`` where the DataModule has them."""
-        names = getattr(self, "class_names", None)
-        return {"class_names": list(names)} if names is not None else {}
-
-    def restore_data_state(self, state: Mapping[str, Any]) -> None:
-        """Put a checkpoint's :attr:`state_restored` values in place of the rebuilt ones."""
-
-    def _saved_state(self) -> dict[str, Any]:
-        """:meth:`data_state` and how the training samples were drawn (a change warns: a sampler
-        position saved with other weights means other batches, and the sampler refuses it)."""
-        drawn = {"sample_weights": self.sample_weights, "source_weights": self.source_weights, "mix": self.mix}
-        return plain({**self.data_state(), **drawn})
-
-    def plain_data_state(self) -> dict[str, Any]:
-        """:meth:`data_state` as plain values (lists, Python numbers)."""
-        return plain(self.data_state())
-
-    def state_dict(self) -> dict[str, Any]:
-        """Lightning saves this in every checkpoint: :meth:`data_state` as plain values, and while fitting the
-        training sampler's position (see :meth:`resume_position`)."""
-        if not self.datasets:
-            return {}
-        position = self._train_position()
-        return {"data_state": self._saved_state()} | ({"train_position": position} if position else {})
-
-    def _train_position(self) -> dict[str, Any] | None:
-        """The training sampler's state at the batch Lightning has trained up to, or None when not fitting."""
-        trainer, sampler = self.trainer, self._train_sampler
-        if trainer is None or sampler is None or trainer.state.fn != "fit":
-            return None
-        epoch = int(trainer.current_epoch)
-        trained = int(trainer.fit_loop.epoch_loop.batch_progress.current.ready)
-        segments = [list(part) for part in sampler.segments(epoch)]
-        return sampler.state_dict() | {"epoch": epoch, "batches_served": trained, "segments": segments}
-
-    def resume_position(self) -> dict[str, Any] | None:
-        """The training position a loaded checkpoint recorded, handed (once) to the training sampler it builds.
-
-        Lightning reads the loader's length before it loads the loader's own state, and ends the epoch when
-        its count of batches reaches that length: an epoch resumed on another number of ranks, whose length
-        is its own, would end early (samples lost) unless the sampler knows its position when it is made.
-        """
-        position, self._resume_position = self._resume_position, None
-        return position
-
-    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Check a checkpoint's data state against the rebuilt one and restore its statistics.
-
-        Lightning calls this after ``setup``; called before, it is applied when ``setup`` runs.
-
-        Raises:
-            DataError: a :attr:`state_must_match` value changed (it names both values).
-        """
-        self._resume_position = state_dict.get("train_position")
-        saved = state_dict.get("data_state")
-        if saved is None:
-            return
-        if not self.datasets:
-            self._checkpoint_state = dict(saved)
-            return
-        current = self._saved_state()
-        changed = [k for k in saved if k in current and saved[k] != current[k] and k not in self.state_restored]
-        refused = [k for k in changed if k in self.state_must_match]
-        if refused:
-            raise DataError(
-                f"{type(self).__name__}: the checkpoint was trained with "
-                + "; ".join(f"{k}={saved[k]!r} where this DataModule has {current[k]!r}" for k in refused)
-                + ": its outputs would mean something else. Use the training's values (e.g. class_names=...)"
-            )
-        if changed:
-            notices.warn(
-                f"{type(self).__name__}: the checkpoint was trained with "
-                + "; ".join(f"{k}={saved[k]!r} (here {current[k]!r})" for k in changed)
-            )
-        restored = {k: saved[k] for k in self.state_restored if k in saved}
-        if restored:
-            self.restore_data_state(restored)
-
     # -- setup ------------------------------------------------------------------------------
 
     def setup(self, stage: str | None = None) -> None:
@@ -400,10 +307,17 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
         if self.datasets:
             return
         self.report.clear()
-        datasets = self._mix_sources(self.build(stage), stage)
+        built = self.build(stage)
+        if not isinstance(built, Mapping):
+            raise TypeError(f"{type(self).__name__}.build() must return datasets by split, got {type(built).__name__}")
+        if self.collate_fn is None:
+            self.collate_fn = PadCollate(self.ragged_keys, pad_to_multiple_of=self.pad_to_multiple_of)
+        datasets = self._mix_sources(dict(built), stage)
         if self.stream is not None:  # the training split from the stream; val / test as built
             datasets["train"] = streamed_train(self)
         for split, dataset in datasets.items():
+            if not (split == "train" and self.stream is not None):  # a stream's sizes are its size index's
+                check_split(self, split, dataset)
             self.report.keep(split, len(dataset))
         self.datasets = datasets
         if self.source_name is None:  # a source's DataModule reports through the mixture's
@@ -411,6 +325,11 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
         if self._checkpoint_state is not None:
             state, self._checkpoint_state = self._checkpoint_state, None
             self.load_state_dict({"data_state": state})
+
+    def __repr__(self) -> str:
+        """Its class, split sizes (or "not set up") and batching, e.g. ``Name(train=1,200 val=240 | max_tokens=2048,
+        batch_size=None, shuffle=True)``."""
+        return describe(self)
 
     # -- loaders ----------------------------------------------------------------------------
 
@@ -496,7 +415,7 @@ class VarLenDataModule(SourceMixing, pl.LightningDataModule):
         return VarLenLoader(
             self.dataset(split),
             batch_sampler=self.batch_sampler(split, shuffle),
-            collate_fn=self.collate_fn,
+            collate_fn=CheckedCollate(self.collate_fn, type(self).__name__, split),
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             **extra,

@@ -1,4 +1,5 @@
-"""One reference model per scenario, on the shared :class:`VarLenModule` base (imported lazily)."""
+"""One reference model per scenario, and one for any ragged data, on the shared :class:`VarLenModule` base (imported
+lazily)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ SCENARIOS = {
     "MoleculeGNN": "molecules",
     "VideoTextAligner": "video_text",
     "SpectralTransformer": "hyperspectral",
+    "SequenceModel": "sequence",
 }
 
 __all__ = ["VarLenModule", "import_all", *SCENARIOS]

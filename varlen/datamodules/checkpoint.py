@@ -1,0 +1,134 @@
+"""What a DataModule puts in every checkpoint and takes back: its data state and the training position.
+
+:class:`DataStateCheckpoint` is the part of :class:`~varlen.datamodules.base.VarLenDataModule` that
+Lightning's ``state_dict`` / ``load_state_dict`` reach: what the data taught the model (class names,
+training statistics, the tokenizer...) as plain values, refused or restored when a checkpoint is loaded,
+and the training sampler's position while fitting. The base sets ``datasets``, ``trainer``,
+``_train_sampler``, ``_checkpoint_state`` and ``_resume_position``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from varlen import notices
+from varlen.errors import DataError
+
+__all__ = ["DataStateCheckpoint", "plain"]
+
+
+def plain(value: Any) -> Any:
+    """``value`` as JSON-like Python values (arrays and tuples as lists, numpy scalars as Python
+    ones): what a checkpoint can hold and ``torch.load(weights_only=True)`` reads back."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [plain(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+class DataStateCheckpoint:
+    """The checkpoint side of a DataModule (see the module docstring)."""
+
+    datasets: dict[str, Any]
+    sample_weights: str | None
+    source_weights: Any
+    mix: str
+    _train_sampler: Any
+    _checkpoint_state: dict[str, Any] | None
+    _resume_position: dict[str, Any] | None
+
+    # -- what the data taught the model: saved in every checkpoint ----------------------------
+
+    #: keys of :meth:`data_state` whose change a checkpoint refuses: a model trained on other
+    #: classes (or classes in another order, or another vocabulary) is another model
+    state_must_match: tuple[str, ...] = ("class_names",)
+    #: keys of :meth:`data_state` computed from the training split: a checkpoint's values replace
+    #: the rebuilt ones (:meth:`restore_data_state`), so a model meets data in its training units
+    state_restored: tuple[str, ...] = ()
+
+    def data_state(self) -> dict[str, Any]:
+        """What the model's outputs depend on that the data taught it or was chosen for it (class
+        names in id order, training-split statistics, the tokenizer...), known after ``setup``.
+        Default: ``class_names`` where the DataModule has them."""
+        names = getattr(self, "class_names", None)
+        return {"class_names": list(names)} if names is not None else {}
+
+    def restore_data_state(self, state: Mapping[str, Any]) -> None:
+        """Put a checkpoint's :attr:`state_restored` values in place of the rebuilt ones."""
+
+    def _saved_state(self) -> dict[str, Any]:
+        """:meth:`data_state` and how the training samples were drawn (a change warns: a sampler
+        position saved with other weights means other batches, and the sampler refuses it)."""
+        drawn = {"sample_weights": self.sample_weights, "source_weights": self.source_weights, "mix": self.mix}
+        return plain({**self.data_state(), **drawn})
+
+    def plain_data_state(self) -> dict[str, Any]:
+        """:meth:`data_state` as plain values (lists, Python numbers)."""
+        return plain(self.data_state())
+
+    def state_dict(self) -> dict[str, Any]:
+        """Lightning saves this in every checkpoint: :meth:`data_state` as plain values, and while fitting the
+        training sampler's position (see :meth:`resume_position`)."""
+        if not self.datasets:
+            return {}
+        position = self._train_position()
+        return {"data_state": self._saved_state()} | ({"train_position": position} if position else {})
+
+    def _train_position(self) -> dict[str, Any] | None:
+        """The training sampler's state at the batch Lightning has trained up to, or None when not fitting."""
+        trainer, sampler = self.trainer, self._train_sampler
+        if trainer is None or sampler is None or trainer.state.fn != "fit":
+            return None
+        epoch = int(trainer.current_epoch)
+        trained = int(trainer.fit_loop.epoch_loop.batch_progress.current.ready)
+        segments = [list(part) for part in sampler.segments(epoch)]
+        return sampler.state_dict() | {"epoch": epoch, "batches_served": trained, "segments": segments}
+
+    def resume_position(self) -> dict[str, Any] | None:
+        """The training position a loaded checkpoint recorded, handed (once) to the training sampler it builds.
+
+        Lightning reads the loader's length before it loads the loader's own state, and ends the epoch when
+        its count of batches reaches that length: an epoch resumed on another number of ranks, whose length
+        is its own, would end early (samples lost) unless the sampler knows its position when it is made.
+        """
+        position, self._resume_position = self._resume_position, None
+        return position
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Check a checkpoint's data state against the rebuilt one and restore its statistics.
+
+        Lightning calls this after ``setup``; called before, it is applied when ``setup`` runs.
+
+        Raises:
+            DataError: a :attr:`state_must_match` value changed (it names both values).
+        """
+        self._resume_position = state_dict.get("train_position")
+        saved = state_dict.get("data_state")
+        if saved is None:
+            return
+        if not self.datasets:
+            self._checkpoint_state = dict(saved)
+            return
+        current = self._saved_state()
+        changed = [k for k in saved if k in current and saved[k] != current[k] and k not in self.state_restored]
+        refused = [k for k in changed if k in self.state_must_match]
+        if refused:
+            raise DataError(
+                f"{type(self).__name__}: the checkpoint was trained with "
+                + "; ".join(f"{k}={saved[k]!r} where this DataModule has {current[k]!r}" for k in refused)
+                + ": its outputs would mean something else. Use the training's values (e.g. class_names=...)"
+            )
+        if changed:
+            notices.warn(
+                f"{type(self).__name__}: the checkpoint was trained with "
+                + "; ".join(f"{k}={saved[k]!r} (here {current[k]!r})" for k in changed)
+            )
+        restored = {k: saved[k] for k in self.state_restored if k in saved}
+        if restored:
+            self.restore_data_state(restored)

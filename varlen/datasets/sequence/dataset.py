@@ -1,0 +1,134 @@
+"""`SequenceDataset`: one split's rows of a source's columns, each batch padded in one gather per field.
+
+A split is a set of row positions into :class:`~varlen.datasets.sequence.columns.SequenceColumns`
+(shared by the splits carved from one source, never copied); ``lengths`` are the size fields' lengths
+at those rows, computed once. ``__getitems__`` pads every variable-length field of the batch with
+:meth:`Ragged.pad <varlen.batching.Ragged.pad>` (one gather each) and gathers the fixed fields
+and labels: a :class:`SequenceBatch`, already the batch (:class:`SequenceCollator` only hands it on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import Dataset
+
+from varlen.datasets.sequence.columns import SequenceColumns
+
+__all__ = ["SIZES", "SequenceBatch", "SequenceDataset"]
+
+#: a single sample's entry holding its sizes (one per size field): what the sampler budgets it by,
+#: read back from streamed samples (``SequenceDataModule.sample_sizes``)
+SIZES = "sizes"
+
+
+class SequenceBatch(dict):
+    """A fetched batch (a dict of tensors) that knows its variable-length fields and their pad values,
+    so that batches fetched from several sources join (:meth:`concat`) padded with those values."""
+
+    def __init__(self, values: Mapping[str, Any], fields: Sequence[str], pad_values: Mapping[str, Any]) -> None:
+        super().__init__(values)
+        self.fields, self.pad_values = tuple(fields), dict(pad_values)
+
+    @property
+    def index(self) -> torch.Tensor:
+        """The batch's ``index`` (a mixture renumbers it as an attribute)."""
+        return self["index"]
+
+    @index.setter
+    def index(self, value: torch.Tensor) -> None:
+        self["index"] = value
+
+    @classmethod
+    def concat(cls, parts: Sequence[SequenceBatch]) -> SequenceBatch:
+        """Batches joined along the batch axis, each field padded to the longest with its pad value."""
+        first = parts[0]
+        joined = {}
+        for key in first:
+            values = [p[key] for p in parts]
+            field = key if key in first.fields else key[: -len("_mask")] if key.endswith("_mask") else None
+            if field in first.fields and values[0].ndim > 1:
+                width = max(v.shape[1] for v in values)
+                fill = first.pad_values.get(field, 0) if key == field else False
+                values = [_pad_axis1(v, width, fill) for v in values]
+            joined[key] = torch.cat(values)
+        return cls(joined, first.fields, first.pad_values)
+
+
+def _pad_axis1(tensor: torch.Tensor, width: int, fill: Any) -> torch.Tensor:
+    gap = width - tensor.shape[1]
+    if not gap:
+        return tensor
+    pads = [0, 0] * (tensor.ndim - 2) + [0, gap]
+    return F.pad(tensor, pads, value=fill)
+
+
+class SequenceDataset(Dataset):
+    """One split of a source (see the module docstring).
+
+    Args:
+        columns: the source's columns.
+        positions: ``[N]`` the rows of this split, in order.
+        labels: ``[N]`` class ids (int64) or targets (float32) of those rows, or None.
+        size_fields: the fields whose lengths are a sample's sizes.
+        pad_values: per variable-length field, the value padding writes (default 0).
+        pad_to_multiple_of: round each padded length up to this multiple.
+        where: the source, as messages name it (a row ``r`` of the split is row ``positions[r]`` there).
+
+    Attributes:
+        lengths: ``[N]`` (one size field) or ``[N, D]``, the size fields' lengths.
+    """
+
+    def __init__(
+        self,
+        columns: SequenceColumns,
+        positions: np.ndarray,
+        labels: np.ndarray | None,
+        size_fields: Sequence[str],
+        pad_values: Mapping[str, float | int] | None = None,
+        pad_to_multiple_of: int | None = None,
+        where: str = "",
+    ) -> None:
+        self.columns, self.where = columns, where
+        self.positions = np.asarray(positions, dtype=np.int64)
+        self.labels = labels
+        self.size_fields = tuple(size_fields)
+        self.pad_values = {name: (pad_values or {}).get(name, 0) for name in columns.ragged}
+        self.pad_to_multiple_of = pad_to_multiple_of
+        sizes = [columns.ragged[name].lengths[self.positions] for name in self.size_fields]
+        self.lengths = sizes[0] if len(sizes) == 1 else np.stack(sizes, axis=1)
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        """One sample: ``index``, each field's array, each fixed value, ``label`` and its ``sizes``."""
+        row = int(self.positions[i])
+        sample: dict[str, Any] = {"index": int(i)}
+        for name, ragged in self.columns.ragged.items():
+            start = int(ragged.starts[row])
+            sample[name] = np.array(ragged.values[start : start + int(ragged.lengths[row])])
+        for name, values in self.columns.fixed.items():
+            sample[name] = np.array(values[row]) if values.ndim > 1 else values[row]
+        if self.labels is not None:
+            sample["label"] = self.labels[i]
+        sample[SIZES] = np.atleast_1d(self.lengths[i]).astype(np.int64)
+        return sample
+
+    def __getitems__(self, indices: Sequence[int]) -> SequenceBatch:
+        """The batch of ``indices``: every field padded to its longest row (one gather per field)."""
+        wanted = np.asarray(indices, dtype=np.int64)
+        rows = self.positions[wanted]
+        batch: dict[str, torch.Tensor] = {"index": torch.from_numpy(wanted)}
+        for name, ragged in self.columns.ragged.items():
+            padded = ragged.pad(rows, self.pad_values[name], self.pad_to_multiple_of)
+            batch[name], batch[f"{name}_mask"], batch[f"{name}_lengths"] = padded.values, padded.mask, padded.lengths
+        for name, values in self.columns.fixed.items():
+            batch[name] = torch.from_numpy(np.take(values, rows, axis=0))
+        if self.labels is not None:
+            batch["labels"] = torch.from_numpy(self.labels[wanted])
+        return SequenceBatch(batch, tuple(self.columns.ragged), self.pad_values)

@@ -1,0 +1,135 @@
+"""A generic sequence model for :class:`~varlen.datamodules.sequence.SequenceDataModule`: a masked transformer
+encoder over one padded field, pooled over its real elements, for classification or regression."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+from torch import nn
+from torchmetrics import MeanSquaredError, MetricCollection
+from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
+
+from varlen.batching import blocked_mask
+from varlen.models.base import VarLenModule
+
+__all__ = ["SequenceModel", "position_encoding"]
+
+TASKS = ("classification", "regression")
+
+
+def position_encoding(length: int, dim: int, device: torch.device) -> torch.Tensor:
+    """Sinusoidal codes of positions ``0..length-1``, ``[length, dim]``: a sample's codes do not depend
+    on how long its batch is padded."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(10000.0) * torch.arange(half, device=device) / max(half, 1))
+    angles = torch.arange(length, device=device, dtype=torch.float32)[:, None] * freqs
+    codes = torch.cat([angles.sin(), angles.cos()], dim=-1)
+    return nn.functional.pad(codes, (0, dim - codes.shape[-1]))
+
+
+class SequenceModel(VarLenModule):
+    """Reads ``batch[input_field]`` and its ``<input_field>_mask``: each element embedded (a linear map of
+    its ``feature_dim`` values, or an embedding of integer ids when ``vocab_size`` is given), positions
+    added, a transformer encoder that attends to real elements only (``src_key_padding_mask``), then the
+    mean over real elements. Outputs ``[B, num_classes]`` logits (classification: cross-entropy; metrics
+    ``acc`` and macro ``f1``) or ``[B]`` predictions (regression: mean squared error; metric ``rmse``).
+    Padding never changes a sample's output. Supported inputs: float (or integer / boolean) elements of
+    any fixed shape (``[T]``: ``feature_dim`` 1, ``[T, k]``, ``[T, a, b]`` flattened), or integer ids
+    one per element (``vocab_size``).
+
+    Args:
+        num_classes: classes (linked; ignored for regression).
+        task: ``classification`` or ``regression`` (linked).
+        class_names: the classes' names (linked; kept in the hyperparameters).
+        input_field: the batch key read (linked: the DataModule's first size field).
+        feature_dim: values per element (linked).
+        vocab_size: ids are ``0..vocab_size-1`` (linked; None: the elements are features).
+        d_model: element width.
+        nhead: attention heads.
+        num_layers: encoder layers.
+        dim_feedforward: feed-forward width.
+        dropout: dropout in the encoder.
+        lr: AdamW learning rate.
+        weight_decay: AdamW weight decay.
+    """
+
+    def __init__(
+        self,
+        num_classes: int | None = 3,
+        task: str | None = "classification",
+        class_names: list[str] | None = None,
+        input_field: str = "values",
+        feature_dim: int = 1,
+        vocab_size: int | None = None,
+        d_model: int = 64,
+        nhead: int = 4,
+        num_layers: int = 2,
+        dim_feedforward: int = 128,
+        dropout: float = 0.1,
+        lr: float = 1e-3,
+        weight_decay: float = 1e-2,
+    ) -> None:
+        super().__init__()
+        if task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS} (the data needs a label column), got {task!r}")
+        if task == "classification" and not num_classes:
+            raise ValueError("classification needs num_classes >= 1")
+        self.save_hyperparameters()
+        self.task, self.input_field = task, input_field
+        if vocab_size is not None:
+            self.embed: nn.Module = nn.Embedding(vocab_size, d_model)
+        else:
+            self.embed = nn.Linear(feature_dim, d_model)
+        layer = nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout, batch_first=True, norm_first=True)
+        # nested tensors (which drop padded elements in eval only) off: both paths agree with an unpadded run
+        self.encoder = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(d_model)
+        outputs = num_classes if task == "classification" else 1
+        self.head = nn.Linear(d_model, outputs)
+        if task == "classification":
+            metrics = {"acc": MulticlassAccuracy(num_classes, average="micro"), "f1": MulticlassF1Score(num_classes)}
+        else:
+            metrics = {"rmse": MeanSquaredError(squared=False)}
+        self.val_metrics = MetricCollection(metrics, prefix="val/")
+        self.test_metrics = self.val_metrics.clone(prefix="test/")
+
+    def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        """Logits ``[B, num_classes]`` (classification) or predictions ``[B]`` (regression)."""
+        values, keep = batch[self.input_field], batch[f"{self.input_field}_mask"]
+        if isinstance(self.embed, nn.Embedding):
+            tokens = self.embed(values.long())
+        else:
+            tokens = self.embed(values.reshape(*values.shape[:2], -1).to(self.embed.weight.dtype))
+        tokens = tokens + position_encoding(tokens.shape[1], tokens.shape[2], tokens.device).to(tokens.dtype)
+        hidden = self.encoder(tokens, src_key_padding_mask=blocked_mask(keep))
+        weights = keep.unsqueeze(-1).to(hidden.dtype)
+        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0)  # mean over real elements only
+        out = self.head(self.norm(pooled))
+        return out if self.task == "classification" else out.squeeze(-1)
+
+    def _loss(self, output: torch.Tensor, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        if self.task == "classification":
+            return nn.functional.cross_entropy(output, batch["labels"])
+        return nn.functional.mse_loss(output, batch["labels"].to(output.dtype))
+
+    def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self._loss(self(batch), batch)
+        self.log_mean({"train/loss": loss}, batch, prog_bar=True)
+        return loss
+
+    def _eval_step(self, batch: Mapping[str, torch.Tensor], metrics: MetricCollection, stage: str) -> None:
+        output = self(batch)
+        self.log_mean({f"{stage}/loss": self._loss(output, batch)}, batch)
+        metrics.update(output, batch["labels"] if self.task == "classification" else batch["labels"].to(output.dtype))
+        self.log_dict(metrics, on_epoch=True, batch_size=self.batch_size_of(batch))
+
+    def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
+        self._eval_step(batch, self.val_metrics, "val")
+
+    def test_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
+        self._eval_step(batch, self.test_metrics, "test")
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
