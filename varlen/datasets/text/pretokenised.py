@@ -7,8 +7,10 @@ even when it has them, and its duplicates are found by equal ids. The ids must c
 tokenizer the DataModule is given (``tokenizer_name_or_path``, whose pad id pads them and whose
 vocabulary the model embeds): an id outside that vocabulary is refused, naming the row, the id and
 the vocabulary's size. A row longer than ``max_length`` is truncated as the tokenizer truncates a
-text (its first ids, and its closing special token, ``[SEP]``, kept last) and counted in the report;
-a row of special tokens only (or none) is an empty text. Windows (``overflow="windows"``) need texts.
+single text (its first ids, and its closing special token, ``[SEP]``, kept last) and counted in the
+report: a pair's ids are cut at their end too, not from the longer side as the tokenizer cuts pairs
+(tokenise pairs with ``truncation=True`` to have them cut so). A row of special tokens only (or none)
+is an empty text. Windows (``overflow="windows"``) need texts.
 """
 
 from __future__ import annotations
