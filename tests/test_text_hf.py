@@ -138,6 +138,8 @@ def test_a_dataset_is_saved_among_the_hyperparameters_as_plain_text(tmp_path: Pa
     buffer.seek(0)
     saved = torch.load(buffer, weights_only=True)
     assert dataset._fingerprint in saved["train_file"] and dm.train_file is dataset
+    assert dm.hparams_initial["train_file"] == saved["train_file"]  # what loggers are given
+    assert saved["max_length"] == 128 and "num_classes" not in saved  # the others as before
 
 
 # -- tables of token ids ---------------------------------------------------------------------------

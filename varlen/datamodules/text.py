@@ -318,11 +318,15 @@ class TextClassificationDataModule(VarLenDataModule):
         return {split: merged[split] for split in (*SPLITS, "predict") if split in merged}
 
     def _describe_tables(self, **tables: Any) -> None:
-        """A ``Dataset`` argument is saved among the hyperparameters as its description, not its rows:
-        checkpoints hold plain values (``torch.load(weights_only=True)`` reads them) and stay small."""
-        for name, value in tables.items():
-            if is_dataset(value):
-                self.hparams[name] = f"datasets.Dataset(fingerprint={value._fingerprint}, num_rows={value.num_rows})"
+        """A ``Dataset`` argument is saved among the hyperparameters (checkpoints, loggers) as its description,
+        not its rows: checkpoints hold plain values (``torch.load(weights_only=True)`` reads them), stay small."""
+        described = {
+            name: f"datasets.Dataset(fingerprint={value._fingerprint}, num_rows={value.num_rows})"
+            for name, value in tables.items()
+            if is_dataset(value)
+        }
+        if described:
+            self.save_hyperparameters(described)  # a mapping: updates them, and the loggers' copy
 
     @property
     def class_names(self) -> list[str]:

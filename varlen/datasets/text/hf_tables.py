@@ -13,6 +13,7 @@ TSV, JSON(L) and Parquet.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ __all__ = [
 #: the files ``save_to_disk`` marks a saved ``Dataset`` / ``DatasetDict`` folder with (``datasets.config``)
 DATASET_STATE = "state.json"
 DATASET_DICT = "dataset_dict.json"
+DATASET_INFO = "dataset_info.json"
 
 
 def is_dataset(value: Any) -> bool:
@@ -60,10 +62,16 @@ def dataset_identity(dataset: Any) -> list[Any]:
 
 
 def folder_identity(path: Path) -> list[Any]:
-    """What identifies a saved folder's rows: every file's name and content hash (a folder saved again
-    with other rows is a new identity, the same rows saved elsewhere the same one)."""
-    files = sorted(p for p in path.rglob("*") if p.is_file())
-    return ["saved", [[str(p.relative_to(path)), file_hash(p)] for p in files]]
+    """What identifies a saved folder's rows: the content hash of its state, its info and every data file
+    its state lists (a folder saved again with other rows is a new identity, the same rows saved elsewhere
+    the same one; cache files ``map`` wrote beside them are no part of it)."""
+    state = path / DATASET_STATE
+    try:
+        listed = [entry["filename"] for entry in json.loads(state.read_text())["_data_files"]]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise DataError(f"{state}: not the state file save_to_disk writes ({type(error).__name__}: {error})") from None
+    names = [DATASET_STATE, *([DATASET_INFO] if (path / DATASET_INFO).is_file() else []), *listed]
+    return ["saved", [[name, file_hash(path / name)] for name in names]]
 
 
 def load_saved(path: Path, role: str) -> Any:

@@ -6,8 +6,8 @@ JSON array, a Hub split) names the row counted from 1: ``"row 7"``. Rows are kep
 as positions (0 = the first data row); only a message turns them into places.
 
 A row's line is not its position plus two: readers skip blank lines and a quoted CSV field may
-hold newlines. The lines are found by reading the file again, once, up to the last row asked
-for, and only when a message needs them (an error, a skipped row): reading never pays for it.
+hold newlines. The lines are found by reading the file again, once, and only when a message needs
+them (an error, a skipped row): reading never pays for it.
 """
 
 from __future__ import annotations
@@ -48,15 +48,15 @@ class RowPlaces:
         if layout != "rows" and path is None:
             raise ValueError(f"a {layout} table's places need its file")
         self.layout, self.path = layout, path
-        self._lines: list[int] = []  # the line of each row, as far as read
+        self._lines: np.ndarray | None = None  # the line of each row, once a message needed one
 
     def __call__(self, rows: Sequence[int] | np.ndarray) -> list[str]:
         """``"line N"`` / ``"row N"`` of each row."""
         rows = [int(r) for r in rows]
-        if self.layout == "rows":
+        if self.layout == "rows" or not rows:
             return [f"row {r + 1}" for r in rows]
-        if rows and max(rows) >= len(self._lines):
-            self._lines = _record_lines(self.path, self.layout, max(rows) + 1)
+        if self._lines is None:
+            self._lines = np.asarray(_record_lines(self.path, self.layout), np.int64)
         return [f"line {self._lines[r]}" if r < len(self._lines) else f"row {r + 1}" for r in rows]
 
     def of(self, row: int) -> str:
@@ -64,26 +64,26 @@ class RowPlaces:
         return self([row])[0]
 
 
-def _record_lines(path: str | Path, layout: Layout, count: int) -> list[int]:
-    """The line (from 1) where each of the first ``count`` records of a file starts, as pyarrow reads
-    it: blank lines are no records; a CSV record spans the lines its quoted fields hold."""
+def _record_lines(path: str | Path, layout: Layout) -> list[int]:
+    """The line (from 1) where each record of a file starts, as pyarrow reads it: blank lines are no
+    records; a CSV record spans the lines its quoted fields hold (the records after one Python's csv
+    cannot read, a field over its size limit, are named as rows)."""
     text = io.StringIO(read_text(path), newline="")
     lines: list[int] = []
     if layout == "csv":
         reader = csv.reader(text)
-        next(reader, None)  # the header
-        last = reader.line_num
-        for record in reader:
-            if record:  # a blank line reads as []
-                lines.append(last + 1)
-                if len(lines) == count:
-                    break
+        try:
+            next(reader, None)  # the header
             last = reader.line_num
+            for record in reader:
+                if record:  # a blank line reads as []
+                    lines.append(last + 1)
+                last = reader.line_num
+        except csv.Error:
+            pass
         return lines
     for number, line in enumerate(text, 1):
         if (layout == "tsv" and number == 1) or not line.strip("\r\n" if layout == "tsv" else None):
             continue
         lines.append(number)
-        if len(lines) == count:
-            break
     return lines

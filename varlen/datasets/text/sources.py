@@ -134,8 +134,9 @@ class TextSource:
         """The token type id column of a table of token ids, or None."""
         return self._layout[1]
 
-    def check(self, names: list[str], table: Any) -> Any:
-        """``table`` (the columns ``names`` of every row), refused when it has no row or lacks a column."""
+    def check(self, table: Any) -> Any:
+        """``table`` (a ``pyarrow.Table`` or a ``Dataset`` of this source), refused when it has no row or the
+        source lacks a column it is read with."""
         check_columns(self.schema().names, wanted_columns(self.columns, self.split_column), self.name)
         if table.num_rows == 0:
             raise DataError(f"{self.name}: the table has no rows")
@@ -234,7 +235,7 @@ class ArrowSource(TextSource):
         return read_arrow(self.path, self.role).schema
 
     def read(self, names: list[str]) -> Any:
-        return self.check(names, read_arrow(self.path, self.role)).select(names)
+        return self.check(read_arrow(self.path, self.role)).select(names)
 
 
 class DatasetSource(TextSource):
@@ -251,10 +252,10 @@ class DatasetSource(TextSource):
         return self.dataset.features.arrow_schema
 
     def read(self, names: list[str]) -> Any:
-        return self.check(names, self.dataset.select_columns(names).with_format("arrow")[:])
+        return self.check(self.dataset.select_columns(names).with_format("arrow")[:])
 
     def batches(self, names: list[str], size: int) -> Iterator[Any]:
-        self.check(names, self.dataset)
+        self.check(self.dataset)
         return self.dataset.select_columns(names).with_format("arrow").iter(batch_size=size)
 
 
@@ -358,7 +359,7 @@ def hub_sources(
         else:
             identity = ["hub", name, config_name, split, part._fingerprint]
         sources[split] = DatasetSource(label, part, identity, columns, marked, slug=f"{Path(name).name}-{split}")
-        sources[split].check([], part)
+        sources[split].check(part)
     if "test" in sources:
         labels = sources["test"].read([columns.label]).column(columns.label)
         if hidden_labels(pc.unique(labels).to_pylist()):

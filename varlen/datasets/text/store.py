@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -217,6 +217,21 @@ def _survey(source: TextSource, classes: Sequence[str], marks: np.ndarray | None
     return Rows(columns)
 
 
+class _Drawn(NamedTuple):
+    """What the first pass of a :class:`Subset` build found, by source row: tokenise it, and its digest."""
+
+    keep: np.ndarray
+    digests: np.ndarray
+
+
+def _drawn(rows: Rows, subset: Subset) -> _Drawn:
+    size = int(rows.numpy("row").max(initial=-1)) + 1
+    keep, digests = np.zeros(size, bool), np.zeros(size, np.int64)
+    keep[rows.numpy("row")[subset.keep(rows)]] = True
+    digests[rows.numpy("row")] = rows.numpy("digest")
+    return _Drawn(keep, digests)
+
+
 def build_tokens(
     folder: str | Path,
     source: TextSource,
@@ -245,11 +260,7 @@ def build_tokens(
     samples_path, bad_path = _paths(folder, source, key)
     writable_folder(samples_path)
     marks = source.marks()  # first: a split column naming no split is refused before any tokenising
-    keep = None
-    if subset is not None:
-        rows = _survey(source, classes, marks)
-        keep = np.zeros(int(rows.numpy("row").max(initial=-1)) + 1, bool)
-        keep[rows.numpy("row")[subset.keep(rows)]] = True
+    drawn = None if subset is None else _drawn(_survey(source, classes, marks), subset)
     slices = source.slices(CHUNK)
     first = next(slices, None)  # the file is read (and refused) before a scratch file exists
     ragged = {name: (DTYPES[name], ()) for name in tokenization.fields}
@@ -257,10 +268,10 @@ def build_tokens(
     bad, documents, rows_read, tokenised = _Bad(), 0, 0, 0
     try:
         for part in itertools.chain([first] if first is not None else [], slices):
-            added, done = _append(builder, part, bad, marks, documents, classes, source, tokenizer, tokenization, keep)
+            added, done = _append(builder, part, bad, marks, documents, classes, source, tokenizer, tokenization, drawn)
             documents, rows_read, tokenised = documents + added, rows_read + len(part.labels), tokenised + done
         if not rows_read:
-            builder.append(**_empty(tokenization, windows, marks is not None, keep is not None))
+            builder.append(**_empty(tokenization, windows, marks is not None, drawn is not None))
         write_table(bad_path, bad.columns(), version=VERSION, key=key)  # first: a samples file means both are
     except BaseException:
         builder.abandon()
@@ -312,20 +323,20 @@ def _append(
     source: TextSource,
     tokenizer: Any,
     tokenization: Tokenization,
-    keep: np.ndarray | None = None,
+    drawn: _Drawn | None = None,
 ) -> tuple[int, int]:
     """Check and encode one slice, append its samples to ``builder`` and its unusable rows to ``bad``;
-    returns the documents it added and the rows it tokenised. With ``keep`` (bool per source row), only
-    those rows are tokenised; the other usable rows get a sample of no id (``tokenised`` 0)."""
+    returns the documents it added and the rows it tokenised. With ``drawn``, only the rows it keeps
+    are tokenised; the other usable rows get a sample of no id (``tokenised`` 0)."""
     ids, problems = check_rows(part.texts, part.pairs, part.labels, classes, source.columns)
     usable = np.flatnonzero(ids != UNUSABLE)
-    todo = usable if keep is None else usable[keep[part.start + usable]]
+    todo = usable if drawn is None else usable[drawn.keep[part.start + usable]]
     encoded = _encode(part, todo, source, tokenizer, tokenization)
     emptied = todo[encoded.empty]  # nothing left once tokenised: refused as an empty text is
     bad.add(part, sorted(problems + _emptied(part, emptied, source.columns)), marks, source)
     if encoded.empty.any():
         encoded, todo = _without_empty(encoded), todo[~encoded.empty]
-    if keep is None:  # no row stays without ids: an emptied one is no document
+    if drawn is None:  # no row stays without ids: an emptied one is no document
         usable = usable[~np.isin(usable, emptied)]
     holes = usable[~np.isin(usable, todo)]  # usable rows not tokenised (not drawn, or emptied)
     of_row = np.concatenate([todo[encoded.of_text], holes])  # each sample's row in the slice, then sorted
@@ -337,13 +348,16 @@ def _append(
     columns["row"] = part.start + of_row
     columns["truncated"] = np.concatenate([encoded.truncated, np.zeros(len(holes), bool)])[order].astype(np.int8)
     document = np.searchsorted(usable, of_row)  # each sample's document among the slice's
-    pairs = None if part.pairs is None else [part.pairs[i] for i in usable]
-    columns["digest"] = text_digests([part.texts[i] for i in usable], pairs)[document]
+    if drawn is not None:  # hashed by the first pass
+        columns["digest"] = drawn.digests[part.start + usable][document]
+    else:
+        pairs = None if part.pairs is None else [part.pairs[i] for i in usable]
+        columns["digest"] = text_digests([part.texts[i] for i in usable], pairs)[document]
     if tokenization.overflow == "windows":
         columns["document"] = documents + document
     if marks is not None:
         columns["mark"] = marks[part.start + of_row]
-    if keep is not None:
+    if drawn is not None:
         columns["tokenised"] = (order < len(order) - len(holes)).astype(np.int8)
     builder.append(**columns)
     return len(usable), len(todo)
