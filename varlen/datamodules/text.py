@@ -402,12 +402,7 @@ class TextClassificationDataModule(VarLenDataModule):
         """Where the tokenised tables live: ``<cache_dir>/text``."""
         return (Path(self.cache_dir).expanduser() if self.cache_dir else default_cache_dir()) / "text"
 
-    @property
-    def tokenization(self) -> Tokenization:
-        pairs = self.columns.pair is not None
-        return Tokenization(self.max_length, self.overflow, self.stride, self.with_token_type_ids and pairs)
-
-    def _tokenization(self, source: TextSource) -> Tokenization:
+    def tokenization(self, source: TextSource) -> Tokenization:
         """How ``source``'s rows become ids: token type ids kept for pairs, or from a table of ids that has them."""
         pairs = source.columns.pair is not None or source.type_ids is not None
         return Tokenization(self.max_length, self.overflow, self.stride, self.with_token_type_ids and pairs)
@@ -439,7 +434,7 @@ class TextClassificationDataModule(VarLenDataModule):
             if split == "train" and self._streams_train:
                 continue
             subset = self.splitter.subset(self.sources, source.marks()) if split == "train" else None
-            settings = (self.tokenizer, self._tokenization(source), identity, subset)
+            settings = (self.tokenizer, self.tokenization(source), identity, subset)
             tables[split] = load_tokens(self.cache_folder, source, classes, *settings)
         return tables
 

@@ -16,7 +16,7 @@ import itertools
 import os
 import re
 from collections.abc import Iterator, Mapping
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -316,7 +316,7 @@ def table_source(
                 "or save the Dataset with save_to_disk"
             )
         dataset = load_saved(path, role)  # a DatasetDict folder is refused, naming dataset_name
-        identity = lambda: folder_identity(path)  # noqa: E731 (hashed only when a cache key is needed)
+        identity = partial(folder_identity, path)  # hashed only when a cache key is needed
         return DatasetSource(str(path), dataset, identity, columns, split_column, slug=path.name, **kwargs)
     if path.suffix.lower() == ".arrow":
         return ArrowSource(path, role, columns, split_column, **kwargs)
@@ -355,7 +355,7 @@ def hub_sources(
         label = f"{name}[{HUB_SPLITS[split]}]"
         if is_folder(name):  # a saved folder keys by content, as files do
             folder = Path(name).expanduser() / HUB_SPLITS[split]
-            identity: Any = lambda folder=folder: folder_identity(folder)  # noqa: E731
+            identity: Any = partial(folder_identity, folder)
         else:
             identity = ["hub", name, config_name, split, part._fingerprint]
         sources[split] = DatasetSource(label, part, identity, columns, marked, slug=f"{Path(name).name}-{split}")
