@@ -659,10 +659,13 @@ def test_unknown_label_is_skipped_and_the_rest_kept(tmp_path):
     assert sorted(dm.recording_names) == ["rec_a", "rec_c"] and dm.report.skipped("unknown label 'cracked'") == 1
 
 
-def test_a_listed_file_that_is_missing_names_its_row(tmp_path):
+def test_a_listed_file_that_is_missing_names_its_line(tmp_path):
+    """The metadata file's line, as an editor shows it: the header is line 1, a blank line counts."""
     root = folder_copy(tmp_path)
     (root / "b.npy").unlink()
-    with pytest.raises(DataError, match=r"metadata\.csv:3: .*b\.npy: file not found"):
+    metadata = root / "metadata.csv"
+    metadata.write_text(metadata.read_text().replace("\n", "\n\n", 1))  # a blank line after the header
+    with pytest.raises(DataError, match=r"metadata\.csv, line 4: .*b\.npy: file not found"):
         BearingDataModule(**folder_args(root)).setup()
 
 

@@ -228,7 +228,7 @@ def test_a_source_with_other_classes_or_bad_arguments_is_refused_naming_it() -> 
     with pytest.raises(DataError, match=f"source 'odd' has class_names=\\{classes[::-1]!r}"):
         dm.setup("fit")
     dm = TextClassificationDataModule(synthetic_samples=200, sources=[{"name": "odd", "class_names": ["a", "b"]}])
-    with pytest.raises(DataError, match="source 'odd': synthetic train: row 0"):
+    with pytest.raises(DataError, match=r"source 'odd': synthetic train: row 1 \(label"):
         dm.setup("fit")
     with pytest.raises(ValueError, match="source 'odd' sets \\['no_such'\\]"):
         TextClassificationDataModule(sources=[{"name": "odd", "no_such": 1}]).setup("fit")

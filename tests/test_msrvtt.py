@@ -169,7 +169,7 @@ def _drop_features(folder: Path, video: str) -> None:
          r"MSRVTT_data\.json, video 'video3': captions refer to a video with no features", {"no features": 1},
          {"test": 4}),
         (lambda f: _edit_pair(f, "video10", "  "),
-         r"MSRVTT_JSFUSION_test\.csv, video 'video10', row 3 \(.*\): caption is empty",
+         r"MSRVTT_JSFUSION_test\.csv, video 'video10', line 3 \(.*\): caption is empty",
          {"caption is empty": 1, "no segments left": 1}, {"test": 3}),
         (lambda f: _append(f / PAIRS, "ret9,msr9"), r"MSRVTT_JSFUSION_test\.csv, line 6 .*needs video_id and sentence",
          {"needs video_id and sentence": 1}, {"test": 4}),

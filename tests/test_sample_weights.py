@@ -165,8 +165,8 @@ def test_molecule_weight_column_follows_the_lines(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("weight", "message"),
-    [(-1.0, r"row 7: sample weight column 'w' is negative \(-1\)"), ("", "row 7: .*'w' is missing"),
-     ("inf", "row 7: .*'w' is infinite")],
+    [(-1.0, r"line 9: sample weight column 'w' is negative \(-1\)"), ("", "line 9: .*'w' is missing"),
+     ("inf", "line 9: .*'w' is infinite")],
 )  # fmt: skip
 def test_a_bad_text_weight_names_the_row(tmp_path: Path, weight, message: str) -> None:
     path = reviews(tmp_path, weight=lambda i, label: weight if i == 7 else 1.0)

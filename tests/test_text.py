@@ -83,19 +83,19 @@ class TestTextContract(DataModuleContract):
         if case == "non_finite":  # a numeric label column holding "inf": a bad label, its row left out
             return BadInput(
                 {"train_file": str(DATA / "inf_label.csv")},
-                r"inf_label\.csv: row 7 \(label inf\): label is not a finite number",
+                r"inf_label\.csv: line 10 \(label inf\): label is not a finite number",
                 "not a finite number",
             )
         if case == "empty_sample":
             return BadInput(
                 {"train_file": str(DATA / "empty_text.csv")},
-                r"empty_text\.csv: row 3: empty text in column 'text'",
+                r"empty_text\.csv: line 5: empty text in column 'text'",
                 "empty text",
             )
         if case == "unknown_label":
             return BadInput(
                 {"train_file": str(DATA / "reviews.csv"), "val_file": str(DATA / "val_unknown_label.csv")},
-                r"val_unknown_label\.csv: row 2 \(label 'neutral'\): label not one of the 2 classes",
+                r"val_unknown_label\.csv: line 4 \(label 'neutral'\): label not one of the 2 classes",
                 "not one of the",
             )
         raise AssertionError(case)
@@ -349,7 +349,7 @@ def test_a_missing_label_names_its_row_and_integer_labels_survive_it(tmp_path: P
     rows = [{"text": f"text {i}", "label": i % 2} for i in range(10)]
     rows[2]["label"] = ""
     path = write_csv(tmp_path / "blank.csv", rows)
-    with pytest.raises(DataError, match=r"blank\.csv: row 2: no label \(empty cell\)"):
+    with pytest.raises(DataError, match=r"blank\.csv: line 4: no label \(empty cell\)"):
         TextClassificationDataModule(train_file=str(path), val_fraction=0.3).setup("fit")
     assert class_list([1.0, 0.0, float("nan"), float("inf"), None]) == ["0", "1"]
     table = TextTable("x", ["a", "b", "c"], [1.0, 0, np.int64(1)])
@@ -364,7 +364,7 @@ def test_skipped_rows_are_counted_and_nothing_else_shifts() -> None:
     kept, labels = encode_rows(table, ["neg", "pos"], columns, report, "train")
     assert kept.rows.tolist() == [r for r in range(24) if r != 3]
     assert [table.labels[r] for r in kept.rows] == [["neg", "pos"][k] for k in labels]
-    assert report.skipped("empty text") == 1 and "empty_text.csv: row 3" in str(report)
+    assert report.skipped("empty text") == 1 and "empty_text.csv: line 5" in str(report)
 
     dm = TextClassificationDataModule(
         train_file=str(DATA / "reviews.csv"), val_file=str(DATA / "val_unknown_label.csv"), on_bad="skip"

@@ -193,14 +193,17 @@ def test_the_key_covers_the_content_the_tokenizer_and_the_settings(tmp_path: Pat
 
     first = setup()
     assert len(builds["sources"]) == 1
-    setup(batch_size=4, seed=3, val_fraction=0.3, max_train_samples=10, on_bad="skip", shuffle=False)
+    setup(batch_size=4, seed=3, val_fraction=0.3, on_bad="skip", shuffle=False)
     assert len(builds["sources"]) == 1  # the split, the batches and the policy: not the stored tokens
+    subset = setup(max_train_samples=10)  # the subset is drawn before tokenising: its settings are in the key
+    setup(max_train_samples=10, seed=1)
+    assert len(builds["sources"]) == 3 and len(subset.dataset("train")) == 10
     short = setup(max_length=16)
     assert ids_of_row(short, 4) == tokenizer(rows[4]["text"], truncation=True, max_length=16)["input_ids"]
     setup(overflow="windows", stride=8)
     setup(overflow="windows", stride=4)
     reversed_classes = setup(class_names=["pos", "neg"])
-    assert len(builds["sources"]) == 5 and len(token_tables(cache)) == 5
+    assert len(builds["sources"]) == 7 and len(token_tables(cache)) == 7
     labels = [label_of_row(dm) for dm in (first, reversed_classes)]
     assert labels[0].keys() == labels[1].keys() and all(labels[1][row] == 1 - k for row, k in labels[0].items())
 
@@ -214,14 +217,14 @@ def test_the_key_covers_the_content_the_tokenizer_and_the_settings(tmp_path: Pat
     added = load_tokenizer(None)
     added.add_tokens(["zzzfoo"])
     grown = with_tokenizer(added)
-    assert len(builds["sources"]) == 6
+    assert len(builds["sources"]) == 8
     assert ids_of_row(grown, 0) == added(rows[0]["text"])["input_ids"] != ids_of_row(first, 0)
 
     # the side the tokenizer truncates (a setting of the tokenizer, not of its vocabulary)
     left = load_tokenizer(None)
     left.truncation_side = "left"
     cut_left = with_tokenizer(left, max_length=16)
-    assert len(builds["sources"]) == 7
+    assert len(builds["sources"]) == 9
     expected = left(rows[4]["text"], truncation=True, max_length=16)["input_ids"]
     assert ids_of_row(cut_left, 4) == expected != ids_of_row(short, 4)
 
@@ -229,13 +232,13 @@ def test_the_key_covers_the_content_the_tokenizer_and_the_settings(tmp_path: Pat
     copy = tmp_path / "tokenizer"
     tokenizer.save_pretrained(copy)
     setup(tokenizer_name_or_path=str(copy))
-    assert len(builds["sources"]) == 8
+    assert len(builds["sources"]) == 10
 
     # the file's content (same name)
     rows[3]["text"] = "an edited review of the plot"
     write_csv(path, rows)
     edited = setup()
-    assert len(builds["sources"]) == 9 and len(token_tables(cache)) == 9
+    assert len(builds["sources"]) == 11 and len(token_tables(cache)) == 11
     assert ids_of_row(edited, 3) == tokenizer(rows[3]["text"])["input_ids"] != ids_of_row(first, 3)
 
 
@@ -366,7 +369,7 @@ def test_the_report_is_the_same_whether_the_cache_was_built_or_mapped(tmp_path: 
     reports = []
     for _ in range(2):
         dm = make(tmp_path / "cache", **args)
-        with pytest.warns(UserWarning, match=r"skipped 3 bad item\(s\) .*train\.csv: row 3: empty text"):
+        with pytest.warns(UserWarning, match=r"skipped 3 bad item\(s\) .*train\.csv: line 5: empty text"):
             dm.prepare_data()
             dm.setup("fit")
         reports.append((dm.report.to_dict(), str(dm.report)))
@@ -386,7 +389,7 @@ def test_the_report_is_the_same_whether_the_cache_was_built_or_mapped(tmp_path: 
         assert report["train"]["truncated"] == {} and report["train"]["documents"] == 29
         assert report["train"]["windows"] == report["train"]["kept"] > 29
     strict = make(tmp_path / "cache", **{**args, "on_bad": "raise"})
-    with pytest.raises(DataError, match=r"train\.csv: row 3: empty text in column 'text'"):
+    with pytest.raises(DataError, match=r"train\.csv: line 5: empty text in column 'text'"):
         strict.setup("fit")
     assert len(builds["sources"]) == 2  # judged from the cache, under this DataModule's on_bad
 
@@ -487,7 +490,7 @@ def test_a_tokenizer_giving_an_id_outside_its_vocabulary_is_a_data_error(
 
     monkeypatch.setattr(store, "encode_texts", off_by_one)
     name = re.escape(str(path))
-    with pytest.raises(DataError, match=rf"{name}, row 3: the tokenizer gave token id {len(tokenizer)}, outside"):
+    with pytest.raises(DataError, match=rf"{name}, line 5: the tokenizer gave token id {len(tokenizer)}, outside"):
         make(tmp_path / "cache", train_file=str(path)).prepare_data()
     assert list((tmp_path / "cache" / "text").iterdir()) == []  # no table, no scratch
 

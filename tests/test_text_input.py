@@ -38,8 +38,8 @@ def test_a_label_column_mixing_numbers_and_words_is_refused_naming_rows(tmp_path
     path = mixed_labels(tmp_path, ["0", "1", "1.0", "true", "positive"])
     dm = TextClassificationDataModule(train_file=path)
     message = (
-        r"mixed\.csv: the label column 'label' mixes numbers \('0' \(row 0\), '1' \(row 1\), '1\.0' \(row 2\)\) "
-        r"with words \('true' \(row 3\), 'positive' \(row 4\)\).*give class_names"
+        r"mixed\.csv: the label column 'label' mixes numbers \('0' \(line 2\), '1' \(line 3\), '1\.0' \(line 4\)\) "
+        r"with words \('true' \(line 5\), 'positive' \(line 6\)\).*give class_names"
     )
     with pytest.raises(DataError, match=message):
         dm.num_classes  # noqa: B018  (what the CLI reads first)
@@ -51,7 +51,7 @@ def test_a_number_spelt_two_ways_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "spelt.jsonl"
     pd.DataFrame(rows).to_json(path, orient="records", lines=True)
     message = (
-        r"spelt\.jsonl: the label column 'label' writes one number several ways \('0' \(row 0\), '0\.0' \(row 3\); "
+        r"spelt\.jsonl: the label column 'label' writes one number several ways \('0' \(line 1\), '0\.0' \(line 4\); "
         r"1 more number\(s\) too\).*give class_names"
     )
     with pytest.raises(DataError, match=message):
@@ -82,7 +82,7 @@ def test_a_text_of_nul_bytes_is_refused_as_an_empty_text(tmp_path: Path) -> None
     rows[3]["text"] = "\x00\x00\x00"
     rows[7]["text"] = "\u200b\u200b"  # zero-width spaces: the tokenizer drops them too
     path = write_csv(tmp_path / "nul.csv", rows)
-    message = r"nul\.csv: row 3 \('\\x00\\x00\\x00': no token but the special ones once tokenised\): empty text"
+    message = r"nul\.csv: line 5 \('\\x00\\x00\\x00': no token but the special ones once tokenised\): empty text"
     with pytest.raises(DataError, match=message):
         TextClassificationDataModule(train_file=path).setup("fit")
     dm = TextClassificationDataModule(train_file=path, on_bad="skip")
@@ -106,7 +106,7 @@ def test_an_emptied_pair_or_window_text_is_refused_too(tmp_path: Path) -> None:
     rows[4]["text"] = "\x00 \x00"
     path = write_csv(tmp_path / "long.csv", rows)
     windows = TextClassificationDataModule(train_file=path, overflow="windows", max_length=8, stride=2)
-    with pytest.raises(DataError, match=r"long\.csv: row 4 .*empty text in column 'text'"):
+    with pytest.raises(DataError, match=r"long\.csv: line 6 .*empty text in column 'text'"):
         windows.setup("fit")
 
 

@@ -56,11 +56,11 @@ class TestTextWindowsContract(DataModuleContract):
         """Bad rows under windows (the file-level cases are the same as in test_text.py)."""
         if case == "empty_sample":
             return BadInput(
-                {"train_file": str(DATA / "empty_text.csv")}, r"empty_text\.csv: row 3: empty text", "empty"
+                {"train_file": str(DATA / "empty_text.csv")}, r"empty_text\.csv: line 5: empty text", "empty"
             )
         if case == "unknown_label":
             files = {"train_file": str(DATA / "reviews.csv"), "val_file": str(DATA / "val_unknown_label.csv")}
-            return BadInput(files, r"val_unknown_label\.csv: row 2 \(label 'neutral'\)", "not one of the")
+            return BadInput(files, r"val_unknown_label\.csv: line 4 \(label 'neutral'\)", "not one of the")
         return None
 
     def ddp_overrides(self, tmp_path: Path) -> list[str]:
@@ -242,7 +242,7 @@ def test_unknown_split_values_name_the_file_column_and_rows(tmp_path: Path) -> N
     with pytest.raises(
         DataError,
         match=r"folds\.csv: split column 'fold' has values that name no split: "
-        r"'holdout' in 3 rows \(1, 5, 9\); an empty cell in 3 rows \(3, 7, 11\); accepted: train",
+        r"'holdout' in 3 rows \(lines 3, 7, 11\); an empty cell in 3 rows \(lines 5, 9, 13\); accepted: train",
     ):
         dm.setup("fit")
     missing = TextClassificationDataModule(train_file=str(DATA / "reviews.csv"), split_column="is_valid")
@@ -255,7 +255,7 @@ def test_a_split_column_without_training_rows_is_an_error(tmp_path: Path) -> Non
     with pytest.raises(
         DataError,
         match=r"all_valid\.csv: split column 'v' leaves the train split empty "
-        r"\(all 8 rows are 8 val: 8 rows \(0, 1, 2, 3, 4, \.\.\.\)\)",
+        r"\(all 8 rows are 8 val: 8 rows \(lines 2, 3, 4, 5, 6, \.\.\.\)\)",
     ):
         TextClassificationDataModule(train_file=str(path), split_column="v").setup("fit")
 

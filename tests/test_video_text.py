@@ -1132,13 +1132,13 @@ def test_corrupt_feature_files_are_named(tmp_path) -> None:
     ("reader", "content", "message", "item"),
     [
         (read_youcook2, {"database": {"v1": {"duration": 30, "annotations": [{"segment": ["a", 5], "sentence": "c"}]}}},
-         r"video 'v1', annotation 0 .*: needs segment \[start, end\] in seconds", "caption"),
+         r"video 'v1', annotation 1 .*: needs segment \[start, end\] in seconds", "caption"),
         (read_youcook2, {"database": {"v1": {"duration": "n/a", "annotations": [{"segment": [0, 5], "sentence": ""}]}}},
          r"video 'v1' \(duration 'n/a'\): duration must be a finite number of seconds", "video"),
-        (read_msrvtt, {"videos": [{"id": "v1"}], "sentences": []}, r"videos\[0\] .*: needs a video_id", "video"),
+        (read_msrvtt, {"videos": [{"id": "v1"}], "sentences": []}, r"video entry 1 .*: needs a video_id", "video"),
         (read_msrvtt, {"videos": [{"video_id": "v1", "start time": 0, "end time": "x"}], "sentences": []},
          r"video 'v1' .*: start time and end time must be finite numbers", "video"),
-        (read_msrvtt, {"sentences": [{"caption": "x"}]}, r"sentence 0 .*: needs video_id and caption", "caption"),
+        (read_msrvtt, {"sentences": [{"caption": "x"}]}, r"sentence 1 .*: needs video_id and caption", "caption"),
         (read_jsonl, '{"video_id": "a", "start": 0, "end": 1, "text": "t", "duration": "n/a"}\n',
          r"line 1 .*duration must be a finite number.*: expected \{video_id, start, end, text\}", "caption"),
         (read_jsonl, '{"video_id": "a", "start": 0}\n', r"line 1 .*: expected \{video_id", "caption"),
@@ -1152,7 +1152,7 @@ def test_bad_annotation_entries_name_file_and_video_and_are_skippable(tmp_path, 
     elif reader is read_msrvtt:
         content = {"videos": [{"video_id": "ok"}, *content.get("videos", [])], "sentences": content["sentences"]}
         content["sentences"] = [{"video_id": "ok", "caption": "fine"}, *content["sentences"]]
-        message = message.replace(r"videos\[0\]", r"videos\[1\]").replace("sentence 0", "sentence 1")
+        message = message.replace("video entry 1", "video entry 2").replace("sentence 1", "sentence 2")
     else:
         content = '{"video_id": "ok", "start": 0, "end": 2, "text": "fine"}\n' + content
         message = message.replace("line 1", "line 2")
@@ -1336,3 +1336,16 @@ def test_the_cache_key_covers_the_side_the_tokenizer_truncates() -> None:
     assert left.cache_key() == right.cache_key()  # a copy of the same tokenizer: the same tables
     left.tokenizer.truncation_side = "left"
     assert left.cache_key() != right.cache_key()
+
+
+def test_captions_are_named_by_their_line_or_their_position_from_one(tmp_path) -> None:
+    """A JSONL file's captions by the file's line (blank lines count); a JSON file's by position, from 1."""
+    lines = tmp_path / "captions.jsonl"
+    lines.write_text(
+        '{"video_id": "a", "start": 0, "end": 1, "text": "x"}\n\n{"video_id": "a", "start": 1, "end": 2, "text": "y"}\n'
+    )
+    assert read_jsonl(lines).where(1) == f"{lines}, video 'a', line 3"
+    annotations = tmp_path / "youcook2.json"
+    caption = {"segment": [0, 1], "sentence": "x"}
+    annotations.write_text(json.dumps({"database": {"a": {"duration": 9, "annotations": [caption, caption]}}}))
+    assert read_youcook2(annotations).where(1) == f"{annotations}, video 'a', row 2"

@@ -17,13 +17,14 @@ from varlen.datamodules.weighting import check_sample_weights, checked_column
 from varlen.datasets.text.collate import TextCollator
 from varlen.datasets.text.column_splits import SPLITS, split_by_column
 from varlen.datasets.text.dataset import TokenizedTexts
+from varlen.datasets.text.hf_tables import is_dataset
 from varlen.datasets.text.labels import check_classes
-from varlen.datasets.text.readers import TextColumns, TextTable, read_columns, read_hub, read_table
+from varlen.datasets.text.readers import TextColumns, TextTable
 from varlen.datasets.text.report import TextReport
 from varlen.datasets.text.selections import SplitPlan, TextSplit, document_digests, split_summary
 from varlen.datasets.text.sources import TextSource, file_sources, hub_sources, synthetic_sources
 from varlen.datasets.text.store import TokenTables, load_tokens
-from varlen.datasets.text.synthetic import SYNTHETIC_KINDS, synthetic_tables
+from varlen.datasets.text.synthetic import SYNTHETIC_KINDS
 from varlen.datasets.text.tokens import OVERFLOW, Tokenization, load_tokenizer
 from varlen.duplicates import count_duplicates
 from varlen.errors import DataError
@@ -33,17 +34,29 @@ from varlen.stream.write import written_state
 __all__ = ["TextClassificationDataModule"]
 
 log = logging.getLogger(__name__)
+#: a table argument: a path (CSV, TSV, JSON(L), Parquet, .arrow, a save_to_disk folder), from a config or the
+#: command line, or, from Python, a ``datasets.Dataset``. ``Any``, not the class: jsonargparse reads a path
+#: given to an argument typed with a class as a config file, and would hand over the file's content.
+Table = str | Any
 
 
 class TextClassificationDataModule(VarLenDataModule):
     """Sentences (or sentence pairs) and labels, tokenised once per node, batched by length.
 
     Sources, in the spirit of Hugging Face's ``run_glue.py``: ``train_file`` / ``val_file`` /
-    ``test_file`` (CSV, TSV, JSON, JSONL or Parquet), or ``dataset_name`` from the Hub (when
-    online), or neither: the embedded synthetic reviews, so that everything runs offline.
+    ``test_file`` (each a CSV, TSV, JSON, JSONL, Parquet or ``.arrow`` file, a folder written by
+    ``Dataset.save_to_disk``, or, from Python, a ``datasets.Dataset``), or ``dataset_name`` (the Hub,
+    when online, or a saved ``DatasetDict`` folder), or neither: the embedded synthetic reviews, so
+    that everything runs offline. ``predict_file`` adds a ``predict`` split (labels optional).
     A ``split_column`` of the training table may say which rows are validation or test rows.
     Without a validation source, ``val_fraction`` of the training rows (stratified, seeded) is
     held out; without a test source, the validation split is also the test split.
+
+    A table that already holds token ids (an ``input_ids`` column of integer lists, as ``Dataset.map``
+    with a tokenizer leaves it; ``token_type_ids`` kept when the model takes them; ``attention_mask``
+    not read) is used as it is: ``text_column`` and ``text_pair_column`` are then not read, an id
+    outside the tokenizer's vocabulary is a ``DataError`` naming the row, and a row longer than
+    ``max_length`` is truncated and counted (see :mod:`varlen.datasets.text.pretokenised`).
 
     Long documents: ``overflow="windows"`` cuts a text longer than ``max_length`` into
     overlapping windows (the fast tokenizer's overflow support), each a sample with its text's
@@ -53,21 +66,37 @@ class TextClassificationDataModule(VarLenDataModule):
 
     Where the data live: ``prepare_data`` (one process per node) tokenises each source once, a
     slice of rows at a time, into Arrow tables in ``cache_dir/text`` named by a content key (the
-    file's content, the tokenizer, ``max_length``, ``overflow``, ``stride``, the columns, the
-    classes), and writes the split's selections beside them (see
+    file's content, a ``Dataset``'s fingerprint, the tokenizer, ``max_length``, ``overflow``,
+    ``stride``, the columns, the classes; with ``max_train_samples``, the subset's settings: only the
+    rows some split serves are tokenised), and writes the split's selections beside them (see
     :mod:`varlen.datasets.text.store` and :mod:`varlen.datasets.text.selections`). ``setup`` (every
     rank) and every loader worker, under any start method, only map those files; a ``setup`` that
     finds them missing (called without ``prepare_data``) builds them first. The linked
     ``num_classes`` reads the training table's label column alone.
 
+    Messages name a row by its place: a file's line for CSV, TSV and JSON Lines (the header is line
+    1), else the row counted from 1 (Parquet, Arrow, a ``Dataset``, a JSON array, the Hub).
+
+    Batch:
+        input_ids: [B, L] int64, token ids padded with the tokenizer's pad id (L: the longest, rounded up)
+        attention_mask: [B, L] int64, 1 for a real token, 0 for padding
+        labels: [B] int64, class id of each sample (-1: a predict_file row without a label)
+        index: [B] int64, the sample's position in its split (its source row: dataset.rows[index])
+        token_type_ids: [B, L] int64, segment of each token, 0 where padded (with with_token_type_ids only)
+        document_ids: [B] int64, the document each window comes from (with overflow="windows" only)
+
     Args:
-        train_file: local training table.
-        val_file: local validation table.
-        test_file: local test table; without one, ``test`` uses the validation set (SST-2's test
-            labels are hidden, so its dev set is the usual test), and setup logs it.
-        dataset_name: a Hub dataset (e.g. ``"glue"``), used when no ``train_file`` is given.
+        train_file: the training table: a path (CSV, TSV, JSON, JSONL, Parquet, ``.arrow``: Arrow IPC,
+            stream or file format; a ``Dataset.save_to_disk`` folder) or a ``datasets.Dataset``.
+        val_file: the validation table (as ``train_file``).
+        test_file: the test table (as ``train_file``); without one, ``test`` uses the validation set
+            (SST-2's test labels are hidden, so its dev set is the usual test), and setup logs it.
+        predict_file: a table to predict on (as ``train_file``; the label column may be missing): it
+            becomes a ``predict`` split, which ``trainer.predict`` reads instead of ``predict_split``.
+        dataset_name: a Hub dataset (e.g. ``"glue"``) or a ``DatasetDict.save_to_disk`` folder, used
+            when no ``train_file`` is given.
         dataset_config_name: its configuration (e.g. ``"sst2"``).
-        text_column: column with the text.
+        text_column: column with the text (not read from a table of token ids).
         text_pair_column: optional column with the second text of a pair.
         label_column: column with the label (strings or ints).
         split_column: a column of the training table (file or Hub ``train`` split) naming each row's
@@ -92,7 +121,8 @@ class TextClassificationDataModule(VarLenDataModule):
         with_token_type_ids: return ``token_type_ids`` (None: when the tokenizer produces them).
         val_fraction: share of training rows held out when there is no validation source.
         max_train_samples: keep a stratified, seeded subset of this many training rows (documents,
-            with windows; rounded per class, so it may differ by a row or so with several classes).
+            with windows; rounded per class, so it may differ by a row or so with several classes),
+            drawn from the labels before tokenising: only those rows (and the held-out ones) are tokenised.
         synthetic_samples: size of the synthetic training set (validation and test: a fifth each).
         synthetic: the synthetic set: short ``"reviews"`` or IMDB-like ``"long_reviews"`` (median
             about 300 tokens, opinions spread thinly and mostly late: truncation loses them).
@@ -120,8 +150,8 @@ class TextClassificationDataModule(VarLenDataModule):
             platform's default).
         timeout: seconds a loader worker's batch may take before the loader stops naming the worker (0:
             forever).
-        predict_split: the split ``trainer.predict`` runs on (``test``: the validation set when no
-            test source is given, see ``test_file``).
+        predict_split: the split ``trainer.predict`` runs on when no ``predict_file`` is given (``test``:
+            the validation set when no test source is given, see ``test_file``).
         on_bad: a row with an empty text (blank, or nothing left once tokenised but the special
             tokens: NUL bytes, characters the tokenizer drops) or a missing, non-finite or unknown
             label: ``"raise"`` (naming the file and row) or ``"skip"`` it and count it in ``report``.
@@ -148,6 +178,7 @@ class TextClassificationDataModule(VarLenDataModule):
         "train_file",
         "val_file",
         "test_file",
+        "predict_file",
         "dataset_name",
         "dataset_config_name",
         "split_column",
@@ -159,9 +190,10 @@ class TextClassificationDataModule(VarLenDataModule):
 
     def __init__(
         self,
-        train_file: str | None = None,
-        val_file: str | None = None,
-        test_file: str | None = None,
+        train_file: Table | None = None,
+        val_file: Table | None = None,
+        test_file: Table | None = None,
+        predict_file: Table | None = None,
         dataset_name: str | None = None,
         dataset_config_name: str | None = None,
         text_column: str = "text",
@@ -201,10 +233,11 @@ class TextClassificationDataModule(VarLenDataModule):
         stream: str | dict[str, Any] | None = None,
     ) -> None:
         super().__init__(**base_args(locals()))
-        if train_file is None and (val_file or test_file):
+        self._describe_tables(train_file=train_file, val_file=val_file, test_file=test_file, predict_file=predict_file)
+        if train_file is None and (val_file is not None or test_file is not None):
             if stream is None:
                 raise ValueError("val_file/test_file need a train_file (or a stream that serves the training split)")
-            if not val_file:
+            if val_file is None:
                 raise ValueError("a stream without a train_file needs a val_file (none to carve validation from)")
         if max_train_samples is not None and max_train_samples < 1:
             raise ValueError(f"max_train_samples must be >= 1, got {max_train_samples}")
@@ -216,20 +249,22 @@ class TextClassificationDataModule(VarLenDataModule):
             raise ValueError("overflow='windows' takes single texts; sentence pairs need overflow='truncate'")
         if stride < 0:
             raise ValueError(f"stride must be >= 0, got {stride}")
-        if split_column and not (train_file or dataset_name):
+        if split_column and train_file is None and not dataset_name:
             raise ValueError("split_column needs a train_file or a dataset_name (the synthetic reviews come split)")
         if synthetic not in SYNTHETIC_KINDS:
             raise ValueError(f"synthetic must be one of {SYNTHETIC_KINDS}, got {synthetic!r}")
-        self.sample_weights = check_sample_weights(sample_weights, type(self).__name__, shuffle, bool(train_file))
+        has_columns = train_file is not None
+        self.sample_weights = check_sample_weights(sample_weights, type(self).__name__, shuffle, has_columns)
         self.report = TextReport(on_bad)  # the shared report, plus documents -> windows
         self.train_file = train_file
         self.val_file = val_file
         self.test_file = test_file
+        self.predict_file = predict_file
         self.dataset_name = dataset_name
         self.dataset_config_name = dataset_config_name
         self.columns = (
             TextColumns(text_column, text_pair_column, label_column)
-            if train_file or val_file or dataset_name
+            if any(v is not None for v in (train_file, val_file, predict_file)) or dataset_name
             else TextColumns("text", None, "label")  # the synthetic default's own
         )
         self.split_column = split_column
@@ -250,41 +285,48 @@ class TextClassificationDataModule(VarLenDataModule):
     # -- sources (read lazily: the CLI reads num_classes before setup) --------------------------
 
     @property
-    def _files(self) -> dict[str, str | None] | None:
-        """Each split's file, when files are the source (without ``train_file``, a stream serves training)."""
-        if not (self.train_file or self.val_file):
+    def _files(self) -> dict[str, Any] | None:
+        """Each split's table (a path or a Dataset), when tables are the source (without ``train_file``, a
+        stream serves training)."""
+        if self.train_file is None and self.val_file is None:
             return None
         return {"train": self.train_file, "val": self.val_file, "test": self.test_file}
 
     @cached_property
     def sources(self) -> dict[str, TextSource]:
-        """Where each available split's rows come from (nothing is read yet but a Hub dataset's index)."""
+        """Where each available split's rows come from (nothing is read yet but a Hub dataset's index, or a
+        saved folder's)."""
         if self._files:
-            return file_sources(self._files, self.columns, self.split_column)
-        if self.dataset_name:
-            return hub_sources(self.dataset_name, self.dataset_config_name, self.columns, self.split_column)
-        return synthetic_sources(self.synthetic, self.synthetic_samples)
+            sources = file_sources(self._files, self.columns, self.split_column)
+        elif self.dataset_name:
+            sources = hub_sources(self.dataset_name, self.dataset_config_name, self.columns, self.split_column)
+        else:
+            sources = synthetic_sources(self.synthetic, self.synthetic_samples)
+        if self.predict_file is not None:
+            sources |= file_sources({"predict": self.predict_file}, self.columns)
+        return sources
 
     @cached_property
     def tables(self) -> dict[str, TextTable]:
         """The rows of each available split as read, in memory (for a look at the texts: ``setup`` reads
         the sources a slice at a time instead), the training table already divided by its ``split_column``."""
-        if self._files:
-            marked = {"train": self.split_column}  # only the training table may carry the split column
-            tables = {
-                split: read_table(path, self.columns, f"{split}_file", marked.get(split))
-                for split, path in self._files.items()
-                if path
-            }
-        elif self.dataset_name:
-            tables = read_hub(self.dataset_name, self.dataset_config_name, self.columns, self.split_column)
-        else:
-            return synthetic_tables(self.synthetic_samples, self.synthetic)
+        tables = {split: source.table() for split, source in self.sources.items()}
         if not self.split_column:
             return tables
         parts = split_by_column(tables["train"], self.split_column)
         merged = {**parts, **tables, "train": parts["train"]}  # a split with its own source keeps it
-        return {split: merged[split] for split in SPLITS if split in merged}
+        return {split: merged[split] for split in (*SPLITS, "predict") if split in merged}
+
+    def _describe_tables(self, **tables: Any) -> None:
+        """A ``Dataset`` argument is saved among the hyperparameters (checkpoints, loggers) as its description,
+        not its rows: checkpoints hold plain values (``torch.load(weights_only=True)`` reads them), stay small."""
+        described = {
+            name: f"datasets.Dataset(fingerprint={value._fingerprint}, num_rows={value.num_rows})"
+            for name, value in tables.items()
+            if is_dataset(value)
+        }
+        if described:
+            self.save_hyperparameters(described)  # a mapping: updates them, and the loggers' copy
 
     @property
     def class_names(self) -> list[str]:
@@ -342,17 +384,16 @@ class TextClassificationDataModule(VarLenDataModule):
         the windows of a text share its weight)."""
         import pyarrow as pa
 
-        path = self.train_file
-        try:
-            table = read_columns(path, self.columns, "train_file", self.split_column, include=[column])
-        except KeyError:
-            raise DataError(f"{path}: no column {column!r} for sample_weights (the weight of each row)") from None
+        source = self.sources["train"]
+        if column not in source.schema().names:
+            raise DataError(f"{source.name}: no column {column!r} for sample_weights (the weight of each row)")
+        table = source.read([column])
         kind = table.schema.field(column).type  # a word in it makes it a string column; an empty cell a null
         if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_null(kind)):
-            raise DataError(f"{path}: sample weight column {column!r} holds {kind}, not numbers")
+            raise DataError(f"{source.name}: sample weight column {column!r} holds {kind}, not numbers")
         values = table.column(column).cast(pa.float64()).to_numpy(zero_copy_only=False)  # nulls: NaN
         weights = values[dataset.rows]
-        return checked_column(weights, column, lambda i: f"{path}: row {int(dataset.rows[i])}")
+        return checked_column(weights, column, lambda i: f"{source.name}: {source.places.of(int(dataset.rows[i]))}")
 
     # -- build --------------------------------------------------------------------------------
 
@@ -361,9 +402,9 @@ class TextClassificationDataModule(VarLenDataModule):
         """Where the tokenised tables live: ``<cache_dir>/text``."""
         return (Path(self.cache_dir).expanduser() if self.cache_dir else default_cache_dir()) / "text"
 
-    @property
-    def tokenization(self) -> Tokenization:
-        pairs = self.columns.pair is not None
+    def tokenization(self, source: TextSource) -> Tokenization:
+        """How ``source``'s rows become ids: token type ids kept for pairs, or from a table of ids that has them."""
+        pairs = source.columns.pair is not None or source.type_ids is not None
         return Tokenization(self.max_length, self.overflow, self.stride, self.with_token_type_ids and pairs)
 
     def prepare_data(self) -> None:
@@ -388,16 +429,19 @@ class TextClassificationDataModule(VarLenDataModule):
     def _token_tables(self) -> dict[str, TokenTables]:
         """Each source's token tables, mapped (built first where they are not in the cache); the training
         source's only where this DataModule serves it."""
-        classes, tokenization = self.class_names, self.tokenization
-        identity = tokenizer_identity(self.tokenizer)
-        return {
-            split: load_tokens(self.cache_folder, source, classes, self.tokenizer, tokenization, identity)
-            for split, source in self.sources.items()
-            if not (split == "train" and self._streams_train)
-        }
+        classes, identity, tables = self.class_names, tokenizer_identity(self.tokenizer), {}
+        for split, source in self.sources.items():
+            if split == "train" and self._streams_train:
+                continue
+            subset = self.splitter.subset(self.sources, source.marks()) if split == "train" else None
+            settings = (self.tokenizer, self.tokenization(source), identity, subset)
+            tables[split] = load_tokens(self.cache_folder, source, classes, *settings)
+        return tables
 
     def _plans(self, tables: dict[str, TokenTables]) -> dict[str, SplitPlan | str]:
         plans = self.splitter.plans(tables)
+        if "predict" in tables:  # every row of predict_file, once
+            plans["predict"] = SplitPlan("predict")
         return {k: v for k, v in plans.items() if k != "train"} if self._streams_train else plans
 
     @staticmethod

@@ -209,14 +209,17 @@ def default_channels(path: str | Path) -> list[str]:
 
 
 def read_metadata(path: str | Path) -> pd.DataFrame:
-    """The metadata CSV: ``path, label`` and optional ``sampling_rate, recording_id, condition``.
+    """The metadata CSV: ``path, label`` and optional ``sampling_rate, recording_id, condition``; its index
+    is each row's line in the file less 2 (the header is line 1; blank lines are read, then dropped, so
+    that messages name the line an editor shows, as the molecule reader does).
 
     Raises:
         DataError: an unreadable file, a required column missing, or no rows.
     """
     path = Path(path)
     try:
-        frame = pd.read_csv(path, dtype={"label": str, "recording_id": str, "condition": str})
+        types = {"label": str, "recording_id": str, "condition": str}
+        frame = pd.read_csv(path, dtype=types, skip_blank_lines=False).dropna(how="all")
     except pd.errors.EmptyDataError as error:
         raise DataError(f"{path}: the metadata CSV is empty (expected columns {METADATA_COLUMNS})") from error
     except Exception as error:  # ParserError, UnicodeDecodeError, OSError...

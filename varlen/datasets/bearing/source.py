@@ -149,7 +149,7 @@ class BearingSource:
             return list(PADERBORN_CLASSES if self.data_format == "paderborn" else CWRU_CLASSES)
         labels = self.read_metadata()["label"]
         first = {}
-        for line, label in enumerate(labels, start=2):  # line 1 is the header
+        for line, label in zip(labels.index + 2, labels, strict=True):  # line 1 is the header
             if isinstance(label, str) and label.strip():  # a blank cell is read as NaN: a missing label
                 first.setdefault(label, line)
         check_labels(list(first), [f"line {line}" for line in first.values()], str(self.metadata), "label")
@@ -205,9 +205,10 @@ class BearingSource:
                 raise self.not_found()
             return rows
         rows = []
-        for number, row in enumerate(self.read_metadata().to_dict("records"), start=2):  # line 1 is the header
+        frame = self.read_metadata()
+        for number, row in zip(frame.index + 2, frame.to_dict("records"), strict=True):  # line 1 is the header
             row = {k: v for k, v in row.items() if not (isinstance(v, float) and math.isnan(v))}
-            rows.append({**row, "where": f"{self.metadata}:{number}"})
+            rows.append({**row, "where": f"{self.metadata}, line {number}"})
         return rows
 
     def fingerprint(self) -> dict[str, Any]:

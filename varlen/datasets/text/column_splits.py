@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from varlen.datasets.text.places import Places, RowPlaces
 from varlen.datasets.text.readers import TextTable
 from varlen.errors import DataError
 
@@ -59,12 +60,24 @@ def _shown(value: Any) -> str:
     return "an empty cell" if blank else repr(value)
 
 
-def _rows(rows: np.ndarray) -> str:
-    shown = ", ".join(str(int(r)) for r in rows[:SHOWN])
-    return f"row {shown}" if len(rows) == 1 else f"{len(rows)} rows ({shown}{', ...' if len(rows) > SHOWN else ''})"
+def _rows(rows: np.ndarray, places: Places) -> str:
+    """``"line 4"``, or ``"3 rows (lines 4, 8, 12)"``."""
+    shown = places(rows[:SHOWN])
+    if len(rows) == 1:
+        return shown[0]
+    words = {place.split()[0] for place in shown}  # "line", or "row"
+    numbers = ", ".join(place.split()[1] for place in shown) if len(words) == 1 else ", ".join(shown)
+    prefix = f"{words.pop()}s " if len(words) == 1 else ""
+    return f"{len(rows)} rows ({prefix}{numbers}{', ...' if len(rows) > SHOWN else ''})"
 
 
-def split_marks(values: Iterable[Any], name: str, column: str, rows: np.ndarray | None = None) -> np.ndarray:
+def split_marks(
+    values: Iterable[Any],
+    name: str,
+    column: str,
+    rows: np.ndarray | None = None,
+    places: Places | None = None,
+) -> np.ndarray:
     """The split each value names, as codes (positions in :data:`SPLITS`: 0 train, 1 val, 2 test).
 
     Args:
@@ -73,6 +86,7 @@ def split_marks(values: Iterable[Any], name: str, column: str, rows: np.ndarray 
         name: the table's name, for error messages.
         column: the column's name, for error messages.
         rows: the row number of each value (default: its position).
+        places: how messages name rows (default: ``"row N"``, from 1; see :mod:`~varlen.datasets.text.places`).
 
     Raises:
         DataError: a value names no split (naming the value and its rows), or no row is left for
@@ -88,8 +102,9 @@ def split_marks(values: Iterable[Any], name: str, column: str, rows: np.ndarray 
         marks.append(codes.get(split, -1))
     found = np.asarray(marks, dtype=np.int8)
     rows = np.arange(len(found), dtype=np.int64) if rows is None else np.asarray(rows)
+    places = places or RowPlaces()
     if unknown:
-        what = "; ".join(f"{value} in {_rows(rows[positions])}" for value, positions in unknown.items())
+        what = "; ".join(f"{value} in {_rows(rows[positions], places)}" for value, positions in unknown.items())
         raise DataError(
             f"{name}: split column {column!r} has values that name no split: {what}; accepted: {accepted()}"
         )
@@ -98,7 +113,7 @@ def split_marks(values: Iterable[Any], name: str, column: str, rows: np.ndarray 
         counts = ", ".join(f"{n:,} {split}" for split, n in found_per_split if n)
         raise DataError(
             f"{name}: split column {column!r} leaves the train split empty (all {len(found):,} rows are "
-            f"{counts}: {_rows(rows)}); mark the training rows {SPLIT_SPELLINGS['train'][0]!r} or False"
+            f"{counts}: {_rows(rows, places)}); mark the training rows {SPLIT_SPELLINGS['train'][0]!r} or False"
         )
     return found
 
@@ -115,6 +130,6 @@ def split_by_column(table: TextTable, column: str) -> dict[str, TextTable]:
     """
     if table.splits is None:
         raise ValueError(f"{table.name}: the table was read without its split column {column!r}")
-    marks = split_marks(table.splits, table.name, column, table.rows)
+    marks = split_marks(table.splits, table.name, column, table.rows, table.places)
     present = list(dict.fromkeys(marks.tolist()))  # in the order the rows first name them
     return {SPLITS[k]: table.select(np.flatnonzero(marks == k)) for k in present}

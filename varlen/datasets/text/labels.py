@@ -4,7 +4,8 @@ Labels may be ints, integral floats (what a column with one blank cell becomes),
 each becomes a class name (:func:`label_key`). Without ``class_names`` the classes are the training
 labels' names, sorted (:func:`class_list`, :func:`column_classes`), after a check that the column
 says one thing (:func:`varlen.labels.check_labels`): a column mixing numbers with words, or spelling
-one number two ways, is refused with examples and their rows. Rows are numbered from 0 after the header.
+one number two ways, is refused with examples and their places (a file's line, or a row from 1: see
+:mod:`~varlen.datasets.text.places`).
 """
 
 from __future__ import annotations
@@ -14,10 +15,16 @@ from typing import Any
 
 import numpy as np
 
+from varlen.datasets.text.places import Places
 from varlen.errors import DataError
 from varlen.labels import check_labels
 
 __all__ = ["check_classes", "class_list", "column_classes", "label_key"]
+
+
+def _rows_from_one(rows: Sequence[int]) -> list[str]:
+    """Rows named as a table without lines names them (the default places)."""
+    return [f"row {int(r) + 1}" for r in rows]
 
 
 def label_key(label: Any) -> str | None:
@@ -35,7 +42,7 @@ def label_key(label: Any) -> str | None:
     return str(label).strip() or None
 
 
-def _classes(values: Sequence[Any], rows: Sequence[int], source: str, column: str) -> list[str]:
+def _classes(values: Sequence[Any], rows: Sequence[int], source: str, column: str, places: Places) -> list[str]:
     """The sorted class names of distinct ``values`` (first met at ``rows``), checked (see the module)."""
     first: dict[str, int] = {}
     for value, row in zip(values, rows, strict=True):
@@ -43,7 +50,10 @@ def _classes(values: Sequence[Any], rows: Sequence[int], source: str, column: st
         if key is not None and (key not in first or row < first[key]):
             first[key] = int(row)
     names = sorted(first, key=first.get)
-    check_labels(names, [f"row {first[name]}" for name in names], source, column)
+    try:
+        check_labels(names, [""] * len(names), source, column)
+    except DataError:  # refused: now the places are worth finding (a file's lines cost a pass over it)
+        check_labels(names, places([first[name] for name in names]), source, column)
     try:
         return [str(v) for v in sorted(int(v) for v in names)]
     except ValueError:
@@ -51,19 +61,25 @@ def _classes(values: Sequence[Any], rows: Sequence[int], source: str, column: st
 
 
 def class_list(
-    labels: Sequence[Any], source: str = "labels", column: str = "label", rows: Sequence[int] | None = None
+    labels: Sequence[Any],
+    source: str = "labels",
+    column: str = "label",
+    rows: Sequence[int] | None = None,
+    places: Places = _rows_from_one,
 ) -> list[str]:
     """The stable class list of some labels: sorted numerically when all are ints, else as strings.
 
     Raises:
         DataError: the labels mix numbers with words or spell one number two ways (naming ``source``,
-            ``column`` and the rows: ``rows[i]`` of ``labels[i]``, default ``i``).
+            ``column`` and the places of the rows: ``rows[i]`` of ``labels[i]``, default ``i``).
     """
     rows = range(len(labels)) if rows is None else rows
-    return _classes(list(labels), list(rows), source, column)
+    return _classes(list(labels), list(rows), source, column, places)
 
 
-def column_classes(labels: Any, source: str, column: str, rows: np.ndarray | None = None) -> list[str]:
+def column_classes(
+    labels: Any, source: str, column: str, rows: np.ndarray | None = None, places: Places = _rows_from_one
+) -> list[str]:
     """:func:`class_list` of a pyarrow (chunked) array, read once in Arrow: its distinct values only
     become Python objects (a column of 2 M labels costs one pass). ``rows``: each entry's row."""
     import pyarrow as pa
@@ -76,7 +92,7 @@ def column_classes(labels: Any, source: str, column: str, rows: np.ndarray | Non
     ids, first = np.unique(indices, return_index=True)
     first, ids = first[ids >= 0], ids[ids >= 0]
     values = encoded.dictionary.take(pa.array(ids, pa.int64())).to_pylist()
-    return _classes(values, (first if rows is None else np.asarray(rows)[first]).tolist(), source, column)
+    return _classes(values, (first if rows is None else np.asarray(rows)[first]).tolist(), source, column, places)
 
 
 def check_classes(classes: Sequence[str], name: str, column: str) -> list[str]:

@@ -13,6 +13,10 @@ document never straddle two splits:
 With ``deduplicate``, a text (and pair) whose exact copy came earlier is left out: earlier in its
 source, or, for a validation or test source of its own, in the training source.
 
+With ``max_train_samples``, the training source is tokenised only where some split serves it
+(:meth:`TextSplit.subset`: the splits drawn from its rows' labels, digests and marks before any
+is tokenised); the splits drawn again from its token table serve its ``tokenised`` rows only.
+
 A split that serves all of its source's samples reads the token table itself. One that serves
 some gets a *selection* table, built once per node beside the token table and keyed by it and the
 split settings: per sample its ``start`` and ``length`` in the source's ids, ``label``, ``row``,
@@ -22,7 +26,7 @@ process reads is a view of a mapped file: a loader worker holds nothing of its o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -31,7 +35,7 @@ import numpy as np
 from varlen.batching.ragged import concat_ranges
 from varlen.cache import cache_key
 from varlen.datasets.text.column_splits import SPLITS
-from varlen.datasets.text.store import TokenTables
+from varlen.datasets.text.store import Rows, Subset, TokenTables
 from varlen.duplicates import repeats
 from varlen.errors import DataError
 from varlen.report import SOURCE, DataReport
@@ -131,11 +135,14 @@ class TextSplit:
 
     def plans(self, tables: Mapping[str, TokenTables]) -> dict[str, SplitPlan | str]:
         """``split -> SplitPlan``, or the name of the split it repeats (test: ``"val"``)."""
-        marked = {SPLITS[k] for k, n in enumerate(self.marked(tables)) if n}
+        return self.plans_of(tables, {SPLITS[k] for k, n in enumerate(self.marked(tables)) if n})
+
+    def plans_of(self, sources: Collection[str], marked: Collection[str]) -> dict[str, SplitPlan | str]:
+        """:meth:`plans` from the splits that have a source and those the split column names."""
         train_mark = 0 if self.split_column else None
         dedupe = self.deduplicate
-        reference = "train" if dedupe and "train" in tables else None
-        if "val" in tables:
+        reference = "train" if dedupe and "train" in sources else None
+        if "val" in sources:
             val = SplitPlan("val", dedupe=dedupe, reference=reference)
         elif "val" in marked:
             val = SplitPlan("train", 1, dedupe=dedupe)
@@ -144,7 +151,7 @@ class TextSplit:
         subset = self.max_train_samples is not None
         train = SplitPlan("train", train_mark, "train" if val.carve else None, subset, dedupe=dedupe)
         test: SplitPlan | str = "val"
-        if "test" in tables:
+        if "test" in sources:
             test = SplitPlan("test", dedupe=dedupe, reference=reference)
         elif "test" in marked:
             test = SplitPlan("train", 2, dedupe=dedupe)
@@ -167,9 +174,9 @@ class TextSplit:
             marks = tables_of.bad.numpy("mark")
             picked = np.flatnonzero(marks == plan.mark) if plan.mark is not None else np.arange(len(marks))
             if len(picked):  # the text columns are read only when there is something to say
-                rows, details, reasons = (tables_of.bad.numpy(c) for c in ("row", "detail", "reason"))
+                places, details, reasons = (tables_of.bad.numpy(c) for c in ("place", "detail", "reason"))
                 for i in picked:
-                    where = f"{tables_of.name}: row {int(rows[i])}{details[i]}"
+                    where = f"{tables_of.name}: {places[i]}{details[i]}"
                     report.bad(where, str(reasons[i]), item="row", split=split)
         for split, plan in own.items():
             tables_of = tables[plan.source]
@@ -194,9 +201,10 @@ class TextSplit:
             first &= ~np.isin(digests, document_digests(earlier))
         return first
 
-    def documents(self, samples: MappedTable, plan: SplitPlan, earlier: MappedTable | None = None) -> np.ndarray:
+    def documents(self, samples: MappedTable | Rows, plan: SplitPlan, earlier: MappedTable | None = None) -> np.ndarray:
         """The documents (numbers among the source's usable ones, ascending) that ``plan`` serves
-        (``earlier``: the samples of the plan's ``reference`` source)."""
+        (``earlier``: the samples of the plan's ``reference`` source). From a table tokenised for a
+        :meth:`subset`, the documents tokenised among them: those the subset drew."""
         first, _ = document_starts(samples)
         labels = samples.numpy("label")[first]
         docs = np.arange(len(first)) if plan.mark is None else np.flatnonzero(samples.numpy("mark")[first] == plan.mark)
@@ -206,11 +214,31 @@ class TextSplit:
             digests, fractions = samples.numpy("digest")[first][docs], fractions_of(self.val_fraction)
             parts = keyed_split(digests, fractions, self.seed, labels[docs], "validation split")
             docs = docs[parts[plan.carve]]
+        if "tokenised" in samples.columns:  # the subset was drawn before tokenising, from the same rows
+            return docs[samples.numpy("tokenised")[first[docs]] == 1]
         if plan.subset and self.max_train_samples < len(docs):
             share = self.max_train_samples / len(docs)
             fractions = {"kept": share, "rest": 1 - share}
             docs = docs[stratified_split(labels[docs], fractions, self.seed, "training subset")["kept"]]
         return docs
+
+    def subset(self, sources: Collection[str], marks: np.ndarray | None) -> Subset | None:
+        """What of the training source to tokenise under ``max_train_samples`` (None without it): the
+        documents some split draws from it, drawn as :meth:`documents` draws them (``sources``: the
+        splits with a source; ``marks``: the training source's split column codes, or None)."""
+        if self.max_train_samples is None:
+            return None
+        marked = set() if marks is None else {SPLITS[k] for k in np.unique(marks)}
+        plans = self.plans_of(sources, marked).values()
+        served = [p for p in plans if isinstance(p, SplitPlan) and p.source == "train"]
+
+        def keep(rows: Rows) -> np.ndarray:
+            kept = np.zeros(len(rows), bool)
+            for plan in served:
+                kept[self.documents(rows, plan)] = True
+            return kept
+
+        return Subset({"split": asdict(self), "plans": [asdict(p) for p in served]}, keep)
 
     def select(
         self, samples: MappedTable, plan: SplitPlan, earlier: MappedTable | None = None

@@ -38,6 +38,8 @@ __all__ = [
 YOUCOOK2_URL = "http://youcook2.eecs.umich.edu/static/YouCookII/youcookii_annotations_trainval.tar.gz"
 #: CLIP4Clip's MSR-VTT split files: MSRVTT_data.json, MSRVTT_train.9k.csv / .7k.csv, MSRVTT_JSFUSION_test.csv
 MSRVTT_DATA_URL = "https://github.com/ArrowLuo/CLIP4Clip/releases/download/v0.0/msrvtt_data.zip"
+#: caption files whose rows are named by their line (the others: a JSON entry's position from 1)
+LINE_FILES = (".jsonl", ".csv")
 #: subset names (lower case) that mean the validation / the test split
 VAL_NAMES = ("validation", "validate", "val")
 TEST_NAMES = ("testing", "test")
@@ -55,7 +57,8 @@ class CaptionTable:
         start, end: ``[R]`` seconds (``end`` NaN: the caption spans its whole video).
         text: ``[R]`` caption strings.
         source: file(s) the table was read from (for error messages).
-        rows: ``[R]`` row number in the source (line or annotation position), for error messages.
+        rows: ``[R]`` where each caption is in its source, for error messages: the file's line in a file
+            with lines (JSONL, CSV: the test pairs), else its position counted from 1 (JSON).
         video_sources: the file each video's captions come from (default: ``source`` for every
             video); a table joined from several files (MSR-VTT's JSON and its test pairs) names
             the right one in every message.
@@ -77,7 +80,7 @@ class CaptionTable:
         self.video = np.asarray(self.video, dtype=np.int64)
         self.start = np.asarray(self.start, dtype=np.float64)
         self.end = np.asarray(self.end, dtype=np.float64)
-        self.rows = np.arange(len(self.text)) if self.rows is None else np.asarray(self.rows, dtype=np.int64)
+        self.rows = np.arange(1, len(self.text) + 1) if self.rows is None else np.asarray(self.rows, dtype=np.int64)
         if self.video_sources is None:
             self.video_sources = [self.source] * len(self.videos)
 
@@ -125,8 +128,11 @@ class CaptionTable:
         return f"{self.video_sources[video]}, video {self.videos[video]!r}"
 
     def where(self, row: int) -> str:
-        """Human-readable location of caption row ``row``, for error messages."""
-        return f"{self.video_where(int(self.video[row]))}, row {int(self.rows[row])}"
+        """Human-readable location of caption row ``row``, for error messages: ``line N`` in a file with
+        lines (JSONL, CSV), else ``row N`` (from 1), as every reader names rows."""
+        video = int(self.video[row])
+        lines = table_suffix(self.video_sources[video]) in LINE_FILES
+        return f"{self.video_where(video)}, {'line' if lines else 'row'} {int(self.rows[row])}"
 
     def head(self, count: int) -> CaptionTable:
         """The first ``count`` videos and their captions (quick runs)."""
@@ -207,7 +213,7 @@ def read_youcook2(path: str | os.PathLike, report: DataReport | None = None) -> 
         if "duration" in entry:
             durations[vid] = seconds
         kept.append(vid)
-        for k, ann in enumerate(entry.get("annotations", [])):
+        for k, ann in enumerate(entry.get("annotations", []), 1):
             try:
                 (s, e), sentence = ann["segment"], ann["sentence"]
                 records.append((vid, float(s), float(e), str(sentence), k))
@@ -221,9 +227,9 @@ def read_youcook2(path: str | os.PathLike, report: DataReport | None = None) -> 
 def _msrvtt_videos(path: Path, videos: list, report: DataReport) -> tuple[list[str], dict, dict]:
     """Ids, durations and subsets of the ``videos`` list of an MSR-VTT ``videodatainfo`` file."""
     kept, durations, subsets = [], {}, {}
-    for k, v in enumerate(videos):
+    for k, v in enumerate(videos, 1):
         if not isinstance(v, dict) or "video_id" not in v:
-            report.bad(f"{path}, videos[{k}] (got {_show(v)})", "needs a video_id", item="video")
+            report.bad(f"{path}, video entry {k} (got {_show(v)})", "needs a video_id", item="video")
             continue
         vid = str(v["video_id"])
         if "start time" in v or "end time" in v:
@@ -263,7 +269,7 @@ def read_msrvtt(path: str | os.PathLike, report: DataReport | None = None) -> Ca
     kept, durations, subsets = _msrvtt_videos(path, videos, report)
     dropped = {str(v["video_id"]) for v in videos if isinstance(v, dict) and "video_id" in v} - set(kept)
     records = []
-    for k, s in enumerate(sentences):
+    for k, s in enumerate(sentences, 1):
         if not isinstance(s, dict) or "video_id" not in s or "caption" not in s:
             report.bad(f"{path}, sentence {k} (got {_show(s)})", "needs video_id and caption", item="caption")
         elif str(s["video_id"]) not in dropped:  # the captions of a skipped video go with it
