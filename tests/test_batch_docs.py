@@ -17,7 +17,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from varlen.datamodules import BearingDataModule, HyperspectralDataModule, MoleculeDataModule, VideoTextDataModule
+from varlen.datamodules import (
+    BearingDataModule,
+    HyperspectralDataModule,
+    MoleculeDataModule,
+    TextClassificationDataModule,
+    VideoTextDataModule,
+)
 
 DATA = Path(__file__).parent / "data"
 ENTRY = re.compile(r"(?P<name>\w+): (?:\[(?P<shape>[^\]]*)\] )?(?P<dtype>\w+), \S.*")
@@ -26,6 +32,9 @@ ENTRY = re.compile(r"(?P<name>\w+): (?:\[(?P<shape>[^\]]*)\] )?(?P<dtype>\w+), \
 BUILD = {
     BearingDataModule: lambda tmp: BearingDataModule(
         simulated_per_class=1, simulated_seconds=(1.0, 2.0), window_length=512, stride=256, batch_size=4
+    ),
+    TextClassificationDataModule: lambda tmp: TextClassificationDataModule(
+        synthetic_samples=60, max_length=32, batch_size=4, cache_dir=str(tmp)
     ),
     VideoTextDataModule: lambda tmp: VideoTextDataModule(synthetic_videos=20, batch_size=4),
     MoleculeDataModule: lambda tmp: MoleculeDataModule(path=str(DATA / "molecules" / "esol_tiny.csv"), batch_size=4),

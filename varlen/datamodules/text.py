@@ -83,7 +83,9 @@ class TextClassificationDataModule(VarLenDataModule):
         labels: [B] int64, class id of each sample (-1: a predict_file row without a label)
         index: [B] int64, the sample's position in its split (its source row: dataset.rows[index])
         token_type_ids: [B, L] int64, segment of each token, 0 where padded (with with_token_type_ids only)
-        document_ids: [B] int64, the document each window comes from (with overflow="windows" only)
+
+    With ``overflow="windows"`` a batch also holds ``document_ids`` ([B] int64, the document each window
+    comes from).
 
     Args:
         train_file: the training table: a path (CSV, TSV, JSON, JSONL, Parquet, ``.arrow``: Arrow IPC,
