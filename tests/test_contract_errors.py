@@ -142,3 +142,4 @@ def test_repr_shows_the_splits_once_set_up_and_the_batching() -> None:
     big = custom({"train": Samples(np.ones(1200, int), sizes=np.ones(1200, int))}, batch_size=None, max_tokens=2048)
     big.setup("fit")
     assert repr(big) == "Custom(train=1,200 | max_tokens=2048, batch_size=None, shuffle=True)"
+    assert str(big) == repr(big), "print(dm) shows the same line (not Lightning's, which builds every loader)"

@@ -331,6 +331,9 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
         batch_size=None, shuffle=True)``."""
         return describe(self)
 
+    #: ``print(dm)`` too: Lightning's ``__str__`` builds every loader to print their lengths
+    __str__ = __repr__
+
     # -- loaders ----------------------------------------------------------------------------
 
     def dataset(self, split: str) -> Dataset:
