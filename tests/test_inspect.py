@@ -191,6 +191,7 @@ def test_inspect_builds_the_datamodule_only(monkeypatch, capsys) -> None:
 
         monkeypatch.setattr(cls, "__init__", refuse)
     config = str(ROOT / "configs" / "text_bert.yaml")
-    code, out, err = run_inspect(monkeypatch, capsys, "--config", config, "--data.init_args.batch_size=16")
+    overrides = ["--data.init_args.batch_size=16", "--data.init_args.max_tokens=null"]
+    code, out, err = run_inspect(monkeypatch, capsys, "--config", config, *overrides)
     assert code == 0, err
     assert "batches per epoch 75 (75 per rank on 1)" in out  # the override reached the DataModule: 1,200 / 16
