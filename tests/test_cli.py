@@ -1,6 +1,7 @@
 """What the ``varlen`` command shows: every command in its help, where a DataModule's arguments are,
 one line per epoch (plain text when stdout is no terminal), and data paths under ``VARLEN_DATA``."""
 
+import logging
 import re
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import varlen.models
 from varlen import cli
 from varlen.errors import DatasetNotFoundError
 from varlen.paths import expand_data_paths, with_data_hint
+from varlen.progress import EpochProgress
 
 ROOT = Path(__file__).resolve().parents[1]
 EPOCH_LINE = re.compile(r"^(\w+ )?epoch \d+/\d+: .*val/loss .*samples/s", re.M)
@@ -51,7 +53,7 @@ def test_fit_help_opens_with_where_the_arguments_are(monkeypatch, capsys) -> Non
     assert "--trainer.max_epochs" not in head
 
 
-def fit(tmp_path: Path, *extra: str, callbacks: str = "") -> cli.LightningCLI:
+def fit(tmp_path: Path, *extra: str, callbacks: str = "", run: bool = True) -> cli.LightningCLI:
     config = tmp_path / "toy.yaml"
     config.write_text(
         "trainer:\n  max_epochs: 2\n  limit_train_batches: 2\n  limit_val_batches: 1\n  logger: false\n"
@@ -59,7 +61,8 @@ def fit(tmp_path: Path, *extra: str, callbacks: str = "") -> cli.LightningCLI:
         "model:\n  class_path: toy.ToyModel\n"
         "data:\n  class_path: toy.ToyDataModule\n  init_args:\n    num_samples: 64\n"
     )
-    return cli.main(["fit", "--config", str(config), f"--trainer.default_root_dir={tmp_path}", *extra])
+    args = ["--config", str(config), f"--trainer.default_root_dir={tmp_path}", *extra]
+    return cli.main(["fit", *args] if run else args, run=run)
 
 
 LISTED = "  callbacks:\n    - class_path: varlen.progress.EpochProgress\n      init_args:\n        name: toy\n"
@@ -128,3 +131,21 @@ def test_without_varlen_data_the_folder_beside_the_checkout_is_used(monkeypatch)
     )
     elsewhere = DatasetNotFoundError("a table", "/elsewhere/a.tsv", "fetch it")  # not the data folder's: no hint
     assert with_data_hint(elsewhere) == str(elsewhere)
+
+
+def test_a_config_chooses_the_metrics_of_its_epoch_lines(tmp_path) -> None:
+    trainer = fit(tmp_path, "--epoch_lines=[val/loss, val/acc]", run=False).trainer
+    assert [c.metrics for c in trainer.callbacks if isinstance(c, EpochProgress)] == [["val/loss", "val/acc"]]
+
+
+def test_third_party_terminal_codes_stay_out_of_a_log() -> None:
+    """Off a terminal (pytest captures stderr): transformers' bold load-report title comes plain, and Hugging
+    Face's progress bars (carriage-return redraws) are off."""
+    transformers_logging = pytest.importorskip("transformers.utils.logging")
+    transformers_logging.enable_progress_bar()
+    cli.quiet()
+    assert not transformers_logging.is_progress_bar_enabled()
+    logger = logging.getLogger("transformers.modeling_utils")
+    styled = "\x1b[1mBertForSequenceClassification LOAD REPORT\x1b[0m from: here"
+    record = logger.makeRecord(logger.name, logging.WARNING, __file__, 1, styled, (), None)
+    assert logger.filter(record) and record.getMessage() == "BertForSequenceClassification LOAD REPORT from: here"

@@ -21,6 +21,8 @@ from __future__ import annotations
 import argparse
 import logging
 import multiprocessing
+import os
+import re
 import sys
 import warnings
 from collections.abc import Callable, Sequence
@@ -66,6 +68,10 @@ THIRD_PARTY_NOISE = (
 )
 
 
+#: Lightning's loggers that print its cloud-service tips
+CLOUD_TIP_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+
+
 class _NoCloudTips(logging.Filter):
     """Drops Lightning's "Tip: ... try installing litlogger / litmodels" messages."""
 
@@ -73,14 +79,36 @@ class _NoCloudTips(logging.Filter):
         return "Tip:" not in str(record.getMessage())
 
 
+#: a terminal's colour and style codes, as third-party messages write them
+TERMINAL_CODES = re.compile(r"\x1b\[[0-9;]*m")
+#: third-party loggers that write terminal codes into a log
+STYLED_LOGGERS = ("transformers.modeling_utils",)
+
+
+class _PlainText(logging.Filter):
+    """Strips terminal codes from a record while stderr is no terminal: transformers' load report bolds its
+    title whatever the stream (transformers 5)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and not sys.stderr.isatty():
+            record.msg = TERMINAL_CODES.sub("", record.msg)
+        return True
+
+
 def quiet() -> None:
-    """Silence Lightning's cloud tips and :data:`THIRD_PARTY_NOISE` (idempotent)."""
-    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+    """Silence Lightning's cloud tips and :data:`THIRD_PARTY_NOISE`; off a terminal, keep terminal codes
+    and Hugging Face's progress bars (redrawn with carriage returns) out of the output (idempotent)."""
+    for name, kind in [*((n, _NoCloudTips) for n in CLOUD_TIP_LOGGERS), *((n, _PlainText) for n in STYLED_LOGGERS)]:
         logger = logging.getLogger(name)
-        if not any(isinstance(f, _NoCloudTips) for f in logger.filters):
-            logger.addFilter(_NoCloudTips())
+        if not any(isinstance(f, kind) for f in logger.filters):
+            logger.addFilter(kind())
     for pattern in THIRD_PARTY_NOISE:
         warnings.filterwarnings("ignore", message=pattern)
+    if not sys.stderr.isatty():
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read where transformers is imported later
+        hugging_face = sys.modules.get("transformers.utils.logging")  # already imported (torchmetrics does)
+        if hugging_face is not None:
+            hugging_face.disable_progress_bar()  # its own bars (loading weights) and huggingface_hub's
 
 
 class _Commands(ActionSubCommands):
@@ -124,10 +152,11 @@ class VarLenCLI(LightningCLI):
             parser.link_arguments(f"data.{name}", f"model.init_args.{name}", apply_on="instantiate")
         parser.add_argument(
             "--epoch_lines",
-            type=bool,
+            type=bool | list[str],
             default=True,
-            help="Print one line per training epoch: its validation metrics, padding efficiency, samples/s "
-            "(varlen.progress.EpochProgress; one listed in trainer.callbacks replaces it). false: none.",
+            help="One line per training epoch: the validation metrics, padding efficiency, samples/s "
+            "(varlen.progress.EpochProgress). true: every val/ metric; a list: those metrics; false: no line. "
+            "An EpochProgress listed in trainer.callbacks replaces it.",
         )
 
     def before_instantiate_classes(self) -> None:
@@ -139,16 +168,17 @@ class VarLenCLI(LightningCLI):
                 data[key] = expanded
 
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
-        """The Trainer with one :class:`EpochProgress` (none with ``--epoch_lines=false``), and without
-        Lightning's progress bar when stdout is no terminal, unless ``trainer.enable_progress_bar`` is set:
-        its redraws (carriage returns) would fill a log with partial lines."""
+        """The Trainer with one :class:`EpochProgress` (of the metrics ``--epoch_lines`` lists; none when it
+        is false), and without Lightning's progress bar when stdout is no terminal, unless
+        ``trainer.enable_progress_bar`` is set: its redraws (carriage returns) would fill a log with partial lines."""
         settings = {**self._get(self.config_init, "trainer", default={}), **kwargs}
         callbacks = settings.get("callbacks") or []
         callbacks = list(callbacks) if isinstance(callbacks, list | tuple) else [callbacks]
-        if not self._get(self.config, "epoch_lines", default=True):
+        lines = self._get(self.config, "epoch_lines", default=True)
+        if lines is False:
             callbacks = [c for c in callbacks if not isinstance(c, EpochProgress)]
         elif not any(isinstance(c, EpochProgress) for c in callbacks):
-            callbacks.append(EpochProgress())
+            callbacks.append(EpochProgress(metrics=None if lines is True else lines))
         if settings.get("enable_progress_bar") is None and not sys.stdout.isatty():
             kwargs["enable_progress_bar"] = False
         return super().instantiate_trainer(**{**kwargs, "callbacks": callbacks})
