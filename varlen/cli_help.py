@@ -71,7 +71,8 @@ def _description(name: str, summary: str, missing: Mapping[str, Exception]) -> s
     lines += [f"  not installed: {error}" for error in dict.fromkeys(str(e) for e in missing.values())]
     lines += [
         "",
-        "fit prints one line per epoch (validation metrics, padding, samples/s); --epoch_lines=false: none.",
+        "fit prints one line per epoch: validation metrics, padding, samples/s (--epoch_lines=false: none;",
+        "--epoch_lines='[val/loss, val/accuracy]': those metrics).",
         "Lightning's progress bar shows on a terminal only, unless --trainer.enable_progress_bar is given.",
         f"{PLACEHOLDER} in a data path is ${DATA_VARIABLE}, else the shared/data folder beside the checkout",
         f"(now {data_root()}).",
