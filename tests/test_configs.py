@@ -4,6 +4,7 @@ builds its DataModule and model with the links applied (as ``fit`` does, without
 from pathlib import Path
 
 import pytest
+import yaml
 
 from varlen import cli
 from varlen.cli import LINKED, main
@@ -27,6 +28,15 @@ def test_config_parses(config: Path, capsys: pytest.CaptureFixture) -> None:
     assert exit_info.value.code in (0, None)
     printed = capsys.readouterr().out
     assert "class_path: varlen." in printed
+
+
+def test_real_data_paths_are_under_varlen_data_not_the_working_folder() -> None:
+    """A clone anywhere runs the configs once VARLEN_DATA is set: no data path relative to the checkout."""
+    for config in CONFIGS:
+        values = [str(v) for v in yaml.safe_load(config.read_text())["data"]["init_args"].values()]
+        assert not any("shared/data" in v for v in values), config.name
+        named = any(v.startswith("${VARLEN_DATA}/") for v in values)
+        assert named == (config.stem in SHARED | {"hyperspectral_pavia_u"}), config.name
 
 
 def test_bad_config_value_is_refused(tmp_path: Path) -> None:
