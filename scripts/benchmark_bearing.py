@@ -2,7 +2,7 @@
 effect, and accuracy across operating conditions.
 
     python scripts/benchmark_bearing.py                       # every part, real CWRU if present
-    python scripts/benchmark_bearing.py --part memory,loader --root ../shared/data/bearing
+    python scripts/benchmark_bearing.py --part memory,loader --root $VARLEN_DATA/bearing
     python scripts/benchmark_bearing.py --part leakage --epochs 10
     python scripts/benchmark_bearing.py --part leakage --simulator --epochs 4 \
         --splits recording,time_block,random_window
@@ -51,8 +51,9 @@ from varlen.batching import VarLenLoader
 from varlen.datamodules.bearing import BearingDataModule
 from varlen.datasets.bearing import BearingWindows
 from varlen.datasets.bearing.dataset import WindowBatch
+from varlen.paths import data_root
 
-DEFAULT_ROOT = Path(__file__).resolve().parents[2] / "shared" / "data" / "bearing"
+DEFAULT_ROOT = data_root() / "bearing"
 PARTS = ("memory", "loader", "leakage", "cross-condition")
 EPOCHS = 31  # one train epoch is only ~12 batches, too short to time alone on a shared machine
 
@@ -392,7 +393,7 @@ def main() -> None:
     parser.add_argument(
         "--root",
         default=str(DEFAULT_ROOT) if DEFAULT_ROOT.is_dir() else None,
-        help="CWRU folder (default: ../shared/data/bearing if present, else the simulator)",
+        help="CWRU folder (default: $VARLEN_DATA/bearing if present, else the simulator)",
     )
     parser.add_argument("--part", default="all", help=f"comma-separated parts among {', '.join(PARTS)}, or all")
     parser.add_argument(

@@ -3,8 +3,8 @@
     python scripts/benchmark_checksums.py                          # builds both caches in a fresh folder
     python scripts/benchmark_checksums.py --cache-dir /tmp/bench   # reuses (or builds) the caches there
 
-Two real tables: SST-2's training token table (``../shared/data/text/sst2_train.tsv``, the MiniLM
-tokenizer, ``max_length`` 128) and HIV's graph table (``../shared/data/molecules/HIV.csv.gz``, 41,127
+Two real tables: SST-2's training token table (``$VARLEN_DATA/text/sst2_train.tsv``, the MiniLM
+tokenizer, ``max_length`` 128) and HIV's graph table (``$VARLEN_DATA/molecules/HIV.csv.gz``, 41,127
 molecules; building it featurises them all, about two minutes on one core). A row times the parts of
 one first map in a process, the median of ``--repeats``: ``map``, the file opened and made into what
 the scenario's ``setup`` and workers serve from it (``TokenizedTexts.mapped``, ``GraphStore``);
@@ -29,12 +29,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
-SST2, HIV = SHARED / "text" / "sst2_train.tsv", SHARED / "molecules" / "HIV.csv.gz"
-
 import varlen.checksums as checksums  # noqa: E402
+from varlen.paths import data_root  # noqa: E402
 from varlen.tables import MappedTable  # noqa: E402
+
+SHARED = data_root()
+SST2, HIV = SHARED / "text" / "sst2_train.tsv", SHARED / "molecules" / "HIV.csv.gz"
 
 
 def build(cache: Path) -> dict[str, tuple[Path, Callable[[MappedTable], object], Callable[[MappedTable], object]]]:

@@ -6,7 +6,7 @@ Parts (``--parts``, comma-separated; default all):
   Unique memory (USS: pages no other process shares) of each loader worker after ``--batches``
   training batches, ``--workers`` workers, under ``fork``, ``spawn`` and ``forkserver``, for a
   small and a large corpus of each scenario: text (5,000 synthetic reviews against ``--large-texts``,
-  default 2 million, written once as Parquet; SST-2's 67k beside them when ``../shared/data`` has
+  default 2 million, written once as Parquet; SST-2's 67k beside them when ``$VARLEN_DATA`` has
   it), molecules (ESOL's 1,128 against HIV's 41,127 when the shared data has ``HIV.csv.gz``, else
   ESOL repeated) and bearing (the simulator at 4 against 40 recordings per class). Each case runs in
   a fresh process; the caches are built first (``prepare_data``), outside the measure. The large
@@ -39,8 +39,9 @@ import warnings
 from pathlib import Path
 from statistics import median
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "data"
+from varlen.paths import data_root
+
+SHARED = data_root()
 METHODS = tuple(m for m in ("fork", "spawn", "forkserver") if m in multiprocessing.get_all_start_methods())
 MIB = 2**20
 
@@ -248,7 +249,7 @@ def mib(values) -> list[float]:
 
 def setup_part(args: argparse.Namespace, work: Path) -> None:
     if not (SHARED / "text" / "sst2_train.tsv").exists():
-        print("\nSST-2 is not in ../shared/data: no setup measure")
+        print(f"\nSST-2 is not in {SHARED} ($VARLEN_DATA): no setup measure")
         return
     fresh = Path(tempfile.mkdtemp(dir=work, prefix="sst2-"))
     first = run_child("setup", "text-sst2", str(fresh))

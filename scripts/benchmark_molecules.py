@@ -9,11 +9,11 @@ Two commands, each printing markdown tables (``--out DIR`` also saves the main f
     the same featurised graphs, measured in the same run (rounds interleave the loaders): graphs/s
     through the loader alone and through a GINE train step, each as a ratio to (b), the largest
     nodes and nodes + edges of any batch, and whether the budget held. Default table:
-    Lipophilicity from ``../shared/data/molecules/lipo.csv`` when present, else packaged ESOL.
+    Lipophilicity from ``$VARLEN_DATA/molecules/lipo.csv`` when present, else packaged ESOL.
     Figure: ``molecules_throughput.png``, graphs/s of each loader (loader only, train step).
 
 ``python scripts/benchmark_molecules.py accuracy [--datasets esol freesolv lipo] [--splits ...] [--out DIR]``
-    ESOL, FreeSolv and Lipophilicity (``../shared/data/molecules``; ESOL falls back to the
+    ESOL, FreeSolv and Lipophilicity (``$VARLEN_DATA/molecules``; ESOL falls back to the
     packaged copy), 80/10/10, for each split (``random``, ``scaffold``, ``scaffold_balanced``) and
     seed (the seed draws the split where it is random, and the model's initialisation): the
     reference ``MoleculeGNN`` with the model and data settings of ``configs/molecules_<name>.yaml``
@@ -36,9 +36,10 @@ import torch
 
 from varlen.datamodules.molecules import SPLIT_MODES, MoleculeDataModule
 from varlen.models.molecules import MoleculeGNN
+from varlen.paths import data_root, expand_data_paths
 
 ROOT = Path(__file__).resolve().parents[1]
-LIPO = ROOT.parent / "shared" / "data" / "molecules" / "lipo.csv"
+LIPO = data_root() / "molecules" / "lipo.csv"
 
 
 def make_datamodule(csv: Path | None, max_tokens: int, cache_dir: str | None) -> MoleculeDataModule:
@@ -237,7 +238,7 @@ PUBLISHED: dict[str, tuple[float, float | None, str]] = {
 }
 NAMES = {"esol": "ESOL", "freesolv": "FreeSolv", "lipo": "Lipophilicity"}
 UNITS = {"esol": "log mol/L", "freesolv": "kcal/mol", "lipo": "log D"}
-SHARED = ROOT.parent / "shared" / "data" / "molecules"
+SHARED = data_root() / "molecules"
 TABLES = {"esol": "delaney-processed.csv", "freesolv": "SAMPL.csv", "lipo": "lipo.csv"}
 
 
@@ -255,8 +256,8 @@ def make_run(name: str, split: str, seed: int, args: argparse.Namespace) -> tupl
     table = SHARED / TABLES[name]
     if table.is_file():
         data_args["path"] = str(table)
-    elif data_args.get("path"):  # relative to the checkout, as in the config (a clear error if absent)
-        data_args["path"] = str((ROOT / data_args["path"]).resolve())
+    elif data_args.get("path"):  # the config's ${VARLEN_DATA}/... (absent: the reader's clear error)
+        data_args["path"] = expand_data_paths(data_args["path"])
     data_args.update(split=split, seed=seed, cache_dir=args.cache_dir)
     dm = MoleculeDataModule(**data_args)
     model = MoleculeGNN(**model_args, num_tasks=dm.num_tasks, task=dm.task, num_descriptors=dm.num_descriptors)

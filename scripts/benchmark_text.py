@@ -1,7 +1,7 @@
 """Padding, collate speed and training throughput on real SST-2 lengths, against Hugging Face and
 lhotse; long documents as windows against truncation.
 
-    python scripts/benchmark_text.py [--data ../shared/data/text] [--train-steps 20] [--out DIR]
+    python scripts/benchmark_text.py [--data $VARLEN_DATA/text] [--train-steps 20] [--out DIR]
     python scripts/benchmark_text.py --part budget --out plots/      # the padding figure only
     python scripts/benchmark_text.py --part long [--long-docs 400 --long-epochs 1]   # about 20-40 CPU minutes
 
@@ -54,8 +54,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from varlen.paths import data_root
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def efficiency(batches: list[list[int]], lengths: np.ndarray) -> float:
@@ -520,7 +521,7 @@ def quiet_training() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--part", default="sst2,budget", help="comma-separated: sst2, budget, weights, mixture, long")
-    parser.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "text"))
+    parser.add_argument("--data", default=str(data_root() / "text"), help="SST-2's folder (default: $VARLEN_DATA/text)")
     parser.add_argument("--out", type=Path, default=None, help="save the padding-budget figure (PNG) here")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--collate-batches", type=int, default=400)

@@ -65,9 +65,10 @@ from varlen.datasets.video_text import VideoTextCollator, VideoTextDataset, budg
 from varlen.datasets.video_text.synthetic import write_msrvtt_files
 from varlen.models.attention import PACKED_ATTENTION, Rows
 from varlen.models.video_text import VideoTextAligner
+from varlen.paths import data_root
 from varlen.report import DataReport
 
-DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "data" / "video_text" / "youcookii_annotations_trainval.json"
+DEFAULT = data_root() / "video_text" / "youcookii_annotations_trainval.json"
 MSRVTT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "video_text_msrvtt.yaml"
 #: short names of the --part padding methods, for the figure
 SHORT = ["varlen padded", "varlen packed", "padded sampler,\ntotal sizes", "random +\npadded collate",

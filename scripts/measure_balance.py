@@ -11,7 +11,7 @@ test ROC-AUC with and without balance after a short training.
     epochs with and without balance, the last epoch's model tested (ROC-AUC on the balanced
     scaffold test split). A short training: a figure to report, not a tuned result.
 
-HIV: ``../shared/data/molecules/HIV.csv.gz`` (preset ``hiv``; 7 unreadable SMILES skipped).
+HIV: ``$VARLEN_DATA/molecules/HIV.csv.gz`` (preset ``hiv``; 7 unreadable SMILES skipped).
 """
 
 from __future__ import annotations
@@ -19,14 +19,13 @@ from __future__ import annotations
 import argparse
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 
 from varlen.datamodules.molecules import MoleculeDataModule
+from varlen.paths import data_root
 
-ROOT = Path(__file__).resolve().parents[1]
-HIV = ROOT.parent / "shared" / "data" / "molecules" / "HIV.csv.gz"
+HIV = data_root() / "molecules" / "HIV.csv.gz"
 
 
 def hiv(seed: int = 0, balanced: bool = True, cache_dir: str | None = None) -> MoleculeDataModule:

@@ -4,20 +4,21 @@ from pathlib import Path
 
 import pytest
 
+from varlen.paths import data_root
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).parent))
 
-ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("VARLEN_SHARED_DATA", ROOT.parent / "shared" / "data"))
+SHARED_DATA = data_root()  # $VARLEN_DATA, else the shared/data folder beside the checkout
 
 
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
-    """The real public files beside the checkout; tests using them skip cleanly without."""
+    """The real public files ($VARLEN_DATA); tests using them skip cleanly without."""
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"real data folder {SHARED_DATA} is absent")
+        pytest.skip(f"real data folder {SHARED_DATA} is absent (set VARLEN_DATA)")
     return SHARED_DATA
 
 

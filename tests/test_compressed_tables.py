@@ -2,7 +2,7 @@
 
 Each test compresses the tiny test files into ``tmp_path`` (``.gz``, ``.bz2``, ``.xz``, and ``.zst``
 when pyarrow has the codec) and compares what the reader returns with the plain file's; the
-real ``HIV.csv.gz`` of MoleculeNet is read when ``../shared/data`` holds it.
+real ``HIV.csv.gz`` of MoleculeNet is read when ``$VARLEN_DATA`` holds it.
 """
 
 from __future__ import annotations

@@ -4,13 +4,14 @@ builds its DataModule and model with the links applied (as ``fit`` does, without
 from pathlib import Path
 
 import pytest
+import yaml
 
 from varlen import cli
 from varlen.cli import LINKED, main
 from varlen.errors import DataError
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
-#: configs of files in ../shared/data (skipped without it), and of the user's own files (MSR-VTT)
+#: configs of files in $VARLEN_DATA (skipped without it), and of the user's own files (MSR-VTT)
 SHARED = {"bearing_cwru_real", "molecules_freesolv", "molecules_lipo", "text_sst2", "video_text_youcook2"}
 USER_FILES = {"video_text_msrvtt"}
 
@@ -27,6 +28,15 @@ def test_config_parses(config: Path, capsys: pytest.CaptureFixture) -> None:
     assert exit_info.value.code in (0, None)
     printed = capsys.readouterr().out
     assert "class_path: varlen." in printed
+
+
+def test_real_data_paths_are_under_varlen_data_not_the_working_folder() -> None:
+    """A clone anywhere runs the configs once VARLEN_DATA is set: no data path relative to the checkout."""
+    for config in CONFIGS:
+        values = [str(v) for v in yaml.safe_load(config.read_text())["data"]["init_args"].values()]
+        assert not any("shared/data" in v for v in values), config.name
+        named = any(v.startswith("${VARLEN_DATA}/") for v in values)
+        assert named == (config.stem in SHARED | {"hyperspectral_pavia_u"}), config.name
 
 
 def test_bad_config_value_is_refused(tmp_path: Path) -> None:
@@ -46,10 +56,8 @@ def test_config_builds_its_datamodule_and_linked_model(config: Path, tmp_path: P
     """The constructors' checks run, and every linked value reaches the model (a link jsonargparse
     skipped would leave the model's default)."""
     if config.stem in SHARED:
-        shared = request.getfixturevalue("shared_data")
-        (tmp_path / "shared").symlink_to(shared.parent)  # the configs name ../shared/data
-    (tmp_path / "checkout").mkdir()
-    monkeypatch.chdir(tmp_path / "checkout")
+        request.getfixturevalue("shared_data")  # skips without the folder
+    monkeypatch.chdir(tmp_path)  # the configs' data paths do not depend on where the command runs
     args = [
         "--config",
         str(config),

@@ -15,7 +15,7 @@ from varlen.inspection import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
-#: configs whose data lie in ../shared/data (they skip without it) or need a download
+#: configs whose data lie in $VARLEN_DATA (they skip without it) or need a download
 SHARED = {"bearing_cwru_real", "molecules_freesolv", "molecules_lipo", "text_sst2", "video_text_youcook2"}
 DOWNLOAD = {"hyperspectral_pavia_u"}
 #: configs of data only the user has (MSR-VTT files and features): a clear "not found", status 2
@@ -53,10 +53,8 @@ def test_inspect_every_shipped_config(config: Path, tmp_path: Path, monkeypatch,
     """The printed numbers are those of the DataModule the command built, computed here from its own
     dataset and sampler on 3 ranks (not by the code that prints them)."""
     if config.stem in SHARED:
-        shared = request.getfixturevalue("shared_data")
-        (tmp_path / "shared").symlink_to(shared.parent)  # the configs name ../shared/data
-    (tmp_path / "checkout").mkdir()
-    monkeypatch.chdir(tmp_path / "checkout")  # relative data / cache folders of the configs land here
+        request.getfixturevalue("shared_data")  # skips without the folder
+    monkeypatch.chdir(tmp_path)  # relative cache folders of the configs land here
     args = ["--config", str(config), "--out", str(tmp_path / "plots"), "--world-size", "3", "--max-batches", "40"]
     if config.stem in DOWNLOAD:  # offline: the download fails, clearly, with status 2
         code, _, err = run_inspect(monkeypatch, capsys, *args)
@@ -197,7 +195,8 @@ def test_inspect_builds_the_datamodule_only(monkeypatch, capsys) -> None:
 
         monkeypatch.setattr(cls, "__init__", refuse)
     config = str(ROOT / "configs" / "text_bert.yaml")
-    code, out, err = run_inspect(monkeypatch, capsys, "--config", config, "--data.init_args.batch_size=16")
+    overrides = ["--data.init_args.batch_size=16", "--data.init_args.max_tokens=null"]
+    code, out, err = run_inspect(monkeypatch, capsys, "--config", config, *overrides)
     assert code == 0, err
     assert "batches per epoch 75 (75 per rank on 1)" in out  # the override reached the DataModule: 1,200 / 16
 

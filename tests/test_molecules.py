@@ -585,7 +585,7 @@ def test_real_data_configs_build(name: str, shared_data: Path, monkeypatch: pyte
     monkeypatch.chdir(ROOT)
     table = shared_data / "molecules" / ("SAMPL.csv" if "freesolv" in name else "lipo.csv")
     config = ROOT / "configs" / name
-    assert f"../shared/data/molecules/{table.name}" in config.read_text()  # relative to the checkout
+    assert f"${{VARLEN_DATA}}/molecules/{table.name}" in config.read_text()  # under the data folder
     cli = main(["--config", str(config), f"--data.path={table}", f"--data.cache_dir={CACHE}"], run=False)
     dm = cli.datamodule
     assert dm.on_bad == "skip"

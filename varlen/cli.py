@@ -1,5 +1,6 @@
 """The ``varlen`` command: Lightning's CLI over every scenario's DataModule and model.
 
+Its commands are the rows of :data:`COMMANDS` (``varlen --help`` lists them from there):
 ``varlen fit --config configs/text_bert.yaml`` (also ``validate``, ``test``, ``predict``), and
 ``varlen inspect --config ...`` (the batches a config will make, no training:
 :func:`inspect_command` builds the DataModule, :mod:`varlen.inspection` measures its batches),
@@ -8,9 +9,11 @@ index: :func:`optimize_command`) and ``varlen index-sizes DIR --size-fn module:f
 index of chunks written elsewhere: :func:`index_sizes_command`); both need the ``stream`` extra.
 Values the model needs from the data (class count, feature sizes, pad id) are linked, not
 repeated in the YAML: each name in :data:`LINKED` that the chosen DataModule has is passed to
-the model's argument of the same name. The CLI keeps its output to what matters: Lightning's
-cloud-service tips and known third-party deprecation warnings are silenced (:func:`quiet`),
-never varlen's own warnings.
+the model's argument of the same name. A data path written ``${VARLEN_DATA}/...`` is under
+:func:`varlen.paths.data_root`. A fit prints one line per epoch (:class:`~varlen.progress.EpochProgress`;
+``--epoch_lines=false``: none), and Lightning's progress bar, which redraws its line, shows on a
+terminal only unless asked for. The CLI keeps its output to what matters: Lightning's cloud-service
+tips and known third-party deprecation warnings are silenced (:func:`quiet`), never varlen's own warnings.
 """
 
 from __future__ import annotations
@@ -18,26 +21,36 @@ from __future__ import annotations
 import argparse
 import logging
 import multiprocessing
+import os
+import re
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+import lightning.pytorch as pl
 import torch
-from jsonargparse import ArgumentParser
-from lightning.pytorch.cli import ArgsType, LightningCLI
+from jsonargparse import ActionSubCommands, ArgumentParser
+from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
 import varlen.datamodules
 import varlen.models
 from varlen._extras import MissingExtraError
+from varlen.cli_help import HelpFormatter, main_parser_kwargs, subcommand_parser_kwargs
 from varlen.datamodules.base import LINKED
 from varlen.errors import DataError
 from varlen.inspection import SplitSummary, plot_summary, summarize
+from varlen.paths import expand_data_paths, with_data_hint
+from varlen.progress import EpochProgress
 
 __all__ = [
+    "COMMANDS",
     "LINKED",
     "THIRD_PARTY_NOISE",
+    "Command",
     "DataOnlyCLI",
     "VarLenCLI",
+    "VarLenParser",
     "console",
     "index_sizes_command",
     "inspect_command",
@@ -55,6 +68,10 @@ THIRD_PARTY_NOISE = (
 )
 
 
+#: Lightning's loggers that print its cloud-service tips
+CLOUD_TIP_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+
+
 class _NoCloudTips(logging.Filter):
     """Drops Lightning's "Tip: ... try installing litlogger / litmodels" messages."""
 
@@ -62,22 +79,109 @@ class _NoCloudTips(logging.Filter):
         return "Tip:" not in str(record.getMessage())
 
 
+#: a terminal's colour and style codes, as third-party messages write them
+TERMINAL_CODES = re.compile(r"\x1b\[[0-9;]*m")
+#: third-party loggers that write terminal codes into a log
+STYLED_LOGGERS = ("transformers.modeling_utils",)
+
+
+class _PlainText(logging.Filter):
+    """Strips terminal codes from a record while stderr is no terminal: transformers' load report bolds its
+    title whatever the stream (transformers 5)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and not sys.stderr.isatty():
+            record.msg = TERMINAL_CODES.sub("", record.msg)
+        return True
+
+
 def quiet() -> None:
-    """Silence Lightning's cloud tips and :data:`THIRD_PARTY_NOISE` (idempotent)."""
-    for name in ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero"):
+    """Silence Lightning's cloud tips and :data:`THIRD_PARTY_NOISE`; off a terminal, keep terminal codes
+    and Hugging Face's progress bars (redrawn with carriage returns) out of the output (idempotent)."""
+    for name, kind in [*((n, _NoCloudTips) for n in CLOUD_TIP_LOGGERS), *((n, _PlainText) for n in STYLED_LOGGERS)]:
         logger = logging.getLogger(name)
-        if not any(isinstance(f, _NoCloudTips) for f in logger.filters):
-            logger.addFilter(_NoCloudTips())
+        if not any(isinstance(f, kind) for f in logger.filters):
+            logger.addFilter(kind())
     for pattern in THIRD_PARTY_NOISE:
         warnings.filterwarnings("ignore", message=pattern)
+    if not sys.stderr.isatty():
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read where transformers is imported later
+        hugging_face = sys.modules.get("transformers.utils.logging")  # already imported (torchmetrics does)
+        if hugging_face is not None:
+            hugging_face.disable_progress_bar()  # its own bars (loading weights) and huggingface_hub's
+
+
+class _Commands(ActionSubCommands):
+    """jsonargparse's subcommands, each listed with its line of :data:`COMMANDS` (not the Trainer's docstring)."""
+
+    def add_subcommand(self, name: str, parser: ArgumentParser, **kwargs) -> ArgumentParser:
+        kwargs["help"] = COMMANDS[name].summary
+        return super().add_subcommand(name, parser, **kwargs)
+
+
+class VarLenParser(LightningArgumentParser):
+    """Lightning's parser whose subcommands are :class:`_Commands`, kept as :attr:`commands` so that
+    :class:`VarLenCLI` can list varlen's own commands after Lightning's."""
+
+    commands: ActionSubCommands | None = None
+
+    def add_subcommands(self, required: bool = True, dest: str = "subcommand", **kwargs) -> ActionSubCommands:
+        self.commands = super().add_subcommands(required, dest, action=_Commands, **kwargs)
+        return self.commands
 
 
 class VarLenCLI(LightningCLI):
-    """LightningCLI with the data-to-model links of :data:`LINKED`."""
+    """LightningCLI with the commands of :data:`COMMANDS`, the data-to-model links of :data:`LINKED`,
+    ``${VARLEN_DATA}`` data paths, and a fit's epoch lines (``--epoch_lines``)."""
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """The Trainer methods of :data:`COMMANDS`, with the arguments Lightning skips for each."""
+        lightning = LightningCLI.subcommands()
+        return {name: lightning[name] for name, command in COMMANDS.items() if command.run is None}
+
+    def setup_parser(self, add_subcommands: bool, main_kwargs: dict, subparser_kwargs: dict) -> None:
+        super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
+        if add_subcommands:  # varlen's own commands, listed only: console() runs them before any parsing
+            for name, command in COMMANDS.items():
+                if command.run is not None:
+                    self.parser.commands.add_subcommand(name, ArgumentParser(description=command.summary))
 
     def add_arguments_to_parser(self, parser) -> None:
         for name in LINKED:
             parser.link_arguments(f"data.{name}", f"model.init_args.{name}", apply_on="instantiate")
+        parser.add_argument(
+            "--epoch_lines",
+            type=bool | list[str],
+            default=True,
+            help="One line per training epoch: the validation metrics, padding efficiency, samples/s "
+            "(varlen.progress.EpochProgress). true: every val/ metric; a list: those metrics; false: no line. "
+            "An EpochProgress listed in trainer.callbacks replaces it.",
+        )
+
+    def before_instantiate_classes(self) -> None:
+        """``${VARLEN_DATA}`` in a data argument becomes the data folder (:func:`varlen.paths.data_root`)."""
+        data = self._get(self.config, "data")
+        for key, value in list(data.items()) if data is not None else ():
+            expanded = expand_data_paths(value)
+            if expanded != value:
+                data[key] = expanded
+
+    def instantiate_trainer(self, **kwargs) -> pl.Trainer:
+        """The Trainer with one :class:`EpochProgress` (of the metrics ``--epoch_lines`` lists; none when it
+        is false), and without Lightning's progress bar when stdout is no terminal, unless
+        ``trainer.enable_progress_bar`` is set: its redraws (carriage returns) would fill a log with partial lines."""
+        settings = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+        callbacks = settings.get("callbacks") or []
+        callbacks = list(callbacks) if isinstance(callbacks, list | tuple) else [callbacks]
+        lines = self._get(self.config, "epoch_lines", default=True)
+        if lines is False:
+            callbacks = [c for c in callbacks if not isinstance(c, EpochProgress)]
+        elif not any(isinstance(c, EpochProgress) for c in callbacks):
+            callbacks.append(EpochProgress(metrics=None if lines is True else lines))
+        if settings.get("enable_progress_bar") is None and not sys.stdout.isatty():
+            kwargs["enable_progress_bar"] = False
+        return super().instantiate_trainer(**{**kwargs, "callbacks": callbacks})
 
 
 class DataOnlyCLI(VarLenCLI):
@@ -95,8 +199,8 @@ class DataOnlyCLI(VarLenCLI):
 def main(args: ArgsType = None, run: bool = True, cli_class: type[VarLenCLI] = VarLenCLI) -> LightningCLI:
     """Build (and with ``run=True`` run) the CLI; returns it, e.g. for ``cli.datamodule``."""
     quiet()
-    varlen.datamodules.import_all()
-    varlen.models.import_all()
+    missing = {**varlen.datamodules.import_all(), **varlen.models.import_all()}
+    trainer_commands = [name for name, command in COMMANDS.items() if command.run is None]
     cli = cli_class(
         varlen.models.VarLenModule,
         varlen.datamodules.VarLenDataModule,
@@ -106,6 +210,11 @@ def main(args: ArgsType = None, run: bool = True, cli_class: type[VarLenCLI] = V
         run=run,
         save_config_kwargs={"overwrite": True},
         seed_everything_default=0,
+        parser_class=VarLenParser,
+        parser_kwargs={
+            **main_parser_kwargs(formatter_class=HelpFormatter),
+            **{name: subcommand_parser_kwargs(name, COMMANDS[name].summary, missing) for name in trainer_commands},
+        },
     )
     if run and torch.distributed.is_available() and torch.distributed.is_initialized():
         # a DDP run is over: without this, gloo's threads can abort the interpreter at exit
@@ -202,6 +311,27 @@ def index_sizes_command(argv: Sequence[str]) -> None:
     print(f"size index written: {folder}", flush=True)
 
 
+@dataclass(frozen=True)
+class Command:
+    """A ``varlen`` command: its line in ``varlen --help``, and what runs it (None: LightningCLI runs the
+    Trainer method of its name)."""
+
+    summary: str
+    run: Callable[[Sequence[str]], object] | None = None
+
+
+#: every ``varlen`` command, in the order ``varlen --help`` lists them: the one list of them
+COMMANDS: dict[str, Command] = {
+    "fit": Command("Train a model on a DataModule (a config names both)."),
+    "validate": Command("One validation epoch (of a checkpoint: --ckpt_path)."),
+    "test": Command("One test epoch (of a checkpoint: --ckpt_path)."),
+    "predict": Command("The model's outputs on the DataModule's predict_split."),
+    "inspect": Command("A config's batches and padding, without training.", inspect_command),
+    "optimize": Command("A config's training split as LitData chunks.", optimize_command),
+    "index-sizes": Command("The size index of LitData chunks written elsewhere.", index_sizes_command),
+}
+
+
 class _StderrHandler(logging.StreamHandler):
     """A handler that writes to ``sys.stderr`` as it is when a record comes, not as it was when the
     handler was made (a later redirection, or a test's capture, must not leave it a closed stream)."""
@@ -227,21 +357,20 @@ def show_varlen_logs() -> None:
 
 
 def console() -> None:
-    """The ``varlen`` console script (``fit`` / ``validate`` / ``test`` / ``predict`` / ``inspect`` /
-    ``optimize`` / ``index-sizes``); bad data ends it with its message and status 2.
+    """The ``varlen`` console script: the commands of :data:`COMMANDS` (none given: their list, status
+    2); bad data ends it with its message and status 2.
 
     A :class:`~varlen.errors.DataError` says which file, row or sample is wrong and what to do:
     its traceback would only bury that, so it is printed alone.
     """
     show_varlen_logs()
     argv = sys.argv[1:]
+    command = COMMANDS.get(argv[0]) if argv else None
     try:
-        if argv[:1] == ["inspect"]:
-            inspect_command(argv[1:])
-        elif argv[:1] == ["optimize"]:
-            optimize_command(argv[1:])
-        elif argv[:1] == ["index-sizes"]:
-            index_sizes_command(argv[1:])
+        if not argv:
+            _print_help()
+        elif command is not None and command.run is not None:
+            command.run(argv[1:])
         else:
             main()
     except MissingExtraError as error:  # e.g. varlen optimize without the stream extra: the install says it all
@@ -251,8 +380,17 @@ def console() -> None:
         data_error = _data_error_in(error)
         if data_error is None:
             raise
-        print(f"varlen: error: {data_error}", file=sys.stderr)
+        print(f"varlen: error: {with_data_hint(data_error)}", file=sys.stderr)
         sys.exit(2)
+
+
+def _print_help() -> None:
+    """``varlen`` alone: the commands' list (``varlen --help``), then status 2 (no command ran)."""
+    try:
+        main(["--help"])
+    except SystemExit:
+        pass
+    sys.exit(2)
 
 
 def _data_error_in(error: BaseException | None) -> DataError | None:

@@ -1,9 +1,11 @@
 """`EpochProgress`: one line per epoch that a log file or a terminal can both show.
 
-Lightning's progress bar redraws a line many times a second, which is unreadable in a log and
-absent when stdout is not a terminal. This callback prints one line when an epoch ends (after its
+Lightning's progress bar redraws a line many times a second, which is unreadable in a log (the CLI
+shows it on a terminal only). This callback prints one line when an epoch ends (after its
 validation): the epoch, the chosen metrics, the padding efficiency of the epoch's training batches
-and the training samples per second (data loading included).
+and the training samples per second (data loading included). ``varlen fit`` adds one unless
+``--epoch_lines=false``; a progress bar that shows prints the line above itself, not inside it.
+Plain text: no terminal codes.
 """
 
 from __future__ import annotations
@@ -56,4 +58,9 @@ class EpochProgress(pl.Callback):
         parts.append(f"{elapsed:.1f} s")
         epochs = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
         prefix = f"{self.name} " if self.name else ""
-        print(f"{prefix}epoch {trainer.current_epoch + 1}{epochs}: " + " | ".join(parts), flush=True)
+        line = f"{prefix}epoch {trainer.current_epoch + 1}{epochs}: " + " | ".join(parts)
+        bar = trainer.progress_bar_callback
+        if bar is not None and bar.is_enabled:
+            bar.print(line)
+        else:
+            print(line, flush=True)
