@@ -9,7 +9,6 @@ is cached as an ``.npy`` named by :func:`varlen.cache.cache_key` of the layout, 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from scipy import ndimage
 from varlen.cache import array_hash, cache_key
 from varlen.datasets.hyperspectral.readers import complete_npy, read_labels, write_npy
 from varlen.datasets.hyperspectral.scenes import INDIAN_PINES_CHANNELS, INDIAN_PINES_REMOVED, SENSORS
+from varlen.paths import data_root
 
 __all__ = [
     "SYNTHETIC_VERSION",
@@ -35,10 +35,8 @@ SYNTHETIC_VERSION = "hyperspectral-synthetic-1"
 
 
 def shared_layout_path() -> Path:
-    """Where the real Indian Pines label map lies when the shared data folder is present."""
-    env = os.environ.get("VARLEN_SHARED_DATA")
-    base = Path(env) if env else Path(__file__).resolve().parents[4] / "shared" / "data"
-    return base / "hyperspectral" / "Indian_pines_gt.mat"
+    """Where the real Indian Pines label map lies when the data folder (``$VARLEN_DATA``) has it."""
+    return data_root() / "hyperspectral" / "Indian_pines_gt.mat"
 
 
 #: parcels every class gets in a generated layout: one for each split at least
