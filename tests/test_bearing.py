@@ -297,7 +297,7 @@ class TestBearingGroupedContract(TestBearingContract):
     """The same contract with recording-grouped batches (no CLI runs: the config is the same)."""
 
     config = None
-    start_methods = ("fork", "forkserver")  # the dataset and collate of TestBearingContract, checked under spawn there
+    start_methods = ("fork",)  # the dataset and collate of TestBearingContract, checked under spawn there
 
     def make_datamodule(self, **overrides):
         return super().make_datamodule(grouping="recording", **overrides)

@@ -36,7 +36,7 @@ def write_csv(path: Path, rows: list[dict]) -> Path:
 class TestTextWindowsContract(DataModuleContract):
     """The whole contract with every sample a window of a long review (DDP: document metrics exact)."""
 
-    start_methods = ("fork", "forkserver")  # TestTextContract checks the same dataset and collate under spawn
+    start_methods = ("fork",)  # TestTextContract checks the same dataset and collate under spawn
 
     config = str(ROOT / "configs" / "text_long_reviews.yaml")
     cli_overrides = (

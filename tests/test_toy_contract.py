@@ -1,5 +1,7 @@
 """The contract-test base class run on the toy scenario: proves the base classes themselves."""
 
+import multiprocessing
+
 import pytest
 from toy import ToyDataModule, ToyModel
 
@@ -7,6 +9,8 @@ from varlen.testing import DataModuleContract
 
 
 class TestToyContract(DataModuleContract):
+    start_methods = tuple(multiprocessing.get_all_start_methods())  # forkserver too, once, on the base's path
+
     def make_datamodule(self, **overrides):
         return ToyDataModule(**overrides)
 

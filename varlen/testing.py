@@ -203,9 +203,10 @@ class DataModuleContract:
     config: str | None = None
     cli_overrides: Sequence[str] = ()
     invariance_atol: float = 1e-5
-    #: start methods the worker test runs under (default: every one the platform offers); a variant
-    #: whose dataset and collate another contract class already checks under spawn may skip it
-    start_methods: Sequence[str] = tuple(multiprocessing.get_all_start_methods())
+    #: start methods the worker test runs under (default: fork and spawn, where offered: forkserver's
+    #: workers receive the dataset pickled as spawn's do); a variant whose dataset and collate another
+    #: contract class already checks under spawn may skip it
+    start_methods: Sequence[str] = tuple(m for m in multiprocessing.get_all_start_methods() if m != "forkserver")
 
     def make_datamodule(self, **overrides: Any) -> VarLenDataModule:
         raise NotImplementedError
