@@ -11,57 +11,18 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 
 import lightning.pytorch as pl
 import pytest
 import torch
 from lightning.pytorch.loggers import Logger
-from toy import ToyDataModule, ToySequences, collate_toy
+from sleepy import BATCHES, SleepyData, SleepyStep
+from toy import ToySequences, collate_toy
 
 from varlen.batching.data_wait import DataWait
 from varlen.batching.wait_advice import WaitFigures, advice_line, read_cause, tune_command_line
 
 FETCH, STEP = 0.16, 0.05  # seconds: the loader-bound case
-BATCHES = 12
-
-
-class SleepySequences(ToySequences):
-    """Toy sequences whose batch fetch sleeps ``fetch_s``."""
-
-    def __init__(self, n: int, seed: int, fetch_s: float) -> None:
-        super().__init__(n, seed)
-        self.fetch_s = fetch_s
-
-    def __getitems__(self, indices: list[int]) -> list[dict]:
-        time.sleep(self.fetch_s)
-        return [self[i] for i in indices]
-
-
-class SleepyData(ToyDataModule):
-    def __init__(self, fetch_s: float, num_workers: int = 0) -> None:
-        super().__init__(num_samples=16 * BATCHES, batch_size=16, num_workers=num_workers)
-        self.fetch_s = fetch_s
-        self.persistent_workers = num_workers > 0
-
-    def build(self, stage: str | None) -> dict:
-        return {**super().build(stage), "train": SleepySequences(self.num_samples, 1, self.fetch_s)}
-
-
-class SleepyStep(pl.LightningModule):
-    """A model whose training step takes ``step_s`` (a sleep) and nothing else."""
-
-    def __init__(self, step_s: float) -> None:
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.zeros(1))
-        self.step_s = step_s
-
-    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
-        time.sleep(self.step_s)
-        return (self.weight**2).sum()
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
 class Recorded(Logger):

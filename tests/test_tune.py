@@ -1,0 +1,136 @@
+"""varlen tune: the budget search on a memory model, the budget's probe and worst batches, the grid's
+table, pick, overrides and written config on a toy DataModule whose fetch takes a known time."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from sleepy import SleepyData, SleepyStep
+from toy import ToyDataModule, ToyModel
+
+from varlen.tune import largest_budget, tune_command
+from varlen.tune.budget import NO_DEVICE, device_probe, worst_batches
+
+FETCH = 0.02  # seconds a toy batch's fetch sleeps
+
+
+def memory(budget: int) -> int:
+    """A known memory model: weights, then activations growing a little faster than the budget."""
+    return 500_000 + 40 * budget + budget * budget // 50
+
+
+@pytest.mark.parametrize("capacity", [600_000, 1_234_567, 9_999_999])
+@pytest.mark.parametrize("margin", [0.0, 0.1])
+def test_the_budget_search_finds_the_boundary_of_a_memory_model_exactly(capacity: int, margin: float) -> None:
+    probes = []
+
+    def fits(budget: int) -> bool:
+        probes.append(budget)
+        return memory(budget) <= capacity
+
+    low, high = 64, 100_000
+    boundary = max(b for b in range(low, high + 1) if memory(b) <= capacity)
+    assert largest_budget(fits, low, high, margin) == int(boundary * (1 - margin))
+    assert len(probes) <= 2 * math.ceil(math.log2(high / low)) + 2  # doubling, then halving the bracket
+
+
+def test_the_budget_search_stops_at_its_ends() -> None:
+    assert largest_budget(lambda b: True, 8, 1000, 0.0) == 1000
+    with pytest.raises(ValueError, match="even a budget of 8"):
+        largest_budget(lambda b: b < 8, 8, 1000)
+    with pytest.raises(ValueError, match="margin"):
+        largest_budget(lambda b: True, 8, 1000, 1.0)
+
+
+def test_budget_on_a_machine_without_a_device_says_so_and_exits_0(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    config = tmp_path / "c.yaml"
+    config.write_text("data:\n  init_args:\n    max_tokens: 512\n")
+
+    def build(rest, with_model):
+        raise AssertionError("nothing is built without a device")
+
+    assert tune_command(["--budget", "--config", str(config)], build) == 0
+    assert capsys.readouterr().out.strip() == NO_DEVICE
+
+
+def toy(max_tokens: int = 400) -> ToyDataModule:
+    dm = ToyDataModule(num_samples=200, max_tokens=max_tokens)
+    dm.setup("fit")
+    return dm
+
+
+def test_the_probe_takes_the_plans_largest_sample_and_largest_allocation_and_trains_them() -> None:
+    dm = toy()
+    sampler = dm.batch_sampler("train", True, num_replicas=1, rank=0)
+    batches = [list(b) for b in sampler]
+    sizes = dm.dataset("train").lengths
+    allocated = [len(b) * sizes[b].max() for b in batches]
+    expected = {tuple(max(batches, key=lambda b: sizes[b].max())), tuple(batches[int(np.argmax(allocated))])}
+    assert {tuple(sorted(b)) for b in worst_batches(dm)} == {tuple(sorted(b)) for b in expected}
+    model = ToyModel()
+    before = [p.detach().clone() for p in model.parameters()]
+    fits = device_probe(dm, model, (400,), 0, torch.device("cpu"))
+    assert fits(800) and dm.max_tokens == 800  # on the CPU nothing runs out of memory
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))  # a step was taken
+
+
+def run_tune(capsys, *args: str, with_model: bool = False) -> tuple[int, str]:
+    def build(rest, model):
+        dm = SleepyData(FETCH, batches=40)
+        dm.setup("fit")
+        return dm, SleepyStep(FETCH) if model else None
+
+    code = tune_command([*args, "--prefetch", "2", "--start-methods", "fork", "--max-batches", "30"], build)
+    return code, capsys.readouterr().out
+
+
+def table_rows(out: str) -> tuple[list[list[str]], int]:
+    """The table's cells, row by row, and which row is marked the pick."""
+    lines = out.splitlines()
+    head = next(i for i, line in enumerate(lines) if "workers" in line and "run batches/s" in line)
+    rows, marked = [], None
+    for line in lines[head + 1 :]:
+        if not re.match(r"^\s*\*?\s+\d", line):
+            break
+        if line.lstrip().startswith("*"):
+            marked = len(rows)
+        rows.append(line.replace("*", " ").split())
+    return rows, marked
+
+
+def test_tune_prints_the_grid_the_pick_and_writes_a_config_with_it(tmp_path, capsys) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("trainer:\n  max_epochs: 3\ndata:\n  class_path: toy.ToyDataModule\n  init_args:\n    seed: 5\n")
+    written = tmp_path / "tuned.yaml"
+    code, out = run_tune(capsys, "--config", str(config), "--workers", "0,1", "--write", str(written))
+    assert code == 0
+    rows, marked = table_rows(out)  # workers prefetch start pin persistent first batches/s real/s run timed stopped
+    assert [(r[0], r[4]) for r in rows] == [("0", "no"), ("1", "no"), ("1", "yes")]
+    assert float(rows[0][6]) == pytest.approx(1 / FETCH, rel=0.3)  # the fetch's known cost, in this process
+    run = [float(r[8].replace(",", "")) for r in rows]
+    assert run[marked] >= 0.98 * max(run) - 0.05  # the default --within 2% (and the table's rounding)
+    overrides = out.split("batches/s over the run")[1].splitlines()[1].split()
+    picked = dict(o.removeprefix("--data.init_args.").split("=") for o in overrides)
+    assert (
+        picked["num_workers"] == rows[marked][0]
+        and picked["persistent_workers"] == {"no": "false", "yes": "true"}[rows[marked][4]]
+    )
+    data = yaml.safe_load(written.read_text())
+    assert data["trainer"] == {"max_epochs": 3} and data["data"]["class_path"] == "toy.ToyDataModule"
+    args = data["data"]["init_args"]
+    assert args.pop("seed") == 5 and {k: yaml.safe_dump(v).split("\n")[0] for k, v in args.items()} == picked
+
+
+def test_tune_with_the_model_measures_the_steps(tmp_path, capsys) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text("trainer:\n  max_epochs: 1\n")
+    code, out = run_tune(capsys, "--config", str(config), "--workers", "0", "--with-model", with_model=True)
+    assert code == 0 and "through the model's training step" in out
+    (row,), _ = table_rows(out)
+    assert float(row[6]) == pytest.approx(1 / (2 * FETCH), rel=0.3)  # fetch, then a step of as long
