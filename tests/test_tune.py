@@ -13,8 +13,10 @@ import yaml
 from sleepy import SleepyData, SleepyStep
 from toy import ToyDataModule, ToyModel
 
+from varlen.batching.throughput import LoaderRate
 from varlen.tune import largest_budget, tune_command
 from varlen.tune.budget import NO_DEVICE, device_probe, worst_batches
+from varlen.tune.grid import Setting, pick, rows_of, run_batches_per_s, worker_counts
 
 FETCH = 0.02  # seconds a toy batch's fetch sleeps
 
@@ -110,10 +112,10 @@ def test_tune_prints_the_grid_the_pick_and_writes_a_config_with_it(tmp_path, cap
     written = tmp_path / "tuned.yaml"
     code, out = run_tune(capsys, "--config", str(config), "--workers", "0,1", "--write", str(written))
     assert code == 0
-    rows, marked = table_rows(out)  # workers prefetch start pin persistent first batches/s real/s run timed stopped
+    rows, marked = table_rows(out)  # workers prefetch start pin persistent first batches/s +- real/s run timed stopped
     assert [(r[0], r[4]) for r in rows] == [("0", "no"), ("1", "no"), ("1", "yes")]
     assert float(rows[0][6]) == pytest.approx(1 / FETCH, rel=0.3)  # the fetch's known cost, in this process
-    run = [float(r[8].replace(",", "")) for r in rows]
+    run = [float(r[9].replace(",", "")) for r in rows]
     assert run[marked] >= 0.98 * max(run) - 0.05  # the default --within 2% (and the table's rounding)
     overrides = out.split("batches/s over the run")[1].splitlines()[1].split()
     picked = dict(o.removeprefix("--data.init_args.").split("=") for o in overrides)
@@ -134,3 +136,36 @@ def test_tune_with_the_model_measures_the_steps(tmp_path, capsys) -> None:
     assert code == 0 and "through the model's training step" in out
     (row,), _ = table_rows(out)
     assert float(row[6]) == pytest.approx(1 / (2 * FETCH), rel=0.3)  # fetch, then a step of as long
+
+
+def rate(start_s: float, per_s: float) -> LoaderRate:
+    return LoaderRate(start_s, 100, per_s, None, 0.01, "settled")
+
+
+def test_worker_counts_reach_the_cores_per_device() -> None:
+    assert worker_counts(8) == [0, 1, 2, 4, 8]
+    assert worker_counts(6) == [0, 1, 2, 4, 6]
+    assert worker_counts(1) == [0, 1]
+
+
+def test_persistent_workers_pay_the_start_once_a_run() -> None:
+    slow_start = rate(start_s=2.0, per_s=50.0)
+    steady = 50.0
+    assert run_batches_per_s(rate(0.0, steady), 40, 5, False) == pytest.approx(steady, rel=0.03)
+    once, every = run_batches_per_s(slow_start, 40, 5, True), run_batches_per_s(slow_start, 40, 5, False)
+    assert once > every
+    # the run's time: the steady batches plus one start, or plus a start an epoch
+    assert 200 / every - 200 / once == pytest.approx(4 * 2.0 - 4 / steady)
+
+
+def test_the_pick_is_the_cheapest_setting_near_the_fastest() -> None:
+    measured = [
+        (Setting(0), rate(0.0, 90.0)),
+        (Setting(2, 2, "fork"), rate(0.1, 100.0)),
+        (Setting(4, 2, "fork"), rate(0.1, 101.0)),
+    ]
+    rows = rows_of(measured, 1000, 1)
+    assert len(rows) == 5  # a loader with workers: with and without persistent workers
+    best = pick(rows, within=0.02)
+    assert best.setting == Setting(2, 2, "fork", persistent_workers=False)  # 4 workers win by under 2%
+    assert pick(rows, within=0.0).setting.num_workers == 4

@@ -59,7 +59,7 @@ class RateMeter:
     max_batches: int = 300
     min_batches: int = 24
     max_seconds: float = 5.0
-    rel_tol: float = 0.03
+    rel_tol: float = 0.05
     burst: int = 1
     block: int = 4
     settle: bool = True

@@ -52,7 +52,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--devices", type=int, default=None, help="devices on this node (default: the config's, else 1)")
     p.add_argument("--max-batches", type=int, default=300, help="timed batches per setting at most (default: 300)")
     p.add_argument("--seconds", type=float, default=5.0, help="timed seconds per setting at most (default: 5)")
-    p.add_argument("--rel-tol", type=float, default=0.03, help="settled: the rate's relative error below this")
+    p.add_argument("--rel-tol", type=float, default=0.05, help="settled: the rate's standard error below this share")
     p.add_argument("--exhaustive", action="store_true", help="no early stop: every setting to its limits")
     p.add_argument("--start-seconds", type=float, default=60.0, help="seconds the first batch may take (60)")
     p.add_argument("--within", type=float, default=0.02, help="the cheapest setting this close to the best wins")
@@ -223,7 +223,19 @@ def _figure(value: float, spec: str) -> str:
 
 def table(rows: Sequence[Row], best: Row | None = None) -> list[str]:
     """The table's lines; ``best``'s row is marked ``*``."""
-    head = ("", "workers", "prefetch", "start", "pin", "persistent", "first s", "batches/s", "real/s", "run batches/s")
+    head = (
+        "",
+        "workers",
+        "prefetch",
+        "start",
+        "pin",
+        "persistent",
+        "first s",
+        "batches/s",
+        "+-",
+        "real/s",
+        "run batches/s",
+    )
     cells = [(*head, "timed", "stopped")]
     for r in rows:
         s, rate = r.setting, r.rate
@@ -238,6 +250,7 @@ def table(rows: Sequence[Row], best: Row | None = None) -> list[str]:
                 "yes" if s.persistent_workers else "no",
                 _figure(rate.start_s, "{:.2f}"),
                 _figure(rate.batches_per_s, "{:,.1f}"),
+                _figure(100 * rate.rel_error, "{:.0f}%"),
                 real,
                 _figure(r.run_per_s, "{:,.1f}"),
                 str(rate.batches),
