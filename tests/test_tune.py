@@ -13,7 +13,7 @@ import yaml
 from sleepy import SleepyData, SleepyStep
 from toy import ToyDataModule, ToyModel
 
-from varlen.batching.throughput import LoaderRate
+from varlen.batching.throughput import LoaderRate, loader_rate
 from varlen.tune import largest_budget, tune_command
 from varlen.tune.budget import NO_DEVICE, device_probe, worst_batches
 from varlen.tune.grid import Setting, pick, rows_of, run_batches_per_s, worker_counts
@@ -169,3 +169,11 @@ def test_the_pick_is_the_cheapest_setting_near_the_fastest() -> None:
     best = pick(rows, within=0.02)
     assert best.setting == Setting(2, 2, "fork", persistent_workers=False)  # 4 workers win by under 2%
     assert pick(rows, within=0.0).setting.num_workers == 4
+
+
+def test_the_loader_rate_inspect_prints_is_the_configs_own_loader() -> None:
+    dm = SleepyData(FETCH, batches=40)
+    dm.setup("fit")
+    measured = loader_rate(dm, max_batches=30)
+    assert measured.batches_per_s == pytest.approx(1 / FETCH, rel=0.3) and measured.real_per_s > 0
+    assert f"{measured.batches_per_s:,.1f} batches/s" in measured.line("num_workers=0")

@@ -165,15 +165,14 @@ class DataWait(pl.Callback):
         self._last_end = time.perf_counter()
 
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._batches == 0 or self._first is None or self._last_end is None:
-            return
-        elapsed = max(self._last_end - self._first - self._excluded, 1e-9)
+        served = self._batches > 0 and self._first is not None and self._last_end is not None
+        elapsed = max(self._last_end - self._first - self._excluded, 1e-9) if served else 0.0
         real = math.nan if self._real is None else self._real
-        local = torch.tensor(
-            [self._wait, elapsed, self._batches, real, self._first_wait], dtype=torch.float64, device=pl_module.device
-        )
-        every = pl_module.all_gather(local).reshape(-1, len(local)).cpu()  # [ranks, 5]; one row outside DDP
+        local = torch.tensor([self._wait, elapsed, self._batches, real], dtype=torch.float64, device=pl_module.device)
+        every = pl_module.all_gather(local).reshape(-1, len(local)).cpu()  # [ranks, 4]; one row outside DDP
         wait, times, batches, reals = every[:, 0], every[:, 1], every[:, 2], every[:, 3]
+        if not served or batches.min() == 0:  # every rank gathers (a collective), then a rank without batches stops
+            return
         summary = {
             "data/wait_share": float(wait.sum() / times.sum()),
             "data/wait_share_max": float((wait / times).max()),
@@ -200,7 +199,7 @@ class DataWait(pl.Callback):
             share=summary["data/wait_share"],
             share_max=summary["data/wait_share_max"],
             wait_s=self._wait,
-            elapsed_s=max(self._last_end - self._first - self._excluded, 1e-9),
+            elapsed_s=self._last_end - self._first - self._excluded,
             batches=self._batches,
             first_wait_s=self._first_wait,
             loader=loader,
