@@ -85,27 +85,28 @@ def short(s) -> str:
 
 
 def timed_callback():
-    """DataWait with the time inside each of its hooks (the fetch wrappers' own work included) summed."""
+    """DataWait with the time inside its per-step hooks (the fetch wrappers' own work included) summed in
+    ``spent["step"]``, and its epoch end's (the gather over ranks, the epoch's log) in ``spent["epoch"]``."""
     from varlen.batching.data_wait import DataWait
 
     class Timed(DataWait):
-        spent = 0.0
+        spent = {"step": 0.0, "epoch": 0.0}
 
-        def _timed(name):
+        def _timed(name, kind):
             def hook(self, *args, **kwargs):
                 start = time.perf_counter()
                 try:
                     return getattr(DataWait, name)(self, *args, **kwargs)
                 finally:
-                    type(self).spent += time.perf_counter() - start
+                    type(self).spent[kind] += time.perf_counter() - start
 
             return hook
 
-        on_train_batch_start = _timed("on_train_batch_start")
-        on_train_batch_end = _timed("on_train_batch_end")
-        on_train_epoch_end = _timed("on_train_epoch_end")
-        _fetch_start = _timed("_fetch_start")
-        _fetch_end = _timed("_fetch_end")
+        on_train_batch_start = _timed("on_train_batch_start", "step")
+        on_train_batch_end = _timed("on_train_batch_end", "step")
+        _fetch_start = _timed("_fetch_start", "step")
+        _fetch_end = _timed("_fetch_end", "step")
+        on_train_epoch_end = _timed("on_train_epoch_end", "epoch")
 
     return Timed(advise_above=None)
 
@@ -132,7 +133,7 @@ def overhead_benchmark(argv: list[str]) -> None:
     options, rest = p.parse_known_args(argv)
     dm, model = build(rest, True)
     rates: dict[bool, list[float]] = {False: [], True: []}
-    hook_us = []
+    hook_us, epoch_ms = [], []
     with tempfile.TemporaryDirectory() as logs:
         for repeat in range(options.repeats):
             for with_callback in (False, True) if repeat % 2 == 0 else (True, False):
@@ -155,17 +156,19 @@ def overhead_benchmark(argv: list[str]) -> None:
                 trainer.fit(model, datamodule=dm)
                 rates[with_callback].append(clock.steps_per_s())
                 if with_callback:
-                    hook_us.append(1e6 * type(callbacks[1]).spent / len(clock.ends))
-                    type(callbacks[1]).spent = 0.0
+                    spent = type(callbacks[1]).spent
+                    hook_us.append(1e6 * spent["step"] / len(clock.ends))
+                    epoch_ms.append(1e3 * spent["epoch"])
+                    spent.update(step=0.0, epoch=0.0)
                 print(f"repeat {repeat}, DataWait {with_callback}: {rates[with_callback][-1]:.3f} steps/s", flush=True)
     without, with_ = statistics.median(rates[False]), statistics.median(rates[True])
-    step_us = 1e6 / without
+    per_step = statistics.median(hook_us)
     print(
-        f"\n| config | steps | steps/s without | steps/s with DataWait | difference | DataWait hooks per step | "
-        f"share of a step |\n|---|---|---|---|---|---|---|\n"
-        f"| {Path(config_path(rest)).name} | {options.steps} x {options.repeats} | {without:.3f} | {with_:.3f} | "
-        f"{with_ / without - 1:+.1%} | {statistics.median(hook_us):.0f} us | "
-        f"{statistics.median(hook_us) / step_us:.4%} |"
+        "\n| config | steps | steps/s without | steps/s with DataWait | difference | DataWait hooks per step | "
+        "share of a step | epoch end, once |\n|---|---|---|---|---|---|---|---|\n"
+        f"| {Path(config_path(rest)).name} {' '.join(a for a in rest if a.startswith('--data'))} | "
+        f"{options.steps} x {options.repeats} | {without:.3f} | {with_:.3f} | {with_ / without - 1:+.1%} | "
+        f"{per_step:.0f} us | {per_step * without / 1e6:.4%} | {statistics.median(epoch_ms):.1f} ms |"
     )
 
 

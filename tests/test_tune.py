@@ -13,7 +13,7 @@ import yaml
 from sleepy import SleepyData, SleepyStep
 from toy import ToyDataModule, ToyModel
 
-from varlen.batching.throughput import LoaderRate, loader_rate
+from varlen.batching.throughput import LoaderRate, loader_rate, loader_settings
 from varlen.tune import largest_budget, tune_command
 from varlen.tune.budget import NO_DEVICE, device_probe, worst_batches
 from varlen.tune.grid import Setting, pick, rows_of, run_batches_per_s, worker_counts
@@ -176,4 +176,5 @@ def test_the_loader_rate_inspect_prints_is_the_configs_own_loader() -> None:
     dm.setup("fit")
     measured = loader_rate(dm, max_batches=30)
     assert measured.batches_per_s == pytest.approx(1 / FETCH, rel=0.3) and measured.real_per_s > 0
-    assert f"{measured.batches_per_s:,.1f} batches/s" in measured.line("num_workers=0")
+    line = measured.line(loader_settings(dm))
+    assert f"{measured.batches_per_s:,.1f} batches/s" in line and "num_workers=0, prefetch_factor=None" in line

@@ -16,7 +16,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["LoaderRate", "RateMeter", "fetch_collate_times", "loader_rate", "measure_loader", "probe_batches"]
+__all__ = [
+    "LoaderRate",
+    "RateMeter",
+    "fetch_collate_times",
+    "loader_rate",
+    "loader_settings",
+    "measure_loader",
+    "probe_batches",
+]
 
 
 @dataclass(frozen=True)
@@ -187,6 +195,12 @@ def loader_rate(dm: Any, max_batches: int = 200, max_seconds: float = 5.0) -> Lo
         max_batches=max_batches, max_seconds=max_seconds, burst=max(workers, 1), block=4 * max(workers, 1)
     )
     return measure_loader(dm.train_dataloader(), meter, count=lambda batch: dm.batch_stats(batch).real)
+
+
+def loader_settings(dm: Any) -> str:
+    """The DataModule's loader arguments, as :meth:`LoaderRate.line` names them."""
+    names = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "multiprocessing_context")
+    return ", ".join(f"{name}={getattr(dm, name, None)}" for name in names)
 
 
 def probe_batches(loader: Any, batches: int) -> list[list[int]]:
