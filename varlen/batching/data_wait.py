@@ -28,6 +28,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
+from varlen import notices
 from varlen.batching.telemetry import training_batch_stats
 from varlen.batching.wait_advice import WaitFigures, advice_line, tune_command_line
 
@@ -77,6 +78,7 @@ class DataWait(pl.Callback):
         self._real: float | None = 0.0
         self._fetching: float | None = None
         self._fetched = self._validated = False
+        self._fetches = 0
 
     # -- the fetch, timed by the loop's own hooks ------------------------------------------------
 
@@ -92,6 +94,7 @@ class DataWait(pl.Callback):
         if self._fetching is not None:
             self._step_wait += now - self._fetching
             self._fetching, self._fetched = None, True
+            self._fetches += 1
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         loop = trainer.fit_loop.epoch_loop
@@ -173,6 +176,11 @@ class DataWait(pl.Callback):
         wait, times, batches, reals = every[:, 0], every[:, 1], every[:, 2], every[:, 3]
         if not served or batches.min() == 0:  # every rank gathers (a collective), then a rank without batches stops
             return
+        if self._loop is not None and self._fetches == 0:
+            notices.warn(
+                "DataWait: the fit loop's fetch hooks never ran this epoch, so no wait was timed (a Lightning "
+                "that fetches otherwise): data/wait_share reads 0"
+            )
         summary = {
             "data/wait_share": float(wait.sum() / times.sum()),
             "data/wait_share_max": float((wait / times).max()),
