@@ -16,6 +16,7 @@ from toy import ToyDataModule, ToyModel
 from varlen.batching.throughput import LoaderRate, loader_rate, loader_settings
 from varlen.tune import largest_budget, tune_command
 from varlen.tune.budget import NO_DEVICE, device_probe, worst_batches
+from varlen.tune.command import _drift
 from varlen.tune.grid import Setting, pick, rows_of, run_batches_per_s, worker_counts
 
 FETCH = 0.02  # seconds a toy batch's fetch sleeps
@@ -178,3 +179,10 @@ def test_the_loader_rate_inspect_prints_is_the_configs_own_loader() -> None:
     assert measured.batches_per_s == pytest.approx(1 / FETCH, rel=0.3) and measured.real_per_s > 0
     line = measured.line(loader_settings(dm))
     assert f"{measured.batches_per_s:,.1f} batches/s" in line and "num_workers=0, prefetch_factor=None" in line
+
+
+def test_a_first_setting_that_moves_when_measured_again_says_the_load_changed() -> None:
+    first = (Setting(0), rate(0.0, 100.0))
+    assert _drift(first, (Setting(0), rate(0.0, 97.0))) == ""  # within the noise
+    note = _drift(first, (Setting(0), rate(0.0, 50.0)))
+    assert "100.0 batches/s first and 50.0 at the end" in note and "load changed" in note

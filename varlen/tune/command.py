@@ -93,11 +93,14 @@ class Tuned:
     header: str
     points: int
     seconds: float
+    #: the first setting measured again at the end, when its figure moved: the machine's load changed
+    drift: str = ""
 
     def lines(self, within: float) -> list[str]:
         fastest = max(r.run_per_s for r in self.rows if math.isfinite(r.run_per_s))
         return [
             *table(self.rows, self.best),
+            *([self.drift] if self.drift else []),
             f"best: {self.best.run_per_s:,.1f} batches/s over the run (fastest {fastest:,.1f}; the cheapest setting "
             f"within {within:.0%}), {self.points} settings measured in {self.seconds:.0f} s:",
             f"  {self.best.setting.overrides()}",
@@ -130,8 +133,26 @@ def run_tune(dm: Any, model: Any, config: dict[str, Any], options: argparse.Name
     trainer_args = {k: v for k, v in (config.get("trainer") or {}).items() if k in ("precision", "accelerator")}
     run = {"epochs": epochs, "epoch_batches": epoch_batches, "trainer_args": trainer_args}
     measured = _measure_all(dm, points, limits, model, run | {"start_seconds": options.start_seconds})
+    drift = _drift(measured[0], _measure_all(dm, points[:1], limits, model, run | {"start_seconds": math.inf})[0])
     rows = rows_of(measured, epoch_batches, epochs)
-    return Tuned(rows, pick(rows, options.within), header, len(points), time.perf_counter() - started)
+    return Tuned(rows, pick(rows, options.within), header, len(points), time.perf_counter() - started, drift)
+
+
+def _drift(first: tuple, again: tuple) -> str:
+    """A note when the first setting, measured again at the end, moved by more than its measures' noise
+    allows (three standard errors, at least 15%): the settings measured in between met another load."""
+    setting, (before, after) = first[0], (first[1], again[1])
+    if not (math.isfinite(before.batches_per_s) and math.isfinite(after.batches_per_s)):
+        return ""
+    moved = abs(after.batches_per_s / before.batches_per_s - 1)
+    noise = 3 * math.hypot(min(before.rel_error, 1.0), min(after.rel_error, 1.0))
+    if moved <= max(noise, 0.15):
+        return ""
+    return (
+        f"note: {_short(setting)} gave {before.batches_per_s:,.1f} batches/s first and {after.batches_per_s:,.1f} at "
+        "the end: this machine's load changed while measuring, so rows measured at different times are not "
+        "comparable; run varlen tune again when the machine is as it will be in training"
+    )
 
 
 def tune_command(argv: Sequence[str], build: Build) -> int:
