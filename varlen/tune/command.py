@@ -102,7 +102,7 @@ class Tuned:
             *table(self.rows, self.best),
             *([self.drift] if self.drift else []),
             f"best: {self.best.run_per_s:,.1f} batches/s over the run (fastest {fastest:,.1f}; the cheapest setting "
-            f"within {within:.0%}), {self.points} settings measured in {self.seconds:.0f} s:",
+            f"within {within:.0%} or the measures' noise), {self.points} settings measured in {self.seconds:.0f} s:",
             f"  {self.best.setting.overrides()}",
         ]
 
