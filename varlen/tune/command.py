@@ -132,8 +132,9 @@ def run_tune(dm: Any, model: Any, config: dict[str, Any], options: argparse.Name
     started = time.perf_counter()
     trainer_args = {k: v for k, v in (config.get("trainer") or {}).items() if k in ("precision", "accelerator")}
     run = {"epochs": epochs, "epoch_batches": epoch_batches, "trainer_args": trainer_args}
-    measured = _measure_all(dm, points, limits, model, run | {"start_seconds": options.start_seconds})
-    drift = _drift(measured[0], _measure_all(dm, points[:1], limits, model, run | {"start_seconds": math.inf})[0])
+    run["start_seconds"] = options.start_seconds
+    measured = _measure_all(dm, points, limits, model, run)
+    drift = _drift(measured[0], _measure_all(dm, points[:1], limits, model, run)[0])  # the load: still the same?
     rows = rows_of(measured, epoch_batches, epochs)
     return Tuned(rows, pick(rows, options.within), header, len(points), time.perf_counter() - started, drift)
 
