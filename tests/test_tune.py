@@ -174,6 +174,8 @@ def test_the_pick_is_the_cheapest_setting_near_the_fastest() -> None:
         (setting, LoaderRate(0.1, 20, measured.batches_per_s, None, 0.3, "time")) for setting, measured in measured
     ]
     assert pick(rows_of(noisy, 1000, 1), within=0.0).setting.num_workers == 0  # 90 +- 30% is not slower than 101
+    unsettled = [(Setting(1, 2, "fork"), LoaderRate(0.1, 4, 9.0, None, math.nan, "time")), *measured]
+    assert pick(rows_of(unsettled, 1000, 1), within=0.02).setting.num_workers == 2  # 4 batches: no error to widen by
 
 
 def test_the_loader_rate_inspect_prints_is_the_configs_own_loader() -> None:

@@ -108,14 +108,15 @@ def rows_of(measured: Sequence[tuple[Setting, LoaderRate]], epoch_batches: int, 
 def pick(rows: Sequence[Row], within: float = 0.02) -> Row:
     """The cheapest setting (:meth:`Setting.cost`) among those the measures cannot tell from the fastest: within
     ``within`` of its run figure, or within the two figures' combined standard error where that is wider (a
-    noisy measure, on a busy machine, is no reason to hold more workers)."""
+    noisy measure, on a busy machine, is no reason to hold more workers; a measure too short to have an error
+    is taken as it is)."""
     usable = [r for r in rows if math.isfinite(r.run_per_s)]
     if not usable:
         raise ValueError("no setting gave a batch")
     fastest = max(usable, key=lambda r: r.run_per_s)
 
-    def error(r: Row) -> float:
-        return min(r.rate.rel_error, 1.0) if math.isfinite(r.rate.rel_error) else 1.0
+    def error(r: Row) -> float:  # a measure too short to say (fewer than 4 blocks) widens nothing
+        return min(r.rate.rel_error, 1.0) if math.isfinite(r.rate.rel_error) else 0.0
 
     def near(r: Row) -> bool:
         return r.run_per_s >= (1 - max(within, math.hypot(error(r), error(fastest)))) * fastest.run_per_s
