@@ -133,7 +133,7 @@ def run_tune(dm: Any, model: Any, config: dict[str, Any], options: argparse.Name
     trainer_args = {k: v for k, v in (config.get("trainer") or {}).items() if k in ("precision", "accelerator")}
     run = {"epochs": epochs, "epoch_batches": epoch_batches, "trainer_args": trainer_args}
     run["start_seconds"] = options.start_seconds
-    _measure_all(dm, points[:1], limits, model, run)  # a warm-up: the first setting would otherwise read cold caches
+    _measure_all(dm, points[:1], limits, model, run)  # a warm-up: the first setting reads cold caches
     measured = _measure_all(dm, points, limits, model, run)
     drift = _drift(measured[0], _measure_all(dm, points[:1], limits, model, run)[0])  # the load: still the same?
     rows = rows_of(measured, epoch_batches, epochs)
