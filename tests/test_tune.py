@@ -16,7 +16,7 @@ from toy import ToyDataModule, ToyModel
 from varlen.batching.throughput import LoaderRate, loader_rate, loader_settings
 from varlen.tune import largest_budget, tune_command
 from varlen.tune.budget import NO_DEVICE, device_probe, worst_batches
-from varlen.tune.command import _drift
+from varlen.tune.command import _drift, _noisy
 from varlen.tune.grid import Setting, pick, rows_of, run_batches_per_s, worker_counts
 
 FETCH = 0.02  # seconds a toy batch's fetch sleeps
@@ -133,7 +133,9 @@ def test_tune_prints_the_grid_the_pick_and_writes_a_config_with_it(tmp_path, cap
 def test_tune_with_the_model_measures_the_steps(tmp_path, capsys) -> None:
     config = tmp_path / "c.yaml"
     config.write_text("trainer:\n  max_epochs: 1\n")
-    code, out = run_tune(capsys, "--config", str(config), "--workers", "0", "--with-model", with_model=True)
+    code, out = run_tune(
+        capsys, "--config", str(config), "--workers", "0", "--with-model", "--seconds", "0.6", with_model=True
+    )
     assert code == 0 and "through the model's training step" in out
     (row,), _ = table_rows(out)
     assert float(row[6]) == pytest.approx(1 / (2 * FETCH), rel=0.3)  # fetch, then a step of as long
@@ -185,6 +187,15 @@ def test_the_loader_rate_inspect_prints_is_the_configs_own_loader() -> None:
     assert measured.batches_per_s == pytest.approx(1 / FETCH, rel=0.3) and measured.real_per_s > 0
     line = measured.line(loader_settings(dm))
     assert f"{measured.batches_per_s:,.1f} batches/s" in line and "num_workers=0, prefetch_factor=None" in line
+
+
+def test_figures_too_noisy_to_rank_say_so() -> None:
+    settled = [(Setting(n), LoaderRate(0.1, 100, 50.0, None, 0.03, "settled")) for n in range(3)]
+    assert _noisy(settled, 0.05) == ""
+    noisy = [
+        (Setting(n), LoaderRate(0.1, 5, 5.0, None, error, "time")) for n, error in enumerate([0.4, math.nan, 0.02])
+    ]
+    assert _noisy(noisy, 0.05).startswith("note: 2 of 3 settings did not settle within 10%")
 
 
 def test_a_first_setting_that_moves_when_measured_again_says_the_load_changed() -> None:

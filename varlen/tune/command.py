@@ -93,7 +93,8 @@ class Tuned:
     header: str
     points: int
     seconds: float
-    #: the first setting measured again at the end, when its figure moved: the machine's load changed
+    #: notes on the machine's load: the first setting's figure moved when measured again at the end, or most
+    #: figures are too noisy to rank
     drift: str = ""
 
     def lines(self, within: float) -> list[str]:
@@ -136,8 +137,22 @@ def run_tune(dm: Any, model: Any, config: dict[str, Any], options: argparse.Name
     _measure_all(dm, points[:1], limits, model, run)  # a warm-up: the first setting reads cold caches
     measured = _measure_all(dm, points, limits, model, run)
     drift = _drift(measured[0], _measure_all(dm, points[:1], limits, model, run)[0])  # the load: still the same?
+    drift = "\n".join(note for note in (drift, _noisy(measured, options.rel_tol)) if note)
     rows = rows_of(measured, epoch_batches, epochs)
     return Tuned(rows, pick(rows, options.within), header, len(points), time.perf_counter() - started, drift)
+
+
+def _noisy(measured: list, rel_tol: float) -> str:
+    """A note when most settings ended on a limit with a standard error over twice the tolerance (or too few
+    batches for one): the machine is too busy for the figures to rank the settings."""
+    errors = [rate.rel_error for _, rate in measured if rate.batches]
+    loose = sum(not e <= 2 * rel_tol for e in errors)
+    if not errors or loose <= len(errors) / 2:
+        return ""
+    return (
+        f"note: {loose} of {len(errors)} settings did not settle within {2 * rel_tol:.0%} (their batches vary with "
+        "this machine's load): the pick is uncertain; raise --seconds, or run again when the machine is quieter"
+    )
 
 
 def _drift(first: tuple, again: tuple) -> str:
