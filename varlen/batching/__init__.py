@@ -1,4 +1,5 @@
-"""The shared core: the batch plan, the bucketing sampler, ragged storage and gathers, collate helpers, telemetry."""
+"""The shared core: the batch plan, the bucketing sampler, ragged storage and gathers, collate helpers, telemetry
+(padding, and the training loop's wait for data)."""
 
 from varlen.batching.collate import (
     Padded,
@@ -16,6 +17,7 @@ from varlen.batching.sampler import BucketBatchSampler, EpochBatchSampler, Epoch
 __all__ = [
     "BatchStats",
     "BucketBatchSampler",
+    "DataWait",
     "EpochBatchSampler",
     "EpochIndices",
     "EpochTracker",
@@ -44,6 +46,10 @@ def __getattr__(name: str):
         from varlen.batching import telemetry
 
         return getattr(telemetry, name)
+    if name == "DataWait":
+        from varlen.batching.data_wait import DataWait
+
+        return DataWait
     if name == "VarLenLoader":
         from varlen.batching.loader import VarLenLoader
 

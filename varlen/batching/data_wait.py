@@ -1,0 +1,225 @@
+"""`DataWait`: how long the training loop waits for its next batch, and what that share of the run is.
+
+Where the wait is timed. Lightning's fit loop fetches each batch through a data fetcher that calls
+two hooks of the training epoch loop right around ``next()`` on the loader (what its profilers
+report as ``[_TrainingEpochLoop].train_dataloader_next``). The callback wraps those two hooks on
+the loop for the fit (and restores them after), so the time measured is the main process blocked
+in ``next()``: workers not ready, the hand-over of a worker's batch, or with ``num_workers=0`` the
+fetch and collate themselves. That holds for any loader and any fetcher (Lightning's prefetching
+one, and a ``training_step`` that takes the ``dataloader_iter`` and fetches itself), and nothing
+runs on the device: the batch is on the host, nothing is synchronised. Timing between
+``on_train_batch_end`` and the next ``on_train_batch_start`` instead would count the logging and
+progress-bar work after a step (which waits for the device at every metric read) as data wait. A
+Lightning without those hooks gets that gap timing as a fallback.
+
+Each step's time is from its fetch's start to the next fetch's start, so the epoch's time is the
+training loop's wall time; a gap in which validation ran is left out (its loader is not this one).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import time
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+
+from varlen import notices
+from varlen.batching.telemetry import training_batch_stats
+from varlen.batching.wait_advice import WaitFigures, advice_line, tune_command_line
+
+__all__ = ["DataWait"]
+
+log = logging.getLogger("varlen")
+
+
+class DataWait(pl.Callback):
+    """Logs the training loop's wait for data (see the module docstring for where it is timed).
+
+    Per step, to the loggers every ``log_every_n_steps`` (as Lightning's own step metrics, written
+    straight to them, so no value goes to the device): ``data/wait_ms``, the mean wait per step since
+    the last write. Per epoch, through ``LightningModule.log`` and synced over ranks:
+    ``data/wait_share`` (all ranks' wait over all ranks' training time), ``data/wait_share_max`` (the
+    slowest rank's share: one rank waiting stalls every other at the next collective),
+    ``data/batches_per_s`` and ``data/real_elements_per_s`` (all ranks' batches and real elements over
+    the slowest rank's training time; real elements need a varlen DataModule, or one with
+    ``batch_stats``). :attr:`epochs` keeps them per epoch, the same on every rank.
+
+    When an epoch's slowest-rank share passes ``advise_above``, rank zero logs one line, once per
+    run, on the ``varlen`` logger: the share, the likely cause read from what was measured
+    (:func:`~varlen.batching.wait_advice.read_cause`) and the ``varlen tune`` command to run.
+
+    Args:
+        advise_above: the share of an epoch's time waiting that gets the advice (None: never).
+        command: the command the advice names (default: ``varlen tune`` with this run's ``--config``
+            and ``--data.*`` arguments, read from ``sys.argv``).
+    """
+
+    def __init__(self, advise_above: float | None = 0.10, command: str | None = None) -> None:
+        self.advise_above = advise_above
+        self.command = command
+        self.epochs: list[dict[str, float]] = []
+        self.advice: str | None = None
+        self._advised = False
+        self._loop: Any = None
+        self._reset(time.perf_counter())
+
+    def _reset(self, now: float) -> None:
+        self._epoch_start = now
+        self._first: float | None = None  # the epoch's first fetch
+        self._last_end: float | None = None
+        self._excluded = self._wait = self._step_wait = self._log_wait = 0.0
+        self._first_wait = 0.0
+        self._batches = self._log_steps = 0
+        self._real: float | None = 0.0
+        self._fetching: float | None = None
+        self._fetched = self._validated = False
+        self._fetches = 0
+
+    # -- the fetch, timed by the loop's own hooks ------------------------------------------------
+
+    def _fetch_start(self, now: float) -> None:
+        if self._first is None:
+            self._first = now
+        elif self._validated and self._last_end is not None:
+            self._excluded += now - self._last_end
+        self._validated = False
+        self._fetching = now
+
+    def _fetch_end(self, now: float) -> None:
+        if self._fetching is not None:
+            self._step_wait += now - self._fetching
+            self._fetching, self._fetched = None, True
+            self._fetches += 1
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        loop = trainer.fit_loop.epoch_loop
+        before, after = getattr(loop, "_on_before_fetch", None), getattr(loop, "_on_after_fetch", None)
+        if not (callable(before) and callable(after)):
+            return  # the fallback: timed from the previous step's end (on_train_batch_start)
+
+        def timed_before() -> None:
+            before()
+            self._fetch_start(time.perf_counter())
+
+        def timed_after() -> None:
+            self._fetch_end(time.perf_counter())
+            after()
+
+        loop._on_before_fetch, loop._on_after_fetch = timed_before, timed_after
+        self._loop = loop
+
+    def _unhook(self) -> None:
+        if self._loop is not None:
+            self._loop.__dict__.pop("_on_before_fetch", None)
+            self._loop.__dict__.pop("_on_after_fetch", None)
+            self._loop = None
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._unhook()
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._unhook()
+
+    # -- steps and epochs -------------------------------------------------------------------------
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._reset(time.perf_counter())
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.training or trainer.state.fn == "fit":
+            self._validated = True
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        now = time.perf_counter()
+        if self._loop is None and not self._fetched:  # no fetch hooks: the gap since the last step
+            if self._validated and self._last_end is not None:
+                self._excluded += now - self._last_end
+                self._validated = False
+            else:
+                self._fetch_start(self._epoch_start if self._last_end is None else self._last_end)
+                self._fetch_end(now)
+        if self._first is None:
+            self._first = now
+        stats = training_batch_stats(trainer, batch) if self._real is not None else None
+        self._real = None if stats is None else self._real + stats.real
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        wait, self._step_wait, self._fetched = self._step_wait, 0.0, False
+        if self._batches == 0:
+            self._first_wait = wait
+        self._wait += wait
+        self._batches += 1
+        self._log_wait, self._log_steps = self._log_wait + wait, self._log_steps + 1
+        if _should_log(trainer):
+            metrics = {"data/wait_ms": 1000.0 * self._log_wait / self._log_steps}
+            step = getattr(trainer.fit_loop.epoch_loop, "_batches_that_stepped", trainer.global_step)
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=step)
+            self._log_wait, self._log_steps = 0.0, 0
+        self._last_end = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        served = self._batches > 0 and self._first is not None and self._last_end is not None
+        elapsed = max(self._last_end - self._first - self._excluded, 1e-9) if served else 0.0
+        real = math.nan if self._real is None else self._real
+        local = torch.tensor([self._wait, elapsed, self._batches, real], dtype=torch.float64, device=pl_module.device)
+        every = pl_module.all_gather(local).reshape(-1, len(local)).cpu()  # [ranks, 4]; one row outside DDP
+        wait, times, batches, reals = every[:, 0], every[:, 1], every[:, 2], every[:, 3]
+        if not served or batches.min() == 0:  # every rank gathers (a collective), then a rank without batches stops
+            return
+        if self._loop is not None and self._fetches == 0:
+            notices.warn(
+                "DataWait: the fit loop's fetch hooks never ran this epoch, so no wait was timed (a Lightning "
+                "that fetches otherwise): data/wait_share reads 0"
+            )
+        summary = {
+            "data/wait_share": float(wait.sum() / times.sum()),
+            "data/wait_share_max": float((wait / times).max()),
+            "data/batches_per_s": float(batches.sum() / times.max()),
+        }
+        if not torch.isnan(reals).any():
+            summary["data/real_elements_per_s"] = float(reals.sum() / times.max())
+        self.epochs.append({k.removeprefix("data/"): v for k, v in summary.items()})
+        pl_module.log_dict(summary, on_step=False, on_epoch=True, batch_size=1, sync_dist=False)
+        if self.advise_above is not None and not self._advised and summary["data/wait_share_max"] > self.advise_above:
+            self._advised = True
+            if trainer.is_global_zero:
+                figures = self._figures(trainer, summary)
+                self.advice = advice_line(figures, self.command or tune_command_line(sys.argv))
+                log.warning(self.advice)
+
+    def _figures(self, trainer: pl.Trainer, summary: dict[str, float]) -> WaitFigures:
+        """What the advice reads: this rank's epoch, the loader's settings and this node's cores."""
+        loader = trainer.train_dataloader
+        loader = loader if hasattr(loader, "num_workers") else None
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return WaitFigures.read(
+            epoch=trainer.current_epoch,
+            share=summary["data/wait_share"],
+            share_max=summary["data/wait_share_max"],
+            wait_s=self._wait,
+            elapsed_s=self._last_end - self._first - self._excluded,
+            batches=self._batches,
+            first_wait_s=self._first_wait,
+            loader=loader,
+            devices=int(trainer.num_devices),
+            cores=cores,
+        )
+
+
+def _should_log(trainer: pl.Trainer) -> bool:
+    """Lightning's own rule for writing step metrics (``log_every_n_steps``), as its callbacks read it."""
+    connector = getattr(trainer, "_logger_connector", None)
+    if connector is not None and hasattr(connector, "should_update_logs"):
+        return bool(connector.should_update_logs)
+    every = trainer.log_every_n_steps
+    return bool(every) and (trainer.global_step + 1) % every == 0
