@@ -35,9 +35,20 @@ def run_console(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
 def test_the_help_lists_every_command_on_one_line(args, monkeypatch, capsys) -> None:
     code, out, _ = run_console(monkeypatch, capsys, *args)
     assert code == (0 if args else 2)
-    assert {"fit", "validate", "test", "predict", "inspect", "optimize", "index-sizes"} <= set(cli.COMMANDS)
+    assert {"fit", "validate", "test", "predict", "inspect", "optimize", "index-sizes", "tune"} <= set(cli.COMMANDS)
     for name, command in cli.COMMANDS.items():
         assert re.search(rf"^ +{re.escape(name)} +{re.escape(command.summary)}$", out, re.M), name
+
+
+def test_tune_budget_without_a_device_says_so_and_exits_0(monkeypatch, capsys) -> None:
+    from varlen.tune.budget import NO_DEVICE
+
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    code, out, _ = run_console(
+        monkeypatch, capsys, "tune", "--budget", "--config", str(ROOT / "configs" / "text_bert.yaml")
+    )
+    assert code == 0
+    assert NO_DEVICE.split(";")[0] in out
 
 
 def test_fit_help_opens_with_where_the_arguments_are(monkeypatch, capsys) -> None:

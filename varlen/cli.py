@@ -27,6 +27,7 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -57,6 +58,7 @@ __all__ = [
     "main",
     "optimize_command",
     "quiet",
+    "tune_command",
 ]
 
 #: third-party deprecation warnings a user of varlen can do nothing about (regular expressions)
@@ -246,6 +248,9 @@ def inspect_command(argv: Sequence[str]) -> SplitSummary:
     parser.add_argument("--world-size", type=int, default=1, help="ranks to plan the batches for")
     parser.add_argument("--out", default=None, help="folder for the PNG plots (default: none written)")
     parser.add_argument("--max-batches", type=int, default=None, help="collate at most this many batches")
+    parser.add_argument(
+        "--rate", action="store_true", help="also the training loader's batches/s with the config's own settings"
+    )
     options, rest = parser.parse_known_args(list(argv))
     if options.world_size < 1:
         parser.error("--world-size must be >= 1")
@@ -257,6 +262,10 @@ def inspect_command(argv: Sequence[str]) -> SplitSummary:
     if options.out:
         plot_summary(summary, options.out)
     print("\n".join(summary.lines()), flush=True)
+    if options.rate:  # the config's workers started: at most 200 batches or 5 s
+        from varlen.batching.throughput import loader_rate, loader_settings
+
+        print(loader_rate(dm).line(loader_settings(dm)), flush=True)
     return summary
 
 
@@ -311,6 +320,25 @@ def index_sizes_command(argv: Sequence[str]) -> None:
     print(f"size index written: {folder}", flush=True)
 
 
+def _tune_build(rest: Sequence[str], with_model: bool) -> tuple[Any, Any]:
+    """The config's DataModule set up for fitting, and its model when ``--with-model`` asks (else None)."""
+    made = main(list(rest), run=False, cli_class=VarLenCLI if with_model else DataOnlyCLI)
+    made.datamodule.prepare_data()
+    made.datamodule.setup("fit")
+    return made.datamodule, (made.model if with_model else None)
+
+
+def tune_command(argv: Sequence[str]) -> int:
+    """``varlen tune``: the loader settings (``--budget``: the largest ``max_tokens``) measured on this machine
+    (:mod:`varlen.tune`); exits with its status."""
+    from varlen.tune import tune_command as run
+
+    status = run(argv, _tune_build)
+    if status:
+        sys.exit(status)
+    return status
+
+
 @dataclass(frozen=True)
 class Command:
     """A ``varlen`` command: its line in ``varlen --help``, and what runs it (None: LightningCLI runs the
@@ -329,6 +357,7 @@ COMMANDS: dict[str, Command] = {
     "inspect": Command("A config's batches and padding, without training.", inspect_command),
     "optimize": Command("A config's training split as LitData chunks.", optimize_command),
     "index-sizes": Command("The size index of LitData chunks written elsewhere.", index_sizes_command),
+    "tune": Command("Loader settings measured here; --budget: max_tokens.", tune_command),
 }
 
 
