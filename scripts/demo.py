@@ -7,7 +7,8 @@
 Each scenario runs its shipped YAML through the ``varlen`` CLI (so this is exactly what
 ``varlen fit --config configs/<scenario>.yaml`` does), printing one line per epoch (its
 validation metrics, padding efficiency and samples/s); the final table reports its main
-validation metric, the padding efficiency of its batches and its training throughput.
+validation metric, the padding efficiency of its batches, its training throughput and the share of
+its last epoch's training time spent waiting for data (``DataWait``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ SCENARIOS = {
 
 
 def run(name: str, config: str, metrics: tuple[str, ...], workdir: Path, limits: list[str] = ()) -> dict:
+    from varlen.batching.data_wait import DataWait
     from varlen.batching.telemetry import PaddingTelemetry
     from varlen.cli import main
 
@@ -47,17 +49,20 @@ def run(name: str, config: str, metrics: tuple[str, ...], workdir: Path, limits:
             "--trainer.callbacks+=varlen.progress.EpochProgress",  # a line per epoch instead of a bar
             f"--trainer.callbacks.name={name}",
             f"--trainer.callbacks.metrics=[{', '.join(metrics)}]",
+            "--trainer.callbacks+=varlen.batching.data_wait.DataWait",  # the share of training spent waiting for data
             *limits,
         ]
     )
     telemetry = next(c for c in cli.trainer.callbacks if isinstance(c, PaddingTelemetry))
     last = telemetry.epochs[-1] if telemetry.epochs else {}
+    wait = next(c for c in cli.trainer.callbacks if isinstance(c, DataWait))
     logged = cli.trainer.callback_metrics
     return {
         "scenario": name,
         "metrics": ", ".join(f"{m} {float(logged[m]):.3f}" if m in logged else f"{m} missing" for m in metrics),
         "padding_efficiency": last.get("padding_efficiency", float("nan")),
         "samples_per_s": last.get("samples_per_s", float("nan")),
+        "data_wait": wait.epochs[-1]["wait_share"] if wait.epochs else float("nan"),
         "epochs": cli.trainer.current_epoch,
         "seconds": time.perf_counter() - start,
     }
@@ -83,12 +88,12 @@ def main(argv: list[str] | None = None) -> None:
             print(f"\n=== {name}: varlen fit --config {config}", flush=True)
             rows.append(run(name, config, metrics, Path(tmp), limits))
     print("\n## varlen main job: short training on each embedded default\n")
-    print("| scenario | validation metrics | padding efficiency | train samples/s | epochs | seconds |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| scenario | validation metrics | padding efficiency | train samples/s | data wait | epochs | seconds |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for r in rows:
         print(
             f"| {r['scenario']} | {r['metrics']} | {r['padding_efficiency']:.4f} | "
-            f"{r['samples_per_s']:.1f} | {r['epochs']} | {r['seconds']:.0f} |"
+            f"{r['samples_per_s']:.1f} | {r['data_wait']:.1%} | {r['epochs']} | {r['seconds']:.0f} |"
         )
     sys.stdout.flush()
 

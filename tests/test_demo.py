@@ -27,7 +27,7 @@ def test_unknown_scenario_is_refused(capsys: pytest.CaptureFixture) -> None:
 
 def test_the_demo_runs_every_scenario_end_to_end(capsys: pytest.CaptureFixture, monkeypatch, tmp_path) -> None:
     """The main job's own code path, on two batches of one epoch: a progress line per scenario, and a
-    table row each with its metrics and padding efficiency."""
+    table row each with its metrics, padding efficiency and data wait."""
     monkeypatch.chdir(tmp_path)  # the configs' relative data folders land here
     demo.main(["--max-epochs", "1", "--max-batches", "2"])
     out = capsys.readouterr().out
@@ -37,3 +37,4 @@ def test_the_demo_runs_every_scenario_end_to_end(capsys: pytest.CaptureFixture, 
         (row,) = [r for r in out.splitlines() if r.startswith(f"| {name} |")]
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert "missing" not in cells[1] and 0 < float(cells[2]) <= 1 and float(cells[3]) > 0, row
+        assert cells[4].endswith("%") and 0 <= float(cells[4].rstrip("%")) <= 100, row  # the data wait share
