@@ -224,12 +224,18 @@ def main(args: ArgsType = None, run: bool = True, cli_class: type[VarLenCLI] = V
     return cli
 
 
+def _set_up(rest: Sequence[str], stage: str, cli_class: type[VarLenCLI] = DataOnlyCLI) -> LightningCLI:
+    """The config parsed as ``fit`` parses it, its DataModule prepared and set up for ``stage`` (with
+    :class:`DataOnlyCLI`, no model and no trainer are made)."""
+    made = main(list(rest), run=False, cli_class=cli_class)
+    made.datamodule.prepare_data()
+    made.datamodule.setup(stage)
+    return made
+
+
 def _datamodule(rest: Sequence[str], stage: str):
     """The config's DataModule built and set up as ``fit`` would, with no model and no trainer."""
-    dm = main(list(rest), run=False, cli_class=DataOnlyCLI).datamodule
-    dm.prepare_data()
-    dm.setup(stage)
-    return dm
+    return _set_up(rest, stage).datamodule
 
 
 def inspect_command(argv: Sequence[str]) -> SplitSummary:
@@ -322,9 +328,7 @@ def index_sizes_command(argv: Sequence[str]) -> None:
 
 def _tune_build(rest: Sequence[str], with_model: bool) -> tuple[Any, Any]:
     """The config's DataModule set up for fitting, and its model when ``--with-model`` asks (else None)."""
-    made = main(list(rest), run=False, cli_class=VarLenCLI if with_model else DataOnlyCLI)
-    made.datamodule.prepare_data()
-    made.datamodule.setup("fit")
+    made = _set_up(rest, "fit", VarLenCLI if with_model else DataOnlyCLI)
     return made.datamodule, (made.model if with_model else None)
 
 
