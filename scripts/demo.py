@@ -49,7 +49,6 @@ def run(name: str, config: str, metrics: tuple[str, ...], workdir: Path, limits:
             "--trainer.callbacks+=varlen.progress.EpochProgress",  # a line per epoch instead of a bar
             f"--trainer.callbacks.name={name}",
             f"--trainer.callbacks.metrics=[{', '.join(metrics)}]",
-            "--trainer.callbacks+=varlen.batching.data_wait.DataWait",  # the share of training spent waiting for data
             *limits,
         ]
     )

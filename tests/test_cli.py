@@ -11,6 +11,7 @@ import pytest
 import varlen.datamodules
 import varlen.models
 from varlen import cli
+from varlen.batching.data_wait import DataWait
 from varlen.errors import DatasetNotFoundError
 from varlen.paths import expand_data_paths, with_data_hint
 from varlen.progress import EpochProgress
@@ -142,6 +143,22 @@ def test_without_varlen_data_the_folder_beside_the_checkout_is_used(monkeypatch)
     )
     elsewhere = DatasetNotFoundError("a table", "/elsewhere/a.tsv", "fetch it")  # not the data folder's: no hint
     assert with_data_hint(elsewhere) == str(elsewhere)
+
+
+@pytest.mark.parametrize("off", [False, True], ids=["default", "--data_wait=false"])
+def test_fit_times_the_wait_for_data_unless_told_not_to(off, tmp_path, capsys) -> None:
+    trainer = fit(tmp_path, *(["--data_wait=false"] if off else [])).trainer
+    waits = [c for c in trainer.callbacks if isinstance(c, DataWait)]
+    lines = [m.group(0) for m in re.finditer(r"^epoch \d+/2: .*$", capsys.readouterr().out, re.M)]
+    assert len(lines) == 2
+    if off:
+        assert not waits and not any("waiting" in line for line in lines)
+        return
+    (wait,) = waits
+    assert [e["epoch"] for e in wait.epochs] == [0, 1]
+    for line, epoch in zip(lines, wait.epochs, strict=True):  # the line shows the epoch's own share
+        assert f"waiting {epoch['wait_share']:.1%}" in line
+    assert "data/wait_share" in trainer.callback_metrics
 
 
 def test_a_config_chooses_the_metrics_of_its_epoch_lines(tmp_path) -> None:

@@ -37,6 +37,7 @@ from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCL
 import varlen.datamodules
 import varlen.models
 from varlen._extras import MissingExtraError
+from varlen.batching.data_wait import DataWait
 from varlen.cli_help import HelpFormatter, main_parser_kwargs, subcommand_parser_kwargs
 from varlen.datamodules.base import LINKED
 from varlen.errors import DataError
@@ -160,6 +161,14 @@ class VarLenCLI(LightningCLI):
             "(varlen.progress.EpochProgress). true: every val/ metric; a list: those metrics; false: no line. "
             "An EpochProgress listed in trainer.callbacks replaces it.",
         )
+        parser.add_argument(
+            "--data_wait",
+            type=bool,
+            default=True,
+            help="Time the training loop's wait for data (varlen.batching.data_wait.DataWait): data/wait_ms per "
+            "step, data/wait_share per epoch (also in the epoch line), and one line of advice when the share "
+            "passes 10%%. false: off. A DataWait listed in trainer.callbacks replaces it.",
+        )
 
     def before_instantiate_classes(self) -> None:
         """``${VARLEN_DATA}`` in a data argument becomes the data folder (:func:`varlen.paths.data_root`)."""
@@ -170,12 +179,17 @@ class VarLenCLI(LightningCLI):
                 data[key] = expanded
 
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
-        """The Trainer with one :class:`EpochProgress` (of the metrics ``--epoch_lines`` lists; none when it
-        is false), and without Lightning's progress bar when stdout is no terminal, unless
-        ``trainer.enable_progress_bar`` is set: its redraws (carriage returns) would fill a log with partial lines."""
+        """The Trainer with one :class:`DataWait` (none when ``--data_wait`` is false), one
+        :class:`EpochProgress` (of the metrics ``--epoch_lines`` lists; none when it is false), and without
+        Lightning's progress bar when stdout is no terminal, unless ``trainer.enable_progress_bar`` is
+        set: its redraws (carriage returns) would fill a log with partial lines."""
         settings = {**self._get(self.config_init, "trainer", default={}), **kwargs}
         callbacks = settings.get("callbacks") or []
         callbacks = list(callbacks) if isinstance(callbacks, list | tuple) else [callbacks]
+        if self._get(self.config, "data_wait", default=True) is False:
+            callbacks = [c for c in callbacks if not isinstance(c, DataWait)]
+        elif not any(isinstance(c, DataWait) for c in callbacks):
+            callbacks.append(DataWait())  # before an EpochProgress added below: its line shows the epoch's share
         lines = self._get(self.config, "epoch_lines", default=True)
         if lines is False:
             callbacks = [c for c in callbacks if not isinstance(c, EpochProgress)]

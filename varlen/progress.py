@@ -3,7 +3,9 @@
 Lightning's progress bar redraws a line many times a second, which is unreadable in a log (the CLI
 shows it on a terminal only). This callback prints one line when an epoch ends (after its
 validation): the epoch, the chosen metrics, the padding efficiency of the epoch's training batches
-and the training samples per second (data loading included). ``varlen fit`` adds one unless
+the training samples per second (data loading included) and, where a
+:class:`~varlen.batching.data_wait.DataWait` listed before it timed the epoch, the share of it spent
+waiting for data. ``varlen fit`` adds one (after its DataWait) unless
 ``--epoch_lines=false``; a progress bar that shows prints the line above itself, not inside it.
 Plain text: no terminal codes.
 """
@@ -22,7 +24,8 @@ __all__ = ["EpochProgress"]
 
 
 class EpochProgress(pl.Callback):
-    """Prints ``<name> epoch 2/6: val/loss 0.41 | padding 0.981 | 2,904 samples/s | 3.1 s`` per epoch.
+    """Prints ``<name> epoch 2/6: val/loss 0.41 | padding 0.981 | 2,904 samples/s | waiting 2.1% | 3.1 s``
+    per epoch.
 
     Args:
         metrics: logged metrics to show (default: every ``val/`` metric that was logged).
@@ -55,6 +58,9 @@ class EpochProgress(pl.Callback):
         if self._padded:
             parts.append(f"padding {self._real / self._padded:.3f}")
         parts.append(f"{self._samples / elapsed:,.0f} samples/s")
+        waited = _wait_share(trainer)
+        if waited is not None:
+            parts.append(f"waiting {waited:.1%}")
         parts.append(f"{elapsed:.1f} s")
         epochs = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
         prefix = f"{self.name} " if self.name else ""
@@ -64,3 +70,14 @@ class EpochProgress(pl.Callback):
             bar.print(line)
         else:
             print(line, flush=True)
+
+
+def _wait_share(trainer: pl.Trainer) -> float | None:
+    """This epoch's data-wait share from a DataWait that ran its epoch end before this callback's, if any."""
+    from varlen.batching.data_wait import DataWait  # data_wait imports telemetry, as this module does
+
+    for callback in trainer.callbacks:
+        last = callback.epochs[-1] if isinstance(callback, DataWait) and callback.epochs else {}
+        if last.get("epoch") == trainer.current_epoch:
+            return last["wait_share"]
+    return None

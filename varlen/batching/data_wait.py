@@ -188,7 +188,7 @@ class DataWait(pl.Callback):
         }
         if not torch.isnan(reals).any():
             summary["data/real_elements_per_s"] = float(reals.sum() / times.max())
-        self.epochs.append({k.removeprefix("data/"): v for k, v in summary.items()})
+        self.epochs.append({"epoch": trainer.current_epoch} | {k.removeprefix("data/"): v for k, v in summary.items()})
         pl_module.log_dict(summary, on_step=False, on_epoch=True, batch_size=1, sync_dist=False)
         if self.advise_above is not None and not self._advised and summary["data/wait_share_max"] > self.advise_above:
             self._advised = True

@@ -241,7 +241,7 @@ def _measure_all(dm: Any, points: list, limits: dict[str, Any], model: Any, run:
 def _failed(error: Exception, limit: float) -> LoaderRate:
     said = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
     if "gave no batch in" in said or "timed out" in said:
-        said = f"pruned: a batch took over {limit:.1f} s"
+        said = f"pruned: a batch took over {limit:.2g} s"
     else:
         said = f"failed: {type(error).__name__}: {said}"[:120]
     return LoaderRate(math.nan, 0, math.nan, None, math.nan, said)
