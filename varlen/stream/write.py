@@ -7,7 +7,9 @@ order and ``index.json`` lists the chunks in sample order: the size index is the
 ``sampler_lengths`` cut by the chunks' item counts, with no second pass over the data. A few
 items are decoded afterwards to check that order (a LitData that ordered them otherwise is refused).
 The DataModule's data state (classes, tokenizer, statistics...) is saved beside the size index, so
-that a DataModule of other settings reading the chunks is refused (:func:`written_state`).
+that a DataModule of other settings reading the chunks is refused (:func:`written_state`), and so is
+what a weighted draw needs (:mod:`varlen.stream.draw_index`): each sample's class where the DataModule
+has classes, and its weight columns' values (its ``sample_weights`` column, and any ``weight_columns``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from varlen.batching.plan import as_size_matrix
 from varlen.cache import atomic_write
 from varlen.errors import DataError
 from varlen.stream.chunks import INDEX_JSON, ChunkList, local_folder
+from varlen.stream.draw_index import draw_values, write_draw_table
 from varlen.stream.engine import litdata
 from varlen.stream.size_index import FOLDER, write_size_index
 
@@ -58,13 +61,23 @@ class Written:
     chunks: int
     nbytes: int
     axes: tuple[str, ...]
+    #: classes written beside the size index (-1: none, the DataModule has no classes)
+    classes: int = -1
+    #: weight columns written beside the size index
+    weight_columns: tuple[str, ...] = ()
 
     def lines(self) -> list[str]:
-        return [
+        lines = [
             f"wrote {self.samples} samples in {self.chunks} LitData chunks, {self.nbytes / 2**20:.2f} MiB: "
             f"{self.output / INDEX_JSON}",
             f"size index ({', '.join(self.axes)}; per chunk: sizes, histograms): {self.output / FOLDER}",
         ]
+        drawn = ([f"classes ({self.classes})"] if self.classes >= 0 else []) + [
+            f"weight column {column!r}" for column in self.weight_columns
+        ]
+        if drawn:
+            lines.append(f"for weighted draws, per sample: {', '.join(drawn)}")
+        return lines
 
 
 def write_split(
@@ -75,12 +88,15 @@ def write_split(
     chunk_bytes: int | str = "64MB",
     num_workers: int | None = None,
     start_method: str | None = None,
+    weight_columns: tuple[str, ...] = (),
 ) -> Written:
     """Write ``split`` of a set-up DataModule to the new folder ``output`` as LitData chunks, and its size index.
 
     Args:
         chunk_bytes, num_workers, start_method: ``litdata.optimize``'s (None: LitData's defaults; its
             writers receive the dataset pickled, which carries its file paths, not its data).
+        weight_columns: weight columns to write beside the size index besides the DataModule's own
+            ``sample_weights`` column (each read by its ``weight_column``), for draws by another column.
 
     Raises:
         DataError: ``output`` already holds a dataset, LitData's workers wrote nothing, or the chunks
@@ -95,6 +111,7 @@ def write_split(
     sizes = as_size_matrix(datamodule.sampler_lengths(dataset))
     if len(sizes) != len(dataset):
         raise DataError(f"{type(datamodule).__name__}: {len(sizes)} sizes for {len(dataset)} {split} samples")
+    labels, weights = draw_values(datamodule, dataset, weight_columns)  # read (and checked) before writing
     litdata().optimize(
         fn=SampleItems(dataset),
         inputs=list(range(len(dataset))),
@@ -117,9 +134,11 @@ def write_split(
     check_order(output, len(dataset))
     axes = tuple(datamodule.size_axes)
     folder = write_size_index(output, sizes, axes, chunks=chunks)
+    write_draw_table(output, sizes, labels, weights, chunks=chunks)
     state = json.dumps(datamodule.plain_data_state(), indent=1, sort_keys=True)
     atomic_write(folder / DATA_STATE, lambda tmp: tmp.write_text(state))
-    return Written(output, len(dataset), len(chunks), int(chunks.nbytes.sum()), axes)
+    classes = -1 if labels is None else int(np.max(labels, initial=-1)) + 1
+    return Written(output, len(dataset), len(chunks), int(chunks.nbytes.sum()), axes, classes, tuple(weights))
 
 
 def written_state(folder: str | Path) -> dict[str, Any] | None:
