@@ -300,6 +300,12 @@ def optimize_command(argv: Sequence[str]) -> None:
     parser.add_argument("--chunk-bytes", default="64MB", help="bytes per chunk, e.g. 64MB (default) or 1000000")
     parser.add_argument("--num-workers", type=int, default=None, help="LitData writer processes (default: its own)")
     parser.add_argument(
+        "--weight-columns",
+        default="",
+        help="weight columns to write for weighted draws besides the config's "
+        "sample_weights column, comma-separated (each sample's value, beside the size index)",
+    )
+    parser.add_argument(
         "--start-method",
         default=None,
         choices=multiprocessing.get_all_start_methods(),
@@ -312,8 +318,14 @@ def optimize_command(argv: Sequence[str]) -> None:
     from varlen.stream.write import write_split
 
     dm = _datamodule(rest, "fit")
+    columns = tuple(c.strip() for c in options.weight_columns.split(",") if c.strip())
     written = write_split(
-        dm, options.output, chunk_bytes=chunk_bytes, num_workers=options.num_workers, start_method=options.start_method
+        dm,
+        options.output,
+        chunk_bytes=chunk_bytes,
+        num_workers=options.num_workers,
+        start_method=options.start_method,
+        weight_columns=columns,
     )
     print("\n".join(written.lines()), flush=True)
 
@@ -328,15 +340,37 @@ def index_sizes_command(argv: Sequence[str]) -> None:
     parser.add_argument("dir", help="the LitData dataset folder (holds index.json)")
     parser.add_argument("--size-fn", required=True, help="module:function giving one item's size(s)")
     parser.add_argument("--axes", default=None, help="names of the size axes, comma-separated (default: size)")
+    parser.add_argument(
+        "--label-fn",
+        default=None,
+        help="module:function giving one item's class id (-1 or None: no label), for "
+        "sample_weights: balanced on these chunks",
+    )
+    parser.add_argument(
+        "--weight-fn",
+        action="append",
+        default=[],
+        metavar="COLUMN=MODULE:FUNCTION",
+        help="a weight column for sample_weights: COLUMN on these chunks, from one item's weight (repeatable)",
+    )
     options = parser.parse_args(list(argv))
     from varlen.stream.index_sizes import index_sizes, resolve_size_fn
 
+    weight_fns = {}
     try:
         size_fn = resolve_size_fn(options.size_fn)
+        label_fn = resolve_size_fn(options.label_fn, "--label-fn") if options.label_fn else None
+        for spec in options.weight_fn:
+            column, _, function = spec.partition("=")
+            if not column or not function:
+                raise ValueError(f"--weight-fn {spec!r}: give COLUMN=module:function")
+            weight_fns[column] = resolve_size_fn(function, "--weight-fn")
     except ValueError as error:
         parser.error(str(error))
     axes = [a.strip() for a in options.axes.split(",")] if options.axes else None
-    folder = index_sizes(options.dir, size_fn, axes=axes, name=options.size_fn)
+    folder = index_sizes(
+        options.dir, size_fn, axes=axes, name=options.size_fn, label_fn=label_fn, weight_fns=weight_fns
+    )
     print(f"size index written: {folder}", flush=True)
 
 

@@ -5,13 +5,19 @@ size function the user names (``module:function``: one item -> an int, or a tupl
 budget axis) gives each item's sizes. A function that fails, or a size that is not a whole number
 from 0 to 2**31 - 1 with as many axes as the first item's, stops the pass with a DataError naming
 the chunk and the item.
+
+Optionally, what a weighted draw needs is written beside it in the same pass
+(:mod:`varlen.stream.draw_index`): a label function (one item -> its class id, an int >= 0, or -1 /
+None for no label) for ``sample_weights: balanced``, and weight functions (one item -> a number
+>= 0), one per weight column they are named by. Without them no draw sidecar is written (an old one
+is removed), and a weighted streamed split is refused naming these options.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
-from numbers import Integral
+from collections.abc import Callable, Mapping, Sequence
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +25,7 @@ import numpy as np
 
 from varlen.errors import DataError
 from varlen.stream.chunks import ChunkList, local_folder
+from varlen.stream.draw_index import write_draw_table
 from varlen.stream.engine import litdata
 from varlen.stream.size_index import write_size_index
 
@@ -27,7 +34,7 @@ __all__ = ["index_sizes", "resolve_size_fn"]
 _INT32_MAX = np.iinfo(np.int32).max
 
 
-def resolve_size_fn(spec: str) -> Callable[[Any], Any]:
+def resolve_size_fn(spec: str, option: str = "--size-fn") -> Callable[[Any], Any]:
     """The function named ``module:function`` (``module:Class.method`` too).
 
     Raises:
@@ -35,15 +42,15 @@ def resolve_size_fn(spec: str) -> Callable[[Any], Any]:
     """
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise ValueError(f"--size-fn {spec!r}: give module:function, e.g. mypackage.sizes:tokens")
+        raise ValueError(f"{option} {spec!r}: give module:function, e.g. mypackage.sizes:tokens")
     try:
         found: Any = importlib.import_module(module_name)
         for part in attribute.split("."):
             found = getattr(found, part)
     except (ImportError, AttributeError) as error:
-        raise ValueError(f"--size-fn {spec!r}: {error}") from error
+        raise ValueError(f"{option} {spec!r}: {error}") from error
     if not callable(found):
-        raise ValueError(f"--size-fn {spec!r} is a {type(found).__name__}, not a function")
+        raise ValueError(f"{option} {spec!r} is a {type(found).__name__}, not a function")
     return found
 
 
@@ -56,8 +63,30 @@ def _as_sizes(value: Any) -> tuple[int, ...] | None:
     return out if all(0 <= v <= _INT32_MAX for v in out) else None
 
 
+def _as_label(value: Any) -> int | None:
+    """A label function's result as a class id (-1: none), or None when it is not one."""
+    if value is None:
+        return -1
+    if isinstance(value, (Integral, np.integer)) and not isinstance(value, bool) and -1 <= int(value) <= _INT32_MAX:
+        return int(value)
+    return None
+
+
+def _as_weight(value: Any) -> float | None:
+    """A weight function's result as a float, or None when it is not a finite number >= 0."""
+    if isinstance(value, (Real, np.number)) and not isinstance(value, bool) and np.isfinite(value) and value >= 0:
+        return float(value)
+    return None
+
+
 def index_sizes(
-    dataset_dir: str | Path, size_fn: Callable[[Any], Any], *, axes: Sequence[str] | None = None, name: str = ""
+    dataset_dir: str | Path,
+    size_fn: Callable[[Any], Any],
+    *,
+    axes: Sequence[str] | None = None,
+    name: str = "",
+    label_fn: Callable[[Any], Any] | None = None,
+    weight_fns: Mapping[str, Callable[[Any], Any]] | None = None,
 ) -> Path:
     """Read every item of the LitData dataset in ``dataset_dir`` once and write its size index.
 
@@ -66,10 +95,12 @@ def index_sizes(
         size_fn: one item -> its size (int) or sizes (tuple of ints, one per axis).
         axes: names of the axes (default ``size``, or ``size0, size1, ...``).
         name: how to name ``size_fn`` in the rebuild command (``module:function``).
+        label_fn: one item -> its class id (int >= 0; -1 or None: no label), for ``balanced`` draws.
+        weight_fns: weight column name -> one item -> its weight (a finite number >= 0).
 
     Raises:
-        DataError: naming the chunk and the item where ``size_fn`` failed or gave a bad size, or a
-            dataset whose items are not those its ``index.json`` lists.
+        DataError: naming the chunk and the item where ``size_fn``, ``label_fn`` or a weight function
+            failed or gave a bad value, or a dataset whose items are not those its ``index.json`` lists.
     """
     dataset_dir = local_folder(dataset_dir)
     chunks = ChunkList.read(dataset_dir)
@@ -79,6 +110,9 @@ def index_sizes(
     chunk_of = np.repeat(np.arange(len(chunks)), chunks.samples)
     first = np.cumsum(chunks.samples) - chunks.samples
     sizes: np.ndarray | None = None
+    weight_fns = dict(weight_fns or {})
+    labels = np.full(total, -1, np.int64) if label_fn is not None else None
+    weights = {column: np.zeros(total) for column in weight_fns}
     count = 0
     for count, item in enumerate(litdata().StreamingDataset(str(dataset_dir), shuffle=False)):
         if count >= total:
@@ -97,9 +131,29 @@ def index_sizes(
             wanted = "a whole number" if sizes is None or sizes.shape[1] == 1 else f"{sizes.shape[1]} whole numbers"
             raise DataError(f"{where}: the size function gave {value!r}, not {wanted} from 0 to {_INT32_MAX}")
         sizes[count] = found
+        if label_fn is not None:
+            labels[count] = _drawn(where, "label function", label_fn, item, _as_label, "a class id >= 0 or -1 / None")
+        for column, weight_fn in weight_fns.items():
+            weights[column][count] = _drawn(
+                where, f"weight function of {column!r}", weight_fn, item, _as_weight, "a finite number >= 0"
+            )
     read = count + 1 if sizes is not None else 0
     if sizes is None or read != total:
         raise DataError(f"{dataset_dir}: read {read} items, its index.json lists {total}")
     dims = sizes.shape[1]
     axes = tuple(axes) if axes else (("size",) if dims == 1 else tuple(f"size{d}" for d in range(dims)))
-    return write_size_index(dataset_dir, sizes, axes, chunks=chunks, size_fn=name or None)
+    folder = write_size_index(dataset_dir, sizes, axes, chunks=chunks, size_fn=name or None)
+    write_draw_table(dataset_dir, sizes, labels, weights, chunks=chunks)
+    return folder
+
+
+def _drawn(where: str, what: str, fn: Callable[[Any], Any], item: Any, parse: Callable[[Any], Any], wanted: str) -> Any:
+    """``fn(item)`` parsed, or a DataError naming ``where`` (the chunk and item) and ``what`` failed."""
+    try:
+        value = fn(item)
+    except Exception as error:
+        raise DataError(f"{where}: the {what} failed: {error!r}") from error
+    found = parse(value)
+    if found is None:
+        raise DataError(f"{where}: the {what} gave {value!r}, not {wanted}")
+    return found
