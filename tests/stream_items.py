@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["failing_size", "item_sizes", "make_item", "negative_size", "rows_of"]
+__all__ = ["bad_label", "failing_size", "item_sizes", "label_of", "make_item", "negative_size", "rows_of", "weight_of"]
 
 
 def rows_of(i: int) -> int:
@@ -33,3 +33,16 @@ def failing_size(item: dict) -> int:
 
 def negative_size(item: dict) -> int:
     return -1 if item["index"] == 13 else len(item["tokens"])
+
+
+def label_of(item: dict) -> int | None:
+    """Item ``i``'s class: ``i % 3``, none (None) for every seventh item."""
+    return None if item["index"] % 7 == 0 else item["index"] % 3
+
+
+def weight_of(item: dict) -> float:
+    return 0.5 + item["index"] % 4
+
+
+def bad_label(item: dict) -> int:
+    return -2 if item["index"] == 13 else 0
