@@ -28,6 +28,7 @@ import varlen.stream.store as store
 from varlen.cache import default_cache_dir
 from varlen.errors import DataError
 from varlen.stream.chunks import INDEX_JSON, ChunkList, parse_index_json
+from varlen.stream.draw_index import DRAW, DRAW_TOTALS
 from varlen.stream.engine import litdata
 from varlen.stream.size_index import FOLDER, HISTOGRAMS, SIZES
 from varlen.stream.write import DATA_STATE
@@ -36,7 +37,10 @@ __all__ = ["StreamSource"]
 
 #: the files beside the chunks that a rank reads itself (the data state is optional: index-sizes writes none)
 INDEX_FILES = (f"{FOLDER}/{SIZES}", f"{FOLDER}/{HISTOGRAMS}")
-OPTIONAL_FILES = (f"{FOLDER}/{DATA_STATE}",)
+#: fetched where the store has them: the writer's data state, each sample's class and weights (weighted draws)
+OPTIONAL_FILES = (f"{FOLDER}/{DATA_STATE}", f"{FOLDER}/{DRAW}", f"{FOLDER}/{DRAW_TOTALS}")
+#: files fetched again only when the store's stamp changed (large ones; a missing one has none)
+STAMPED = (*INDEX_FILES, f"{FOLDER}/{DRAW}", f"{FOLDER}/{DRAW_TOTALS}")
 KEYS = ("url", "storage_options", "cache_dir", "timeout")
 #: what identified each fetched index file in the store (:func:`varlen.stream.store.stamp`), beside the copy
 STAMPS = "stamps.json"
@@ -131,7 +135,7 @@ class StreamSource:
         kept, stamps = _read_stamps(folder), {}
         for name in INDEX_FILES + OPTIONAL_FILES:
             remote = f"{self.url.rstrip('/')}/{name}"
-            stamp = store.stamp(remote, self.options, self.timeout) if name in INDEX_FILES else None
+            stamp = store.stamp(remote, self.options, self.timeout) if name in STAMPED else None
             if stamp is not None and stamp == kept.get(name) and (folder / name).is_file():
                 stamps[name] = stamp  # the store's file is the copy's
                 continue
