@@ -25,7 +25,8 @@ def chunks_of(seed: int, samples: int, chunks: int, top: int = 3000) -> list[np.
 @pytest.fixture(scope="module")
 def sources() -> list[ArraySizeIndex]:
     """Three sources of 12,000, 1,500 and 200 samples."""
-    return [ArraySizeIndex.from_sizes(chunks_of(s, n, k)) for s, (n, k) in enumerate([(12000, 24), (1500, 6), (200, 2)])]
+    shapes = [(12000, 24), (1500, 6), (200, 2)]
+    return [ArraySizeIndex.from_sizes(chunks_of(s, n, k)) for s, (n, k) in enumerate(shapes)]
 
 
 def sizes_of(indexes) -> np.ndarray:
