@@ -281,7 +281,7 @@ def test_a_missing_chunk_and_settings_a_stream_cannot_serve_are_refused(text_str
     sample = first + 1
     with pytest.raises(DataError, match=rf"chunk 2 \({index.chunks.names[2]}\), item 0 \(sample {first}\) could not"):
         dm.dataset("train")[sample]
-    with pytest.raises(ValueError, match=r"stream and sources cannot be combined yet"):
+    with pytest.raises(ValueError, match=r"source\(s\) \[.more.\] do not: streamed and in-memory sources"):
         text_dm(text_stream, sources=[{"name": "more", "synthetic_samples": 40}])
     with pytest.raises(ValueError, match=r"stream needs shuffle=True"):
         text_dm(text_stream, shuffle=False)

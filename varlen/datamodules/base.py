@@ -197,7 +197,7 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
         self.other_sources = check_sources(sources, owner)
         self.source_weights = check_source_weights(source_weights, owner)
         self.mix = check_mix(mix, owner)
-        self.stream = check_stream(stream, owner, bool(self.other_sources), shuffle)
+        self.stream = check_stream(stream, owner, self.other_sources, shuffle)
         # the subclass's own arguments (linked ones included): what a source's DataModule starts from
         self._arguments = self._init_arguments(inspect.currentframe()) if self.other_sources else {}
         self._source_modules: dict[str, VarLenDataModule] | None = None
@@ -312,9 +312,9 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
             raise TypeError(f"{type(self).__name__}.build() must return datasets by split, got {type(built).__name__}")
         if self.collate_fn is None:
             self.collate_fn = PadCollate(self.ragged_keys, pad_to_multiple_of=self.pad_to_multiple_of)
+        if self.stream is not None:  # the training split from the stream (mixed with the sources'); val / test as built
+            built = {**built, "train": streamed_train(self)}
         datasets = self._mix_sources(dict(built), stage)
-        if self.stream is not None:  # the training split from the stream; val / test as built
-            datasets["train"] = streamed_train(self)
         for split, dataset in datasets.items():
             if not (split == "train" and self.stream is not None):  # a stream's sizes are its size index's
                 check_split(self, split, dataset)

@@ -14,11 +14,14 @@ its arguments (a class imported later is not recorded, and Lightning cannot rebu
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from varlen.datasets.mixture import SourceMixture
 from varlen.errors import DataError
 from varlen.stream.dataset import StreamedDataset
 from varlen.stream.engine import check_litdata
+from varlen.stream.mixture_sampler import StreamMixtureSampler  # imported with the base: see the module docstring
 from varlen.stream.plan import WINDOW_BATCHES
 from varlen.stream.sampler import StreamBatchSampler  # imported with the base: see the module docstring
 from varlen.stream.source import StreamSource
@@ -28,18 +31,33 @@ __all__ = ["check_stream", "stream_sampler", "streamed_train"]
 
 
 def check_stream(
-    stream: str | dict[str, Any] | None, owner: str, sources: bool = False, shuffle: bool = True
+    stream: str | dict[str, Any] | None,
+    owner: str,
+    sources: Sequence[tuple[str, Mapping[str, Any]]] = (),
+    shuffle: bool = True,
 ) -> StreamSource | None:
     """``stream`` as a :class:`~varlen.stream.source.StreamSource`, refused now (not at ``setup``)
-    where it cannot work (see :meth:`StreamSource.parse`).
+    where it cannot work (see :meth:`StreamSource.parse`). With other ``sources`` (``(name, arguments)``),
+    every source streams (each its own ``stream``) or none does.
 
     Raises:
-        ValueError: a bad ``stream``, or one with other ``sources`` or without shuffling.
+        ValueError: a bad ``stream``, a mixture of streamed and in-memory sources (naming them), or a
+            stream without shuffling.
     """
+    streamed = [name for name, arguments in sources if arguments.get("stream") is not None]
+    in_memory = [name for name, arguments in sources if arguments.get("stream") is None]
     if stream is None:
+        if streamed:
+            raise ValueError(
+                f"{owner}: source(s) {streamed} stream but the main source does not: streamed and in-memory "
+                "sources cannot be mixed; give every source a stream (varlen optimize writes one), or none"
+            )
         return None
-    if sources:
-        raise ValueError(f"{owner}: stream and sources cannot be combined yet (the stream is the training split)")
+    if in_memory:
+        raise ValueError(
+            f"{owner}: the main source streams but source(s) {in_memory} do not: streamed and in-memory sources "
+            "cannot be mixed; give each its own stream (varlen optimize writes one)"
+        )
     if not shuffle:
         raise ValueError(f"{owner}: stream needs shuffle=True (the streamed plan orders every epoch by seed and epoch)")
     return StreamSource.parse(stream, owner)
@@ -105,8 +123,11 @@ def stream_sampler(dm: Any, num_replicas: int | None, rank: int | None) -> Any:
             f"{type(dm).__name__}: a streamed split is planned on one size axis, max_tokens is {spec.max_tokens}"
         )
     max_tokens = None if spec.max_tokens is None else spec.max_tokens[0]
+    dataset = dm.dataset("train")
+    if isinstance(dataset, SourceMixture):
+        return _mixture_sampler(dm, dataset, spec, max_tokens, num_replicas, rank)
     return StreamBatchSampler(
-        dm.dataset("train").index_dir,  # the local copy of a store's index
+        dataset.index_dir,  # the local copy of a store's index
         batch_size=spec.batch_size,
         max_tokens=max_tokens,
         cost=dm.sampler_cost,
@@ -119,3 +140,29 @@ def stream_sampler(dm: Any, num_replicas: int | None, rank: int | None) -> Any:
         rank=rank,
         state=dm.resume_position(),
     )
+
+
+def _mixture_sampler(dm: Any, mixture: SourceMixture, spec: Any, max_tokens: int | None, num_replicas, rank) -> Any:
+    """The training batch sampler of streamed sources (:class:`StreamMixtureSampler`): each source's
+    folder, the sources' names, ``source_weights`` and ``mix``; what each source serves of the first
+    epoch goes in the report (``drawn``)."""
+    sampler = StreamMixtureSampler(
+        [part.index_dir for part in mixture.parts],
+        names=list(mixture.names),
+        source_weights=dm.source_weights,
+        mix=dm.mix,
+        batch_size=spec.batch_size,
+        max_tokens=max_tokens,
+        cost=dm.sampler_cost,
+        max_batch_size=spec.max_batch_size,
+        pad_to_multiple_of=dm.pad_to_multiple_of if dm.sampler_rounds_sizes else None,
+        seed=dm.seed,
+        window_batches=dm.stream_window_batches or WINDOW_BATCHES,
+        lanes=max(1, dm.num_workers),
+        num_replicas=num_replicas,
+        rank=rank,
+        state=dm.resume_position(),
+    )
+    drawn = sampler.plan.draw(sampler.plan.epoch).source_samples
+    dm.report.draw("train", dict(zip(mixture.names, drawn.astype(float).tolist(), strict=True)))
+    return sampler

@@ -20,18 +20,46 @@ class ArraySizeIndex:
 
     edges = SIZE_GRID
 
-    def __init__(self, chunks: Sequence[np.ndarray], histograms: np.ndarray, key: str) -> None:
+    def __init__(
+        self,
+        chunks: Sequence[np.ndarray],
+        histograms: np.ndarray,
+        key: str,
+        weights: Sequence[np.ndarray] | None = None,
+    ) -> None:
         self._chunks = list(chunks)
         self._histograms = histograms
         self.key = key
+        self._weights = None if weights is None else [np.asarray(w, np.float64) for w in weights]
+        if self._weights is not None and [len(w) for w in self._weights] != [len(c) for c in self._chunks]:
+            raise ValueError("weights must be one array per chunk, one weight per sample")
 
     @classmethod
-    def from_sizes(cls, chunks: Sequence[Sequence[int] | np.ndarray]) -> ArraySizeIndex:
-        """An index of ``chunks``: one array of sizes (``[n]`` or ``[n, D]``) per chunk."""
+    def from_sizes(
+        cls, chunks: Sequence[Sequence[int] | np.ndarray], weights: Sequence[Sequence[float]] | None = None
+    ) -> ArraySizeIndex:
+        """An index of ``chunks``: one array of sizes (``[n]`` or ``[n, D]``) per chunk; ``weights``: each
+        chunk's per-sample draw weights (the weighted-index protocol: :meth:`weights`,
+        :meth:`weight_histograms`)."""
         arrays = [np.asarray(c, dtype=np.int64) for c in chunks]
         arrays = [as_size_matrix(a[:, None] if a.ndim == 1 else a).astype(np.int32) for a in arrays]
         histograms = grid_counts(np.concatenate(arrays), np.array([len(a) for a in arrays]))
-        return cls(arrays, histograms, array_hash(histograms, *arrays)[:24])
+        key = array_hash(histograms, *arrays, *([np.concatenate(weights)] if weights is not None else []))[:24]
+        return cls(arrays, histograms, key, weights)
+
+    def weights(self, chunk: int) -> np.ndarray | None:
+        """Chunk ``chunk``'s per-sample draw weights ``[n]`` float64 (None: an unweighted index)."""
+        return None if self._weights is None else self._weights[chunk]
+
+    def weight_histograms(self, axis: int = 0) -> np.ndarray | None:
+        """``[chunks, bins]`` float64: each chunk's draw weights summed per grid bin of its sizes on ``axis``
+        (the grid of :meth:`histograms`); None: an unweighted index."""
+        if self._weights is None:
+            return None
+        out = np.zeros((len(self._chunks), len(self.edges)), np.float64)
+        for c, (sizes, weights) in enumerate(zip(self._chunks, self._weights, strict=True)):
+            out[c] = np.bincount(np.searchsorted(self.edges, sizes[:, axis]), weights, minlength=len(self.edges))
+        return out
 
     @property
     def num_chunks(self) -> int:

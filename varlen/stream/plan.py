@@ -67,9 +67,13 @@ __all__ = [
     "batch_counts",
     "chunk_sizes",
     "layout",
+    "order_and_cut",
     "rank_batches",
     "read_window",
+    "serve",
     "window_bounds",
+    "window_samples",
+    "window_totals",
 ]
 
 #: a window's default size, in batches. Measured on 600k lognormal(5, 1) sizes, budget 8192, real / padded
@@ -278,8 +282,14 @@ def layout(
     num_replicas: int,
     window_batches: int = WINDOW_BATCHES,
     axis: int = 0,
+    bucketing: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    equalise: bool = True,
 ) -> StreamLayout:
     """Lay a run out on ``num_replicas`` ranks (the same on every rank; see the module docstring).
+
+    ``bucketing``: the buckets ``(upper edges, rounded sizes, grid bin -> bucket)`` to use instead of the
+    index's own (a mixture's sources share theirs); ``equalise=False`` leaves the ranks' counts as the
+    windows give them (no split; ``batches_per_rank`` the largest rank's), for a plan that draws its own.
 
     Raises:
         DataError: the index is inconsistent (shapes, sums, a boundary chunk's sizes), naming the chunk.
@@ -292,7 +302,7 @@ def layout(
     total = np.zeros(histograms.shape[1], np.int64)
     for i in range(0, len(histograms), BLOCK):
         total += histograms[i : i + BLOCK].sum(axis=0, dtype=np.int64)
-    edges, rounded, bin_bucket = buckets(total, index.edges, spec)
+    edges, rounded, bin_bucket = buckets(total, index.edges, spec) if bucketing is None else bucketing
     per_bin = 1.0 / batch_room(rounded, spec, 0)[bin_bucket]
     expected = pieces.expected_batches(histograms, per_bin)
     chunk_batches = float(expected.sum()) / max(1, int((samples > 0).sum()))  # mean over non-empty chunks
@@ -319,29 +329,36 @@ def layout(
     window_segments = np.searchsorted(seg_window, np.arange(rank_windows[-1] + 1))
     window_rank = np.repeat(np.arange(num_replicas), np.diff(rank_windows))
     segments = (seg_chunk, seg_start, seg_stop)
-    window_hist = _window_histograms(segments, window_segments, samples, histograms, bin_bucket, run.read)
+    part = lambda s: np.bincount(run.read[int(seg_chunk[s])][seg_start[s] : seg_stop[s]], minlength=len(rounded))  # noqa: E731
+    window_hist = window_totals(segments, window_segments, samples, histograms, bin_bucket, part, np.int32)
     counts = batch_counts(window_hist, rounded, spec)
-    splits, most = _equalise(window_hist.sum(axis=1), counts, window_rank, rank_windows)
+    if equalise:
+        splits, most = _equalise(window_hist.sum(axis=1), counts, window_rank, rank_windows)
+    else:
+        splits = np.zeros_like(counts)
+        most = int(np.bincount(window_rank, counts, minlength=num_replicas).max())
     return StreamLayout(
         spec, axis, num_replicas, edges, rounded, bin_bucket, np.concatenate([[0], np.cumsum(samples)]),
         seg_chunk, seg_start, seg_stop, window_segments, window_rank, rank_windows, window_hist, counts, splits, most,
     )  # fmt: skip
 
 
-def _window_histograms(segments, window_segments, samples, histograms, bin_bucket, read) -> np.ndarray:
-    """Samples per bucket of each window ``[windows, B]``: full chunks from their histograms, the
-    boundary chunks' parts from their samples' buckets (``read``); a block of windows at a time."""
+def window_totals(segments, window_segments, samples, histograms, bin_bucket, part, dtype) -> np.ndarray:
+    """Samples (or weights) per bucket of each window ``[windows, B]``: full chunks from their per-chunk
+    ``histograms`` (``[C, G]`` over the grid: counts, or weight sums), the boundary chunks' parts from
+    ``part(segment)`` (that segment's row ``[B]``, its samples read); a block of windows at a time."""
     chunk, start, stop = segments
     num_buckets = int(bin_bucket[-1]) + 1
     first_bins = np.searchsorted(bin_bucket, np.arange(num_buckets))
-    out = np.empty((len(window_segments) - 1, num_buckets), np.int32)
+    out = np.empty((len(window_segments) - 1, num_buckets), dtype)
+    accumulate = np.int64 if np.issubdtype(np.dtype(dtype), np.integer) else np.float64
     cut = np.flatnonzero((start > 0) | (stop < samples[chunk]))
     for w0 in range(0, len(out), BLOCK):
         w1 = min(len(out), w0 + BLOCK)
         s0, s1 = window_segments[w0], window_segments[w1]
-        rows = np.add.reduceat(histograms[chunk[s0:s1]], first_bins, axis=1, dtype=np.int64)
+        rows = np.add.reduceat(histograms[chunk[s0:s1]], first_bins, axis=1, dtype=accumulate)
         for s in cut[(cut >= s0) & (cut < s1)].tolist():
-            rows[s - s0] = np.bincount(read[int(chunk[s])][start[s] : stop[s]], minlength=num_buckets)
+            rows[s - s0] = part(s)
         out[w0:w1] = np.add.reduceat(rows, window_segments[w0:w1] - s0, axis=0)
     return out
 
@@ -365,7 +382,8 @@ def _equalise(window_samples, counts, window_rank, rank_windows) -> tuple[np.nda
     missing = (most - per_rank)[window_rank]
     splits = missing * spare // np.maximum(spare_rank[window_rank], 1)
     left = (most - per_rank) - np.bincount(window_rank, splits, minlength=ranks).astype(np.int64)
-    ranked = np.lexsort((np.arange(len(counts)), -window_samples / counts, splits >= spare, window_rank))
+    mean = np.divide(window_samples, counts, out=np.zeros(len(counts)), where=counts > 0)
+    ranked = np.lexsort((np.arange(len(counts)), -mean, splits >= spare, window_rank))
     place = np.empty_like(ranked)
     place[ranked] = np.arange(len(ranked)) - rank_windows[window_rank[ranked]]
     return splits + (place < left[window_rank]), most
@@ -384,14 +402,20 @@ def rank_batches(plan: StreamLayout, rank: int, epoch: int, seed: int) -> np.nda
     return out
 
 
-def _serve(plan: StreamLayout, window: int, epoch: int, seed: int, starts: np.ndarray) -> np.ndarray:
+def serve(starts: np.ndarray, count: int, splits: int, rng: np.random.Generator, what: str) -> np.ndarray:
+    """Batches ``[n, 2]`` from a cut's ``starts``, checked against the ``count`` planned, ``splits`` of the
+    largest split in two, in a random order from ``rng``; ``what`` names the window in the error."""
     bounds = np.stack([starts[:-1], starts[1:]], axis=1)
-    if len(bounds) != plan.window_counts[window]:
-        raise RuntimeError(f"window {window}: {len(bounds)} batches cut but {plan.window_counts[window]} counted")
-    splits = int(plan.window_splits[window])
+    if len(bounds) != count:
+        raise RuntimeError(f"{what}: {len(bounds)} batches cut but {count} counted")
     if splits:
         bounds = split_to_multiple(bounds, len(bounds) + splits)  # exactly `splits` splits of the largest
-    return bounds[np.random.default_rng([seed, epoch, _BATCHES, window]).permutation(len(bounds))]
+    return bounds[rng.permutation(len(bounds))]
+
+
+def _serve(plan: StreamLayout, window: int, epoch: int, seed: int, starts: np.ndarray) -> np.ndarray:
+    rng = np.random.default_rng([seed, epoch, _BATCHES, window])
+    return serve(starts, int(plan.window_counts[window]), int(plan.window_splits[window]), rng, f"window {window}")
 
 
 def window_bounds(plan: StreamLayout, window: int, epoch: int, seed: int) -> np.ndarray:
@@ -409,21 +433,39 @@ def read_window(index: SizeIndexLike, plan: StreamLayout, window: int, epoch: in
     Raises:
         DataError: a chunk's sizes disagree with the index's histograms, naming the chunk.
     """
+    sizes, ids, bucket = window_samples(index, plan, window)
+    order, starts = order_and_cut(sizes, bucket, plan, np.random.default_rng([seed, epoch, _SAMPLES, window]))
+    return ids[order], _serve(plan, window, epoch, seed, starts)
+
+
+def window_samples(index: SizeIndexLike, plan: StreamLayout, window: int, weights: bool = False):
+    """Window ``window``'s sizes on the plan's axis, global ids (chunk offset + position) and buckets, in
+    its chunks' order (and their draw weights with ``weights``: ``index.weights(chunk)``), its chunks'
+    sizes read and checked against the index and the plan.
+
+    Raises:
+        DataError: a chunk's sizes disagree with the index's histograms, naming the chunk.
+    """
     histograms = index.histograms(plan.axis)
     chunk_range = range(plan.window_segments[window], plan.window_segments[window + 1])
-    parts, ids = [], []
+    parts, ids, drawn = [], [], []
     for s in chunk_range:
         chunk, start, stop = int(plan.seg_chunk[s]), int(plan.seg_start[s]), int(plan.seg_stop[s])
         parts.append(chunk_sizes(index, chunk, plan.axis, histograms)[start:stop])
         ids.append(plan.chunk_offsets[chunk] + np.arange(start, stop))
+        if weights:
+            drawn.append(np.asarray(index.weights(chunk), np.float64)[start:stop])
     sizes, ids = np.concatenate(parts), np.concatenate(ids)
     bucket = plan.bin_bucket[np.searchsorted(index.edges, sizes)]
     if not np.array_equal(np.bincount(bucket, minlength=len(plan.rounded)), plan.window_histograms[window]):
         raise DataError(f"size index {index.key}: window {window}'s sizes differ from those it was planned with")
-    # inside a bucket, the window's own finer buckets (bucketize's, as the in-memory plan's) come largest
-    # first: the cut's positions stay the histogram's, and a batch holds samples of close sizes
+    return (sizes, ids, bucket) + ((np.concatenate(drawn),) if weights else ())
+
+
+def order_and_cut(sizes: np.ndarray, bucket: np.ndarray, plan: StreamLayout, rng: np.random.Generator):
+    """The order of a window's samples (``sizes`` and their ``bucket``) and its batches' starts: by bucket,
+    largest first; inside a bucket, the window's own finer buckets (bucketize's, as the in-memory plan's)
+    largest first, so the cut's positions stay the histogram's and a batch holds samples of close sizes."""
     finer, _ = bucketize(sizes[:, None], plan.spec)
-    rng = np.random.default_rng([seed, epoch, _SAMPLES, window])
     order = order_samples(np.column_stack([bucket, finer[:, 0]]), rng, sizes[:, None])
-    starts = cut_batches(plan.rounded[bucket[order]][:, None], plan.spec)
-    return ids[order], _serve(plan, window, epoch, seed, starts)
+    return order, cut_batches(plan.rounded[bucket[order]][:, None], plan.spec)

@@ -17,7 +17,7 @@ from the windows' histograms: no chunk read). The next epoch is the new world si
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -35,13 +35,13 @@ from varlen.stream.plan import (
     window_bounds,
 )
 
-__all__ = ["StreamBatchPlan"]
+__all__ = ["StreamBatchPlan", "split_tail"]
 
 
-def _split_tail(batches: np.ndarray, count: int, plan: StreamLayout, epoch: int, seed: int) -> np.ndarray:
+def split_tail(batches: np.ndarray, count: int, bounds_of: Callable[[int], np.ndarray]) -> np.ndarray:
     """``batches`` (descriptors) with up to ``count`` more (as many as their samples allow), the largest of
-    the shortest tail that can take them split, each piece where its batch was (batch sizes from the
-    windows' histograms: no chunk read)."""
+    the shortest tail that can take them split, each piece where its batch was (``bounds_of(window)``: a
+    window's batch bounds from its histogram, no chunk read)."""
     bounds: dict[int, np.ndarray] = {}
     tail = batches.copy()
     first, room = len(tail), 0
@@ -49,7 +49,7 @@ def _split_tail(batches: np.ndarray, count: int, plan: StreamLayout, epoch: int,
         first -= 1
         window, batch, low, high = tail[first].tolist()
         if window not in bounds:
-            bounds[window] = window_bounds(plan, window, epoch, seed)
+            bounds[window] = bounds_of(window)
         if high < 0:
             tail[first, 3] = high = int(bounds[window][batch, 1] - bounds[window][batch, 0])
         room += high - low - 1
@@ -138,7 +138,8 @@ class StreamBatchPlan(ResumableEpochs):
         return rank_batches(self.layout_on(world), rank, epoch, self.seed)
 
     def split_rows(self, rows: np.ndarray, count: int, epoch: int, world: int) -> np.ndarray:
-        return _split_tail(rows, count, self.layout_on(world), epoch, self.seed)
+        plan = self.layout_on(world)
+        return split_tail(rows, count, lambda window: window_bounds(plan, window, epoch, self.seed))
 
     def plain_length(self, epoch: int) -> int:
         return self.layout.batches_per_rank

@@ -1,0 +1,69 @@
+"""Streamed sources mixed in a DataModule: two text streams written by ``varlen optimize``, served as one
+training split by a Lightning fit of two epochs, each source's share served, ``per_source`` batches from one
+source each; a mixture of streamed and in-memory sources refused by name. Needs litdata (skipped without)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning.pytorch as pl
+import numpy as np
+import pytest
+
+pytest.importorskip("litdata")
+
+from ddp_stream_fit import Counting  # noqa: E402
+from test_stream_read import MAX_TOKENS, TEXT, Recorder, optimize  # noqa: E402
+
+SMALL = 60
+
+
+@pytest.fixture(scope="module")
+def streams(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("mixture")
+    big = optimize(root / "big", *TEXT, "--chunk-bytes", "3000")
+    small = optimize(root / "small", *TEXT[:2], f"--data.init_args.synthetic_samples={SMALL}", "--chunk-bytes", "3000")
+    return big, small
+
+
+def mixture_dm(streams, **kwargs):
+    from varlen.datamodules.text import TextClassificationDataModule
+
+    big, small = streams
+    dm = TextClassificationDataModule(
+        stream=str(big), synthetic_samples=120, batch_size=None, max_tokens=MAX_TOKENS,
+        sources=[{"name": "small", "stream": str(small), "synthetic_samples": SMALL}], **kwargs,
+    )  # fmt: skip
+    dm.stream_window_batches = 4
+    return dm
+
+
+@pytest.mark.parametrize("mix", ["within_batch", "per_source"])
+def test_a_fit_of_two_streamed_sources_serves_their_shares(streams, mix) -> None:
+    dm = mixture_dm(streams, source_weights=[0.5, 0.5], mix=mix)
+    recorder = Recorder()
+    trainer = pl.Trainer(
+        max_epochs=2, accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+        enable_checkpointing=False, callbacks=[recorder], num_sanity_val_steps=0, limit_val_batches=0,
+    )  # fmt: skip
+    trainer.fit(Counting(), datamodule=dm)
+    assert {epoch for epoch, _ in recorder.batches} == {0, 1}
+    for epoch in (0, 1):
+        ids = np.concatenate([batch for e, batch in recorder.batches if e == epoch])
+        assert len(ids) == 120 + SMALL  # every sample of both a turn, in their shares (0.5 each: 90 each)
+        small = ids >= 120
+        assert int(small.sum()) == 90
+        assert len(np.unique(ids[~small])) == 90  # the big source: without replacement
+    if mix == "per_source":
+        assert all(len({i >= 120 for i in batch}) == 1 for _, batch in recorder.batches)
+    assert dm.report.to_dict() is not None
+
+
+def test_streamed_and_in_memory_sources_are_refused_by_name(streams) -> None:
+    from varlen.datamodules.text import TextClassificationDataModule
+
+    big, _ = streams
+    with pytest.raises(ValueError, match=r"\['plain'\] do not"):
+        TextClassificationDataModule(stream=str(big), synthetic_samples=120, sources=[{"name": "plain"}])
+    with pytest.raises(ValueError, match=r"\['streamed'\] stream but the main source does not"):
+        TextClassificationDataModule(synthetic_samples=120, sources=[{"name": "streamed", "stream": str(big)}])

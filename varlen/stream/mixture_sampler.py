@@ -1,0 +1,83 @@
+"""`StreamMixtureSampler`: the streamed mixture plan (:class:`~varlen.stream.mixture_state.MixtureBatchPlan`) as
+a BatchSampler Lightning handles as :class:`~varlen.stream.sampler.StreamBatchSampler` (rebuilt under DDP
+from its plain-value arguments: the sources' folders, not their indexes)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from torch.utils.data import Sampler
+
+from varlen.batching.sampler import BucketBatchSampler, EpochTracker
+from varlen.stream.mixture_state import MixtureBatchPlan
+from varlen.stream.plan import WINDOW_BATCHES
+from varlen.stream.sampler import StreamBatchSampler
+from varlen.stream.size_index import SizeIndex
+
+__all__ = ["StreamMixtureSampler"]
+
+
+class StreamMixtureSampler(StreamBatchSampler):
+    """This rank's batches of several streamed sources (global ids over the sources one after the other, as
+    :class:`~varlen.datasets.mixture.SourceMixture` numbers them), or of one source drawn by weight.
+
+    Args:
+        folders: each source's dataset folder with its size index (the local copy of a store's).
+        names: the sources' names, in order (``source_weights`` may name them).
+        source_weights, mix, num_samples: as for :class:`~varlen.stream.mixture_state.MixtureBatchPlan`
+            (``source_weights`` a list, a mapping by name, or a schedule's stages).
+        the rest: as for :class:`~varlen.stream.sampler.StreamBatchSampler`.
+
+    ``len()`` is the current epoch's (after ``set_epoch``): a schedule's epochs may differ.
+    """
+
+    def __init__(
+        self,
+        folders: Sequence[str | Path],
+        names: Sequence[str] | None = None,
+        source_weights: Any = None,
+        mix: str = "within_batch",
+        num_samples: int | None = None,
+        batch_size: int | None = None,
+        max_tokens: int | None = None,
+        cost: str = "padded",
+        max_batch_size: int | None = None,
+        pad_to_multiple_of: int | None = None,
+        seed: int = 0,
+        window_batches: int = WINDOW_BATCHES,
+        lanes: int = 1,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        sampler: Sampler | None = None,
+        state: dict[str, Any] | None = None,
+    ) -> None:
+        # StreamBatchSampler.__init__ (and BatchSampler's) is not called: the plan is a mixture's
+        self.folders = [str(folder) for folder in folders]
+        indexes = [SizeIndex(folder) for folder in self.folders]
+        total = sum(int(index.samples_per_chunk.sum()) for index in indexes)
+        self.sampler = sampler if sampler is not None else EpochTracker(total)
+        self.num_replicas, self.rank = BucketBatchSampler._resolve_ranks(num_replicas, rank, sampler)
+        self.batch_size, self.max_tokens, self.drop_last = batch_size, max_tokens, False
+        self.plan = MixtureBatchPlan(
+            indexes,
+            names=names,
+            source_weights=source_weights,
+            mix=mix,
+            num_samples=num_samples,
+            batch_size=batch_size,
+            max_tokens=max_tokens,
+            cost=cost,
+            max_batch_size=max_batch_size,
+            pad_to_multiple_of=pad_to_multiple_of,
+            seed=seed,
+            num_replicas=self.num_replicas,
+            rank=self.rank,
+            window_batches=window_batches,
+            lanes=lanes,
+        )
+        self.spec = self.plan.spec
+        self.state = state
+        if state is not None:
+            self.load_state_dict(state)
