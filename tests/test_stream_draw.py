@@ -228,3 +228,43 @@ def test_index_sizes_writes_classes_and_weights_from_functions(litdata, tmp_path
     index_sizes(out, stream_items.item_sizes)
     with pytest.raises(DataError, match=r"--label-fn"):
         weighted_index(out, "balanced")
+
+
+@pytest.mark.parametrize("weights", ["balanced", "v"])
+def test_a_streamed_split_is_drawn_by_its_sample_weights(written, weights) -> None:
+    """``sample_weights`` on a stream: each class (or each weight column value) served in its weight's share,
+    as the in-memory DataModule serves it, from the sidecar (the size index's chunks never read to plan)."""
+    from varlen.datamodules.text import TextClassificationDataModule
+
+    memory, out = written
+    dm = TextClassificationDataModule(
+        train_file=memory.train_file, stream=str(out), max_tokens=400, sample_weights=weights
+    )
+    dm.prepare_data()
+    dm.setup("fit")
+    served = []
+    for epoch in (0, 1, 2):
+        loader = dm.train_dataloader()
+        loader.batch_sampler.set_epoch(epoch)
+        served.append(np.concatenate([batch["index"].numpy() for batch in loader]))
+    ids = np.concatenate(served)
+    assert all(len(epoch) == len(memory.dataset("train")) for epoch in served)
+    labels = memory.class_labels(memory.dataset("train"))  # the memory DataModule's own draw is by column w
+    train = memory.dataset("train")
+    want = balanced_weights(labels, "train") if weights == "balanced" else memory.weight_column(train, "v")
+    for value in (0, 1, 2) if weights == "balanced" else (0.0, 1.0, 2.0):
+        chosen = labels == value if weights == "balanced" else want == value
+        share = want[chosen].sum() / want.sum()  # 1/3 a class when balanced; 0 for v == 0
+        got = np.isin(ids, np.flatnonzero(chosen)).mean()
+        assert abs(got - share) <= 2.576 * np.sqrt(share * (1 - share) / len(ids)) + 1e-9, (value, got, share)
+
+
+def test_sample_weights_on_chunks_without_that_column_are_refused_at_setup(written) -> None:
+    from varlen.datamodules.text import TextClassificationDataModule
+
+    memory, out = written
+    dm = TextClassificationDataModule(train_file=memory.train_file, stream=str(out), max_tokens=400,
+                                      sample_weights="label")  # fmt: skip
+    dm.prepare_data()
+    with pytest.raises(DataError, match="label"):
+        dm.setup("fit")

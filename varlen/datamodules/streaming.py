@@ -17,9 +17,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from varlen.datamodules.sources import MAIN
 from varlen.datasets.mixture import SourceMixture
 from varlen.errors import DataError
 from varlen.stream.dataset import StreamedDataset
+from varlen.stream.draw_index import weighted_index
 from varlen.stream.engine import check_litdata
 from varlen.stream.mixture_sampler import StreamMixtureSampler  # imported with the base: see the module docstring
 from varlen.stream.plan import WINDOW_BATCHES
@@ -69,12 +71,11 @@ def streamed_train(dm: Any) -> Any:
     Raises:
         DataError: no size index (naming ``varlen index-sizes``), an index that does not describe the
             folder's ``index.json``, or one of other size axes than the DataModule's.
-        ValueError: settings a streamed split cannot serve (sample weights).
+        DataError: ``sample_weights`` the chunks' draw sidecar cannot give (written without it, without
+            classes, or without that column).
     """
 
     owner = type(dm).__name__
-    if dm.sample_weights is not None:
-        raise ValueError(f"{owner}: stream and sample_weights cannot be combined yet (the streamed plan is unweighted)")
     if getattr(type(dm).sample_sizes, "__qualname__", "") == "VarLenDataModule.sample_sizes":
         raise ValueError(
             f"{owner}: stream needs sample_sizes (the sizes of decoded samples), which it does not implement"
@@ -89,6 +90,8 @@ def streamed_train(dm: Any) -> Any:
             f"{dm.stream}: its size index counts {list(dataset.index.axes)}, {owner} batches by {list(axes)}: "
             f"write the chunks with this DataModule (varlen optimize --config CONFIG --output DIR)"
         )
+    if dm.sample_weights is not None:  # refused now (no sidecar, no classes, a column not written), not at fit
+        weighted_index(dataset.index_dir, dm.sample_weights, owner)
     dm.report.stream("train", lambda: dataset.retries)
     return dataset
 
@@ -124,7 +127,7 @@ def stream_sampler(dm: Any, num_replicas: int | None, rank: int | None) -> Any:
         )
     max_tokens = None if spec.max_tokens is None else spec.max_tokens[0]
     dataset = dm.dataset("train")
-    if isinstance(dataset, SourceMixture):
+    if isinstance(dataset, SourceMixture) or dm.sample_weights is not None:  # a draw every epoch
         return _mixture_sampler(dm, dataset, spec, max_tokens, num_replicas, rank)
     return StreamBatchSampler(
         dataset.index_dir,  # the local copy of a store's index
@@ -142,13 +145,17 @@ def stream_sampler(dm: Any, num_replicas: int | None, rank: int | None) -> Any:
     )
 
 
-def _mixture_sampler(dm: Any, mixture: SourceMixture, spec: Any, max_tokens: int | None, num_replicas, rank) -> Any:
-    """The training batch sampler of streamed sources (:class:`StreamMixtureSampler`): each source's
-    folder, the sources' names, ``source_weights`` and ``mix``; what each source serves of the first
-    epoch goes in the report (``drawn``)."""
+def _mixture_sampler(dm: Any, dataset: Any, spec: Any, max_tokens: int | None, num_replicas, rank) -> Any:
+    """The training batch sampler of streamed sources, or of one drawn by ``sample_weights``
+    (:class:`StreamMixtureSampler`): each source's folder and ``sample_weights``, the sources' names,
+    ``source_weights`` and ``mix``; what each source serves of the first epoch goes in the report (``drawn``)."""
+    mixed = isinstance(dataset, SourceMixture)
+    parts, names = (dataset.parts, list(dataset.names)) if mixed else ([dataset], [MAIN])
+    owners = (dm._mixture_owners or [dm] * len(parts)) if mixed else [dm]
     sampler = StreamMixtureSampler(
-        [part.index_dir for part in mixture.parts],
-        names=list(mixture.names),
+        [part.index_dir for part in parts],
+        names=names,
+        sample_weights=[owner.sample_weights for owner in owners],
         source_weights=dm.source_weights,
         mix=dm.mix,
         batch_size=spec.batch_size,
@@ -163,6 +170,7 @@ def _mixture_sampler(dm: Any, mixture: SourceMixture, spec: Any, max_tokens: int
         rank=rank,
         state=dm.resume_position(),
     )
-    drawn = sampler.plan.draw(sampler.plan.epoch).source_samples
-    dm.report.draw("train", dict(zip(mixture.names, drawn.astype(float).tolist(), strict=True)))
+    if mixed:
+        drawn = sampler.plan.draw(sampler.plan.epoch).source_samples
+        dm.report.draw("train", dict(zip(names, drawn.astype(float).tolist(), strict=True)))
     return sampler

@@ -78,12 +78,16 @@ def source_counts(shares: np.ndarray, num_samples: int) -> np.ndarray:
     return stratum_counts(shares, int(num_samples)) if num_samples > 0 else np.zeros(len(shares), np.int64)
 
 
-def stratum_draw(totals: np.ndarray, histograms: np.ndarray, count: int) -> tuple[np.ndarray, bool]:
+def stratum_draw(
+    totals: np.ndarray, histograms: np.ndarray, count: int, weighted: bool = False
+) -> tuple[np.ndarray, bool]:
     """``[windows, B]`` samples each (window, bucket) stratum gives of a source's ``count``, in proportion
-    to its weight ``totals``, and whether the source is drawn with replacement (``count`` over its samples).
-    Without replacement a stratum gives at most its samples."""
+    to its weight ``totals``, and whether the source is drawn with replacement: when ``count`` is over its
+    samples, or its samples are ``weighted`` (``sample_weights``: as the in-memory sampler draws them, so a
+    weight is a sample's expected count, not a mere order). Without replacement a stratum gives at most its
+    samples."""
     histograms = np.asarray(histograms, np.int64)
-    replacement = count > int(histograms.sum())
+    replacement = weighted or count > int(histograms.sum())
     if count <= 0 or not (totals > 0).any():
         return np.zeros_like(histograms), replacement
     flat = np.asarray(totals, np.float64).reshape(-1)

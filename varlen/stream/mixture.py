@@ -212,7 +212,7 @@ def epoch_draw(
     for s, lay in enumerate(plan.sources):
         weights = None if totals is None else totals[s]
         drawn, again = stratum_draw(lay.window_histograms if weights is None else weights, lay.window_histograms,
-                                    int(per_source[s]))  # fmt: skip
+                                    int(per_source[s]), weighted=weights is not None)  # fmt: skip
         counts.append(drawn)
         replacement.append(again)
     unit_hist = np.zeros((plan.num_units, len(plan.rounded)), np.int64)

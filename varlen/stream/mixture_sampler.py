@@ -11,6 +11,7 @@ from typing import Any
 from torch.utils.data import Sampler
 
 from varlen.batching.sampler import BucketBatchSampler, EpochTracker
+from varlen.stream.draw_index import weighted_index
 from varlen.stream.mixture_state import MixtureBatchPlan
 from varlen.stream.plan import WINDOW_BATCHES
 from varlen.stream.sampler import StreamBatchSampler
@@ -28,6 +29,9 @@ class StreamMixtureSampler(StreamBatchSampler):
         names: the sources' names, in order (``source_weights`` may name them).
         source_weights, mix, num_samples: as for :class:`~varlen.stream.mixture_state.MixtureBatchPlan`
             (``source_weights`` a list, a mapping by name, or a schedule's stages).
+        sample_weights: per source, its DataModule's ``sample_weights`` (``"balanced"``, a weight column
+            or None): its samples are drawn by the weights written beside its size index
+            (:func:`~varlen.stream.draw_index.weighted_index`).
         the rest: as for :class:`~varlen.stream.sampler.StreamBatchSampler`.
 
     ``len()`` is the current epoch's (after ``set_epoch``): a schedule's epochs may differ.
@@ -40,6 +44,7 @@ class StreamMixtureSampler(StreamBatchSampler):
         source_weights: Any = None,
         mix: str = "within_batch",
         num_samples: int | None = None,
+        sample_weights: Sequence[str | None] | None = None,
         batch_size: int | None = None,
         max_tokens: int | None = None,
         cost: str = "padded",
@@ -55,7 +60,14 @@ class StreamMixtureSampler(StreamBatchSampler):
     ) -> None:
         # StreamBatchSampler.__init__ (and BatchSampler's) is not called: the plan is a mixture's
         self.folders = [str(folder) for folder in folders]
-        indexes = [SizeIndex(folder) for folder in self.folders]
+        weighing = list(sample_weights) if sample_weights is not None else [None] * len(self.folders)
+        if len(weighing) != len(self.folders):
+            raise ValueError(f"{len(weighing)} sample_weights for {len(self.folders)} sources")
+        self.sample_weights = weighing
+        indexes = [
+            SizeIndex(folder) if weights is None else weighted_index(folder, weights, str(name))
+            for folder, weights, name in zip(self.folders, weighing, names or range(len(self.folders)), strict=True)
+        ]
         total = sum(int(index.samples_per_chunk.sum()) for index in indexes)
         self.sampler = sampler if sampler is not None else EpochTracker(total)
         self.num_replicas, self.rank = BucketBatchSampler._resolve_ranks(num_replicas, rank, sampler)
