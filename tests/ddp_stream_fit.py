@@ -1,7 +1,9 @@
 """Run by test_stream_s3: a 2-process DDP fit (`Trainer(strategy="ddp", devices=2)`) of the text
 DataModule whose training split streams from a store (moto's S3 on 127.0.0.1 in the tests).
 
-Usage: ddp_stream_fit.py OUT_DIR STREAM_JSON SAMPLES CHECKPOINT_EVERY [RESUME_FROM]: every N-th step is
+Usage: ddp_stream_fit.py OUT_DIR DATA_JSON SAMPLES CHECKPOINT_EVERY [RESUME_FROM]: DATA_JSON holds the
+DataModule's streaming arguments (``stream``, and ``sources``, ``source_weights``, ``mix`` for a streamed
+mixture); every N-th step is
 saved to OUT_DIR/ckpt; with RESUME_FROM the fit resumes from that checkpoint. Each rank writes the
 batches it trained on, with their epochs, to OUT_DIR/batches<rank>.json.
 """
@@ -43,14 +45,12 @@ class Counting(pl.LightningModule):
 
 
 if __name__ == "__main__":
-    out_dir, stream, samples, every = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    out_dir, data, samples, every = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     resume = sys.argv[5] if len(sys.argv) > 5 else None
     checkpoints = pl.callbacks.ModelCheckpoint(
         dirpath=Path(out_dir) / "ckpt", every_n_train_steps=every, save_top_k=-1, filename="{step}"
     )
-    dm = TextClassificationDataModule(
-        synthetic_samples=samples, batch_size=None, max_tokens=400, stream=stream, num_workers=1
-    )
+    dm = TextClassificationDataModule(synthetic_samples=samples, batch_size=None, max_tokens=400, num_workers=1, **data)
     dm.stream_window_batches = 4  # several windows in a small split
     trainer = pl.Trainer(
         accelerator="cpu", strategy="ddp", devices=2, max_epochs=2, logger=False, enable_progress_bar=False,

@@ -31,6 +31,7 @@ from test_stream_read import SAMPLES, TEXT, optimize, same_sample, text_dm  # no
 
 HERE = Path(__file__).parent
 BUCKET = "varlen-test"
+SMALL = 40
 
 
 @pytest.fixture(scope="module")
@@ -125,25 +126,44 @@ def test_a_store_rewritten_under_its_size_index_or_without_one_is_refused(
         text_dm(stream(rewritten))
 
 
-def test_a_ddp_fit_streamed_from_s3_resumes_mid_epoch_with_the_uninterrupted_batches(
-    s3: dict, text_url: str, tmp_path: Path
+@pytest.fixture(scope="module")
+def small_url(s3: dict, tmp_path_factory) -> str:
+    folder = tmp_path_factory.mktemp("s3") / "small"
+    optimize(folder, *TEXT[:2], f"--data.init_args.synthetic_samples={SMALL}", "--chunk-bytes", "3000",
+             "--num-workers", "1")  # fmt: skip
+    return upload(s3, folder, "small")
+
+
+def test_a_ddp_fit_of_a_streamed_mixture_from_s3_resumes_mid_epoch_with_the_uninterrupted_batches(
+    s3: dict, text_url: str, small_url: str, tmp_path: Path
 ) -> None:
-    stream = json.dumps({"url": text_url, "storage_options": s3, "cache_dir": str(tmp_path / "cache")})
+    """Two sources in the store, half of every epoch each (the small one drawn with replacement), on two
+    processes: equal batches per rank, each source's share, and a resume inside an epoch that trains on
+    the uninterrupted run's batches."""
+
+    def stream(url: str) -> dict:
+        return {"url": url, "storage_options": s3, "cache_dir": str(tmp_path / "cache")}
+
+    small = {"name": "small", "stream": stream(small_url), "synthetic_samples": SMALL}
+    data = json.dumps({"stream": stream(text_url), "sources": [small], "source_weights": [1, 1]})
     path = os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
     env = {"OMP_NUM_THREADS": "1", **os.environ, "PYTHONPATH": path}
 
     def run(out: Path, resume: str | None = None) -> list[list]:
         out.mkdir()
-        command = [sys.executable, str(HERE / "ddp_stream_fit.py"), str(out), stream, str(SAMPLES), "2"]
+        command = [sys.executable, str(HERE / "ddp_stream_fit.py"), str(out), data, str(SAMPLES), "2"]
         subprocess.run(command + ([resume] if resume else []), check=True, env=env, timeout=600)
         return [json.loads((out / f"batches{rank}.json").read_text()) for rank in range(2)]
 
     full = run(tmp_path / "full")
     assert len(full[0]) == len(full[1])  # every rank as many batches
     per_epoch = sum(epoch == 0 for epoch, _ in full[0])
+    half = (SAMPLES + SMALL) // 2
     for epoch in (0, 1):
-        served = [i for rank in full for e, batch in rank if e == epoch for i in batch]
-        assert sorted(served) == list(range(SAMPLES))  # every sample once per epoch, over both ranks
+        served = np.array([i for rank in full for e, batch in rank if e == epoch for i in batch])
+        main = served[served < SAMPLES]  # the mixture numbers the main source's samples first
+        assert len(served) == SAMPLES + SMALL and len(main) == half  # each source half of the epoch
+        assert len(np.unique(main)) == half  # the main source without replacement
     step = next(s for s in range(2, len(full[0]), 2) if s % per_epoch)  # a checkpoint inside an epoch
     resumed = run(tmp_path / "resumed", str(tmp_path / "full" / "ckpt" / f"step={step}.ckpt"))
     assert resumed[0] == full[0][step:] and resumed[1] == full[1][step:]
