@@ -302,11 +302,15 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         ``[world size, batches per rank, lanes]`` of the epoch's parts served on other world sizes.
         """
         schedule = {} if self.scheduled is None else {"schedule": self.scheduled.schedule.describe()}
-        return self.position_state() | {
-            "num_samples": len(self.sizes),
-            "seed": self.seed,
-            "draw": self._draw_key(),
-        } | schedule
+        return (
+            self.position_state()
+            | {
+                "num_samples": len(self.sizes),
+                "seed": self.seed,
+                "draw": self._draw_key(),
+            }
+            | schedule
+        )
 
     def _draw_key(self) -> str | None:
         if self.scheduled is not None:
