@@ -263,8 +263,9 @@ def test_a_fit_serves_every_epoch_exactly_its_stages_batches(caplog) -> None:
     for epoch in range(4):
         assert served.epochs[epoch] == planned(dm, epoch), epoch
     for epoch, (short, long) in enumerate([(270, 30), (270, 30), (75, 225), (75, 225)]):
-        assert telemetry.epochs[epoch]["served_short"] == short == telemetry.epochs[epoch]["scheduled_short"]
-        assert telemetry.epochs[epoch]["served_long"] == long == pytest.approx(telemetry.epochs[epoch]["scheduled_long"])
+        logged = telemetry.epochs[epoch]
+        assert logged["served_short"] == short == pytest.approx(logged["scheduled_short"])
+        assert logged["served_long"] == long == pytest.approx(logged["scheduled_long"])
     text = str(dm.report)
     assert "train schedule: until epoch 2: short 0.9, long 0.1; then: short 0.25, long 0.75" in text
     assert "served in stage 0 (epochs 0-1): short 90.0% (scheduled 90.0%), long 10.0% (scheduled 10.0%)" in text
@@ -299,8 +300,16 @@ def test_a_checkpoint_at_a_stage_boundary_and_mid_epoch_resumes_the_uninterrupte
                          num_sanity_val_steps=0, limit_val_batches=0, callbacks=[checkpoints])  # fmt: skip
     trainer.fit(ToyModel(), datamodule=ShortAndLong(source_weights=GROWING))
     resumed = Served()
-    trainer = pl.Trainer(max_epochs=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, callbacks=[resumed])
+    trainer = pl.Trainer(
+        max_epochs=4,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        callbacks=[resumed],
+    )
     trainer.fit(ToyModel(), datamodule=ShortAndLong(source_weights=GROWING), ckpt_path=tmp_path / "epoch=1.ckpt")
     assert sorted(resumed.epochs) == [2, 3]
     assert all(resumed.epochs[e] == whole.epochs[e] for e in (2, 3))
@@ -312,8 +321,16 @@ def test_a_checkpoint_at_a_stage_boundary_and_mid_epoch_resumes_the_uninterrupte
                          num_sanity_val_steps=0, limit_val_batches=0, callbacks=[mid])  # fmt: skip
     trainer.fit(ToyModel(), datamodule=ShortAndLong(source_weights=GROWING))
     resumed = Served()
-    trainer = pl.Trainer(max_epochs=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0, callbacks=[resumed])
+    trainer = pl.Trainer(
+        max_epochs=4,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        callbacks=[resumed],
+    )
     trainer.fit(ToyModel(), datamodule=ShortAndLong(source_weights=GROWING), ckpt_path=tmp_path / "mid" / "mid.ckpt")
     assert resumed.epochs[2] == whole.epochs[2][middle:]
     assert resumed.epochs[3] == whole.epochs[3]
@@ -347,3 +364,78 @@ def test_inspect_shows_each_stages_first_epoch_served_against_scheduled() -> Non
     lines = "\n".join(summary.lines())
     assert f"stage 1, epoch {first}: short 0.500 (0.500);  long 0.500 (0.500)" in lines
     assert "stage 0, epoch 0: short 1.000 (1.000);  long 0.000 (0.000)" in lines
+
+
+def test_the_sampler_lightning_rebuilds_under_ddp_keeps_the_schedule_and_the_epoch(monkeypatch) -> None:
+    """Under DDP Lightning re-creates a reloaded loader's batch sampler from its saved arguments with a fresh
+    DistributedSampler (epoch 0), then reads ``len()``: the epoch is an argument, so the length is epoch 2's."""
+    from lightning.fabric.utilities.data import _replace_dunder_methods
+    from lightning.pytorch.utilities.data import _update_dataloader
+    from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
+
+    dm = ShortAndLong(source_weights=GROWING)
+    dm.setup("fit")
+    monkeypatch.setattr(dm, "_fit_epoch", lambda: 2)  # the reload at epoch 2's start
+    with _replace_dunder_methods(DataLoader, "dataset"), _replace_dunder_methods(BatchSampler):
+        loader = dm.train_dataloader()
+    ranks = [_update_dataloader(loader, DistributedSampler(dm.dataset("train"), num_replicas=2, rank=r)).batch_sampler
+             for r in range(2)]  # fmt: skip
+    direct = dm.batch_sampler("train", True, num_replicas=2, rank=0)
+    assert direct.epoch == 2 and len(ranks[0]) == len(ranks[1]) == len(direct)
+    direct.set_epoch(0)
+    assert len(direct) * 2 < len(ranks[0])  # epoch 0's is another length: the epoch made the difference
+    served = [list(sampler) for sampler in ranks]
+    assert sorted(i for part in served for b in part for i in b) == sorted(direct.global_plan(2).order.tolist())
+
+
+# -- YAML / the command line ------------------------------------------------------------------------
+
+
+def test_varlen_inspect_takes_a_schedule_from_the_command_line(monkeypatch, capsys, tmp_path) -> None:
+    """The list of stages goes through jsonargparse (the DataModules' type hint) to the DataModule, whose
+    stages' first epochs ``varlen inspect`` shows; a bad stage is refused as the DataModule is made, naming it."""
+    import sys
+    from pathlib import Path
+
+    from varlen import cli
+
+    def inspect(*args: str) -> tuple[int, str, str]:
+        config = Path(__file__).resolve().parents[1] / "configs" / "text_mixture.yaml"
+        monkeypatch.setattr(sys, "argv", ["varlen", "inspect", "--config", str(config), "--max-batches", "2",
+                                          "--data.init_args.synthetic_samples=400", *args])  # fmt: skip
+        try:
+            cli.console()
+            code = 0
+        except SystemExit as exit_:
+            code = int(exit_.code or 0)
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    monkeypatch.chdir(tmp_path)
+    stages = "[{weights: {main: 9, long: 1}, until_epoch: 1}, {weights: [1, 1]}]"
+    code, out, err = inspect(f"--data.init_args.source_weights={stages}")
+    assert code == 0, err
+    assert "schedule: until epoch 1: main 0.9, long 0.1; then: main 0.5, long 0.5" in out
+    assert "stage 0, epoch 0: main 0.900 (0.900);  long 0.100 (0.100)" in out
+    assert "stage 1, epoch 1: main 0.500 (0.500);  long 0.500 (0.500)" in out
+    with pytest.raises(ValueError, match=r"source_weights stage 0: weights name \['lng', 'main'\]"):
+        inspect("--data.init_args.source_weights=[{weights: {main: 1, lng: 1}, until_epoch: 1}]")  # at __init__
+
+
+def test_the_type_hint_takes_weights_a_list_of_stages_and_a_stages_mapping() -> None:
+    from jsonargparse import ArgumentParser
+
+    from varlen.datamodules.text import TextClassificationDataModule
+
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(TextClassificationDataModule, "data")
+    linear = "{stages: [{weights: [1, 0], until_step: 50}, {weights: {main: 1, long: 3}}], interpolate: linear}"
+    for value, parsed in [
+        ("{main: 3, long: 1}", {"main": 3.0, "long": 1.0}),
+        ("[3, 1]", [3.0, 1.0]),
+        ("[{weights: [9, 1], until_epoch: 2}, {weights: [1, 1]}]",
+         [{"weights": [9, 1], "until_epoch": 2}, {"weights": [1, 1]}]),
+        (linear, {"stages": [{"weights": [1, 0], "until_step": 50}, {"weights": {"main": 1, "long": 3}}],
+                  "interpolate": "linear"}),
+    ]:  # fmt: skip
+        assert parser.parse_args([f"--data.source_weights={value}"]).data.source_weights == parsed

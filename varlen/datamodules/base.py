@@ -20,6 +20,7 @@ from varlen.batching.telemetry import BatchStats
 from varlen.datamodules.checkpoint import DataStateCheckpoint, plain
 from varlen.datamodules.contract import CheckedCollate, batch_stats_of, check_split, describe
 from varlen.datamodules.sources import (
+    MAIN,
     Mix,
     SourceMixing,
     SourceWeights,
@@ -204,7 +205,8 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
         self.save_hyperparameters(ignore=[*LINKED, *self.unsaved_arguments])
         owner = type(self).__name__
         self.other_sources = check_sources(sources, owner)
-        self.source_weights = check_source_weights(source_weights, owner)
+        names = [MAIN, *(name for name, _ in self.other_sources)] if self.other_sources else None
+        self.source_weights = check_source_weights(source_weights, owner, names)
         self.mix = check_mix(mix, owner)
         self.stream = check_stream(stream, owner, bool(self.other_sources), shuffle)
         # the subclass's own arguments (linked ones included): what a source's DataModule starts from

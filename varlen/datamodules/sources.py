@@ -83,12 +83,14 @@ def check_sources(sources: Sequence[Mapping[str, Any]] | None, owner: str) -> li
     return checked
 
 
-def check_source_weights(weights: SourceWeights, owner: str) -> Any:
+def check_source_weights(weights: SourceWeights, owner: str, names: Sequence[str] | None = None) -> Any:
     """``weights`` as floats (a list, or a mapping by source name), each finite and >= 0, not all 0; a
-    schedule as it is (its stages are checked against the sources' names at setup)."""
+    schedule as it is, checked against the sources' ``names`` when they are known now (else at setup)."""
     if weights is None:
         return None
     if is_schedule(weights):
+        if names is not None:
+            MixtureSchedule.parse(weights, names, owner)
         return weights
     items = weights.items() if isinstance(weights, Mapping) else enumerate(weights)
     values = {}
