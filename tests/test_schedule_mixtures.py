@@ -5,6 +5,8 @@ reloads the loader every epoch), every rank agrees, every resume is exact, and t
 from __future__ import annotations
 
 import logging
+import os
+from collections import Counter
 
 import lightning.pytorch as pl
 import numpy as np
@@ -23,6 +25,8 @@ from varlen.datamodules.base import VarLenDataModule, base_args
 from varlen.inspection import summarize
 
 NAMES = ("a", "b", "c")
+#: examples per property (SCHED_EXAMPLES=400 for a longer search)
+EXAMPLES = int(os.environ.get("SCHED_EXAMPLES", 0))
 
 
 def sampler_of(value, sizes, sources, world: int = 1, rank: int = 0, **extra) -> BucketBatchSampler:
@@ -67,7 +71,7 @@ def schedules(draw, sources: int):
     return {"stages": stages, "interpolate": draw(st.sampled_from(["step", "linear"]))}
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES or 25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 2**16),
     counts=st.lists(st.integers(15, 150), min_size=2, max_size=3),
@@ -94,7 +98,7 @@ def test_every_epoch_serves_its_stages_shares_in_equal_counts_on_every_rank(seed
         steps += len(ranks[0])
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES or 20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     seed=st.integers(0, 2**16),
     counts=st.lists(st.integers(15, 120), min_size=2, max_size=3),
@@ -103,8 +107,8 @@ def test_every_epoch_serves_its_stages_shares_in_equal_counts_on_every_rank(seed
 )
 def test_a_resume_anywhere_on_any_world_size_serves_what_the_uninterrupted_run_does(seed, counts, worlds, data_):
     """Saved after ``k`` batches of epoch ``e`` on W ranks, loaded on W' ranks: the rest of the epoch is every
-    sample the W-rank epoch had not served (the very batches on W' = W), equal counts on every rank; the next
-    epoch is the W'-rank run's own."""
+    sample the W-rank epoch had not served (drawn with its W-rank shares; the very batches on W' = W), equal
+    counts on every rank; the next epoch, or an epoch not begun, is the W'-rank run's own."""
     value = data_.draw(schedules(len(counts)))
     sizes, sources = data(seed, counts)
     before, after = worlds
@@ -125,16 +129,18 @@ def test_a_resume_anywhere_on_any_world_size_serves_what_the_uninterrupted_run_d
     rest = [list(sampler) for sampler in resumed]
     assert len({len(batches) for batches in rest}) == 1
     fresh = [sampler_of(value, sizes, sources, after, rank) for rank in range(after)]
-    if k == len(whole[0]):  # a finished epoch: the next one, from its start
-        assert rest == epoch_of(fresh, epoch + 1) and lengths == [len(batches) for batches in rest]
-        return
+    if k in (0, len(whole[0])):  # an epoch not begun, or finished: the W'-rank run's own, from its start
+        assert rest == epoch_of(fresh, epoch + (k > 0)) and lengths == [len(batches) for batches in rest]
+        return  # (under until_step, its shares too: on W' ranks an epoch starts at another step)
     assert lengths == [k + len(batches) for batches in rest]
     if before == after:
         assert rest == [batches[k:] for batches in whole]
-    first = sorted(i for batches in whole for batch in batches[:k] for i in batch)
-    assert sorted(first + [i for batches in rest for b in batches for i in b]) == sorted(
-        i for batches in whole for b in batches for i in b
-    )
+    first = Counter(i for batches in whole for batch in batches[:k] for i in batch)
+    later = Counter(i for batches in rest for batch in batches for i in batch)
+    planned = Counter(i for batches in whole for batch in batches for i in batch)
+    # nothing missing; where fewer samples are left than ranks, a few repeat (fewer than the ranks, warned)
+    assert not planned - (first + later)
+    assert set(first + later - planned) <= set(later) and (first + later).total() - planned.total() < after
     assert epoch_of(resumed, epoch + 1) == epoch_of(fresh, epoch + 1)
 
 
