@@ -5,7 +5,8 @@ served (the plan splits batches until every rank gets as many), fetches and coll
 loader does, and measures them: what setup kept, skipped, truncated or left unused
 (``dm.report``), the size quantiles of each budget axis, the batches per epoch and per rank,
 samples per batch, padding efficiency and budget use, the distinct padded shapes and the largest
-batch. :func:`plot_summary` draws three PNGs: the size histogram with the sampler's bucket edges
+batch; under a schedule of source shares, each stage's first epoch's served share per source against its
+scheduled one. :func:`plot_summary` draws three PNGs: the size histogram with the sampler's bucket edges
 (bins from the observed sizes, a log count axis when a short tail would not show beside the mass),
 the padding efficiency of every batch, and samples per batch against padded size. The command
 line (``varlen inspect --config ...``) is in :mod:`varlen.cli`.
@@ -86,6 +87,10 @@ class SplitSummary:
     #: a split drawn from several sources: ``mix`` and, per source, (name, served share, share of the split)
     mix: str | None = None
     sources: list[tuple[str, float, float]] = field(default_factory=list)
+    #: under a schedule: its description and, per stage an epoch starts in, (stage, its first epoch, per source
+    #: (name, served share of that epoch, scheduled share))
+    schedule: str | None = None
+    stages: list[tuple[int, int, list[tuple[str, float, float]]]] = field(default_factory=list)
     plots: list[Path] = field(default_factory=list)
 
     def lines(self) -> list[str]:
@@ -124,6 +129,13 @@ class SplitSummary:
             out.append(f"  sources (mix={self.mix!r}): served share per source in epoch 0 (share of the split)")
             cells = [f"{name} {served:.3f} ({held:.3f})" for name, served, held in self.sources]
             out += ["    " + ";  ".join(cells[i : i + 4]) for i in range(0, len(cells), 4)]
+        if self.schedule is not None:
+            out.append(f"  schedule: {self.schedule}")
+            out.append("    served share per source in each stage's first epoch (scheduled share)")
+            for stage, epoch, shares in self.stages:
+                cells = [f"{name} {served:.3f} ({asked:.3f})" for name, served, asked in shares]
+                rows = [";  ".join(cells[i : i + 4]) for i in range(0, len(cells), 4)]
+                out += [f"    stage {stage}, epoch {epoch}: {row}" for row in rows]
         if self.plots:
             out.append(f"  plots in {self.plots[0].parent}/: " + ", ".join(p.name for p in self.plots))
         return out
@@ -184,6 +196,7 @@ def summarize(
     if isinstance(dataset, SourceMixture):
         _, shares, held = served_shares(plan.order, dataset.sources)
         sources = list(zip(dataset.names, shares.tolist(), held.tolist(), strict=True))
+    schedule, stages = _stages(dataset, sampler, world_size)
     rounds = dm.pad_to_multiple_of if dm.sampler_rounds_sizes else None
     use, budget = _budget_use(sizes, batches, sampler, rounds)
     axes = list(dm.size_axes)[: sizes.shape[1]]
@@ -216,7 +229,23 @@ def summarize(
         served=served,
         mix=dm.mix if sources else None,
         sources=sources,
+        schedule=schedule,
+        stages=stages,
     )
+
+
+def _stages(dataset, sampler, world_size: int) -> tuple[str | None, list]:
+    """A scheduled sampler's schedule and, per stage an epoch starts in, its first epoch's served share per
+    source (from that epoch's plan on ``world_size`` ranks) against its scheduled share."""
+    scheduled = getattr(sampler, "scheduled", None)
+    if scheduled is None or not isinstance(dataset, SourceMixture):
+        return None, []
+    stages = []
+    for stage, epoch in scheduled.first_epochs(world_size):
+        _, served, _ = served_shares(sampler.global_plan(epoch).order, dataset.sources)
+        asked = scheduled.shares(epoch, world_size)
+        stages.append((stage, epoch, list(zip(dataset.names, served.tolist(), asked.tolist(), strict=True))))
+    return scheduled.schedule.describe(), stages
 
 
 def _served(dm: VarLenDataModule, dataset, sampler, order: np.ndarray) -> tuple[str | None, list]:

@@ -12,7 +12,8 @@ One type for every scenario, so a user finds what was dropped in one place, ``dm
 * **sources** of a training split drawn from several: each one's samples, the share of an epoch
   asked of it and the samples every epoch of the sampler draws of it (a fixed count), and the
   samples each served per epoch (counted as batches reach the model, in this process: under DDP,
-  this rank's);
+  this rank's); under a schedule of shares, each stage's shares and draws, and per epoch the stage and
+  shares it was asked for, so that each stage's served share shows beside its scheduled one;
 * **retried**: of a split read from a stream, the chunk reads retried so far (a live count, its
   loader workers included; nothing streamed is skipped: a chunk that keeps failing raises);
 * **duplicates**: per split, the items that repeat an earlier one of the split exactly, and those
@@ -92,6 +93,9 @@ class DataReport:
         self.sources: dict[str, dict[str, tuple[int, float]]] = {}  # split -> source -> (samples, share)
         self.drawn: dict[str, dict[str, float]] = {}  # split -> source -> samples an epoch draws
         self.served: dict[int, Counter] = {}  # epoch -> source -> samples served
+        self.schedules: dict[str, tuple[str, list[dict[str, float]]]] = {}  # split -> (schedule, shares per stage)
+        self.drawn_stages: dict[str, list[dict[str, float]]] = {}  # split -> per stage, samples an epoch draws
+        self.scheduled: dict[int, tuple[int, dict[str, float]]] = {}  # epoch -> (its stage, the shares it asked)
         self.streamed: dict[str, Callable[[], int]] = {}  # split -> its chunk reads retried so far (live)
         self.duplicates: dict[str, Duplicates] = {}  # split -> its exact duplicates
 
@@ -138,6 +142,39 @@ class DataReport:
         """What every epoch of ``split``'s sampler draws of each source: ``counts`` (the draw's fixed counts)."""
         self.drawn[split] = {name: float(n) for name, n in counts.items()}
 
+    def schedule(self, split: str, described: str, stages: list[dict[str, float]]) -> None:
+        """``split``'s sources follow a schedule: its one-line description and each stage's shares by source."""
+        self.schedules[split] = (described, [{k: float(v) for k, v in shares.items()} for shares in stages])
+
+    def draw_stages(self, split: str, counts: list[dict[str, float]]) -> None:
+        """Per stage, the samples of each source an epoch of ``split`` draws at the stage's start."""
+        self.drawn_stages[split] = [{k: float(n) for k, n in stage.items()} for stage in counts]
+
+    def plan_epoch(self, epoch: int, stage: int, shares: dict[str, float]) -> None:
+        """``epoch`` (of a scheduled split) draws in ``stage``, asking each source for its ``shares``."""
+        self.scheduled[int(epoch)] = (int(stage), {k: float(v) for k, v in shares.items()})
+
+    def by_stage(self) -> dict[int, dict[str, Any]]:
+        """Per stage of the served epochs: ``epochs``, ``scheduled`` (each source's share, its epochs' asked shares
+        weighted by what they served) and ``served`` (each source's share of what they served)."""
+        out: dict[int, dict[str, Any]] = {}
+        for epoch, (stage, shares) in sorted(self.scheduled.items()):
+            counts = self.served.get(epoch, Counter())
+            total = sum(counts.values())
+            part = out.setdefault(stage, {"epochs": [], "asked": Counter(), "counts": Counter(), "total": 0})
+            part["epochs"].append(epoch)
+            part["asked"].update({k: v * total for k, v in shares.items()})
+            part["counts"].update(counts)
+            part["total"] += total
+        return {
+            stage: {
+                "epochs": part["epochs"],
+                "scheduled": {k: v / max(part["total"], 1) for k, v in part["asked"].items()},
+                "served": {k: part["counts"][k] / max(part["total"], 1) for k in part["asked"]},
+            }
+            for stage, part in out.items()
+        }
+
     def serve(self, epoch: int, counts: dict[str, int]) -> None:
         """Samples each source served in a batch of ``epoch``."""
         self.served.setdefault(int(epoch), Counter()).update(counts)
@@ -179,6 +216,9 @@ class DataReport:
         self.sources.clear()
         self.drawn.clear()
         self.served.clear()
+        self.schedules.clear()
+        self.drawn_stages.clear()
+        self.scheduled.clear()
         self.streamed.clear()
         self.duplicates.clear()
 
@@ -207,26 +247,39 @@ class DataReport:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (for JSON): per split, kept, skipped / truncated / unused by reason, examples."""
-        return {
-            name: {
-                "kept": s.kept,
-                "skipped": {f"{item}: {why}": n for (item, why), n in s.skipped.items()},
-                "examples": [e for shown in s.examples.values() for e in shown],
-                "truncated": dict(s.truncated),
-                "unused": {f"{unit}: {why}": n for (unit, why), n in s.unused.items()},
-                **({"sources": self._sources_dict(name)} if name in self.sources else {}),
-                **({"retried": self.retries(name)} if name in self.streamed else {}),
-                **({"duplicates": self.duplicates[name]._asdict()} if name in self.duplicates else {}),
+        return (
+            {
+                name: {
+                    "kept": s.kept,
+                    "skipped": {f"{item}: {why}": n for (item, why), n in s.skipped.items()},
+                    "examples": [e for shown in s.examples.values() for e in shown],
+                    "truncated": dict(s.truncated),
+                    "unused": {f"{unit}: {why}": n for (unit, why), n in s.unused.items()},
+                    **({"sources": self._sources_dict(name)} if name in self.sources else {}),
+                    **({"retried": self.retries(name)} if name in self.streamed else {}),
+                    **({"duplicates": self.duplicates[name]._asdict()} if name in self.duplicates else {}),
+                }
+                for name, s in self.splits.items()
             }
-            for name, s in self.splits.items()
-        } | ({"served": {epoch: dict(counts) for epoch, counts in self.served.items()}} if self.served else {})
+            | ({"served": {epoch: dict(counts) for epoch, counts in self.served.items()}} if self.served else {})
+            | ({"stages": self.by_stage()} if self.scheduled else {})
+        )
 
     def _sources_dict(self, split: str) -> dict[str, dict[str, Any]]:
         drawn = self.drawn.get(split, {})
-        return {
+        out = {
             k: {"samples": n, "share": f} | ({"drawn": drawn[k]} if k in drawn else {})
             for k, (n, f) in self.sources[split].items()
         }
+        if split in self.schedules:
+            described, stages = self.schedules[split]
+            drawn_stages = self.drawn_stages.get(split, [{}] * len(stages))
+            for k in out:
+                out[k]["stages"] = [
+                    {"share": shares[k]} | ({"drawn": counts[k]} if k in counts else {})
+                    for shares, counts in zip(stages, drawn_stages, strict=True)
+                ]
+        return out
 
     def __str__(self) -> str:
         names = [n for n in self.splits if n != SOURCE] + ([SOURCE] if SOURCE in self.splits else [])
@@ -250,10 +303,16 @@ class DataReport:
                     told += f", drawn {drawn[k]:,.0f} an epoch"
                 parts.append(f"{k} {n:,} ({told})")
             lines.append(f"{name} sources: {', '.join(parts)}")
+            if name in self.schedules:
+                lines.append(f"{name} schedule: {self.schedules[name][0]}")
         for epoch, counts in self.served.items():
             total = max(sum(counts.values()), 1)
             parts = ", ".join(f"{k} {n:,} ({n / total:.1%})" for k, n in counts.items())
             lines.append(f"served in epoch {epoch}: {parts}")
+        for stage, part in self.by_stage().items():
+            epochs = part["epochs"]
+            told = ", ".join(f"{k} {part['served'][k]:.1%} (scheduled {v:.1%})" for k, v in part["scheduled"].items())
+            lines.append(f"served in stage {stage} (epochs {epochs[0]}-{epochs[-1]}): {told}")
         for name in self.streamed:
             lines.append(f"{name} streamed: {self.retries(name):,} chunk read(s) retried so far (each logged)")
         for name, (repeated, in_train, unit) in self.duplicates.items():

@@ -23,6 +23,7 @@ from varlen import notices
 from varlen.batching.collate import round_up
 from varlen.batching.plan import Plan, PlanSpec, as_size_matrix, bucketize, build_plan, split_largest
 from varlen.batching.resume import ResumableEpochs
+from varlen.batching.scheduled import ScheduledDraws, ScheduledWeights
 from varlen.batching.weights import WeightedDraw, strata_of
 
 
@@ -55,7 +56,9 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
     hang DDP) and, with ``drop_last=False``, every sample is served exactly once per epoch.
     The number of batches is the same every epoch (see :mod:`varlen.batching.plan`), which is
     what Lightning assumes after reading ``len()`` once; only an epoch resumed on another number
-    of ranks has its own (the batches each rank served before, plus its share of the rest).
+    of ranks has its own (the batches each rank served before, plus its share of the rest), and
+    under a schedule of shares (``weights`` a :class:`~varlen.batching.scheduled.ScheduledWeights`)
+    each epoch has the length of its shares' draw: ``set_epoch``, then ``len()``.
 
     Args:
         lengths: size of each sample, ``[N]`` or ``[N, D]`` for costs over several axes
@@ -82,6 +85,8 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
             ``num_samples`` indices drawn in proportion to them, from ``(seed, epoch)`` only
             (stratified by size bucket and group so that ``len()`` never moves; see
             :mod:`varlen.batching.weights`). A weight of 0 is never served. Needs ``shuffle``.
+            A :class:`~varlen.batching.scheduled.ScheduledWeights` draws each epoch with the shares
+            its schedule gives that epoch's first position (:mod:`varlen.batching.scheduled`).
         num_samples: indices drawn per epoch (default: the number of samples); given without
             ``weights``, every sample weighs the same.
         replacement: with ``weights`` or ``num_samples``, whether an index may be drawn more
@@ -90,6 +95,8 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
             its weights' share, within one sample, while batches still mix ids (``groups`` keeps them
             apart): without it, a source's count in a mixed batch is random around its share, and the
             fixed counts per size bucket can bias it.
+        epoch: the epoch ``len()`` describes until ``set_epoch`` (Lightning reads ``len()`` of a loader it
+            reloads before it sets the epoch; its length depends on the epoch under a schedule).
         sampler: set by Lightning, which injects a ``DistributedSampler`` under DDP; only its
             ``num_replicas``, ``rank`` and ``epoch`` are read. Leave it None yourself.
         state: a saved state to resume from at once (:meth:`load_state_dict`). Lightning reads
@@ -117,6 +124,7 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         num_samples: int | None = None,
         replacement: bool = True,
         shares: Sequence[int] | np.ndarray | None = None,
+        epoch: int = 0,
         sampler: Sampler | None = None,
         state: dict[str, Any] | None = None,
     ) -> None:
@@ -146,10 +154,12 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         self.shares = None if shares is None else np.asarray(shares)
         if self.shares is not None and self.shares.shape != (len(self.sizes),):
             raise ValueError(f"shares must have one id per sample ({len(self.sizes)}), got shape {self.shares.shape}")
-        self.draw = self._weighted_draw(weights, num_samples, replacement)
         self._plan_key: tuple[int, int] | None = None
         self._plan: Plan | None = None
+        self.scheduled, self._draw = self._weighted_draw(weights, num_samples, replacement)
         self._start_afresh()
+        if epoch:
+            self.set_epoch(epoch)
         self.num_oversized = self._count_oversized()
         if self.num_oversized:
             notices.warn(
@@ -160,15 +170,49 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         if state is not None:
             self.load_state_dict(state)
 
-    def _weighted_draw(self, weights, num_samples: int | None, replacement: bool) -> WeightedDraw | None:
+    def _weighted_draw(
+        self, weights, num_samples: int | None, replacement: bool
+    ) -> tuple[ScheduledDraws | None, WeightedDraw | None]:
+        """The draws of scheduled weights, or the one draw of every epoch (both None: every sample once)."""
         if weights is None and num_samples is None:
-            return None
+            return None, None
         if not self.shuffle:
             raise ValueError("weights and num_samples draw new samples every epoch: they need shuffle=True")
         if weights is None:
             weights = np.ones(len(self.sizes))
         strata = strata_of(self._buckets[0], self.groups, self.shares)
-        return WeightedDraw.build(weights, strata, num_samples, replacement)
+        build = lambda values: WeightedDraw.build(values, strata, num_samples, replacement)  # noqa: E731
+        if not isinstance(weights, ScheduledWeights):
+            return None, build(weights)
+        if len(weights) != len(self.sizes):
+            raise ValueError(f"weights has {len(weights)} values but there are {len(self.sizes)} samples")
+        scheduled = ScheduledDraws(weights, build, self._count)
+        scheduled.key()  # every stage's draw built now: bad weights are refused here, not at an epoch
+        return scheduled, None
+
+    @property
+    def draw(self) -> WeightedDraw | None:
+        """The current epoch's weighted draw (None: every sample once)."""
+        return self.draw_of(self.epoch, self.num_replicas)
+
+    def draw_of(self, epoch: int, world: int) -> WeightedDraw | None:
+        """``epoch``'s draw on ``world`` ranks (under a schedule of steps, the world size decides its shares)."""
+        return self._draw if self.scheduled is None else self.scheduled.draw(epoch, world)
+
+    def shares_of(self, epoch: int) -> np.ndarray | None:
+        """The sources' shares ``epoch`` draws with on this world size (None: not scheduled)."""
+        return None if self.scheduled is None else self.scheduled.shares(epoch, self.num_replicas)
+
+    def stage_of(self, epoch: int) -> int:
+        """The schedule's stage of ``epoch`` on this world size (0 when not scheduled)."""
+        return 0 if self.scheduled is None else self.scheduled.stage(epoch, self.num_replicas)
+
+    def _count(self, draw: WeightedDraw, world: int) -> int:
+        """Batches per rank of an epoch of ``draw`` on ``world`` ranks: a draw fixes every stratum's count,
+        so the cuts, and the count, are those of any epoch of it (epoch 0's plan)."""
+        plan = build_plan(self.sizes, self.spec, shuffle=self.shuffle, seed=self.seed, epoch=0, num_replicas=world,
+                          drop_last=self.drop_last, rounded=self._buckets, groups=self.groups, draw=draw)  # fmt: skip
+        return len(plan) // world
 
     @staticmethod
     def _resolve_ranks(num_replicas: int | None, rank: int | None, sampler: Sampler | None) -> tuple[int, int]:
@@ -217,7 +261,7 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
                 drop_last=self.drop_last,
                 rounded=self._buckets,
                 groups=self.groups,
-                draw=self.draw,
+                draw=self.draw_of(epoch, num_replicas),
             )
             self._plan_key = key
         return self._plan
@@ -230,6 +274,8 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         return split_largest(rows, count)
 
     def plain_length(self, epoch: int) -> int:
+        if self.scheduled is not None:
+            return self.scheduled.length(epoch, self.num_replicas)
         return len(self._plan_on(epoch, self.num_replicas)) // self.num_replicas
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -255,11 +301,21 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         ``batches_served`` counts each rank's batches of the epoch; ``segments`` lists the
         ``[world size, batches per rank, lanes]`` of the epoch's parts served on other world sizes.
         """
-        return self.position_state() | {
-            "num_samples": len(self.sizes),
-            "seed": self.seed,
-            "draw": None if self.draw is None else self.draw.key(),
-        }
+        schedule = {} if self.scheduled is None else {"schedule": self.scheduled.schedule.describe()}
+        return (
+            self.position_state()
+            | {
+                "num_samples": len(self.sizes),
+                "seed": self.seed,
+                "draw": self._draw_key(),
+            }
+            | schedule
+        )
+
+    def _draw_key(self) -> str | None:
+        if self.scheduled is not None:
+            return self.scheduled.key()
+        return None if self._draw is None else self._draw.key()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume mid-epoch, on any number of ranks.
@@ -275,7 +331,14 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
             raise ValueError(f"sampler state is for {state['num_samples']} samples, this dataset has {len(self.sizes)}")
         if state["seed"] != self.seed:
             raise ValueError(f"sampler state was saved with seed {state['seed']}, this sampler has seed {self.seed}")
-        mine = None if self.draw is None else self.draw.key()
+        schedule = None if self.scheduled is None else self.scheduled.schedule.describe()
+        if state.get("schedule") != schedule:
+            said = [f"schedule {s!r}" if s else "no schedule" for s in (state.get("schedule"), schedule)]
+            raise ValueError(
+                f"sampler state was saved with {said[0]} of source_weights, this sampler has {said[1]}: its "
+                "position means other batches; start the epoch afresh"
+            )
+        mine = self._draw_key()
         if state.get("draw") != mine:
             raise ValueError(
                 "sampler state was saved with other weights, num_samples or replacement, or by a varlen that "

@@ -47,7 +47,10 @@ class PaddingTelemetry(pl.Callback):
     ``telemetry/real_per_s`` and ``telemetry/batch_size``. Per epoch, over every rank's batches:
     ``telemetry/epoch_padding_efficiency``, ``telemetry/epoch_samples_per_s``,
     ``telemetry/epoch_real_per_s`` (samples and elements summed over ranks, divided by the
-    slowest rank's time), kept in :attr:`epochs` as well, the same on every rank. Rates use the
+    slowest rank's time), and for a training split of several sources ``telemetry/served_<source>`` (its
+    samples served, over ranks) beside ``telemetry/scheduled_<source>`` (the samples its share of the epoch,
+    as ``source_weights`` or their schedule set it for this epoch, asks of the same total), kept in
+    :attr:`epochs` as well, the same on every rank. Rates use the
     wall time between batch starts, so they include data loading. Works with any logger (it logs
     through ``LightningModule.log``).
 
@@ -118,11 +121,14 @@ class PaddingTelemetry(pl.Callback):
         samples, real, padded = every[:, :3].sum(0).tolist()
         elapsed = float(every[:, 3].max())
         served = every[:, 4:].sum(0).tolist()
+        shares = getattr(trainer.datamodule, "scheduled_shares", lambda epoch: None)(trainer.current_epoch)
+        asked = {name: shares[name] * sum(served) for name in self._sources} if self._sources and shares else {}
         summary = {
             "telemetry/epoch_padding_efficiency": real / max(padded, 1),
             "telemetry/epoch_samples_per_s": samples / elapsed,
             "telemetry/epoch_real_per_s": real / elapsed,
             **{f"telemetry/served_{name}": n for name, n in zip(self._sources, served, strict=True)},
+            **{f"telemetry/scheduled_{name}": n for name, n in asked.items()},
         }
         self.epochs.append({k.split("/")[-1].removeprefix("epoch_"): v for k, v in summary.items()})
         pl_module.log_dict(summary, on_step=False, on_epoch=True, batch_size=1, sync_dist=False)

@@ -19,7 +19,15 @@ from varlen.batching.plan import PlanSpec
 from varlen.batching.telemetry import BatchStats
 from varlen.datamodules.checkpoint import DataStateCheckpoint, plain
 from varlen.datamodules.contract import CheckedCollate, batch_stats_of, check_split, describe
-from varlen.datamodules.sources import Mix, SourceMixing, check_mix, check_source_weights, check_sources
+from varlen.datamodules.sources import (
+    MAIN,
+    Mix,
+    SourceMixing,
+    SourceWeights,
+    check_mix,
+    check_source_weights,
+    check_sources,
+)
 from varlen.datamodules.streaming import check_stream, stream_sampler, streamed_train
 from varlen.datamodules.weighting import BALANCED, balanced_weights
 from varlen.datasets.mixture import SourceMixture
@@ -132,7 +140,9 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
             subclass whose ``build`` returns ``train`` as a mapping name -> dataset mixes those.
         source_weights: each source's share of every epoch (a list in source order, or a mapping
             by name); None: as many as each holds. Inside a source, samples are drawn by
-            ``sample_weights`` where the DataModule has them, else equally.
+            ``sample_weights`` where the DataModule has them, else equally. Or a schedule: a list of
+            stages ``{weights: ..., until_epoch: E}`` (or ``until_step``), optionally
+            ``{stages: [...], interpolate: linear}`` (see :mod:`varlen.batching.schedule`).
         mix: ``"within_batch"`` (sources share batches) or ``"per_source"`` (each batch holds one
             source's samples).
         stream: a dataset written by ``varlen optimize`` (LitData chunks and their size index), a
@@ -186,7 +196,7 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
         predict_split: PredictSplit = "test",
         on_bad: OnBad = "raise",
         sources: list[dict[str, Any]] | None = None,
-        source_weights: list[float] | dict[str, float] | None = None,
+        source_weights: SourceWeights = None,
         mix: Mix = "within_batch",
         stream: str | dict[str, Any] | None = None,
     ) -> None:
@@ -195,7 +205,8 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
         self.save_hyperparameters(ignore=[*LINKED, *self.unsaved_arguments])
         owner = type(self).__name__
         self.other_sources = check_sources(sources, owner)
-        self.source_weights = check_source_weights(source_weights, owner)
+        names = [MAIN, *(name for name, _ in self.other_sources)] if self.other_sources else None
+        self.source_weights = check_source_weights(source_weights, owner, names)
         self.mix = check_mix(mix, owner)
         self.stream = check_stream(stream, owner, self.other_sources, shuffle)
         # the subclass's own arguments (linked ones included): what a source's DataModule starts from
@@ -291,6 +302,7 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
                 self.report.serve(
                     trainer.current_epoch, dict(zip(mixture.names, self.host_sources.tolist(), strict=True))
                 )
+                self._note_schedule(trainer.current_epoch)
         return batch
 
     @staticmethod
@@ -400,6 +412,7 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
             groups=self._sampler_groups(dataset),
             weights=weights,
             shares=dataset.sources if weights is not None and isinstance(dataset, SourceMixture) else None,
+            epoch=self._fit_epoch() if split == "train" else 0,
             state=self.resume_position() if split == "train" else None,
         )
         if split == "train":
@@ -407,6 +420,14 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
         if split == "train" and shuffle and isinstance(dataset, SourceMixture):
             self._report_draw(sampler, dataset)
         return sampler
+
+    def _fit_epoch(self) -> int:
+        """The epoch a fitting trainer is about to serve (0 outside a fit): what a training sampler's ``len()``
+        describes when Lightning reads it, before it sets the epoch."""
+        trainer = self.trainer
+        if trainer is None or trainer.state.fn != "fit":
+            return 0
+        return int(trainer.fit_loop.epoch_progress.current.processed)
 
     def loader(self, split: str, shuffle: bool = False) -> VarLenLoader:
         """A resumable loader over ``split``, batched by :meth:`batch_sampler`."""
@@ -425,6 +446,7 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
         )
 
     def train_dataloader(self) -> VarLenLoader:
+        self._reload_every_epoch()
         return self.loader("train", shuffle=self.shuffle)
 
     def val_dataloader(self) -> VarLenLoader:

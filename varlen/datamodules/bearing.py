@@ -39,7 +39,7 @@ import numpy as np
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
 from varlen.cache import default_cache_dir
 from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
-from varlen.datamodules.sources import Mix
+from varlen.datamodules.sources import Mix, SourceWeights
 from varlen.datamodules.weighting import check_sample_weights
 from varlen.datasets.bearing.augment import WindowAugment
 from varlen.datasets.bearing.collate import BearingCollator
@@ -143,7 +143,8 @@ class BearingDataModule(VarLenDataModule):
             ``main``; the data arguments are the source's own, the others inherited): their
             training splits are served together; validation and test stay ``main``'s.
         source_weights: each source's share of every epoch (a list, or a mapping by name; None:
-            as many as each holds); inside a source, samples are drawn by ``sample_weights``.
+            as many as each holds); inside a source, samples are drawn by ``sample_weights``. Or a
+            schedule of stages (``until_epoch`` / ``until_step``; see :mod:`varlen.batching.schedule`).
         mix: ``"within_batch"`` (sources share batches) or ``"per_source"`` (one source per batch).
         augment: augment training windows: random shifts within their block, speed changes,
             amplitude scaling, white noise, drawn from (seed, epoch, window) (evaluation is never
@@ -224,7 +225,7 @@ class BearingDataModule(VarLenDataModule):
         timeout: float = LOADER_TIMEOUT,
         predict_split: PredictSplit = "test",
         sources: list[dict[str, Any]] | None = None,
-        source_weights: list[float] | dict[str, float] | None = None,
+        source_weights: SourceWeights = None,
         mix: Mix = "within_batch",
     ) -> None:
         super().__init__(**base_args(locals()))

@@ -10,7 +10,7 @@ import numpy as np
 
 from varlen.batching.telemetry import BatchStats
 from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
-from varlen.datamodules.sources import Mix
+from varlen.datamodules.sources import Mix, SourceWeights
 from varlen.datamodules.weighting import BALANCED, check_sample_weights, checked_column
 from varlen.datasets.molecules.classes import SINGLE_CLASS, SingleClass, check_classes
 from varlen.datasets.molecules.collate import MoleculeCollator
@@ -127,7 +127,8 @@ class MoleculeDataModule(VarLenDataModule):
             ``main``; the data arguments are the source's own, the others inherited): their
             training splits are served together; validation and test stay ``main``'s.
         source_weights: each source's share of every epoch (a list, or a mapping by name; None:
-            as many as each holds); inside a source, samples are drawn by ``sample_weights``.
+            as many as each holds); inside a source, samples are drawn by ``sample_weights``. Or a
+            schedule of stages (``until_epoch`` / ``until_step``; see :mod:`varlen.batching.schedule`).
         mix: ``"within_batch"`` (sources share batches) or ``"per_source"`` (one source per batch).
         stream: a dataset written by ``varlen optimize`` from this configuration, a local folder or a
             store's URL (``s3://...``; a mapping adds ``storage_options``, ``cache_dir``, ``timeout``): the training
@@ -189,7 +190,7 @@ class MoleculeDataModule(VarLenDataModule):
         timeout: float = LOADER_TIMEOUT,
         predict_split: PredictSplit = "test",
         sources: list[dict[str, Any]] | None = None,
-        source_weights: list[float] | dict[str, float] | None = None,
+        source_weights: SourceWeights = None,
         mix: Mix = "within_batch",
         stream: str | dict[str, Any] | None = None,
     ) -> None:

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
-from varlen.datamodules.sources import Mix
+from varlen.datamodules.sources import Mix, SourceWeights
 from varlen.datamodules.weighting import BALANCED, check_sample_weights, checked_column
 from varlen.datasets.sequence.checks import RowRules, class_ids, usable_rows
 from varlen.datasets.sequence.collate import SequenceCollator
@@ -124,7 +124,7 @@ class SequenceDataModule(VarLenDataModule):
         timeout: float = LOADER_TIMEOUT,
         predict_split: PredictSplit = "test",
         sources: list[dict[str, Any]] | None = None,
-        source_weights: list[float] | dict[str, float] | None = None,
+        source_weights: SourceWeights = None,
         mix: Mix = "within_batch",
         stream: str | dict[str, Any] | None = None,
     ) -> None:

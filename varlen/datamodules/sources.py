@@ -8,12 +8,18 @@ tokenizer and batching), takes its training split, and serves the training split
 every epoch (by default, as many as they hold); ``mix`` says whether sources share batches
 (``within_batch``) or each batch comes from one source (``per_source``, as lhotse's and LitData's
 per-stream batching). :class:`SourceMixing` is the part of the base that does it.
+
+``source_weights`` may also be a schedule (:mod:`varlen.batching.schedule`): stages of weights until an
+epoch or a step. Each epoch then draws with its own shares (:mod:`varlen.batching.scheduled`), so its
+length is its own: Lightning, which reads a loader's length once per load, reloads the training loader
+every epoch (set here when the DataModule makes it).
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -21,6 +27,8 @@ from typing import Any, Literal
 import numpy as np
 
 from varlen import notices
+from varlen.batching.schedule import MixtureSchedule, is_schedule
+from varlen.batching.scheduled import ScheduledWeights
 from varlen.datasets.mixture import MixtureCollator, SourceMixture, share_weights
 from varlen.errors import DataError
 
@@ -29,6 +37,7 @@ __all__ = [
     "MIX_MODES",
     "Mix",
     "SourceMixing",
+    "SourceWeights",
     "check_mix",
     "check_source_weights",
     "check_sources",
@@ -38,9 +47,13 @@ __all__ = [
 #: the name of the source the DataModule's own arguments describe
 MAIN = "main"
 Mix = Literal["within_batch", "per_source"]
+#: ``source_weights``: one set of weights (a list in source order, or a mapping by name), or a schedule (a
+#: list of stages ``{weights, until_epoch | until_step}``, or ``{stages: [...], interpolate: linear}``)
+SourceWeights = list[float] | dict[str, float] | list[dict[str, Any]] | dict[str, Any] | None
 MIX_MODES = ("within_batch", "per_source")
 #: arguments a source entry may not set: they describe the mixture itself
 MIXTURE_ARGS = ("sources", "source_weights", "mix")
+log = logging.getLogger("varlen")
 
 
 def check_mix(mix: str, owner: str) -> str:
@@ -70,10 +83,15 @@ def check_sources(sources: Sequence[Mapping[str, Any]] | None, owner: str) -> li
     return checked
 
 
-def check_source_weights(weights: Sequence[float] | Mapping[str, float] | None, owner: str) -> Any:
-    """``weights`` as floats (a list, or a mapping by source name), each finite and >= 0, not all 0."""
+def check_source_weights(weights: SourceWeights, owner: str, names: Sequence[str] | None = None) -> Any:
+    """``weights`` as floats (a list, or a mapping by source name), each finite and >= 0, not all 0; a
+    schedule as it is, checked against the sources' ``names`` when they are known now (else at setup)."""
     if weights is None:
         return None
+    if is_schedule(weights):
+        if names is not None:
+            MixtureSchedule.parse(weights, names, owner)
+        return weights
     items = weights.items() if isinstance(weights, Mapping) else enumerate(weights)
     values = {}
     for key, value in items:
@@ -115,6 +133,8 @@ class SourceMixing:
 
     _source_modules: dict[str, Any] | None
     _mixture_owners: list[Any]
+    #: the parsed ``source_weights`` (None without them), set at setup when the sources' names are known
+    mixture_schedule: MixtureSchedule | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A subclass's ``prepare_data`` also prepares its other ``sources`` (one process per node)."""
@@ -204,9 +224,16 @@ class SourceMixing:
                     left_out.append(split)
             self.report.absorb(name, module.report, left_out)
         mixture = SourceMixture(parts)
-        if self.source_weights is not None:
-            proportions(self.source_weights, mixture.names, type(self).__name__)  # refused now, not at the loader
+        self.mixture_schedule = None
+        if self.source_weights is not None:  # refused now, not at the loader
+            if not is_schedule(self.source_weights):
+                proportions(self.source_weights, mixture.names, type(self).__name__)
+            self.mixture_schedule = MixtureSchedule.parse(self.source_weights, mixture.names, type(self).__name__)
         self.report.mixture("train", mixture.counts(), self._planned_shares(mixture))
+        if self.mixture_schedule is not None and not self.mixture_schedule.constant:
+            schedule = self.mixture_schedule
+            stages = [dict(zip(schedule.names, stage.shares, strict=True)) for stage in schedule.stages]
+            self.report.schedule("train", schedule.describe(), stages)
         self._mixture_owners = owners
         self.collate_fn = MixtureCollator(self.collate_fn)
         return {**datasets, "train": mixture}
@@ -217,13 +244,50 @@ class SourceMixing:
         return {k: state[k] for k in self.state_must_match if k in state}
 
     def _planned_shares(self, mixture: SourceMixture) -> dict[str, float]:
+        """The sources' shares of an epoch (a schedule's at its start)."""
         counts = np.asarray(list(mixture.counts().values()), dtype=np.float64)
-        weights = (
-            counts
-            if self.source_weights is None
-            else np.asarray(proportions(self.source_weights, mixture.names, type(self).__name__))
-        )
+        if self.mixture_schedule is not None and is_schedule(self.source_weights):
+            weights = self.mixture_schedule.shares_at(0)
+        elif self.source_weights is None:
+            weights = counts
+        else:
+            weights = np.asarray(proportions(self.source_weights, mixture.names, type(self).__name__))
         return dict(zip(mixture.names, (weights / weights.sum()).tolist(), strict=True))
+
+    def scheduled_shares(self, epoch: int) -> dict[str, float] | None:
+        """The shares the training mixture's sources are asked for in ``epoch`` (None: no mixture)."""
+        mixture = self.datasets.get("train")
+        if not isinstance(mixture, SourceMixture):
+            return None
+        shares = getattr(self._train_sampler, "shares_of", lambda epoch: None)(epoch)
+        if shares is None:
+            return self._planned_shares(mixture)
+        return dict(zip(mixture.names, shares.tolist(), strict=True))
+
+    def _note_schedule(self, epoch: int) -> None:
+        """Put in the report, once per epoch, the stage and shares a scheduled epoch draws with."""
+        sampler = self._train_sampler
+        if getattr(sampler, "scheduled", None) is None or epoch in self.report.scheduled:
+            return
+        self.report.plan_epoch(epoch, sampler.stage_of(epoch), self.scheduled_shares(epoch))
+
+    def _reload_every_epoch(self) -> None:
+        """Under a schedule whose epochs differ in length, make the fitting trainer reload the training loader
+        every epoch: Lightning reads a loader's length once per load and ends the epoch at that count."""
+        trainer = self.trainer
+        schedule = self.mixture_schedule
+        if trainer is None or schedule is None or schedule.constant or trainer.reload_dataloaders_every_n_epochs == 1:
+            return
+        was = trainer.reload_dataloaders_every_n_epochs
+        trainer.reload_dataloaders_every_n_epochs = 1
+        said = (
+            f"{type(self).__name__}: source_weights is a schedule, so each epoch has its own length: the trainer "
+            "reloads the training loader every epoch (reload_dataloaders_every_n_epochs=1"
+        )
+        if was:
+            notices.warn(f"{said}, not {was})")
+        else:
+            notices.info(log, "%s)", said)
 
     def of_each_source(self, dataset: Any, per_dataset: str) -> Any:
         """``self.<per_dataset>(dataset)``, a mixture's computed by each source's DataModule and concatenated."""
@@ -256,29 +320,50 @@ class SourceMixing:
         if self.source_weights is None and all(w is None for w in within):
             return None  # every sample of every source once
         counts = list(mixture.counts().values())
+        schedule = self.mixture_schedule
+        if schedule is not None and not schedule.constant:
+            inner = None
+            if any(w is not None for w in within):
+                inner = np.concatenate([np.ones(n) if w is None else np.asarray(w, np.float64)
+                                        for w, n in zip(within, counts, strict=True)])  # fmt: skip
+            return ScheduledWeights.build(schedule, mixture.sources, inner)
+        if schedule is not None and is_schedule(self.source_weights):  # stages that all agree
+            return share_weights(schedule.shares_at(0), counts, within)
         shares = counts if self.source_weights is None else proportions(self.source_weights, mixture.names, "")
         return share_weights(shares, counts, within)
 
     def _report_draw(self, sampler: Any, mixture: SourceMixture) -> None:
         """Put in the report what every epoch of the training ``sampler`` draws of each source (its draw's
-        strata are split by source, ``shares``, so each source's count is fixed), and warn about a source
-        asked for a share that its rounded count never serves."""
-        draw = sampler.draw
-        if draw is None:  # every sample of every source once
-            counts = np.diff(mixture.offsets).astype(np.float64)
-        else:
-            stratum_source = np.zeros(len(draw.counts), np.int64)
-            stratum_source[draw.strata] = mixture.sources  # one source a stratum
-            counts = np.bincount(stratum_source, draw.counts, minlength=len(mixture.parts))
-        self.report.draw("train", dict(zip(mixture.names, counts.tolist(), strict=True)))
-        asked = self.report.sources.get("train", {})
-        starved = [
-            name
-            for name, n in zip(mixture.names, counts.tolist(), strict=True)
-            if asked.get(name, (0, 0.0))[1] > 0 and n == 0
-        ]
+        strata are split by source, ``shares``, so each source's count is fixed; under a schedule, each
+        stage's at its start), and warn about a source asked for a share that its rounded count never serves."""
+        scheduled = getattr(sampler, "scheduled", None)
+        stages = [sampler.draw_of(0, sampler.num_replicas)] if scheduled is None else [
+            scheduled.draw_for(stage.shares) for stage in scheduled.schedule.stages]  # fmt: skip
+        drawn = [self._drawn_counts(draw, mixture) for draw in stages]
+        self.report.draw("train", drawn[0])
+        if scheduled is not None:
+            self.report.draw_stages("train", drawn)
+        asked = [self.report.sources.get("train", {})]
+        if scheduled is not None:
+            asked = [{k: (0, s) for k, s in zip(mixture.names, stage.shares, strict=True)}
+                     for stage in scheduled.schedule.stages]  # fmt: skip
+        starved = sorted({
+            name for told, counts in zip(asked, drawn, strict=True) for name, n in counts.items()
+            if told.get(name, (0, 0.0))[1] > 0 and n == 0
+        })  # fmt: skip
         if starved:
             notices.warn(
                 f"{type(self).__name__}: source(s) {starved} are asked for less than half a sample an epoch and "
                 "get none: raise their source_weights"
             )
+
+    @staticmethod
+    def _drawn_counts(draw: Any, mixture: SourceMixture) -> dict[str, float]:
+        """Samples of each source an epoch of ``draw`` serves (None: every sample once)."""
+        if draw is None:
+            counts = np.diff(mixture.offsets).astype(np.float64)
+        else:
+            stratum_source = np.zeros(len(draw.counts), np.int64)
+            stratum_source[draw.strata] = mixture.sources  # one source a stratum
+            counts = np.bincount(stratum_source, draw.counts, minlength=len(mixture.parts))
+        return dict(zip(mixture.names, counts.tolist(), strict=True))

@@ -12,7 +12,7 @@ import numpy as np
 from varlen import notices
 from varlen.cache import default_cache_dir, tokenizer_identity
 from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
-from varlen.datamodules.sources import Mix
+from varlen.datamodules.sources import Mix, SourceWeights
 from varlen.datamodules.weighting import check_sample_weights, checked_column
 from varlen.datasets.text.collate import TextCollator
 from varlen.datasets.text.column_splits import SPLITS, split_by_column
@@ -166,7 +166,8 @@ class TextClassificationDataModule(VarLenDataModule):
             ``main``; the data arguments are the source's own, the others inherited): their
             training splits are served together; validation and test stay ``main``'s.
         source_weights: each source's share of every epoch (a list, or a mapping by name; None:
-            as many as each holds); inside a source, samples are drawn by ``sample_weights``.
+            as many as each holds); inside a source, samples are drawn by ``sample_weights``. Or a
+            schedule of stages (``until_epoch`` / ``until_step``; see :mod:`varlen.batching.schedule`).
         mix: ``"within_batch"`` (sources share batches) or ``"per_source"`` (one source per batch).
         stream: a dataset written by ``varlen optimize`` from this configuration, a local folder or a
             store's URL (``s3://...``; a mapping adds ``storage_options``, ``cache_dir``, ``timeout``): the training
@@ -230,7 +231,7 @@ class TextClassificationDataModule(VarLenDataModule):
         on_bad: OnBad = "raise",
         deduplicate: bool = False,
         sources: list[dict[str, Any]] | None = None,
-        source_weights: list[float] | dict[str, float] | None = None,
+        source_weights: SourceWeights = None,
         mix: Mix = "within_batch",
         stream: str | dict[str, Any] | None = None,
     ) -> None:

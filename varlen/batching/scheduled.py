@@ -1,0 +1,145 @@
+"""A sampler's draws when the sources' shares follow a :class:`~varlen.batching.schedule.MixtureSchedule`.
+
+:class:`ScheduledWeights` is what a DataModule passes as the sampler's ``weights``: per-sample weights for
+any share vector (each source's share, spread inside it by its own weights). :class:`ScheduledDraws` is
+the sampler's side: epoch ``e`` on ``W`` ranks draws with the shares at its first position (the epoch, or
+the steps before it: the plan's batches per rank of epochs ``0 .. e - 1`` on ``W`` ranks), one
+:class:`~varlen.batching.weights.WeightedDraw` per distinct share vector. A draw fixes every stratum's
+count, so an epoch's length depends on its shares only: lengths are cached per (shares, world size) and
+the step positions per world size, so an epoch's position costs one plan count per new share vector.
+Everything is a function of ``(schedule, sizes, seed, epoch, world size)``: every rank and every resume
+agree without a trainer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from varlen.batching.schedule import MixtureSchedule
+from varlen.batching.weights import WeightedDraw
+
+__all__ = ["ScheduledDraws", "ScheduledWeights"]
+
+#: draws kept at once (a linear schedule builds one per epoch; each holds a few arrays of the samples)
+KEPT_DRAWS = 4
+
+
+@dataclass(frozen=True, eq=False)
+class ScheduledWeights:
+    """Per-sample weights under ``schedule``: ``sources`` is each sample's source (an index into the
+    schedule's names), ``within`` its weight inside its source (each source's summing to 1, or all 0).
+    :meth:`at` gives the weights of one share vector. Build it with :meth:`build`."""
+
+    schedule: MixtureSchedule
+    sources: np.ndarray
+    within: np.ndarray
+
+    @classmethod
+    def build(cls, schedule: MixtureSchedule, sources: np.ndarray, within: np.ndarray | None) -> ScheduledWeights:
+        """``within`` (None: equal weights) normalised inside each of the ``sources``."""
+        sources = np.asarray(sources, dtype=np.int64)
+        values = np.ones(len(sources)) if within is None else np.asarray(within, dtype=np.float64)
+        totals = np.bincount(sources, values, minlength=len(schedule.names))[sources]
+        return cls(schedule, sources, np.divide(values, totals, out=np.zeros(len(values)), where=totals > 0))
+
+    def at(self, shares: Sequence[float]) -> np.ndarray:
+        """Per-sample weights giving source ``s`` the share ``shares[s]`` of an epoch."""
+        return np.asarray(shares, dtype=np.float64)[self.sources] * self.within
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+
+class ScheduledDraws:
+    """Each epoch's draw, shares and length under a schedule (see the module docstring).
+
+    Args:
+        weights: the schedule and the per-sample weights of any shares.
+        build: the sampler's draw of per-sample weights (its strata, ``num_samples``, ``replacement``).
+        count: batches per rank of an epoch drawn by a draw, on a world size (a plan's count).
+    """
+
+    def __init__(
+        self,
+        weights: ScheduledWeights,
+        build: Callable[[np.ndarray], WeightedDraw],
+        count: Callable[[WeightedDraw, int], int],
+    ) -> None:
+        self.weights = weights
+        self.schedule = weights.schedule
+        self._build, self._count = build, count
+        self._draws: OrderedDict[tuple[float, ...], WeightedDraw] = OrderedDict()
+        self._lengths: dict[tuple[tuple[float, ...], int], int] = {}
+        self._starts: dict[int, list[int]] = {}  # world size -> steps before epoch 0, 1, ...
+        self._key: str | None = None
+
+    def position(self, epoch: int, world: int) -> int:
+        """Where ``epoch`` starts in the schedule's unit: the epoch, or the steps before it on ``world`` ranks."""
+        return epoch if self.schedule.unit == "epoch" else self.steps_before(epoch, world)
+
+    def shares(self, epoch: int, world: int) -> np.ndarray:
+        """The sources' shares ``epoch`` draws with on ``world`` ranks."""
+        return self.schedule.shares_at(self.position(epoch, world))
+
+    def stage(self, epoch: int, world: int) -> int:
+        """The stage that holds at ``epoch``'s first position."""
+        return self.schedule.stage_at(self.position(epoch, world))
+
+    def draw(self, epoch: int, world: int) -> WeightedDraw:
+        return self.draw_for(self.shares(epoch, world))
+
+    def draw_for(self, shares: Sequence[float]) -> WeightedDraw:
+        """The draw of one share vector (the last :data:`KEPT_DRAWS` are kept)."""
+        key = tuple(float(s) for s in shares)
+        if key in self._draws:
+            self._draws.move_to_end(key)
+        else:
+            self._draws[key] = self._build(self.weights.at(key))
+            while len(self._draws) > KEPT_DRAWS:
+                self._draws.popitem(last=False)
+        return self._draws[key]
+
+    def length(self, epoch: int, world: int) -> int:
+        """Batches per rank of ``epoch`` served from its start on ``world`` ranks."""
+        shares = tuple(float(s) for s in self.shares(epoch, world))
+        if (shares, world) not in self._lengths:
+            self._lengths[shares, world] = self._count(self.draw_for(shares), world)
+        return self._lengths[shares, world]
+
+    def steps_before(self, epoch: int, world: int) -> int:
+        """Batches per rank of epochs ``0 .. epoch - 1`` on ``world`` ranks (each from its start)."""
+        starts = self._starts.setdefault(world, [0])
+        while len(starts) <= epoch:
+            known = len(starts) - 1
+            # epoch ``known``'s shares need only ``starts[known]``, already there
+            shares = self.schedule.shares_at(starts[known])
+            key = (tuple(float(s) for s in shares), world)
+            if key not in self._lengths:
+                self._lengths[key] = self._count(self.draw_for(key[0]), world)
+            starts.append(starts[known] + self._lengths[key])
+        return starts[epoch]
+
+    def first_epochs(self, world: int) -> list[tuple[int, int]]:
+        """``(stage, first epoch)`` of each stage some epoch starts in, on ``world`` ranks (a stage shorter
+        than an epoch, under ``until_step``, may have none)."""
+        last, firsts, epoch = len(self.schedule.stages) - 1, {}, 0
+        while True:
+            stage = self.stage(epoch, world)
+            firsts.setdefault(stage, epoch)
+            if stage == last:
+                return sorted(firsts.items())
+            epoch += 1
+
+    def key(self) -> str:
+        """A digest of the schedule and of what decides each draw (weights, strata, counts), for saved states."""
+        if self._key is None:
+            digest = hashlib.blake2b(repr(self.schedule).encode(), digest_size=8)
+            for stage in self.schedule.stages:
+                digest.update(self.draw_for(stage.shares).key().encode())
+            self._key = digest.hexdigest()
+        return self._key
