@@ -67,3 +67,32 @@ def test_streamed_and_in_memory_sources_are_refused_by_name(streams) -> None:
         TextClassificationDataModule(stream=str(big), synthetic_samples=120, sources=[{"name": "plain"}])
     with pytest.raises(ValueError, match=r"\['streamed'\] stream but the main source does not"):
         TextClassificationDataModule(synthetic_samples=120, sources=[{"name": "streamed", "stream": str(big)}])
+
+
+def test_a_schedule_of_streamed_sources_serves_each_stages_shares_in_a_fit(streams) -> None:
+    """Two stages (3:1 of 180 samples, then 1:3): each epoch its own length (the trainer reloads the loader) and
+    each source its stage's count; telemetry logs the scheduled counts beside the served ones."""
+    from varlen.batching.telemetry import PaddingTelemetry
+
+    stages = [{"weights": [3, 1], "until_epoch": 1}, {"weights": [1, 3]}]
+    dm = mixture_dm(streams, source_weights=stages)
+    recorder, telemetry = Recorder(), PaddingTelemetry()
+    trainer = pl.Trainer(
+        max_epochs=2, accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+        enable_checkpointing=False, callbacks=[recorder, telemetry], num_sanity_val_steps=0, limit_val_batches=0,
+    )  # fmt: skip
+    trainer.fit(Counting(), datamodule=dm)
+    assert trainer.reload_dataloaders_every_n_epochs == 1
+    for epoch, small_count in ((0, 45), (1, 135)):
+        batches = [batch for e, batch in recorder.batches if e == epoch]
+        ids = np.concatenate(batches)
+        assert len(ids) == 120 + SMALL and int((ids >= 120).sum()) == small_count  # the stage's shares
+        sampler = dm.train_dataloader().batch_sampler
+        sampler.set_epoch(epoch)
+        assert len(batches) == len(sampler)  # the epoch's own length, none cut off
+        assert telemetry.epochs[epoch]["served_small"] == small_count
+        assert telemetry.epochs[epoch]["scheduled_small"] == pytest.approx(small_count)
+    said = str(dm.report)  # each stage's draw and what its epochs served, against the schedule
+    assert "served in stage 1 (epochs 1-1): main 25.0% (scheduled 25.0%), small 75.0% (scheduled 75.0%)" in said
+    assert dm.report.drawn_stages["train"] == [{"main": 135.0, "small": 45.0}, {"main": 45.0, "small": 135.0}]
+    assert [stage["epochs"] for stage in dm.report.by_stage().values()] == [[0], [1]]

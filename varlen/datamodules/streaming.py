@@ -168,9 +168,13 @@ def _mixture_sampler(dm: Any, dataset: Any, spec: Any, max_tokens: int | None, n
         lanes=max(1, dm.num_workers),
         num_replicas=num_replicas,
         rank=rank,
+        epoch=dm._fit_epoch(),
         state=dm.resume_position(),
     )
-    if mixed:
+    if mixed:  # what an epoch draws of each source (under a schedule, each stage's at its start)
         drawn = sampler.plan.draw(sampler.plan.epoch).source_samples
         dm.report.draw("train", dict(zip(names, drawn.astype(float).tolist(), strict=True)))
+        if sampler.scheduled is not None:
+            stages = [sampler.plan.draw_for(stage.shares).source_samples for stage in sampler.scheduled.stages]
+            dm.report.draw_stages("train", [dict(zip(names, d.astype(float).tolist(), strict=True)) for d in stages])
     return sampler

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from torch.utils.data import Sampler
 
 from varlen.batching.sampler import BucketBatchSampler, EpochTracker
@@ -32,6 +33,9 @@ class StreamMixtureSampler(StreamBatchSampler):
         sample_weights: per source, its DataModule's ``sample_weights`` (``"balanced"``, a weight column
             or None): its samples are drawn by the weights written beside its size index
             (:func:`~varlen.stream.draw_index.weighted_index`).
+        epoch: the epoch ``len()`` describes until ``set_epoch``: Lightning reads the length of a loader it
+            reloads (a schedule's epochs differ) before it sets the epoch; an argument, so that the sampler
+            Lightning rebuilds under DDP keeps it.
         the rest: as for :class:`~varlen.stream.sampler.StreamBatchSampler`.
 
     ``len()`` is the current epoch's (after ``set_epoch``): a schedule's epochs may differ.
@@ -56,6 +60,7 @@ class StreamMixtureSampler(StreamBatchSampler):
         num_replicas: int | None = None,
         rank: int | None = None,
         sampler: Sampler | None = None,
+        epoch: int = 0,
         state: dict[str, Any] | None = None,
     ) -> None:
         # StreamBatchSampler.__init__ (and BatchSampler's) is not called: the plan is a mixture's
@@ -90,6 +95,23 @@ class StreamMixtureSampler(StreamBatchSampler):
             lanes=lanes,
         )
         self.spec = self.plan.spec
+        if epoch:
+            self.set_epoch(epoch)
         self.state = state
         if state is not None:
             self.load_state_dict(state)
+
+    @property
+    def scheduled(self) -> Any:
+        """The sources' schedule where their shares change over training (None otherwise), as the in-memory
+        sampler's: what the DataModule's report and telemetry read."""
+        return None if self.plan.schedule.constant else self.plan.schedule
+
+    def shares_of(self, epoch: int) -> np.ndarray:
+        """The sources' shares ``epoch`` draws with."""
+        return np.asarray(self.plan.shares(epoch))
+
+    def stage_of(self, epoch: int) -> int:
+        """The schedule's stage of ``epoch`` (its first epoch or step)."""
+        schedule = self.plan.schedule
+        return schedule.stage_at(epoch if schedule.unit == "epoch" else self.plan.steps_before(epoch))

@@ -137,8 +137,12 @@ class MixtureBatchPlan(ResumableEpochs):
 
     def draw(self, epoch: int, world: int | None = None) -> MixtureEpoch:
         """``epoch``'s draw on ``world`` ranks (default: this plan's)."""
+        return self.draw_for(self.shares(epoch), world)
+
+    def draw_for(self, shares: tuple[float, ...], world: int | None = None) -> MixtureEpoch:
+        """The draw of an epoch with the sources' ``shares`` on ``world`` ranks (default: this plan's)."""
         world = self.num_replicas if world is None else int(world)
-        key = (world, self.shares(epoch))
+        key = (world, tuple(float(x) for x in shares))
         if key not in self._draws:
             self.layout_on(world)
             plan, totals = self._layouts[world]
