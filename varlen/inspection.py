@@ -236,16 +236,23 @@ def summarize(
 
 def _stages(dataset, sampler, world_size: int) -> tuple[str | None, list]:
     """A scheduled sampler's schedule and, per stage an epoch starts in, its first epoch's served share per
-    source (from that epoch's plan on ``world_size`` ranks) against its scheduled share."""
+    source (from that epoch's plan on the sampler's ``world_size`` ranks) against its scheduled share."""
     scheduled = getattr(sampler, "scheduled", None)
     if scheduled is None or not isinstance(dataset, SourceMixture):
         return None, []
-    stages = []
-    for stage, epoch in scheduled.first_epochs(world_size):
-        _, served, _ = served_shares(sampler.global_plan(epoch).order, dataset.sources)
-        asked = scheduled.shares(epoch, world_size)
-        stages.append((stage, epoch, list(zip(dataset.names, served.tolist(), asked.tolist(), strict=True))))
-    return scheduled.schedule.describe(), stages
+    schedule = getattr(scheduled, "schedule", scheduled)  # in memory: the draws of a MixtureSchedule
+    stages, seen, epoch = [], set(), 0
+    while len(seen) < len(schedule.stages) and epoch <= 10_000:  # a stage shorter than an epoch may start none
+        stage = sampler.stage_of(epoch)
+        if stage not in seen:
+            seen.add(stage)
+            _, served, _ = served_shares(sampler.global_plan(epoch).order, dataset.sources)
+            asked = sampler.shares_of(epoch)
+            stages.append((stage, epoch, list(zip(dataset.names, served.tolist(), asked.tolist(), strict=True))))
+        if stage == len(schedule.stages) - 1:
+            break
+        epoch += 1
+    return schedule.describe(), stages
 
 
 def _served(dm: VarLenDataModule, dataset, sampler, order: np.ndarray) -> tuple[str | None, list]:
