@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from varlen.batching.plan import SIZE_GRID, as_size_matrix
 from varlen.cache import atomic_write
-from varlen.errors import DataError
+from varlen.errors import DataError, DatasetNotFoundError
 from varlen.stream.chunks import INDEX_JSON, ChunkList, local_folder, read_index_json
 from varlen.tables import as_numpy, to_arrow
 
@@ -162,6 +162,11 @@ class SizeIndex:
 
     def _open(self, name: str) -> pa.ipc.RecordBatchFileReader:
         path = self.dataset_dir / FOLDER / name
+        if not self.dataset_dir.exists():
+            raise DatasetNotFoundError(
+                "a streamed dataset (LitData chunks and their size index)", self.dataset_dir,
+                f"write a config's training split there: varlen optimize --config CONFIG --output {self.dataset_dir}",
+            )  # fmt: skip
         if not path.is_file():
             raise DataError(
                 f"{self.dataset_dir} has no size index ({path} is missing): build it with "
