@@ -91,7 +91,6 @@ def varlen_plan(folders: list[Path], args, world: int | None = None):
 
 def varlen_part(folders: list[Path], sizes: list[int], args) -> float:
     """Prints varlen's tables; returns its mean batch size (samples) for LitData's loader."""
-    offsets = np.concatenate([[0], np.cumsum(sizes)])
     lengths = np.concatenate([LENGTHS[n][:k] for n, k in zip(NAMES, sizes, strict=True)])
     source_of = np.repeat(np.arange(len(sizes)), sizes)
 
@@ -151,7 +150,8 @@ def varlen_part(folders: list[Path], sizes: list[int], args) -> float:
     first = next(resumed)
     restore_s = time.perf_counter() - start
     after = [np.asarray(first), *(np.asarray(b) for b in resumed)]
-    exact = len(after) == len(rest) - half and all(np.array_equal(a, b) for a, b in zip(after, rest[half:], strict=False))
+    exact = len(after) == len(rest) - half
+    exact = exact and all(np.array_equal(a, b) for a, b in zip(after, rest[half:], strict=True))
     print(f"\nset-up on rank 0 of {args.world}: {setup_s:.2f} s, {setup_mb:.0f} MB RSS added, "
           f"{peak_mb:.0f} MB peak traced; restore mid-epoch 2 + first batch: {restore_s:.2f} s, "
           f"rest of the epoch equal to the uninterrupted run's: {'yes' if exact else 'NO'}")  # fmt: skip
@@ -218,9 +218,10 @@ def litdata_part(folders: list[Path], sizes: list[int], batch_size: int, args) -
         got = np.concatenate(after) if after else np.zeros((0, 2), np.int64)
         same = len(got) == len(want) and np.array_equal(got, want)
         same_set = sorted(map(tuple, got.tolist())) == sorted(map(tuple, want.tolist()))
-        print(f"LitData restored after {args.litdata_half} batches of epoch {epoch + 1}: {len(got):,} samples served "
-              f"against {len(want):,} in the uninterrupted run; the same samples in the same order: "
-              f"{'yes' if same else 'no'}; the same samples: {'yes' if same_set else 'no'} ({seconds:.1f} s)")  # fmt: skip
+        print(f"LitData restored after {args.litdata_half} batches of epoch {epoch + 1}: {len(got):,} samples "
+              f"served against {len(want):,} in the uninterrupted run; the same samples in the same order: "
+              f"{'yes' if same else 'no'}; the same samples: {'yes' if same_set else 'no'} "
+              f"({seconds:.1f} s)")  # fmt: skip
 
 
 def main() -> None:
