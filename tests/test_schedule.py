@@ -14,7 +14,7 @@ def parse(value):
     return MixtureSchedule.parse(value, NAMES, "Owner")
 
 
-@pytest.mark.parametrize("weights", [[3, 1], {"main": 3, "web": 1}])
+@pytest.mark.parametrize("weights", [[3, 1], {"main": 3, "web": 1}, np.array([3, 1]), [np.int64(3), np.float32(1)]])
 def test_one_set_of_weights_is_a_constant_schedule(weights) -> None:
     schedule = parse(weights)
     assert not is_schedule(weights) and schedule.constant

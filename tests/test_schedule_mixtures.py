@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 from collections import Counter
 
 import lightning.pytorch as pl
@@ -445,3 +446,13 @@ def test_the_type_hint_takes_weights_a_list_of_stages_and_a_stages_mapping() -> 
                   "interpolate": "linear"}),
     ]:  # fmt: skip
         assert parser.parse_args([f"--data.source_weights={value}"]).data.source_weights == parsed
+
+
+def test_a_scheduled_sampler_pickles_and_serves_the_same_batches() -> None:
+    """A DataModule holds its training sampler: spawn, DDP launchers and torch.save pickle it."""
+    sizes, sources = data(0, [300, 60])
+    stages = [{"weights": [1, 1], "until_epoch": 1}, {"weights": [1, 3]}]
+    sampler = sampler_of(stages, sizes, sources)
+    sampler.set_epoch(1)
+    copy = pickle.loads(pickle.dumps(sampler))
+    assert [list(b) for b in copy] == [list(b) for b in sampler]

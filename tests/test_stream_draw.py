@@ -268,3 +268,21 @@ def test_sample_weights_on_chunks_without_that_column_are_refused_at_setup(writt
     dm.prepare_data()
     with pytest.raises(DataError, match="label"):
         dm.setup("fit")
+
+
+def test_a_streamed_state_saved_under_other_sample_weights_is_refused(written) -> None:
+    """The chunks' size index is the same whatever the weights: the plan's state must still tell the draws apart."""
+    from varlen.stream.mixture_sampler import StreamMixtureSampler
+
+    _, out = written
+
+    def sampler(weights):
+        return StreamMixtureSampler([out], names=["main"], sample_weights=[weights], max_tokens=400)
+
+    saved = sampler("balanced")
+    iter(saved).__next__()
+    state = saved.state_dict()
+    sampler("balanced").load_state_dict(state)  # the same draw: accepted
+    for other in (None, "v"):
+        with pytest.raises(ValueError, match="plan state was saved with plan"):
+            sampler(other).load_state_dict(state)

@@ -82,6 +82,7 @@ def test_shares_counts_budgets_and_replacement(sources, mix, world):
         for s, share in enumerate(weights):
             assert binomial_ok(int(counts[s]), len(every), share), (s, counts, weights)
         draw = ranks[0].draw(epoch)
+        np.testing.assert_array_equal(counts, draw.source_samples)  # the draw's exact counts, each served
         for s in range(3):
             mine = every[origin == s]
             held = int(sources[s].samples_per_chunk.sum())
@@ -198,9 +199,11 @@ def test_elastic_resume_serves_the_rest_of_the_draw(sources, saved, resumed, lan
 
 @pytest.mark.parametrize("unit", ["until_epoch", "until_step"])
 def test_resume_at_a_stage_boundary_equals_the_uninterrupted_run(sources, unit):
-    ranks = plans(sources, 2)
-    end = 1 if unit == "until_epoch" else len(ranks[0])  # the first epoch's steps: stage 1 from epoch 1 on
+    first = plans(sources, 2, source_weights=[0.8, 0.2, 0.0])[0]  # stage 0's epoch: its steps end the stage
+    end = 1 if unit == "until_epoch" else len(first)
     kwargs = {"source_weights": [{"weights": [0.8, 0.2, 0.0], unit: end}, {"weights": [0.2, 0.3, 0.5]}]}
+    scheduled = plans(sources, 2, **kwargs)[0]
+    assert scheduled.shares(0)[2] == 0 and scheduled.shares(1)[2] == 0.5  # the boundary is epoch 0's end
     whole = [run(plans_, e) for plans_ in [plans(sources, 2, **kwargs)] for e in range(3)]
     # stopped at the end of epoch 0 (the boundary), and in the middle of epoch 1, resumed on 2 and on 3 ranks
     for epoch, stop in ((0, None), (1, 4)):

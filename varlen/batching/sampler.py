@@ -12,6 +12,7 @@ rest are dealt to the W' ranks (:mod:`varlen.batching.resume`, shared with the s
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -181,7 +182,8 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         if weights is None:
             weights = np.ones(len(self.sizes))
         strata = strata_of(self._buckets[0], self.groups, self.shares)
-        build = lambda values: WeightedDraw.build(values, strata, num_samples, replacement)  # noqa: E731
+        # a partial, not a closure: the sampler (and a DataModule holding it) must pickle (spawn, DDP, torch.save)
+        build = functools.partial(WeightedDraw.build, strata=strata, num_samples=num_samples, replacement=replacement)
         if not isinstance(weights, ScheduledWeights):
             return None, build(weights)
         if len(weights) != len(self.sizes):

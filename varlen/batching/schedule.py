@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from numbers import Real
 from typing import Any, Literal
 
 import numpy as np
@@ -155,7 +156,7 @@ def _shares(weights: Any, names: tuple[str, ...], where: str) -> tuple[float, ..
             said = "; ".join(f"{w}: {v}" for w, v in (("missing", missing), ("unknown", unknown)) if v)
             raise ValueError(f"{where}: weights name {sorted(weights)}, the sources are {list(names)} ({said})")
         values = [weights[n] for n in names]
-    elif isinstance(weights, Sequence) and not isinstance(weights, str):
+    elif isinstance(weights, Sequence | np.ndarray) and not isinstance(weights, str):
         if len(weights) != len(names):
             raise ValueError(f"{where}: {len(weights)} weights for {len(names)} sources {list(names)}")
         values = list(weights)
@@ -163,7 +164,7 @@ def _shares(weights: Any, names: tuple[str, ...], where: str) -> tuple[float, ..
         raise ValueError(f"{where}: weights must be a list or a mapping by source name, got {weights!r}")
     numbers = []
     for name, value in zip(names, values, strict=True):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value) and value >= 0
+        ok = isinstance(value, Real) and not isinstance(value, bool) and np.isfinite(value) and value >= 0
         if not ok:
             raise ValueError(f"{where}: the weight of {name!r} must be a finite number >= 0, got {value!r}")
         numbers.append(float(value))

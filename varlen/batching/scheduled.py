@@ -124,17 +124,6 @@ class ScheduledDraws:
             starts.append(starts[known] + self._lengths[key])
         return starts[epoch]
 
-    def first_epochs(self, world: int) -> list[tuple[int, int]]:
-        """``(stage, first epoch)`` of each stage some epoch starts in, on ``world`` ranks (a stage shorter
-        than an epoch, under ``until_step``, may have none)."""
-        last, firsts, epoch = len(self.schedule.stages) - 1, {}, 0
-        while True:
-            stage = self.stage(epoch, world)
-            firsts.setdefault(stage, epoch)
-            if stage == last:
-                return sorted(firsts.items())
-            epoch += 1
-
     def key(self) -> str:
         """A digest of the schedule and of what decides each draw (weights, strata, counts), for saved states."""
         if self._key is None:

@@ -18,11 +18,12 @@ window draws the same:
   the sample's id; weight 0: never), Efraimidis and Spirakis' weighted sampling, uniform when unweighted;
 * with replacement: ``count`` inverse-CDF draws over the bucket's cumulative weights.
 
-A source is drawn with replacement when it serves more samples than it holds (a small source weighted up),
-without otherwise, as the in-memory mixture. An index is weighted when it has ``weight_histograms(axis)``
-and ``weights(chunk)`` that return arrays (a missing method or None: unweighted). Without replacement the
-caps are the strata's sample counts (the histograms): a stratum asked for more than its samples of nonzero
-weight fills the rest with weight-0 samples (only when a source serves nearly all it holds).
+A source is drawn with replacement when it serves more samples than it holds (a small source weighted up)
+or when its samples are weighted (``sample_weights``: a weight is then a sample's expected count, as in the
+in-memory sampler), without otherwise: an unweighted source served at most its size repeats no sample. (The
+in-memory mixture draws every source with replacement: the streamed one repeats less.) An index is weighted
+when it has ``weight_histograms(axis)`` and ``weights(chunk)`` that return arrays (a missing method or None:
+unweighted).
 """
 
 from __future__ import annotations

@@ -217,7 +217,8 @@ class MixtureBatchPlan(ResumableEpochs):
         spec = (self.spec.batch_size, self.spec.max_tokens, self.spec.cost, self.spec.max_batch_size)
         return cache_key(
             spec, self.spec.pad_to_multiple_of, self.window_batches, self.axis, self.mix, self.num_samples,
-            repr(self.schedule), self.names, version="mixture-1",
+            repr(self.schedule), self.names, [getattr(i, "sample_weights", None) for i in self.indexes],
+            version="mixture-2",  # each source's sample_weights: a state of another draw is refused
         )  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
