@@ -125,27 +125,26 @@ def stream_sampler(dm: Any, num_replicas: int | None, rank: int | None) -> Any:
         raise ValueError(
             f"{type(dm).__name__}: a streamed split is planned on one size axis, max_tokens is {spec.max_tokens}"
         )
-    max_tokens = None if spec.max_tokens is None else spec.max_tokens[0]
     dataset = dm.dataset("train")
+    settings = {  # the plan's, and what Lightning needs to rebuild the sampler under DDP
+        "batch_size": spec.batch_size,
+        "max_tokens": None if spec.max_tokens is None else spec.max_tokens[0],
+        "cost": dm.sampler_cost,
+        "max_batch_size": spec.max_batch_size,
+        "pad_to_multiple_of": dm.pad_to_multiple_of if dm.sampler_rounds_sizes else None,
+        "seed": dm.seed,
+        "window_batches": dm.stream_window_batches or WINDOW_BATCHES,
+        "lanes": max(1, dm.num_workers),  # each loader worker reads windows of its own
+        "num_replicas": num_replicas,
+        "rank": rank,
+        "state": dm.resume_position(),
+    }
     if isinstance(dataset, SourceMixture) or dm.sample_weights is not None:  # a draw every epoch
-        return _mixture_sampler(dm, dataset, spec, max_tokens, num_replicas, rank)
-    return StreamBatchSampler(
-        dataset.index_dir,  # the local copy of a store's index
-        batch_size=spec.batch_size,
-        max_tokens=max_tokens,
-        cost=dm.sampler_cost,
-        max_batch_size=spec.max_batch_size,
-        pad_to_multiple_of=dm.pad_to_multiple_of if dm.sampler_rounds_sizes else None,
-        seed=dm.seed,
-        window_batches=dm.stream_window_batches or WINDOW_BATCHES,
-        lanes=max(1, dm.num_workers),  # each loader worker reads windows of its own
-        num_replicas=num_replicas,
-        rank=rank,
-        state=dm.resume_position(),
-    )
+        return _mixture_sampler(dm, dataset, settings)
+    return StreamBatchSampler(dataset.index_dir, **settings)  # the local copy of a store's index
 
 
-def _mixture_sampler(dm: Any, dataset: Any, spec: Any, max_tokens: int | None, num_replicas, rank) -> Any:
+def _mixture_sampler(dm: Any, dataset: Any, settings: dict[str, Any]) -> Any:
     """The training batch sampler of streamed sources, or of one drawn by ``sample_weights``
     (:class:`StreamMixtureSampler`): each source's folder and ``sample_weights``, the sources' names,
     ``source_weights`` and ``mix``; what each source serves of the first epoch goes in the report (``drawn``)."""
@@ -158,18 +157,8 @@ def _mixture_sampler(dm: Any, dataset: Any, spec: Any, max_tokens: int | None, n
         sample_weights=[owner.sample_weights for owner in owners],
         source_weights=dm.source_weights,
         mix=dm.mix,
-        batch_size=spec.batch_size,
-        max_tokens=max_tokens,
-        cost=dm.sampler_cost,
-        max_batch_size=spec.max_batch_size,
-        pad_to_multiple_of=dm.pad_to_multiple_of if dm.sampler_rounds_sizes else None,
-        seed=dm.seed,
-        window_batches=dm.stream_window_batches or WINDOW_BATCHES,
-        lanes=max(1, dm.num_workers),
-        num_replicas=num_replicas,
-        rank=rank,
         epoch=dm._fit_epoch(),
-        state=dm.resume_position(),
+        **settings,
     )
     if mixed:  # what an epoch draws of each source (under a schedule, each stage's at its start)
         drawn = sampler.plan.draw(sampler.plan.epoch).source_samples

@@ -5,13 +5,13 @@ from its plain-value arguments: the sources' folders, not their indexes)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from torch.utils.data import Sampler
 
-from varlen.batching.sampler import BucketBatchSampler, EpochTracker
 from varlen.stream.draw_index import weighted_index
 from varlen.stream.mixture_state import MixtureBatchPlan
 from varlen.stream.plan import WINDOW_BATCHES
@@ -74,10 +74,9 @@ class StreamMixtureSampler(StreamBatchSampler):
             for folder, weights, name in zip(self.folders, weighing, names or range(len(self.folders)), strict=True)
         ]
         total = sum(int(index.samples_per_chunk.sum()) for index in indexes)
-        self.sampler = sampler if sampler is not None else EpochTracker(total)
-        self.num_replicas, self.rank = BucketBatchSampler._resolve_ranks(num_replicas, rank, sampler)
         self.batch_size, self.max_tokens, self.drop_last = batch_size, max_tokens, False
-        self.plan = MixtureBatchPlan(
+        make_plan = partial(
+            MixtureBatchPlan,
             indexes,
             names=names,
             source_weights=source_weights,
@@ -89,17 +88,10 @@ class StreamMixtureSampler(StreamBatchSampler):
             max_batch_size=max_batch_size,
             pad_to_multiple_of=pad_to_multiple_of,
             seed=seed,
-            num_replicas=self.num_replicas,
-            rank=self.rank,
             window_batches=window_batches,
             lanes=lanes,
         )
-        self.spec = self.plan.spec
-        if epoch:
-            self.set_epoch(epoch)
-        self.state = state
-        if state is not None:
-            self.load_state_dict(state)
+        self._set_up(make_plan, total, sampler, num_replicas, rank, state, epoch)
 
     @property
     def scheduled(self) -> Any:

@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from varlen.batching.plan import PlanSpec
 from varlen.batching.resume import ResumableEpochs
 from varlen.batching.schedule import MixtureSchedule
 from varlen.cache import cache_key
@@ -37,7 +36,7 @@ from varlen.stream.mixture import (
     unit_rows,
 )
 from varlen.stream.plan import WINDOW_BATCHES, SizeIndexLike
-from varlen.stream.plan_state import split_tail
+from varlen.stream.plan_state import split_tail, stream_spec
 
 __all__ = ["MixtureBatchPlan"]
 
@@ -82,12 +81,8 @@ class MixtureBatchPlan(ResumableEpochs):
         axis: int = 0,
         lanes: int = 1,
     ) -> None:
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
-        if int(lanes) < 1:
-            raise ValueError(f"lanes must be >= 1 (the loader's workers, 1 for none), got {lanes}")
-        tokens = None if max_tokens is None else (int(max_tokens),)
-        self.spec = PlanSpec(batch_size, tokens, cost, max_batch_size, None, pad_to_multiple_of)
+        checked = (rank, num_replicas, lanes)
+        self.spec = stream_spec(batch_size, max_tokens, cost, max_batch_size, pad_to_multiple_of, *checked)
         self.indexes = list(indexes)
         self.names = tuple(names) if names is not None else tuple(f"source{s}" for s in range(len(self.indexes)))
         if len(self.names) != len(self.indexes):

@@ -67,6 +67,22 @@ def split_tail(batches: np.ndarray, count: int, bounds_of: Callable[[int], np.nd
     return np.concatenate([tail[:first], out])
 
 
+def stream_spec(
+    batch_size, max_tokens, cost, max_batch_size, pad_to_multiple_of, rank: int, num_replicas: int, lanes: int
+) -> PlanSpec:
+    """A streamed plan's spec (one budget axis), its rank and lanes checked: what every streamed plan takes.
+
+    Raises:
+        ValueError: a rank outside ``[0, num_replicas)`` or fewer than one lane.
+    """
+    if not 0 <= rank < num_replicas:
+        raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
+    if int(lanes) < 1:
+        raise ValueError(f"lanes must be >= 1 (the loader's workers, 1 for none), got {lanes}")
+    tokens = None if max_tokens is None else (int(max_tokens),)
+    return PlanSpec(batch_size, tokens, cost, max_batch_size, None, pad_to_multiple_of)
+
+
 class StreamBatchPlan(ResumableEpochs):
     """A rank's batches of a streamed data set, epoch after epoch, from its size index.
 
@@ -100,12 +116,8 @@ class StreamBatchPlan(ResumableEpochs):
         axis: int = 0,
         lanes: int = 1,
     ) -> None:
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
-        if int(lanes) < 1:
-            raise ValueError(f"lanes must be >= 1 (the loader's workers, 1 for none), got {lanes}")
-        tokens = None if max_tokens is None else (int(max_tokens),)
-        self.spec = PlanSpec(batch_size, tokens, cost, max_batch_size, None, pad_to_multiple_of)
+        checked = (rank, num_replicas, lanes)
+        self.spec = stream_spec(batch_size, max_tokens, cost, max_batch_size, pad_to_multiple_of, *checked)
         self.index, self.seed, self.rank, self.num_replicas = index, int(seed), int(rank), int(num_replicas)
         self.window_batches, self.axis, self.lanes = int(window_batches), int(axis), int(lanes)
         self._layouts: dict[int, StreamLayout] = {}

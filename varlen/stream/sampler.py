@@ -11,6 +11,7 @@ and the loader's pickling carry no open files.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -67,11 +68,10 @@ class StreamBatchSampler(BatchSampler):
     ) -> None:
         # BatchSampler.__init__ is not called: it insists on a sampler and an int batch size.
         self.folder = str(folder)
-        index = SizeIndex(self.folder)
-        self.sampler = sampler if sampler is not None else EpochTracker(int(index.samples_per_chunk.sum()))
-        self.num_replicas, self.rank = BucketBatchSampler._resolve_ranks(num_replicas, rank, sampler)
         self.batch_size, self.max_tokens, self.drop_last = batch_size, max_tokens, False
-        self.plan = StreamBatchPlan(
+        index = SizeIndex(self.folder)
+        make_plan = partial(
+            StreamBatchPlan,
             index,
             batch_size=batch_size,
             max_tokens=max_tokens,
@@ -79,12 +79,20 @@ class StreamBatchSampler(BatchSampler):
             max_batch_size=max_batch_size,
             pad_to_multiple_of=pad_to_multiple_of,
             seed=seed,
-            num_replicas=self.num_replicas,
-            rank=self.rank,
             window_batches=window_batches,
             lanes=lanes,
         )
+        self._set_up(make_plan, int(index.samples_per_chunk.sum()), sampler, num_replicas, rank, state)
+
+    def _set_up(self, make_plan, samples: int, sampler, num_replicas, rank, state, epoch: int = 0) -> None:
+        """What every streamed sampler does with its plan: the sampler Lightning sets the epoch on (or its
+        injected one), the ranks, ``make_plan(num_replicas=, rank=)``, and a saved state loaded at once."""
+        self.sampler = sampler if sampler is not None else EpochTracker(samples)
+        self.num_replicas, self.rank = BucketBatchSampler._resolve_ranks(num_replicas, rank, sampler)
+        self.plan = make_plan(num_replicas=self.num_replicas, rank=self.rank)
         self.spec = self.plan.spec
+        if epoch:
+            self.set_epoch(epoch)
         self.state = state
         if state is not None:
             self.load_state_dict(state)
