@@ -249,11 +249,13 @@ def planned(dm: VarLenDataModule, epoch: int) -> list[list[int]]:
     return [sorted(int(i) for i in batch) for batch in sampler]
 
 
-def fit(dm, epochs: int, *callbacks, **trainer_args) -> pl.Trainer:
-    trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+def fit(dm, epochs: int, *callbacks, ckpt_path=None, **trainer_args) -> pl.Trainer:
+    """A quiet CPU fit of the toy model (checkpoints only where a ModelCheckpoint is given)."""
+    saves = any(isinstance(c, pl.callbacks.ModelCheckpoint) for c in callbacks)
+    trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=saves, enable_progress_bar=False,
                          enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
                          callbacks=list(callbacks), **trainer_args)  # fmt: skip
-    trainer.fit(ToyModel(), datamodule=dm)
+    trainer.fit(ToyModel(), datamodule=dm, ckpt_path=ckpt_path)
     return trainer
 
 
@@ -303,42 +305,18 @@ def test_a_checkpoint_at_a_stage_boundary_and_mid_epoch_resumes_the_uninterrupte
     fit(ShortAndLong(source_weights=GROWING), 4, whole)
     checkpoints = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_top_k=-1,
                                                save_on_train_epoch_end=True, filename="{epoch}")  # fmt: skip
-    trainer = pl.Trainer(max_epochs=2, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                         num_sanity_val_steps=0, limit_val_batches=0, callbacks=[checkpoints])  # fmt: skip
-    trainer.fit(ToyModel(), datamodule=ShortAndLong(source_weights=GROWING))
+    fit(ShortAndLong(source_weights=GROWING), 2, checkpoints)
     resumed = Served()
-    trainer = pl.Trainer(
-        max_epochs=4,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-        callbacks=[resumed],
-    )
-    trainer.fit(ToyModel(), datamodule=ShortAndLong(source_weights=GROWING), ckpt_path=tmp_path / "epoch=1.ckpt")
+    fit(ShortAndLong(source_weights=GROWING), 4, resumed, ckpt_path=tmp_path / "epoch=1.ckpt")
     assert sorted(resumed.epochs) == [2, 3]
     assert all(resumed.epochs[e] == whole.epochs[e] for e in (2, 3))
 
     middle = len(whole.epochs[2]) // 2
     mid = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "mid", every_n_train_steps=sum(
         len(whole.epochs[e]) for e in (0, 1)) + middle, save_top_k=-1, filename="mid")  # fmt: skip
-    trainer = pl.Trainer(max_epochs=3, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                         num_sanity_val_steps=0, limit_val_batches=0, callbacks=[mid])  # fmt: skip
-    trainer.fit(ToyModel(), datamodule=ShortAndLong(source_weights=GROWING))
+    fit(ShortAndLong(source_weights=GROWING), 3, mid)
     resumed = Served()
-    trainer = pl.Trainer(
-        max_epochs=4,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        limit_val_batches=0,
-        callbacks=[resumed],
-    )
-    trainer.fit(ToyModel(), datamodule=ShortAndLong(source_weights=GROWING), ckpt_path=tmp_path / "mid" / "mid.ckpt")
+    fit(ShortAndLong(source_weights=GROWING), 4, resumed, ckpt_path=tmp_path / "mid" / "mid.ckpt")
     assert resumed.epochs[2] == whole.epochs[2][middle:]
     assert resumed.epochs[3] == whole.epochs[3]
 
