@@ -105,5 +105,4 @@ class StreamMixtureSampler(StreamBatchSampler):
 
     def stage_of(self, epoch: int) -> int:
         """The schedule's stage of ``epoch`` (its first epoch or step)."""
-        schedule = self.plan.schedule
-        return schedule.stage_at(epoch if schedule.unit == "epoch" else self.plan.steps_before(epoch))
+        return self.plan.schedule.stage_at(self.plan.position(epoch))

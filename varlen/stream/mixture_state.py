@@ -127,8 +127,11 @@ class MixtureBatchPlan(ResumableEpochs):
         """The sources' shares of ``epoch``: the schedule's at its first epoch or step."""
         if self.schedule.constant:
             return tuple(self.schedule.shares_at(0).tolist())
-        position = epoch if self.schedule.unit == "epoch" else self.steps_before(epoch)
-        return tuple(self.schedule.shares_at(position).tolist())
+        return tuple(self.schedule.shares_at(self.position(epoch)).tolist())
+
+    def position(self, epoch: int) -> int:
+        """Where ``epoch`` starts in the schedule's unit: the epoch, or the steps before it."""
+        return epoch if self.schedule.unit == "epoch" else self.steps_before(epoch)
 
     def draw(self, epoch: int, world: int | None = None) -> MixtureEpoch:
         """``epoch``'s draw on ``world`` ranks (default: this plan's)."""
