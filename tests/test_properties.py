@@ -2,7 +2,8 @@
 (empty chunks, sizes over the budget), budgets and costs, world sizes 1-16, lanes, weights (zeros too),
 groups, mixtures, stop points anywhere in an epoch (the last batch too) and W -> W' -> W'' resumes.
 
-Properties: every sample (or every drawn index) once per epoch, equal batch counts per rank, budgets held,
+Properties: every sample (or every drawn index) once per epoch, equal batch counts per rank, budgets held
+(with the shape policy on and off; on: within ``max_shapes`` distinct shapes, the same ones every epoch),
 the same batches in a new process, a resume equal to the uninterrupted run, and served shares within a 99%
 interval of the requested ones over many epochs. Example counts are bounded (``VARLEN_HYPOTHESIS_EXAMPLES``
 scales them) so that the suite stays within its time; failing examples found are kept as regression tests
@@ -86,13 +87,17 @@ def sampler_cases(draw) -> dict:
         assume(case.get("num_samples", n) >= case["world"])
     if draw(st.booleans()):
         case["groups"] = np.asarray(draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)))
+    if case["budget"].get("cost") != "sum" and draw(st.booleans()):  # the shape policy on, or off (exact buckets)
+        case["max_shapes"] = draw(st.integers(1, 40))
     return case
 
 
-def make_sampler(case: dict, world: int, rank: int) -> BucketBatchSampler:
-    extra = {k: case[k] for k in ("weights", "replacement", "num_samples", "groups") if k in case}
+def make_sampler(case: dict, world: int, rank: int, rungs=None) -> BucketBatchSampler:
+    """The case's sampler of ``rank`` on ``world`` ranks; with ``rungs`` (a run's, resumed on another world
+    size), cut for them instead of fitting its own to ``max_shapes``."""
+    extra = {k: case[k] for k in ("weights", "replacement", "num_samples", "groups", "max_shapes") if k in case}
     return BucketBatchSampler(
-        case["sizes"], num_replicas=world, rank=rank, seed=case["seed"], **case["budget"], **extra
+        case["sizes"], num_replicas=world, rank=rank, seed=case["seed"], rungs=rungs, **case["budget"], **extra
     )
 
 
@@ -179,6 +184,10 @@ def test_an_epoch_serves_every_sample_once_in_equal_counts_within_budget(case: d
             assert batch and within_budget(batch, case["sizes"], case["budget"])
             if "groups" in case:
                 assert len(set(case["groups"][batch].tolist())) == 1
+    if "max_shapes" in case:  # within the limit, unless one padded length per axis already exceeds it
+        sampler = samplers[0]
+        assert sampler.shape_count(epoch) <= case["max_shapes"] or all(len(r.lengths) == 1 for r in sampler.rungs)
+        assert set(map(tuple, sampler.shapes(epoch))) == set(map(tuple, sampler.shapes(0)))  # the same every epoch
 
 
 @bounded(50)
@@ -199,7 +208,7 @@ def test_resumes_on_any_world_sizes_serve_the_uninterrupted_epoch(data, case: di
     stop = data.draw(st.integers(0, len(whole[0])))
     served = epoch_of(first, epoch, stop)
     assert served == [rank[:stop] for rank in whole]
-    make = lambda world: [make_sampler(case, world, rank) for rank in range(world)]  # noqa: E731
+    make = lambda world: [make_sampler(case, world, rank, first[0].rungs) for rank in range(world)]  # noqa: E731
     total, alone, _ = serve_moves(make, [((w,), share) for w, share in steps], first[0].state_dict(), epoch)
     if alone is not None and steps[0][0] == world:  # resumed on the saved world size: the uninterrupted run
         assert [a + b for a, b in zip(served, alone, strict=True)] == whole

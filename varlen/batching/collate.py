@@ -16,6 +16,19 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from varlen.batching.shapes import PadTo, pad_length, round_up
+
+__all__ = [
+    "Padded",
+    "additive_mask",
+    "blocked_mask",
+    "lengths_to_mask",
+    "numpy_dtype",
+    "pad_flat",
+    "pad_sequences",
+    "round_up",
+]
+
 
 class Padded(NamedTuple):
     """A padded batch.
@@ -32,12 +45,6 @@ class Padded(NamedTuple):
     mask: torch.Tensor
 
 
-def round_up(n, multiple: int | None):
-    """``n`` (an int or an integer array) rounded up to a multiple of ``multiple`` (unchanged
-    when ``multiple`` is falsy)."""
-    return -(-n // multiple) * multiple if multiple else n
-
-
 #: below this many elements per sample, one masked scatter beats a copy per sample
 SCATTER_BELOW = 256
 
@@ -51,7 +58,7 @@ def numpy_dtype(dtype: torch.dtype) -> np.dtype:
 def pad_sequences(
     arrays: Sequence[np.ndarray | torch.Tensor | Sequence],
     pad_value: float | int = 0,
-    pad_to_multiple_of: int | None = None,
+    pad_to_multiple_of: PadTo = None,
     dtype: torch.dtype | None = None,
     ragged_dims: int = 1,
 ) -> Padded:
@@ -64,7 +71,8 @@ def pad_sequences(
     Args:
         arrays: one array per sample; trailing axes after the ragged ones must agree.
         pad_value: value written where a sample has no data (e.g. the tokenizer's pad id).
-        pad_to_multiple_of: round the innermost ragged axis up to this multiple (tensor cores).
+        pad_to_multiple_of: round the innermost ragged axis up to this multiple (tensor cores), or to
+            its rung (:class:`~varlen.batching.shapes.Rungs`, the shape policy).
         dtype: output dtype; default: that of the first array.
         ragged_dims: how many leading axes vary between samples (1 for sequences, 2 for
             segments x tokens).
@@ -85,7 +93,7 @@ def pad_sequences(
     np_dtype = numpy_dtype(dtype) if dtype is not None else arrays[0].dtype
     if ragged_dims == 1:
         lengths = np.fromiter(map(len, arrays), np.int64, len(arrays))
-        width = round_up(int(lengths.max()), pad_to_multiple_of)
+        width = pad_length(int(lengths.max()), pad_to_multiple_of)
         if width * math.prod(trailing) < SCATTER_BELOW:
             return pad_flat(np.concatenate(arrays).astype(np_dtype, copy=False), lengths, pad_value, pad_to_multiple_of)
         out = np.full((len(arrays), width, *trailing), pad_value, dtype=np_dtype)
@@ -95,7 +103,7 @@ def pad_sequences(
         return Padded(torch.from_numpy(out), torch.from_numpy(lengths), torch.from_numpy(mask))
     sizes = np.array([a.shape[:ragged_dims] for a in arrays], dtype=np.int64)
     max_shape = sizes.max(axis=0).tolist()
-    max_shape[-1] = round_up(max_shape[-1], pad_to_multiple_of)
+    max_shape[-1] = pad_length(max_shape[-1], pad_to_multiple_of)
     out = np.full((len(arrays), *max_shape, *trailing), pad_value, dtype=np_dtype)
     mask = np.ones((len(arrays), *max_shape), dtype=bool)
     for d in range(ragged_dims):
@@ -111,7 +119,7 @@ def pad_flat(
     values: np.ndarray,
     lengths: np.ndarray,
     pad_value: float | int = 0,
-    pad_to_multiple_of: int | None = None,
+    pad_to_multiple_of: PadTo = None,
     dtype: torch.dtype | None = None,
 ) -> Padded:
     """Pad samples stored back to back (``values`` = their concatenation) in one scatter.
@@ -123,7 +131,7 @@ def pad_flat(
         values: ``[sum(lengths), *trailing]``, the samples one after another.
         lengths: ``[B]`` length of each sample.
         pad_value: value written where a sample has no data.
-        pad_to_multiple_of: round the padded length up to this multiple.
+        pad_to_multiple_of: round the padded length up to this multiple, or to its rung (:class:`Rungs`).
         dtype: output dtype; default: that of ``values``.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
@@ -131,7 +139,7 @@ def pad_flat(
         raise ValueError("cannot pad an empty batch")
     if int(lengths.sum()) != len(values):
         raise ValueError(f"lengths add up to {int(lengths.sum())} but there are {len(values)} values")
-    width = round_up(int(lengths.max()), pad_to_multiple_of)
+    width = pad_length(int(lengths.max()), pad_to_multiple_of)
     out = np.full(
         (len(lengths), width, *values.shape[1:]), pad_value, dtype=numpy_dtype(dtype) if dtype else values.dtype
     )

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from varlen.batching.collate import pad_sequences
+from varlen.batching.shapes import PadsToRungs, PadTo
 from varlen.errors import DataError
 
 __all__ = ["PadCollate"]
@@ -31,14 +32,15 @@ def _sample_name(sample: Mapping[str, Any], position: int) -> str:
     return f"sample {int(index)}" if isinstance(index, (int, np.integer)) else f"sample {position} of the batch"
 
 
-class PadCollate:
+class PadCollate(PadsToRungs):
     """Collate a list of sample dicts (``{"index": i, "x": array, "label": 3}``) into one batch dict.
 
     Args:
         ragged: keys always padded with a mask and lengths, even when a batch's samples happen to be
             of one length (declare every key whose length can vary: a model then always finds its mask).
         pad_values: the value written where a key's sample has no data (default 0).
-        pad_to_multiple_of: round the padded length up to this multiple.
+        pad_to_multiple_of: round the padded length up to this multiple, or to its rung (the shape policy's
+            :class:`~varlen.batching.shapes.Rungs`, which a DataModule sets).
 
     Raises:
         DataError: samples that are not dicts, that miss a key another sample has, whose arrays differ
@@ -49,11 +51,13 @@ class PadCollate:
         self,
         ragged: Sequence[str] = (),
         pad_values: Mapping[str, float | int] | None = None,
-        pad_to_multiple_of: int | None = None,
+        pad_to_multiple_of: PadTo = None,
     ) -> None:
         self.ragged = tuple(ragged)
         self.pad_values = dict(pad_values or {})
         self.pad_to_multiple_of = pad_to_multiple_of
+        #: a key's own padding (the shape policy's rungs of the size axis it is), else ``pad_to_multiple_of``
+        self.key_padding: dict[str, PadTo] = {}
 
     def __call__(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if not samples:
@@ -93,7 +97,8 @@ class PadCollate:
             if name in samples[0]:
                 raise DataError(f"samples hold both {key!r} (padded, so it gets {name!r}) and {name!r}: rename one")
         arrays = [v.numpy() if isinstance(v, torch.Tensor) else v for v in values]
-        padded = pad_sequences(arrays, self.pad_values.get(key, 0), self.pad_to_multiple_of)
+        pad_to = self.key_padding.get(key, self.pad_to_multiple_of)
+        padded = pad_sequences(arrays, self.pad_values.get(key, 0), pad_to)
         return {key: padded.values, f"{key}_mask": padded.mask, f"{key}_lengths": padded.lengths}
 
     @staticmethod

@@ -20,12 +20,14 @@ number of ranks is :mod:`varlen.batching.resume`'s.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from varlen import notices
 from varlen.batching.collate import round_up
+from varlen.batching.shapes import Rungs, fit_count, ladder, power_of_two_tail, size_histogram
 from varlen.batching.weights import WeightedDraw
 
 COST_MODES = ("padded", "sum")
@@ -53,6 +55,10 @@ class PlanSpec:
             None: about four batches' worth of samples per bucket (see :func:`auto_buckets`).
         pad_to_multiple_of: sizes are rounded up to this multiple before costing, so the budget
             also holds for collates that pad to a multiple of 8.
+        rungs: the shape policy's padded lengths, one :class:`~varlen.batching.shapes.Rungs` per size
+            axis (see :mod:`varlen.batching.shapes`): they are the buckets, a sample is costed at its
+            rung (what the collate pads its batch to), and a group's short last batch is cut into
+            powers of two. None: buckets from the sizes, costed at their largest.
     """
 
     batch_size: int | None = None
@@ -61,6 +67,7 @@ class PlanSpec:
     max_batch_size: int | None = None
     num_buckets: int | None = None
     pad_to_multiple_of: int | None = None
+    rungs: tuple[Rungs, ...] | None = None
 
     def __post_init__(self) -> None:
         if (self.batch_size is None) == (self.max_tokens is None):
@@ -75,6 +82,12 @@ class PlanSpec:
             raise ValueError(f"cost must be one of {COST_MODES}, got {self.cost!r}")
         if self.num_buckets is not None and not 1 <= self.num_buckets <= MAX_BUCKETS:
             raise ValueError(f"num_buckets must be in [1, {MAX_BUCKETS}], got {self.num_buckets}")
+        if self.rungs is not None and (
+            not all(isinstance(r, Rungs) for r in self.rungs) or len(self.rungs) >= MAX_BUCKETS
+        ):
+            raise ValueError(f"rungs must be one Rungs per size axis, got {self.rungs!r}")
+        if self.rungs is not None and self.cost == "sum":
+            raise ValueError("rungs are padded lengths: a summed cost (cost='sum') pads nothing")
 
 
 def index_dtype(n: int) -> type[np.signedinteger]:
@@ -127,9 +140,17 @@ def bucketize(sizes: np.ndarray, spec: PlanSpec) -> tuple[np.ndarray, np.ndarray
     sizes = round_up(sizes, spec.pad_to_multiple_of)
     ids = np.empty(sizes.shape, dtype=np.int16)  # see MAX_BUCKETS
     rounded = np.empty_like(sizes)
+    if spec.rungs is not None and len(spec.rungs) != sizes.shape[1]:
+        raise ValueError(f"{len(spec.rungs)} rungs for samples of {sizes.shape[1]} size axes")
     for d in range(sizes.shape[1]):
         col = sizes[:, d]
         distinct = np.unique(col)
+        if spec.rungs is not None:
+            rungs = spec.rungs[d].array
+            ids[:, d] = np.searchsorted(rungs, col, side="left")
+            # sizes past the top rung (a split the rungs were not fitted on): one bucket at its largest
+            rounded[:, d] = np.append(rungs, col.max(initial=0))[ids[:, d]]
+            continue
         if len(distinct) <= num_buckets:
             edges = distinct
         else:
@@ -189,6 +210,35 @@ def keep_populated(edges: np.ndarray, at_or_below: np.ndarray, spec: PlanSpec, d
             kept.append(edge)
             last = count
     return np.asarray(kept, dtype=edges.dtype)
+
+
+def rungs_of(sizes: np.ndarray, spec: PlanSpec, count: int) -> tuple[Rungs, ...]:
+    """``count`` rungs per size axis for ``sizes`` [N, D] (rounded up to the spec's multiple), placed where
+    they pad least (:func:`~varlen.batching.shapes.ladder`), then those too sparse to mix merged up as
+    :func:`populated_edges` merges buckets (the largest size is always a rung)."""
+    sizes = round_up(as_size_matrix(sizes), spec.pad_to_multiple_of)
+    if spec.max_tokens is not None and len(spec.max_tokens) == 1:  # one budget for every axis, as the sampler's
+        spec = replace(spec, max_tokens=spec.max_tokens * sizes.shape[1])
+    out = []
+    for d in range(sizes.shape[1]):
+        column = np.sort(sizes[:, d])
+        rungs = ladder(*size_histogram(column, SIZE_GRID), count)
+        kept = populated_edges(column, rungs, spec, d)
+        if len(rungs) and (not kept.size or kept[-1] != rungs[-1]):
+            kept = np.append(kept, rungs[-1])
+        out.append(Rungs(tuple(kept.tolist()) or (0,), spec.pad_to_multiple_of))
+    return tuple(out)
+
+
+def fit_rungs(
+    sizes: np.ndarray, spec: PlanSpec, max_shapes: int, shapes_of: Callable[[tuple[Rungs, ...]], int]
+) -> tuple[tuple[Rungs, ...], int]:
+    """The rungs (:func:`rungs_of`) of the most rungs per axis whose epoch takes at most ``max_shapes``
+    shapes, as ``shapes_of(rungs)`` counts them (an epoch's plan on the world's ranks), and that count:
+    over the limit only where even one rung exceeds it (many groups' short batches)."""
+    count = fit_count(lambda k: shapes_of(rungs_of(sizes, spec, k)), max_shapes, max_shapes)
+    rungs = rungs_of(sizes, spec, count)
+    return rungs, shapes_of(rungs)
 
 
 def order_samples(bucket_ids: np.ndarray, rng: np.random.Generator | None, sizes: np.ndarray) -> np.ndarray:
@@ -273,12 +323,14 @@ class Plan:
 
 def split_largest(bounds: np.ndarray, count: int) -> np.ndarray:
     """``bounds`` with its largest batch split in two, ``count`` times (fewer when every batch is down to
-    one sample), each half where the batch was: every sample once, every budget held."""
+    one sample), each half where the batch was: every sample once, every budget held. Of equally large
+    batches, the one that starts first in the plan's order is split, whatever the epoch's batch order: the
+    same places every epoch, so the halves add the same shapes (the shape policy counts them once)."""
     bounds = bounds.copy()
     for _ in range(count):
         if not len(bounds):
             break
-        k = int(np.argmax(bounds[:, 1] - bounds[:, 0]))
+        k = int(np.lexsort((bounds[:, 0], bounds[:, 0] - bounds[:, 1]))[0])
         start, end = bounds[k]
         if end - start < 2:
             break
@@ -342,7 +394,9 @@ def build_plan(
         order = order_samples(np.column_stack([group_ids, ids]), rng, sizes)
         edges = np.flatnonzero(np.diff(group_ids[order])) + 1
         segments = zip(np.concatenate([[0], edges]), np.concatenate([edges, [len(order)]]), strict=True)
-        starts = np.unique(np.concatenate([cut_batches(rounded_sizes[order[a:b]], spec) + a for a, b in segments]))
+        fixed = spec.batch_size is not None  # the short batch comes first
+        cut = cut_batches if spec.rungs is None else lambda rows, spec: power_of_two_tail(cut_batches(rows, spec), fixed)
+        starts = np.unique(np.concatenate([cut(rounded_sizes[order[a:b]], spec) + a for a, b in segments]))
     if chosen is not None:
         order = chosen[order].astype(index_dtype(len(draw.weights)))
     bounds = np.stack([starts[:-1], starts[1:]], axis=1)

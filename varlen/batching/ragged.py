@@ -25,7 +25,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from varlen.batching.collate import numpy_dtype, round_up
+from varlen.batching.collate import numpy_dtype
+from varlen.batching.shapes import PadTo, pad_length
 
 __all__ = ["PackedBatch", "PaddedBatch", "Ragged", "concat_ranges"]
 
@@ -200,7 +201,7 @@ class Ragged:
         self,
         indices: Sequence[int] | np.ndarray,
         pad_value: float | int = 0,
-        pad_to_multiple_of: int | None = None,
+        pad_to_multiple_of: PadTo = None,
         dtype: torch.dtype | None = None,
         axis: int = 1,
     ) -> PaddedBatch:
@@ -209,7 +210,7 @@ class Ragged:
         Args:
             indices: sample indices (the batch).
             pad_value: written where there is no data.
-            pad_to_multiple_of: round the row length ``L`` up to this multiple.
+            pad_to_multiple_of: round the row length ``L`` up to this multiple, or to its rung.
             dtype: output dtype (default: the values').
             axis: where the row axis ``L`` goes in the output: ``1`` (``[B, L, *trailing]``, or
                 ``[B, S, L, ...]`` with two levels, after ``S``) or ``-1`` (last, e.g. signals
@@ -220,7 +221,7 @@ class Ragged:
             raise ValueError("cannot pad an empty batch")
         if self.groups is None:
             starts, lengths = self.starts[indices], self.lengths[indices]
-            width = round_up(int(lengths.max()), pad_to_multiple_of)
+            width = pad_length(int(lengths.max()), pad_to_multiple_of)
             mask = np.arange(width) < lengths[:, None]  # [B, L]
             source = starts[:, None] + np.arange(width)  # past a row's end: read (clipped), then padded
             row_lengths, rows, row_mask = lengths, None, None
@@ -230,7 +231,7 @@ class Ragged:
             row_mask = np.arange(depth) < counts[:, None]  # [B, S]
             row = np.where(row_mask, self.groups[indices][:, None] + np.arange(depth), 0)
             row_lengths = np.where(row_mask, self.lengths[row] if len(self.lengths) else 0, 0)
-            width = round_up(int(row_lengths.max()), pad_to_multiple_of)
+            width = pad_length(int(row_lengths.max()), pad_to_multiple_of)
             mask = np.arange(width) < row_lengths[..., None]  # [B, S, L]
             source = np.where(mask, self.starts[row][..., None] + np.arange(width), 0)
             rows = counts

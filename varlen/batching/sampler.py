@@ -22,9 +22,10 @@ from torch.utils.data import BatchSampler, Sampler
 
 from varlen import notices
 from varlen.batching.collate import round_up
-from varlen.batching.plan import Plan, PlanSpec, as_size_matrix, bucketize, build_plan, split_largest
+from varlen.batching.plan import Plan, PlanSpec, as_size_matrix, bucketize, build_plan, fit_rungs, split_largest
 from varlen.batching.resume import ResumableEpochs
 from varlen.batching.scheduled import ScheduledDraws, ScheduledWeights
+from varlen.batching.shapes import Rungs, batch_shapes, distinct_shapes
 from varlen.batching.weights import WeightedDraw, strata_of
 
 
@@ -80,6 +81,9 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         num_buckets: size buckets per dimension; default: enough that each bucket holds about
             four batches (sizes with few distinct values get one bucket each, so no padding).
         pad_to_multiple_of: cost sizes rounded up to this multiple, to match the collate.
+        rungs: the shape policy's padded lengths, one :class:`~varlen.batching.shapes.Rungs` per size axis
+            (a DataModule fits them with :func:`fit_rungs`): buckets are the rungs, each batch holds the
+            budget over its rung, and the collate pads to the rung, so an epoch takes few batch shapes.
         groups: optional group id per sample; a batch then holds samples of one group only
             (e.g. the windows of one recording), and groups mix through the batch order.
         weights: optional weight per sample (>= 0, not all zero): each epoch serves
@@ -120,6 +124,8 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         max_batch_size: int | None = None,
         num_buckets: int | None = None,
         pad_to_multiple_of: int | None = None,
+        rungs: Sequence[Rungs] | None = None,
+        max_shapes: int | None = None,
         groups: Sequence[int] | np.ndarray | None = None,
         weights: Sequence[float] | np.ndarray | None = None,
         num_samples: int | None = None,
@@ -130,6 +136,8 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         state: dict[str, Any] | None = None,
     ) -> None:
         # BatchSampler.__init__ is not called: it insists on a sampler and an int batch size.
+        if max_shapes is not None and rungs is None:
+            rungs = self._fit_rungs(dict(locals()))
         self.sizes = as_size_matrix(lengths)
         self.groups = None if groups is None else np.asarray(groups)
         if self.groups is not None and self.groups.shape != (len(self.sizes),):
@@ -143,7 +151,9 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
             max_batch_size=max_batch_size,
             num_buckets=num_buckets,
             pad_to_multiple_of=pad_to_multiple_of,
+            rungs=None if rungs is None else tuple(rungs),
         )
+        self.rungs = self.spec.rungs
         self.batch_size = batch_size
         self.max_tokens = max_tokens
         self.shuffle = shuffle
@@ -170,6 +180,23 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         self.state = state
         if state is not None:
             self.load_state_dict(state)
+
+    @classmethod
+    def _fit_rungs(cls, arguments: dict[str, Any]) -> tuple[Rungs, ...]:
+        """The rungs ``max_shapes`` allows for these ``__init__`` arguments (:func:`~varlen.batching.plan.fit_rungs`),
+        each count of rungs probed by a sampler of them on rank 0, at epoch 0."""
+        arguments = {k: v for k, v in arguments.items() if k not in ("self", "__class__", "state", "epoch")}
+        limit = arguments.pop("max_shapes")
+        probe = lambda rungs: cls(**arguments | {"rungs": rungs, "rank": 0}).shape_count(0)  # noqa: E731
+        sizes = as_size_matrix(arguments["lengths"])
+        multiple = arguments["pad_to_multiple_of"]
+        budget = arguments["max_tokens"]
+        if budget is None:
+            spec = PlanSpec(batch_size=arguments["batch_size"], pad_to_multiple_of=multiple)
+        else:
+            budget = (int(budget),) * sizes.shape[1] if isinstance(budget, (int, np.integer)) else tuple(budget)
+            spec = PlanSpec(max_tokens=budget, max_batch_size=arguments["max_batch_size"], pad_to_multiple_of=multiple)
+        return fit_rungs(sizes, spec, limit, probe)[0]
 
     def _weighted_draw(
         self, weights, num_samples: int | None, replacement: bool
@@ -268,6 +295,24 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
             self._plan_key = key
         return self._plan
 
+    def shapes(self, epoch: int | None = None) -> np.ndarray:
+        """``[batches, 1 + D]`` of ``epoch``'s global plan (default: the current one), in serving order: each
+        batch's size and the length it pads to on each size axis (its longest sample, up to its rung or
+        ``pad_to_multiple_of``)."""
+        plan = self.global_plan(epoch)
+        shapes = batch_shapes(round_up(self.sizes, self.spec.pad_to_multiple_of), plan.order, plan.bounds)
+        for d, rungs in enumerate(self.rungs or ()):
+            shapes[:, 1 + d] = rungs.round(shapes[:, 1 + d])
+        return shapes
+
+    def batch_of(self, indices: list[int], epoch: int) -> list[int]:
+        """``indices`` as this sampler serves a batch of ``epoch`` (a plain list here)."""
+        return indices
+
+    def shape_count(self, epoch: int | None = None) -> int:
+        """The most distinct ``(batch size, padded length)`` pairs any size axis takes in ``epoch``."""
+        return max(distinct_shapes(self.shapes(epoch)), default=0)
+
     def rank_rows(self, epoch: int, world: int, rank: int) -> np.ndarray:
         """Rank ``rank``'s batches of ``epoch`` on ``world`` ranks: ``[n, 2]`` bounds into the plan's order."""
         return self._plan_on(epoch, world).bounds[rank::world]
@@ -310,9 +355,13 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
                 "num_samples": len(self.sizes),
                 "seed": self.seed,
                 "draw": self._draw_key(),
+                "rungs": self._rung_lengths(),
             }
             | schedule
         )
+
+    def _rung_lengths(self) -> list[list[int]] | None:
+        return None if self.rungs is None else [list(r.lengths) for r in self.rungs]
 
     def _draw_key(self) -> str | None:
         if self.scheduled is not None:
@@ -339,6 +388,13 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
             raise ValueError(
                 f"sampler state was saved with {said[0]} of source_weights, this sampler has {said[1]}: its "
                 "position means other batches; start the epoch afresh"
+            )
+        rungs = self._rung_lengths()
+        if state.get("rungs") != rungs:
+            raise ValueError(
+                f"sampler state was saved with rungs {state.get('rungs')} (None: exact buckets), this sampler has "
+                f"{rungs}: its position means other batches; build the sampler with the run's rungs "
+                "(rungs=[Rungs(lengths) for lengths in state['rungs']]; a DataModule keeps them in its checkpoint)"
             )
         mine = self._draw_key()
         if state.get("draw") != mine:
@@ -370,3 +426,6 @@ class EpochBatchSampler(BucketBatchSampler):
         epoch = self.epoch
         for batch in super()._batches():
             yield EpochIndices(batch, epoch)
+
+    def batch_of(self, indices: list[int], epoch: int) -> EpochIndices:
+        return EpochIndices(indices, epoch)

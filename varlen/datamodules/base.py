@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import multiprocessing
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -10,12 +11,15 @@ from typing import Any, Literal
 import lightning.pytorch as pl
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch.utils.data import Dataset
 
+from varlen import notices
 from varlen.batching import BucketBatchSampler
 from varlen.batching.loader import VarLenLoader
 from varlen.batching.pad_collate import PadCollate
-from varlen.batching.plan import PlanSpec
+from varlen.batching.plan import PlanSpec, fit_rungs
+from varlen.batching.shapes import DEFAULT_MAX_SHAPES, PadsToRungs, Rungs
 from varlen.batching.telemetry import BatchStats
 from varlen.datamodules.checkpoint import DataStateCheckpoint, plain
 from varlen.datamodules.contract import CheckedCollate, batch_stats_of, check_split, describe
@@ -30,11 +34,13 @@ from varlen.datamodules.sources import (
 )
 from varlen.datamodules.streaming import check_stream, stream_sampler, streamed_train
 from varlen.datamodules.weighting import BALANCED, balanced_weights
-from varlen.datasets.mixture import SourceMixture
+from varlen.datasets.mixture import MixtureCollator, SourceMixture
 from varlen.errors import DataError
 from varlen.report import DataReport, OnBad
 
 __all__ = ["BASE_ARGS", "LINKED", "PredictSplit", "StartMethod", "VarLenDataModule", "base_args", "plain"]
+
+log = logging.getLogger("varlen")
 
 #: DataModule attributes handed to the model argument of the same name, when both exist (the CLI links
 #: them; the model's hyperparameters hold their values, so the DataModule's leave them out)
@@ -61,6 +67,7 @@ BASE_ARGS = (
     "seed",
     "num_buckets",
     "pad_to_multiple_of",
+    "max_shapes",
     "num_workers",
     "pin_memory",
     "persistent_workers",
@@ -118,6 +125,13 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
         seed: seed of the batch plan and of the splits.
         num_buckets: size buckets of the sampler (None: automatic).
         pad_to_multiple_of: pad the ragged axis to a multiple of this (8 for tensor cores).
+        max_shapes: the most distinct batch shapes (batch size, padded length) an epoch may take on each
+            size axis (the shape policy, :mod:`varlen.batching.shapes`): fitted once on the training
+            split, a ladder of padded lengths (rungs) that every split's batches are cut for and padded
+            to, as many as keep the epoch within this limit, placed where they pad least. A GPU pays once
+            for each new shape (cuDNN attention builds a plan per shape in bf16), so few shapes, warmed
+            before training (:class:`~varlen.batching.warmup.WarmShapes`), are what makes bucketing
+            fast there. None: exact buckets, the least padding and as many shapes as the sizes give.
         num_workers: loader worker processes.
         pin_memory: pin batches for fast host-to-GPU copies (None: when CUDA is available).
         persistent_workers: keep workers between epochs (needs ``num_workers > 0``).
@@ -187,6 +201,7 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
         seed: int = 0,
         num_buckets: int | None = None,
         pad_to_multiple_of: int | None = None,
+        max_shapes: int | None = DEFAULT_MAX_SHAPES,
         num_workers: int = 0,
         pin_memory: bool | None = None,
         persistent_workers: bool = False,
@@ -234,6 +249,10 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
         self.seed = seed
         self.num_buckets = num_buckets
         self.pad_to_multiple_of = pad_to_multiple_of
+        if max_shapes is not None and (isinstance(max_shapes, bool) or not int(max_shapes) == max_shapes >= 1):
+            raise ValueError(f"max_shapes must be a whole number >= 1 (None: exact buckets), got {max_shapes!r}")
+        self.max_shapes = None if max_shapes is None else int(max_shapes)
+        self.rungs: tuple[Rungs, ...] | None = None  # the shape policy's, fitted by setup
         self.num_workers = num_workers
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self.persistent_workers = persistent_workers
@@ -306,11 +325,14 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
         return batch
 
     @staticmethod
-    def _plan_spec(batch_size: int | None, max_tokens: int | tuple[int, ...] | None) -> PlanSpec:
+    def _plan_spec(
+        batch_size: int | None, max_tokens: int | tuple[int, ...] | None, pad_to_multiple_of: int | None = None
+    ) -> PlanSpec:
         """The sampler's spec of these two: a budget capped at ``batch_size`` samples, or fixed batches."""
         if max_tokens is None:
-            return PlanSpec(batch_size=batch_size)
-        return PlanSpec(max_tokens=tuple(int(t) for t in np.atleast_1d(max_tokens)), max_batch_size=batch_size)
+            return PlanSpec(batch_size=batch_size, pad_to_multiple_of=pad_to_multiple_of)
+        budget = tuple(int(t) for t in np.atleast_1d(max_tokens))
+        return PlanSpec(max_tokens=budget, max_batch_size=batch_size, pad_to_multiple_of=pad_to_multiple_of)
 
     # -- setup ------------------------------------------------------------------------------
 
@@ -332,11 +354,75 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
                 check_split(self, split, dataset)
             self.report.keep(split, len(dataset))
         self.datasets = datasets
+        if self.source_name is None:  # a source's DataModule fits its shapes as the mixture's (the main's)
+            self._fit_shapes()
         if self.source_name is None:  # a source's DataModule reports through the mixture's
             self.report.announce(type(self).__name__)
         if self._checkpoint_state is not None:
             state, self._checkpoint_state = self._checkpoint_state, None
             self.load_state_dict({"data_state": state})
+
+    def _fit_shapes(self) -> None:
+        """The shape policy (``max_shapes``): rungs fitted once on the training split, planned as the world's
+        ranks serve it, then handed to whatever pads (every split's dataset, a mixture's sources, the
+        collate), so every split's batches are cut for and padded to them."""
+        train = self.datasets.get("train")
+        if self.max_shapes is None or train is None or self.sampler_cost != "padded" or not self.sampler_rounds_sizes:
+            return
+        if self.stream is not None:
+            return  # a streamed split's rungs come with its plan (not yet fitted here)
+        if not any(isinstance(obj, PadsToRungs) for obj in (self._own_collate(), *self._train_parts())):
+            notices.info(
+                log,
+                f"{type(self).__name__}: max_shapes={self.max_shapes} is not applied: neither the training dataset nor "
+                "the collate pads to rungs (varlen.batching.shapes.PadsToRungs); batches take exact buckets",
+            )
+            return
+        sizes = self.of_each_source(train, "sampler_lengths")
+        spec = self._plan_spec(self.batch_size, self.max_tokens, self.pad_to_multiple_of)
+        world = self._world_size()
+        probe = lambda rungs: self._new_sampler("train", self.shuffle, world, 0, rungs).shape_count(0)  # noqa: E731
+        self.rungs, shapes = fit_rungs(sizes, spec, self.max_shapes, probe)
+        if shapes > self.max_shapes:
+            notices.warn(
+                f"{type(self).__name__}: max_shapes={self.max_shapes} cannot hold: one padded length per axis "
+                f"already gives {shapes} batch shapes (each group's last batch is short); allow more shapes"
+            )
+        for padder in self._padders():
+            padder.pad_to_rungs(self.rungs)
+
+    def adopt_rungs(self, lengths: list[list[int]] | None) -> None:
+        """Cut and pad to these rungs from now on (a checkpoint's: the run's own, whatever this world fits)."""
+        rungs = None if lengths is None else tuple(Rungs(tuple(r), self.pad_to_multiple_of) for r in lengths)
+        if rungs == self.rungs:
+            return
+        self.rungs = rungs
+        for padder in self._padders():
+            padder.pad_to_rungs(rungs)
+
+    def _own_collate(self) -> Any:
+        """The scenario's collate (a mixture's wraps it)."""
+        collate = self.collate_fn
+        while isinstance(collate, MixtureCollator):
+            collate = collate.collate
+        return collate
+
+    def _train_parts(self) -> list[Dataset]:
+        train = self.datasets["train"]
+        return list(train.parts) if isinstance(train, SourceMixture) else [train]
+
+    def _padders(self) -> list[PadsToRungs]:
+        """What pads this DataModule's batches: each split's dataset (a mixture's sources), and the collate."""
+        found = [self._own_collate()]
+        for dataset in self.datasets.values():
+            found += dataset.parts if isinstance(dataset, SourceMixture) else [dataset]
+        return [obj for obj in found if isinstance(obj, PadsToRungs)]
+
+    def _world_size(self) -> int:
+        """The ranks the training split is served on: the trainer's, else torch.distributed's, else 1."""
+        if self.trainer is not None:
+            return int(self.trainer.world_size)
+        return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
     def __repr__(self) -> str:
         """Its class, split sizes (or "not set up") and batching, e.g. ``Name(train=1,200 val=240 | max_tokens=2048,
@@ -394,10 +480,23 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
         if split == "train" and self.stream is not None:
             self._train_sampler = stream_sampler(self, num_replicas, rank)
             return self._train_sampler
+        sampler = self._new_sampler(split, shuffle, num_replicas, rank, self.rungs, resume=split == "train")
+        if split == "train":
+            self._train_sampler = sampler
+            dataset = self.dataset(split)
+            if shuffle and isinstance(dataset, SourceMixture):
+                self._report_draw(sampler, dataset)
+        return sampler
+
+    def _new_sampler(
+        self, split: str, shuffle: bool, num_replicas: int | None, rank: int | None, rungs, resume: bool = False
+    ) -> BucketBatchSampler:
+        """The in-memory batch sampler of ``split`` (see :meth:`batch_sampler`), cut for ``rungs``; with
+        ``resume``, at the epoch Lightning is about to serve and the position its checkpoint recorded."""
         spec = self._plan_spec(self.batch_size, self.max_tokens)
         weights = self.train_weights() if split == "train" and shuffle else None
         dataset = self.dataset(split)
-        sampler = self.sampler_class(split)(
+        return self.sampler_class(split)(
             self.of_each_source(dataset, "sampler_lengths"),
             batch_size=spec.batch_size,
             max_tokens=self.max_tokens,
@@ -407,19 +506,15 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
             cost=self.sampler_cost,
             num_buckets=self.num_buckets,
             pad_to_multiple_of=self.pad_to_multiple_of if self.sampler_rounds_sizes else None,
+            rungs=rungs,
             num_replicas=num_replicas,
             rank=rank,
             groups=self._sampler_groups(dataset),
             weights=weights,
             shares=dataset.sources if weights is not None and isinstance(dataset, SourceMixture) else None,
-            epoch=self._fit_epoch() if split == "train" else 0,
-            state=self.resume_position() if split == "train" else None,
+            epoch=self._fit_epoch() if resume else 0,
+            state=self.resume_position() if resume else None,
         )
-        if split == "train":
-            self._train_sampler = sampler
-        if split == "train" and shuffle and isinstance(dataset, SourceMixture):
-            self._report_draw(sampler, dataset)
-        return sampler
 
     def _fit_epoch(self) -> int:
         """The epoch a fitting trainer is about to serve (0 outside a fit): what a training sampler's ``len()``

@@ -37,6 +37,7 @@ from typing import Any, Literal
 import numpy as np
 
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
+from varlen.batching.shapes import DEFAULT_MAX_SHAPES
 from varlen.cache import default_cache_dir
 from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datamodules.sources import Mix, SourceWeights
@@ -166,7 +167,7 @@ class BearingDataModule(VarLenDataModule):
         cache_dir: where the recordings at the common rate, the windows and the train statistics
             are written once and mapped from (None: ``$VARLEN_CACHE`` or ``~/.cache/varlen``; the
             files go in its ``bearing`` folder).
-        batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, num_workers,
+        batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, max_shapes, num_workers,
             pin_memory, persistent_workers, prefetch_factor, multiprocessing_context, timeout, predict_split:
             see :class:`VarLenDataModule` (``max_tokens`` budgets ``windows x window length`` per
             batch); neither set: 64 windows per batch.
@@ -217,6 +218,7 @@ class BearingDataModule(VarLenDataModule):
         seed: int = 0,
         num_buckets: int | None = None,
         pad_to_multiple_of: int | None = None,
+        max_shapes: int | None = DEFAULT_MAX_SHAPES,
         num_workers: int = 0,
         pin_memory: bool | None = None,
         persistent_workers: bool = False,

@@ -4,7 +4,8 @@
 Lightning's ``state_dict`` / ``load_state_dict`` reach: what the data taught the model (class names,
 training statistics, the tokenizer...) as plain values, refused or restored when a checkpoint is loaded,
 and the training sampler's position while fitting. The base sets ``datasets``, ``trainer``,
-``_train_sampler``, ``_checkpoint_state`` and ``_resume_position``.
+``_train_sampler``, ``_checkpoint_state``, ``_resume_position`` and ``rungs`` (the shape policy's, saved
+with the data state: a run resumed on another number of ranks keeps its rungs, so its batches).
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ class DataStateCheckpoint:
     _train_sampler: Any
     _checkpoint_state: dict[str, Any] | None
     _resume_position: dict[str, Any] | None
+    rungs: Any
+
+    def adopt_rungs(self, lengths: list[list[int]] | None) -> None:
+        """Cut and pad to these rungs (a resumed run's, so that its batches are the run's own)."""
 
     # -- what the data taught the model: saved in every checkpoint ----------------------------
 
@@ -66,7 +71,8 @@ class DataStateCheckpoint:
         """:meth:`data_state` and how the training samples were drawn (a change warns: a sampler
         position saved with other weights means other batches, and the sampler refuses it)."""
         drawn = {"sample_weights": self.sample_weights, "source_weights": self.source_weights, "mix": self.mix}
-        return plain({**self.data_state(), **drawn})
+        rungs = {"rungs": None if self.rungs is None else [list(r.lengths) for r in self.rungs]}
+        return plain({**self.data_state(), **drawn, **rungs})
 
     def plain_data_state(self) -> dict[str, Any]:
         """:meth:`data_state` as plain values (lists, Python numbers)."""
@@ -115,6 +121,7 @@ class DataStateCheckpoint:
         if not self.datasets:
             self._checkpoint_state = dict(saved)
             return
+        self.adopt_rungs(saved.get("rungs"))  # the run's own (a checkpoint without them: exact buckets)
         current = self._saved_state()
         changed = [k for k in saved if k in current and saved[k] != current[k] and k not in self.state_restored]
         refused = [k for k in changed if k in self.state_must_match]

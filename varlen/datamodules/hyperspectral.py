@@ -27,6 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
+from varlen.batching.shapes import DEFAULT_MAX_SHAPES
 from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datamodules.weighting import check_sample_weights
 from varlen.datasets.hyperspectral.collate import HyperspectralCollator
@@ -100,7 +101,7 @@ class HyperspectralDataModule(VarLenDataModule):
             frequency of the training split (rare land covers served as often as common ones);
             None: every pixel once. There is no per-pixel weight column here. Validation and test
             serve every pixel once.
-        batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, num_workers,
+        batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, max_shapes, num_workers,
             pin_memory, persistent_workers, prefetch_factor, multiprocessing_context, timeout, predict_split:
             see :class:`VarLenDataModule`.
             ``max_tokens`` budgets ``samples x max band count`` per batch; neither set: 64 pixels per batch.
@@ -153,6 +154,7 @@ class HyperspectralDataModule(VarLenDataModule):
         seed: int = 0,
         num_buckets: int | None = None,
         pad_to_multiple_of: int | None = None,
+        max_shapes: int | None = DEFAULT_MAX_SHAPES,
         num_workers: int = 0,
         pin_memory: bool | None = None,
         persistent_workers: bool = False,

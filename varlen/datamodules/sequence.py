@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from varlen.batching.shapes import DEFAULT_MAX_SHAPES
 from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datamodules.sources import Mix, SourceWeights
 from varlen.datamodules.weighting import BALANCED, check_sample_weights, checked_column
@@ -80,7 +81,7 @@ class SequenceDataModule(VarLenDataModule):
         sample_weights: None, ``"balanced"`` (inverse class frequency; classification) or a numeric column.
         cache_dir: where files' and Datasets' cache tables go (default: ``$VARLEN_CACHE``).
         on_bad: ``"raise"`` at the first bad row (naming the source and row), or ``"skip"`` and count it.
-        batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, num_workers, pin_memory,
+        batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, max_shapes, num_workers, pin_memory,
             persistent_workers, prefetch_factor, multiprocessing_context, timeout, predict_split, sources,
             source_weights, mix, stream: see :class:`~varlen.datamodules.base.VarLenDataModule`.
 
@@ -116,6 +117,7 @@ class SequenceDataModule(VarLenDataModule):
         seed: int = 0,
         num_buckets: int | None = None,
         pad_to_multiple_of: int | None = None,
+        max_shapes: int | None = DEFAULT_MAX_SHAPES,
         num_workers: int = 0,
         pin_memory: bool | None = None,
         persistent_workers: bool = False,
@@ -142,7 +144,7 @@ class SequenceDataModule(VarLenDataModule):
         if unknown:
             raise ValueError(f"{owner}: pad_values name {unknown}, which are no variable-length field {self.fields}")
         self.pad_values = {name: (pad_values or {}).get(name, 0) for name in self.fields}
-        self.collate_fn = SequenceCollator(self.fields, self.pad_values, pad_to_multiple_of)
+        self.collate_fn = SequenceCollator(self.fields, self.pad_values, pad_to_multiple_of, self.size_fields)
         self.sample_weights = check_sample_weights(sample_weights, owner, shuffle, columns=True)
         if self.sample_weights == BALANCED and self.task != "classification":
             raise ValueError(f"{owner}: sample_weights='balanced' balances classes: this data has none ({self.task})")

@@ -10,6 +10,7 @@ from typing import Any, Literal
 import numpy as np
 
 from varlen import notices
+from varlen.batching.shapes import DEFAULT_MAX_SHAPES
 from varlen.cache import default_cache_dir, tokenizer_identity
 from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datamodules.sources import Mix, SourceWeights
@@ -144,6 +145,9 @@ class TextClassificationDataModule(VarLenDataModule):
         seed: seed of the batch plan, the held-out split and the training subset.
         num_buckets: length buckets of the sampler (None: automatic).
         pad_to_multiple_of: pad to a multiple of this many tokens (8 for tensor cores).
+        max_shapes: the most distinct (batch size, padded length) shapes an epoch takes (default 24; None:
+            exact length buckets): padded lengths on a ladder of rungs fitted to the training lengths, see
+            :class:`~varlen.datamodules.base.VarLenDataModule`.
         num_workers: loader worker processes.
         pin_memory: pin batches (None: when CUDA is available).
         persistent_workers: keep workers alive between epochs.
@@ -221,6 +225,7 @@ class TextClassificationDataModule(VarLenDataModule):
         seed: int = 0,
         num_buckets: int | None = None,
         pad_to_multiple_of: int | None = None,
+        max_shapes: int | None = DEFAULT_MAX_SHAPES,
         num_workers: int = 0,
         pin_memory: bool | None = None,
         persistent_workers: bool = False,

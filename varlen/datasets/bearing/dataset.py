@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from varlen.batching.collate import round_up
 from varlen.batching.ragged import Ragged
+from varlen.batching.shapes import PadsToRungs, PadTo, pad_length
 from varlen.datasets.bearing.augment import WindowAugment
 from varlen.datasets.bearing.storage import PaddedWindows, RecordingBuffer, gather_windows, standardize
 from varlen.datasets.bearing.window_tables import WINDOW_COLUMNS
@@ -54,7 +54,7 @@ class WindowBatch:
     starts: torch.Tensor
 
 
-class BearingWindows(Dataset):
+class BearingWindows(PadsToRungs, Dataset):
     """Windows of recordings: spans of one flat buffer holding every recording, never copies.
 
     Memory: the shared :class:`~varlen.datasets.bearing.storage.RecordingBuffer` plus, per window,
@@ -71,7 +71,8 @@ class BearingWindows(Dataset):
         starts: start sample per window (in the recording's resampled time line).
         lengths: true length per window (a tail window is shorter).
         window_index: the window's position among its recording's windows in this split.
-        pad_to_multiple_of: round a fetched batch's width up to this multiple.
+        pad_to_multiple_of: round a fetched batch's width up to this multiple, or to its rung (the shape
+            policy's :class:`~varlen.batching.shapes.Rungs`, which the DataModule sets).
         augment: augmentation of batches that carry their epoch (training); None: none.
         bounds: ``[N, 2]`` the span (start, end) of its recording each window may be shifted
             within (its split's block); needed when ``augment`` shifts.
@@ -90,14 +91,14 @@ class BearingWindows(Dataset):
         starts: np.ndarray,
         lengths: np.ndarray,
         window_index: np.ndarray,
-        pad_to_multiple_of: int | None = None,
+        pad_to_multiple_of: PadTo = None,
         augment: WindowAugment | None = None,
         bounds: np.ndarray | None = None,
         normalization: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         self._columns(recording, starts, lengths, window_index, bounds)
         if not isinstance(buffers, RecordingBuffer):
-            widest = round_up(int(self.lengths.max()), pad_to_multiple_of) if len(self.lengths) else 0
+            widest = pad_length(int(self.lengths.max()), pad_to_multiple_of) if len(self.lengths) else 0
             buffers = RecordingBuffer.join(buffers, slack=widest)
         self.store = buffers
         self.recording_labels = np.asarray(labels, dtype=np.int64)
@@ -217,7 +218,7 @@ class BearingWindows(Dataset):
             starts, spans, rates = augment.place(indices, epoch, starts, lengths, self.bounds[indices])
         rows = self.store.windows(self.recording[indices], starts, spans if augment.speed else lengths)
         if augment.speed:
-            width = round_up(int(lengths.max()), self.pad_to_multiple_of)
+            width = pad_length(int(lengths.max()), self.pad_to_multiple_of)
             row_starts = rows.starts.reshape(len(indices), self.store.channels)
             signals = augment.resampled(rows.values, row_starts, rates, lengths, width, self.normalization)
             padded = PaddedWindows(signals, lengths, np.arange(width) < lengths[:, None])

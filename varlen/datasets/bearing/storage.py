@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from varlen.batching.collate import round_up
 from varlen.batching.ragged import Ragged
+from varlen.batching.shapes import PadTo, pad_length
 from varlen.tables import MappedTable
 
 __all__ = ["PaddedWindows", "RecordingBuffer", "gather_windows", "standardize"]
@@ -144,7 +144,7 @@ def gather_windows(
     windows: Ragged,
     channels: int,
     indices: np.ndarray,
-    pad_to_multiple_of: int | None = None,
+    pad_to_multiple_of: PadTo = None,
     pad_value: float = 0.0,
     normalization: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> PaddedWindows:
@@ -159,7 +159,7 @@ def gather_windows(
         windows: from :meth:`RecordingBuffer.windows` (every window has ``channels`` rows, in order).
         channels: ``C``.
         indices: ``[B]`` window indices.
-        pad_to_multiple_of: round ``W`` up to this multiple.
+        pad_to_multiple_of: round ``W`` up to this multiple, or to its rung (the shape policy's).
         pad_value: written after each window's length.
         normalization: ``(mean, std)`` ``[C]`` float32: the batch becomes ``(x - mean) / std`` per
             channel (the stored signal is never changed), before the padding is written.
@@ -169,7 +169,7 @@ def gather_windows(
         raise ValueError("cannot gather an empty batch of windows")
     rows = windows.groups[indices][:, None] + np.arange(channels)  # [B, C]
     starts, lengths = windows.starts[rows], windows.lengths[rows[:, 0]]
-    width = round_up(int(lengths.max()), pad_to_multiple_of)
+    width = pad_length(int(lengths.max()), pad_to_multiple_of)
     values = windows.values
     if int(starts.max()) + width <= len(values):
         step = values.strides[0]

@@ -10,12 +10,13 @@ import numpy as np
 import torch
 
 from varlen.batching.ragged import Ragged
+from varlen.batching.shapes import PadsToRungs, PadTo
 from varlen.datasets.hyperspectral.gather import PixelBatch, normalize, read_patches
 
 __all__ = ["HyperspectralCollator"]
 
 
-class HyperspectralCollator:
+class HyperspectralCollator(PadsToRungs):
     """The model's fields of a pixel batch.
 
     A :class:`~varlen.datasets.hyperspectral.gather.PixelBatch` (the loader's batched fetch,
@@ -37,7 +38,7 @@ class HyperspectralCollator:
         ``coords`` int64 ``[B, 2]``.
     """
 
-    def __init__(self, pad_to_multiple_of: int | None = None) -> None:
+    def __init__(self, pad_to_multiple_of: PadTo = None) -> None:
         self.pad_to_multiple_of = pad_to_multiple_of
 
     def __call__(self, samples: PixelBatch | Sequence[dict[str, Any]]) -> dict[str, Any]:

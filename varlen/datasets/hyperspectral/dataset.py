@@ -27,6 +27,7 @@ from torch.utils.data import Dataset
 
 from varlen.batching.ragged import Ragged
 from varlen.batching.sampler import EpochIndices  # re-exported: the batches of the train sampler
+from varlen.batching.shapes import PadsToRungs, PadTo
 from varlen.datasets.hyperspectral.bands import fixed_band_rows, random_band_rows
 from varlen.datasets.hyperspectral.gather import PixelBatch, flat_view, normalize, read_patches
 from varlen.datasets.hyperspectral.readers import MappedCube
@@ -121,7 +122,7 @@ def band_statistics(cube: MappedCube | np.ndarray, centres: np.ndarray, rows_per
     return mean, np.where(std > 0, std, 1.0)
 
 
-class HyperspectralPixels(Dataset):
+class HyperspectralPixels(PadsToRungs, Dataset):
     """Labelled pixels of one or more scenes; a batch is gathered at once (see the module docstring).
 
     The dataset keeps only what samples need: each scene's cube (a :class:`MappedCube`, which
@@ -143,7 +144,8 @@ class HyperspectralPixels(Dataset):
         band_counts: per-sample band counts for random subsets, or None.
         fixed_bands: per-scene band index arrays when ``band_counts`` is None.
         seed: base seed of the band draws.
-        pad_to_multiple_of: round a fetched batch's band axis up to this multiple.
+        pad_to_multiple_of: round a fetched batch's band axis up to this multiple, or to its rung (the shape
+            policy's :class:`~varlen.batching.shapes.Rungs`, which the DataModule sets).
     """
 
     def __init__(
@@ -159,7 +161,7 @@ class HyperspectralPixels(Dataset):
         band_counts: np.ndarray | None = None,
         fixed_bands: Sequence[np.ndarray] | None = None,
         seed: int = 0,
-        pad_to_multiple_of: int | None = None,
+        pad_to_multiple_of: PadTo = None,
     ) -> None:
         if band_counts is None and fixed_bands is None:
             raise ValueError("give band_counts (random subsets) or fixed_bands")
@@ -237,9 +239,7 @@ class HyperspectralPixels(Dataset):
         """A whole batch (the loader's batched fetch), in the epoch an :class:`EpochIndices` carries."""
         return self.gather(indices, getattr(indices, "epoch", self.epoch), self.pad_to_multiple_of)
 
-    def gather(
-        self, indices: Sequence[int] | np.ndarray, epoch: int, pad_to_multiple_of: int | None = None
-    ) -> PixelBatch:
+    def gather(self, indices: Sequence[int] | np.ndarray, epoch: int, pad_to_multiple_of: PadTo = None) -> PixelBatch:
         """Samples ``indices`` as one padded batch: their band rows padded in one gather, one cube
         read per scene present, normalized in place, zero (bands -1) beyond each sample's bands."""
         indices = np.asarray(indices, dtype=np.int64)

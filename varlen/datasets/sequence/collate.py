@@ -8,12 +8,13 @@ from typing import Any
 import torch
 
 from varlen.batching.pad_collate import PadCollate
+from varlen.batching.shapes import PadsToRungs, Rungs
 from varlen.datasets.sequence.dataset import SIZES, SequenceBatch
 
 __all__ = ["SequenceCollator"]
 
 
-class SequenceCollator:
+class SequenceCollator(PadsToRungs):
     """The batch of :class:`~varlen.datasets.sequence.SequenceDataset`: what its ``__getitems__`` fetched
     (already padded), or a list of ``dataset[i]`` samples (streamed chunks, a mixture's single samples)
     padded by :class:`~varlen.batching.pad_collate.PadCollate` into the same keys: ``index``, per
@@ -23,6 +24,8 @@ class SequenceCollator:
         fields: the variable-length fields (padded, with masks, in every batch).
         pad_values: per field, the value padding writes (default 0).
         pad_to_multiple_of: round each padded length up to this multiple.
+        size_fields: the fields whose lengths are the size axes, in order: each pads to its axis's rungs
+            once the DataModule hands them over (:meth:`pad_to_rungs`); default: the first field.
     """
 
     def __init__(
@@ -30,9 +33,15 @@ class SequenceCollator:
         fields: Sequence[str],
         pad_values: Mapping[str, float | int] | None = None,
         pad_to_multiple_of: int | None = None,
+        size_fields: Sequence[str] | None = None,
     ) -> None:
         self.fields = tuple(fields)
+        self.size_fields = tuple(size_fields) if size_fields is not None else self.fields[:1]
         self.pad = PadCollate(self.fields, pad_values, pad_to_multiple_of)
+
+    def pad_to_rungs(self, rungs: tuple[Rungs, ...] | None) -> None:
+        """Each size field pads to its axis's rungs (None: as made; the other fields as made)."""
+        self.pad.key_padding = {} if rungs is None else dict(zip(self.size_fields, rungs, strict=True))
 
     def __call__(self, fetched: SequenceBatch | Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         if isinstance(fetched, Mapping):

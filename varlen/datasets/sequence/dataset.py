@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
+from varlen.batching.shapes import PadsToRungs, PadTo, Rungs
 from varlen.datasets.sequence.columns import SequenceColumns
 
 __all__ = ["SIZES", "SequenceBatch", "SequenceDataset"]
@@ -67,7 +68,7 @@ def _pad_axis1(tensor: torch.Tensor, width: int, fill: Any) -> torch.Tensor:
     return F.pad(tensor, pads, value=fill)
 
 
-class SequenceDataset(Dataset):
+class SequenceDataset(PadsToRungs, Dataset):
     """One split of a source (see the module docstring).
 
     Args:
@@ -76,7 +77,8 @@ class SequenceDataset(Dataset):
         labels: ``[N]`` class ids (int64) or targets (float32) of those rows, or None.
         size_fields: the fields whose lengths are a sample's sizes.
         pad_values: per variable-length field, the value padding writes (default 0).
-        pad_to_multiple_of: round each padded length up to this multiple.
+        pad_to_multiple_of: round each padded length up to this multiple (a size field: to its rung, once
+            the DataModule hands it the shape policy's, :meth:`pad_to_rungs`).
         where: the source, as messages name it (a row ``r`` of the split is row ``positions[r]`` there).
 
     Attributes:
@@ -99,8 +101,13 @@ class SequenceDataset(Dataset):
         self.size_fields = tuple(size_fields)
         self.pad_values = {name: (pad_values or {}).get(name, 0) for name in columns.ragged}
         self.pad_to_multiple_of = pad_to_multiple_of
+        self.field_padding: dict[str, PadTo] = {}  # a size field's rungs
         sizes = [columns.ragged[name].lengths[self.positions] for name in self.size_fields]
         self.lengths = sizes[0] if len(sizes) == 1 else np.stack(sizes, axis=1)
+
+    def pad_to_rungs(self, rungs: tuple[Rungs, ...] | None) -> None:
+        """Each size field pads to its axis's rungs (None: as made); the other fields to ``pad_to_multiple_of``."""
+        self.field_padding = {} if rungs is None else dict(zip(self.size_fields, rungs, strict=True))
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -125,7 +132,7 @@ class SequenceDataset(Dataset):
         rows = self.positions[wanted]
         batch: dict[str, torch.Tensor] = {"index": torch.from_numpy(wanted)}
         for name, ragged in self.columns.ragged.items():
-            padded = ragged.pad(rows, self.pad_values[name], self.pad_to_multiple_of)
+            padded = ragged.pad(rows, self.pad_values[name], self.field_padding.get(name, self.pad_to_multiple_of))
             batch[name], batch[f"{name}_mask"], batch[f"{name}_lengths"] = padded.values, padded.mask, padded.lengths
         for name, values in self.columns.fixed.items():
             batch[name] = torch.from_numpy(np.take(values, rows, axis=0))

@@ -9,12 +9,13 @@ import numpy as np
 import torch
 
 from varlen.batching.ragged import Ragged
+from varlen.batching.shapes import PadsToRungs, PadTo
 from varlen.datasets.text.dataset import TextBatch, pad_texts
 
 __all__ = ["TextCollator"]
 
 
-class TextCollator:
+class TextCollator(PadsToRungs):
     """The model's fields of a text batch: ``input_ids``, ``attention_mask`` (1 = real token),
     ``token_type_ids`` (when the model takes them), ``labels``, ``index``, and ``document_ids``
     when the samples are windows of longer texts.
@@ -26,10 +27,11 @@ class TextCollator:
     Args:
         pad_token_id: the tokenizer's ``pad_token_id`` (never assume 0), for lists of samples.
         with_token_type_ids: also return ``token_type_ids`` (zeros for single texts).
-        pad_to_multiple_of: round the padded length up (8 suits tensor cores), for lists of samples.
+        pad_to_multiple_of: round the padded length up (8 suits tensor cores), or to its rung (the shape
+            policy's :class:`~varlen.batching.shapes.Rungs`, which the DataModule sets), for lists of samples.
     """
 
-    def __init__(self, pad_token_id: int, with_token_type_ids: bool = False, pad_to_multiple_of: int | None = None):
+    def __init__(self, pad_token_id: int, with_token_type_ids: bool = False, pad_to_multiple_of: PadTo = None):
         if pad_token_id is None:
             raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token first")
         self.pad_token_id = int(pad_token_id)

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from varlen.batching.collate import round_up
 from varlen.batching.ragged import Ragged
+from varlen.batching.shapes import PadsToRungs, PadTo, pad_length
 from varlen.tables import MappedTable
 
 __all__ = ["TextBatch", "TokenizedTexts", "pad_texts"]
@@ -50,7 +50,7 @@ def pad_texts(
     labels: np.ndarray,
     indices: Sequence[int] | np.ndarray,
     pad_token_id: int,
-    pad_to_multiple_of: int | None = None,
+    pad_to_multiple_of: PadTo = None,
 ) -> TextBatch:
     """The texts ``indices`` padded with ``pad_token_id``: one gather per field, no per-text work.
 
@@ -67,7 +67,7 @@ def pad_texts(
         padded = ids.pad(indices, pad_token_id, pad_to_multiple_of, torch.long)
         return TextBatch(torch.from_numpy(indices), padded.values, padded.mask, torch.from_numpy(labels[indices]))
     lengths = ids.lengths[indices]
-    cols = np.arange(round_up(max(lengths.tolist()), pad_to_multiple_of))
+    cols = np.arange(pad_length(max(lengths.tolist()), pad_to_multiple_of))
     pad = cols >= lengths[:, None]  # [B, L], True = padding
     tokens = _read(ids, indices, cols, pad, pad_token_id)
     types = None if type_ids is None else torch.from_numpy(_read(type_ids, indices, cols, pad, 0))
@@ -88,7 +88,7 @@ def _read(rows: Ragged, indices: np.ndarray, cols: np.ndarray, pad: np.ndarray, 
 
 
 @dataclass
-class TokenizedTexts(torch.utils.data.Dataset):
+class TokenizedTexts(PadsToRungs, torch.utils.data.Dataset):
     """Unpadded token ids of many texts, their labels and source rows; batches padded on fetch.
 
     Attributes:
@@ -97,7 +97,8 @@ class TokenizedTexts(torch.utils.data.Dataset):
         rows: row of each sample's text in its source table (to map predictions back to the file).
         type_ids: token type ids with the same rows as ``ids`` (pairs), or None.
         pad_token_id: the tokenizer's pad id, written after each text of a fetched batch.
-        pad_to_multiple_of: round a fetched batch's length up to this multiple (8 for tensor cores).
+        pad_to_multiple_of: round a fetched batch's length up to this multiple (8 for tensor cores), or to
+            its rung (the shape policy's :class:`~varlen.batching.shapes.Rungs`, which the DataModule sets).
         documents: ``[N]`` int64 document id of each window (texts cut into windows: the text's
             position in its split, the windows of a text in order), or None (one sample per text).
     """
@@ -107,7 +108,7 @@ class TokenizedTexts(torch.utils.data.Dataset):
     rows: np.ndarray
     type_ids: Ragged | None = None
     pad_token_id: int = 0
-    pad_to_multiple_of: int | None = None
+    pad_to_multiple_of: PadTo = None
     documents: np.ndarray | None = None
 
     @classmethod
@@ -116,7 +117,7 @@ class TokenizedTexts(torch.utils.data.Dataset):
         samples: MappedTable,
         selection: MappedTable | None = None,
         pad_token_id: int = 0,
-        pad_to_multiple_of: int | None = None,
+        pad_to_multiple_of: PadTo = None,
     ) -> TokenizedTexts:
         """The texts of a tokenised table (:mod:`varlen.datasets.text.store`), every array a read-only
         view of the mapped files: all its rows, or the rows a ``selection`` table lists.
