@@ -64,29 +64,37 @@ def tensor_bytes(batch) -> int:
 
 
 class StepTimer(pl.Callback):
-    """Times training steps after ``warmup`` with the device synchronised, and counts their elements."""
+    """Times training steps after ``warmup`` with the device synchronised, and counts their elements.
+
+    The device is the one the steps run on, read when training starts: after ``fit`` Lightning has
+    moved the model back to the CPU, so the model's device then names the wrong one. The row's
+    label, the synchronisation and the peak memory's source all come from ``self.device``.
+    """
 
     def __init__(self, warmup: int) -> None:
         self.warmup = warmup
         self.times: list[float] = []
         self.real = self.allocated = self.largest = 0
+        self.device: torch.device | None = None
+        self.peak_mib = float("nan")
         self._start = 0.0
         self._step = 0
 
-    def _sync(self, module: pl.LightningModule) -> None:
-        if module.device.type == "cuda":
-            torch.cuda.synchronize(module.device)
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        self.device = pl_module.device
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self._step == self.warmup:
-            if pl_module.device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(pl_module.device)
-            reset_peak_rss()
-        self._sync(pl_module)
+            reset_peak(self.device)
+        self._sync()
         self._start = time.perf_counter()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        self._sync(pl_module)
+        self._sync()
         self._step += 1
         if self._step <= self.warmup:
             return
@@ -96,10 +104,28 @@ class StepTimer(pl.Callback):
         self.allocated += stats.padded
         self.largest = max(self.largest, tensor_bytes(batch))
 
-    def peak_mib(self, module: pl.LightningModule) -> float:
-        if module.device.type == "cuda":
-            return torch.cuda.max_memory_allocated(module.device) / 2**20
-        return peak_rss_kib() / 1024
+    def on_train_end(self, trainer, pl_module) -> None:
+        # before fit's teardown, so neither moving the model back nor cleaning up counts
+        self.peak_mib = peak_mib(self.device)
+
+    def report(self) -> dict:
+        """The row's device and peak memory, both from the device the steps ran on."""
+        return {"device": self.device.type, "peak_mib": self.peak_mib}
+
+
+def reset_peak(device: torch.device) -> None:
+    """Start the peak memory of ``device`` afresh: the CUDA allocator's, or the process's RSS."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    else:
+        reset_peak_rss()
+
+
+def peak_mib(device: torch.device) -> float:
+    """Peak memory (MiB) since :func:`reset_peak` on the same ``device``."""
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return peak_rss_kib() / 1024
 
 
 def reset_peak_rss() -> None:
@@ -146,15 +172,16 @@ def measure(name: str, layout: str | None, steps: int, warmup: int, quick: bool,
     )
     trainer.fit(cli.model, datamodule=cli.datamodule)
     timed = sum(timer.times)
+    seen = timer.report()
     return {
         "layout": layout or "default",
-        "device": cli.model.device.type,
+        "device": seen["device"],
         "steps": len(timer.times),
         "step_ms": 1000 * statistics.median(timer.times) if timer.times else float("nan"),
         "real_per_s": timer.real / timed if timed else float("nan"),
         "efficiency": timer.real / max(timer.allocated, 1),
         "batch_mib": timer.largest / 2**20,
-        "peak_mib": timer.peak_mib(cli.model),
+        "peak_mib": seen["peak_mib"],
     }
 
 
