@@ -77,9 +77,11 @@ def test_rungs_round_up_to_the_next_rung_and_past_the_top_to_the_multiple() -> N
 
 
 def test_a_short_batch_is_cut_into_powers_of_two() -> None:
-    assert power_of_two_tail(np.array([0, 3, 6, 19])).tolist() == [0, 3, 6, 14, 18, 19]
-    assert power_of_two_tail(np.array([0, 5, 9, 13]), first=True).tolist() == [0, 4, 5, 9, 13]
-    assert power_of_two_tail(np.array([0, 4])).tolist() == [0, 4]
+    assert power_of_two_tail(np.array([0, 3, 6, 19]), 16).tolist() == [0, 3, 6, 14, 18, 19]
+    assert power_of_two_tail(np.array([0, 5, 9, 13]), 8, first=True).tolist() == [0, 4, 5, 9, 13]
+    assert power_of_two_tail(np.array([0, 4]), 8).tolist() == [0, 4]
+    assert power_of_two_tail(np.array([0, 3, 6]), 3, first=True).tolist() == [0, 3, 6]  # full: left whole
+    assert power_of_two_tail(np.array([0, 7, 14]), 7).tolist() == [0, 7, 14]
 
 
 def test_rungs_of_merge_a_sparse_rung_up_and_keep_the_largest_size() -> None:

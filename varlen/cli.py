@@ -38,6 +38,7 @@ import varlen.datamodules
 import varlen.models
 from varlen._extras import MissingExtraError
 from varlen.batching.data_wait import DataWait
+from varlen.batching.warmup import WarmShapes
 from varlen.cli_help import HelpFormatter, main_parser_kwargs, subcommand_parser_kwargs
 from varlen.datamodules.base import LINKED
 from varlen.errors import DataError
@@ -169,6 +170,15 @@ class VarLenCLI(LightningCLI):
             "step, data/wait_share per epoch (also in the epoch line), and one line of advice when the share "
             "passes 10%%. false: off. A DataWait listed in trainer.callbacks replaces it.",
         )
+        parser.add_argument(
+            "--warm_shapes",
+            type=bool,
+            default=True,
+            help="Before the first training step, run each batch shape of the epoch once through the model's "
+            "forward and backward, then restore everything (varlen.batching.warmup.WarmShapes): a GPU pays for "
+            "each new shape (cuDNN attention plans in bf16) before training, not during it. The run trains bit "
+            "for bit as without it. false: off. A WarmShapes listed in trainer.callbacks replaces it.",
+        )
 
     def before_instantiate_classes(self) -> None:
         """``${VARLEN_DATA}`` in a data argument becomes the data folder (:func:`varlen.paths.data_root`)."""
@@ -179,7 +189,8 @@ class VarLenCLI(LightningCLI):
                 data[key] = expanded
 
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
-        """The Trainer with one :class:`DataWait` (none when ``--data_wait`` is false), one
+        """The Trainer with one :class:`DataWait` (none when ``--data_wait`` is false), one :class:`WarmShapes`
+        (none when ``--warm_shapes`` is false), one
         :class:`EpochProgress` (of the metrics ``--epoch_lines`` lists; none when it is false), and without
         Lightning's progress bar when stdout is no terminal, unless ``trainer.enable_progress_bar`` is
         set: its redraws (carriage returns) would fill a log with partial lines."""
@@ -190,6 +201,10 @@ class VarLenCLI(LightningCLI):
             callbacks = [c for c in callbacks if not isinstance(c, DataWait)]
         elif not any(isinstance(c, DataWait) for c in callbacks):
             callbacks.append(DataWait())  # before an EpochProgress added below: its line shows the epoch's share
+        if self._get(self.config, "warm_shapes", default=True) is False:
+            callbacks = [c for c in callbacks if not isinstance(c, WarmShapes)]
+        elif not any(isinstance(c, WarmShapes) for c in callbacks):
+            callbacks.append(WarmShapes())
         lines = self._get(self.config, "epoch_lines", default=True)
         if lines is False:
             callbacks = [c for c in callbacks if not isinstance(c, EpochProgress)]

@@ -91,6 +91,11 @@ class SplitSummary:
     #: (name, served share of that epoch, scheduled share))
     schedule: str | None = None
     stages: list[tuple[int, int, list[tuple[str, float, float]]]] = field(default_factory=list)
+    #: the shape policy: the rungs of each axis (None: exact buckets), the plan's distinct (batch size, padded
+    #: length) shapes on the worst axis, and (shapes, padding efficiency) of the plan with the rungs and with
+    #: exact buckets, from the plan's sizes alone
+    rungs: list[list[int]] | None = None
+    policy: tuple[tuple[int, float], tuple[int, float]] | None = None
     plots: list[Path] = field(default_factory=list)
 
     def lines(self) -> list[str]:
@@ -121,6 +126,7 @@ class SplitSummary:
         out.append(
             f"  distinct padded shapes {self.shapes:,}; largest batch {self.largest_bytes / 2**20:,.2f} MiB of tensors"
         )
+        out += self._policy_lines()
         if self.weighting is not None:
             out.append(f"  sample_weights={self.weighting!r}: served share per class in epoch 0 (share of the split)")
             cells = [f"{name} {served:.3f} ({held:.3f})" for name, served, held in self.served]
@@ -139,6 +145,46 @@ class SplitSummary:
         if self.plots:
             out.append(f"  plots in {self.plots[0].parent}/: " + ", ".join(p.name for p in self.plots))
         return out
+
+    def _policy_lines(self) -> list[str]:
+        """The shape policy: its rungs, the epoch's shapes and what they cost in padding against exact buckets."""
+        if self.policy is None:
+            return []
+        (shapes, efficiency), (exact_shapes, exact_efficiency) = self.policy
+        if self.rungs is None:
+            return [f"  shapes: {shapes} distinct (batch size, padded length) an epoch (exact buckets)"]
+        rungs = "; ".join(f"{axis} {_listed(r)}" for axis, r in zip(self.axes, self.rungs, strict=True))
+        out = [f"  shape policy: rungs {rungs}"]
+        cost = exact_efficiency / max(efficiency, 1e-9) - 1
+        out.append(
+            f"    {shapes} distinct (batch size, padded length) shapes an epoch, padding efficiency {efficiency:.4f}; "
+            f"exact buckets: {exact_shapes} shapes, {exact_efficiency:.4f} (the rungs allocate {cost:.1%} more)"
+        )
+        return out
+
+
+def _shapes_of(sampler) -> tuple[int, float]:
+    """An epoch's distinct shapes (worst axis) and padding efficiency on the first axis, from its plan."""
+    shapes, plan = sampler.shapes(0), sampler.global_plan(0)
+    real = float(round_up(sampler.sizes[plan.order, 0], sampler.spec.pad_to_multiple_of).sum())
+    return sampler.shape_count(0), real / max(float((shapes[:, 0] * shapes[:, 1]).sum()), 1.0)
+
+
+def _policy(dm: VarLenDataModule, split: str, shuffle: bool, world_size: int, sampler) -> tuple | None:
+    """The plan's shapes and padding with the DataModule's rungs and with exact buckets (None: a plan that
+    cannot tell its shapes, a streamed one)."""
+    if not hasattr(sampler, "shapes"):
+        return None
+    exact = sampler if dm.rungs is None else dm._new_sampler(split, shuffle, world_size, 0, None)
+    return _shapes_of(sampler), _shapes_of(exact)
+
+
+def _listed(values: Sequence[int], most: int = 12) -> str:
+    """A rung list as a line holds it: all of it, or its first and last few."""
+    values = list(values)
+    if len(values) <= most:
+        return str(values)
+    return "[" + ", ".join(map(str, values[:6])) + ", ..., " + ", ".join(map(str, values[-4:])) + f"] ({len(values)})"
 
 
 def _budget_use(sizes: np.ndarray, batches: list[np.ndarray], sampler, rounds: int | None) -> tuple[np.ndarray, str]:
@@ -197,6 +243,7 @@ def summarize(
         _, shares, held = served_shares(plan.order, dataset.sources)
         sources = list(zip(dataset.names, shares.tolist(), held.tolist(), strict=True))
     schedule, stages = _stages(dataset, sampler, world_size)
+    policy = _policy(dm, split, shuffle, world_size, sampler)
     rounds = dm.pad_to_multiple_of if dm.sampler_rounds_sizes else None
     use, budget = _budget_use(sizes, batches, sampler, rounds)
     axes = list(dm.size_axes)[: sizes.shape[1]]
@@ -231,6 +278,8 @@ def summarize(
         sources=sources,
         schedule=schedule,
         stages=stages,
+        rungs=None if dm.rungs is None else [list(r.lengths) for r in dm.rungs],
+        policy=policy,
     )
 
 

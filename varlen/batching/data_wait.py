@@ -29,6 +29,7 @@ import lightning.pytorch as pl
 import torch
 
 from varlen import notices
+from varlen.batching.shape_cost import ShapeCost, shape_advice, shape_key
 from varlen.batching.telemetry import training_batch_stats
 from varlen.batching.wait_advice import WaitFigures, advice_line, tune_command_line
 
@@ -53,6 +54,11 @@ class DataWait(pl.Callback):
     run, on the ``varlen`` logger: the share, the likely cause read from what was measured
     (:func:`~varlen.batching.wait_advice.read_cause`) and the ``varlen tune`` command to run.
 
+    What the batch shapes cost (:mod:`varlen.batching.shape_cost`), per epoch: ``data/shapes``, the
+    distinct shapes served, and ``data/new_shape_ms``, the steps that met a shape for the first time, in
+    ms over the epoch's typical step (the slowest rank's). When that passes ``advise_above`` of the
+    epoch, rank zero logs one line, once per run: the count, the cost and the fix.
+
     Args:
         advise_above: the share of an epoch's time waiting that gets the advice (None: never).
         command: the command the advice names (default: ``varlen tune`` with this run's ``--config``
@@ -64,7 +70,11 @@ class DataWait(pl.Callback):
         self.command = command
         self.epochs: list[dict[str, float]] = []
         self.advice: str | None = None
-        self._advised = False
+        self.shape_advice: str | None = None
+        self._advised = self._shapes_advised = False
+        self._shapes = ShapeCost()
+        self._step_start = 0.0
+        self._key: tuple = ()
         self._loop: Any = None
         self._reset(time.perf_counter())
 
@@ -129,6 +139,7 @@ class DataWait(pl.Callback):
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._reset(time.perf_counter())
+        self._shapes.start_epoch()
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.training or trainer.state.fn == "fit":
@@ -149,10 +160,12 @@ class DataWait(pl.Callback):
             self._first = now
         stats = training_batch_stats(trainer, batch) if self._real is not None else None
         self._real = None if stats is None else self._real + stats.real
+        self._key, self._step_start = shape_key(batch), time.perf_counter()
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
+        self._shapes.step(self._key, time.perf_counter() - self._step_start)
         wait, self._step_wait, self._fetched = self._step_wait, 0.0, False
         if self._batches == 0:
             self._first_wait = wait
@@ -171,8 +184,10 @@ class DataWait(pl.Callback):
         served = self._batches > 0 and self._first is not None and self._last_end is not None
         elapsed = max(self._last_end - self._first - self._excluded, 1e-9) if served else 0.0
         real = math.nan if self._real is None else self._real
-        local = torch.tensor([self._wait, elapsed, self._batches, real], dtype=torch.float64, device=pl_module.device)
-        every = pl_module.all_gather(local).reshape(-1, len(local)).cpu()  # [ranks, 4]; one row outside DDP
+        shapes = self._shapes
+        figures = [self._wait, elapsed, self._batches, real, len(shapes.shapes), len(shapes.new_steps)]
+        local = torch.tensor([*figures, shapes.extra_seconds], dtype=torch.float64, device=pl_module.device)
+        every = pl_module.all_gather(local).reshape(-1, len(local)).cpu()  # [ranks, 7]; one row outside DDP
         wait, times, batches, reals = every[:, 0], every[:, 1], every[:, 2], every[:, 3]
         if not served or batches.min() == 0:  # every rank gathers (a collective), then a rank without batches stops
             return
@@ -188,14 +203,29 @@ class DataWait(pl.Callback):
         }
         if not torch.isnan(reals).any():
             summary["data/real_elements_per_s"] = float(reals.sum() / times.max())
+        slowest = int(torch.argmax(every[:, 6]))  # the rank the new shapes cost most: the others waited for it
+        summary["data/shapes"] = float(every[:, 4].max())
+        summary["data/new_shape_ms"] = 1000.0 * float(every[slowest, 6])
         self.epochs.append({"epoch": trainer.current_epoch} | {k.removeprefix("data/"): v for k, v in summary.items()})
         pl_module.log_dict(summary, on_step=False, on_epoch=True, batch_size=1, sync_dist=False)
+        self._advise_shapes(trainer, every[slowest], float(times.max()))
         if self.advise_above is not None and not self._advised and summary["data/wait_share_max"] > self.advise_above:
             self._advised = True
             if trainer.is_global_zero:
                 figures = self._figures(trainer, summary)
                 self.advice = advice_line(figures, self.command or tune_command_line(sys.argv))
                 log.warning(self.advice)
+
+    def _advise_shapes(self, trainer: pl.Trainer, figures: torch.Tensor, elapsed: float) -> None:
+        """One line, once per run, when steps on new shapes took over ``advise_above`` of the epoch."""
+        distinct, new, extra = int(figures[4]), int(figures[5]), float(figures[6])
+        share = extra / max(elapsed, 1e-9)
+        if self.advise_above is None or self._shapes_advised or share <= self.advise_above:
+            return
+        self._shapes_advised = True
+        self.shape_advice = shape_advice(trainer.current_epoch, distinct, new, extra, share)
+        if trainer.is_global_zero:
+            log.warning(self.shape_advice)
 
     def _figures(self, trainer: pl.Trainer, summary: dict[str, float]) -> WaitFigures:
         """What the advice reads: this rank's epoch, the loader's settings and this node's cores."""

@@ -395,7 +395,9 @@ def build_plan(
         edges = np.flatnonzero(np.diff(group_ids[order])) + 1
         segments = zip(np.concatenate([[0], edges]), np.concatenate([edges, [len(order)]]), strict=True)
         fixed = spec.batch_size is not None  # the short batch comes first
-        cut = cut_batches if spec.rungs is None else lambda rows, spec: power_of_two_tail(cut_batches(rows, spec), fixed)
+        cut = (
+            cut_batches if spec.rungs is None else lambda rows, spec: power_of_two_tail(cut_batches(rows, spec), fixed)
+        )
         starts = np.unique(np.concatenate([cut(rounded_sizes[order[a:b]], spec) + a for a, b in segments]))
     if chosen is not None:
         order = chosen[order].astype(index_dtype(len(draw.weights)))

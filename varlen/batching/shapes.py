@@ -177,14 +177,17 @@ def distinct_shapes(shapes: np.ndarray) -> list[int]:
     return [len(np.unique(shapes[:, [0, d]], axis=0)) for d in range(1, shapes.shape[1])]
 
 
-def power_of_two_tail(starts: np.ndarray, first: bool = False) -> np.ndarray:
+def power_of_two_tail(starts: np.ndarray, full: int, first: bool = False) -> np.ndarray:
     """A cut's ``starts`` (plus its end) with its short batch, the last (``first``: the first, where a fixed
-    batch size puts it), split into batches of powers of two, largest first (13 -> 8, 4, 1): where a plan
-    holds many short batches (one per group), their sizes then take a few values, so the shapes stay few."""
+    batch size puts it), split into batches of powers of two, largest first (13 -> 8, 4, 1), when it holds
+    fewer than ``full`` samples: where a plan holds many short batches (one per group), their sizes then take
+    a few values, so the shapes stay few."""
     if len(starts) < 2:
         return starts
     k = 0 if first else len(starts) - 2
     start, end = int(starts[k]), int(starts[k + 1])
+    if end - start >= full:
+        return starts
     sizes = [1 << bit for bit in range((end - start).bit_length() - 1, -1, -1) if (end - start) >> bit & 1]
     return np.concatenate([starts[:k], start + np.cumsum([0, *sizes[:-1]]), starts[k + 1 :]])
 

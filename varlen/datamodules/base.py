@@ -381,7 +381,8 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
         sizes = self.of_each_source(train, "sampler_lengths")
         spec = self._plan_spec(self.batch_size, self.max_tokens, self.pad_to_multiple_of)
         world = self._world_size()
-        probe = lambda rungs: self._new_sampler("train", self.shuffle, world, 0, rungs).shape_count(0)  # noqa: E731
+        # the unweighted plan: a weighted draw fills the same rungs (its weights are read when its loader is made)
+        probe = lambda rungs: self._new_sampler("train", self.shuffle, world, 0, rungs, weighted=False).shape_count(0)  # noqa: E731
         self.rungs, shapes = fit_rungs(sizes, spec, self.max_shapes, probe)
         if shapes > self.max_shapes:
             notices.warn(
@@ -489,12 +490,19 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
         return sampler
 
     def _new_sampler(
-        self, split: str, shuffle: bool, num_replicas: int | None, rank: int | None, rungs, resume: bool = False
+        self,
+        split: str,
+        shuffle: bool,
+        num_replicas: int | None,
+        rank: int | None,
+        rungs,
+        resume: bool = False,
+        weighted: bool = True,
     ) -> BucketBatchSampler:
         """The in-memory batch sampler of ``split`` (see :meth:`batch_sampler`), cut for ``rungs``; with
         ``resume``, at the epoch Lightning is about to serve and the position its checkpoint recorded."""
         spec = self._plan_spec(self.batch_size, self.max_tokens)
-        weights = self.train_weights() if split == "train" and shuffle else None
+        weights = self.train_weights() if split == "train" and shuffle and weighted else None
         dataset = self.dataset(split)
         return self.sampler_class(split)(
             self.of_each_source(dataset, "sampler_lengths"),

@@ -1,0 +1,76 @@
+"""What batch shapes cost a run: the distinct shapes an epoch served, and the time of the steps that met one
+for the first time (read by :class:`~varlen.batching.data_wait.DataWait`).
+
+Why: a GPU pays once for each new batch shape (cuDNN attention builds a plan per ``(batch, length)`` in
+bf16; torch.compile and CUDA graphs record one), on the host, inside the step that first meets it. So a
+step's host time says it without synchronising the device: a step on a new shape takes longer than the
+epoch's typical step. The extra time of those steps, over the median of the others, is what the shapes
+cost; past a tenth of the epoch it gets one line of advice: fewer shapes (``max_shapes``), paid before
+training (:class:`~varlen.batching.warmup.WarmShapes`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["ShapeCost", "shape_advice", "shape_key"]
+
+
+def shape_key(batch: Any) -> tuple:
+    """The shapes of a batch's tensors, by name: a dict's, a dataclass's, or what ``to_dict()`` gives (a PyG
+    ``Batch``); a plain tensor's own. Metadata only: nothing is read from the device."""
+    if torch.is_tensor(batch):
+        return (tuple(batch.shape),)
+    if hasattr(batch, "to_dict") and not isinstance(batch, Mapping):
+        batch = batch.to_dict()
+    elif dataclasses.is_dataclass(batch) and not isinstance(batch, type):
+        batch = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
+    if isinstance(batch, Mapping):
+        return tuple(sorted((str(k), tuple(v.shape)) for k, v in batch.items() if torch.is_tensor(v)))
+    return ()
+
+
+class ShapeCost:
+    """Per epoch: the distinct shapes served and the steps that met a shape no earlier step of the run met,
+    with their host time against the other steps' median."""
+
+    def __init__(self) -> None:
+        self.seen: set[tuple] = set()
+        self.start_epoch()
+
+    def start_epoch(self) -> None:
+        self.shapes: set[tuple] = set()
+        self.new_steps: list[float] = []
+        self.known_steps: list[float] = []
+
+    def step(self, key: tuple, seconds: float) -> None:
+        """A training step on a batch of shapes ``key`` that took ``seconds`` on the host."""
+        self.shapes.add(key)
+        if key in self.seen:
+            self.known_steps.append(seconds)
+        else:
+            self.seen.add(key)
+            self.new_steps.append(seconds)
+
+    @property
+    def extra_seconds(self) -> float:
+        """The epoch's steps on new shapes, over what as many typical steps take (0 without a typical one)."""
+        if not self.new_steps or not self.known_steps:
+            return 0.0
+        return max(0.0, float(np.sum(self.new_steps) - len(self.new_steps) * np.median(self.known_steps)))
+
+
+def shape_advice(epoch: int, distinct: int, new: int, extra_s: float, share: float) -> str:
+    """The line rank zero logs when steps on new shapes took over a tenth of an epoch."""
+    return (
+        f"varlen: {new} steps of epoch {epoch} met a batch shape for the first time and took {extra_s:.1f} s more "
+        f"than typical steps ({share:.0%} of the epoch; {distinct} distinct shapes served): a GPU pays once per "
+        "shape (cuDNN attention plans in bf16, torch.compile, CUDA graphs). Keep them few with the DataModule's "
+        "max_shapes (24 by default; null: exact buckets) and pay them before training with WarmShapes "
+        "(varlen fit's default, --warm_shapes=true; your own Trainer: callbacks=[WarmShapes()])."
+    )
