@@ -203,3 +203,64 @@ def test_a_first_setting_that_moves_when_measured_again_says_the_load_changed() 
     assert _drift(first, (Setting(0), rate(0.0, 97.0))) == ""  # within the noise
     note = _drift(first, (Setting(0), rate(0.0, 50.0)))
     assert "100.0 batches/s first and 50.0 at the end" in note and "load changed" in note
+
+
+# -- the search per rung (the shape policy's) ------------------------------------------------------
+
+
+def rung_memory(tokens: int, length: int) -> int:
+    """A known memory model: weights, then activations per token growing with the length (attention)."""
+    return 300_000 + tokens * (30 + length // 4)
+
+
+@pytest.mark.parametrize("capacity", [2_000_000, 40_000_000])
+def test_the_count_search_lands_within_tolerance_of_the_boundary_in_few_steps(capacity: int) -> None:
+    from varlen.tune.rungs import largest_count
+
+    for length, start in ((8, 1), (64, 50), (500, 3)):
+        steps = []
+
+        def peak(count: int, length: int = length) -> int | None:
+            steps.append(count)
+            used = rung_memory(count * length, length)
+            return None if used > capacity else used
+
+        found = largest_count(peak, start, 10**6, capacity, tolerance=0.05)
+        boundary = (capacity - rung_memory(0, length)) // (length * (30 + length // 4))  # the model's exact bound
+        assert 0.95 * boundary <= found <= boundary and len(steps) <= 12, (length, found, boundary, steps)
+    with pytest.raises(ValueError, match="one sample"):
+        largest_count(lambda n: None, 4, 100, 1000)
+
+
+def test_each_rung_gets_its_largest_batch_of_its_own_padded_length(tmp_path) -> None:
+    """A DataModule's rungs, a memory model over the padded batch the indices make: every rung's count is
+    within 5% of its boundary (less the margin), the table is what the DataModule then takes."""
+    from varlen.datamodules import TextClassificationDataModule
+    from varlen.tune.rungs import search_rungs
+
+    dm = TextClassificationDataModule(synthetic_samples=400, max_tokens=512, max_shapes=6, cache_dir=tmp_path)
+    dm.setup("fit")
+    sizes, (rungs,) = np.asarray(dm.dataset("train").lengths), dm.rungs
+    capacity = 1_500_000
+    seen = []
+
+    def peak_of(indices: list[int]) -> int | None:
+        width = int(rungs.round(int(sizes[indices].max())))
+        seen.append((len(indices), width))
+        used = rung_memory(len(indices) * width, width)
+        return None if used > capacity else used
+
+    lines = []
+    found = search_rungs(dm, peak_of, capacity, margin=0.1, log=lines.append)
+    assert [r.length for r in found] == [r for r in rungs.lengths if (sizes <= r).any()] and len(lines) == len(found)
+    for rung in found:
+        exact = (capacity - rung_memory(0, rung.length)) // (rung.length * (30 + rung.length // 4))
+        boundary = min(exact, len(sizes))  # no batch holds more samples than the split
+        assert int(0.95 * boundary * 0.9) - 1 <= rung.batch <= boundary * 0.9, (rung, boundary)
+        assert {w for n, w in seen} <= set(rungs.lengths)  # each probe a batch of one rung's padded length
+    table = {r.length: r.batch for r in found}
+    tuned = TextClassificationDataModule(synthetic_samples=400, rung_batch_sizes=table, cache_dir=tmp_path)
+    tuned.setup("fit")
+    for batch in tuned.batch_sampler("train", True):
+        width = int(tuned.rungs[0].round(int(sizes[batch].max())))
+        assert len(batch) <= table[width]

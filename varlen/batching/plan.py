@@ -59,6 +59,9 @@ class PlanSpec:
             axis (see :mod:`varlen.batching.shapes`): they are the buckets, a sample is costed at its
             rung (what the collate pads its batch to), and a group's short last batch is cut into
             powers of two. None: buckets from the sizes, costed at their largest.
+        rung_batch_sizes: with one axis of ``rungs`` and a token budget, the most samples a batch of each
+            rung holds (what ``varlen tune --budget`` measures per rung: each rung's largest batch that fits
+            the device), on top of ``max_tokens`` and ``max_batch_size``.
     """
 
     batch_size: int | None = None
@@ -68,6 +71,7 @@ class PlanSpec:
     num_buckets: int | None = None
     pad_to_multiple_of: int | None = None
     rungs: tuple[Rungs, ...] | None = None
+    rung_batch_sizes: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if (self.batch_size is None) == (self.max_tokens is None):
@@ -88,6 +92,17 @@ class PlanSpec:
             raise ValueError(f"rungs must be one Rungs per size axis, got {self.rungs!r}")
         if self.rungs is not None and self.cost == "sum":
             raise ValueError("rungs are padded lengths: a summed cost (cost='sum') pads nothing")
+        if self.rung_batch_sizes is not None and not (
+            self.max_tokens is not None
+            and self.rungs is not None
+            and len(self.rungs) == 1
+            and len(self.rung_batch_sizes) == len(self.rungs[0].lengths)
+            and min(self.rung_batch_sizes) >= 1
+        ):
+            raise ValueError(
+                f"rung_batch_sizes needs a token budget and one size axis of rungs, a batch size >= 1 for each rung "
+                f"{None if self.rungs is None else [list(r.lengths) for r in self.rungs]}, got {self.rung_batch_sizes}"
+            )
 
 
 def index_dtype(n: int) -> type[np.signedinteger]:
@@ -185,6 +200,9 @@ def batch_room(sizes: np.ndarray, spec: PlanSpec, dim: int) -> np.ndarray:
     if spec.batch_size is not None:
         return np.full(len(sizes), spec.batch_size)
     room = np.maximum(1, spec.max_tokens[dim] // np.maximum(sizes, 1))
+    if spec.rung_batch_sizes is not None and dim == 0:  # a size past the top rung: the top rung's
+        caps = np.asarray(spec.rung_batch_sizes)
+        room = np.minimum(room, caps[np.minimum(np.searchsorted(spec.rungs[0].array, sizes), len(caps) - 1)])
     return np.minimum(room, spec.max_batch_size) if spec.max_batch_size else room
 
 
@@ -277,10 +295,10 @@ def cut_batches(rounded: np.ndarray, spec: PlanSpec) -> np.ndarray:
     i = 0
     if spec.cost == "padded" and rounded.shape[1] == 1:
         # Sorted largest-first: a batch starting at i has max size rounded[i], so it holds
-        # budget // rounded[i] samples. One O(1) step per batch.
-        room = np.maximum(1, budget[0] // np.maximum(rounded[:, 0], 1)).tolist()
+        # budget // rounded[i] samples (capped). One O(1) step per batch.
+        room = batch_room(rounded[:, 0].astype(np.int64), spec, 0).tolist()
         while i < n:
-            i = min(n, i + min(room[i], cap))
+            i = min(n, i + room[i])
             starts.append(i)
         return np.asarray(starts)
     if spec.cost == "sum":

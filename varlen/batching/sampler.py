@@ -84,6 +84,11 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         rungs: the shape policy's padded lengths, one :class:`~varlen.batching.shapes.Rungs` per size axis
             (a DataModule fits them with :func:`fit_rungs`): buckets are the rungs, each batch holds the
             budget over its rung, and the collate pads to the rung, so an epoch takes few batch shapes.
+        max_shapes: without ``rungs``, fit them here: the most rungs whose epoch (epoch 0, on these ranks)
+            takes at most this many distinct ``(batch size, padded length)`` shapes on each size axis. Pad
+            your collate to :attr:`rungs` (``pad_to_multiple_of=sampler.rungs[0]`` of varlen's collates).
+        rung_batch_sizes: with ``rungs`` (one axis) and ``max_tokens``, the most samples a batch of each rung
+            holds (``varlen tune --budget`` measures them), on top of the budget.
         groups: optional group id per sample; a batch then holds samples of one group only
             (e.g. the windows of one recording), and groups mix through the batch order.
         weights: optional weight per sample (>= 0, not all zero): each epoch serves
@@ -126,6 +131,7 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         pad_to_multiple_of: int | None = None,
         rungs: Sequence[Rungs] | None = None,
         max_shapes: int | None = None,
+        rung_batch_sizes: Sequence[int] | None = None,
         groups: Sequence[int] | np.ndarray | None = None,
         weights: Sequence[float] | np.ndarray | None = None,
         num_samples: int | None = None,
@@ -152,6 +158,7 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
             num_buckets=num_buckets,
             pad_to_multiple_of=pad_to_multiple_of,
             rungs=None if rungs is None else tuple(rungs),
+            rung_batch_sizes=None if rung_batch_sizes is None else tuple(int(b) for b in rung_batch_sizes),
         )
         self.rungs = self.spec.rungs
         self.batch_size = batch_size

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import logging
 import multiprocessing
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -11,18 +10,17 @@ from typing import Any, Literal
 import lightning.pytorch as pl
 import numpy as np
 import torch
-import torch.distributed as dist
 from torch.utils.data import Dataset
 
-from varlen import notices
 from varlen.batching import BucketBatchSampler
 from varlen.batching.loader import VarLenLoader
 from varlen.batching.pad_collate import PadCollate
-from varlen.batching.plan import PlanSpec, fit_rungs
-from varlen.batching.shapes import DEFAULT_MAX_SHAPES, PadsToRungs, Rungs
+from varlen.batching.plan import PlanSpec
+from varlen.batching.shapes import DEFAULT_MAX_SHAPES, Rungs
 from varlen.batching.telemetry import BatchStats
 from varlen.datamodules.checkpoint import DataStateCheckpoint, plain
 from varlen.datamodules.contract import CheckedCollate, batch_stats_of, check_split, describe
+from varlen.datamodules.shaping import ShapePolicy, check_max_shapes, check_rung_batch_sizes
 from varlen.datamodules.sources import (
     MAIN,
     Mix,
@@ -34,13 +32,11 @@ from varlen.datamodules.sources import (
 )
 from varlen.datamodules.streaming import check_stream, stream_sampler, streamed_train
 from varlen.datamodules.weighting import BALANCED, balanced_weights
-from varlen.datasets.mixture import MixtureCollator, SourceMixture
+from varlen.datasets.mixture import SourceMixture
 from varlen.errors import DataError
 from varlen.report import DataReport, OnBad
 
 __all__ = ["BASE_ARGS", "LINKED", "PredictSplit", "StartMethod", "VarLenDataModule", "base_args", "plain"]
-
-log = logging.getLogger("varlen")
 
 #: DataModule attributes handed to the model argument of the same name, when both exist (the CLI links
 #: them; the model's hyperparameters hold their values, so the DataModule's leave them out)
@@ -68,6 +64,7 @@ BASE_ARGS = (
     "num_buckets",
     "pad_to_multiple_of",
     "max_shapes",
+    "rung_batch_sizes",
     "num_workers",
     "pin_memory",
     "persistent_workers",
@@ -98,7 +95,7 @@ def base_args(arguments: Mapping[str, Any]) -> dict[str, Any]:
     return {name: arguments[name] for name in BASE_ARGS if name in arguments}
 
 
-class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule):
+class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.LightningDataModule):
     """Base of every varlen DataModule: the loaders, their bucketing sampler, the report.
 
     A subclass implements :meth:`build`, which returns its datasets by split (each with a
@@ -125,13 +122,13 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
         seed: seed of the batch plan and of the splits.
         num_buckets: size buckets of the sampler (None: automatic).
         pad_to_multiple_of: pad the ragged axis to a multiple of this (8 for tensor cores).
-        max_shapes: the most distinct batch shapes (batch size, padded length) an epoch may take on each
-            size axis (the shape policy, :mod:`varlen.batching.shapes`): fitted once on the training
-            split, a ladder of padded lengths (rungs) that every split's batches are cut for and padded
-            to, as many as keep the epoch within this limit, placed where they pad least. A GPU pays once
-            for each new shape (cuDNN attention builds a plan per shape in bf16), so few shapes, warmed
-            before training (:class:`~varlen.batching.warmup.WarmShapes`), are what makes bucketing
-            fast there. None: exact buckets, the least padding and as many shapes as the sizes give.
+        max_shapes: the most distinct (batch size, padded length) shapes an epoch takes per size axis (the
+            shape policy, :mod:`varlen.datamodules.shaping`): padded lengths (rungs) fitted on the training
+            split where they pad least, every split cut for and padded to them. A GPU pays once per new
+            shape (cuDNN attention plans in bf16); :class:`~varlen.batching.warmup.WarmShapes` pays them
+            before training. None: exact buckets (least padding, as many shapes as the sizes give).
+        rung_batch_sizes: padded length -> the most samples a batch of it holds (``varlen tune --budget``
+            writes it): these lengths are the rungs, each batch within its count and ``max_tokens``.
         num_workers: loader worker processes.
         pin_memory: pin batches for fast host-to-GPU copies (None: when CUDA is available).
         persistent_workers: keep workers between epochs (needs ``num_workers > 0``).
@@ -202,6 +199,7 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
         num_buckets: int | None = None,
         pad_to_multiple_of: int | None = None,
         max_shapes: int | None = DEFAULT_MAX_SHAPES,
+        rung_batch_sizes: dict[int, int] | None = None,
         num_workers: int = 0,
         pin_memory: bool | None = None,
         persistent_workers: bool = False,
@@ -229,6 +227,9 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
         self._source_modules: dict[str, VarLenDataModule] | None = None
         self._mixture_owners: list[VarLenDataModule] = []  # the DataModule of each source of a mixture
         self.source_name: str | None = None  # set on a DataModule built as another's source
+        self.rung_batch_sizes = check_rung_batch_sizes(rung_batch_sizes, owner, self.stream)
+        if self.rung_batch_sizes and max_tokens is None:  # the table alone: a budget that never binds before it
+            max_tokens = max(length * count for length, count in self.rung_batch_sizes.items())
         if batch_size is None and max_tokens is None:
             batch_size, max_tokens = self.default_batching
         if isinstance(max_tokens, (list, tuple)):
@@ -249,9 +250,7 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
         self.seed = seed
         self.num_buckets = num_buckets
         self.pad_to_multiple_of = pad_to_multiple_of
-        if max_shapes is not None and (isinstance(max_shapes, bool) or not int(max_shapes) == max_shapes >= 1):
-            raise ValueError(f"max_shapes must be a whole number >= 1 (None: exact buckets), got {max_shapes!r}")
-        self.max_shapes = None if max_shapes is None else int(max_shapes)
+        self.max_shapes = check_max_shapes(max_shapes)
         self.rungs: tuple[Rungs, ...] | None = None  # the shape policy's, fitted by setup
         self.num_workers = num_workers
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
@@ -355,75 +354,12 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
             self.report.keep(split, len(dataset))
         self.datasets = datasets
         if self.source_name is None:  # a source's DataModule fits its shapes as the mixture's (the main's)
-            self._fit_shapes()
+            self.fit_shapes()
         if self.source_name is None:  # a source's DataModule reports through the mixture's
             self.report.announce(type(self).__name__)
         if self._checkpoint_state is not None:
             state, self._checkpoint_state = self._checkpoint_state, None
             self.load_state_dict({"data_state": state})
-
-    def _fit_shapes(self) -> None:
-        """The shape policy (``max_shapes``): rungs fitted once on the training split, planned as the world's
-        ranks serve it, then handed to whatever pads (every split's dataset, a mixture's sources, the
-        collate), so every split's batches are cut for and padded to them."""
-        train = self.datasets.get("train")
-        if self.max_shapes is None or train is None or self.sampler_cost != "padded" or not self.sampler_rounds_sizes:
-            return
-        if self.stream is not None:
-            return  # a streamed split's rungs come with its plan (not yet fitted here)
-        if not any(isinstance(obj, PadsToRungs) for obj in (self._own_collate(), *self._train_parts())):
-            notices.info(
-                log,
-                f"{type(self).__name__}: max_shapes={self.max_shapes} is not applied: neither the training dataset nor "
-                "the collate pads to rungs (varlen.batching.shapes.PadsToRungs); batches take exact buckets",
-            )
-            return
-        sizes = self.of_each_source(train, "sampler_lengths")
-        spec = self._plan_spec(self.batch_size, self.max_tokens, self.pad_to_multiple_of)
-        world = self._world_size()
-        # the unweighted plan: a weighted draw fills the same rungs (its weights are read when its loader is made)
-        probe = lambda rungs: self._new_sampler("train", self.shuffle, world, 0, rungs, weighted=False).shape_count(0)  # noqa: E731
-        self.rungs, shapes = fit_rungs(sizes, spec, self.max_shapes, probe)
-        if shapes > self.max_shapes:
-            notices.warn(
-                f"{type(self).__name__}: max_shapes={self.max_shapes} cannot hold: one padded length per axis "
-                f"already gives {shapes} batch shapes (each group's last batch is short); allow more shapes"
-            )
-        for padder in self._padders():
-            padder.pad_to_rungs(self.rungs)
-
-    def adopt_rungs(self, lengths: list[list[int]] | None) -> None:
-        """Cut and pad to these rungs from now on (a checkpoint's: the run's own, whatever this world fits)."""
-        rungs = None if lengths is None else tuple(Rungs(tuple(r), self.pad_to_multiple_of) for r in lengths)
-        if rungs == self.rungs:
-            return
-        self.rungs = rungs
-        for padder in self._padders():
-            padder.pad_to_rungs(rungs)
-
-    def _own_collate(self) -> Any:
-        """The scenario's collate (a mixture's wraps it)."""
-        collate = self.collate_fn
-        while isinstance(collate, MixtureCollator):
-            collate = collate.collate
-        return collate
-
-    def _train_parts(self) -> list[Dataset]:
-        train = self.datasets["train"]
-        return list(train.parts) if isinstance(train, SourceMixture) else [train]
-
-    def _padders(self) -> list[PadsToRungs]:
-        """What pads this DataModule's batches: each split's dataset (a mixture's sources), and the collate."""
-        found = [self._own_collate()]
-        for dataset in self.datasets.values():
-            found += dataset.parts if isinstance(dataset, SourceMixture) else [dataset]
-        return [obj for obj in found if isinstance(obj, PadsToRungs)]
-
-    def _world_size(self) -> int:
-        """The ranks the training split is served on: the trainer's, else torch.distributed's, else 1."""
-        if self.trainer is not None:
-            return int(self.trainer.world_size)
-        return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
     def __repr__(self) -> str:
         """Its class, split sizes (or "not set up") and batching, e.g. ``Name(train=1,200 val=240 | max_tokens=2048,
@@ -515,6 +451,7 @@ class VarLenDataModule(SourceMixing, DataStateCheckpoint, pl.LightningDataModule
             num_buckets=self.num_buckets,
             pad_to_multiple_of=self.pad_to_multiple_of if self.sampler_rounds_sizes else None,
             rungs=rungs,
+            rung_batch_sizes=self.rung_caps() if rungs is self.rungs else None,
             num_replicas=num_replicas,
             rank=rank,
             groups=self._sampler_groups(dataset),

@@ -167,7 +167,8 @@ class BearingDataModule(VarLenDataModule):
         cache_dir: where the recordings at the common rate, the windows and the train statistics
             are written once and mapped from (None: ``$VARLEN_CACHE`` or ``~/.cache/varlen``; the
             files go in its ``bearing`` folder).
-        batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, max_shapes, num_workers,
+        batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, max_shapes, rung_batch_sizes,
+            num_workers,
             pin_memory, persistent_workers, prefetch_factor, multiprocessing_context, timeout, predict_split:
             see :class:`VarLenDataModule` (``max_tokens`` budgets ``windows x window length`` per
             batch); neither set: 64 windows per batch.
@@ -219,6 +220,7 @@ class BearingDataModule(VarLenDataModule):
         num_buckets: int | None = None,
         pad_to_multiple_of: int | None = None,
         max_shapes: int | None = DEFAULT_MAX_SHAPES,
+        rung_batch_sizes: dict[int, int] | None = None,
         num_workers: int = 0,
         pin_memory: bool | None = None,
         persistent_workers: bool = False,

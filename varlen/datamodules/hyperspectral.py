@@ -101,7 +101,8 @@ class HyperspectralDataModule(VarLenDataModule):
             frequency of the training split (rare land covers served as often as common ones);
             None: every pixel once. There is no per-pixel weight column here. Validation and test
             serve every pixel once.
-        batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, max_shapes, num_workers,
+        batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, max_shapes, rung_batch_sizes,
+            num_workers,
             pin_memory, persistent_workers, prefetch_factor, multiprocessing_context, timeout, predict_split:
             see :class:`VarLenDataModule`.
             ``max_tokens`` budgets ``samples x max band count`` per batch; neither set: 64 pixels per batch.
@@ -155,6 +156,7 @@ class HyperspectralDataModule(VarLenDataModule):
         num_buckets: int | None = None,
         pad_to_multiple_of: int | None = None,
         max_shapes: int | None = DEFAULT_MAX_SHAPES,
+        rung_batch_sizes: dict[int, int] | None = None,
         num_workers: int = 0,
         pin_memory: bool | None = None,
         persistent_workers: bool = False,

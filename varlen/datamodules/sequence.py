@@ -81,7 +81,8 @@ class SequenceDataModule(VarLenDataModule):
         sample_weights: None, ``"balanced"`` (inverse class frequency; classification) or a numeric column.
         cache_dir: where files' and Datasets' cache tables go (default: ``$VARLEN_CACHE``).
         on_bad: ``"raise"`` at the first bad row (naming the source and row), or ``"skip"`` and count it.
-        batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, max_shapes, num_workers, pin_memory,
+        batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, max_shapes, rung_batch_sizes,
+            num_workers, pin_memory,
             persistent_workers, prefetch_factor, multiprocessing_context, timeout, predict_split, sources,
             source_weights, mix, stream: see :class:`~varlen.datamodules.base.VarLenDataModule`.
 
@@ -118,6 +119,7 @@ class SequenceDataModule(VarLenDataModule):
         num_buckets: int | None = None,
         pad_to_multiple_of: int | None = None,
         max_shapes: int | None = DEFAULT_MAX_SHAPES,
+        rung_batch_sizes: dict[int, int] | None = None,
         num_workers: int = 0,
         pin_memory: bool | None = None,
         persistent_workers: bool = False,

@@ -148,6 +148,8 @@ class TextClassificationDataModule(VarLenDataModule):
         max_shapes: the most distinct (batch size, padded length) shapes an epoch takes (default 24; None:
             exact length buckets): padded lengths on a ladder of rungs fitted to the training lengths, see
             :class:`~varlen.datamodules.base.VarLenDataModule`.
+        rung_batch_sizes: padded length -> the most sentences a batch of it holds (``varlen tune --budget``
+            writes it; the lengths are then the rungs).
         num_workers: loader worker processes.
         pin_memory: pin batches (None: when CUDA is available).
         persistent_workers: keep workers alive between epochs.
@@ -226,6 +228,7 @@ class TextClassificationDataModule(VarLenDataModule):
         num_buckets: int | None = None,
         pad_to_multiple_of: int | None = None,
         max_shapes: int | None = DEFAULT_MAX_SHAPES,
+        rung_batch_sizes: dict[int, int] | None = None,
         num_workers: int = 0,
         pin_memory: bool | None = None,
         persistent_workers: bool = False,

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["NO_DEVICE", "Budget", "device_probe", "largest_budget", "search_budgets", "worst_batches"]
+__all__ = ["NO_DEVICE", "Budget", "device_probe", "largest_budget", "search_budgets", "train_step", "worst_batches"]
 
 NO_DEVICE = (
     "varlen tune --budget: no CUDA device on this machine; the budget search measures a GPU's memory, "
@@ -105,41 +105,50 @@ def _precision(device: torch.device, precision: str | None) -> Iterator[None]:
         yield
 
 
+def train_step(dm: Any, model: Any, device: torch.device, precision: str | None = None) -> Callable[[list[int]], None]:
+    """``step(indices)``: the training samples ``indices`` fetched and collated as the loader does, then one
+    training step, backward and optimizer step of ``model`` on ``device`` (an optimizer's state counts too)."""
+    from lightning.fabric.utilities.apply_func import move_data_to_device
+
+    model.to(device).train()
+    optimizer = _optimizer(model)
+    dataset = dm.dataset("train")
+
+    def step(indices: list[int]) -> None:
+        try:
+            items = dataset.__getitems__(indices) if hasattr(dataset, "__getitems__") else [dataset[i] for i in indices]
+            batch = move_data_to_device(dm.collate_fn(items), device)
+            with warnings.catch_warnings(), _precision(device, precision):
+                warnings.simplefilter("ignore")  # self.log outside a trainer
+                loss = _loss(model, batch)
+            loss.backward()
+            optimizer.step()
+        finally:
+            optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
 def device_probe(
     dm: Any, model: Any, budgets: tuple[int, ...], axis: int, device: torch.device, precision: str | None = None
 ) -> Callable[[int], bool]:
     """``fits(budget)``: the worst batches of the plan at ``budgets`` with ``budget`` on ``axis`` train on
     ``device`` without running out of memory."""
-    from lightning.fabric.utilities.apply_func import move_data_to_device
-
-    model.to(device).train()
-    optimizer = _optimizer(model)
+    step = train_step(dm, model, device, precision)
 
     def fits(budget: int) -> bool:
         trial = list(budgets)
         trial[axis] = budget
         dm.max_tokens = trial[0] if len(trial) == 1 else tuple(trial)
-        dataset = dm.dataset("train")
         try:
             for indices in worst_batches(dm, axis):
-                items = (
-                    dataset.__getitems__(indices) if hasattr(dataset, "__getitems__") else [dataset[i] for i in indices]
-                )
-                batch = move_data_to_device(dm.collate_fn(items), device)
-                with warnings.catch_warnings(), _precision(device, precision):
-                    warnings.simplefilter("ignore")  # self.log outside a trainer
-                    loss = _loss(model, batch)
-                loss.backward()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                del batch, loss
+                step(indices)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             return True
         except torch.cuda.OutOfMemoryError:
             return False
         finally:
-            optimizer.zero_grad(set_to_none=True)
             gc.collect()
             if device.type == "cuda":
                 torch.cuda.empty_cache()

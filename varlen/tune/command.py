@@ -27,10 +27,11 @@ import torch
 from tqdm.auto import tqdm
 
 from varlen.batching.throughput import LoaderRate
-from varlen.tune.budget import NO_DEVICE, search_budgets
+from varlen.tune.budget import NO_DEVICE, search_budgets, train_step
 from varlen.tune.config import command_config, epochs_and_batches, write_config
 from varlen.tune.grid import Row, grid, pick, rows_of, worker_counts
 from varlen.tune.measure import measure_setting
+from varlen.tune.rungs import search_rungs
 
 __all__ = ["Build", "Tuned", "parser", "run_tune", "table", "tune_command"]
 
@@ -306,8 +307,10 @@ def _budget(options: argparse.Namespace, rest: list[str], config: dict[str, Any]
         return 0
     dm, model = build(rest, True)
     precision = (config.get("trainer") or {}).get("precision")
-    found = search_budgets(dm, model, torch.device("cuda"), options.margin, precision, options.budget_max)
     device = torch.cuda.get_device_name()
+    if dm.rungs is not None and len(dm.rungs) == 1 and dm.stream is None:  # the shape policy's rungs: one batch each
+        return _rung_budget(dm, model, precision, options.margin, device)
+    found = search_budgets(dm, model, torch.device("cuda"), options.margin, precision, options.budget_max)
     print(
         f"varlen tune --budget: {type(dm).__name__}, the largest max_tokens whose worst batches train on {device} "
         f"with {options.margin:.0%} left free, per size axis (the others at the config's budget):"
@@ -316,4 +319,23 @@ def _budget(options: argparse.Namespace, rest: list[str], config: dict[str, Any]
         print(result.line())
     if len(found) == 1:
         print(f"  --data.init_args.max_tokens={found[0].budget}", flush=True)
+    return 0
+
+
+def _rung_budget(dm: Any, model: Any, precision: str | None, margin: float, device: str) -> int:
+    """``--budget`` under the shape policy: each rung's largest batch (:mod:`varlen.tune.rungs`), as a table."""
+    started = time.perf_counter()
+    print(
+        f"varlen tune --budget: {type(dm).__name__}, each rung's largest batch whose training step fits {device}, "
+        f"{margin:.0%} left free (the longest rung first):",
+        flush=True,
+    )
+    cuda = torch.device("cuda")
+    found = search_rungs(
+        dm, train_step(dm, model, cuda, precision), cuda, margin, log=lambda line: print(line, flush=True)
+    )
+    table = ", ".join(f"{r.length}: {r.batch}" for r in found)
+    print(f"  in {time.perf_counter() - started:.1f} s; the table a config holds (data.init_args):")
+    print(f"    rung_batch_sizes: {{{table}}}")
+    print(f"  --data.init_args.rung_batch_sizes='{{{table}}}'", flush=True)
     return 0

@@ -1,0 +1,140 @@
+"""The shape policy of a DataModule (``max_shapes``, ``rung_batch_sizes``): the rungs its batches are cut for
+and padded to, fitted once on the training split and handed to whatever pads.
+
+:class:`ShapePolicy` is the part of :class:`~varlen.datamodules.base.VarLenDataModule` that does it: after
+``setup`` builds the splits, :meth:`ShapePolicy.fit_shapes` fits the rungs
+(:func:`~varlen.batching.plan.fit_rungs`: the most rungs whose training epoch, planned on the world's ranks,
+keeps within ``max_shapes`` shapes), or takes them from a ``rung_batch_sizes`` table, and hands them to every
+split's dataset, a mixture's sources and the collate (each a :class:`~varlen.batching.shapes.PadsToRungs`),
+so that every split pads to them. The rungs are the run's: saved with the data state, a checkpoint's are
+adopted (:meth:`ShapePolicy.adopt_rungs`) whatever the resumed world would fit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import torch.distributed as dist
+
+from varlen import notices
+from varlen.batching.plan import fit_rungs
+from varlen.batching.shapes import PadsToRungs, Rungs
+from varlen.datasets.mixture import MixtureCollator, SourceMixture
+
+__all__ = ["ShapePolicy", "check_max_shapes", "check_rung_batch_sizes"]
+
+log = logging.getLogger("varlen")
+
+
+def check_max_shapes(value: Any) -> int | None:
+    """``max_shapes`` as an int >= 1, or None (exact buckets)."""
+    if value is not None and (isinstance(value, bool) or not int(value) == value >= 1):
+        raise ValueError(f"max_shapes must be a whole number >= 1 (None: exact buckets), got {value!r}")
+    return None if value is None else int(value)
+
+
+def check_rung_batch_sizes(table: Mapping[Any, Any] | None, owner: str, stream: Any) -> dict[int, int] | None:
+    """``rung_batch_sizes`` as ``{padded length: batch size}`` of whole numbers >= 1, by length."""
+    if table is None:
+        return None
+    if stream is not None:
+        raise ValueError(f"{owner}: rung_batch_sizes plans in memory: a streamed training split takes max_tokens")
+    if not isinstance(table, Mapping) or not table:
+        raise ValueError(
+            f"{owner}: rung_batch_sizes maps padded lengths to batch sizes, e.g. {{16: 512}}; got {table!r}"
+        )
+    out = {}
+    for length, count in table.items():
+        if isinstance(length, bool) or isinstance(count, bool) or int(length) != length or int(count) != count:
+            raise ValueError(f"{owner}: rung_batch_sizes holds whole numbers, got {length!r}: {count!r}")
+        if length < 1 or count < 1:
+            raise ValueError(f"{owner}: rung_batch_sizes needs lengths and batch sizes >= 1, got {length}: {count}")
+        out[int(length)] = int(count)
+    return dict(sorted(out.items()))
+
+
+class ShapePolicy:
+    """The rungs of a DataModule's batches (see the module docstring); the base sets ``datasets``,
+    ``collate_fn``, ``max_shapes``, ``rung_batch_sizes``, ``pad_to_multiple_of`` and ``rungs``."""
+
+    datasets: dict[str, Any]
+    collate_fn: Any
+    max_shapes: int | None
+    rung_batch_sizes: dict[int, int] | None
+    pad_to_multiple_of: int | None
+    rungs: tuple[Rungs, ...] | None
+
+    def fit_shapes(self) -> None:
+        """Fit the training split's rungs (or take the table's) and hand them to whatever pads."""
+        train = self.datasets.get("train")
+        if train is None or self.sampler_cost != "padded" or not self.sampler_rounds_sizes:
+            return
+        if self.rung_batch_sizes is not None:
+            self.adopt_rungs([list(self.rung_batch_sizes)])
+            return
+        if self.max_shapes is None or self.stream is not None:
+            return  # a streamed split plans from its size index: exact buckets there
+        if not any(isinstance(obj, PadsToRungs) for obj in (self._own_collate(), *self._train_parts())):
+            notices.info(
+                log,
+                f"{type(self).__name__}: max_shapes={self.max_shapes} is not applied: neither the training dataset "
+                "nor the collate pads to rungs (varlen.batching.shapes.PadsToRungs); batches take exact buckets",
+            )
+            return
+        sizes = self.of_each_source(train, "sampler_lengths")
+        spec = self._plan_spec(self.batch_size, self.max_tokens, self.pad_to_multiple_of)
+        world = self._world_size()
+
+        def shapes_of(rungs: tuple[Rungs, ...]) -> int:
+            # the unweighted plan: a weighted draw fills the same rungs (its weights are read when its loader is made)
+            return self._new_sampler("train", self.shuffle, world, 0, rungs, weighted=False).shape_count(0)
+
+        rungs, shapes = fit_rungs(sizes, spec, self.max_shapes, shapes_of)
+        if shapes > self.max_shapes:
+            notices.warn(
+                f"{type(self).__name__}: max_shapes={self.max_shapes} cannot hold: one padded length per axis "
+                f"already gives {shapes} batch shapes (each group's last batch is short); allow more shapes"
+            )
+        self.adopt_rungs([list(r.lengths) for r in rungs])
+
+    def adopt_rungs(self, lengths: list[list[int]] | None) -> None:
+        """Cut and pad to these rungs from now on (fitted, a table's, or a checkpoint's: the run's own)."""
+        rungs = None if lengths is None else tuple(Rungs(tuple(r), self.pad_to_multiple_of) for r in lengths)
+        if rungs == self.rungs:
+            return
+        self.rungs = rungs
+        for padder in self._padders():
+            padder.pad_to_rungs(rungs)
+
+    def rung_caps(self) -> tuple[int, ...] | None:
+        """The table's batch size of each rung, when the rungs are the table's (else None)."""
+        table = self.rung_batch_sizes
+        if table is None or self.rungs is None or list(self.rungs[0].lengths) != list(table):
+            return None
+        return tuple(table.values())
+
+    def _own_collate(self) -> Any:
+        """The scenario's collate (a mixture's wraps it)."""
+        collate = self.collate_fn
+        while isinstance(collate, MixtureCollator):
+            collate = collate.collate
+        return collate
+
+    def _train_parts(self) -> list[Any]:
+        train = self.datasets["train"]
+        return list(train.parts) if isinstance(train, SourceMixture) else [train]
+
+    def _padders(self) -> list[PadsToRungs]:
+        """What pads this DataModule's batches: each split's dataset (a mixture's sources), and the collate."""
+        found = [self._own_collate()]
+        for dataset in self.datasets.values():
+            found += dataset.parts if isinstance(dataset, SourceMixture) else [dataset]
+        return [obj for obj in found if isinstance(obj, PadsToRungs)]
+
+    def _world_size(self) -> int:
+        """The ranks the training split is served on: the trainer's, else torch.distributed's, else 1."""
+        if self.trainer is not None:
+            return int(self.trainer.world_size)
+        return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
