@@ -14,6 +14,7 @@ from sleepy import SleepyData, SleepyStep
 from toy import ToyDataModule, ToyModel
 
 from varlen.batching.throughput import LoaderRate, loader_rate, loader_settings
+from varlen.models import TextClassifier
 from varlen.tune import largest_budget, tune_command
 from varlen.tune.budget import NO_DEVICE, device_probe, worst_batches
 from varlen.tune.command import _drift, _noisy
@@ -220,7 +221,7 @@ def test_the_count_search_lands_within_tolerance_of_the_boundary_in_few_steps(ca
     for length, start in ((8, 1), (64, 50), (500, 3)):
         steps = []
 
-        def peak(count: int, length: int = length) -> int | None:
+        def peak(count: int, length: int = length, steps: list = steps) -> int | None:
             steps.append(count)
             used = rung_memory(count * length, length)
             return None if used > capacity else used
@@ -264,3 +265,35 @@ def test_each_rung_gets_its_largest_batch_of_its_own_padded_length(tmp_path) -> 
     for batch in tuned.batch_sampler("train", True):
         width = int(tuned.rungs[0].round(int(sizes[batch].max())))
         assert len(batch) <= table[width]
+
+
+def test_budget_under_the_shape_policy_prints_the_table_a_config_takes(tmp_path, monkeypatch, capsys) -> None:
+    """``varlen tune --budget`` with a DataModule that has rungs searches each one (a fake device here: a
+    memory model) and prints the ``rung_batch_sizes`` table, which a DataModule then takes as it is."""
+    import types
+
+    import varlen.tune.command as command
+    from varlen.datamodules import TextClassificationDataModule
+
+    dm = TextClassificationDataModule(synthetic_samples=300, max_tokens=512, max_shapes=5, cache_dir=tmp_path)
+    dm.setup("fit")
+    sizes = np.asarray(dm.dataset("train").lengths)
+
+    def fake_peak(step, device):
+        def peak_of(indices):
+            step(indices)  # the real training step, on the CPU
+            return rung_memory(len(indices) * int(sizes[indices].max()), int(sizes[indices].max()))
+
+        return peak_of
+
+    monkeypatch.setattr(command, "device_peak", fake_peak)
+    properties = types.SimpleNamespace(total_memory=1_200_000)
+    monkeypatch.setattr(command.torch.cuda, "get_device_properties", lambda device: properties)
+    model = TextClassifier(num_classes=2, pretrained=False, config_overrides={"num_hidden_layers": 1, "hidden_size": 32,
+                           "num_attention_heads": 2, "intermediate_size": 64})  # fmt: skip
+    assert command._rung_budget(dm, model, None, 0.1, "a fake device", torch.device("cpu")) == 0
+    out = capsys.readouterr().out
+    table = out.split("rung_batch_sizes: ")[1].splitlines()[0]
+    parsed = {int(k): int(v) for k, v in (pair.split(":") for pair in table.strip("{}").split(","))}
+    assert list(parsed) == [r for r in dm.rungs[0].lengths if (sizes <= r).any()]
+    TextClassificationDataModule(synthetic_samples=300, rung_batch_sizes=parsed, cache_dir=tmp_path).setup("fit")

@@ -31,7 +31,7 @@ from varlen.tune.budget import NO_DEVICE, search_budgets, train_step
 from varlen.tune.config import command_config, epochs_and_batches, write_config
 from varlen.tune.grid import Row, grid, pick, rows_of, worker_counts
 from varlen.tune.measure import measure_setting
-from varlen.tune.rungs import search_rungs
+from varlen.tune.rungs import device_peak, search_rungs
 
 __all__ = ["Build", "Tuned", "parser", "run_tune", "table", "tune_command"]
 
@@ -309,7 +309,7 @@ def _budget(options: argparse.Namespace, rest: list[str], config: dict[str, Any]
     precision = (config.get("trainer") or {}).get("precision")
     device = torch.cuda.get_device_name()
     if dm.rungs is not None and len(dm.rungs) == 1 and dm.stream is None:  # the shape policy's rungs: one batch each
-        return _rung_budget(dm, model, precision, options.margin, device)
+        return _rung_budget(dm, model, precision, options.margin, device, torch.device("cuda"))
     found = search_budgets(dm, model, torch.device("cuda"), options.margin, precision, options.budget_max)
     print(
         f"varlen tune --budget: {type(dm).__name__}, the largest max_tokens whose worst batches train on {device} "
@@ -322,18 +322,18 @@ def _budget(options: argparse.Namespace, rest: list[str], config: dict[str, Any]
     return 0
 
 
-def _rung_budget(dm: Any, model: Any, precision: str | None, margin: float, device: str) -> int:
+def _rung_budget(dm: Any, model: Any, precision: str | None, margin: float, name: str, device: torch.device) -> int:
     """``--budget`` under the shape policy: each rung's largest batch (:mod:`varlen.tune.rungs`), as a table."""
     started = time.perf_counter()
     print(
-        f"varlen tune --budget: {type(dm).__name__}, each rung's largest batch whose training step fits {device}, "
+        f"varlen tune --budget: {type(dm).__name__}, each rung's largest batch whose training step fits {name}, "
         f"{margin:.0%} left free (the longest rung first):",
         flush=True,
     )
-    cuda = torch.device("cuda")
-    found = search_rungs(
-        dm, train_step(dm, model, cuda, precision), cuda, margin, log=lambda line: print(line, flush=True)
-    )
+    torch.set_float32_matmul_precision("high")  # memory is measured, not numbers: TF32 is faster and allocates the same
+    peak_of = device_peak(train_step(dm, model, device, precision), device)
+    capacity = torch.cuda.get_device_properties(device).total_memory
+    found = search_rungs(dm, peak_of, capacity, margin, log=lambda line: print(line, flush=True))
     table = ", ".join(f"{r.length}: {r.batch}" for r in found)
     print(f"  in {time.perf_counter() - started:.1f} s; the table a config holds (data.init_args):")
     print(f"    rung_batch_sizes: {{{table}}}")

@@ -9,7 +9,8 @@ memory in bytes, None when it ran out; tests drive it with a memory model). Memo
 the batch at one length, so after one step that fits the next guess is read off its peak (the count at
 which the peak would reach the device's capacity); a guess that runs out is bisected against the last count
 that fitted, down to ``tolerance``. Each rung starts from the tokens of the rung above it (a shorter length
-holds at least as many tokens), so most rungs take two or three steps.
+holds at least as many tokens), so most rungs take two or three steps, and once a rung holds the whole
+training split the shorter ones do too, unprobed.
 """
 
 from __future__ import annotations
@@ -109,10 +110,12 @@ def search_rungs(
         length = int(rungs[rung])
         if not ((sizes > (rungs[rung - 1] if rung else -1)) & (sizes <= length)).any():
             continue
-        start = max(1, min(high, (tokens or budget or length) // length))
-        count = largest_count(
-            lambda n, r=rung: peak_of(rung_indices(sizes, rungs, r, n)), start, high, capacity, tolerance
-        )
+        if tokens is not None and tokens // length >= high:  # the rung above held the whole split: so does this
+            count = high
+        else:
+            start = max(1, min(high, (tokens or budget or length) // length))
+            peak = lambda n, r=rung: peak_of(rung_indices(sizes, rungs, r, n))  # noqa: E731
+            count = largest_count(peak, start, high, capacity, tolerance)
         tokens = count * length
         found.append(RungBatch(length, max(1, int(count * (1 - margin))), max(1, (budget or 0) // length)))
         log(found[-1].line())
