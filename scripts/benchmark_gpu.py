@@ -202,9 +202,9 @@ def child(row: Row, settings: dict, out) -> None:
         out.send({"error": f"{type(error).__name__}: {error}"})
 
 
-def run_isolated(rows: list[Row], settings: dict, timeout: float) -> list[dict]:
+def run_isolated(rows: list[Row], settings: dict, timeout: float, keep) -> list[dict]:
     """Each row in a child of one fork server (torch, Lightning and transformers imported once, no CUDA
-    state shared), at most ``timeout`` seconds each."""
+    state shared), at most ``timeout`` seconds each; ``keep(row, result)`` as each ends."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(
         ["torch", "lightning.pytorch", "transformers", "varlen.datamodules", "varlen.models"]
@@ -221,7 +221,7 @@ def run_isolated(rows: list[Row], settings: dict, timeout: float) -> list[dict]:
         if process.is_alive():
             process.kill()
         results.append(result | {"row_s": time.perf_counter() - started})
-        report(row, results[-1])
+        keep(row, results[-1])
     return results
 
 
@@ -313,20 +313,29 @@ def main(argv: list[str] | None = None) -> list[tuple[Row, dict]]:
     parser.add_argument("--steps", type=int, default=100, help="timed steps per row")
     parser.add_argument("--skip", type=int, default=2, help="untimed steps first (CUDA and library start-up)")
     parser.add_argument("--timeout", type=float, default=240, help="seconds a row may take")
-    parser.add_argument(
-        "--data", type=Path, default=None, help="folder with sst2_train.tsv (default: $VARLEN_DATA/text)"
-    )
+    parser.add_argument("--data", type=Path, default=None, help="sst2_train.tsv's folder (default: $VARLEN_DATA/text)")
     parser.add_argument("--quick", action="store_true", help="CPU, tiny model, synthetic texts, 3 steps (the test)")
-    parser.add_argument(
-        "--isolate", action="store_true", help="each row in its own process on a CPU too (CUDA: always)"
-    )
-    parser.add_argument("--json", type=Path, default=None, help="also write every row as a JSON line here")
+    parser.add_argument("--isolate", action="store_true", help="each row in a process of its own on a CPU too")
+    parser.add_argument("--json", type=Path, default=None, help="also write each row as a JSON line here, as it ends")
+    parser.add_argument("--report", type=Path, default=None, help="measure nothing: the tables of a --json file")
     parser.add_argument("--out", type=Path, default=None, help="folder for the figure (gpu_side_by_side.png)")
     args = parser.parse_args(argv)
+    if args.report is not None:
+        return tables(read_rows(args.report), args.out)
     from varlen.paths import data_root
 
     cuda = torch.cuda.is_available() and not args.quick
     text = args.data or data_root() / "text"
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text("")
+
+    def keep(row: Row, result: dict) -> None:
+        report(row, result)
+        if args.json:
+            with args.json.open("a") as f:
+                f.write(json.dumps(asdict(row) | result) + "\n")
+
     with tempfile.TemporaryDirectory(prefix="varlen-gpu-") as cache:
         settings = {
             "quick": args.quick, "accelerator": "cuda" if cuda else "cpu", "cache": cache,
@@ -338,28 +347,39 @@ def main(argv: list[str] | None = None) -> list[tuple[Row, dict]]:
             },
         }  # fmt: skip
         rows = [Row(b, 38, "32-true", True) for b in BATCHINGS] if args.quick else rows_of(args.rows, args.sizes)
+        datamodule(rows[0], settings).prepare_data()  # the token cache, built once for every row
         device = torch.cuda.get_device_name() if cuda else f"CPU ({torch.get_num_threads()} threads)"
         print(f"# varlen against what users do today: {device}, torch {torch.__version__}\n", flush=True)
         if cuda or args.isolate:
-            measure_rows = run_isolated(rows, settings, args.timeout)
+            measured = run_isolated(rows, settings, args.timeout, keep)
         else:  # no plan caches to keep apart on a CPU
-            measure_rows = []
+            measured = []
             for row in rows:
                 started = time.perf_counter()
-                measure_rows.append(measure(row, settings) | {"row_s": time.perf_counter() - started})
-                report(row, measure_rows[-1])
-    results = list(zip(rows, measure_rows, strict=True))
-    for size in sorted({row.size for row in rows}):
+                measured.append(measure(row, settings) | {"row_s": time.perf_counter() - started})
+                keep(row, measured[-1])
+    return tables(list(zip(rows, measured, strict=True)), args.out)
+
+
+def read_rows(path: Path) -> list[tuple[Row, dict]]:
+    """The rows a ``--json`` file kept."""
+    found = []
+    for line in path.read_text().splitlines():
+        if line.strip():
+            record = json.loads(line)
+            row = Row(*(record.pop(k) for k in ("batching", "size", "precision", "cudnn")))
+            found.append((row, record))
+    return found
+
+
+def tables(results: list[tuple[Row, dict]], out: Path | None) -> list[tuple[Row, dict]]:
+    """The tables per batch size, the verdict and the figure."""
+    for size in sorted({row.size for row, _ in results}):
         print(f"\n## ~{size} samples a batch (varlen: max_tokens {BUDGETS[size]:,})\n")
         print("\n".join(table([(row, r) for row, r in results if row.size == size])))
     print("\n" + "\n".join(verdict(results)))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        with args.json.open("w") as f:
-            for row, r in results:
-                f.write(json.dumps(asdict(row) | r) + "\n")
-    if args.out:
-        print(f"\nfigure: {plot(results, args.out / 'gpu_side_by_side.png')}")
+    if out:
+        print(f"\nfigure: {plot(results, out / 'gpu_side_by_side.png')}")
     return results
 
 
