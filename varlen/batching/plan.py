@@ -328,6 +328,19 @@ def cut_batches(rounded: np.ndarray, spec: PlanSpec) -> np.ndarray:
     return np.asarray(starts)
 
 
+def cut_segment(rounded: np.ndarray, spec: PlanSpec) -> np.ndarray:
+    """:func:`cut_batches` of one segment's samples (a group's, a streamed window's: each leaves a short
+    batch); with the shape policy's rungs, its short batch (the first under a fixed batch size, else the
+    last) cut into powers of two, so that the segments' short batches take few shapes."""
+    starts = cut_batches(rounded, spec)
+    if spec.rungs is None or len(starts) < 2:
+        return starts
+    first = spec.batch_size is not None
+    head = rounded[starts[0 if first else -2]].astype(np.int64)
+    full = min(int(batch_room(head[d : d + 1], spec, d)[0]) for d in range(rounded.shape[1]))
+    return power_of_two_tail(starts, full, first)
+
+
 @dataclass(frozen=True)
 class Plan:
     """One epoch's global batches: batch ``k`` is ``order[bounds[k, 0]:bounds[k, 1]]``."""
@@ -412,11 +425,7 @@ def build_plan(
         order = order_samples(np.column_stack([group_ids, ids]), rng, sizes)
         edges = np.flatnonzero(np.diff(group_ids[order])) + 1
         segments = zip(np.concatenate([[0], edges]), np.concatenate([edges, [len(order)]]), strict=True)
-        fixed = spec.batch_size is not None  # the short batch comes first
-        cut = (
-            cut_batches if spec.rungs is None else lambda rows, spec: power_of_two_tail(cut_batches(rows, spec), fixed)
-        )
-        starts = np.unique(np.concatenate([cut(rounded_sizes[order[a:b]], spec) + a for a, b in segments]))
+        starts = np.unique(np.concatenate([cut_segment(rounded_sizes[order[a:b]], spec) + a for a, b in segments]))
     if chosen is not None:
         order = chosen[order].astype(index_dtype(len(draw.weights)))
     bounds = np.stack([starts[:-1], starts[1:]], axis=1)
