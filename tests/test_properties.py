@@ -25,8 +25,11 @@ from scipy.stats import binom
 
 from varlen.batching import BucketBatchSampler
 from varlen.batching.collate import round_up
+from varlen.batching.plan import PlanSpec
+from varlen.batching.shapes import Rungs
 from varlen.stream.memory_index import ArraySizeIndex
 from varlen.stream.plan_state import StreamBatchPlan
+from varlen.stream.shapes import histogram_rungs
 
 SCALE = float(os.environ.get("VARLEN_HYPOTHESIS_EXAMPLES", "1"))
 #: the suite's examples are the same every run (CI stays reproducible); set VARLEN_HYPOTHESIS_RANDOM=1 to explore
@@ -277,7 +280,7 @@ def stream_cases(draw) -> dict:
     assume(sum(chunks) >= 1)
     sizes = np.maximum(sizes_of(draw, sum(chunks)), 1)  # an index's sizes: at least one element
     budget = draw(budgets())
-    return {
+    case = {
         "chunks": np.split(sizes, np.cumsum(chunks)[:-1]),
         "budget": budget,
         "seed": draw(st.integers(0, 99)),
@@ -285,6 +288,13 @@ def stream_cases(draw) -> dict:
         "lanes": draw(st.integers(1, 4)),
         "window_batches": draw(st.integers(1, 40)),
     }
+    if budget.get("cost") != "sum" and draw(st.booleans()):  # the shape policy's rungs, or the grid's buckets
+        index = ArraySizeIndex.from_sizes(case["chunks"])
+        total = index.histograms(0).sum(axis=0)
+        spec = PlanSpec(**{k: v for k, v in budget.items() if k != "max_tokens"}, max_tokens=(budget["max_tokens"],)) \
+            if "max_tokens" in budget else PlanSpec(**budget)  # fmt: skip
+        case["rungs"] = list(histogram_rungs(total, index.edges, spec, draw(st.integers(1, 12)))[0].lengths)
+    return case
 
 
 def stream_plans(case: dict, world: int, lanes: int) -> list[StreamBatchPlan]:
@@ -298,6 +308,7 @@ def stream_plans(case: dict, world: int, lanes: int) -> list[StreamBatchPlan]:
                 rank=rank,
                 lanes=lanes,
                 window_batches=case["window_batches"],
+                rungs=case.get("rungs"),
                 **case["budget"],
             )  # fmt: skip
             for rank in range(world)
@@ -321,6 +332,10 @@ def test_a_streamed_epoch_serves_every_sample_once_in_equal_counts_within_budget
     for rank in batches:
         for batch in rank:
             assert batch and within_budget(batch, sizes, case["budget"])
+    if "rungs" in case:  # every batch pads to a rung, and the plan's shapes are the batches' (none left out)
+        rungs = Rungs(tuple(case["rungs"]))
+        met = {(len(b), int(rungs.round(int(sizes[b].max())))) for rank in batches for b in rank}
+        assert met == plans[0].shapes(epoch)
 
 
 @bounded(40)

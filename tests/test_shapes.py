@@ -311,3 +311,49 @@ def test_the_warm_up_of_a_resumed_fit_changes_nothing(tmp_path) -> None:
         fit(callbacks, tmp_path, ckpt_path=tmp_path / "last.ckpt", epochs=2)[0] for callbacks in ([WarmShapes()], [])
     ]
     assert all(torch.equal(ends[0][k], ends[1][k]) for k in ends[1])
+
+
+# -- streamed plans --------------------------------------------------------------------------------
+
+
+def test_the_shapes_read_off_histograms_are_those_of_the_cut_rows() -> None:
+    """Random rows of bucket counts (padded budgets, caps, fixed batch sizes, equalising splits): the shapes
+    :func:`row_shapes` reads off the histograms are exactly those of the rows cut one by one."""
+    from varlen.batching.plan import cut_segment, split_to_multiple
+    from varlen.stream.shapes import row_shapes
+
+    rng = np.random.default_rng(0)
+    for _ in range(400):
+        rungs = np.unique(rng.integers(1, 200, rng.integers(1, 8)))
+        ladder_ = (Rungs(tuple(rungs.tolist())),)
+        if rng.random() < 0.5:
+            cap = int(rng.integers(1, 50)) if rng.random() < 0.3 else None
+            spec = PlanSpec(max_tokens=(int(rng.integers(50, 2000)),), max_batch_size=cap, rungs=ladder_)
+        else:
+            spec = PlanSpec(batch_size=int(rng.integers(1, 20)), rungs=ladder_)
+        rows = rng.integers(0, 40, (5, len(rungs))) * (rng.random((5, len(rungs))) < 0.7)
+        splits, want = np.zeros(5, np.int64), set()
+        for i, row in enumerate(rows):
+            largest_first = np.repeat(rungs[::-1], row[::-1])
+            starts = cut_segment(largest_first[:, None], spec)
+            bounds = np.stack([starts[:-1], starts[1:]], axis=1)
+            if row.sum() > len(bounds) and rng.random() < 0.3:
+                splits[i] = rng.integers(1, min(int(row.sum()) - len(bounds), 3) + 1)
+                bounds = split_to_multiple(bounds, len(bounds) + int(splits[i]))
+            want |= {(int(b - a), int(largest_first[a:b].max())) for a, b in bounds}
+        assert row_shapes(rows, splits, rungs, spec) == want
+
+
+def test_stream_rungs_are_grid_edges_that_pad_less_than_evenly_spaced_ones() -> None:
+    from varlen.batching.plan import SIZE_GRID
+    from varlen.stream.shapes import histogram_rungs
+
+    sizes = np.concatenate([np.repeat(np.arange(4, 30), 500), np.random.default_rng(1).integers(30, 3000, 400)])
+    total = np.bincount(np.searchsorted(SIZE_GRID, sizes), minlength=len(SIZE_GRID))
+    (rungs,) = histogram_rungs(total, SIZE_GRID, PlanSpec(max_tokens=(8192,)), 16)
+    assert set(rungs.lengths) <= set(SIZE_GRID.tolist()) and rungs.lengths[-1] >= sizes.max()
+    assert len(rungs.lengths) <= 16
+    present = SIZE_GRID[np.flatnonzero(total)]
+    even = present[np.linspace(0, len(present) - 1, 16).round().astype(int)]  # 16 grid edges, evenly spread
+    padded = lambda ladder: int((ladder[np.searchsorted(ladder, sizes)] - sizes).sum())  # noqa: E731
+    assert padded(rungs.array) < padded(even)

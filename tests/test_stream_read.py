@@ -361,3 +361,25 @@ def test_a_text_stream_needs_no_local_training_file(tmp_path: Path) -> None:
         TextClassificationDataModule(test_file=str(tmp_path / "val.tsv"), stream=str(out), **columns)
     with pytest.raises(ValueError, match=r"val_file/test_file need a train_file \(or a stream"):
         TextClassificationDataModule(val_file=str(tmp_path / "val.tsv"), **columns)
+
+
+def test_a_streamed_epoch_takes_at_most_max_shapes_each_batch_padded_to_its_rung(text_stream: Path) -> None:
+    """The shape policy on a stream: rungs that are edges of the size grid, fitted from the size index; every
+    batch padded to its rung within the budget; the epoch's shapes the plan's own (counted from the windows'
+    histograms) and within max_shapes; one batch of each shape found for the warm-up, nothing decoded."""
+    dm = text_dm(text_stream, max_shapes=5)
+    (rungs,) = dm.rungs
+    dataset = dm.dataset("train")
+    assert set(rungs.lengths) <= set(dataset.index.edges.tolist())
+    loader = dm.train_dataloader()
+    sampler = loader.batch_sampler
+    served = set()
+    for batch in loader:
+        rows, width = batch["input_ids"].shape
+        assert width == rungs.round(int(batch["attention_mask"].sum(1).max())) and (rows * width <= MAX_TOKENS)
+        served.add((rows, width))
+    assert served == sampler.plan.shapes(0) and sampler.shape_count(0) <= 5
+    warm = sampler.shape_batches(0)
+    assert {tuple(dm.collate_fn(dataset.__getitems__(b))["input_ids"].shape) for b in warm} == served
+    exact = text_dm(text_stream, max_shapes=None)
+    assert exact.rungs is None and exact.train_dataloader().batch_sampler.shape_count(0) > 5

@@ -316,6 +316,15 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         """``indices`` as this sampler serves a batch of ``epoch`` (a plain list here)."""
         return indices
 
+    def shape_batches(self, epoch: int | None = None) -> list[list[int]]:
+        """One batch of ``epoch`` (every rank's plan) for each of its distinct shapes, as it is served, the
+        widest first (the most memory first): what :class:`~varlen.batching.warmup.WarmShapes` runs."""
+        epoch = self.epoch if epoch is None else int(epoch)
+        shapes, plan = self.shapes(epoch), self.global_plan(epoch)
+        _, first = np.unique(shapes, axis=0, return_index=True)
+        first = first[np.lexsort((-shapes[first, 0], *(-shapes[first, 1:].T)))]
+        return [self.batch_of(plan.order[slice(*plan.bounds[k])].tolist(), epoch) for k in first.tolist()]
+
     def shape_count(self, epoch: int | None = None) -> int:
         """The most distinct ``(batch size, padded length)`` pairs any size axis takes in ``epoch``."""
         return max(distinct_shapes(self.shapes(epoch)), default=0)

@@ -31,6 +31,7 @@ __all__ = [
     "fit_count",
     "ladder",
     "pad_length",
+    "power_of_two_pieces",
     "power_of_two_tail",
     "round_up",
     "size_histogram",
@@ -190,6 +191,17 @@ def power_of_two_tail(starts: np.ndarray, full: int, first: bool = False) -> np.
         return starts
     sizes = [1 << bit for bit in range((end - start).bit_length() - 1, -1, -1) if (end - start) >> bit & 1]
     return np.concatenate([starts[:k], start + np.cumsum([0, *sizes[:-1]]), starts[k + 1 :]])
+
+
+def power_of_two_pieces(counts: np.ndarray) -> np.ndarray:
+    """How many batches :func:`power_of_two_tail` cuts short batches of ``counts`` samples into (their one
+    bits), vectorised: what a count of batches from a histogram adds for them."""
+    counts = np.asarray(counts, dtype=np.int64).copy()
+    ones = np.zeros_like(counts)
+    while counts.any():
+        ones += counts & 1
+        counts >>= 1
+    return ones
 
 
 def fit_count(shapes_of: Callable[[int], int], limit: int, most: int) -> int:

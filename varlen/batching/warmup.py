@@ -38,21 +38,10 @@ log = logging.getLogger("varlen")
 
 
 def shape_batches(sampler: Any, epoch: int) -> list[list[int]]:
-    """One batch of ``epoch`` (as ``sampler`` serves it: an index list, with its epoch where the sampler's
-    batches carry one) for each distinct shape of its plan, largest first; [] for a sampler that cannot
-    tell its shapes."""
-    shapes_of = getattr(sampler, "shapes", None)
-    if shapes_of is None:
-        return []
-    shapes = shapes_of(epoch)
-    plan = sampler.global_plan(epoch)
-    _, first = np.unique(shapes, axis=0, return_index=True)
-    first = first[np.lexsort((-shapes[first, 0], *(-shapes[first, 1:].T)))]  # the widest (most memory) first
-    batches = []
-    for k in first.tolist():
-        start, end = plan.bounds[k]
-        batches.append(sampler.batch_of(plan.order[start:end].tolist(), epoch))
-    return batches
+    """One batch of ``epoch`` for each distinct shape of ``sampler``'s plan, as it serves them (varlen's
+    samplers: ``shape_batches``), the widest first; [] for a sampler that cannot tell its shapes."""
+    shape_batches_of = getattr(sampler, "shape_batches", None)
+    return [] if shape_batches_of is None else list(shape_batches_of(epoch))
 
 
 class WarmShapes(pl.Callback):

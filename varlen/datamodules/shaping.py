@@ -16,12 +16,15 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import torch.distributed as dist
 
 from varlen import notices
-from varlen.batching.plan import fit_rungs
-from varlen.batching.shapes import PadsToRungs, Rungs
+from varlen.batching.plan import PlanSpec, fit_rungs
+from varlen.batching.shapes import PadsToRungs, Rungs, fit_count
+from varlen.datamodules.streaming import stream_sampler
 from varlen.datasets.mixture import MixtureCollator, SourceMixture
+from varlen.stream.shapes import histogram_rungs
 
 __all__ = ["ShapePolicy", "check_max_shapes", "check_rung_batch_sizes"]
 
@@ -74,8 +77,8 @@ class ShapePolicy:
         if self.rung_batch_sizes is not None:
             self.adopt_rungs([list(self.rung_batch_sizes)])
             return
-        if self.max_shapes is None or self.stream is not None:
-            return  # a streamed split plans from its size index: exact buckets there
+        if self.max_shapes is None:
+            return
         if not any(isinstance(obj, PadsToRungs) for obj in (self._own_collate(), *self._train_parts())):
             notices.info(
                 log,
@@ -83,21 +86,34 @@ class ShapePolicy:
                 "nor the collate pads to rungs (varlen.batching.shapes.PadsToRungs); batches take exact buckets",
             )
             return
-        sizes = self.of_each_source(train, "sampler_lengths")
         spec = self._plan_spec(self.batch_size, self.max_tokens, self.pad_to_multiple_of)
         world = self._world_size()
-
-        def shapes_of(rungs: tuple[Rungs, ...]) -> int:
-            # the unweighted plan: a weighted draw fills the same rungs (its weights are read when its loader is made)
-            return self._new_sampler("train", self.shuffle, world, 0, rungs, weighted=False).shape_count(0)
-
-        rungs, shapes = fit_rungs(sizes, spec, self.max_shapes, shapes_of)
+        if self.stream is not None:  # grid edges from the size indexes, each probe a streamed plan's epoch 0
+            rungs, shapes = self._fit_streamed(spec, world)
+        else:  # each probe the unweighted plan: a weighted draw fills the same rungs (its weights read later)
+            sizes = self.of_each_source(train, "sampler_lengths")
+            shapes_of = lambda r: self._new_sampler("train", self.shuffle, world, 0, r, weighted=False).shape_count(0)  # noqa: E731
+            rungs, shapes = fit_rungs(sizes, spec, self.max_shapes, shapes_of)
         if shapes > self.max_shapes:
             notices.warn(
                 f"{type(self).__name__}: max_shapes={self.max_shapes} cannot hold: one padded length per axis "
                 f"already gives {shapes} batch shapes (each group's last batch is short); allow more shapes"
             )
         self.adopt_rungs([list(r.lengths) for r in rungs])
+
+    def _fit_streamed(self, spec: PlanSpec, world: int) -> tuple[tuple[Rungs, ...], int]:
+        """A streamed training split's rungs (grid edges of its sources' summed histograms) and their shapes."""
+        indexes = [part.index for part in self._train_parts()]
+        total = sum(index.histograms(0).sum(axis=0, dtype=np.int64) for index in indexes)
+        edges = indexes[0].edges
+
+        def shapes_of(count: int) -> int:
+            rungs = histogram_rungs(total, edges, spec, count)
+            return stream_sampler(self, world, 0, rungs[0].lengths).shape_count(0)
+
+        count = fit_count(shapes_of, self.max_shapes, self.max_shapes)
+        rungs = histogram_rungs(total, edges, spec, count)
+        return rungs, shapes_of(count)
 
     def adopt_rungs(self, lengths: list[list[int]] | None) -> None:
         """Cut and pad to these rungs from now on (fitted, a table's, or a checkpoint's: the run's own)."""

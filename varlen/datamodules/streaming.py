@@ -117,8 +117,11 @@ def check_written_state(dm: Any, index_dir: str) -> None:
         )
 
 
-def stream_sampler(dm: Any, num_replicas: int | None, rank: int | None) -> Any:
-    """The training batch sampler of a streamed ``dm`` (its ``batch_size`` / ``max_tokens``, its seed)."""
+def stream_sampler(dm: Any, num_replicas: int | None, rank: int | None, rungs: Any = "fitted") -> Any:
+    """The training batch sampler of a streamed ``dm`` (its ``batch_size`` / ``max_tokens``, its seed, its rungs);
+    with other ``rungs`` (a probe of the shape policy's fit), one at epoch 0, with nothing resumed or reported."""
+    probe = rungs != "fitted"
+    rungs = (None if dm.rungs is None else dm.rungs[0].lengths) if not probe else rungs
 
     spec = dm._plan_spec(dm.batch_size, dm.max_tokens)
     if spec.max_tokens is not None and len(spec.max_tokens) > 1:
@@ -137,14 +140,15 @@ def stream_sampler(dm: Any, num_replicas: int | None, rank: int | None) -> Any:
         "lanes": max(1, dm.num_workers),  # each loader worker reads windows of its own
         "num_replicas": num_replicas,
         "rank": rank,
-        "state": dm.resume_position(),
+        "state": None if probe else dm.resume_position(),
+        "rungs": None if rungs is None else [int(r) for r in rungs],
     }
     if isinstance(dataset, SourceMixture) or dm.sample_weights is not None:  # a draw every epoch
-        return _mixture_sampler(dm, dataset, settings)
+        return _mixture_sampler(dm, dataset, settings, report=not probe)
     return StreamBatchSampler(dataset.index_dir, **settings)  # the local copy of a store's index
 
 
-def _mixture_sampler(dm: Any, dataset: Any, settings: dict[str, Any]) -> Any:
+def _mixture_sampler(dm: Any, dataset: Any, settings: dict[str, Any], report: bool = True) -> Any:
     """The training batch sampler of streamed sources, or of one drawn by ``sample_weights``
     (:class:`StreamMixtureSampler`): each source's folder and ``sample_weights``, the sources' names,
     ``source_weights`` and ``mix``; what each source serves of the first epoch goes in the report (``drawn``)."""
@@ -157,10 +161,10 @@ def _mixture_sampler(dm: Any, dataset: Any, settings: dict[str, Any]) -> Any:
         sample_weights=[owner.sample_weights for owner in owners],
         source_weights=dm.source_weights,
         mix=dm.mix,
-        epoch=dm._fit_epoch(),
+        epoch=dm._fit_epoch() if report else 0,
         **settings,
     )
-    if mixed:  # what an epoch draws of each source (under a schedule, each stage's at its start)
+    if mixed and report:  # what an epoch draws of each source (under a schedule, each stage's at its start)
         drawn = sampler.plan.draw(sampler.plan.epoch).source_samples
         dm.report.draw("train", dict(zip(names, drawn.astype(float).tolist(), strict=True)))
         if sampler.scheduled is not None:

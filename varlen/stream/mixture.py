@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from varlen.batching.plan import PlanSpec, cut_batches
+from varlen.batching.plan import PlanSpec, cut_segment
 from varlen.errors import DataError
 from varlen.stream.draw import draw_window, source_counts, stratum_draw
 from varlen.stream.plan import (
@@ -256,7 +256,7 @@ def _serve(plan: MixtureLayout, draw: MixtureEpoch, unit: int, epoch: int, seed:
 def unit_bounds(plan: MixtureLayout, draw: MixtureEpoch, unit: int, epoch: int, seed: int) -> np.ndarray:
     """Unit ``unit``'s batches ``[n, 2]`` in serving order from its histogram alone (no chunk read)."""
     largest_first = np.repeat(plan.rounded[::-1], draw.unit_histograms[unit][::-1])
-    return _serve(plan, draw, unit, epoch, seed, cut_batches(largest_first[:, None], plan.spec))
+    return _serve(plan, draw, unit, epoch, seed, cut_segment(largest_first[:, None], plan.spec))
 
 
 def drawn_window(index: SizeIndexLike, plan: MixtureLayout, draw: MixtureEpoch, source: int, window: int,

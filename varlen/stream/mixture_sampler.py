@@ -36,7 +36,7 @@ class StreamMixtureSampler(StreamBatchSampler):
         epoch: the epoch ``len()`` describes until ``set_epoch``: Lightning reads the length of a loader it
             reloads (a schedule's epochs differ) before it sets the epoch; an argument, so that the sampler
             Lightning rebuilds under DDP keeps it.
-        the rest: as for :class:`~varlen.stream.sampler.StreamBatchSampler`.
+        the rest (``rungs`` too): as for :class:`~varlen.stream.sampler.StreamBatchSampler`.
 
     ``len()`` is the current epoch's (after ``set_epoch``): a schedule's epochs may differ.
     """
@@ -62,6 +62,7 @@ class StreamMixtureSampler(StreamBatchSampler):
         sampler: Sampler | None = None,
         epoch: int = 0,
         state: dict[str, Any] | None = None,
+        rungs: Sequence[int] | None = None,
     ) -> None:
         # StreamBatchSampler.__init__ (and BatchSampler's) is not called: the plan is a mixture's
         self.folders = [str(folder) for folder in folders]
@@ -90,6 +91,7 @@ class StreamMixtureSampler(StreamBatchSampler):
             seed=seed,
             window_batches=window_batches,
             lanes=lanes,
+            rungs=rungs,
         )
         self._set_up(make_plan, total, sampler, num_replicas, rank, state, epoch)
 

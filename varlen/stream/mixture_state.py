@@ -37,6 +37,7 @@ from varlen.stream.mixture import (
 )
 from varlen.stream.plan import WINDOW_BATCHES, SizeIndexLike
 from varlen.stream.plan_state import split_tail, stream_spec
+from varlen.stream.shapes import row_shapes
 
 __all__ = ["MixtureBatchPlan"]
 
@@ -80,9 +81,10 @@ class MixtureBatchPlan(ResumableEpochs):
         window_batches: int = WINDOW_BATCHES,
         axis: int = 0,
         lanes: int = 1,
+        rungs: Sequence[int] | None = None,
     ) -> None:
         checked = (rank, num_replicas, lanes)
-        self.spec = stream_spec(batch_size, max_tokens, cost, max_batch_size, pad_to_multiple_of, *checked)
+        self.spec = stream_spec(batch_size, max_tokens, cost, max_batch_size, pad_to_multiple_of, *checked, rungs)
         self.indexes = list(indexes)
         self.names = tuple(names) if names is not None else tuple(f"source{s}" for s in range(len(self.indexes)))
         if len(self.names) != len(self.indexes):
@@ -211,11 +213,20 @@ class MixtureBatchPlan(ResumableEpochs):
             samples = ids[bounds[batch, 0] : bounds[batch, 1]]
             yield samples[low:] if high < 0 else samples[low:high]
 
+    def shapes(self, epoch: int | None = None) -> set[tuple[int, int]]:
+        """The distinct ``(batch size, padded length)`` of ``epoch``'s batches on every rank (its draw's units'
+        histograms: nothing read)."""
+        epoch = self.epoch if epoch is None else int(epoch)
+        world = self.epoch_rows(epoch)[2]
+        plan, draw = self.layout_on(world), self.draw(epoch, world)
+        return row_shapes(draw.unit_histograms, draw.unit_splits, plan.rounded, plan.spec)
+
     def _key(self) -> str:
         spec = (self.spec.batch_size, self.spec.max_tokens, self.spec.cost, self.spec.max_batch_size)
+        rungs = () if self.spec.rungs is None else (self.spec.rungs[0].lengths,)  # old states keep their key
         return cache_key(
             spec, self.spec.pad_to_multiple_of, self.window_batches, self.axis, self.mix, self.num_samples,
-            repr(self.schedule), self.names, [getattr(i, "sample_weights", None) for i in self.indexes],
+            repr(self.schedule), self.names, [getattr(i, "sample_weights", None) for i in self.indexes], *rungs,
             version="mixture-2",  # each source's sample_weights: a state of another draw is refused
         )  # fmt: skip
 

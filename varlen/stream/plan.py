@@ -52,11 +52,12 @@ from varlen.batching.plan import (
     PlanSpec,
     batch_room,
     bucketize,
-    cut_batches,
+    cut_segment,
     keep_populated,
     order_samples,
     split_to_multiple,
 )
+from varlen.batching.shapes import power_of_two_pieces
 from varlen.errors import DataError
 from varlen.stream.pieces import BLOCK
 
@@ -221,9 +222,17 @@ def checked_histograms(index: SizeIndexLike, axis: int) -> tuple[np.ndarray, np.
 
 def buckets(total: np.ndarray, edges: np.ndarray, spec: PlanSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Bucket upper edges, each bucket's rounded size and each grid bin's bucket, from the summed
-    histogram ``total`` (as ``bucketize`` draws them from sizes, the grid being its finest edges)."""
+    histogram ``total`` (as ``bucketize`` draws them from sizes, the grid being its finest edges); with the
+    shape policy's rungs (grid edges: :func:`~varlen.stream.shapes.histogram_rungs`), the rungs."""
     present = np.flatnonzero(total)
     candidates = np.asarray(edges)[present].astype(np.int64)
+    if spec.rungs is not None:
+        kept = spec.rungs[0].array
+        if candidates[-1] > kept[-1] or not np.isin(kept, edges).all():
+            raise ValueError(
+                f"rungs {list(kept)} are not edges of the size grid up to its largest size {candidates[-1]}"
+            )
+        return kept, kept, np.minimum(np.searchsorted(kept, edges, side="left"), len(kept) - 1)
     kept = keep_populated(candidates, np.cumsum(total[present]), spec, 0)
     if kept.size == 0 or kept[-1] != candidates[-1]:
         kept = np.append(kept, candidates[-1])  # the largest bucket, however sparse (as bucketize)
@@ -237,11 +246,15 @@ def batch_counts(histograms: np.ndarray, rounded: np.ndarray, spec: PlanSpec) ->
 
     The greedy cut reads only the sorted rounded sizes, largest first. ``padded``: a batch started in
     bucket b holds ``room_b`` samples, so what it takes of the next buckets is a carry. ``sum``: a
-    bucket's last batch stays open and takes what fits of the next buckets.
+    bucket's last batch stays open and takes what fits of the next buckets. With the shape policy's rungs,
+    a row's short batch is cut into powers of two (:func:`~varlen.batching.plan.cut_segment`): as many
+    more batches as its size has one bits, less one.
     """
     histograms = np.asarray(histograms, dtype=np.int64)
     if spec.batch_size is not None:
-        return -(-histograms.sum(axis=1) // spec.batch_size)
+        total = histograms.sum(axis=1)
+        short = total % spec.batch_size if spec.rungs is not None else np.zeros_like(total)
+        return -(-total // spec.batch_size) + np.maximum(power_of_two_pieces(short) - 1, 0)
     budget, cap = int(spec.max_tokens[0]), spec.max_batch_size or np.iinfo(np.int64).max
     rooms = batch_room(np.asarray(rounded, np.int64), spec, 0).tolist()
     columns = np.ascontiguousarray(histograms.T)
@@ -249,6 +262,7 @@ def batch_counts(histograms: np.ndarray, rounded: np.ndarray, spec: PlanSpec) ->
     count = np.zeros(len(histograms), np.int64)
     if spec.cost == "padded":  # in place: the walk of the pieces counts a few hundred rows a call, once a rank
         carry, rest, new = np.zeros_like(count), np.empty_like(count), np.empty_like(count)
+        last_room = np.zeros_like(count)  # the room of the bucket the last batch started in
         for b in present:
             room = rooms[b]
             np.subtract(columns[b], carry, out=rest)
@@ -258,6 +272,10 @@ def batch_counts(histograms: np.ndarray, rounded: np.ndarray, spec: PlanSpec) ->
             np.multiply(new, room, out=carry)
             carry -= rest  # samples the open batch still covers
             count += new
+            if spec.rungs is not None:
+                last_room[new > 0] = room
+        if spec.rungs is not None:  # the last batch holds last_room - carry: short, in powers of two
+            count += np.maximum(power_of_two_pieces(np.where(carry > 0, last_room - carry, 0)) - 1, 0)
         return count
     used, held = np.zeros_like(count), np.zeros_like(count)  # sum: tokens and samples of the open batch
     for b in present:
@@ -422,7 +440,7 @@ def window_bounds(plan: StreamLayout, window: int, epoch: int, seed: int) -> np.
     """Window ``window``'s batches ``[n, 2]`` (offsets into its ordered samples, in serving order), from
     its histogram alone: the batch sizes :func:`read_window` gives, without reading a chunk."""
     largest_first = np.repeat(plan.rounded[::-1], plan.window_histograms[window][::-1])
-    return _serve(plan, window, epoch, seed, cut_batches(largest_first[:, None], plan.spec))
+    return _serve(plan, window, epoch, seed, cut_segment(largest_first[:, None], plan.spec))
 
 
 def read_window(index: SizeIndexLike, plan: StreamLayout, window: int, epoch: int, seed: int):
@@ -468,4 +486,4 @@ def order_and_cut(sizes: np.ndarray, bucket: np.ndarray, plan: StreamLayout, rng
     largest first, so the cut's positions stay the histogram's and a batch holds samples of close sizes."""
     finer, _ = bucketize(sizes[:, None], plan.spec)
     order = order_samples(np.column_stack([bucket, finer[:, 0]]), rng, sizes[:, None])
-    return order, cut_batches(plan.rounded[bucket[order]][:, None], plan.spec)
+    return order, cut_segment(plan.rounded[bucket[order]][:, None], plan.spec)

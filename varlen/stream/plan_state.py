@@ -17,13 +17,14 @@ from the windows' histograms: no chunk read). The next epoch is the new world si
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 
 from varlen.batching.plan import PlanSpec, split_largest
 from varlen.batching.resume import ResumableEpochs
+from varlen.batching.shapes import Rungs
 from varlen.cache import cache_key
 from varlen.stream.plan import (
     WINDOW_BATCHES,
@@ -34,6 +35,7 @@ from varlen.stream.plan import (
     read_window,
     window_bounds,
 )
+from varlen.stream.shapes import row_shapes
 
 __all__ = ["StreamBatchPlan", "split_tail"]
 
@@ -68,9 +70,18 @@ def split_tail(batches: np.ndarray, count: int, bounds_of: Callable[[int], np.nd
 
 
 def stream_spec(
-    batch_size, max_tokens, cost, max_batch_size, pad_to_multiple_of, rank: int, num_replicas: int, lanes: int
+    batch_size,
+    max_tokens,
+    cost,
+    max_batch_size,
+    pad_to_multiple_of,
+    rank: int,
+    num_replicas: int,
+    lanes: int,
+    rungs: Sequence[int] | None = None,
 ) -> PlanSpec:
-    """A streamed plan's spec (one budget axis), its rank and lanes checked: what every streamed plan takes.
+    """A streamed plan's spec (one budget axis; ``rungs``: the shape policy's padded lengths, grid edges), its
+    rank and lanes checked: what every streamed plan takes.
 
     Raises:
         ValueError: a rank outside ``[0, num_replicas)`` or fewer than one lane.
@@ -80,7 +91,8 @@ def stream_spec(
     if int(lanes) < 1:
         raise ValueError(f"lanes must be >= 1 (the loader's workers, 1 for none), got {lanes}")
     tokens = None if max_tokens is None else (int(max_tokens),)
-    return PlanSpec(batch_size, tokens, cost, max_batch_size, None, pad_to_multiple_of)
+    ladder = None if rungs is None else (Rungs(tuple(int(r) for r in rungs), pad_to_multiple_of),)
+    return PlanSpec(batch_size, tokens, cost, max_batch_size, None, pad_to_multiple_of, ladder)
 
 
 class StreamBatchPlan(ResumableEpochs):
@@ -96,6 +108,8 @@ class StreamBatchPlan(ResumableEpochs):
             whole data set's: smaller windows pad more and re-mix less between epochs (at 40 batches,
             three quarters of the pairs batched together are again the next epoch; at 2000, a third).
         lanes: the loader's workers (``num_workers``, 1 for none): each reads its own windows.
+        rungs: the shape policy's padded lengths (edges of the size grid, :func:`~varlen.stream.shapes.
+            histogram_rungs`): the buckets, each batch the budget over its rung; None: the grid's buckets.
     """
 
     state_name = "plan"
@@ -115,9 +129,10 @@ class StreamBatchPlan(ResumableEpochs):
         window_batches: int = WINDOW_BATCHES,
         axis: int = 0,
         lanes: int = 1,
+        rungs: Sequence[int] | None = None,
     ) -> None:
         checked = (rank, num_replicas, lanes)
-        self.spec = stream_spec(batch_size, max_tokens, cost, max_batch_size, pad_to_multiple_of, *checked)
+        self.spec = stream_spec(batch_size, max_tokens, cost, max_batch_size, pad_to_multiple_of, *checked, rungs)
         self.index, self.seed, self.rank, self.num_replicas = index, int(seed), int(rank), int(num_replicas)
         self.window_batches, self.axis, self.lanes = int(window_batches), int(axis), int(lanes)
         self._layouts: dict[int, StreamLayout] = {}
@@ -182,9 +197,16 @@ class StreamBatchPlan(ResumableEpochs):
             samples = ids[bounds[batch, 0] : bounds[batch, 1]]
             yield samples[low:] if high < 0 else samples[low:high]
 
+    def shapes(self, epoch: int | None = None) -> set[tuple[int, int]]:
+        """The distinct ``(batch size, padded length)`` of ``epoch``'s batches on every rank (from the windows'
+        histograms: nothing read)."""
+        plan = self.layout_on(self.epoch_rows(self.epoch if epoch is None else epoch)[2])
+        return row_shapes(plan.window_histograms, plan.window_splits, plan.rounded, plan.spec)
+
     def _key(self) -> str:
         spec = (self.spec.batch_size, self.spec.max_tokens, self.spec.cost, self.spec.max_batch_size)
-        return cache_key(spec, self.spec.pad_to_multiple_of, self.window_batches, self.axis, version="1")
+        rungs = () if self.spec.rungs is None else (self.spec.rungs[0].lengths,)  # old states keep their key
+        return cache_key(spec, self.spec.pad_to_multiple_of, self.window_batches, self.axis, *rungs, version="1")
 
     def state_dict(self) -> dict[str, Any]:
         """Rank-independent: every rank has served the same number of batches."""

@@ -10,7 +10,7 @@ and the loader's pickling carry no open files.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -42,6 +42,8 @@ class StreamBatchSampler(BatchSampler):
         num_replicas, rank: default to the injected sampler's, then torch.distributed's, else 1 and 0.
         sampler: set by Lightning (its ``DistributedSampler``); leave it None yourself.
         state: a saved state to resume from at once (see :class:`~varlen.batching.BucketBatchSampler`).
+        rungs: the shape policy's padded lengths (edges of the size grid; a DataModule fits them):
+            the buckets, each batch the budget over its rung, padded to it by the collate.
 
     ``len()`` is the same on every rank and every epoch (an epoch resumed on another number of
     ranks has its own, as the in-memory sampler's).
@@ -65,6 +67,7 @@ class StreamBatchSampler(BatchSampler):
         rank: int | None = None,
         sampler: Sampler | None = None,
         state: dict[str, Any] | None = None,
+        rungs: Sequence[int] | None = None,
     ) -> None:
         # BatchSampler.__init__ is not called: it insists on a sampler and an int batch size.
         self.folder = str(folder)
@@ -81,6 +84,7 @@ class StreamBatchSampler(BatchSampler):
             seed=seed,
             window_batches=window_batches,
             lanes=lanes,
+            rungs=rungs,
         )
         self._set_up(make_plan, int(index.samples_per_chunk.sum()), sampler, num_replicas, rank, state)
 
@@ -131,6 +135,32 @@ class StreamBatchSampler(BatchSampler):
         ends = np.cumsum([len(batch) for batch in batches])
         order = np.concatenate(batches) if batches else np.zeros(0, np.int64)
         return Plan(order, np.stack([ends - [len(b) for b in batches], ends], axis=1))
+
+    def shape_count(self, epoch: int | None = None) -> int:
+        """The distinct ``(batch size, padded length)`` shapes of ``epoch``'s batches (every rank's)."""
+        return len(self.plan.shapes(self.epoch if epoch is None else epoch))
+
+    def shape_batches(self, epoch: int | None = None) -> list[list[int]]:
+        """One batch (global ids) of each distinct shape of ``epoch``, the widest first: samples whose sizes pad to
+        the shape's length, found in the size indexes chunk by chunk until each has enough (repeated where the
+        split holds too few); nothing decoded."""
+        shapes = sorted(self.plan.shapes(self.epoch if epoch is None else epoch), key=lambda s: (-s[1], -s[0]))
+        rungs = np.asarray(self.plan.layout.rounded)
+        wanted = {width: max(count for count, w in shapes if w == width) for _, width in shapes}
+        found: dict[int, list[int]] = {width: [] for width in wanted}
+        first = 0  # a source's first global id
+        for index in getattr(self.plan, "indexes", None) or [self.plan.index]:
+            for chunk in range(index.num_chunks):
+                if all(len(found[w]) >= n for w, n in wanted.items()):
+                    break
+                sizes = np.asarray(index.sizes(chunk)).reshape(int(index.samples_per_chunk[chunk]), -1)[:, 0]
+                widths = rungs[np.minimum(np.searchsorted(rungs, sizes, side="left"), len(rungs) - 1)]
+                start = first + int(np.sum(index.samples_per_chunk[:chunk]))
+                for width in wanted:
+                    if len(found[width]) < wanted[width]:
+                        found[width] += (start + np.flatnonzero(widths == width)).tolist()
+            first += int(np.sum(index.samples_per_chunk))
+        return [np.resize(found[width], count).tolist() for count, width in shapes if found[width]]
 
     def bucket_sizes(self) -> list[np.ndarray]:
         """The size each bucket's samples are costed at, per axis (one: the streamed plan's)."""
