@@ -12,6 +12,7 @@ import varlen.datamodules
 import varlen.models
 from varlen import cli
 from varlen.batching.data_wait import DataWait
+from varlen.batching.warmup import WarmShapes
 from varlen.errors import DatasetNotFoundError
 from varlen.paths import expand_data_paths, with_data_hint
 from varlen.progress import EpochProgress
@@ -159,6 +160,20 @@ def test_fit_times_the_wait_for_data_unless_told_not_to(off, tmp_path, capsys) -
     for line, epoch in zip(lines, wait.epochs, strict=True):  # the line shows the epoch's own share
         assert f"waiting {epoch['wait_share']:.1%}" in line
     assert "data/wait_share" in trainer.callback_metrics
+
+
+@pytest.mark.parametrize("off", [False, True], ids=["default", "--warm_shapes=false"])
+def test_fit_warms_the_batch_shapes_unless_told_not_to(off, tmp_path, caplog) -> None:
+    """``varlen fit`` runs each batch shape of the first epoch through the model before training (one
+    WarmShapes, its line logged); ``--warm_shapes=false`` leaves it out."""
+    with caplog.at_level(logging.INFO, logger="varlen"):
+        trainer = fit(tmp_path, *(["--warm_shapes=false"] if off else [])).trainer
+    warms = [c for c in trainer.callbacks if isinstance(c, WarmShapes)]
+    if off:
+        assert not warms and "WarmShapes" not in caplog.text
+        return
+    (warm,) = warms
+    assert warm.shapes >= 1 and f"WarmShapes: {warm.shapes} batch shapes of epoch 0" in caplog.text
 
 
 def test_a_config_chooses_the_metrics_of_its_epoch_lines(tmp_path) -> None:

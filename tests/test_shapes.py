@@ -4,6 +4,10 @@ and the warm-up of every shape before training (``WarmShapes``)."""
 from __future__ import annotations
 
 import itertools
+import json
+import logging
+import sys
+import time
 import warnings
 
 import lightning.pytorch as pl
@@ -17,6 +21,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from toy import ToySequences
 
 from varlen.batching import BucketBatchSampler
+from varlen.batching.data_wait import DataWait
 from varlen.batching.plan import PlanSpec, rungs_of
 from varlen.batching.shapes import Rungs, ladder, pad_length, power_of_two_tail, size_histogram
 from varlen.batching.warmup import WarmShapes, shape_batches
@@ -357,3 +362,88 @@ def test_stream_rungs_are_grid_edges_that_pad_less_than_evenly_spaced_ones() -> 
     even = present[np.linspace(0, len(present) - 1, 16).round().astype(int)]  # 16 grid edges, evenly spread
     padded = lambda ladder: int((ladder[np.searchsorted(ladder, sizes)] - sizes).sum())  # noqa: E731
     assert padded(rungs.array) < padded(even)
+
+
+# -- what the shapes cost, seen ---------------------------------------------------------------------
+
+
+class Planner(Noisy):
+    """Pays 60 ms the first time it meets a batch shape, as cuDNN builds an attention plan per shape."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.planned: set[tuple] = set()
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        shape = tuple(batch["ids"].shape)
+        if shape not in self.planned:
+            self.planned.add(shape)
+            time.sleep(0.06)
+        return super().training_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warmed"])
+def test_data_wait_logs_the_shapes_and_advises_when_new_ones_cost_a_tenth(warm: bool, tmp_path, caplog) -> None:
+    """Steps on new shapes are timed against the typical step: cold, they cost over a tenth of the epoch and
+    rank zero says so once (count, cost and the fix); warmed first, the same shapes cost nothing in training."""
+    wait = DataWait(advise_above=0.1)
+    callbacks = [wait] + ([WarmShapes()] if warm else [])
+    pl.seed_everything(0)
+    trainer = pl.Trainer(
+        max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, callbacks=callbacks, default_root_dir=tmp_path, num_sanity_val_steps=0,
+    )  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="varlen"):
+        trainer.fit(Planner(), PaddedToys())
+    first = wait.epochs[0]
+    assert 1 < first["shapes"] <= 6 and trainer.callback_metrics["data/shapes"] == wait.epochs[-1]["shapes"]
+    if warm:
+        assert first["new_shape_ms"] < 0.3 * 60 * first["shapes"] and wait.shape_advice is None
+    else:
+        assert first["new_shape_ms"] > 0.7 * 60 * first["shapes"]
+        assert wait.shape_advice is not None and caplog.text.count("met a batch shape for the first time") == 1
+        assert f"{int(first['shapes'])} distinct shapes served" in wait.shape_advice
+        assert "max_shapes" in wait.shape_advice and "WarmShapes" in wait.shape_advice
+    assert wait.epochs[1]["new_shape_ms"] < 0.3 * 60  # the second epoch meets no new shape
+
+
+# -- the tools ----------------------------------------------------------------------------------------
+
+
+def test_inspect_shows_the_rungs_and_what_they_cost_against_exact_buckets(tmp_path) -> None:
+    from varlen.inspection import summarize
+
+    dm = TextClassificationDataModule(synthetic_samples=600, max_tokens=1024, max_shapes=6, cache_dir=tmp_path)
+    dm.setup("fit")
+    lines = "\n".join(summarize(dm, "train").lines())
+    (shapes, efficiency), (exact_shapes, exact_efficiency) = summarize(dm, "train").policy
+    assert shapes <= 6 < exact_shapes and efficiency < exact_efficiency
+    assert f"rungs tokens {list(dm.rungs[0].lengths)}" in lines and f"{shapes} distinct (batch size" in lines
+    off = TextClassificationDataModule(synthetic_samples=600, max_tokens=1024, max_shapes=None, cache_dir=tmp_path)
+    off.setup("fit")
+    assert f"shapes: {exact_shapes} distinct" in "\n".join(summarize(off, "train").lines())
+
+
+def test_the_gpu_side_by_side_runs_quick_on_a_cpu(tmp_path, capsys) -> None:
+    """``scripts/benchmark_gpu.py --quick``: every batching trains a few steps; the table has each row, each
+    varlen row its ratio to the best peer; the rows kept as JSON lines make the same table again."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "benchmark_gpu.py"
+    spec = importlib.util.spec_from_file_location("benchmark_gpu", path)
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["benchmark_gpu"] = bench  # its dataclasses look their module up
+    spec.loader.exec_module(bench)
+    kept = tmp_path / "rows.jsonl"
+    results = bench.main(["--quick", "--json", str(kept)])
+    out = capsys.readouterr().out
+    assert [row.batching for row, _ in results] == list(bench.BATCHINGS)
+    for row, result in results:
+        assert "error" not in result, result
+        assert result["steps"] == 3 and result["samples_per_s"] > 0 and 0 < result["efficiency"] <= 1
+        assert f"| {bench.BATCHINGS[row.batching]} | 32-true |" in out
+    assert out.count("x |") == 2  # the two varlen rows, each against the best peer
+    assert results[0][1]["warm_shapes"] >= 1  # the policy's row warmed its shapes
+    again = bench.main(["--report", str(kept)])
+    assert [json.dumps(r) for _, r in again] == [json.dumps(r) for _, r in results]  # NaN memory on a CPU
