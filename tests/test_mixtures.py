@@ -125,6 +125,32 @@ def test_without_source_weights_every_sample_of_every_source_is_served_once() ->
     assert sorted(i for batch in sampler for i in batch) == list(range(400))
 
 
+@pytest.mark.parametrize("mix", ["within_batch", "per_source"])
+def test_source_weights_at_the_natural_shares_serve_every_sample_once(mix: str) -> None:
+    """A source served at most its size, its samples unweighted, is drawn without replacement: weights equal to
+    the sources' natural shares serve all 300 and all 100 samples each epoch (issue 35: about two thirds were,
+    every source being drawn with replacement)."""
+    dm = TwoSources(source_weights={"short": 300, "long": 100}, mix=mix, max_tokens=200)
+    dm.setup("fit")
+    sampler = dm.batch_sampler("train", True)
+    assert not sampler.draw.replacement.any()
+    for epoch in range(2):
+        sampler.set_epoch(epoch)
+        assert sorted(i for batch in sampler for i in batch) == list(range(400))
+
+
+def test_a_source_weighted_past_its_size_repeats_and_the_other_does_not() -> None:
+    """Halves of an epoch of 400: the long source (100 samples) serves 200, with replacement; the short one
+    (300) serves 200 distinct samples."""
+    dm = TwoSources(source_weights=[1, 1], max_tokens=200)
+    dm.setup("fit")
+    served = np.asarray([i for batch in dm.batch_sampler("train", True) for i in batch])
+    sources = dm.dataset("train").sources[served]
+    short, long = served[sources == 0], served[sources == 1]
+    assert len(short) == len(long) == 200
+    assert len(np.unique(short)) == 200 and len(np.unique(long)) < 100 + 1  # at most its 100, some repeated
+
+
 @pytest.mark.parametrize("world_size", [1, 2, 3, 8])
 @pytest.mark.parametrize("mix", ["within_batch", "per_source"])
 def test_every_rank_has_the_same_length_every_epoch(world_size: int, mix: str) -> None:

@@ -418,7 +418,7 @@ def test_inspect_shows_the_rungs_and_what_they_cost_against_exact_buckets(tmp_pa
     lines = "\n".join(summarize(dm, "train").lines())
     (shapes, efficiency), (exact_shapes, exact_efficiency) = summarize(dm, "train").policy
     assert shapes <= 6 < exact_shapes and efficiency < exact_efficiency
-    assert f"rungs tokens {list(dm.rungs[0].lengths)}" in lines and f"{shapes} distinct (batch size" in lines
+    assert f"rungs (tokens) {list(dm.rungs[0].lengths)}" in lines and f"{shapes} distinct (batch size" in lines
     off = TextClassificationDataModule(synthetic_samples=600, max_tokens=1024, max_shapes=None, cache_dir=tmp_path)
     off.setup("fit")
     assert f"shapes: {exact_shapes} distinct" in "\n".join(summarize(off, "train").lines())

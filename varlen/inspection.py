@@ -153,12 +153,13 @@ class SplitSummary:
         (shapes, efficiency), (exact_shapes, exact_efficiency) = self.policy
         if self.rungs is None:
             return [f"  shapes: {shapes} distinct (batch size, padded length) an epoch (exact buckets)"]
-        rungs = "; ".join(f"{axis} {_listed(r)}" for axis, r in zip(self.axes, self.rungs, strict=True))
-        out = [f"  shape policy: rungs {rungs}"]
+        out = [f"  shape policy: rungs ({axis}) {_listed(r)}" for axis, r in zip(self.axes, self.rungs, strict=True)]
         cost = exact_efficiency / max(efficiency, 1e-9) - 1
         out.append(
-            f"    {shapes} distinct (batch size, padded length) shapes an epoch, padding efficiency {efficiency:.4f}; "
-            f"exact buckets: {exact_shapes} shapes, {exact_efficiency:.4f} (the rungs allocate {cost:.1%} more)"
+            f"    {shapes} distinct (batch size, padded length) shapes an epoch, padding efficiency {efficiency:.4f}"
+        )
+        out.append(
+            f"    exact buckets: {exact_shapes} shapes, {exact_efficiency:.4f} (the rungs allocate {cost:.1%} more)"
         )
         return out
 

@@ -99,8 +99,11 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
             its schedule gives that epoch's first position (:mod:`varlen.batching.scheduled`).
         num_samples: indices drawn per epoch (default: the number of samples); given without
             ``weights``, every sample weighs the same.
-        replacement: with ``weights`` or ``num_samples``, whether an index may be drawn more
-            than once in an epoch (False: at most the number of nonzero weights).
+        replacement: with ``weights`` or ``num_samples``, whether an index may be drawn more than once in an
+            epoch (False: at most the number of nonzero weights). None (the default): per source (each id of
+            ``shares``, or the whole split), with replacement where its samples are weighted (their weights
+            differ) or it serves more than it holds, without otherwise
+            (:func:`~varlen.batching.weights.draws_with_replacement`, as a streamed plan decides).
         shares: optional id per sample (a mixture's source) whose weighted count every epoch is fixed at
             its weights' share, within one sample, while batches still mix ids (``groups`` keeps them
             apart): without it, a source's count in a mixed batch is random around its share, and the
@@ -135,7 +138,7 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         groups: Sequence[int] | np.ndarray | None = None,
         weights: Sequence[float] | np.ndarray | None = None,
         num_samples: int | None = None,
-        replacement: bool = True,
+        replacement: bool | None = None,
         shares: Sequence[int] | np.ndarray | None = None,
         epoch: int = 0,
         sampler: Sampler | None = None,
@@ -206,7 +209,7 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         return fit_rungs(sizes, spec, limit, probe)[0]
 
     def _weighted_draw(
-        self, weights, num_samples: int | None, replacement: bool
+        self, weights, num_samples: int | None, replacement: bool | None
     ) -> tuple[ScheduledDraws | None, WeightedDraw | None]:
         """The draws of scheduled weights, or the one draw of every epoch (both None: every sample once)."""
         if weights is None and num_samples is None:
@@ -217,7 +220,9 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
             weights = np.ones(len(self.sizes))
         strata = strata_of(self._buckets[0], self.groups, self.shares)
         # a partial, not a closure: the sampler (and a DataModule holding it) must pickle (spawn, DDP, torch.save)
-        build = functools.partial(WeightedDraw.build, strata=strata, num_samples=num_samples, replacement=replacement)
+        build = functools.partial(
+            WeightedDraw.build, strata=strata, num_samples=num_samples, replacement=replacement, sources=self.shares
+        )
         if not isinstance(weights, ScheduledWeights):
             return None, build(weights)
         if len(weights) != len(self.sizes):

@@ -21,6 +21,12 @@ a group or a source made of groups, gets its own share within one sample, and th
   over the other strata in proportion to their weight, so ``num_samples`` equal to the nonzero
   weights serves every one of them once.
 
+Which one (:func:`draws_with_replacement`, one rule for the in-memory and the streamed plans): a *source*
+(a mixture's, or the whole split) is drawn with replacement when its samples are weighted (their nonzero
+weights differ: a weight is then a sample's expected count, which only repeats can give) or when it serves
+more samples than it holds; otherwise without, so a source served its own size serves each sample once.
+:func:`draw_strata` draws the samples of every stratum, for both plans.
+
 Every random number is a counter-based draw of ``(seed, epoch, slot)`` (:mod:`varlen.draws`):
 the draw is a pure, vectorised function of the weights, the counts, the seed and the epoch, so a
 resumed run, any rank and any world size see the same samples. The price of fixed counts: a
@@ -40,7 +46,7 @@ import numpy as np
 
 from varlen.draws import counter_bits, unit_floats
 
-__all__ = ["WeightedDraw", "check_weights", "strata_of", "stratum_counts"]
+__all__ = ["WeightedDraw", "check_weights", "draw_strata", "draws_with_replacement", "strata_of", "stratum_counts"]
 
 
 def check_weights(weights, num_items: int) -> np.ndarray:
@@ -104,6 +110,85 @@ def stratum_counts(totals: np.ndarray, num_samples: int, caps: np.ndarray | None
     return counts
 
 
+def draws_with_replacement(count: int, size: int, weighted: bool) -> bool:
+    """Whether a source serving ``count`` samples of its ``size`` (nonzero weight) is drawn with replacement:
+    when its samples are ``weighted`` (unequal weights: expected counts need repeats) or ``count`` is over
+    ``size``; otherwise without, so every sample comes at most once."""
+    return bool(weighted) or int(count) > int(size)
+
+
+def unequal(weights: np.ndarray) -> bool:
+    """Whether the nonzero ``weights`` differ (a source's samples weighted, not merely included)."""
+    positive = np.asarray(weights, np.float64)
+    positive = positive[positive > 0]
+    return bool(len(positive)) and not np.allclose(positive, positive[0], rtol=1e-12, atol=0)
+
+
+def draw_strata(
+    ids: np.ndarray,
+    strata: np.ndarray,
+    weights: np.ndarray,
+    counts: np.ndarray,
+    replacement: np.ndarray,
+    *,
+    name: str,
+    seed: int,
+    epoch: int,
+    salt: int = 0,
+) -> np.ndarray:
+    """Positions into the samples (their ``ids``, ``strata``, draw ``weights``) of the ``counts[s]`` drawn
+    from each stratum ``s``, by stratum, ascending: with ``replacement[s]``, inverse-CDF draws over its
+    members' cumulative weights (random numbers of ``(name, seed, epoch, salt, slot)``); without, its
+    ``counts[s]`` members of smallest ``E / w`` (``E`` of ``(name, seed, epoch, id)``: a sample's key is the
+    same wherever it is drawn). Weight 0 is never drawn."""
+    ids = np.asarray(ids, np.int64)
+    strata = np.asarray(strata, np.int64)
+    values = np.asarray(weights, np.float64)
+    counts = np.asarray(counts, np.int64)
+    replacement = np.broadcast_to(np.asarray(replacement, bool), counts.shape)
+    members = np.argsort(strata, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(np.bincount(strata, minlength=len(counts)))])
+    out = []
+    again = replacement & (counts > 0)
+    if again.any():
+        out.append(
+            _with_replacement(members, starts, strata, values, np.where(again, counts, 0), name, seed, epoch, salt)
+        )
+    once = ~replacement & (counts > 0)
+    if once.any():
+        out.append(_without_replacement(ids, strata, values, np.where(once, counts, 0), name, seed, epoch))
+    drawn = np.concatenate(out) if out else np.zeros(0, np.int64)
+    return drawn[np.argsort(strata[drawn], kind="stable")]
+
+
+def _with_replacement(members, starts, strata, values, counts, name, seed, epoch, salt) -> np.ndarray:
+    """Each stratum's ``counts[s]`` inverse-CDF draws over its members' normalised cumulative weights."""
+    totals = np.bincount(strata, values, minlength=len(counts))
+    slot_stratum = np.repeat(np.arange(len(counts)), counts)
+    if (totals[slot_stratum] <= 0).any():
+        raise ValueError("a stratum without weight was asked for samples")
+    cumulative = np.cumsum(values[members] / np.where(totals > 0, totals, 1.0)[strata[members]])
+    base = np.concatenate([[0.0], cumulative])[starts]  # cumulative weight before each stratum
+    low, high = base[slot_stratum], base[slot_stratum + 1]
+    bits = counter_bits(f"{name} with replacement", seed, epoch, np.array([salt]), np.arange(len(slot_stratum)))
+    targets = low + unit_floats(bits)[0] * (high - low)
+    picks = np.searchsorted(cumulative, targets, side="right")
+    # rounding may land one past a stratum's end: take its last member of nonzero weight
+    positive = np.flatnonzero(values[members] > 0)
+    last = positive[np.maximum(np.searchsorted(positive, starts[1:], side="left") - 1, 0)]
+    return members[np.minimum(picks, last[slot_stratum])]
+
+
+def _without_replacement(ids, strata, values, counts, name, seed, epoch) -> np.ndarray:
+    """Each stratum's ``counts[s]`` members of smallest exponential key ``E / w`` (weight 0: never)."""
+    bits = counter_bits(f"{name} without replacement", seed, epoch, ids, np.zeros(1))
+    keys = np.divide(-np.log1p(-unit_floats(bits[:, 0])), values, out=np.full(len(ids), np.inf), where=values > 0)
+    order = np.lexsort((keys, strata))
+    first = np.searchsorted(strata[order], np.arange(len(counts)))
+    rank = np.arange(len(order)) - first[strata[order]]
+    return order[rank < counts[strata[order]]]
+
+
 @dataclass(frozen=True, eq=False)
 class WeightedDraw:
     """One epoch's weighted, stratified draw of sample indices (see the module docstring).
@@ -114,40 +199,64 @@ class WeightedDraw:
         weights: ``[N]`` validated weights.
         strata: ``[N]`` stratum of each sample (0 .. S - 1).
         counts: ``[S]`` samples each stratum gives every epoch (they sum to ``num_samples``).
-        replacement: draw with replacement (a sample may come back within an epoch).
+        replacement: ``[S]`` whether each stratum is drawn with replacement (a sample may come back within
+            an epoch): its source's, by :func:`draws_with_replacement` unless the caller chose.
     """
 
     weights: np.ndarray
     strata: np.ndarray
     counts: np.ndarray
-    replacement: bool
-    members: np.ndarray  # sample indices sorted by stratum
-    starts: np.ndarray  # [S + 1]: stratum b is members[starts[b]:starts[b + 1]]
-    cumulative: np.ndarray  # members' weights over their stratum's, summed along members
+    replacement: np.ndarray
 
     @classmethod
-    def build(cls, weights, strata: np.ndarray, num_samples: int | None, replacement: bool) -> WeightedDraw:
+    def build(
+        cls,
+        weights,
+        strata: np.ndarray,
+        num_samples: int | None,
+        replacement: bool | None = None,
+        sources: np.ndarray | None = None,
+    ) -> WeightedDraw:
         """Validate ``weights`` (one per sample) and fix each stratum's count.
 
-        ``num_samples`` defaults to the number of samples; without replacement it may not exceed
-        the number of nonzero weights.
+        ``num_samples`` defaults to the number of samples. ``replacement``: None decides it per source
+        (``sources``: a mixture's source of each sample; None: one source) by :func:`draws_with_replacement`
+        on the source's share of ``num_samples``; True or False for every stratum. Without replacement a
+        stratum gives at most its samples of nonzero weight.
         """
         values = check_weights(weights, len(strata))
         num_samples = len(values) if num_samples is None else num_samples
         if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
             raise ValueError(f"num_samples must be a whole number >= 1, got {num_samples!r}")
+        strata = np.asarray(strata)
         nonzero = np.bincount(strata, weights=values > 0).astype(np.int64)
-        if not replacement and num_samples > nonzero.sum():
+        totals = np.bincount(strata, weights=values)
+        again = cls._replacement(values, strata, int(num_samples), replacement, sources, len(totals))
+        if not again.any() and num_samples > nonzero.sum():
             raise ValueError(
                 f"replacement=False draws each sample at most once: num_samples={num_samples} exceeds "
                 f"the {int(nonzero.sum())} samples of nonzero weight"
             )
-        totals = np.bincount(strata, weights=values)
-        counts = stratum_counts(totals, int(num_samples), None if replacement else nonzero)
-        members = np.argsort(strata, kind="stable")
-        starts = np.concatenate([[0], np.cumsum(np.bincount(strata, minlength=len(counts)))])
-        cumulative = np.cumsum(values[members] / np.where(totals > 0, totals, 1.0)[strata[members]])
-        return cls(values, np.asarray(strata), counts, bool(replacement), members, starts, cumulative)
+        caps = np.where(again, np.iinfo(np.int64).max // 4, nonzero)
+        counts = stratum_counts(totals, int(num_samples), caps if not again.all() else None)
+        return cls(values, strata, counts, again)
+
+    @staticmethod
+    def _replacement(values, strata, num_samples: int, chosen, sources, count: int) -> np.ndarray:
+        """``[S]``: each stratum's replacement, ``chosen`` or its source's by the rule."""
+        if chosen is not None:
+            return np.full(count, bool(chosen))
+        sources = np.zeros(len(values), np.int64) if sources is None else np.unique(sources, return_inverse=True)[1]
+        source_of = np.zeros(count, np.int64)
+        source_of[strata] = sources.reshape(-1)  # a stratum holds one source's samples (strata_of splits them)
+        weight = np.bincount(sources, weights=values)
+        size = np.bincount(sources, weights=values > 0)
+        served = num_samples * weight / weight.sum()  # each source's share of the epoch
+        again = [
+            draws_with_replacement(int(np.ceil(served[s] - 1e-9)), int(size[s]), unequal(values[sources == s]))
+            for s in range(len(weight))
+        ]
+        return np.asarray(again, bool)[source_of]
 
     @property
     def num_samples(self) -> int:
@@ -156,39 +265,13 @@ class WeightedDraw:
     def key(self) -> str:
         """A digest of what decides the draws (weights, counts, replacement), for saved states."""
         digest = hashlib.blake2b(digest_size=8)
-        for part in (self.weights, self.strata.astype(np.int64), self.counts, np.asarray([self.replacement])):
+        for part in (self.weights, self.strata.astype(np.int64), self.counts, self.replacement):
             digest.update(np.ascontiguousarray(part).tobytes())
         return digest.hexdigest()
 
     def sample(self, seed: int, epoch: int) -> np.ndarray:
         """The ``num_samples`` indices drawn for ``epoch``, grouped by stratum (unordered inside)."""
-        if self.replacement:
-            return self.members[self._with_replacement(seed, epoch)]
-        return self._without_replacement(seed, epoch)
-
-    def _with_replacement(self, seed: int, epoch: int) -> np.ndarray:
-        """Positions into ``members``: each stratum's draws, by inverse CDF of its normalised weights."""
-        cumulative = self.cumulative
-        slot_stratum = np.repeat(np.arange(len(self.counts)), self.counts)
-        base = np.concatenate([[0.0], cumulative])[self.starts]  # cumulative weight before each stratum
-        low, high = base[slot_stratum], base[slot_stratum + 1]
-        uniforms = unit_floats(counter_bits("weighted draw", seed, epoch, np.arange(len(slot_stratum)), np.zeros(1)))
-        # strata hold disjoint, increasing ranges of ``cumulative``: sorted targets stay in their
-        # stratum's block of slots, and a sorted search is several times faster
-        picks = np.searchsorted(cumulative, np.sort(low + uniforms[:, 0] * (high - low)), side="right")
-        # rounding may land one past a stratum's end: take its last sample of nonzero weight
-        positive = np.flatnonzero(self.weights[self.members] > 0)
-        last = positive[np.searchsorted(positive, self.starts[1:], side="left") - 1]
-        return np.minimum(picks, last[slot_stratum])
-
-    def _without_replacement(self, seed: int, epoch: int) -> np.ndarray:
-        """Each stratum's ``count`` samples of smallest exponential key ``E / w`` (weight 0: never)."""
-        members, starts = self.members, self.starts
-        bits = counter_bits("weighted draw without replacement", seed, epoch, members, np.zeros(1))
-        exponential = -np.log1p(-unit_floats(bits[:, 0]))
-        weights = self.weights[members]
-        keys = np.divide(exponential, weights, out=np.full(len(weights), np.inf), where=weights > 0)
-        stratum = self.strata[members]
-        order = np.lexsort((keys, stratum))  # members are sorted by stratum: positions stay in it
-        rank = np.arange(len(order)) - starts[stratum[order]]
-        return members[order[rank < self.counts[stratum[order]]]]
+        ids = np.arange(len(self.weights))
+        return draw_strata(
+            ids, self.strata, self.weights, self.counts, self.replacement, name="weighted draw", seed=seed, epoch=epoch
+        )

@@ -18,20 +18,20 @@ window draws the same:
   the sample's id; weight 0: never), Efraimidis and Spirakis' weighted sampling, uniform when unweighted;
 * with replacement: ``count`` inverse-CDF draws over the bucket's cumulative weights.
 
-A source is drawn with replacement when it serves more samples than it holds (a small source weighted up)
-or when its samples are weighted (``sample_weights``: a weight is then a sample's expected count, as in the
-in-memory sampler), without otherwise: an unweighted source served at most its size repeats no sample. (The
-in-memory mixture draws every source with replacement: the streamed one repeats less.) An index is weighted
-when it has ``weight_histograms(axis)`` and ``weights(chunk)`` that return arrays (a missing method or None:
-unweighted).
+A source is drawn with replacement by the in-memory sampler's rule
+(:func:`~varlen.batching.weights.draws_with_replacement`): when it serves more samples than it holds (a small
+source weighted up) or when its samples are weighted (``sample_weights``: a weight is then a sample's expected
+count), without otherwise: an unweighted source served at most its size repeats no sample. Which samples is
+the same draw as in memory (:func:`~varlen.batching.weights.draw_strata`), a window's buckets its strata. An
+index is weighted when it has ``weight_histograms(axis)`` and ``weights(chunk)`` that return arrays (a missing
+method or None: unweighted).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from varlen.batching.weights import stratum_counts
-from varlen.draws import counter_bits, unit_floats
+from varlen.batching.weights import draw_strata, draws_with_replacement, stratum_counts
 from varlen.errors import DataError
 from varlen.stream.plan import SizeIndexLike, StreamLayout, chunk_sizes, window_totals
 
@@ -88,7 +88,7 @@ def stratum_draw(
     weight is a sample's expected count, not a mere order). Without replacement a stratum gives at most its
     samples."""
     histograms = np.asarray(histograms, np.int64)
-    replacement = weighted or count > int(histograms.sum())
+    replacement = draws_with_replacement(count, int(histograms.sum()), weighted)
     if count <= 0 or not (totals > 0).any():
         return np.zeros_like(histograms), replacement
     flat = np.asarray(totals, np.float64).reshape(-1)
@@ -109,37 +109,9 @@ def draw_window(
     window: int,
 ) -> np.ndarray:
     """Positions into a window's samples (their ``ids`` in the source, ``bucket`` and draw ``weights``,
-    None: equal) of the ``counts[b]`` drawn from each bucket ``b``: grouped by bucket, ascending, each
-    bucket's in draw order (see the module docstring)."""
-    n = len(ids)
-    values = np.ones(n) if weights is None else np.asarray(weights, np.float64)
-    counts = np.asarray(counts, np.int64)
-    if replacement:
-        return _with_replacement(bucket, values, counts, seed, epoch, source, window)
-    bits = counter_bits(f"stream draw, source {source}", seed, epoch, np.asarray(ids, np.int64), np.zeros(1))
-    exponential = -np.log1p(-unit_floats(bits[:, 0]))
-    keys = np.divide(exponential, values, out=np.full(n, np.inf), where=values > 0)
-    order = np.lexsort((keys, bucket))
-    first = np.searchsorted(bucket[order], np.arange(len(counts)))
-    rank = np.arange(n) - first[bucket[order]]
-    return order[rank < counts[bucket[order]]]
-
-
-def _with_replacement(bucket, values, counts, seed, epoch, source, window) -> np.ndarray:
-    """Each bucket's ``counts[b]`` inverse-CDF draws over its members' cumulative weights."""
-    members = np.argsort(bucket, kind="stable")
-    buckets = len(counts)
-    starts = np.concatenate([[0], np.cumsum(np.bincount(bucket, minlength=buckets))])
-    totals = np.bincount(bucket, values, minlength=buckets)
-    cumulative = np.cumsum(values[members] / np.where(totals > 0, totals, 1.0)[bucket[members]])
-    slot_bucket = np.repeat(np.arange(buckets), counts)
-    if len(slot_bucket) and (totals[slot_bucket] <= 0).any():
-        raise RuntimeError(f"window {window}: a bucket without weight was asked for samples")
-    base = np.concatenate([[0.0], cumulative])[starts]
-    low, high = base[slot_bucket], base[slot_bucket + 1]
-    name = f"stream draw with replacement, source {source}"
-    uniforms = unit_floats(counter_bits(name, seed, epoch, np.array([window]), np.arange(len(slot_bucket))))[0]
-    picks = np.searchsorted(cumulative, low + uniforms * (high - low), side="right")
-    positive = np.flatnonzero(values[members] > 0)  # rounding may land past a bucket's last weighted member
-    last = positive[np.maximum(np.searchsorted(positive, starts[1:], side="left") - 1, 0)] if positive.size else 0
-    return members[np.minimum(picks, np.asarray(last)[slot_bucket] if positive.size else picks)]
+    None: equal) of the ``counts[b]`` drawn from each bucket ``b``, grouped by bucket, ascending: the
+    in-memory plan's draw (:func:`~varlen.batching.weights.draw_strata`), a bucket its stratum, the window
+    its draws' salt."""
+    values = np.ones(len(ids)) if weights is None else np.asarray(weights, np.float64)
+    name = f"stream draw, source {source}"
+    return draw_strata(ids, bucket, values, counts, replacement, name=name, seed=seed, epoch=epoch, salt=window)

@@ -39,11 +39,11 @@ from varlen.stream.plan import (
     WINDOW_BATCHES,
     SizeIndexLike,
     StreamLayout,
-    _equalise,
     batch_counts,
     buckets,
     check_spec,
     checked_histograms,
+    equalise_ranks,
     layout,
     order_and_cut,
     serve,
@@ -219,7 +219,7 @@ def epoch_draw(
     parts = _part_counts(plan, counts)
     np.add.at(unit_hist, plan.part_unit, parts)
     unit_counts = batch_counts(unit_hist, plan.rounded, plan.spec)
-    splits, most = _equalise(unit_hist.sum(axis=1), unit_counts, plan.unit_rank, plan.rank_units)
+    splits, most = equalise_ranks(unit_hist.sum(axis=1), unit_counts, plan.unit_rank, plan.rank_units)
     return MixtureEpoch(
         shares, per_source, np.asarray(replacement), tuple(counts), unit_hist, unit_counts, splits, most
     )

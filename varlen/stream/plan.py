@@ -66,6 +66,7 @@ __all__ = [
     "SizeIndexLike",
     "StreamLayout",
     "batch_counts",
+    "equalise_ranks",
     "chunk_sizes",
     "layout",
     "order_and_cut",
@@ -351,7 +352,7 @@ def layout(
     window_hist = window_totals(segments, window_segments, samples, histograms, bin_bucket, part, np.int32)
     counts = batch_counts(window_hist, rounded, spec)
     if equalise:
-        splits, most = _equalise(window_hist.sum(axis=1), counts, window_rank, rank_windows)
+        splits, most = equalise_ranks(window_hist.sum(axis=1), counts, window_rank, rank_windows)
     else:
         splits = np.zeros_like(counts)
         most = int(np.bincount(window_rank, counts, minlength=num_replicas).max())
@@ -381,7 +382,7 @@ def window_totals(segments, window_segments, samples, histograms, bin_bucket, pa
     return out
 
 
-def _equalise(window_samples, counts, window_rank, rank_windows) -> tuple[np.ndarray, int]:
+def equalise_ranks(window_samples, counts, window_rank, rank_windows) -> tuple[np.ndarray, int]:
     """Splits per window that give every rank the largest rank's count, and that count: a rank's missing
     batches dealt to its windows in proportion to what they can split (samples - batches), the
     remainder one each to those of largest mean batch first."""
