@@ -4,6 +4,7 @@ import gc
 import inspect
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -19,6 +20,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from aborting import AbortsAtExit
+from stuck_worker import two_tensors
 from toy import ToyDataModule, ToyModel, ToySequences
 
 from varlen.batching import BucketBatchSampler
@@ -438,7 +440,7 @@ def test_an_epoch_left_unfinished_at_exit_prints_nothing() -> None:
         "epoch = iter(loader)\n"
         "next(epoch)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "Exception ignored" not in done.stderr, done.stderr
 
 
@@ -453,32 +455,57 @@ def test_a_spawned_worker_ends_without_the_interpreters_finalisation() -> None:
     assert loader.worker_init_fn is None  # the loader's own setting is left as it was
 
 
-class StopsItsWorker(torch.utils.data.Dataset):
-    """Sample 5 stops the worker that fetches it (SIGSTOP): a worker stuck for good."""
+@pytest.mark.parametrize("case", ["before_put", "after_put"])
+def test_a_stuck_worker_ends_the_epoch_with_an_error_naming_it_within_the_timeout(case: str) -> None:
+    """A stopped worker blocked the loop forever: before its batch reached the result pipe, or after (the main
+    process then asked the stopped worker for the batch's shared memory, with no timeout). With the loader's
+    timeout the epoch ends with an error that names the worker, its pid and the setting; the shutdown ends the
+    stopped worker (it ignores SIGTERM), and so does the process's exit when the error goes uncaught
+    (multiprocessing joined it forever). 20 rounds in a row, each meeting its case whatever the timing
+    (tests/stuck_worker.py)."""
+    rounds = 20
+    script = [sys.executable, str(HERE / "stuck_worker.py"), case, str(rounds)]
+    try:
+        done = subprocess.run(script, capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired as hung:  # end the stopped workers it printed, then fail
+        for line in (hung.stdout or b"").decode().splitlines():
+            if line.startswith("stuck ") and Path(f"/proc/{line.split()[1]}").exists():
+                os.kill(int(line.split()[1]), signal.SIGKILL)
+        raise
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 * rounds - 1, done.stderr
+    for number, (stuck, ended) in enumerate(zip(lines[:-1:2], lines[1::2], strict=True), 1):
+        assert stuck.startswith("stuck ") and ended.startswith(f"round {number} "), done.stderr
+        assert float(ended.split()[2]) < 4, lines  # no 5 s join of the stopped worker
+    assert done.returncode == 1, done.stderr
+    assert re.search(r"RuntimeError: loader worker \d \(pid \d+\) gave no batch in 0.1 s", done.stderr), done.stderr
+    for line in lines[::2]:  # no stopped worker is left behind, by a round or by the exit
+        assert _process_state(int(line.split()[1])) in (None, "Z"), line
 
-    def __len__(self) -> int:
-        return 16
 
-    def __getitem__(self, i: int) -> int:
-        if i == 5:
-            os.kill(os.getpid(), signal.SIGSTOP)
-        return i
+def test_an_epoch_left_early_leaves_no_shared_memory_file_behind() -> None:
+    """Workers share batches by name (against the stuck-worker hang): a batch prefetched and never read kept
+    its /dev/shm file until the process ended, where a file descriptor went with the workers. The
+    shutdown reads and drops what is left in the pipe; an exiting worker writes what it had put."""
+    loader = VarLenLoader(
+        list(range(64)), batch_size=4, num_workers=2, collate_fn=two_tensors, multiprocessing_context="fork"
+    )
+    workers = set()
+    for _ in range(4):
+        epoch = iter(loader)
+        assert next(epoch)["index"].tolist() == [0, 1, 2, 3]
+        workers |= {str(worker.pid) for worker in epoch._workers}
+        loader.shutdown_workers()
+    del epoch
+    assert [name for name in os.listdir("/dev/shm") if name.split("_")[1:2] in ([pid] for pid in workers)] == []
 
 
-def test_a_stuck_worker_ends_the_epoch_with_an_error_naming_it_within_the_timeout() -> None:
-    """A stopped worker blocked the loop forever; with the loader's timeout the main process stops with an
-    error that names the worker, its pid and the setting to raise."""
-    loader = VarLenLoader(StopsItsWorker(), batch_size=2, num_workers=2, timeout=2, multiprocessing_context="fork")
-    iterator = iter(loader)
-    with pytest.raises(
-        RuntimeError, match=r"loader worker 0 \(pid \d+\) gave no batch in 2 s.*timeout \(now 2 s"
-    ) as caught:
-        for _ in iterator:
-            pass
-    pid = int(str(caught.value).split("pid ")[1].split(")")[0])
-    os.kill(pid, signal.SIGCONT)  # a stopped worker would not end on the loader's SIGTERM
-    loader.shutdown_workers()
-    assert gc.get_freeze_count() == 0
+def _process_state(pid: int) -> str | None:
+    """Process ``pid``'s state letter (T: stopped, Z: a zombie), None when there is no such process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return None
 
 
 def test_every_datamodule_passes_its_timeout_to_the_loader() -> None:

@@ -4,7 +4,9 @@ A worker hands each tensor of a batch to the main process through its own shared
 moves the storage to shared memory, and the main process fetches the file descriptor from a thread
 of the worker, which must first get the worker's GIL (the worker is busy collating the next batch).
 That costs about 0.7 ms a tensor on 2 cores: a text batch of five tensors spent 2.8 ms in the
-hand-over and 0.03 ms in its collate. :class:`PackingCollate` copies a batch's plain CPU tensors into
+hand-over and 0.03 ms in its collate (measured with torch's sharing by file descriptor; VarLenLoader's
+workers share by name, :mod:`varlen.batching.loader`, where each file costs the worker and the main process
+a round trip to torch_shm_manager instead). :class:`PackingCollate` copies a batch's plain CPU tensors into
 one shared buffer in the worker and pickles the rest of the batch beside it (with torch's reducers,
 so any other tensor still travels in shared memory); :func:`unpack` rebuilds the batch in the main
 process. Any structure pickles (dicts, dataclasses, PyG's ``Batch``).
