@@ -48,12 +48,15 @@ class SequenceDataModule(VarLenDataModule):
     column of lists is a variable-length field (a :class:`~varlen.batching.Ragged` over the Arrow list's
     own buffers); a column of numbers or fixed-size lists is a fixed field; the label column makes the
     task (integer, boolean or string labels: classification, classes from the sorted labels; floats:
-    regression). Files and Datasets are converted once per node into an Arrow IPC cache table
-    (``prepare_data``, keyed by the file's content or the Dataset's fingerprint) that every rank and
-    worker maps; tables and mappings are held in memory as given (a spawned worker gets a pickled copy).
-    Without ``val`` / ``test`` they are carved from ``train`` (stratified by class). Without ``train``:
-    a small synthetic set (:func:`~varlen.datasets.sequence.synthetic_sequences`). Bad rows (a missing
-    value, an empty size field, a non-finite number, an unknown label) raise, or are skipped and counted.
+    regression; a Hugging Face ``ClassLabel``: its names). String labels that mix numbers with words or
+    spell one number two ways, and floats that are all whole numbers (``1, 2.0, 3``) without ``task``, are
+    refused naming rows (:mod:`~varlen.datasets.sequence.labels`). Files and Datasets are converted once
+    per node into an Arrow IPC cache table (``prepare_data``, keyed by the file's content or the Dataset's
+    fingerprint) that every rank and worker maps; tables and mappings are held in memory as given (a
+    spawned worker gets a pickled copy). Without ``val`` / ``test`` they are carved from ``train``
+    (stratified by class). Without ``train``: a small synthetic set
+    (:func:`~varlen.datasets.sequence.synthetic_sequences`). Bad rows (a missing value, an empty size
+    field, a non-finite number, an unknown label) raise, or are skipped and counted.
 
     Batch:
         index: [B] int64, each sample's position in its split
@@ -71,8 +74,10 @@ class SequenceDataModule(VarLenDataModule):
         size_field: the variable-length field whose length is a sample's size (None: the first); a list
             of fields budgets each (``max_tokens`` then one value per field).
         label_field: the label column (None: no labels).
-        task: ``classification`` or ``regression`` (None: told from the labels' type).
-        class_names: the classes in id order (None: the training labels, sorted).
+        task: ``classification`` or ``regression`` (None: told from the labels' type; floats that are all
+            whole numbers need it: ``classification`` makes them integer classes).
+        class_names: the classes in id order, each label matched as written (None: the training labels,
+            sorted, or a ``ClassLabel``'s names in id order; over a ``ClassLabel``, some of its names).
         fields: the columns to serve (None: every numeric column; others are counted as unused).
         pad_values: per variable-length field, the value padding writes (default 0).
         val_fraction: share of ``train`` carved for validation when ``val`` is not given.

@@ -112,7 +112,8 @@ class TextClassificationDataModule(VarLenDataModule):
         class_names: the class list, in id order; default: the sorted training labels, refused
             (a ``DataError`` naming rows) when they mix numbers with words (``0``, ``1``, ``true``) or
             spell one number two ways (``1``, ``1.0``). Given, each label is matched as written and a
-            row with another label is bad input (``on_bad``).
+            row with another label is bad input (``on_bad``). A Hugging Face ``ClassLabel`` column's ids
+            are read as its names: the default is those names in id order; given names must be among them.
         tokenizer_name_or_path: Hub name or local path; default: the offline MiniLM tokenizer.
         max_length: longest sequence in tokens; a longer text is truncated (counted in ``report``)
             or cut into windows (``overflow``).
@@ -279,7 +280,7 @@ class TextClassificationDataModule(VarLenDataModule):
             else TextColumns("text", None, "label")  # the synthetic default's own
         )
         self.split_column = split_column
-        self._class_names = list(class_names) if class_names else None
+        self._class_names, self._classes_read = (list(class_names) if class_names else None), False
         self.tokenizer_name_or_path = tokenizer_name_or_path
         self.max_length = max_length
         self.overflow = overflow
@@ -341,13 +342,16 @@ class TextClassificationDataModule(VarLenDataModule):
 
     @property
     def class_names(self) -> list[str]:
-        """Class names in id order (from the config, else the sorted training labels: the label column
-        alone is read; with no training source, the streamed chunks' data state); two at least."""
+        """Class names in id order (from the config, else a ``ClassLabel``'s names, else the sorted training
+        labels: the label column alone is read; with no training source, the streamed chunks' data state);
+        two at least. Given over a ``ClassLabel``, each must be one of its names."""
         if self._class_names is None and "train" not in self.sources:
             self._class_names = self._streamed_class_names()
-        if self._class_names is None:
-            train = self.sources["train"]
-            self._class_names = check_classes(train.classes(), train.name, self.columns.label)
+        if not self._classes_read and "train" in self.sources:
+            train, given = self.sources["train"], self._class_names
+            classes = train.classes(given)
+            self._class_names = classes if given else check_classes(classes, train.name, self.columns.label)
+        self._classes_read = True
         return check_classes(self._class_names, "class_names", self.columns.label)
 
     def _streamed_class_names(self) -> list[str]:

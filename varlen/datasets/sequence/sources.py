@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from varlen.batching.ragged import Ragged
 from varlen.cache import file_hash
 from varlen.errors import DataError, DatasetNotFoundError
+from varlen.labels import classlabel_names
 from varlen.tables import to_arrow
 
 __all__ = ["PARQUET", "Source", "mapping_table", "source_of"]
@@ -175,12 +176,27 @@ class Source:
             return f"huggingface:{self.value._fingerprint}"
         return f"file:{file_hash(self.path())}"
 
-    def class_names(self, label: str) -> list[str] | None:
-        """A Hugging Face ``ClassLabel`` column's names (its ids are their positions), else None."""
-        if self.kind != "huggingface":
+    def schema(self) -> pa.Schema | None:
+        """Its columns' types and metadata (a file's read alone); None for a mapping (no metadata)."""
+        if self.kind == "huggingface":
+            return self.value.features.arrow_schema
+        if self.kind == "table":
+            return self.value.schema
+        if self.kind == "mapping":
             return None
-        names = getattr(self.value.features.get(label), "names", None)
-        return None if names is None else [str(n) for n in names]
+        path = self.path()
+        try:
+            if path.suffix.lower() in PARQUET:
+                return pq.read_schema(path)
+            return _read_ipc(path).schema
+        except (pa.ArrowException, OSError) as error:
+            raise DataError(f"{path}: its schema is unreadable ({error})") from error
+
+    def class_names(self, label: str) -> list[str] | None:
+        """A Hugging Face ``ClassLabel`` column's names (its ids are their positions), else None: read from
+        the features ``datasets`` writes in a schema (a ``Dataset``, its ``.arrow`` and Parquet files, its
+        ``data.table``), see :func:`varlen.labels.classlabel_names`."""
+        return classlabel_names(self.schema(), label)
 
 
 def source_of(value: Any, split: str) -> Source:

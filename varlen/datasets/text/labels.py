@@ -5,7 +5,8 @@ each becomes a class name (:func:`label_key`). Without ``class_names`` the class
 labels' names, sorted (:func:`class_list`, :func:`column_classes`), after a check that the column
 says one thing (:func:`varlen.labels.check_labels`): a column mixing numbers with words, or spelling
 one number two ways, is refused with examples and their places (a file's line, or a row from 1: see
-:mod:`~varlen.datasets.text.places`).
+:mod:`~varlen.datasets.text.places`). A Hugging Face ``ClassLabel`` column's ids are read as its names
+(:func:`named_labels`): its names are the classes, in id order.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import numpy as np
 
 from varlen.datasets.text.places import Places
 from varlen.errors import DataError
-from varlen.labels import check_labels
+from varlen.labels import check_labels, distinct_labels
 
-__all__ = ["check_classes", "class_list", "column_classes", "label_key"]
+__all__ = ["check_classes", "class_list", "column_classes", "label_key", "named_labels"]
 
 
 def _rows_from_one(rows: Sequence[int]) -> list[str]:
@@ -82,17 +83,21 @@ def column_classes(
 ) -> list[str]:
     """:func:`class_list` of a pyarrow (chunked) array, read once in Arrow: its distinct values only
     become Python objects (a column of 2 M labels costs one pass). ``rows``: each entry's row."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if isinstance(labels, pa.ChunkedArray):
-        labels = labels.combine_chunks() if labels.num_chunks else pa.array([], labels.type)
-    encoded = labels.dictionary_encode()
-    indices = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
-    ids, first = np.unique(indices, return_index=True)
-    first, ids = first[ids >= 0], ids[ids >= 0]
-    values = encoded.dictionary.take(pa.array(ids, pa.int64())).to_pylist()
+    values, first = distinct_labels(labels)
     return _classes(values, (first if rows is None else np.asarray(rows)[first]).tolist(), source, column, places)
+
+
+def named_labels(ids: Sequence[Any], names: Sequence[str]) -> list[Any]:
+    """A ``ClassLabel`` column's stored ids as its names, so that they are matched as names are (``-1``, what
+    ``datasets`` stores for no label, is None); an id beyond the names stays an id, marked so that no name
+    matches it (the row is then an unknown label, named in the message); a value that is no id stays as is."""
+
+    def name(v: Any) -> Any:
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+            return v
+        return None if v == -1 else names[v] if 0 <= v < len(names) else f"{v} (no name in the ClassLabel)"
+
+    return [name(v) for v in ids]
 
 
 def check_classes(classes: Sequence[str], name: str, column: str) -> list[str]:

@@ -34,7 +34,7 @@ from varlen.datasets.text.hf_tables import (
     read_arrow,
 )
 from varlen.datasets.text.hub import HUB_SPLITS, hidden_labels, is_folder, load_hub
-from varlen.datasets.text.labels import class_list, column_classes
+from varlen.datasets.text.labels import class_list, column_classes, named_labels
 from varlen.datasets.text.places import RowPlaces
 from varlen.datasets.text.pretokenised import table_columns
 from varlen.datasets.text.readers import (
@@ -49,6 +49,7 @@ from varlen.datasets.text.readers import (
 )
 from varlen.datasets.text.synthetic import iter_synthetic, synthetic_labels, synthetic_name, synthetic_splits
 from varlen.errors import DataError
+from varlen.labels import classlabel_names, named_classes
 
 __all__ = ["RowSlice", "TextSource", "file_sources", "hub_sources", "synthetic_sources", "table_source"]
 
@@ -119,8 +120,13 @@ class TextSource:
         return self.identify()
 
     @cached_property
+    def _schema(self) -> Any:
+        """:meth:`schema`, read once (a JSON file's costs a parse) for its columns and label names."""
+        return self.schema()
+
+    @cached_property
     def _layout(self) -> tuple[TextColumns, str | None]:
-        return table_columns(self.given, self.schema(), self.name, self.label_optional)
+        return table_columns(self.given, self._schema, self.name, self.label_optional)
 
     @property
     def columns(self) -> TextColumns:
@@ -153,16 +159,29 @@ class TextSource:
             self._marks = split_marks(values, self.name, self.split_column, places=self.places)
         return self._marks
 
-    def classes(self) -> list[str]:
-        """The classes of its (training) rows' labels, sorted and checked (see
-        :func:`~varlen.datasets.text.labels.column_classes`): only the label column is read.
+    @cached_property
+    def label_names(self) -> list[str] | None:
+        """The names of its label column's ids when that is a Hugging Face ``ClassLabel`` (a ``Dataset``, a
+        saved folder, or an ``.arrow`` / Parquet file ``datasets`` wrote), else None: its rows' labels are
+        read as those names."""
+        return classlabel_names(self._schema, self.columns.label)
+
+    def classes(self, given: list[str] | None = None) -> list[str]:
+        """The classes of its (training) rows' labels: a ``ClassLabel``'s names in id order, else the labels
+        sorted and checked (see :func:`~varlen.datasets.text.labels.column_classes`; only the label column
+        is read); ``given`` (``class_names``): those, which must be names of a ``ClassLabel``.
 
         Raises:
-            DataError: the labels mix numbers with words or spell one number two ways (naming rows).
+            DataError: the labels mix numbers with words or spell one number two ways (naming rows), or
+                ``given`` names a class its ``ClassLabel`` lacks.
         """
         import pyarrow as pa
 
         label = self.given.label
+        if self.label_names is not None:
+            return named_classes(self.label_names, given, self.name, label)[0]
+        if given is not None:
+            return list(given)
         labels = self.read([label]).column(label)
         marks, rows = self.marks(), None
         if marks is not None:
@@ -177,10 +196,14 @@ class TextSource:
         start = 0
         for part in self.batches(names, size):
             pairs = part.column(pair).to_pylist() if pair else None
-            labels = part.column(label).to_pylist() if label else [None] * part.num_rows
+            labels = self._labels(part.column(label).to_pylist()) if label else [None] * part.num_rows
             type_ids = part.column(self.type_ids).to_pylist() if self.type_ids else None
             yield RowSlice(start, part.column(text).to_pylist(), pairs, labels, type_ids)
             start += part.num_rows
+
+    def _labels(self, values: list[Any]) -> list[Any]:
+        """Labels as read: a ``ClassLabel``'s ids as its names (see :func:`~.labels.named_labels`)."""
+        return values if self.label_names is None else named_labels(values, self.label_names)
 
     def table(self) -> TextTable:
         """Every row in memory, as read (for a look at the texts, or a DataModule of one's own)."""
@@ -190,7 +213,7 @@ class TextSource:
         def column(name: str | None) -> list[Any] | None:
             return table.column(name).to_pylist() if name else None
 
-        labels = column(label) or [None] * table.num_rows
+        labels = self._labels(column(label)) if label else [None] * table.num_rows
         return TextTable(self.name, column(text), labels, column(pair), None, column(self.split_column), self.places)
 
 
@@ -278,7 +301,11 @@ class SyntheticSource(TextSource):
     def type_ids(self) -> str | None:
         return None
 
-    def classes(self) -> list[str]:
+    label_names = None  # no ClassLabel
+
+    def classes(self, given: list[str] | None = None) -> list[str]:
+        if given is not None:
+            return list(given)
         return class_list(np.unique(synthetic_labels(self.num_samples, self.seed)).tolist(), self.name)
 
     def slices(self, size: int) -> Iterator[RowSlice]:
