@@ -5,7 +5,18 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["bad_label", "failing_size", "item_sizes", "label_of", "make_item", "negative_size", "rows_of", "weight_of"]
+__all__ = [
+    "bad_label",
+    "failing_size",
+    "item_sizes",
+    "label_of",
+    "labelled_item",
+    "make_item",
+    "negative_size",
+    "rows_of",
+    "sizes_of",
+    "weight_of",
+]
 
 
 def rows_of(i: int) -> int:
@@ -46,3 +57,14 @@ def weight_of(item: dict) -> float:
 
 def bad_label(item: dict) -> int:
     return -2 if item["index"] == 13 else 0
+
+
+def labelled_item(i: int) -> dict:
+    """Item ``i`` with its class ``label_of(i)`` (-1: none) as its ``label``."""
+    label = label_of({"index": i})
+    return make_item(i) | {"label": -1 if label is None else label}
+
+
+def sizes_of(samples: list) -> np.ndarray:
+    """Decoded items' sizes ``[n, 2]`` (a ``StreamedDataset``'s ``sample_sizes``)."""
+    return np.array([item_sizes(item) for item in samples], dtype=np.int64).reshape(-1, 2)

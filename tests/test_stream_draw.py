@@ -20,7 +20,7 @@ from varlen.datamodules.weighting import balanced_weights
 from varlen.errors import DataError
 from varlen.stream import SizeIndex, write_size_index
 from varlen.stream.draw_index import DRAW, DRAW_TOTALS, DrawTable, WeightedSizeIndex, weighted_index, write_draw_table
-from varlen.stream.size_index import FOLDER
+from varlen.stream.size_index import FOLDER, record_files
 
 START = "fork" if "fork" in multiprocessing.get_all_start_methods() else None
 
@@ -188,10 +188,13 @@ def test_bad_weight_values_are_named(tmp_path: Path) -> None:
     damaged = tmp_path / "damaged"
     shutil.copytree(folder, damaged)
     (damaged / FOLDER / DRAW).write_bytes(data.replace(np.float32(12345.5).tobytes(), np.float32(-3).tobytes()))
-    index = weighted_index(damaged, "w")  # the totals are the file's: a value changed under them shows when read
-    with pytest.raises(DataError, match=r"chunk 1 \(chunk-0-1.bin\), item 3 \(sample 7\): sample weight column 'w' "
-                                         r"is -3; weights must be finite and >= 0"):  # fmt: skip
-        index.weights(1)
+    with pytest.raises(DataError, match=r"draw.arrow is corrupt: its checksum is .* the size index recorded when it "
+                                         r"was written: write the chunks again .*varlen optimize"):  # fmt: skip
+        weighted_index(damaged, "w")  # the size index recorded the sidecar's checksum when it was written
+    record_files(damaged)  # ... a tool that rewrote that record too: the value is still named when the sidecar opens
+    with pytest.raises(DataError, match=r"draw.arrow: chunk 1 \(chunk-0-1.bin\), item 3 \(sample 7\): its 'weight:w' "
+                                         r"is -3, not finite and >= 0: write the chunks again"):  # fmt: skip
+        weighted_index(damaged, "w")
     weights = np.concatenate([weighted_index(folder, "w").weights(c) for c in (0, 1, 2)])
     assert np.array_equal(weights, values.astype(np.float32))
 
@@ -286,3 +289,34 @@ def test_a_streamed_state_saved_under_other_sample_weights_is_refused(written) -
     for other in (None, "v"):
         with pytest.raises(ValueError, match="plan state was saved with plan"):
             sampler(other).load_state_dict(state)
+
+
+def test_a_streamed_sample_whose_label_is_not_its_sidecar_class_is_refused(written, tmp_path: Path) -> None:
+    """A sidecar of the right key whose classes are another labelling's (written again, so its checksums hold)
+    draws other samples: a weighted stream compares each decoded sample's label with it, naming the chunk,
+    the sample and the command that writes the sidecar again."""
+    from varlen.datamodules.text import TextClassificationDataModule
+
+    memory, out = written
+    copy = Path(shutil.copytree(out, tmp_path / "relabelled"))
+    index = SizeIndex(copy)
+    sizes = np.concatenate([index.sizes(c) for c in range(index.num_chunks)])
+    labels = memory.class_labels(memory.dataset("train"))
+    sample = int(index.samples_per_chunk[:2].sum()) + 1
+    other = labels.copy()
+    other[sample] = (labels[sample] + 1) % 3
+    write_draw_table(copy, sizes, other, {"w": memory.train_weights()})
+    dm = TextClassificationDataModule(
+        train_file=memory.train_file, stream=str(copy), max_tokens=400, sample_weights="balanced"
+    )
+    dm.prepare_data()
+    dm.setup("fit")
+    train = dm.dataset("train")
+    assert train[0]["index"] == 0  # the other chunks read
+    with pytest.raises(DataError) as caught:
+        train[sample]
+    message = str(caught.value)
+    where = f"chunk 2 ({index.chunks.names[2]}), item 1 (sample {sample})"
+    assert f"{where}: its label is class {labels[sample]}" in message
+    assert f"its draw sidecar ({copy}/{FOLDER}/{DRAW}) says class {other[sample]}" in message, message
+    assert "varlen optimize --config CONFIG --output DIR" in message

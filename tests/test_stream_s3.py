@@ -352,6 +352,48 @@ def test_a_damaged_chunk_in_the_store_is_reported_as_damaged_at_once(
     assert_quiet(capfd.readouterr().err)
 
 
+def test_a_damaged_copy_of_the_size_index_or_a_chunk_in_the_cache_is_fetched_again(
+    s3: dict, text_local: Path, tmp_path: Path, caplog
+) -> None:
+    """A node's cached copy of the store's size index (kept while the store's is unchanged) or of a chunk, whose
+    bytes changed since (a disk, a tool), fails its checksum and is fetched again with a warning: the run goes
+    on. A copy the store itself serves damaged is refused, naming the store's file and the command."""
+    import logging
+
+    import boto3
+    from faults import flip_bytes
+
+    from varlen.stream.source import StreamSource
+
+    url = upload(s3, text_local, "recached")
+    stream = {"url": url, "storage_options": s3, "cache_dir": str(tmp_path / "cache")}
+    train = text_dm(stream).dataset("train")
+    assert train[0]["index"] == 0
+    copy, chunk = Path(train.index_dir) / "varlen_sizes", Path(train._open().input_dir.path) / train.names[0]
+    for name in ("histograms.arrow", "sizes.arrow"):
+        flip_bytes(copy / name)
+    flip_bytes(chunk, count=4, at=0.9)
+    logger = logging.getLogger("varlen.stream.source")
+    logger.addHandler(caplog.handler)  # the varlen logger may not propagate (the console script's)
+    try:
+        train = text_dm(stream).dataset("train")
+    finally:
+        logger.removeHandler(caplog.handler)
+    for name in ("histograms.arrow", "sizes.arrow"):
+        assert (copy / name).read_bytes() == (text_local / "varlen_sizes" / name).read_bytes()
+        assert f"{copy / name} is corrupt: its checksum is" in caplog.text
+    assert f"fetching it again from {url}" in caplog.text
+    assert [item["index"] for item in train.__getitems__(range(SAMPLES))] == list(range(SAMPLES))
+    assert chunk.read_bytes() == (text_local / train.names[0]).read_bytes()  # fetched again, not refused
+    damaged = bytearray((text_local / "varlen_sizes" / "sizes.arrow").read_bytes())
+    damaged[len(damaged) // 2] ^= 0xFF
+    client = boto3.client("s3", **s3)
+    client.put_object(Bucket=BUCKET, Key="recached/varlen_sizes/sizes.arrow", Body=bytes(damaged))
+    with pytest.raises(DataError, match=rf"{url}/varlen_sizes/sizes.arrow is damaged in the store .* is corrupt: its "
+                                         r"checksum .*varlen optimize --config CONFIG --output DIR"):  # fmt: skip
+        StreamSource.parse(stream, "test").fetched()
+
+
 def test_third_party_debug_logs_stay_off_a_console_logging_at_debug(s3: dict, text_url: str, tmp_path: Path) -> None:
     """A script that logs everything at DEBUG to stderr (``logging.basicConfig``) keeps its own lines,
     and gets none of botocore's, urllib3's or LitData's: their loggers are set to WARNING, not the root."""

@@ -5,7 +5,9 @@ not that its bytes are still the ones written: bytes flipped in the middle of a 
 copy or a tool would be served as data (a token id of -1013 reaches an embedding, a molecule's
 values change). So :func:`table_checksum` digests a table's data (every column's values and
 offsets, with its type and length) with xxh3-64 when it is built, the table records it, and
-:func:`verify` compares it when a process maps the file. xxh3 hashes about 15 GB/s on one core:
+:func:`verify` compares it when a process maps the file. A streamed dataset's size index records
+:func:`file_checksum` of each LitData chunk and of the files beside it the same way
+(:mod:`varlen.stream.integrity`), checked through :func:`mismatch`. xxh3 hashes about 15 GB/s on one core:
 SST-2's token table costs milliseconds (``scripts/benchmark_checksums.py``). It runs
 
 * once per file per process: a verified file (device, inode, size, modification time) is
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -29,12 +32,14 @@ import xxhash
 
 from varlen.errors import DataError
 
-__all__ = ["ALGORITHM", "MARKER", "ChecksumError", "table_checksum", "verify"]
+__all__ = ["ALGORITHM", "MARKER", "ChecksumError", "file_checksum", "mismatch", "table_checksum", "verify"]
 
 #: the digest a table records (its name prefixes the value: another one is a new format)
 ALGORITHM = "xxh3_64"
 #: the extended attribute that says a file was verified (see the module docstring)
 MARKER = "user.varlen.verified"
+#: bytes :func:`file_checksum` reads at a time
+_BLOCK = 8 * 2**20
 
 _VERIFIED: set[tuple[int, int, int, int]] = set()  # (device, inode, size, mtime) verified in this process
 
@@ -55,14 +60,27 @@ class ChecksumError(DataError):
         return type(self), (self.path, self.reason)
 
 
-def table_checksum(batch: pa.RecordBatch) -> str:
+def table_checksum(batch: pa.RecordBatch, metadata: Mapping[bytes, bytes] | None = None) -> str:
     """``"xxh3_64:<hex>"`` of a record batch's data: each column's name, type, length and the bytes
     of its values (and offsets, nulls) that its rows span, so a table equal in content has the same
-    checksum however its buffers are laid out in memory or in the file."""
+    checksum however its buffers are laid out in memory or in the file; with ``metadata``, those
+    schema metadata entries too (what a table says of other files: the stream's size index)."""
     digest = xxhash.xxh3_64()
     for name, column in zip(batch.schema.names, batch.columns, strict=True):
         digest.update(name.encode())
         _feed(digest, column)
+    for key, value in sorted((metadata or {}).items()):
+        digest.update(struct.pack("<qq", len(key), len(value)) + key + value)
+    return f"{ALGORITHM}:{digest.hexdigest()}"
+
+
+def file_checksum(path: str | Path) -> str:
+    """``"xxh3_64:<hex>"`` of a file's bytes (a LitData chunk, a size index file), read a block at a time."""
+    digest, block = xxhash.xxh3_64(), bytearray(_BLOCK)
+    view = memoryview(block)
+    with open(path, "rb", buffering=0) as handle:
+        while read := handle.readinto(block):
+            digest.update(view[:read])
     return f"{ALGORITHM}:{digest.hexdigest()}"
 
 
@@ -121,17 +139,28 @@ def verify(path: str | Path, batch: pa.RecordBatch, recorded: str) -> None:
     """
     if not recorded:
         raise ChecksumError(path, "without a checksum of its data (written by an older varlen)")
+    found = mismatch(path, recorded, lambda: table_checksum(batch))
+    if found is not None:
+        reason = f"corrupt: its data's checksum is {found}, not the {recorded} recorded when it was built"
+        raise ChecksumError(path, reason)
+
+
+def mismatch(path: str | Path, recorded: str, compute: Callable[[], str]) -> str | None:
+    """What ``compute()`` (the checksum of ``path``'s content, and any check of its values, which may
+    raise) gives where it differs from ``recorded``; None where it agrees, or where this process or
+    another one on the node verified this very file already (see the module docstring): each file is
+    hashed once per node however many processes open it."""
     identity, stat = _identity(path)
     if identity in _VERIFIED or _marked(path, stat, recorded):
         _VERIFIED.add(identity)
-        return
-    found = table_checksum(batch)
+        return None
+    found = compute()
     if found != recorded:
-        reason = f"corrupt: its data's checksum is {found}, not the {recorded} recorded when it was built"
-        raise ChecksumError(path, reason)
+        return found
     if _identity(path)[0] == identity:  # the same file all along (not replaced while being hashed)
         _VERIFIED.add(identity)
         _mark(path, stat, recorded)
+    return None
 
 
 def _identity(path: str | Path) -> tuple[tuple[int, int, int, int], os.stat_result]:

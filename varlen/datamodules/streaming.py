@@ -7,8 +7,10 @@ DataModule's own sources as usual, then replaces the training split by a
 :class:`~varlen.stream.dataset.StreamedDataset` over the dataset, after checking
 the size index against ``index.json`` and against the DataModule (its size axes); the training
 batches come from a :class:`~varlen.stream.sampler.StreamBatchSampler` planned from the size index
-alone. litdata is imported only when ``stream`` is set (the ``stream`` extra); the sampler class is
-imported with the base, before Lightning wraps every ``BatchSampler`` subclass's ``__init__`` to record
+alone. A weighted stream (``sample_weights``) draws by the draw sidecar's classes, so each decoded sample's
+class (:func:`sample_labels`, or the DataModule's static ``sample_labels``) is checked against them.
+litdata is imported only when ``stream`` is set (the ``stream`` extra); the sampler class is imported with
+the base, before Lightning wraps every ``BatchSampler`` subclass's ``__init__`` to record
 its arguments (a class imported later is not recorded, and Lightning cannot rebuild it under DDP).
 """
 
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from varlen.datamodules.sources import MAIN
 from varlen.datasets.mixture import SourceMixture
@@ -29,7 +33,7 @@ from varlen.stream.sampler import StreamBatchSampler  # imported with the base: 
 from varlen.stream.source import StreamSource
 from varlen.stream.write import written_state
 
-__all__ = ["check_stream", "stream_sampler", "streamed_train"]
+__all__ = ["check_stream", "sample_labels", "stream_sampler", "streamed_train"]
 
 
 def check_stream(
@@ -81,7 +85,9 @@ def streamed_train(dm: Any) -> Any:
             f"{owner}: stream needs sample_sizes (the sizes of decoded samples), which it does not implement"
         )
     check_litdata()
-    dataset = StreamedDataset(dm.stream, type(dm).sample_sizes)
+    # a weighted draw reads the sidecar's classes: each decoded sample's label is checked against them
+    labels = getattr(type(dm), "sample_labels", sample_labels) if dm.sample_weights is not None else None
+    dataset = StreamedDataset(dm.stream, type(dm).sample_sizes, labels)
     dataset.index.check()
     check_written_state(dm, dataset.index_dir)
     axes = tuple(dm.size_axes)
@@ -94,6 +100,16 @@ def streamed_train(dm: Any) -> Any:
         weighted_index(dataset.index_dir, dm.sample_weights, owner)
     dm.report.stream("train", lambda: dataset.retries)
     return dataset
+
+
+def sample_labels(samples: Sequence[Any]) -> np.ndarray | None:
+    """The class ids of decoded samples (what ``class_labels`` gives for them, -1: none): each sample's
+    ``label`` where every sample has an integer one, else None (nothing to check). A DataModule whose
+    samples carry their class otherwise defines a static ``sample_labels`` of its own."""
+    labels = [sample.get("label") if isinstance(sample, Mapping) else None for sample in samples]
+    if not labels or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in labels):
+        return None
+    return np.asarray(labels, dtype=np.int64)
 
 
 def check_written_state(dm: Any, index_dir: str) -> None:

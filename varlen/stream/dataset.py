@@ -11,11 +11,14 @@ reads it, and kept while the cache is under LitData's budget (``max_cache_size``
 be reached is told apart from a chunk that is missing or damaged, each a DataError of its own, and
 LitData neither waits for a chunk cut short nor prints its download thread's crash.
 
-A chunk whose file is not the size ``index.json`` gives, or that fails to decode, is damaged: reported
-at once (never read again), naming the chunk and how to write it again. Every decoded sample's sizes
-are computed by the DataModule's ``sample_sizes`` and compared with its size index entry: a dataset
-rewritten under its index, or an index built with another size function, raises a
-:class:`~varlen.errors.DataError` naming the chunk, the sample and the rebuild command.
+A chunk whose file is not the size ``index.json`` gives, whose bytes are not those the size index
+recorded when it was written (checked before it is decoded, once per node: :mod:`varlen.stream.integrity`),
+or that fails to decode, is damaged: reported at once (never read again), naming the chunk and how to
+write it again; a store's cached copy that fails the check is fetched again once first. Every decoded
+sample's sizes are computed by the DataModule's ``sample_sizes`` and compared with its size index entry:
+a dataset rewritten under its index, or an index built with another size function, raises a
+:class:`~varlen.errors.DataError` naming the chunk, the sample and the rebuild command. Given
+``sample_labels``, each decoded sample's class is compared with the draw sidecar's in the same way.
 """
 
 from __future__ import annotations
@@ -32,11 +35,13 @@ from torch.utils.data import Dataset, get_worker_info
 import varlen.stream.store as store
 from varlen.errors import DataError
 from varlen.stream.chunks import INDEX_JSON, ChunkList, read_index_json
+from varlen.stream.draw_index import DRAW, REWRITE_DRAW, DrawTable
 from varlen.stream.engine import litdata, plain_http_downloads
-from varlen.stream.size_index import SizeIndex, rebuild_command
+from varlen.stream.integrity import file_problem
+from varlen.stream.size_index import FOLDER, SizeIndex, rebuild_command
 from varlen.stream.source import StreamSource
 
-__all__ = ["SizeFn", "StreamedDataset"]
+__all__ = ["LabelFn", "SizeFn", "StreamedDataset"]
 
 #: slots of the shared retry count: this process and up to 63 loader workers (more share slots)
 _SLOTS = 64
@@ -49,6 +54,8 @@ REWRITE = (
 
 #: samples -> their sizes ``[n, D]`` (what the size index holds for them: a DataModule's ``sample_sizes``)
 SizeFn = Callable[[Sequence[Any]], np.ndarray]
+#: samples -> their class ids ``[n]`` (-1: none), or None where they carry none (a DataModule's ``sample_labels``)
+LabelFn = Callable[[Sequence[Any]], np.ndarray | None]
 
 
 class StreamedDataset(Dataset):
@@ -59,8 +66,10 @@ class StreamedDataset(Dataset):
             :class:`~varlen.stream.source.StreamSource` (a store's options and cache).
         sample_sizes: samples -> ``[n, D]`` sizes; must pickle (a module-level function or a
             static method: loader workers receive it with the dataset).
+        sample_labels: samples -> ``[n]`` class ids, compared with the draw sidecar's classes where it
+            has them (None: not compared); must pickle too.
 
-    The dataset pickles as ``(source, sample_sizes)``, the source's index fetched already: a worker
+    The dataset pickles as ``(source, sample_sizes, sample_labels)``, the source's index fetched already: a worker
     maps the local size index and opens its own ``StreamingDataset`` at its first read, under fork,
     spawn or forkserver alike. A loader's workers share its retry count (:attr:`retries`).
     """
@@ -69,13 +78,21 @@ class StreamedDataset(Dataset):
     #: window's batches draw on a few consecutive chunks (``varlen optimize`` writes 64 MB ones)
     cache_bytes = 256 * 2**20
 
-    def __init__(self, source: StreamSource | str | Path, sample_sizes: SizeFn, _retried: Any | None = None) -> None:
+    def __init__(
+        self,
+        source: StreamSource | str | Path,
+        sample_sizes: SizeFn,
+        sample_labels: LabelFn | None = None,
+        _retried: Any | None = None,
+    ) -> None:
         source = source if isinstance(source, StreamSource) else StreamSource.parse(str(source), "StreamedDataset")
         self.source = source if source.index_dir is not None else source.fetched()
         self.url = self.source.url  # the dataset as given: what messages name
         self.index_dir = str(self.source.index_dir)  # index.json and the size index, on local disk
         self.sample_sizes = sample_sizes
+        self.sample_labels = sample_labels
         self.index = SizeIndex(self.index_dir)
+        self._draw: DrawTable | None | bool = False  # the draw sidecar, opened at the first label check
         self.offsets = np.concatenate([[0], np.cumsum(self.index.samples_per_chunk)]).astype(np.int64)
         self.names = self.index.chunks.names
         listed = read_index_json(self.index_dir)
@@ -96,7 +113,8 @@ class StreamedDataset(Dataset):
         # the shared count travels only to a process being started with this dataset (spawn, forkserver);
         # anywhere else a copy counts afresh (shared memory cannot be pickled to a file)
         starting = multiprocessing.context.get_spawning_popen() is not None
-        return (StreamedDataset, (self.source, self.sample_sizes, self._retried if starting else None))
+        retried = self._retried if starting else None
+        return (StreamedDataset, (self.source, self.sample_sizes, self.sample_labels, retried))
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
@@ -176,16 +194,17 @@ class StreamedDataset(Dataset):
         """
         stream, first = self._open(), int(self.offsets[chunk])
         path = Path(stream.input_dir.path) / self.names[chunk]
-        if self.source.remote and not self._compressed and not path.is_file():
-            part = path.with_name(f"{path.name}.{os.getpid()}.part")
-            if self.source.fetch(self.names[chunk], part, retried=self._count_retry):
-                os.replace(part, path)  # whole, or not at all: LitData waits for a file it finds short
+        fetched = self.source.remote and not self._compressed and not path.is_file() and self._fetch(chunk, path)
         if not self._compressed:
             if not path.is_file():
                 missing = f"{self.names[chunk]} is missing from {self.url}"
                 raise DataError(f"{self._where(chunk, first)} could not be read: {missing}. {REWRITE}")
-            if path.stat().st_size != int(self.nbytes[chunk]):
-                self._damaged(chunk, first, f"{path.stat().st_size} bytes where {INDEX_JSON} says {self.nbytes[chunk]}")
+            problem = self._problem(chunk, path)
+            if problem is not None and self.source.remote and not fetched:  # the cache's copy: the store's again
+                path.unlink(missing_ok=True)
+                problem = self._problem(chunk, path) if self._fetch(chunk, path) else "missing from the store"
+            if problem is not None:
+                self._damaged(chunk, first, problem)
         try:
             return self._decode(chunk)
         except _Unread as unread:
@@ -193,6 +212,22 @@ class StreamedDataset(Dataset):
                 said = store.said(unread.__cause__)
                 raise DataError(f"{self._where(chunk, unread.sample)} could not be read ({said})") from unread.__cause__
             self._damaged(chunk, unread.sample, store.said(unread.__cause__))
+
+    def _fetch(self, chunk: int, path: Path) -> bool:
+        """A store's ``chunk`` into ``path``, whole or not at all (LitData waits for a file it finds short)."""
+        part = path.with_name(f"{path.name}.{os.getpid()}.part")
+        if not self.source.fetch(self.names[chunk], part, retried=self._count_retry):
+            return False
+        os.replace(part, path)
+        return True
+
+    def _problem(self, chunk: int, path: Path) -> str | None:
+        """What is wrong with ``chunk``'s file at ``path`` (None: nothing): not the size ``index.json`` gives,
+        or not the bytes the size index recorded (hashed once per node; unchecked where none was recorded)."""
+        if path.stat().st_size != int(self.nbytes[chunk]):
+            return f"{path.stat().st_size} bytes where {INDEX_JSON} says {self.nbytes[chunk]}"
+        recorded = self.index.chunk_checksum(chunk)
+        return None if recorded is None else file_problem(path, recorded)
 
     def _damaged(self, chunk: int, sample: int, what: str) -> None:
         """Refuse a chunk that downloaded but is not what was written, removing a store's copy from the
@@ -238,6 +273,31 @@ class StreamedDataset(Dataset):
                 f"({', '.join(self.index.axes)}), its size index says {indexed[row].tolist()}: the chunks were "
                 "rewritten under the index, or the index was built with another size function. Rebuild the index: "
                 f"{rebuild_command(self.url, self.index.axes, self.index.size_fn)}"
+            )
+        self._check_labels(chunk, items, members)
+
+    def _check_labels(self, chunk: int, items: list[Any], members: np.ndarray) -> None:
+        """Refuse a decoded chunk with a sample whose class is not the one the draw sidecar holds for it
+        (the sidecar of other labels draws other samples); nothing to compare without ``sample_labels``,
+        a sidecar with classes, or labels in the samples."""
+        if self.sample_labels is None:
+            return
+        if self._draw is False:  # opened (and verified) once, where a chunk is first checked
+            draw = DrawTable(self.index_dir, self.index) if (Path(self.index_dir) / FOLDER / DRAW).is_file() else None
+            self._draw = draw if draw is not None and draw.classes >= 0 else None
+        found = None if self._draw is None else self.sample_labels(items)
+        if found is None:
+            return
+        found, drawn = np.asarray(found, dtype=np.int64).reshape(-1), self._draw.labels(chunk)
+        if found.shape != drawn.shape:
+            raise DataError(f"{self.url}: chunk {chunk}: sample_labels gave {len(found)} labels for {len(drawn)} items")
+        differ = np.flatnonzero(found != drawn)
+        if len(differ):
+            row = int(differ[0])
+            raise DataError(
+                f"{self._where(chunk, int(members[row]))}: its label is class {int(found[row])}, its draw sidecar "
+                f"({self.url}/{FOLDER}/{DRAW}) says class {int(drawn[row])}: the sidecar was written for other labels, "
+                f"or the chunks were rewritten under it. {REWRITE_DRAW[0].upper()}{REWRITE_DRAW[1:]}"
             )
 
 

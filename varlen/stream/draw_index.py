@@ -19,11 +19,16 @@ Arrow IPC files (random-access file format, memory-mapped), like ``sizes.arrow``
 
 Both carry the content key of the chunk list: a sidecar of other chunks than the size index's (the
 chunks written again, or the size index rebuilt over other chunks) is refused, naming the command that
-writes it again. :func:`weighted_index` gives a size index with each sample's draw weight for a
-DataModule's ``sample_weights`` (:class:`WeightedSizeIndex`): ``"balanced"`` is the inverse class
-frequency over the whole split (exactly :func:`varlen.datamodules.weighting.balanced_weights`), the
-class counts summed from ``draw_totals.arrow``; a column, its values (checked when the index is made,
-from the totals, and per chunk as it is read).
+writes it again. The size index records both files' checksums each time the sidecar is written
+(:func:`~varlen.stream.size_index.record_files`); a sidecar that differs from them, or holds a class id
+outside ``-1 .. classes - 1`` or a weight not finite and >= 0, is refused when it opens, naming the
+file, the chunk and item, and that command (:mod:`varlen.stream.integrity`: once per node).
+
+:func:`weighted_index` gives a size index with each sample's draw weight for a DataModule's
+``sample_weights`` (:class:`WeightedSizeIndex`): ``"balanced"`` is the inverse class frequency over the
+whole split (exactly :func:`varlen.datamodules.weighting.balanced_weights`), the class counts summed
+from ``draw_totals.arrow``; a column, its values (checked when the index is made, from the totals, and
+per chunk as it is read).
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ from varlen.batching.plan import SIZE_GRID
 from varlen.cache import atomic_write
 from varlen.errors import DataError
 from varlen.stream.chunks import ChunkList, local_folder
-from varlen.stream.size_index import FOLDER, SizeIndex
+from varlen.stream.integrity import IntegrityError, file_problem
+from varlen.stream.size_index import FOLDER, SIDECARS, SizeIndex, record_files
 from varlen.tables import as_numpy, to_arrow
 
 __all__ = [
@@ -54,7 +60,7 @@ __all__ = [
     "write_draw_table",
 ]
 
-DRAW, DRAW_TOTALS = "draw.arrow", "draw_totals.arrow"
+DRAW, DRAW_TOTALS = SIDECARS
 #: ``varlen.datamodules.weighting.BALANCED`` (not imported: the DataModules import this module)
 BALANCED = "balanced"
 VERSION = "1"
@@ -117,6 +123,7 @@ def write_draw_table(
     if labels is None and not weights:
         for name in (DRAW, DRAW_TOTALS):
             (folder / name).unlink(missing_ok=True)
+        record_files(dataset_dir)
         return None
     per_sample: dict[str, np.ndarray] = {}
     if labels is not None:
@@ -190,36 +197,47 @@ def write_draw_table(
 
     atomic_write(folder / DRAW, write_draw)
     atomic_write(folder / DRAW_TOTALS, write_totals)
+    record_files(dataset_dir)  # the size index vouches for the sidecar
     return folder / DRAW
 
 
 class DrawTable:
     """The draw sidecar of a local LitData dataset, memory-mapped (see the module docstring).
 
+    Args:
+        index: the dataset's size index: the sidecar must be of its chunks and the files it recorded
+            (None: neither is checked; class ids and weights are).
+
     Raises:
         DataError: (when made) the sidecar is missing (written by an older ``varlen optimize``, or by
             ``varlen index-sizes`` without a label or weight function), unreadable, of another format
-            version, or of other chunks than ``key`` (the size index's); each says how to write it again.
+            version, of other chunks than ``index``'s, not the files ``index`` recorded, or holding a
+            class id or weight it cannot hold (naming the chunk and item); each says how to write it again.
     """
 
-    def __init__(self, dataset_dir: str | Path, key: str | None = None) -> None:
+    def __init__(self, dataset_dir: str | Path, index: SizeIndex | None = None) -> None:
         self.dataset_dir = Path(dataset_dir)
         self._draw = self._open(DRAW)
         table = self._open(DRAW_TOTALS)
         metadata = table.schema.metadata
-        self.key = metadata[b"varlen.key"].decode()
-        #: classes written (-1: none, the DataModule has no classes)
-        self.classes = int(metadata[b"varlen.classes"])
-        self.columns: tuple[str, ...] = tuple(json.loads(metadata[b"varlen.columns"]))
+        try:
+            self.key = metadata[b"varlen.key"].decode()
+            #: classes written (-1: none, the DataModule has no classes)
+            self.classes = int(metadata[b"varlen.classes"])
+            self.columns: tuple[str, ...] = tuple(json.loads(metadata[b"varlen.columns"]))
+        except (KeyError, ValueError) as error:  # a damaged file's metadata
+            path = self.dataset_dir / FOLDER / DRAW_TOTALS
+            raise IntegrityError(path, f"{path} is unreadable (its metadata: {error!r}): {REWRITE_DRAW}") from error
         if self._draw.schema.metadata.get(b"varlen.key") != metadata[b"varlen.key"]:
             self._refuse(f"{DRAW} and {DRAW_TOTALS} were written for different chunk lists")
         if table.num_record_batches != 1:
             self._refuse(f"{DRAW_TOTALS} holds {table.num_record_batches} record batches, not 1")
         self._totals = table.get_batch(0)
-        if key is not None and key != self.key:
+        if index is not None and index.key != self.key:
             self._refuse("it was written for other chunks than the size index describes (a stale sidecar)")
         if self._draw.num_record_batches != self._totals.num_rows:
             self._refuse(f"{DRAW} holds {self._draw.num_record_batches} chunks, {DRAW_TOTALS} {self._totals.num_rows}")
+        self._verify(index)
 
     def _open(self, name: str) -> pa.ipc.RecordBatchFileReader:
         path = self.dataset_dir / FOLDER / name
@@ -232,7 +250,8 @@ class DrawTable:
         try:
             reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
         except (OSError, pa.ArrowException) as error:
-            raise DataError(f"{path} is unreadable ({type(error).__name__}: {error}): {REWRITE_DRAW}") from error
+            said = f"{path} is unreadable ({type(error).__name__}: {error}): {REWRITE_DRAW}"
+            raise IntegrityError(path, said) from error
         version = (reader.schema.metadata or {}).get(b"varlen.version", b"").decode()
         if version != VERSION:
             raise DataError(f"{path} is of version {version!r}, this varlen reads {VERSION!r}: {REWRITE_DRAW}")
@@ -240,6 +259,41 @@ class DrawTable:
 
     def _refuse(self, what: str) -> None:
         raise DataError(f"{self.dataset_dir / FOLDER}: {what}; {REWRITE_DRAW}")
+
+    def _verify(self, index: SizeIndex | None) -> None:
+        """Both files against the checksums ``index`` recorded, then the class ids and weights (once per
+        node); without a record (an older index, or none given) the values alone, at every open."""
+        recorded = None if index is None else index.recorded
+        if recorded is None:
+            self._check_values(index)
+            return
+        for name, values in ((DRAW_TOTALS, None), (DRAW, lambda: self._check_values(index))):
+            path = self.dataset_dir / FOLDER / name
+            problem = file_problem(path, recorded.get(name), values)
+            if problem is not None:
+                raise IntegrityError(path, f"{path} is {problem}: {REWRITE_DRAW}")
+
+    def _check_values(self, index: SizeIndex | None) -> None:
+        """Refuse a class id outside ``-1 .. classes - 1`` (past the classes: an IndexError at the first batch;
+        below -1: another class's weight) or a weight not finite and >= 0, naming the chunk and the item."""
+        columns = ([CLASS] if self.classes >= 0 else []) + [_weight(column) for column in self.columns]
+        first = 0
+        for chunk in range(self._draw.num_record_batches):
+            batch = self._draw.get_batch(chunk)
+            for column in columns:
+                values = as_numpy(batch.column(column))
+                if column == CLASS:
+                    bad, wanted = (values < -1) | (values >= self.classes), f"a class id from -1 to {self.classes - 1}"
+                else:
+                    bad, wanted = ~np.isfinite(values) | (values < 0), "finite and >= 0"
+                if bad.any():
+                    item = int(np.argmax(bad))
+                    name = f" ({index.chunks.names[chunk]})" if index is not None else ""
+                    raise DataError(
+                        f"{self.dataset_dir / FOLDER / DRAW}: chunk {chunk}{name}, item {item} (sample "
+                        f"{first + item}): its {column!r} is {values[item]:g}, not {wanted}: {REWRITE_DRAW}"
+                    )
+            first += batch.num_rows
 
     def labels(self, chunk: int) -> np.ndarray:
         """Class ids of chunk ``chunk``'s items, ``[n]`` int32 (-1: none; a read-only view)."""
@@ -274,7 +328,7 @@ class WeightedSizeIndex:
         self.owner = owner
         where = f"{owner + ': ' if owner else ''}{self.index.dataset_dir}"
         self._where = where
-        self.draw = DrawTable(self.index.dataset_dir, self.index.key)
+        self.draw = DrawTable(self.index.dataset_dir, self.index)
         total = int(self.index.samples_per_chunk.sum())
         if sample_weights == BALANCED:
             if self.draw.classes < 0:

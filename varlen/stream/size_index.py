@@ -13,7 +13,9 @@ is two Arrow IPC files (random-access file format, memory-mapped) in ``<dataset>
 
 Both carry the content key of the chunk list (:class:`~varlen.stream.chunks.ChunkList`):
 :meth:`SizeIndex.check` refuses an ``index.json`` that lists other chunks (a dataset rewritten or
-appended to) with the command that rebuilds the index.
+appended to) with the command that rebuilds the index. ``histograms.arrow`` also records a checksum
+of each chunk file, of ``sizes.arrow`` and the draw sidecar, and of itself, checked at a node's first
+open (:mod:`varlen.stream.integrity`).
 """
 
 from __future__ import annotations
@@ -26,17 +28,33 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+import varlen.checksums as checksums
 from varlen.batching.plan import SIZE_GRID, as_size_matrix
 from varlen.cache import atomic_write
 from varlen.errors import DataError, DatasetNotFoundError
 from varlen.stream.chunks import INDEX_JSON, ChunkList, local_folder, read_index_json
+from varlen.stream.integrity import (
+    CHECKSUM,
+    CHUNK_CHECKSUM,
+    FILES,
+    IntegrityError,
+    chunk_checksums,
+    file_checksums,
+    file_problem,
+    own_checksum,
+    recorded_files,
+    table_problem,
+    warn_unverified,
+)
 from varlen.tables import as_numpy, to_arrow
 
-__all__ = ["FOLDER", "SizeIndex", "histograms", "write_size_index"]
+__all__ = ["FOLDER", "SizeIndex", "histograms", "record_files", "write_size_index"]
 
 #: the size index's folder inside a LitData dataset folder
 FOLDER = "varlen_sizes"
 SIZES, HISTOGRAMS = "sizes.arrow", "histograms.arrow"
+#: the draw sidecar's files beside it (:mod:`varlen.stream.draw_index`), whose checksums the index records
+SIDECARS = ("draw.arrow", "draw_totals.arrow")
 VERSION = "1"
 _INT32_MAX = np.iinfo(np.int32).max
 
@@ -60,6 +78,14 @@ def rebuild_command(dataset_dir: str | Path, axes: Sequence[str], size_fn: str |
     """The command that writes the size index again."""
     command = f"varlen index-sizes {dataset_dir} --size-fn {size_fn or 'MODULE:FUNCTION'} --axes {','.join(axes)}"
     return command if size_fn else f"{command} (a function of one item giving its sizes)"
+
+
+def rewrite_command(dataset_dir: str | Path, axes: Sequence[str], size_fn: str | None) -> str:
+    """The commands that write a size index again: with the chunks, or alone over chunks written elsewhere."""
+    return (
+        "varlen optimize --config CONFIG --output DIR (the chunks and their index, then copied to where they are "
+        f"read from), or, for chunks written elsewhere, {rebuild_command(dataset_dir, axes, size_fn)}"
+    )
 
 
 def write_size_index(
@@ -120,17 +146,49 @@ def write_size_index(
         "samples": pa.array(chunks.samples),
         "bytes": pa.array(chunks.nbytes),
         "histograms": to_arrow(histograms(sizes, chunks.samples)),
+        CHUNK_CHECKSUM: pa.array(chunk_checksums(dataset_dir, chunks.names), pa.string()),
     }
     grid = {b"varlen.grid": json.dumps(SIZE_GRID.tolist()).encode()}
-    table_schema = pa.schema([pa.field(k, v.type, nullable=False) for k, v in table.items()], metadata=metadata | grid)
-
-    def write_histograms(tmp: Path) -> None:
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table_schema) as writer:
-            writer.write_batch(pa.record_batch(list(table.values()), schema=table_schema))
-
+    table_schema = pa.schema([pa.field(k, v.type, nullable=False) for k, v in table.items()])
     atomic_write(folder / SIZES, write_sizes)
-    atomic_write(folder / HISTOGRAMS, write_histograms)
+    files = {SIZES: checksums.file_checksum(folder / SIZES)} | file_checksums(folder, SIDECARS)
+    _write_histograms(folder, pa.record_batch(list(table.values()), schema=table_schema), metadata | grid, files)
     return folder
+
+
+def _write_histograms(folder: Path, batch: pa.RecordBatch, metadata: dict[bytes, bytes], files: dict) -> None:
+    """``histograms.arrow`` of ``batch`` with ``metadata``, the checksums of ``files`` and its own."""
+    metadata = {key: value for key, value in metadata.items() if key not in (CHECKSUM, FILES)}
+    metadata[FILES] = json.dumps(files, sort_keys=True).encode()
+    metadata[CHECKSUM] = own_checksum(batch, metadata).encode()
+    batch = batch.replace_schema_metadata(metadata)
+
+    def write(tmp: Path) -> None:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+
+    atomic_write(folder / HISTOGRAMS, write)
+
+
+def record_files(dataset_dir: str | Path, names: Sequence[str] = SIDECARS) -> None:
+    """Record again, in the size index of the local ``dataset_dir``, the checksums of the files ``names``
+    beside it (the draw sidecar, just written or removed: a removed one is no longer recorded). An index
+    that is not there, records no checksums (an older one) or fails its own check is left as it is: it
+    is written again, or refused when opened."""
+    folder = local_folder(dataset_dir) / FOLDER
+    try:
+        reader = pa.ipc.open_file(pa.memory_map(str(folder / HISTOGRAMS), "r"))
+        metadata = dict(reader.schema.metadata or {})
+        recorded = recorded_files(metadata)
+        if recorded is None or metadata.get(b"varlen.version") != VERSION.encode() or reader.num_record_batches != 1:
+            return
+        batch = reader.get_batch(0)
+    except (OSError, pa.ArrowException):
+        return
+    if table_problem(folder / HISTOGRAMS, batch, metadata) is not None:
+        return
+    files = {name: value for name, value in recorded.items() if name not in names} | file_checksums(folder, names)
+    _write_histograms(folder, batch, metadata, files)
 
 
 class SizeIndex:
@@ -147,18 +205,28 @@ class SizeIndex:
         self._sizes = self._open(SIZES)
         table = self._open(HISTOGRAMS)
         metadata = table.schema.metadata
-        self.axes: tuple[str, ...] = tuple(json.loads(metadata[b"varlen.axes"]))
-        self.key = metadata[b"varlen.key"].decode()
-        self.size_fn = metadata[b"varlen.size_fn"].decode() or None
-        #: the histograms' bin edges (a size ``s`` falls in the first bin whose edge is ``>= s``)
-        self.edges = np.asarray(json.loads(metadata[b"varlen.grid"]), np.int64)
+        try:
+            self.axes: tuple[str, ...] = tuple(json.loads(metadata[b"varlen.axes"]))
+            self.key = metadata[b"varlen.key"].decode()
+            self.size_fn = metadata[b"varlen.size_fn"].decode() or None
+            #: the histograms' bin edges (a size ``s`` falls in the first bin whose edge is ``>= s``)
+            self.edges = np.asarray(json.loads(metadata[b"varlen.grid"]), np.int64)
+        except (KeyError, ValueError) as error:  # a damaged file's metadata
+            path = self.dataset_dir / FOLDER / HISTOGRAMS
+            command = rebuild_command(self.dataset_dir, ["AXIS"], None)
+            said = f"{path} is unreadable (its metadata: {error!r}); rebuild it with {command}"
+            raise IntegrityError(path, said) from error
         if table.num_record_batches != 1:
             self._refuse(f"{HISTOGRAMS} holds {table.num_record_batches} record batches, not 1")
         self._table = table.get_batch(0)
+        #: the checksums of the files beside it recorded when it was written (None: it records none, an
+        #: older index); the chunks' are :meth:`chunk_checksum`'s
+        self.recorded = recorded_files(metadata)
         if self._sizes.schema.metadata.get(b"varlen.key") != metadata[b"varlen.key"]:
             self._refuse(f"{SIZES} and {HISTOGRAMS} were written for different chunk lists")
         if self._sizes.num_record_batches != self._table.num_rows:
             self._refuse(f"{SIZES} holds {self._sizes.num_record_batches} chunks, {HISTOGRAMS} {self._table.num_rows}")
+        self._verify(metadata)
 
     def _open(self, name: str) -> pa.ipc.RecordBatchFileReader:
         path = self.dataset_dir / FOLDER / name
@@ -175,9 +243,10 @@ class SizeIndex:
         try:
             reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
         except (OSError, pa.ArrowException) as error:
-            raise DataError(
+            raise IntegrityError(
+                path,
                 f"{path} is unreadable ({type(error).__name__}: {error}); rebuild it with "
-                f"{rebuild_command(self.dataset_dir, ['AXIS'], None)}"
+                f"{rebuild_command(self.dataset_dir, ['AXIS'], None)}",
             ) from error
         version = (reader.schema.metadata or {}).get(b"varlen.version", b"").decode()
         if version != VERSION:
@@ -191,6 +260,26 @@ class SizeIndex:
         raise DataError(
             f"{self.dataset_dir / FOLDER}: {what}; rebuild it with {rebuild_command(self.dataset_dir, self.axes, None)}"
         )
+
+    def _verify(self, metadata: dict[bytes, bytes]) -> None:
+        """Check ``histograms.arrow`` against its own checksum, then ``sizes.arrow`` against the one it
+        recorded (once per node: :mod:`varlen.stream.integrity`); warn once about an index without any."""
+        folder = self.dataset_dir / FOLDER
+        command = rewrite_command(self.dataset_dir, self.axes, self.size_fn)
+        if self.recorded is None:
+            warn_unverified(folder, command)
+            return
+        name, problem = HISTOGRAMS, table_problem(folder / HISTOGRAMS, self._table, metadata)
+        if problem is None:
+            name, problem = SIZES, file_problem(folder / SIZES, self.recorded.get(SIZES))
+        if problem is not None:
+            raise IntegrityError(folder / name, f"{folder / name} is {problem}. Write the size index again: {command}")
+
+    def chunk_checksum(self, chunk: int) -> str | None:
+        """The checksum of chunk ``chunk``'s file recorded when the index was written (None: none was)."""
+        if self.recorded is None or CHUNK_CHECKSUM not in self._table.schema.names:
+            return None
+        return self._table.column(CHUNK_CHECKSUM)[chunk].as_py() or None
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (SizeIndex, (str(self.dataset_dir),))

@@ -9,7 +9,9 @@ same cache as they are read (:mod:`varlen.stream.dataset`), under LitData's budg
 are fetched every time; a size index file is kept while the store's copy is the one fetched (S3: its
 ETag and size, from a HEAD request; other stores: fetched every time), so an index rebuilt in the
 store is fetched again, and one the store holds for an older chunk list is refused by
-:meth:`~varlen.stream.size_index.SizeIndex.check`.
+:meth:`~varlen.stream.size_index.SizeIndex.check`. A kept copy that fails its checksums
+(:mod:`varlen.stream.integrity`: a disk, a tool or a cut-short write changed it since) is fetched again
+with a warning, not left broken; a copy fetched just now that fails them is the store's, refused by name.
 Every store call ends within ``timeout`` seconds (:mod:`varlen.stream.store`).
 """
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import uuid
 from collections.abc import Mapping
@@ -28,12 +31,15 @@ import varlen.stream.store as store
 from varlen.cache import default_cache_dir
 from varlen.errors import DataError
 from varlen.stream.chunks import INDEX_JSON, ChunkList, parse_index_json
-from varlen.stream.draw_index import DRAW, DRAW_TOTALS
+from varlen.stream.draw_index import DRAW, DRAW_TOTALS, DrawTable
 from varlen.stream.engine import litdata
-from varlen.stream.size_index import FOLDER, HISTOGRAMS, SIZES
+from varlen.stream.integrity import IntegrityError
+from varlen.stream.size_index import FOLDER, HISTOGRAMS, SIZES, SizeIndex
 from varlen.stream.write import DATA_STATE
 
 __all__ = ["StreamSource"]
+
+log = logging.getLogger(__name__)
 
 #: the files beside the chunks that a rank reads itself (the data state is optional: index-sizes writes none)
 INDEX_FILES = (f"{FOLDER}/{SIZES}", f"{FOLDER}/{HISTOGRAMS}")
@@ -130,14 +136,38 @@ class StreamSource:
             return replace(self, index_dir=self.url)
         folder = self.cache / "index" / hashlib.sha256(self.url.encode()).hexdigest()[:16]
         (folder / FOLDER).mkdir(parents=True, exist_ok=True)
+        kept = self._fetch_index(folder)
+        for _ in INDEX_FILES + OPTIONAL_FILES:  # each round fetches one kept copy again, at most each once
+            damaged = _damaged_copy(folder)
+            if damaged is None:
+                break
+            name, message = damaged
+            if name not in kept:
+                raise DataError(
+                    f"{self.url.rstrip('/')}/{name} is damaged in the store (its copy fetched just now fails its "
+                    f"check): {message} Then copy {FOLDER}/ to the store again."
+                )
+            log.warning("%s: fetching it again from %s", message.partition(". ")[0], self.url)
+            kept.discard(name)
+            fresh = self._download(name, folder, required=name in INDEX_FILES)
+            if fresh is not None:
+                os.replace(fresh, folder / name)
+            else:  # gone from the store since the stamps were read
+                (folder / name).unlink(missing_ok=True)
+        return replace(self, index_dir=str(folder))
+
+    def _fetch_index(self, folder: Path) -> set[str]:
+        """The store's ``index.json`` and size index into ``folder`` (see the module docstring); the names
+        of the files kept from an earlier fetch (the store's copy unchanged)."""
         listed = self._download(INDEX_JSON, folder)
         ChunkList.from_index(parse_index_json(listed, f"{self.url}/{INDEX_JSON}"), self.url)
-        kept, stamps = _read_stamps(folder), {}
+        stamped, stamps, kept = _read_stamps(folder), {}, set()
         for name in INDEX_FILES + OPTIONAL_FILES:
             remote = f"{self.url.rstrip('/')}/{name}"
             stamp = store.stamp(remote, self.options, self.timeout) if name in STAMPED else None
-            if stamp is not None and stamp == kept.get(name) and (folder / name).is_file():
+            if stamp is not None and stamp == stamped.get(name) and (folder / name).is_file():
                 stamps[name] = stamp  # the store's file is the copy's
+                kept.add(name)
                 continue
             fresh = self._download(name, folder, required=name in INDEX_FILES)
             if fresh is not None:
@@ -147,7 +177,7 @@ class StreamSource:
                 (folder / name).unlink(missing_ok=True)
         os.replace(listed, folder / INDEX_JSON)
         _write_stamps(folder, stamps)
-        return replace(self, index_dir=str(folder))
+        return kept
 
     def _download(self, name: str, folder: Path, required: bool = True) -> Path | None:
         """``<url>/<name>`` into a new file in ``folder`` (its path), or None where the store has none and
@@ -166,6 +196,25 @@ class StreamSource:
             f"{self.url} has no size index ({self.url.rstrip('/')}/{name} is missing): build it beside the chunks "
             f"with `varlen index-sizes` on a local copy, then copy {FOLDER}/ to the store"
         )
+
+
+def _damaged_copy(folder: Path) -> tuple[str, str] | None:
+    """The first file of the local copy in ``folder`` that fails its checksums or cannot be read, as its
+    name in the dataset folder and the error's message; None when none does. The size index is opened
+    (and verified: the processes that open it next find it verified), and the draw sidecar where there is
+    one (any other fault of it is refused where a weighted draw reads it)."""
+    try:
+        index = SizeIndex(folder)
+        if (folder / FOLDER / DRAW).is_file() or (folder / FOLDER / DRAW_TOTALS).is_file():
+            try:
+                DrawTable(folder, index)
+            except IntegrityError:
+                raise
+            except DataError:
+                pass
+    except IntegrityError as error:
+        return Path(error.path).relative_to(folder).as_posix(), str(error)
+    return None
 
 
 def _read_stamps(folder: Path) -> dict[str, str]:
