@@ -80,9 +80,10 @@ def schedules(draw, sources: int):
     data_=st.data(),
 )
 def test_every_epoch_serves_its_stages_shares_in_equal_counts_on_every_rank(seed, counts, world, data_) -> None:
-    """Per epoch: every rank serves ``len()`` batches, the same count; every source is served its scheduled
-    share within one sample; and the shares are the schedule's at the epoch's first position, counted here
-    from the served epochs (steps: batches per rank of the earlier epochs)."""
+    """Per epoch: every rank serves ``len()`` batches, the same count; the shares are the schedule's at the
+    epoch's first position, counted here from the served epochs (steps: batches per rank of the earlier
+    epochs); an epoch no stage ends inside serves every source its share within one sample, and one a stage
+    ends inside changes shares at that step: each piece serves no source its stage gives no share."""
     value = data_.draw(schedules(len(counts)))
     sizes, sources = data(seed, counts)
     schedule = MixtureSchedule.parse(value, NAMES[: len(counts)], "test")
@@ -91,12 +92,19 @@ def test_every_epoch_serves_its_stages_shares_in_equal_counts_on_every_rank(seed
     for epoch in range(4):
         ranks = epoch_of(samplers, epoch)
         assert len({len(batches) for batches in ranks}) == 1
-        served = np.asarray([i for batches in ranks for batch in batches for i in batch])
+        length = len(ranks[0])
         asked = schedule.shares_at(epoch if schedule.unit == "epoch" else steps)
         np.testing.assert_allclose(samplers[0].shares_of(epoch), asked)
-        got = np.bincount(sources[served], minlength=len(counts))
-        assert len(served) == len(sizes) and np.all(np.abs(got - asked * len(sizes)) <= 1), (epoch, got, asked)
-        steps += len(ranks[0])
+        ends = [] if schedule.unit == "epoch" else [s.until - steps for s in schedule.stages if s.until]
+        cuts = [0, *sorted(k for k in ends if 0 < k < length), length]
+        for start, stop in zip(cuts[:-1], cuts[1:], strict=False):
+            served = np.asarray([i for batches in ranks for batch in batches[start:stop] for i in batch])
+            shares = schedule.shares_at(epoch if schedule.unit == "epoch" else steps + start)
+            got = np.bincount(sources[served], minlength=len(counts))
+            assert not got[shares == 0].any(), (epoch, start, got, shares)
+            if len(cuts) == 2:  # one piece: the whole draw
+                assert len(served) == len(sizes) and np.all(np.abs(got - shares * len(sizes)) <= 1), (epoch, got)
+        steps += length
 
 
 @settings(max_examples=EXAMPLES or 20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -142,6 +150,9 @@ def test_a_resume_anywhere_on_any_world_size_serves_what_the_uninterrupted_run_d
     # nothing missing; where fewer samples are left than ranks, a few repeat (fewer than the ranks, warned)
     assert not planned - (first + later)
     assert set(first + later - planned) <= set(later) and (first + later).total() - planned.total() < after
+    if "steps_before" in state:  # steps: the next epoch starts where the resumed one ends (what was trained)
+        ended = {"epoch": epoch + 1, "steps_before": state["steps_before"] + lengths[0]}
+        fresh = [sampler_of(value, sizes, sources, after, r, **ended) for r in range(after)]
     assert epoch_of(resumed, epoch + 1) == epoch_of(fresh, epoch + 1)
 
 
@@ -434,3 +445,68 @@ def test_a_scheduled_sampler_pickles_and_serves_the_same_batches() -> None:
     sampler.set_epoch(1)
     copy = pickle.loads(pickle.dumps(sampler))
     assert [list(b) for b in copy] == [list(b) for b in sampler]
+
+
+# -- steps are the trainer's (issue 35) ------------------------------------------------------------------
+
+
+def test_a_stage_that_ends_inside_an_epoch_changes_the_shares_at_its_step() -> None:
+    """One long epoch: ``until_step: 5`` serves source 0 alone for 5 batches per rank, then source 1 alone,
+    on every rank; the epoch's length is the second stage's plan's."""
+    sizes, sources = data(3, [200, 200])
+    value = [{"weights": [1, 0], "until_step": 5}, {"weights": [0, 1]}]
+    for world in (1, 2):
+        ranks = epoch_of([sampler_of(value, sizes, sources, world, rank) for rank in range(world)], 0)
+        for batches in ranks:
+            assert len(batches) > 5
+            assert {int(sources[i]) for batch in batches[:5] for i in batch} == {0}
+            assert {int(sources[i]) for batch in batches[5:] for i in batch} == {1}
+
+
+def test_until_step_counts_the_steps_the_trainer_took() -> None:
+    """``limit_train_batches=5`` of stage 0's 7-batch epochs: two epochs are 10 steps, so ``until_step: 10`` ends
+    stage 0 where epoch 2 starts (counted from the plans, epoch 1 would start at step 7 and change shares at its
+    fourth batch)."""
+    value = [{"weights": {"short": 1, "long": 0}, "until_step": 10}, {"weights": {"short": 0, "long": 1}}]
+    dm, served = ShortAndLong(source_weights=value), Served()
+    fit(dm, 4, served, limit_train_batches=5)
+    long_ids = set(range(200, 300))  # the mixture numbers "long" after "short"'s 200 samples
+    sources = [{i in long_ids for batch in served.epochs[e] for i in batch} for e in range(4)]
+    assert sources == [{False}] * 2 + [{True}] * 2
+    assert dm.served_steps == {e: 5 for e in range(4)} and dm.steps_before(2) == 10
+
+
+def test_the_step_table_is_in_the_checkpoint_and_a_resume_places_the_stage_as_the_run_did(tmp_path) -> None:
+    value = [{"weights": {"short": 1, "long": 0}, "until_step": 10}, {"weights": {"short": 0, "long": 1}}]
+    whole = Served()
+    fit(ShortAndLong(source_weights=value), 4, whole, limit_train_batches=5)
+    saver = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, save_top_k=-1, save_on_train_epoch_end=True)
+    fit(ShortAndLong(source_weights=value), 1, saver, limit_train_batches=5)
+    resumed = Served()
+    dm = ShortAndLong(source_weights=value)
+    fit(dm, 4, resumed, ckpt_path=next(tmp_path.glob("*.ckpt")), limit_train_batches=5)
+    assert all(resumed.epochs[e] == whole.epochs[e] for e in (1, 2, 3))
+    assert dm.served_steps == {e: 5 for e in range(4)}
+
+
+def test_a_linear_schedule_reloads_in_constant_time_when_the_steps_are_known() -> None:
+    """The sampler of epoch 40 under a linear ``until_step`` schedule, given where the epoch starts, counts
+    no earlier epoch's plan (it counted all 40 of them at every reload)."""
+    sizes, sources = data(4, [150, 150])
+    value = {"stages": [{"weights": [1, 0], "until_step": 10_000}, {"weights": [0, 1]}], "interpolate": "linear"}
+    counted = []
+    original = BucketBatchSampler._count
+
+    def count(self, draw, world):
+        counted.append(world)
+        return original(self, draw, world)
+
+    BucketBatchSampler._count = count
+    try:
+        len(sampler_of(value, sizes, sources, 1, 0, epoch=40, steps_before=800))
+        known = len(counted)
+        counted.clear()
+        len(sampler_of(value, sizes, sources, 1, 0, epoch=40))
+    finally:
+        BucketBatchSampler._count = original
+    assert known <= 4 and len(counted) > 30

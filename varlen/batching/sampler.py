@@ -110,6 +110,8 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
             fixed counts per size bucket can bias it.
         epoch: the epoch ``len()`` describes until ``set_epoch`` (Lightning reads ``len()`` of a loader it
             reloads before it sets the epoch; its length depends on the epoch under a schedule).
+        steps_before: under a schedule of steps, the batches per rank the trainer took before ``epoch``
+            (a DataModule counts them); None: counted from the plans of the epochs before it.
         sampler: set by Lightning, which injects a ``DistributedSampler`` under DDP; only its
             ``num_replicas``, ``rank`` and ``epoch`` are read. Leave it None yourself.
         state: a saved state to resume from at once (:meth:`load_state_dict`). Lightning reads
@@ -141,6 +143,7 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         replacement: bool | None = None,
         shares: Sequence[int] | np.ndarray | None = None,
         epoch: int = 0,
+        steps_before: int | None = None,
         sampler: Sampler | None = None,
         state: dict[str, Any] | None = None,
     ) -> None:
@@ -178,6 +181,8 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         self._plan_key: tuple[int, int] | None = None
         self._plan: Plan | None = None
         self.scheduled, self._draw = self._weighted_draw(weights, num_samples, replacement)
+        if self.scheduled is not None and steps_before is not None:
+            self.scheduled.know(epoch, steps_before)
         self._start_afresh()
         if epoch:
             self.set_epoch(epoch)
@@ -292,20 +297,28 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
     def _plan_on(self, epoch: int, num_replicas: int) -> Plan:
         key = (epoch, num_replicas)
         if self._plan_key != key:
-            self._plan = build_plan(
-                self.sizes,
-                self.spec,
-                shuffle=self.shuffle,
-                seed=self.seed,
-                epoch=epoch,
-                num_replicas=num_replicas,
-                drop_last=self.drop_last,
-                rounded=self._buckets,
-                groups=self.groups,
-                draw=self.draw_of(epoch, num_replicas),
-            )
+            if self.scheduled is None:
+                self._plan = self._plan_of(self._draw, epoch, num_replicas)
+            else:  # a stage may end inside the epoch: each piece from its own shares' plan
+                pieces = self.scheduled.pieces(epoch, num_replicas)
+                plans = [self._plan_of(self.scheduled.draw_for(shares), epoch, num_replicas) for _, shares in pieces]
+                self._plan = join_pieces(plans, [first for first, _ in pieces], num_replicas)
             self._plan_key = key
         return self._plan
+
+    def _plan_of(self, draw: WeightedDraw | None, epoch: int, num_replicas: int) -> Plan:
+        return build_plan(
+            self.sizes,
+            self.spec,
+            shuffle=self.shuffle,
+            seed=self.seed,
+            epoch=epoch,
+            num_replicas=num_replicas,
+            drop_last=self.drop_last,
+            rounded=self._buckets,
+            groups=self.groups,
+            draw=draw,
+        )
 
     def shapes(self, epoch: int | None = None) -> np.ndarray:
         """``[batches, 1 + D]`` of ``epoch``'s global plan (default: the current one), in serving order: each
@@ -370,6 +383,8 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         ``[world size, batches per rank, lanes]`` of the epoch's parts served on other world sizes.
         """
         schedule = {} if self.scheduled is None else {"schedule": self.scheduled.schedule.describe()}
+        if self.scheduled is not None and self.scheduled.schedule.unit == "step":
+            schedule["steps_before"] = self.scheduled.steps_before(self.position_state()["epoch"], self.num_replicas)
         return (
             self.position_state()
             | {
@@ -424,7 +439,28 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
                 f"draws otherwise (draw {state.get('draw')}, this sampler's: {mine}): its position means other "
                 "batches; start the epoch afresh"
             )
+        if self.scheduled is not None and "steps_before" in state:  # where the saved epoch started
+            self.scheduled.know(int(state["epoch"]), int(state["steps_before"]))
+            self._plan_key = None
         self.load_position(state, self.set_epoch)
+        if self.scheduled is not None and "steps_before" in state and self.epoch == int(state["epoch"]):
+            # the next epoch starts where this one, resumed (on this world size), ends
+            self.scheduled.know(self.epoch + 1, int(state["steps_before"]) + len(self))
+
+
+def join_pieces(plans: list[Plan], firsts: list[int], num_replicas: int) -> Plan:
+    """One epoch from pieces of several plans: plan j's batches from ``firsts[j]`` per rank up to where the next
+    piece starts (the last: to its end), in serving order (each rank's t-th batch is batch ``t * W + r``)."""
+    if len(plans) == 1:
+        return plans[0]
+    orders, rows, offset = [], [], 0
+    ends = [*firsts[1:], None]
+    for plan, first, end in zip(plans, firsts, ends, strict=True):
+        orders.append(plan.order)
+        stop = len(plan.bounds) if end is None else end * num_replicas
+        rows.append(plan.bounds[first * num_replicas : stop] + offset)
+        offset += len(plan.order)
+    return Plan(np.concatenate(orders), np.concatenate(rows))
 
 
 class EpochIndices(list):

@@ -11,10 +11,11 @@ stage's end up to its own (exclusive); the last stage may leave its end out (it 
 * ``linear``: the shares move from stage k's (at its start) to stage k + 1's (reached at its end), in
   proportion to the position in the stage; the last stage holds its own.
 
-A position is an epoch (``until_epoch``) or a step (``until_step``: a step counts one batch a rank,
-the plan's, so that every rank and every resume agree without a trainer). An epoch draws with the shares
-at its first position: its draw is a function of ``(seed, epoch, shares)`` alone. So with ``until_step``
-the shares change at the first epoch that starts at or past the boundary, never inside an epoch.
+A position is an epoch (``until_epoch``) or a step (``until_step``: a step is one training batch per rank
+the trainer took, counted by the DataModule and kept in its checkpoint; a sampler used alone counts its
+plans' batches instead). An epoch draws with the shares at its first position; with ``until_step`` a stage
+that ends inside an epoch changes the shares at that step (:mod:`varlen.batching.scheduled`: the epoch's
+rest comes from the next stage's plan).
 
 Shares are the weights normalised per stage (a stage's weights need not sum to 1). The spec is frozen
 and checked when built, naming the stage and what is wrong.

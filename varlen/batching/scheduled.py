@@ -3,12 +3,18 @@
 :class:`ScheduledWeights` is what a DataModule passes as the sampler's ``weights``: per-sample weights for
 any share vector (each source's share, spread inside it by its own weights). :class:`ScheduledDraws` is
 the sampler's side: epoch ``e`` on ``W`` ranks draws with the shares at its first position (the epoch, or
-the steps before it: the plan's batches per rank of epochs ``0 .. e - 1`` on ``W`` ranks), one
-:class:`~varlen.batching.weights.WeightedDraw` per distinct share vector. A draw fixes every stratum's
-count, so an epoch's length depends on its shares only: lengths are cached per (shares, world size) and
-the step positions per world size, so an epoch's position costs one plan count per new share vector.
-Everything is a function of ``(schedule, sizes, seed, epoch, world size)``: every rank and every resume
-agree without a trainer.
+the steps before it), one :class:`~varlen.batching.weights.WeightedDraw` per distinct share vector.
+
+Steps are the batches per rank the trainer took: a DataModule counts them as it serves them and hands each
+epoch's start to its sampler (:meth:`ScheduledDraws.know`; in its checkpoint, so a resume knows them too),
+so ``limit_train_batches`` or an epoch left early count what was trained. Where none is known (a sampler
+used alone), an epoch's start is the plans' counts of the epochs before it, counted once per world size.
+
+Under ``until_step`` a stage may end inside an epoch: the epoch is then served in *pieces*
+(:meth:`ScheduledDraws.pieces`), each from the plan of its own shares (the first k batches per rank from
+the first stage's plan, the next from the following stage's plan, from its batch k on), and its length is
+its last piece's plan's. A draw fixes every stratum's count, so a plan's length depends on its shares only:
+lengths are cached per (shares, world size).
 """
 
 from __future__ import annotations
@@ -75,8 +81,13 @@ class ScheduledDraws:
         self._build, self._count = build, count
         self._draws: OrderedDict[tuple[float, ...], WeightedDraw] = OrderedDict()
         self._lengths: dict[tuple[tuple[float, ...], int], int] = {}
-        self._starts: dict[int, list[int]] = {}  # world size -> steps before epoch 0, 1, ...
+        self._starts: dict[int, list[int]] = {}  # world size -> steps before epoch 0, 1, ... (counted)
+        self.known: dict[int, int] = {}  # epoch -> steps the trainer took before it
         self._key: str | None = None
+
+    def know(self, epoch: int, steps: int) -> None:
+        """The trainer took ``steps`` batches per rank before ``epoch`` (the DataModule counted them)."""
+        self.known[int(epoch)] = int(steps)
 
     def position(self, epoch: int, world: int) -> int:
         """Where ``epoch`` starts in the schedule's unit: the epoch, or the steps before it on ``world`` ranks."""
@@ -104,25 +115,50 @@ class ScheduledDraws:
                 self._draws.popitem(last=False)
         return self._draws[key]
 
+    def plan_length(self, shares: Sequence[float], world: int) -> int:
+        """Batches per rank of a whole epoch of ``shares``'s draw on ``world`` ranks."""
+        key = (tuple(float(s) for s in shares), world)
+        if key not in self._lengths:
+            self._lengths[key] = self._count(self.draw_for(key[0]), world)
+        return self._lengths[key]
+
+    def pieces(self, epoch: int, world: int) -> list[tuple[int, tuple[float, ...]]]:
+        """``epoch``'s pieces on ``world`` ranks: ``(first batch per rank, shares)``, the shares changing where
+        a stage ends inside the epoch (``until_step`` only; one piece otherwise)."""
+        return self._pieces_from(self.position(epoch, world), world)
+
+    def _pieces_from(self, start: int, world: int) -> list[tuple[int, tuple[float, ...]]]:
+        out = [(0, tuple(float(s) for s in self.schedule.shares_at(start)))]
+        if self.schedule.unit != "step":
+            return out
+        for end in sorted(stage.until for stage in self.schedule.stages if stage.until is not None):
+            offset = end - start
+            if offset <= out[-1][0]:
+                continue  # a stage that ended before this piece
+            if offset >= self.plan_length(out[-1][1], world):
+                break  # the epoch ends before the stage does
+            out.append((offset, tuple(float(s) for s in self.schedule.shares_at(end))))
+        return out
+
     def length(self, epoch: int, world: int) -> int:
         """Batches per rank of ``epoch`` served from its start on ``world`` ranks."""
-        shares = tuple(float(s) for s in self.shares(epoch, world))
-        if (shares, world) not in self._lengths:
-            self._lengths[shares, world] = self._count(self.draw_for(shares), world)
-        return self._lengths[shares, world]
+        return self._length_from(self.position(epoch, world), world)
+
+    def _length_from(self, start: int, world: int) -> int:
+        """An epoch's length from its first position: its last piece's plan's (at least where it starts)."""
+        first, shares = self._pieces_from(start, world)[-1]
+        return max(first, self.plan_length(shares, world))
 
     def steps_before(self, epoch: int, world: int) -> int:
-        """Batches per rank of epochs ``0 .. epoch - 1`` on ``world`` ranks (each from its start)."""
-        starts = self._starts.setdefault(world, [0])
-        while len(starts) <= epoch:
-            known = len(starts) - 1
-            # epoch ``known``'s shares need only ``starts[known]``, already there
-            shares = self.schedule.shares_at(starts[known])
-            key = (tuple(float(s) for s in shares), world)
-            if key not in self._lengths:
-                self._lengths[key] = self._count(self.draw_for(key[0]), world)
-            starts.append(starts[known] + self._lengths[key])
-        return starts[epoch]
+        """Batches per rank before ``epoch``: as the trainer took them where known, else counted from the plans
+        of the epochs since the last known one (from epoch 0: counted once per world size)."""
+        if epoch in self.known:
+            return self.known[epoch]
+        anchor = max((e for e in self.known if e < epoch), default=None)
+        first, starts = (0, self._starts.setdefault(world, [0])) if anchor is None else (anchor, [self.known[anchor]])
+        while first + len(starts) - 1 < epoch:
+            starts.append(starts[-1] + self._length_from(starts[-1], world))
+        return starts[epoch - first]
 
     def key(self) -> str:
         """A digest of the schedule and of what decides each draw (weights, strata, counts), for saved states."""

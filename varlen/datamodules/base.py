@@ -226,6 +226,7 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
         self._arguments = self._init_arguments(inspect.currentframe()) if self.other_sources else {}
         self._source_modules: dict[str, VarLenDataModule] | None = None
         self._mixture_owners: list[VarLenDataModule] = []  # the DataModule of each source of a mixture
+        self.served_steps: dict[int, int] = {}  # training batches per rank served in each epoch (a mixture's)
         self.source_name: str | None = None  # set on a DataModule built as another's source
         self.rung_batch_sizes = check_rung_batch_sizes(rung_batch_sizes, owner, self.stream)
         if self.rung_batch_sizes and max_tokens is None:  # the table alone: a budget that never binds before it
@@ -320,7 +321,7 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
                 self.report.serve(
                     trainer.current_epoch, dict(zip(mixture.names, self.host_sources.tolist(), strict=True))
                 )
-                self._note_schedule(trainer.current_epoch)
+                self._note_step(trainer.current_epoch)
         return batch
 
     @staticmethod
@@ -457,8 +458,7 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
             groups=self._sampler_groups(dataset),
             weights=weights,
             shares=dataset.sources if weights is not None and isinstance(dataset, SourceMixture) else None,
-            epoch=self._fit_epoch() if resume else 0,
-            state=self.resume_position() if resume else None,
+            **(self.fit_start() if resume else {}),
         )
 
     def _fit_epoch(self) -> int:

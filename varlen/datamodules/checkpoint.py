@@ -43,6 +43,7 @@ class DataStateCheckpoint:
     _train_sampler: Any
     _checkpoint_state: dict[str, Any] | None
     _resume_position: dict[str, Any] | None
+    served_steps: dict[int, int]
     rungs: Any
 
     def adopt_rungs(self, lengths: list[list[int]] | None) -> None:
@@ -79,12 +80,14 @@ class DataStateCheckpoint:
         return plain(self.data_state())
 
     def state_dict(self) -> dict[str, Any]:
-        """Lightning saves this in every checkpoint: :meth:`data_state` as plain values, and while fitting the
-        training sampler's position (see :meth:`resume_position`)."""
+        """Lightning saves this in every checkpoint: :meth:`data_state` as plain values, while fitting the
+        training sampler's position (see :meth:`resume_position`), and a mixture's training batches per rank
+        served in each epoch (where a schedule of steps starts the next one)."""
         if not self.datasets:
             return {}
         position = self._train_position()
-        return {"data_state": self._saved_state()} | ({"train_position": position} if position else {})
+        steps = {"served_steps": {str(e): n for e, n in self.served_steps.items()}} if self.served_steps else {}
+        return {"data_state": self._saved_state()} | ({"train_position": position} if position else {}) | steps
 
     def _train_position(self) -> dict[str, Any] | None:
         """The training sampler's state at the batch Lightning has trained up to, or None when not fitting."""
@@ -115,6 +118,7 @@ class DataStateCheckpoint:
             DataError: a :attr:`state_must_match` value changed (it names both values).
         """
         self._resume_position = state_dict.get("train_position")
+        self.served_steps = {int(e): int(n) for e, n in state_dict.get("served_steps", {}).items()}
         saved = state_dict.get("data_state")
         if saved is None:
             return

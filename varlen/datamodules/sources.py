@@ -264,8 +264,22 @@ class SourceMixing:
             return self._planned_shares(mixture)
         return dict(zip(mixture.names, shares.tolist(), strict=True))
 
-    def _note_schedule(self, epoch: int) -> None:
-        """Put in the report, once per epoch, the stage and shares a scheduled epoch draws with."""
+    def fit_start(self) -> dict[str, Any]:
+        """Where the fit's training sampler starts: the epoch Lightning is about to serve, the batches per rank
+        the trainer took before it (a schedule of steps counts them; None: unknown), a checkpoint's position."""
+        epoch = self._fit_epoch()
+        return {"epoch": epoch, "steps_before": self.steps_before(epoch), "state": self.resume_position()}
+
+    def steps_before(self, epoch: int) -> int | None:
+        """The training batches per rank served before ``epoch`` (None where an earlier epoch's count is unknown)."""
+        if any(e not in self.served_steps for e in range(epoch)):
+            return None
+        return sum(self.served_steps[e] for e in range(epoch))
+
+    def _note_step(self, epoch: int) -> None:
+        """Count a training batch of a mixture's ``epoch`` (a schedule of steps starts each epoch where the trainer
+        is), and put in the report, once per epoch, the stage and shares a scheduled epoch draws with."""
+        self.served_steps[epoch] = self.served_steps.get(epoch, 0) + 1
         sampler = self._train_sampler
         if getattr(sampler, "scheduled", None) is None or epoch in self.report.scheduled:
             return

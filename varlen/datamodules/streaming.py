@@ -178,6 +178,7 @@ def _mixture_sampler(dm: Any, dataset: Any, settings: dict[str, Any], report: bo
         source_weights=dm.source_weights,
         mix=dm.mix,
         epoch=dm._fit_epoch() if report else 0,
+        steps_before=dm.steps_before(dm._fit_epoch()) if report else None,
         **settings,
     )
     if mixed and report:  # what an epoch draws of each source (under a schedule, each stage's at its start)

@@ -36,6 +36,8 @@ class StreamMixtureSampler(StreamBatchSampler):
         epoch: the epoch ``len()`` describes until ``set_epoch``: Lightning reads the length of a loader it
             reloads (a schedule's epochs differ) before it sets the epoch; an argument, so that the sampler
             Lightning rebuilds under DDP keeps it.
+        steps_before: the batches per rank the trainer took before ``epoch`` (a DataModule counts them): where
+            a schedule of steps places it; None: counted from the plans.
         the rest (``rungs`` too): as for :class:`~varlen.stream.sampler.StreamBatchSampler`.
 
     ``len()`` is the current epoch's (after ``set_epoch``): a schedule's epochs may differ.
@@ -63,6 +65,7 @@ class StreamMixtureSampler(StreamBatchSampler):
         epoch: int = 0,
         state: dict[str, Any] | None = None,
         rungs: Sequence[int] | None = None,
+        steps_before: int | None = None,
     ) -> None:
         # StreamBatchSampler.__init__ (and BatchSampler's) is not called: the plan is a mixture's
         self.folders = [str(folder) for folder in folders]
@@ -93,7 +96,12 @@ class StreamMixtureSampler(StreamBatchSampler):
             lanes=lanes,
             rungs=rungs,
         )
-        self._set_up(make_plan, total, sampler, num_replicas, rank, state, epoch)
+        self._set_up(make_plan, total, sampler, num_replicas, rank, None, epoch)
+        if steps_before is not None:
+            self.plan.start_at(epoch, steps_before)
+        self.state = state
+        if state is not None:
+            self.load_state_dict(state)
 
     @property
     def scheduled(self) -> Any:

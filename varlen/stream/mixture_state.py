@@ -151,8 +151,14 @@ class MixtureBatchPlan(ResumableEpochs):
             self._draws[key] = epoch_draw(plan, key[1], self.num_samples, totals)
         return self._draws[key]
 
+    def start_at(self, epoch: int, steps: int) -> None:
+        """The trainer took ``steps`` batches per rank before ``epoch`` (the DataModule counted them): positions
+        of a schedule of steps count from there."""
+        self._anchor, self._steps = (int(epoch), int(steps)), {}
+
     def steps_before(self, epoch: int) -> int:
-        """Batches a rank served before ``epoch`` (from the loaded state's epoch on: this world size's)."""
+        """Batches a rank served before ``epoch``: from the trainer's count or the loaded state's epoch on, each
+        later epoch's plan on this world size."""
         anchor, steps = self._anchor if epoch >= self._anchor[0] else (0, 0)
         for e in range(anchor, epoch):
             if e not in self._steps:
