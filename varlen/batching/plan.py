@@ -25,12 +25,45 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from varlen import notices
 from varlen.batching.collate import round_up
+from varlen.batching.deal import deal, repeat_to_multiple, split_largest, split_to_multiple
 from varlen.batching.shapes import Rungs, fit_count, ladder, power_of_two_tail, size_histogram
 from varlen.batching.weights import WeightedDraw
 
-COST_MODES = ("padded", "sum")
+__all__ = [
+    "COST_MODES",
+    "GROWTH",
+    "MAX_BUCKETS",
+    "MIX_BATCHES",
+    "Plan",
+    "PlanSpec",
+    "SIZE_GRID",
+    "SUMMED",
+    "as_size_matrix",
+    "auto_buckets",
+    "batch_room",
+    "best_fit",
+    "bucketize",
+    "build_plan",
+    "cut_batches",
+    "cut_order",
+    "cut_segment",
+    "deal",
+    "fit_rungs",
+    "geometric_edges",
+    "index_dtype",
+    "keep_populated",
+    "order_samples",
+    "populated_edges",
+    "repeat_to_multiple",
+    "rungs_of",
+    "split_largest",
+    "split_to_multiple",
+]
+
+COST_MODES = ("padded", "sum", "packed")
+#: costs that sum the sizes (nothing padded): ``packed`` is ``sum`` whose in-memory plan fills batches best-fit
+SUMMED = ("sum", "packed")
 #: ratio between consecutive geometric bucket edges: rounding costs at most ~5% padding
 GROWTH = 1.05
 #: every bucket but the largest holds at least this many batches' worth of samples, so that the
@@ -49,7 +82,8 @@ class PlanSpec:
         max_tokens: budget per batch, one value per size dimension. With ``cost="padded"`` the
             cost of a batch is ``len(batch) * max(size)`` (what a padded tensor holds); with
             ``cost="sum"`` it is ``sum(size)`` (graphs: nothing is padded).
-        cost: ``"padded"`` or ``"sum"``.
+        cost: ``"padded"``, ``"sum"``, or ``"packed"`` (``sum`` for samples laid end to end in a row of
+            ``max_tokens``: the in-memory plan fills each batch best-fit, see :func:`best_fit`).
         max_batch_size: optional cap on samples per batch under a token budget.
         num_buckets: size buckets per dimension; more buckets, less padding, less mixing.
             None: about four batches' worth of samples per bucket (see :func:`auto_buckets`).
@@ -90,8 +124,8 @@ class PlanSpec:
             not all(isinstance(r, Rungs) for r in self.rungs) or len(self.rungs) >= MAX_BUCKETS
         ):
             raise ValueError(f"rungs must be one Rungs per size axis, got {self.rungs!r}")
-        if self.rungs is not None and self.cost == "sum":
-            raise ValueError("rungs are padded lengths: a summed cost (cost='sum') pads nothing")
+        if self.rungs is not None and self.cost in SUMMED:
+            raise ValueError(f"rungs are padded lengths: a summed cost (cost={self.cost!r}) pads nothing")
         if self.rung_batch_sizes is not None and not (
             self.max_tokens is not None
             and self.rungs is not None
@@ -134,7 +168,10 @@ def as_size_matrix(lengths) -> np.ndarray:
 
 
 def auto_buckets(sizes: np.ndarray, spec: PlanSpec) -> int:
-    """Buckets per dimension such that each bucket holds about four batches of samples."""
+    """Buckets per dimension such that each bucket holds about four batches of samples (packed: every distinct
+    size its own, as far as the buckets mix: a packed row is costed at the real sizes)."""
+    if spec.cost == "packed":
+        return MAX_BUCKETS
     n, dims = sizes.shape
     if spec.batch_size is not None:
         per_batch = spec.batch_size
@@ -301,7 +338,7 @@ def cut_batches(rounded: np.ndarray, spec: PlanSpec) -> np.ndarray:
             i = min(n, i + room[i])
             starts.append(i)
         return np.asarray(starts)
-    if spec.cost == "sum":
+    if spec.cost in SUMMED:
         cumulative = np.vstack([np.zeros((1, rounded.shape[1]), np.int64), np.cumsum(rounded, axis=0)])
         while i < n:
             limit = n
@@ -328,6 +365,41 @@ def cut_batches(rounded: np.ndarray, spec: PlanSpec) -> np.ndarray:
     return np.asarray(starts)
 
 
+def cut_order(
+    order: np.ndarray, rounded: np.ndarray, spec: PlanSpec, segment: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """Samples ``order`` (largest first) and their batch starts: :func:`cut_segment`'s cut (a group's: a
+    ``segment``; else :func:`cut_batches`'), or under ``cost="packed"`` (one axis) the order rearranged so that
+    each best-fit batch (:func:`best_fit`) is a run."""
+    if spec.cost != "packed" or rounded.shape[1] != 1 or spec.max_tokens is None:
+        return order, (cut_segment if segment else cut_batches)(rounded[order], spec)
+    perm, starts = best_fit(rounded[order, 0], int(spec.max_tokens[0]), spec.max_batch_size or len(order))
+    return order[perm], starts
+
+
+def best_fit(sizes: np.ndarray, budget: int, cap: int) -> tuple[np.ndarray, np.ndarray]:
+    """Batches of summed ``sizes`` (largest first) within ``budget`` tokens and ``cap`` samples: each takes the
+    largest samples left while they fit, then fills what remains with the smallest left (first-fit
+    decreasing from both ends), so a row of ``budget`` tokens holds few empty ones. Returns the permutation
+    that makes every batch a run, and the batches' starts (plus the end). A sample over the budget alone gets
+    a batch of its own. One step per batch; a function of the sizes alone, so the same every epoch."""
+    n = len(sizes)
+    total = np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)])
+    front, back, perm, starts = 0, n, [], [0]
+    while front < back:
+        end = int(np.searchsorted(total, total[front] + budget, side="right")) - 1
+        end = min(max(end, front + 1), back, front + cap)
+        room = budget - int(total[end] - total[front])
+        low = back
+        if room > 0 and end - front < cap:
+            low = max(int(np.searchsorted(total, total[back] - room, side="left")), end, back - (cap - (end - front)))
+        perm.extend(range(front, end))
+        perm.extend(range(low, back))
+        starts.append(len(perm))
+        front, back = end, low
+    return np.asarray(perm, dtype=np.int64), np.asarray(starts)
+
+
 def cut_segment(rounded: np.ndarray, spec: PlanSpec) -> np.ndarray:
     """:func:`cut_batches` of one segment's samples (a group's, a streamed window's: each leaves a short
     batch); with the shape policy's rungs, its short batch (the first under a fixed batch size, else the
@@ -350,43 +422,6 @@ class Plan:
 
     def __len__(self) -> int:
         return len(self.bounds)
-
-
-def split_largest(bounds: np.ndarray, count: int) -> np.ndarray:
-    """``bounds`` with its largest batch split in two, ``count`` times (fewer when every batch is down to
-    one sample), each half where the batch was: every sample once, every budget held. Of equally large
-    batches, the one that starts first in the plan's order is split, whatever the epoch's batch order: the
-    same places every epoch, so the halves add the same shapes (the shape policy counts them once)."""
-    bounds = bounds.copy()
-    for _ in range(count):
-        if not len(bounds):
-            break
-        k = int(np.lexsort((bounds[:, 0], bounds[:, 0] - bounds[:, 1]))[0])
-        start, end = bounds[k]
-        if end - start < 2:
-            break
-        middle = start + (end - start + 1) // 2
-        bounds = np.insert(bounds, k + 1, [middle, end], axis=0)
-        bounds[k, 1] = middle
-    return bounds
-
-
-def split_to_multiple(bounds: np.ndarray, multiple: int) -> np.ndarray:
-    """Split the largest batches in two until the count is a multiple of ``multiple``.
-
-    Keeps every sample exactly once and every budget held; raises if there are fewer samples
-    than needed for one non-empty batch per rank.
-    """
-    short = (-len(bounds)) % multiple
-    if short == 0:
-        return bounds
-    total = int((bounds[:, 1] - bounds[:, 0]).sum())
-    if total < len(bounds) + short:
-        raise ValueError(
-            f"{total} samples cannot fill {len(bounds) + short} batches (one per rank on "
-            f"{multiple} ranks); use fewer ranks or more data"
-        )
-    return split_largest(bounds, short)
 
 
 def build_plan(
@@ -418,14 +453,15 @@ def build_plan(
         ids, rounded_sizes, sizes = ids[chosen], rounded_sizes[chosen], sizes[chosen]
         groups = None if groups is None else np.asarray(groups)[chosen]
     if groups is None:
-        order = order_samples(ids, rng, sizes)
-        starts = cut_batches(rounded_sizes[order], spec)
+        order, starts = cut_order(order_samples(ids, rng, sizes), rounded_sizes, spec, segment=False)
     else:
         _, group_ids = np.unique(groups, return_inverse=True)
         order = order_samples(np.column_stack([group_ids, ids]), rng, sizes)
         edges = np.flatnonzero(np.diff(group_ids[order])) + 1
         segments = zip(np.concatenate([[0], edges]), np.concatenate([edges, [len(order)]]), strict=True)
-        starts = np.unique(np.concatenate([cut_segment(rounded_sizes[order[a:b]], spec) + a for a, b in segments]))
+        parts = [(a, *cut_order(order[a:b], rounded_sizes, spec)) for a, b in segments]
+        order = np.concatenate([part for _, part, _ in parts]) if parts else order
+        starts = np.unique(np.concatenate([cut + a for a, _, cut in parts]))
     if chosen is not None:
         order = chosen[order].astype(index_dtype(len(draw.weights)))
     bounds = np.stack([starts[:-1], starts[1:]], axis=1)
@@ -434,39 +470,3 @@ def build_plan(
     if rng is not None:
         bounds = bounds[rng.permutation(len(bounds))]
     return Plan(order, deal(bounds, num_replicas, drop_last))
-
-
-def deal(bounds: np.ndarray, num_replicas: int, drop_last: bool) -> np.ndarray:
-    """``bounds`` made to divide over ``num_replicas`` ranks: the surplus dropped, or batches split; where
-    the samples are too few to split into a multiple of the ranks (3 samples too large to share a batch, on
-    2 ranks), a few batches repeat a sample (fewer than the ranks; warned about, as ``DistributedSampler``
-    pads its ranks), since a rank without a batch would hang the others.
-
-    Raises:
-        ValueError: fewer samples than ranks (a usage error: every rank would serve repeats).
-    """
-    if drop_last:
-        return bounds[: len(bounds) - len(bounds) % num_replicas]
-    short = -len(bounds) % num_replicas
-    total = int((bounds[:, 1] - bounds[:, 0]).sum())
-    if short and total < num_replicas:
-        raise ValueError(
-            f"{total} samples cannot fill {len(bounds) + short} batches (one per rank on "
-            f"{num_replicas} ranks); use fewer ranks or more data"
-        )
-    bounds, repeated = repeat_to_multiple(split_largest(bounds, short), num_replicas)
-    if repeated:
-        notices.warn(
-            f"{total} samples cannot be split into a multiple of {num_replicas} batches: {repeated} batch(es) "
-            "repeat a sample so that every rank gets as many (a rank without a batch would hang the others)"
-        )
-    return bounds
-
-
-def repeat_to_multiple(rows: np.ndarray, multiple: int) -> tuple[np.ndarray, int]:
-    """``rows`` with its first rows repeated (in turn) until their count is a multiple of ``multiple``, and
-    how many were: what gives every rank a batch when the samples are too few to split further."""
-    repeated = -len(rows) % multiple if len(rows) else 0
-    if repeated:
-        rows = np.concatenate([rows, rows[np.arange(repeated) % len(rows)]])
-    return rows, repeated
