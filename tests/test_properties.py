@@ -55,7 +55,7 @@ def budgets(draw) -> dict:
     """A batch size, or a token budget with its cost, cap and rounding."""
     if draw(st.booleans()):
         return {"batch_size": draw(st.integers(1, 40))}
-    spec = {"max_tokens": draw(st.integers(16, 4096)), "cost": draw(st.sampled_from(["padded", "sum"]))}
+    spec = {"max_tokens": draw(st.integers(16, 4096)), "cost": draw(st.sampled_from(["padded", "sum", "packed"]))}
     if draw(st.booleans()):
         spec["max_batch_size"] = draw(st.integers(1, 32))
     if draw(st.booleans()):
@@ -90,7 +90,7 @@ def sampler_cases(draw) -> dict:
         assume(case.get("num_samples", n) >= case["world"])
     if draw(st.booleans()):
         case["groups"] = np.asarray(draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)))
-    if case["budget"].get("cost") != "sum" and draw(st.booleans()):  # the shape policy on, or off (exact buckets)
+    if case["budget"].get("cost") in (None, "padded") and draw(st.booleans()):  # the shape policy on, or off (exact buckets)
         case["max_shapes"] = draw(st.integers(1, 40))
     return case
 
@@ -110,7 +110,7 @@ def within_budget(batch: list[int], sizes: np.ndarray, budget: dict) -> bool:
     if len(batch) > budget.get("max_batch_size", len(batch)):
         return False
     real = round_up(sizes[batch][:, None], budget.get("pad_to_multiple_of"))[:, 0]
-    cost = real.sum() if budget["cost"] == "sum" else len(batch) * real.max()
+    cost = real.sum() if budget["cost"] in ("sum", "packed") else len(batch) * real.max()
     return len(batch) == 1 or cost <= budget["max_tokens"]
 
 
@@ -288,7 +288,7 @@ def stream_cases(draw) -> dict:
         "lanes": draw(st.integers(1, 4)),
         "window_batches": draw(st.integers(1, 40)),
     }
-    if budget.get("cost") != "sum" and draw(st.booleans()):  # the shape policy's rungs, or the grid's buckets
+    if budget.get("cost") in (None, "padded") and draw(st.booleans()):  # the shape policy's rungs, or the grid's
         index = ArraySizeIndex.from_sizes(case["chunks"])
         total = index.histograms(0).sum(axis=0)
         spec = PlanSpec(**{k: v for k, v in budget.items() if k != "max_tokens"}, max_tokens=(budget["max_tokens"],)) \
