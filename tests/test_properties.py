@@ -90,7 +90,7 @@ def sampler_cases(draw) -> dict:
         assume(case.get("num_samples", n) >= case["world"])
     if draw(st.booleans()):
         case["groups"] = np.asarray(draw(st.lists(st.integers(0, 4), min_size=n, max_size=n)))
-    if case["budget"].get("cost") in (None, "padded") and draw(st.booleans()):  # the shape policy on, or off (exact buckets)
+    if case["budget"].get("cost") in (None, "padded") and draw(st.booleans()):  # the shape policy on, or off
         case["max_shapes"] = draw(st.integers(1, 40))
     return case
 
