@@ -137,10 +137,14 @@ def test_a_resume_anywhere_on_any_world_size_serves_what_the_uninterrupted_run_d
     lengths = [len(sampler) for sampler in resumed]  # what Lightning reads: the epoch's, served part included
     rest = [list(sampler) for sampler in resumed]
     assert len({len(batches) for batches in rest}) == 1
-    fresh = [sampler_of(value, sizes, sources, after, rank) for rank in range(after)]
     if k in (0, len(whole[0])):  # an epoch not begun, or finished: the W'-rank run's own, from its start
+        # (under until_step, at the step the W-rank run reached: the trainer's steps are what it took)
+        ended = {"epoch": epoch + (k > 0)} | (
+            {"steps_before": state["steps_before"] + k} if "steps_before" in state else {}
+        )
+        fresh = [sampler_of(value, sizes, sources, after, rank, **ended) for rank in range(after)]
         assert rest == epoch_of(fresh, epoch + (k > 0)) and lengths == [len(batches) for batches in rest]
-        return  # (under until_step, its shares too: on W' ranks an epoch starts at another step)
+        return
     assert lengths == [k + len(batches) for batches in rest]
     if before == after:
         assert rest == [batches[k:] for batches in whole]
@@ -150,9 +154,10 @@ def test_a_resume_anywhere_on_any_world_size_serves_what_the_uninterrupted_run_d
     # nothing missing; where fewer samples are left than ranks, a few repeat (fewer than the ranks, warned)
     assert not planned - (first + later)
     assert set(first + later - planned) <= set(later) and (first + later).total() - planned.total() < after
+    ended = {"epoch": epoch + 1}
     if "steps_before" in state:  # steps: the next epoch starts where the resumed one ends (what was trained)
-        ended = {"epoch": epoch + 1, "steps_before": state["steps_before"] + lengths[0]}
-        fresh = [sampler_of(value, sizes, sources, after, r, **ended) for r in range(after)]
+        ended["steps_before"] = state["steps_before"] + lengths[0]
+    fresh = [sampler_of(value, sizes, sources, after, r, **ended) for r in range(after)]
     assert epoch_of(resumed, epoch + 1) == epoch_of(fresh, epoch + 1)
 
 

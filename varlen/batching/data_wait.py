@@ -57,16 +57,21 @@ class DataWait(pl.Callback):
     What the batch shapes cost (:mod:`varlen.batching.shape_cost`), per epoch: ``data/shapes``, the
     distinct shapes served, and ``data/new_shape_ms``, the steps that met a shape for the first time, in
     ms over the epoch's typical step (the slowest rank's). When that passes ``advise_above`` of the
-    epoch, rank zero logs one line, once per run: the count, the cost and the fix.
+    epoch and ``shape_floor_s`` in all, rank zero logs one line, once per run: the count, the cost and
+    the fix (the floor keeps a busy CPU's noise on a short epoch from reading as a cost).
 
     Args:
         advise_above: the share of an epoch's time waiting that gets the advice (None: never).
         command: the command the advice names (default: ``varlen tune`` with this run's ``--config``
             and ``--data.*`` arguments, read from ``sys.argv``).
+        shape_floor_s: the seconds new shapes must cost in an epoch before the shape advice is given.
     """
 
-    def __init__(self, advise_above: float | None = 0.10, command: str | None = None) -> None:
+    def __init__(
+        self, advise_above: float | None = 0.10, command: str | None = None, shape_floor_s: float = 0.5
+    ) -> None:
         self.advise_above = advise_above
+        self.shape_floor_s = shape_floor_s
         self.command = command
         self.epochs: list[dict[str, float]] = []
         self.advice: str | None = None
@@ -221,6 +226,8 @@ class DataWait(pl.Callback):
         distinct, new, extra = int(figures[4]), int(figures[5]), float(figures[6])
         share = extra / max(elapsed, 1e-9)
         if self.advise_above is None or self._shapes_advised or share <= self.advise_above:
+            return
+        if extra < self.shape_floor_s:
             return
         self._shapes_advised = True
         self.shape_advice = shape_advice(trainer.current_epoch, distinct, new, extra, share)

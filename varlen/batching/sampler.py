@@ -443,9 +443,12 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
             self.scheduled.know(int(state["epoch"]), int(state["steps_before"]))
             self._plan_key = None
         self.load_position(state, self.set_epoch)
-        if self.scheduled is not None and "steps_before" in state and self.epoch == int(state["epoch"]):
-            # the next epoch starts where this one, resumed (on this world size), ends
-            self.scheduled.know(self.epoch + 1, int(state["steps_before"]) + len(self))
+        if self.scheduled is not None and "steps_before" in state:
+            before = int(state["steps_before"])
+            if self.epoch == int(state["epoch"]):  # the next epoch starts where this one, resumed here, ends
+                self.scheduled.know(self.epoch + 1, before + len(self))
+            else:  # the saved epoch was over: the next starts after the batches the saved run took of it
+                self.scheduled.know(self.epoch, before + int(state["batches_served"]))
 
 
 def join_pieces(plans: list[Plan], firsts: list[int], num_replicas: int) -> Plan:
