@@ -122,8 +122,10 @@ class CheckedCollate:
     def _check_joined(self, batch: Any) -> None:
         """A field left as a list of arrays of unequal sizes (a model cannot take it as one tensor)."""
         for key, value in batch.items() if isinstance(batch, Mapping) else ():
+            if not isinstance(value, (list, tuple)):
+                continue
             shapes = {tuple(v.shape) for v in value if torch.is_tensor(v) or isinstance(v, np.ndarray)}
-            if isinstance(value, (list, tuple)) and len(shapes) > 1:
+            if len(shapes) > 1:
                 raise DataError(
                     f"{self.owner}: split {self.split!r}: the collate returned {key!r} as a list of {len(value)} "
                     f"arrays of unequal sizes ({sorted(shapes)[:2]}...): pad them into one tensor with a mask "

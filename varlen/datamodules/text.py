@@ -10,6 +10,7 @@ from typing import Any, Literal
 import numpy as np
 
 from varlen import notices
+from varlen.batching.collate import round_up
 from varlen.batching.shapes import DEFAULT_MAX_SHAPES
 from varlen.cache import default_cache_dir, tokenizer_identity
 from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
@@ -25,11 +26,14 @@ from varlen.datasets.text.selections import SplitPlan, TextSplit, document_diges
 from varlen.datasets.text.sources import TextSource
 from varlen.datasets.text.store import TokenTables, load_tokens
 from varlen.datasets.text.synthetic import SYNTHETIC_KINDS
-from varlen.datasets.text.tokens import OVERFLOW, Tokenization, load_tokenizer
+from varlen.datasets.text.tokens import OVERFLOW, Tokenization, load_tokenizer, position_offset
 from varlen.duplicates import count_duplicates
 from varlen.report import OnBad
 
-__all__ = ["TextClassificationDataModule"]
+__all__ = ["LAYOUTS", "TextClassificationDataModule"]
+
+#: a text batch's layouts: a row per text, or the texts end to end in one row
+LAYOUTS = ("padded", "packed")
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +138,15 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
             atomically and keyed by content.
         batch_size: sentences per batch; with ``max_tokens``, the most sentences in a batch (neither
             set: 32 per batch).
-        max_tokens: budget of padded tokens per batch, ``len(batch) * longest <= max_tokens``.
+        max_tokens: budget of padded tokens per batch, ``len(batch) * longest <= max_tokens``; packed, the
+            row's length ``T``: the texts of a batch hold at most as many tokens, end to end.
+        layout: ``"padded"`` (a row per text, padded to the batch's rung) or ``"packed"``: every batch one row
+            ``[1, T]`` (``T`` = ``max_tokens``, at least ``max_length``), its texts end to end, filled best-fit
+            from the plan, with ``cu_seqlens``, ``position_ids`` (from the model's first position: 2 for the
+            RoBERTa family, read from its config) and ``max_seqlen``; one shape for every batch, no padding
+            but the row's tail. Pick it for short, skewed lengths on a GPU (bf16): the dense layers run on the
+            real tokens only; not for lengths all near ``max_length`` or on a CPU (the model's attention runs
+            per text there). :class:`~varlen.models.TextClassifier` attends over packed rows.
         shuffle: reshuffle the training batches every epoch.
         seed: seed of the batch plan, the held-out split and the training subset.
         num_buckets: length buckets of the sampler (None: automatic).
@@ -207,6 +219,7 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
         tokenizer_name_or_path: str | None = None,
         max_length: int = 128,
         overflow: Literal["truncate", "windows"] = "truncate",
+        layout: Literal["padded", "packed"] = "padded",
         stride: int = 32,
         with_token_type_ids: bool | None = None,
         val_fraction: float = 0.1,
@@ -277,6 +290,13 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
         self.tokenizer_name_or_path = tokenizer_name_or_path
         self.max_length = max_length
         self.overflow = overflow
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+        if layout == "packed":
+            if self.max_tokens is None:
+                raise ValueError("layout='packed' needs max_tokens: the row's length in tokens (e.g. 4096)")
+            self.sampler_cost = "packed"  # a row of max_tokens real tokens: summed sizes, filled best-fit
+        self.layout = layout
         self.stride = stride
         self._with_token_type_ids = with_token_type_ids
         self.val_fraction = val_fraction
@@ -340,7 +360,17 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
 
     def _collate(self) -> TextCollator:
         """The collate (it refuses a tokenizer without a pad token before anything is tokenised)."""
-        return TextCollator(self.tokenizer.pad_token_id, self.with_token_type_ids, self.pad_to_multiple_of)
+        args = (self.tokenizer.pad_token_id, self.with_token_type_ids, self.pad_to_multiple_of)
+        return TextCollator(*args, packing=self.packing)
+
+    @cached_property
+    def packing(self) -> tuple[int, int] | None:
+        """``(T, first position)`` of a packed batch's row (None: padded): ``max_tokens``, at least ``max_length``
+        (every text fits), rounded up to ``pad_to_multiple_of``; positions from the model's config."""
+        if self.layout != "packed":
+            return None
+        width = round_up(max(int(np.atleast_1d(self.max_tokens)[0]), self.max_length), self.pad_to_multiple_of)
+        return width, position_offset(self.tokenizer_name_or_path)
 
     @property
     def _streams_train(self) -> bool:
@@ -390,7 +420,7 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
             selection = self.splitter.selection(self.cache_folder, tables, split, plan)
             digests[split] = document_digests(samples, selection)
             pad = self.tokenizer.pad_token_id
-            datasets[split] = TokenizedTexts.mapped(samples, selection, pad, self.pad_to_multiple_of)
+            datasets[split] = TokenizedTexts.mapped(samples, selection, pad, self.pad_to_multiple_of, self.packing)
             documents, truncated = split_summary(samples, selection)
             self.report.truncate(split, truncated, "text")
             if self.overflow == "windows":

@@ -10,7 +10,7 @@ import torch
 
 from varlen.batching.ragged import Ragged
 from varlen.batching.shapes import PadsToRungs, PadTo
-from varlen.datasets.text.dataset import TextBatch, pad_texts
+from varlen.datasets.text.dataset import TextBatch, pack_texts, pad_texts
 
 __all__ = ["TextCollator"]
 
@@ -18,7 +18,9 @@ __all__ = ["TextCollator"]
 class TextCollator(PadsToRungs):
     """The model's fields of a text batch: ``input_ids``, ``attention_mask`` (1 = real token),
     ``token_type_ids`` (when the model takes them), ``labels``, ``index``, and ``document_ids``
-    when the samples are windows of longer texts.
+    when the samples are windows of longer texts. Packed (``packing``), the texts lie end to end in
+    one row ``[1, T]`` and the batch adds ``cu_seqlens`` ``[B + 1]`` int32, ``position_ids`` ``[1, T]``
+    (restarting at each text) and ``max_seqlen`` (an int).
 
     A :class:`~varlen.datasets.text.dataset.TextBatch` (the loader's batched fetch, padded by
     :class:`~varlen.datasets.text.TokenizedTexts`) is only named; a list of ``dataset[i]`` dicts is
@@ -29,14 +31,23 @@ class TextCollator(PadsToRungs):
         with_token_type_ids: also return ``token_type_ids`` (zeros for single texts).
         pad_to_multiple_of: round the padded length up (8 suits tensor cores), or to its rung (the shape
             policy's :class:`~varlen.batching.shapes.Rungs`, which the DataModule sets), for lists of samples.
+        packing: ``(T, position offset)``: lists of samples are packed in one row of ``T`` tokens, positions
+            from the offset (2 for RoBERTa-family encoders); None: padded.
     """
 
-    def __init__(self, pad_token_id: int, with_token_type_ids: bool = False, pad_to_multiple_of: PadTo = None):
+    def __init__(
+        self,
+        pad_token_id: int,
+        with_token_type_ids: bool = False,
+        pad_to_multiple_of: PadTo = None,
+        packing: tuple[int, int] | None = None,
+    ):
         if pad_token_id is None:
             raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token first")
         self.pad_token_id = int(pad_token_id)
         self.with_token_type_ids = with_token_type_ids
         self.pad_to_multiple_of = pad_to_multiple_of
+        self.packing = packing
 
     def __call__(self, samples: TextBatch | Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         """Name a fetched batch's fields, or pad a list of samples first."""
@@ -51,6 +62,12 @@ class TextCollator(PadsToRungs):
             batch["token_type_ids"] = texts.type_ids if texts.type_ids is not None else torch.zeros_like(texts.ids)
         if texts.documents is not None:
             batch["document_ids"] = texts.documents
+        if texts.cu_seqlens is not None:  # packed: one row, each text's offset and positions
+            batch |= {
+                "cu_seqlens": texts.cu_seqlens,
+                "position_ids": texts.position_ids,
+                "max_seqlen": texts.max_seqlen,
+            }
         return batch
 
     def pad_samples(self, samples: Sequence[dict[str, Any]]) -> TextBatch:
@@ -60,7 +77,11 @@ class TextCollator(PadsToRungs):
         if "token_type_ids" in samples[0]:
             type_ids = Ragged.from_arrays([np.asarray(s["token_type_ids"]) for s in samples])
         labels = np.fromiter((s["label"] for s in samples), np.int64, len(samples))
-        texts = pad_texts(ids, type_ids, labels, np.arange(len(samples)), self.pad_token_id, self.pad_to_multiple_of)
+        rows = np.arange(len(samples))
+        if self.packing is not None:
+            texts = pack_texts(ids, type_ids, labels, rows, self.pad_token_id, *self.packing)
+        else:
+            texts = pad_texts(ids, type_ids, labels, rows, self.pad_token_id, self.pad_to_multiple_of)
         texts.index = torch.from_numpy(np.fromiter((s["index"] for s in samples), np.int64, len(samples)))
         if "document_id" in samples[0]:
             texts.documents = torch.from_numpy(np.fromiter((s["document_id"] for s in samples), np.int64, len(samples)))
