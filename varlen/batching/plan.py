@@ -208,7 +208,8 @@ def bucketize(sizes: np.ndarray, spec: PlanSpec) -> tuple[np.ndarray, np.ndarray
         else:
             quantiles = np.quantile(col, np.linspace(0, 1, num_buckets + 1)[1:], method="higher")
             edges = np.union1d(quantiles, geometric_edges(int(distinct[0]), int(distinct[-1])))
-        edges = populated_edges(np.sort(col), edges, spec, d)
+        if spec.cost != "packed":  # a packed row is filled at the real sizes: no bucket is merged up
+            edges = populated_edges(np.sort(col), edges, spec, d)
         ids[:, d] = np.searchsorted(edges, col, side="left")
         bucket_max = np.zeros(len(edges) + 1, dtype=np.int64)
         np.maximum.at(bucket_max, np.searchsorted(edges, distinct, side="left"), distinct)

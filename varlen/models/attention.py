@@ -6,6 +6,10 @@ needs from the offsets (row of each element, position inside it, longest row); t
 take ``(q, k, v [N, H, dh], rows, dropout_p)`` and return ``[N, H, dh]`` where each element
 attended to its own row only. :func:`pair_attention` is the cross-modal case: queries attend to
 the keys an index-pair list allows. Pure tensor functions (the model applies its own weights).
+
+:func:`packed_attention` is the one entry every packed model calls: torch's own variable-length
+FlashAttention (``torch.nn.attention.varlen.varlen_attn``) where it runs (CUDA, half precision, no
+attention dropout: the kernel has none), else :func:`rows_attention`, the same result on any device.
 """
 
 from __future__ import annotations
@@ -17,7 +21,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["PACKED_ATTENTION", "Rows", "nested_attention", "pair_attention", "row_mean", "rows_attention"]
+try:  # torch >= 2.10
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:  # pragma: no cover - older torch: the exact fallback everywhere
+    varlen_attn = None
+
+__all__ = [
+    "PACKED_ATTENTION",
+    "Rows",
+    "nested_attention",
+    "packed_attention",
+    "packed_encoder",
+    "pair_attention",
+    "row_mean",
+    "rows_attention",
+    "varlen_kernel_runs",
+]
 
 
 class Rows(NamedTuple):
@@ -44,7 +63,9 @@ def row_mean(x: torch.Tensor, rows: Rows) -> torch.Tensor:
     return total / rows.lengths.clamp_min(1)[:, None].to(x.dtype)
 
 
-def rows_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Rows, dropout_p: float) -> torch.Tensor:
+def rows_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Rows, dropout_p: float, scale: float | None = None
+) -> torch.Tensor:
     """SDPA over ``[R, H, L, dh]``: each row padded to the longest row for the attention alone.
 
     Projections and feed-forward stay on the ``N`` real elements; only the scores pay for the
@@ -59,7 +80,9 @@ def rows_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Rows
         return out.view(count, width, heads, dim).transpose(1, 2)
 
     keep = (torch.arange(width, device=q.device) < rows.lengths[:, None])[:, None, None, :]
-    out = F.scaled_dot_product_attention(padded(q), padded(k), padded(v), attn_mask=keep, dropout_p=dropout_p)
+    out = F.scaled_dot_product_attention(
+        padded(q), padded(k), padded(v), attn_mask=keep, dropout_p=dropout_p, scale=scale
+    )
     return out.transpose(1, 2).reshape(count * width, heads, dim)[flat]
 
 
@@ -72,10 +95,56 @@ def nested_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Ro
     return F.scaled_dot_product_attention(nested(q), nested(k), nested(v), dropout_p=dropout_p).transpose(1, 2).values()
 
 
-#: packed attention mechanisms by name, ``(q, k, v [N, H, dh], rows, dropout_p) -> [N, H, dh]``; the
-#: aligner's docstring says why "rows" is the default (scripts/benchmark_video_text.py adds the
-#: measured alternatives: SDPA with a block-diagonal mask, flex_attention with a block mask)
-PACKED_ATTENTION: dict[str, Callable[..., torch.Tensor]] = {"rows": rows_attention, "nested": nested_attention}
+def varlen_kernel_runs(x: torch.Tensor, dropout_p: float = 0.0) -> bool:
+    """Whether torch's varlen FlashAttention takes ``x``: on CUDA, in fp16/bf16, without dropout."""
+    return varlen_attn is not None and x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and dropout_p == 0
+
+
+def packed_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    cu_seqlens: torch.Tensor,
+    max_seqlen: int,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    rows: Rows | None = None,
+) -> torch.Tensor:
+    """``[N, H, dh]``: each element of ``q`` attends to the keys of its own row (``cu_seqlens`` ``[R + 1]``,
+    ``cu_seqlens[-1] == N``, the longest row ``max_seqlen``): torch's varlen kernel where it runs
+    (:func:`varlen_kernel_runs`), else :func:`rows_attention` (exact, dropout included; ``rows`` if known)."""
+    if varlen_kernel_runs(q, dropout_p):
+        cu = cu_seqlens.to(torch.int32)
+        return varlen_attn(q, k, v, cu, cu, int(max_seqlen), int(max_seqlen), scale=scale)
+    return rows_attention(q, k, v, rows if rows is not None else Rows.of(cu_seqlens), dropout_p, scale)
+
+
+def _auto(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Rows, dropout_p: float) -> torch.Tensor:
+    return packed_attention(q, k, v, rows.cu, rows.max_len, dropout_p, rows=rows)
+
+
+#: packed attention mechanisms by name, ``(q, k, v [N, H, dh], rows, dropout_p) -> [N, H, dh]``: "auto"
+#: is :func:`packed_attention` (the varlen kernel where it runs, else "rows"); the aligner's docstring says
+#: how "rows" was chosen on CPU (scripts/benchmark_video_text.py adds the measured alternatives: SDPA
+#: with a block-diagonal mask, flex_attention with a block mask)
+PACKED_ATTENTION: dict[str, Callable[..., torch.Tensor]] = {
+    "auto": _auto,
+    "rows": rows_attention,
+    "nested": nested_attention,
+}
+
+
+def packed_encoder(encoder: nn.TransformerEncoder, x: torch.Tensor, rows: Rows, attention: Callable = _auto) -> torch.Tensor:
+    """``encoder`` (pre-norm ``nn.TransformerEncoderLayer`` s) over the packed ``x`` ``[N, d]``, attention within
+    each row: the same weights and arithmetic as ``encoder(padded, src_key_padding_mask=...)`` on the real
+    positions, with projections, norms and feed-forward on the ``N`` real elements only."""
+    for layer in encoder.layers:
+        mha = layer.self_attn
+        qkv = F.linear(layer.norm1(x), mha.in_proj_weight, mha.in_proj_bias).view(len(x), 3, mha.num_heads, -1)
+        attended = attention(*qkv.unbind(1), rows, mha.dropout if layer.training else 0.0).reshape(len(x), -1)
+        x = x + layer.dropout1(mha.out_proj(attended))
+        x = x + layer.dropout2(layer.linear2(layer.dropout(layer.activation(layer.linear1(layer.norm2(x))))))
+    return x if encoder.norm is None else encoder.norm(x)
 
 
 def pair_attention(

@@ -15,6 +15,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from varlen._extras import require
 from varlen.models.base import VarLenModule, warmup_linear_decay
+from varlen.models.packed_text import packed_logits
 from varlen.models.votes import ItemVotes
 
 require("text")  # transformers is imported when the model is built: say what to install at import
@@ -26,7 +27,11 @@ class TextClassifier(VarLenModule):
     """Fine-tunes a pretrained encoder (default: the offline MiniLM) for text classification.
 
     Padding never changes a prediction: the batch's ``attention_mask`` keeps padded tokens out
-    of attention, and the classifier reads the first ([CLS]) token. ``val/accuracy`` and
+    of attention, and the classifier reads the first ([CLS]) token. Packed batches (the texts end to
+    end in one row, ``layout="packed"``) give the same logits: attention stays within each text by
+    ``cu_seqlens`` (:mod:`varlen.models.packed_text`; torch's varlen FlashAttention on CUDA in bf16/fp16
+    when the encoder's ``attention_probs_dropout_prob`` is 0, as the kernel has no dropout; exact per-text
+    SDPA otherwise) and each text's first token is pooled. ``val/accuracy`` and
     ``val/macro_f1`` count samples (windows, when texts are cut into windows); batches with
     ``document_ids`` also give ``val/document_accuracy`` and ``val/document_macro_f1``, exact
     under DDP (likewise for ``test/``).
@@ -86,7 +91,9 @@ class TextClassifier(VarLenModule):
         self.test_document_metrics = ItemVotes(num_classes)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Logits ``[B, num_classes]``."""
+        """Logits ``[B, num_classes]``, of a padded batch or a packed one (``cu_seqlens``: one row of texts)."""
+        if "cu_seqlens" in batch:
+            return packed_logits(self.encoder, batch)
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
         return self.encoder(**inputs).logits
 

@@ -11,7 +11,7 @@ from torch import nn
 from torchmetrics import Metric
 
 from varlen.datasets.video_text.collate import IGNORE_INDEX, cross_attention_masks
-from varlen.models.attention import PACKED_ATTENTION, Rows, pair_attention, row_mean
+from varlen.models.attention import PACKED_ATTENTION, Rows, packed_encoder, pair_attention, row_mean
 from varlen.models.base import VarLenModule
 from varlen.models.retrieval import (
     TIE_TOLERANCE,
@@ -45,21 +45,6 @@ def _encoder(d_model: int, nhead: int, num_layers: int, dropout: float) -> nn.Tr
     layer = nn.TransformerEncoderLayer(d_model, nhead, 2 * d_model, dropout, batch_first=True, norm_first=True)
     # no nested-tensor fast path: the same arithmetic alone and in a padded batch
     return nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
-
-
-def packed_encoder(encoder: nn.TransformerEncoder, x: torch.Tensor, rows: Rows, attention: Callable) -> torch.Tensor:
-    """``encoder`` (pre-norm layers) over the packed ``x`` ``[N, d]``, attention within each row.
-
-    The same weights and arithmetic as ``encoder(padded, src_key_padding_mask=...)`` on the real
-    positions; projections, norms and feed-forward run on the ``N`` real elements only.
-    """
-    for layer in encoder.layers:
-        mha = layer.self_attn
-        qkv = F.linear(layer.norm1(x), mha.in_proj_weight, mha.in_proj_bias).view(len(x), 3, mha.num_heads, -1)
-        attended = attention(*qkv.unbind(1), rows, mha.dropout if layer.training else 0.0).reshape(len(x), -1)
-        x = x + layer.dropout1(mha.out_proj(attended))
-        x = x + layer.dropout2(layer.linear2(layer.dropout(layer.activation(layer.linear1(layer.norm2(x))))))
-    return x if encoder.norm is None else encoder.norm(x)
 
 
 def info_nce(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
@@ -156,8 +141,10 @@ class VideoTextAligner(VarLenModule):
     :func:`packed_encoder` (the same layers' weights on the real elements only; attention within
     each video for segments and captions, within each caption for tokens) and
     :func:`pair_attention` (each caption attends to the segments of ``pair_index`` it overlaps).
-    ``packed_attention`` picks the attention inside a row; the default, "rows", was chosen by
-    measuring the aligner's CPU train step (forward + backward) on packed YouCook2 batches
+    ``packed_attention`` picks the attention inside a row; the default, "auto"
+    (:func:`~varlen.models.attention.packed_attention`, shared by every packed model), runs torch's
+    varlen FlashAttention on CUDA in half precision without attention dropout and "rows" elsewhere,
+    which was chosen by measuring the aligner's CPU train step (forward + backward) on packed YouCook2 batches
     (torch 2.13, ``scripts/benchmark_video_text.py --part attention``): "rows" (each row padded
     to the batch's longest row for the attention alone: one SDPA call on ``[R, H, L, dh]``, the
     projections and feed-forward still on real elements only) 17 ms; nested jagged tensors
@@ -165,8 +152,7 @@ class VideoTextAligner(VarLenModule):
     tensor per row; SDPA with a block-diagonal mask over the whole packed sequence 46 ms
     (``N^2`` scores where ``sum L^2`` are needed, growing with the budget); ``flex_attention``
     with a block mask has no CPU backward in torch 2.13, and compiled its forward takes 27 ms
-    against 6 ms. The padded layout takes 28 ms on the same videos. On CUDA, "nested" reaches
-    the fused varlen kernels and is the one to measure against "rows".
+    against 6 ms. The padded layout takes 28 ms on the same videos.
 
     Args:
         feature_dim: visual feature size (linked from the DataModule).
@@ -204,7 +190,7 @@ class VideoTextAligner(VarLenModule):
         span_weight: float = 0.5,
         lr: float = 1e-3,
         weight_decay: float = 0.01,
-        packed_attention: str = "rows",
+        packed_attention: str = "auto",
     ) -> None:
         super().__init__()
         if packed_attention not in PACKED_ATTENTION:

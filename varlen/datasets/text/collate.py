@@ -20,7 +20,8 @@ class TextCollator(PadsToRungs):
     ``token_type_ids`` (when the model takes them), ``labels``, ``index``, and ``document_ids``
     when the samples are windows of longer texts. Packed (``packing``), the texts lie end to end in
     one row ``[1, T]`` and the batch adds ``cu_seqlens`` ``[B + 1]`` int32, ``position_ids`` ``[1, T]``
-    (restarting at each text) and ``max_seqlen`` (an int).
+    (restarting at each text), ``max_seqlen`` (the longest text) and ``packed_tokens`` (the row's real tokens,
+    ``cu_seqlens[-1]``), both ints.
 
     A :class:`~varlen.datasets.text.dataset.TextBatch` (the loader's batched fetch, padded by
     :class:`~varlen.datasets.text.TokenizedTexts`) is only named; a list of ``dataset[i]`` dicts is
@@ -67,6 +68,7 @@ class TextCollator(PadsToRungs):
                 "cu_seqlens": texts.cu_seqlens,
                 "position_ids": texts.position_ids,
                 "max_seqlen": texts.max_seqlen,
+                "packed_tokens": int(texts.cu_seqlens[-1]),  # the real tokens: a model slices without a sync
             }
         return batch
 
