@@ -134,7 +134,9 @@ PACKED_ATTENTION: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
-def packed_encoder(encoder: nn.TransformerEncoder, x: torch.Tensor, rows: Rows, attention: Callable = _auto) -> torch.Tensor:
+def packed_encoder(
+    encoder: nn.TransformerEncoder, x: torch.Tensor, rows: Rows, attention: Callable = _auto
+) -> torch.Tensor:
     """``encoder`` (pre-norm ``nn.TransformerEncoderLayer`` s) over the packed ``x`` ``[N, d]``, attention within
     each row: the same weights and arithmetic as ``encoder(padded, src_key_padding_mask=...)`` on the real
     positions, with projections, norms and feed-forward on the ``N`` real elements only."""
