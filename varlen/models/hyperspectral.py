@@ -10,6 +10,7 @@ import torchmetrics
 from torch import nn
 
 from varlen.batching import blocked_mask
+from varlen.models.attention import Rows, packed_encoder, row_mean
 from varlen.models.base import VarLenModule
 
 __all__ = ["AverageAccuracy", "SpectralTransformer", "patch_features", "wavelength_encoding"]
@@ -116,11 +117,17 @@ class SpectralTransformer(VarLenModule):
         self.test_metrics = self.val_metrics.clone(prefix="test/")
 
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Logits ``[B, num_classes]``; ``band_mask`` is a keep-mask (True = real band)."""
+        """Logits ``[B, num_classes]``; ``band_mask`` is a keep-mask (True = real band). Packed
+        (``band_cu_seqlens``): ``spectra`` ``[N]`` or ``[N, P, P]`` and ``wavelengths`` ``[N]``, the pixels'
+        bands end to end, attention within each pixel's bands."""
+        cu = batch.get("band_cu_seqlens")
+        spectra = batch["spectra"]
+        features = patch_features(spectra) if cu is None else patch_features(spectra[None])[0]
+        tokens = self.embed(features) + wavelength_encoding(batch["wavelengths"], self.d_model)
+        if cu is not None:
+            rows = Rows.of(cu)
+            return self.head(self.norm(row_mean(packed_encoder(self.encoder, tokens, rows), rows)))
         keep = batch["band_mask"]
-        features = patch_features(batch["spectra"])
-        tokens = self.embed(features)
-        tokens = tokens + wavelength_encoding(batch["wavelengths"], self.d_model)
         hidden = self.encoder(tokens, src_key_padding_mask=blocked_mask(keep))  # True = blocked
         weights = keep.unsqueeze(-1).to(hidden.dtype)
         pooled = (hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0)  # masked mean over real bands

@@ -12,6 +12,7 @@ from torchmetrics import MeanSquaredError, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from varlen.batching import blocked_mask
+from varlen.models.attention import Rows, packed_encoder, row_mean
 from varlen.models.base import VarLenModule
 
 __all__ = ["SequenceModel", "position_encoding"]
@@ -96,16 +97,25 @@ class SequenceModel(VarLenModule):
         self.test_metrics = self.val_metrics.clone(prefix="test/")
 
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Logits ``[B, num_classes]`` (classification) or predictions ``[B]`` (regression)."""
-        values, keep = batch[self.input_field], batch[f"{self.input_field}_mask"]
+        """Logits ``[B, num_classes]`` (classification) or predictions ``[B]`` (regression), of a padded batch
+        or a packed one (``<input_field>_cu_seqlens``: the samples' elements end to end, ``[N, ...]``)."""
+        values = batch[self.input_field]
+        cu = batch.get(f"{self.input_field}_cu_seqlens")
+        leading = 1 if cu is not None else 2
         if isinstance(self.embed, nn.Embedding):
             tokens = self.embed(values.long())
         else:
-            tokens = self.embed(values.reshape(*values.shape[:2], -1).to(self.embed.weight.dtype))
-        tokens = tokens + position_encoding(tokens.shape[1], tokens.shape[2], tokens.device).to(tokens.dtype)
-        hidden = self.encoder(tokens, src_key_padding_mask=blocked_mask(keep))
-        weights = keep.unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0)  # mean over real elements only
+            tokens = self.embed(values.reshape(*values.shape[:leading], -1).to(self.embed.weight.dtype))
+        if cu is not None:  # packed: attention within each sample, the same weights on real elements only
+            rows = Rows.of(cu)
+            codes = position_encoding(rows.max_len, tokens.shape[-1], tokens.device).to(tokens.dtype)
+            pooled = row_mean(packed_encoder(self.encoder, tokens + codes[rows.positions], rows), rows)
+        else:
+            keep = batch[f"{self.input_field}_mask"]
+            tokens = tokens + position_encoding(tokens.shape[1], tokens.shape[2], tokens.device).to(tokens.dtype)
+            hidden = self.encoder(tokens, src_key_padding_mask=blocked_mask(keep))
+            weights = keep.unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0)  # mean over real elements only
         out = self.head(self.norm(pooled))
         return out if self.task == "classification" else out.squeeze(-1)
 
