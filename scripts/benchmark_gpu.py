@@ -14,6 +14,9 @@ about 512 samples a batch:
 - ``varlen``: the DataModule as shipped: ``max_tokens`` 547 / 7,365, the shape policy (``max_shapes`` 24) and
   :class:`~varlen.batching.warmup.WarmShapes` (its seconds in the ``warm-up s`` column, outside the timing);
 - ``varlen exact``: the same budget with exact buckets (``max_shapes=None``), no warm-up (varlen before);
+- ``varlen packed``: ``layout="packed"``: each batch one row of 547 / 7,365 tokens, the sentences end to end
+  (one shape, no padding but the row's tail), attention within each sentence by torch's varlen kernel (its
+  encoder's attention-probability dropout set to 0, as that kernel has none; the other rows keep 0.1);
 - ``longest``: random batches of 38 / 512 padded to their longest by transformers' ``DataCollatorWithPadding``;
 - ``max_length``: the same padded to ``max_length`` 128 (``padding="max_length"``);
 - ``grouped``: transformers' ``LengthGroupedSampler`` (``group_by_length``) with ``DataCollatorWithPadding``.
@@ -48,6 +51,7 @@ import torch  # noqa: E402
 BATCHINGS = {
     "varlen": "varlen, shape policy + WarmShapes",
     "varlen exact": "varlen, exact buckets (no policy)",
+    "varlen packed": "varlen, packed rows (varlen attention)",
     "longest": "random, DataCollatorWithPadding",
     "max_length": "random, padded to max_length 128",
     "grouped": "LengthGroupedSampler",
@@ -57,6 +61,8 @@ PEERS = ("longest", "max_length", "grouped")
 BUDGETS = {38: 547, 512: 7365}
 MAX_LENGTH = 128
 TINY = {"num_hidden_layers": 1, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}
+#: torch's varlen kernel has no dropout: the packed row's encoder drops none of its attention probabilities
+NO_ATTENTION_DROPOUT = {"attention_probs_dropout_prob": 0.0}
 
 
 @dataclass(frozen=True)
@@ -84,7 +90,7 @@ def rows_of(kind: str, sizes: list[int]) -> list[Row]:
 def datamodule(row: Row, settings: dict):
     from varlen.datamodules import TextClassificationDataModule
 
-    policy = {} if row.batching == "varlen" else {"max_shapes": None}
+    policy = {"varlen": {}, "varlen packed": {"layout": "packed"}}.get(row.batching, {"max_shapes": None})
     source = settings["source"]
     return TextClassificationDataModule(
         **source, max_length=MAX_LENGTH, max_tokens=settings["budget"] or BUDGETS[row.size],
@@ -124,12 +130,11 @@ def measure(row: Row, settings: dict) -> dict:
     dm = datamodule(row, settings)
     dm.prepare_data()
     dm.setup("fit")
-    model = TextClassifier(
-        num_classes=2, lr=5e-5, pretrained=not settings["quick"], config_overrides=TINY if settings["quick"] else None
-    )
+    overrides = (TINY if settings["quick"] else {}) | (NO_ATTENTION_DROPOUT if row.batching == "varlen packed" else {})
+    model = TextClassifier(num_classes=2, lr=5e-5, pretrained=not settings["quick"], config_overrides=overrides or None)
     timer = Timer(settings["skip"], settings["steps"])
     warm = WarmShapes()
-    callbacks = [timer] + ([warm] if row.batching == "varlen" else [])
+    callbacks = [timer] + ([warm] if row.batching in ("varlen", "varlen packed") else [])
     trainer = pl.Trainer(
         accelerator=settings["accelerator"], devices=1, precision=row.precision,
         max_steps=settings["skip"] + settings["steps"], max_epochs=-1, limit_val_batches=0, num_sanity_val_steps=0,
@@ -164,7 +169,7 @@ class Timer(pl.Callback):
             self.wait += now - self.last_end
         if self.step >= self.skip:
             mask = batch["attention_mask"]
-            self.samples += int(mask.shape[0])
+            self.samples += len(batch["labels"])  # packed: one row of many samples
             self.allocated += mask.numel()
             self.real = mask.sum() if self.real is None else self.real + mask.sum()
             self.shapes.add(tuple(mask.shape))
@@ -282,6 +287,14 @@ def verdict(results: list[tuple[Row, dict]]) -> list[str]:
         if ours and off:
             ratio = ours["samples_per_s"] / off["samples_per_s"]
             out.append(f"- ~{size} a batch, bf16: varlen with cuDNN attention at {ratio:.2f}x its cuDNN-off samples/s")
+        packed = found.get(("varlen packed", size, "bf16-mixed", True))
+        bucketed = [r for b in ("varlen", "varlen exact") if (r := found.get((b, size, "bf16-mixed", True)))]
+        if packed and bucketed:
+            best = max(bucketed, key=lambda r: r["samples_per_s"])
+            out.append(
+                f"- ~{size} a batch, bf16: packed at {packed['samples_per_s'] / best['samples_per_s']:.2f}x varlen's "
+                f"best bucketed samples/s, peak memory {packed['peak_mib']:,.0f} MiB against {best['peak_mib']:,.0f}"
+            )
     return out
 
 

@@ -6,7 +6,8 @@ its padding, with exact buckets and with ``max_shapes`` rungs, at the budgets me
 
 One row per (budget, world size, max_shapes): the rungs fitted, the epoch's distinct (batch size, padded
 length) shapes, real / allocated tokens (real over batch size x padded length, every rank's batches of
-epoch 0), batches per epoch, and the seconds the DataModule's set-up spent fitting the rungs. Nothing is
+epoch 0; packed, ``layout="packed"``: over the rows of ``max_tokens``, one shape), batches per epoch, and
+the seconds the DataModule's set-up spent fitting the rungs. Nothing is
 timed on a device: what a shape costs there is ``scripts/benchmark_gpu.py``'s.
 """
 
@@ -22,13 +23,13 @@ import numpy as np
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def row(text: Path, budget: int, world: int, limit: int | None) -> dict:
+def row(text: Path, budget: int, world: int, limit: int | None, layout: str = "padded") -> dict:
     from varlen.datamodules import TextClassificationDataModule
     from varlen.datamodules.shaping import ShapePolicy
 
     dm = TextClassificationDataModule(
         train_file=text / "sst2_train.tsv", val_file=text / "sst2_dev.tsv", text_column="sentence",
-        label_column="label", max_tokens=budget, max_shapes=limit,
+        label_column="label", max_tokens=budget, max_shapes=limit, layout=layout,
     )  # fmt: skip
     dm._world_size = lambda: world  # plan for `world` ranks, as setup under DDP does
     fitted = []
@@ -52,7 +53,7 @@ def row(text: Path, budget: int, world: int, limit: int | None) -> dict:
         "shapes": sampler.shape_count(0),
         "efficiency": real / int((shapes[:, 0] * shapes[:, 1]).sum()),
         "batches": len(shapes),
-        "fit_s": fitted[0],
+        "fit_s": fitted[0] if fitted else 0.0,
     }
 
 
@@ -78,6 +79,11 @@ def main(argv: list[str] | None = None) -> None:
                     f"| {r['batches']:,} | {r['fit_s']:.2f} |",
                     flush=True,
                 )
+            r = row(text, budget, world, None, "packed")
+            print(
+                f"| {budget:,} | {world} | packed rows | - | {r['shapes']} | {r['efficiency']:.4f} "
+                f"| {r['batches']:,} | - |"
+            )
 
 
 if __name__ == "__main__":

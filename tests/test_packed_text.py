@@ -191,3 +191,14 @@ def test_a_packed_fit_resumes_to_the_uninterrupted_runs_batches() -> None:
     resumed = packed_dm(seed=3).train_dataloader().batch_sampler
     resumed.load_state_dict(state)
     assert [list(batch) for batch in resumed] == order[4:]
+
+
+def test_inspect_reports_one_shape_and_the_rows_fill() -> None:
+    from varlen.inspection import summarize
+
+    summary = summarize(packed_dm(), "train")
+    (shapes, filled), _ = summary.policy
+    assert shapes == summary.shapes == 1 and summary.packed_row == 512
+    assert summary.real / summary.allocated == pytest.approx(filled) and filled > 0.95
+    assert summary.budget_use.max() <= 1.0
+    assert f"packed: each batch one row of 512 tokens, filled {filled:.4f}" in "\n".join(summary.lines())

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from varlen.batching.collate import round_up
+from varlen.batching.plan import SUMMED
 from varlen.datamodules.base import VarLenDataModule
 from varlen.datamodules.weighting import served_shares
 from varlen.datasets.mixture import SourceMixture
@@ -96,6 +97,8 @@ class SplitSummary:
     #: exact buckets, from the plan's sizes alone
     rungs: list[list[int]] | None = None
     policy: tuple[tuple[int, float], tuple[int, float]] | None = None
+    #: packed batches (every batch one row of the budget): the row's length in tokens, else None
+    packed_row: int | None = None
     plots: list[Path] = field(default_factory=list)
 
     def lines(self) -> list[str]:
@@ -151,6 +154,9 @@ class SplitSummary:
         if self.policy is None:
             return []
         (shapes, efficiency), (exact_shapes, exact_efficiency) = self.policy
+        if self.packed_row is not None:
+            return [f"  shapes: {shapes} an epoch (packed: each batch one row of {self.packed_row:,} tokens, filled "
+                    f"{efficiency:.4f} by the plan)"]  # fmt: skip
         if self.rungs is None:
             return [f"  shapes: {shapes} distinct (batch size, padded length) an epoch (exact buckets)"]
         out = [f"  shape policy: rungs ({axis}) {_listed(r)}" for axis, r in zip(self.axes, self.rungs, strict=True)]
@@ -195,7 +201,7 @@ def _budget_use(sizes: np.ndarray, batches: list[np.ndarray], sampler, rounds: i
         return np.array([len(b) / spec.batch_size for b in batches]), f"batch_size={spec.batch_size}"
     budget = np.asarray(spec.max_tokens, dtype=np.float64)
     rounded = round_up(sizes, rounds) if rounds else sizes
-    if spec.cost == "sum":
+    if spec.cost in SUMMED:
         cost = np.stack([rounded[b].sum(0) for b in batches])
     else:
         cost = np.stack([len(b) * rounded[b].max(0) for b in batches])
@@ -281,6 +287,7 @@ def summarize(
         stages=stages,
         rungs=None if dm.rungs is None else [list(r.lengths) for r in dm.rungs],
         policy=policy,
+        packed_row=getattr(dm, "packing", None) and dm.packing[0],
     )
 
 

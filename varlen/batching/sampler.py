@@ -323,8 +323,10 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
     def shapes(self, epoch: int | None = None) -> np.ndarray:
         """``[batches, 1 + D]`` of ``epoch``'s global plan (default: the current one), in serving order: each
         batch's size and the length it pads to on each size axis (its longest sample, up to its rung or
-        ``pad_to_multiple_of``)."""
+        ``pad_to_multiple_of``); packed (``cost="packed"``), every batch one row of the budget: ``[1, max_tokens]``."""
         plan = self.global_plan(epoch)
+        if self.spec.cost == "packed":
+            return np.tile(np.array([1, self.spec.max_tokens[0]], dtype=np.int64), (len(plan.bounds), 1))
         shapes = batch_shapes(round_up(self.sizes, self.spec.pad_to_multiple_of), plan.order, plan.bounds)
         for d, rungs in enumerate(self.rungs or ()):
             shapes[:, 1 + d] = rungs.round(shapes[:, 1 + d])
