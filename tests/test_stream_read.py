@@ -383,3 +383,18 @@ def test_a_streamed_epoch_takes_at_most_max_shapes_each_batch_padded_to_its_rung
     assert {tuple(dm.collate_fn(dataset.__getitems__(b))["input_ids"].shape) for b in warm} == served
     exact = text_dm(text_stream, max_shapes=None)
     assert exact.rungs is None and exact.train_dataloader().batch_sampler.shape_count(0) > 5
+
+
+def test_a_streamed_epoch_packs_each_batch_in_one_row(text_stream: Path) -> None:
+    """``layout="packed"`` on a stream: every sample once an epoch, each batch one row of ``max_tokens`` with
+    its texts' offsets, positions restarting at each text."""
+    dm = text_dm(text_stream, layout="packed")
+    width = dm.packing[0]
+    served = []
+    for batch in dm.train_dataloader():
+        cu = batch["cu_seqlens"]
+        assert batch["input_ids"].shape == batch["position_ids"].shape == (1, width)
+        assert len(cu) == len(batch["index"]) + 1 and batch["packed_tokens"] == int(cu[-1]) <= width
+        assert (batch["position_ids"][0, cu[:-1].long()] == 0).all()
+        served.extend(batch["index"].tolist())
+    assert sorted(served) == list(range(len(dm.dataset("train"))))
