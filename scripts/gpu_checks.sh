@@ -27,4 +27,11 @@ started=$SECONDS
 timeout "${TUNE_S:-100}" "$python" -m varlen tune --budget --config configs/text_sst2.yaml 2>&1 \
   | grep -v -e "set_vital" | tee "$out/tune_budget.txt"
 echo "varlen tune --budget: $((SECONDS - started)) s wall, set-up included" | tee -a "$out/tune_budget.txt"
+# 3. a full SST-2 epoch in bf16, padded (as shipped) and packed: val/accuracy and the epoch's time
+for config in text_sst2 text_sst2_packed; do
+  started=$SECONDS
+  timeout "${EPOCH_S:-150}" "$python" -m varlen fit --config "configs/$config.yaml" --trainer.precision bf16-mixed \
+    --trainer.enable_progress_bar=false 2>&1 | grep -v -e "set_vital" | tail -25 | tee "$out/epoch_$config.txt"
+  echo "$config: $((SECONDS - started)) s wall, set-up included" | tee -a "$out/epoch_$config.txt"
+done
 exit 0
