@@ -23,6 +23,7 @@ from toy import ToySequences
 from varlen.batching import BucketBatchSampler
 from varlen.batching.data_wait import DataWait
 from varlen.batching.plan import PlanSpec, rungs_of
+from varlen.batching.shape_cost import ShapeCost
 from varlen.batching.shapes import Rungs, ladder, pad_length, power_of_two_tail, size_histogram
 from varlen.batching.warmup import WarmShapes, shape_batches
 from varlen.datamodules import TextClassificationDataModule
@@ -385,6 +386,20 @@ class Planner(Noisy):
         return super().training_step(batch, batch_idx)
 
 
+def test_a_shape_costs_what_its_first_step_takes_over_its_later_ones() -> None:
+    """A large batch is slow every time (no shape cost); a shape's first step slow against its later ones is;
+    a shape met once is timed against the epoch's median step."""
+    cost = ShapeCost()
+    for key, seconds in [("big", 1.0), ("small", 0.1), ("big", 1.0), ("small", 0.1), ("new", 0.6), ("new", 0.2)]:
+        cost.step((key,), seconds)
+    assert cost.extra_seconds == pytest.approx(0.4) and len(cost.new_steps) == 3
+    cost.start_epoch()
+    cost.step(("once",), 0.9)
+    cost.step(("big",), 1.0)
+    cost.step(("small",), 0.1)
+    assert cost.extra_seconds == pytest.approx(0.9 - 0.55) and len(cost.shapes) == 3
+
+
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warmed"])
 def test_data_wait_logs_the_shapes_and_advises_when_new_ones_cost_a_tenth(warm: bool, tmp_path, caplog) -> None:
     """Steps on new shapes are timed against the typical step: cold, they cost over a tenth of the epoch and
@@ -446,7 +461,7 @@ def test_the_gpu_side_by_side_runs_quick_on_a_cpu(tmp_path, capsys) -> None:
         assert "error" not in result, result
         assert result["steps"] == 3 and result["samples_per_s"] > 0 and 0 < result["efficiency"] <= 1
         assert f"| {bench.BATCHINGS[row.batching]} | 32-true |" in out
-    assert out.count("x |") == 2  # the two varlen rows, each against the best peer
+    assert out.count("x |") == 3  # the three varlen rows, each against the best peer
     assert results[0][1]["warm_shapes"] >= 1  # the policy's row warmed its shapes
     again = bench.main(["--report", str(kept)])
     assert [json.dumps(r) for _, r in again] == [json.dumps(r) for _, r in results]  # NaN memory on a CPU

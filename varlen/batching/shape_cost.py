@@ -4,8 +4,8 @@ for the first time (read by :class:`~varlen.batching.data_wait.DataWait`).
 Why: a GPU pays once for each new batch shape (cuDNN attention builds a plan per ``(batch, length)`` in
 bf16; torch.compile and CUDA graphs record one), on the host, inside the step that first meets it. So a
 step's host time says it without synchronising the device: a step on a new shape takes longer than the
-epoch's typical step. The extra time of those steps, over the median of the others, is what the shapes
-cost; past a tenth of the epoch it gets one line of advice: fewer shapes (``max_shapes``), paid before
+later steps of the same shape. The extra time of those first steps, over their shapes' later median, is
+what the shapes cost; past a tenth of the epoch it gets one line of advice: fewer shapes (``max_shapes``), paid before
 training (:class:`~varlen.batching.warmup.WarmShapes`).
 """
 
@@ -37,7 +37,8 @@ def shape_key(batch: Any) -> tuple:
 
 class ShapeCost:
     """Per epoch: the distinct shapes served and the steps that met a shape no earlier step of the run met,
-    with their host time against the other steps' median."""
+    each timed on the host against the later steps of its own shape (the epoch's median step where its shape
+    came once): a step is slow for its shape, not for being large."""
 
     def __init__(self) -> None:
         self.seen: set[tuple] = set()
@@ -45,24 +46,34 @@ class ShapeCost:
 
     def start_epoch(self) -> None:
         self.shapes: set[tuple] = set()
-        self.new_steps: list[float] = []
+        self.first: dict[tuple, float] = {}  # a shape new to the run: its first step's seconds
+        self.later: dict[tuple, list[float]] = {}  # the steps after it on the same shape
         self.known_steps: list[float] = []
+
+    @property
+    def new_steps(self) -> list[float]:
+        return list(self.first.values())
 
     def step(self, key: tuple, seconds: float) -> None:
         """A training step on a batch of shapes ``key`` that took ``seconds`` on the host."""
         self.shapes.add(key)
-        if key in self.seen:
-            self.known_steps.append(seconds)
-        else:
+        if key not in self.seen:
             self.seen.add(key)
-            self.new_steps.append(seconds)
+            self.first[key] = seconds
+            return
+        self.known_steps.append(seconds)
+        if key in self.first:
+            self.later.setdefault(key, []).append(seconds)
 
     @property
     def extra_seconds(self) -> float:
-        """The epoch's steps on new shapes, over what as many typical steps take (0 without a typical one)."""
-        if not self.new_steps or not self.known_steps:
-            return 0.0
-        return max(0.0, float(np.sum(self.new_steps) - len(self.new_steps) * np.median(self.known_steps)))
+        """The epoch's steps on new shapes, over what a step of each shape takes later (0 without a later step)."""
+        typical = float(np.median(self.known_steps)) if self.known_steps else None
+        extra = 0.0
+        for key, first in self.first.items():
+            usual = float(np.median(self.later[key])) if key in self.later else typical
+            extra += 0.0 if usual is None else max(0.0, first - usual)
+        return extra
 
 
 def shape_advice(epoch: int, distinct: int, new: int, extra_s: float, share: float) -> str:
