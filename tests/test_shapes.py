@@ -400,6 +400,16 @@ def test_a_shape_costs_what_its_first_step_takes_over_its_later_ones() -> None:
     assert cost.extra_seconds == pytest.approx(0.9 - 0.55) and len(cost.shapes) == 3
 
 
+def test_a_batch_shape_is_its_masks_shapes_when_the_datamodule_names_them() -> None:
+    """A packed row is one shape whatever its sample count; without mask keys every tensor counts."""
+    from varlen.batching.shape_cost import shape_key
+
+    rows = [{"attention_mask": torch.ones(1, 64), "labels": torch.zeros(n), "cu_seqlens": torch.zeros(n + 1)}
+            for n in (3, 5)]  # fmt: skip
+    assert shape_key(rows[0], ("attention_mask",)) == shape_key(rows[1], ("attention_mask",))
+    assert shape_key(rows[0]) != shape_key(rows[1]) and shape_key(rows[0], ("missing",)) == shape_key(rows[0])
+
+
 @pytest.mark.parametrize("warm", [False, True], ids=["cold", "warmed"])
 def test_data_wait_logs_the_shapes_and_advises_when_new_ones_cost_a_tenth(warm: bool, tmp_path, caplog) -> None:
     """Steps on new shapes are timed against the typical step: cold, they cost over a tenth of the epoch and

@@ -165,7 +165,8 @@ class DataWait(pl.Callback):
             self._first = now
         stats = training_batch_stats(trainer, batch) if self._real is not None else None
         self._real = None if stats is None else self._real + stats.real
-        self._key, self._step_start = shape_key(batch), time.perf_counter()
+        masks = getattr(trainer.datamodule, "mask_keys", ()) if trainer.datamodule is not None else ()
+        self._key, self._step_start = shape_key(batch, masks), time.perf_counter()
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int

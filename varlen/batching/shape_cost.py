@@ -21,9 +21,13 @@ import torch
 __all__ = ["ShapeCost", "shape_advice", "shape_key"]
 
 
-def shape_key(batch: Any) -> tuple:
+def shape_key(batch: Any, mask_keys: tuple[str, ...] = ()) -> tuple:
     """The shapes of a batch's tensors, by name: a dict's, a dataclass's, or what ``to_dict()`` gives (a PyG
-    ``Batch``); a plain tensor's own. Metadata only: nothing is read from the device."""
+    ``Batch``); a plain tensor's own. With a DataModule's ``mask_keys`` (all in the batch), those alone: the
+    padded shapes (a packed row's is one shape, whatever its labels' count). Metadata only: nothing is read
+    from the device."""
+    if mask_keys and isinstance(batch, Mapping) and all(k in batch for k in mask_keys):
+        return tuple((k, tuple(batch[k].shape)) for k in mask_keys)
     if torch.is_tensor(batch):
         return (tuple(batch.shape),)
     if hasattr(batch, "to_dict") and not isinstance(batch, Mapping):
