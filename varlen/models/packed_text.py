@@ -11,6 +11,7 @@ states) is handed each text's first token instead of the row's.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,12 +19,30 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from varlen.models.attention import packed_attention
+from varlen import notices
+from varlen.models.attention import packed_attention, varlen_attn
 
 __all__ = ["ATTENTION", "first_token_reader", "packed_logits"]
 
 #: the name of varlen's packed attention in transformers' attention interface
 ATTENTION = "varlen_packed"
+
+log = logging.getLogger(__name__)
+_told: set[int] = set()
+
+
+def _say_which_attention(model: nn.Module, device: torch.device) -> None:
+    """Once per model, training on CUDA with attention dropout: why torch's varlen kernel is not the one used."""
+    dropout = float(getattr(model.config, "attention_probs_dropout_prob", 0.0) or 0.0)
+    if id(model) in _told or not model.training or device.type != "cuda" or varlen_attn is None or dropout == 0:
+        return
+    _told.add(id(model))
+    notices.info(
+        log,
+        "packed rows attend per text with SDPA while training: the encoder's attention_probs_dropout_prob is %s "
+        "and torch's varlen kernel has no dropout (config_overrides: {attention_probs_dropout_prob: 0} uses it)",
+        dropout,
+    )
 
 
 def _attention(
@@ -70,6 +89,7 @@ def packed_logits(model: nn.Module, batch: Mapping[str, Any]) -> torch.Tensor:
     same per text as on the texts padded, to float rounding (attention never crosses a text's end)."""
     _register()
     cu = batch["cu_seqlens"]
+    _say_which_attention(model, cu.device)
     firsts = cu[:-1].long()
     reader = first_token_reader(model)
 
