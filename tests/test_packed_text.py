@@ -146,6 +146,8 @@ def test_every_training_text_once_an_epoch_in_rows_of_one_shape_filled_to_the_bu
         seen.update(batch["index"].tolist())
         real += int(batch["packed_tokens"])
     assert seen == Counter(range(len(sizes)))
+    stats = dm.batch_stats(batches[0])  # what the epoch lines and the telemetry count
+    assert stats.samples == len(batches[0]["index"]) > 1 and stats.padded == 512
     assert real / (512 * len(batches)) > 0.95  # best-fit: only the last rows are left short
     for batch in dm.val_dataloader():
         check_packed(batch, 512, dm.dataset("val").lengths[batch["index"].numpy()])

@@ -21,13 +21,15 @@ class BatchStats(NamedTuple):
 
 
 def mask_stats(batch: Mapping[str, Any], mask_keys: Sequence[str]) -> BatchStats:
-    """Batch stats from keep-masks (True = real): real = sum over masks, padded = their sizes."""
+    """Batch stats from keep-masks (True = real): real = sum over masks, padded = their sizes; samples are the
+    batch's ``index`` entries where it has one (a packed row's mask has one row for many samples)."""
     masks = [batch[k] for k in mask_keys]
     if not masks:
         raise ValueError("mask_stats needs at least one mask key")
     real = sum(int(m.sum()) for m in masks)
     padded = sum(m.numel() for m in masks)
-    return BatchStats(int(masks[0].shape[0]), real, padded)
+    samples = len(batch["index"]) if "index" in batch else int(masks[0].shape[0])
+    return BatchStats(samples, real, padded)
 
 
 def training_batch_stats(trainer: pl.Trainer, batch: Any) -> BatchStats | None:
