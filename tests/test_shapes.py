@@ -297,6 +297,17 @@ def test_a_fit_with_the_warm_up_trains_bit_for_bit_as_one_without(tmp_path) -> N
     assert all(torch.equal(metrics_warm[k], metrics_plain[k]) for k in metrics_plain)
 
 
+def test_a_run_of_a_few_steps_warms_no_more_shapes_than_it_trains(tmp_path) -> None:
+    warm = WarmShapes()
+    trainer = pl.Trainer(
+        max_epochs=1, limit_train_batches=2, limit_val_batches=0, accelerator="cpu", logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, callbacks=[warm],
+        default_root_dir=tmp_path,
+    )  # fmt: skip
+    trainer.fit(Noisy(), PaddedToys())
+    assert warm.shapes == 2
+
+
 def test_the_warm_up_runs_one_batch_of_each_shape_of_the_epoch() -> None:
     dm = PaddedToys()
     dm.setup("fit")

@@ -53,7 +53,8 @@ class WarmShapes(pl.Callback):
     them in :attr:`shapes` and :attr:`seconds`.
 
     Args:
-        max_batches: warm at most this many shapes (the widest first); None: all of them.
+        max_batches: warm at most this many shapes (the widest first); None: all of them (at most as many as
+            the epoch's training steps, under ``limit_train_batches``).
     """
 
     def __init__(self, max_batches: int | None = None) -> None:
@@ -67,7 +68,11 @@ class WarmShapes(pl.Callback):
             return
         loader = trainer.train_dataloader
         sampler = getattr(loader, "batch_sampler", None)
-        batches = shape_batches(sampler, trainer.current_epoch)[: self.max_batches]
+        most = self.max_batches
+        steps = trainer.num_training_batches  # a limit_train_batches run meets no more shapes than its steps
+        if isinstance(steps, int) and 0 < steps:
+            most = steps if most is None else min(most, steps)
+        batches = shape_batches(sampler, trainer.current_epoch)[:most]
         if not batches:
             return
         start = time.perf_counter()
