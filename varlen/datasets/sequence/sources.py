@@ -25,7 +25,7 @@ from varlen.errors import DataError, DatasetNotFoundError
 from varlen.labels import classlabel_names
 from varlen.tables import to_arrow
 
-__all__ = ["PARQUET", "Source", "mapping_table", "source_of"]
+__all__ = ["ARROW", "PARQUET", "Source", "mapping_table", "source_of"]
 
 PARQUET = (".parquet", ".pq")
 ARROW = (".arrow", ".feather", ".ipc")
