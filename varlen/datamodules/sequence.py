@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
@@ -22,9 +21,9 @@ from varlen.datasets.sequence.collate import SequenceCollator
 from varlen.datasets.sequence.columns import SequenceColumns, table_columns
 from varlen.datasets.sequence.dataset import SIZES, SequenceDataset
 from varlen.datasets.sequence.dtypes import check_dtypes, float64_notice, served_specs
-from varlen.datasets.sequence.fields import FieldSpec, field_specs
+from varlen.datasets.sequence.fields import FieldSpec, field_specs, served_fields
 from varlen.datasets.sequence.labels import LabelSpec, label_spec
-from varlen.datasets.sequence.sources import Source, source_of
+from varlen.datasets.sequence.sources import Source, described, is_path, source_of
 from varlen.datasets.sequence.store import cached_columns
 from varlen.datasets.sequence.synthetic import synthetic_sequences
 from varlen.datasets.sequence.transform import SampleTransform, transform_name
@@ -167,7 +166,7 @@ class SequenceDataModule(VarLenDataModule):
         given = {"train": train, "val": val, "test": test, "predict": predict}
         # data held in memory (and a transform) stays out of the hyperparameters (checkpoints, loggers): they get
         # its description
-        self.unsaved_arguments = tuple(k for k, v in given.items() if v is not None and not _is_path(v))
+        self.unsaved_arguments = tuple(k for k, v in given.items() if v is not None and not is_path(v))
         self.unsaved_arguments += ("transform",) if transform is not None else ()
         owner = type(self).__name__
         if sampler_cost not in COSTS:
@@ -175,9 +174,11 @@ class SequenceDataModule(VarLenDataModule):
                 f"{owner}: sampler_cost must be one of {COSTS}, got {sampler_cost!r}"
                 + (" ('packed' lays samples end to end, a layout SequenceDataModule has not)" if sampler_cost else "")
             )
+        if sampler_cost == "sum" and rung_batch_sizes:
+            raise ValueError(f"{owner}: rung_batch_sizes are padded lengths, and sampler_cost='sum' pads nothing")
         self.sampler_cost = sampler_cost
         super().__init__(**base_args(locals()))
-        self.hparams.update({k: _described(given[k]) for k in self.unsaved_arguments if k in given})
+        self.hparams.update({k: described(given[k]) for k in self.unsaved_arguments if k in given})
         if transform is not None:
             self.hparams["transform"] = transform_name(transform)
         self.inputs = self._inputs(given, synthetic, seed)
@@ -232,7 +233,8 @@ class SequenceDataModule(VarLenDataModule):
         """The fields served (in their served dtypes) and budgeted, and what the model is linked to (known
         without reading the data beyond its first rows, its label column and, for token ids, its largest id)."""
         where = self.inputs["train"].where
-        specs, self.unserved = self._served(head, fields, where)
+        label = {self.label_field} if self.label_field else set()
+        specs, self.unserved = served_fields(head, label, fields, where, RESERVED)
         self.dtypes = check_dtypes(dtypes, specs, type(self).__name__)
         self.specs = served_specs(specs, self.dtypes)
         self.fields = tuple(name for name, spec in self.specs.items() if spec.ragged)
@@ -255,33 +257,6 @@ class SequenceDataModule(VarLenDataModule):
                 raise ValueError(f"give train as well as {sorted(inputs)} (without train, every split is synthetic)")
             inputs["train"] = Source(synthetic_sequences(synthetic, seed), "mapping", "synthetic sequences")
         return inputs
-
-    def _served(
-        self, head: pa.Table, fields: list[str] | None, where: str
-    ) -> tuple[dict[str, FieldSpec], dict[str, str]]:
-        """The columns served (``fields``, else every numeric one), checked against the batch's own keys, and
-        the columns not served, each with why (its values' type, or ``fields``)."""
-        specs, left = field_specs(head, {self.label_field} if self.label_field else set(), where)
-        unserved = {name: f"{head.schema.field(name).type} values" for name in left}
-        if fields is not None:
-            unknown = sorted(set(fields) - set(specs))
-            if unknown:
-                raise ValueError(f"fields {unknown} are not numeric columns of {where} (those are {list(specs)})")
-            unserved.update({name: "not in fields" for name in specs if name not in fields})
-            specs = {name: specs[name] for name in fields}
-        if not any(spec.ragged for spec in specs.values()):
-            raise DataError(
-                f"{where}: no variable-length column (a list of numbers per row) among {head.column_names}: "
-                "give each sample's sequence as a list or array column"
-            )
-        derived = {f"{n}_{suffix}" for n, s in specs.items() if s.ragged for suffix in ("mask", "lengths")}
-        clash = sorted((set(RESERVED) | derived) & set(specs))
-        if clash:
-            raise DataError(
-                f"{where}: column(s) {clash} share a name with a batch's own keys ({list(RESERVED)}, <field>_mask, "
-                "<field>_lengths): rename them, or leave them out with fields=[...]"
-            )
-        return specs, unserved
 
     def _size_fields(self, size_field: str | list[str] | None, where: str) -> tuple[str, ...]:
         names = [self.fields[0]] if size_field is None else [size_field] if isinstance(size_field, str) else size_field
@@ -366,7 +341,9 @@ class SequenceDataModule(VarLenDataModule):
             columns = self._columns(split)
             if columns.rows == 0:
                 raise DataError(f"{source.where}: holds no rows")
-            kept = usable_rows(columns, rules, self.report, f"{source.where}", SOURCE if split == "train" else split)
+            kept = usable_rows(
+                columns, rules, self.report, source.where, split if split != "train" else SOURCE, source.place
+            )
             if not len(kept):
                 raise DataError(f"{source.where}: no usable row ({columns.rows} read; see dm.report)")
             for column, why in self.unserved.items():  # each named: a user looks for the column, not a count
@@ -474,15 +451,3 @@ class SequenceDataModule(VarLenDataModule):
         if self.vocab_size is not None:
             state["vocab_size"] = self.vocab_size
         return state
-
-
-def _is_path(value: Any) -> bool:
-    return isinstance(value, (str, os.PathLike))
-
-
-def _described(value: Any) -> str:
-    """What an in-memory split is, for the hyperparameters (never its data)."""
-    if isinstance(value, Mapping):
-        return f"<in-memory mapping of columns {sorted(map(str, value))}>"
-    rows = value.num_rows if isinstance(value, (pa.Table, pa.RecordBatch)) else len(value)
-    return f"<in-memory {type(value).__name__} of {rows} rows>"
