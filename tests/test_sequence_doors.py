@@ -203,6 +203,8 @@ def lengthen(sample: dict) -> dict:
 
 def test_a_transform_may_crop_a_size_field_never_lengthen_it_and_must_reach_spawned_workers() -> None:
     columns = arrays(30)
+    with pytest.raises(ValueError, match="a streamed split has none yet"):
+        SequenceDataModule(train=columns, transform=jitter, stream=".")
     dm = fitted(SequenceDataModule(train=columns, transform=lengthen, batch_size=4))
     with pytest.raises(
         DataError, match=r"transform .*lengthen of sample \d+: size field 'signal' has length \d+ where"

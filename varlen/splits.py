@@ -11,7 +11,9 @@ One rule for a held-out split the data does not give, in every DataModule (:data
 validation split not given is carved from the training data (``val_fraction``); a test split not given
 is carved only where a DataModule's ``test_fraction`` asks for one (molecules, bearing, hyperspectral:
 one source, every split carved), else it is the validation split, and the report says so
-(``test = val``; :func:`stand_ins`). Nothing is carved that the user did not ask for.
+(``test = val``; :func:`stand_ins`). Nothing is carved that the user did not ask for. The one exception,
+kept: video-text follows its source's own subsets (YouCook2's validation set is its test set, the protocol
+its results are reported on) and carves a test split from a source without one.
 
 Splits that cannot leak: :func:`group_split` (whole recordings or videos), :func:`keyed_split`
 (random or stratified, every copy of a duplicate in one split), :func:`time_block_split`

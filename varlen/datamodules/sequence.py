@@ -174,6 +174,8 @@ class SequenceDataModule(VarLenDataModule):
                 f"{owner}: sampler_cost must be one of {COSTS}, got {sampler_cost!r}"
                 + (" ('packed' lays samples end to end, a layout SequenceDataModule has not)" if sampler_cost else "")
             )
+        if transform is not None and stream is not None:
+            raise ValueError(f"{owner}: transform changes in-memory training samples; a streamed split has none yet")
         if sampler_cost == "sum" and rung_batch_sizes:
             raise ValueError(f"{owner}: rung_batch_sizes are padded lengths, and sampler_cost='sum' pads nothing")
         self.sampler_cost = sampler_cost
