@@ -16,7 +16,6 @@ from varlen.batching.telemetry import PaddingTelemetry
 from varlen.datamodules.sequence import SequenceDataModule
 from varlen.inspection import summarize
 from varlen.progress import EpochProgress
-from varlen.splits import STANDS_IN, stand_ins
 
 
 def two_fields(rows: int = 60, seed: int = 0) -> dict:
@@ -34,6 +33,8 @@ def two_fields(rows: int = 60, seed: int = 0) -> dict:
 
 
 def test_the_rule_stands_the_validation_split_in_for_a_missing_test_split() -> None:
+    from varlen.splits import STANDS_IN, stand_ins
+
     val = object()
     assert STANDS_IN == {"test": "val"}
     assert stand_ins({"train": 1, "val": val}) == {"test": "val"}
