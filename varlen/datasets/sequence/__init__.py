@@ -1,4 +1,4 @@
-"""Any ragged data (Parquet, Arrow IPC, Hugging Face Datasets, pyarrow Tables, in-memory arrays): read, checked
+"""Any ragged data (Parquet, Arrow IPC, CSV, JSON Lines, Hugging Face Datasets, pyarrow Tables, in-memory arrays): read,
 and served padded, for :class:`~varlen.datamodules.sequence.SequenceDataModule`. Needs no extra."""
 
 from varlen.datasets.sequence.collate import SequenceCollator
