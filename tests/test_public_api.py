@@ -67,6 +67,7 @@ PUBLIC = {
         "source_of",
         "synthetic_sequences",
         "table_columns",
+        "write_arrays",
     ],
     "molecules": [
         "ATOM_VOCAB",

@@ -206,7 +206,9 @@ def test_in_memory_data_is_held_out_of_the_hyperparameters_and_pickles_whole() -
 
 
 def test_a_split_of_another_kind_is_a_type_error_naming_it() -> None:
-    with pytest.raises(TypeError, match=r"val: got ndarray; give a Parquet or Arrow IPC path, a datasets.Dataset"):
+    with pytest.raises(
+        TypeError, match=r"val: got ndarray; give a Parquet, Arrow IPC, CSV or JSON Lines path, a datasets.Dataset"
+    ):
         SequenceDataModule(train=user_columns(), val=np.zeros(3))
 
 

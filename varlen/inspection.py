@@ -99,6 +99,8 @@ class SplitSummary:
     policy: tuple[tuple[int, float], tuple[int, float]] | None = None
     #: packed batches (every batch one row of the budget): the row's length in tokens, else None
     packed_row: int | None = None
+    #: a DataModule of several variable-length fields (its ``field_stats``): (field, padding efficiency) each
+    fields: list[tuple[str, float]] = field(default_factory=list)
     plots: list[Path] = field(default_factory=list)
 
     def lines(self) -> list[str]:
@@ -125,6 +127,8 @@ class SplitSummary:
             f"  padding efficiency {self.real / max(self.allocated, 1):.4f} "
             f"(per batch: min {eff.min():.3f}, median {np.median(eff):.3f})"
         )
+        if self.fields:
+            out.append("    per field: " + ", ".join(f"{name} {value:.4f}" for name, value in self.fields))
         out.append(f"  budget use mean {self.budget_use.mean():.2f} / max {self.budget_use.max():.2f} of {self.budget}")
         out.append(
             f"  distinct padded shapes {self.shapes:,}; largest batch {self.largest_bytes / 2**20:,.2f} MiB of tensors"
@@ -236,10 +240,14 @@ def summarize(
     sizes = np.asarray(dm.of_each_source(dataset, "sampler_lengths")).reshape(len(dataset), -1)
     fetch = getattr(dataset, "__getitems__", None)
     efficiency, shapes, largest, real, allocated = [], set(), 0, 0, 0
+    by_field, fields = getattr(dm, "field_stats", None), {}
     for indices in batches[:max_batches] if max_batches else batches:
         items = fetch(indices.tolist()) if fetch is not None else [dataset[int(i)] for i in indices]
         batch = dm.collate_fn(items)
         stats = dm.batch_stats(batch)
+        for name, counts in (by_field(batch) if by_field is not None else {}).items():
+            part = fields.setdefault(name, [0, 0])
+            part[0], part[1] = part[0] + counts.real, part[1] + counts.padded
         real, allocated = real + stats.real, allocated + stats.padded
         efficiency.append(stats.real / max(stats.padded, 1))
         shapes.add(padded_shape(batch, dm.mask_keys))
@@ -288,6 +296,7 @@ def summarize(
         rungs=None if dm.rungs is None else [list(r.lengths) for r in dm.rungs],
         policy=policy,
         packed_row=getattr(dm, "packing", None) and dm.packing[0],
+        fields=[(name, r / max(p, 1)) for name, (r, p) in fields.items()] if len(fields) > 1 else [],
     )
 
 

@@ -3,6 +3,8 @@
 Lightning's progress bar redraws a line many times a second, which is unreadable in a log (the CLI
 shows it on a terminal only). This callback prints one line when an epoch ends (after its
 validation): the epoch, the chosen metrics, the padding efficiency of the epoch's training batches
+(and of each variable-length field, where a DataModule serves several: ``padding 0.720 (signal 0.810,
+events 0.550)``),
 the training samples per second (data loading included) and, where a
 :class:`~varlen.batching.data_wait.DataWait` listed before it timed the epoch, the share of it spent
 waiting for data. ``varlen fit`` adds one (after its DataWait) unless
@@ -18,7 +20,7 @@ from collections.abc import Sequence
 import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_only
 
-from varlen.batching.telemetry import training_batch_stats
+from varlen.batching.telemetry import training_batch_stats, training_field_stats
 
 __all__ = ["EpochProgress"]
 
@@ -37,10 +39,12 @@ class EpochProgress(pl.Callback):
         self.name = name
         self._start = 0.0
         self._samples = self._real = self._padded = 0
+        self._fields: dict[str, list[int]] = {}  # field -> [real, padded] this epoch
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start = time.perf_counter()
         self._samples = self._real = self._padded = 0
+        self._fields = {}
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx: int) -> None:
         stats = training_batch_stats(trainer, batch)
@@ -48,6 +52,9 @@ class EpochProgress(pl.Callback):
             self._samples += stats.samples
             self._real += stats.real
             self._padded += stats.padded
+        for name, counts in (training_field_stats(trainer) or {}).items():
+            part = self._fields.setdefault(name, [0, 0])
+            part[0], part[1] = part[0] + counts.real, part[1] + counts.padded
 
     @rank_zero_only
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -56,7 +63,8 @@ class EpochProgress(pl.Callback):
         names = self.metrics or sorted(k for k in logged if k.startswith("val/"))
         parts = [f"{k} {float(logged[k]):.4g}" for k in names if k in logged]
         if self._padded:
-            parts.append(f"padding {self._real / self._padded:.3f}")
+            each = ", ".join(f"{name} {real / max(padded, 1):.3f}" for name, (real, padded) in self._fields.items())
+            parts.append(f"padding {self._real / self._padded:.3f}" + (f" ({each})" if each else ""))
         parts.append(f"{self._samples / elapsed:,.0f} samples/s")
         waited = _wait_share(trainer)
         if waited is not None:

@@ -15,9 +15,12 @@ One type for every scenario, so a user finds what was dropped in one place, ``dm
   this rank's); under a schedule of shares, each stage's shares and draws, and per epoch the stage and
   shares it was asked for, so that each stage's served share shows beside its scheduled one;
 * **retried**: of a split read from a stream, the chunk reads retried so far (a live count, its
-  loader workers included; nothing streamed is skipped: a chunk that keeps failing raises);
+  loader workers included; nothing streamed is skipped: a chunk that keeps failing raises); its
+  truncated counts are those made when the chunks were written (``varlen optimize`` records them);
 * **duplicates**: per split, the items that repeat an earlier one of the split exactly, and those
-  of a held-out split that are in ``train`` too (:class:`Duplicates`, :mod:`varlen.duplicates`).
+  of a held-out split that are in ``train`` too (:class:`Duplicates`, :mod:`varlen.duplicates`);
+* **stand-ins**: a split that is another (a test split not given is the validation split,
+  :data:`varlen.splits.STANDS_IN`), said beside its counts.
 
 Skips found before the data is split are filed under the pseudo-split :data:`SOURCE`.
 ``str(report)`` is a short table; the DataModule logs it once when ``setup`` ends.
@@ -40,6 +43,8 @@ OnBad = Literal["raise", "skip"]
 BAD_INPUT_POLICIES = ("raise", "skip")
 #: the pseudo-split of what is skipped before the data is split (a file, a recording, a row)
 SOURCE = "source"
+#: the order the table lists splits in (others after them, as recorded)
+ORDER = ("train", "val", "test", "predict")
 log = logging.getLogger("varlen")
 
 
@@ -98,6 +103,7 @@ class DataReport:
         self.scheduled: dict[int, tuple[int, dict[str, float]]] = {}  # epoch -> (its stage, the shares it asked)
         self.streamed: dict[str, Callable[[], int]] = {}  # split -> its chunk reads retried so far (live)
         self.duplicates: dict[str, Duplicates] = {}  # split -> its exact duplicates
+        self.stand_ins: dict[str, str] = {}  # split -> the split it is (test -> val where no test was given)
 
     # -- recording ----------------------------------------------------------------------------
 
@@ -119,6 +125,10 @@ class DataReport:
         shown = counts.examples.setdefault(key, [])
         if len(shown) < self.max_examples:
             shown.append(f"{where}: {reason}")
+
+    def stand_in(self, split: str, other: str) -> None:
+        """``split`` was not given: it is ``other``'s samples (the same dataset)."""
+        self.stand_ins[split] = other
 
     def keep(self, split: str, count: int) -> None:
         """Record the number of samples of ``split``."""
@@ -179,10 +189,13 @@ class DataReport:
         """Samples each source served in a batch of ``epoch``."""
         self.served.setdefault(int(epoch), Counter()).update(counts)
 
-    def stream(self, split: str, retried: Callable[[], int]) -> None:
+    def stream(self, split: str, retried: Callable[[], int], written: dict[str, Any] | None = None) -> None:
         """``split`` is read from a stream; ``retried()`` counts its chunk reads retried so far, by this
-        process and its loader workers (nothing is skipped: a chunk that keeps failing raises)."""
+        process and its loader workers (nothing is skipped: a chunk that keeps failing raises). ``written``:
+        what the writer counted of it (``truncated``: item -> count), which become its truncated counts."""
         self.streamed[split] = retried
+        if written is not None:
+            self.split(split).truncated = Counter({k: int(n) for k, n in written.get("truncated", {}).items()})
 
     def retries(self, split: str | None = None) -> int:
         """Chunk reads retried so far, of ``split`` or of every streamed split."""
@@ -221,6 +234,7 @@ class DataReport:
         self.scheduled.clear()
         self.streamed.clear()
         self.duplicates.clear()
+        self.stand_ins.clear()
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -258,6 +272,7 @@ class DataReport:
                     **({"sources": self._sources_dict(name)} if name in self.sources else {}),
                     **({"retried": self.retries(name)} if name in self.streamed else {}),
                     **({"duplicates": self.duplicates[name]._asdict()} if name in self.duplicates else {}),
+                    **({"same_as": self.stand_ins[name]} if name in self.stand_ins else {}),
                 }
                 for name, s in self.splits.items()
             }
@@ -282,12 +297,17 @@ class DataReport:
         return out
 
     def __str__(self) -> str:
-        names = [n for n in self.splits if n != SOURCE] + ([SOURCE] if SOURCE in self.splits else [])
+        names = sorted(
+            (n for n in self.splits if n != SOURCE), key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER)
+        )
+        names += [SOURCE] if SOURCE in self.splits else []
         lines = [f"{'split':<8} {'kept':>10} {'skipped':>8} {'truncated':>9}  unused"]
         for name in names:
             s = self.splits[name]
             unused = ", ".join(f"{n:,} {unit} ({why})" for (unit, why), n in s.unused.items()) or "-"
             kept = f"{s.kept:,}" if name != SOURCE else "-"
+            if name in self.stand_ins:  # its counts are the other split's
+                unused = f"= {self.stand_ins[name]} (no {name} data given: the {self.stand_ins[name]} split stands in)"
             lines.append(f"{name:<8} {kept:>10} {s.num_skipped:>8,} {sum(s.truncated.values()):>9,}  {unused}")
         for name in names:
             s = self.splits[name]
@@ -314,7 +334,9 @@ class DataReport:
             told = ", ".join(f"{k} {part['served'][k]:.1%} (scheduled {v:.1%})" for k, v in part["scheduled"].items())
             lines.append(f"served in stage {stage} (epochs {epochs[0]}-{epochs[-1]}): {told}")
         for name in self.streamed:
-            lines.append(f"{name} streamed: {self.retries(name):,} chunk read(s) retried so far (each logged)")
+            told = f"{name} streamed: {self.retries(name):,} chunk read(s) retried so far (each logged)"
+            cut = sum(self.splits[name].truncated.values()) if name in self.splits else 0
+            lines.append(told + (f"; {cut:,} truncated when the chunks were written" if cut else ""))
         for name, (repeated, in_train, unit) in self.duplicates.items():
             if repeated or in_train:
                 also = f"; {in_train:,} also in train" if in_train else ""

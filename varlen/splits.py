@@ -7,6 +7,14 @@ spans and masks that define them). Random decisions draw from *named streams*
 (:func:`stream`), so two decisions made from one seed are independent and adding a third never
 shifts the first two (no ``seed + 1`` offsets).
 
+One rule for a held-out split the data does not give, in every DataModule (:data:`STANDS_IN`): a
+validation split not given is carved from the training data (``val_fraction``); a test split not given
+is carved only where a DataModule's ``test_fraction`` asks for one (molecules, bearing, hyperspectral:
+one source, every split carved), else it is the validation split, and the report says so
+(``test = val``; :func:`stand_ins`). Nothing is carved that the user did not ask for. The one exception,
+kept: video-text follows its source's own subsets (YouCook2's validation set is its test set, the protocol
+its results are reported on) and carves a test split from a source without one.
+
 Splits that cannot leak: :func:`group_split` (whole recordings or videos), :func:`keyed_split`
 (random or stratified, every copy of a duplicate in one split), :func:`time_block_split`
 (non-overlapping blocks of each recording with gaps), :func:`condition_split` (operating
@@ -24,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
+    "STANDS_IN",
     "SpatialSplit",
     "balanced_scaffold_split",
     "check_fractions",
@@ -37,12 +46,15 @@ __all__ = [
     "random_split",
     "scaffold_split",
     "spatial_block_split",
+    "stand_ins",
     "stratified_split",
     "stream",
     "time_block_split",
 ]
 
 Fractions = Mapping[str, float]
+#: a held-out split the data does not give (nor a fraction carve) -> the split that stands in for it
+STANDS_IN = {"test": "val"}
 
 
 # -- fractions and random streams -----------------------------------------------------------------
@@ -71,6 +83,16 @@ def fractions_of(val: float, test: float = 0.0) -> dict[str, float]:
     if test > 0:
         out["test"] = test
     return check_fractions(out)
+
+
+def stand_ins(splits: Mapping[str, object]) -> dict[str, str]:
+    """Which split stands in for which (:data:`STANDS_IN`): each missing one whose stand-in exists, and each
+    that is its stand-in already (the same object: text's test split is its validation set)."""
+    return {
+        split: other
+        for split, other in STANDS_IN.items()
+        if other in splits and (split not in splits or splits[split] is splits[other])
+    }
 
 
 def stream(seed: int, name: str) -> np.random.Generator:

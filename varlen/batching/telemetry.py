@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import lightning.pytorch as pl
 import torch
 
-__all__ = ["BatchStats", "PaddingTelemetry", "mask_stats", "training_batch_stats"]
+__all__ = ["BatchStats", "PaddingTelemetry", "mask_stats", "training_batch_stats", "training_field_stats"]
 
 
 class BatchStats(NamedTuple):
@@ -42,6 +42,12 @@ def training_batch_stats(trainer: pl.Trainer, batch: Any) -> BatchStats | None:
     return stats
 
 
+def training_field_stats(trainer: pl.Trainer) -> dict[str, BatchStats] | None:
+    """A training batch's counts per variable-length field, where its DataModule serves several and took
+    them on the host (``host_fields``: e.g. ``SequenceDataModule``'s ``field_stats``), else None."""
+    return getattr(getattr(trainer, "datamodule", None), "host_fields", None) or None
+
+
 class PaddingTelemetry(pl.Callback):
     """Logs padding efficiency (real / padded elements), real elements per second and batch size.
 
@@ -49,7 +55,9 @@ class PaddingTelemetry(pl.Callback):
     ``telemetry/real_per_s`` and ``telemetry/batch_size``. Per epoch, over every rank's batches:
     ``telemetry/epoch_padding_efficiency``, ``telemetry/epoch_samples_per_s``,
     ``telemetry/epoch_real_per_s`` (samples and elements summed over ranks, divided by the
-    slowest rank's time), and for a training split of several sources ``telemetry/served_<source>`` (its
+    slowest rank's time), for a DataModule of several variable-length fields each one's
+    ``telemetry/epoch_padding_efficiency_<field>`` (:func:`training_field_stats`), and for a training
+    split of several sources ``telemetry/served_<source>`` (its
     samples served, over ranks) beside ``telemetry/scheduled_<source>`` (the samples its share of the epoch,
     as ``source_weights`` or their schedule set it for this epoch, asks of the same total), kept in
     :attr:`epochs` as well, the same on every rank. Rates use the
@@ -74,6 +82,7 @@ class PaddingTelemetry(pl.Callback):
         self._totals = [0, 0, 0]
         self._sources: list[str] = []
         self._served: list[int] = []
+        self._fields: dict[str, list[int]] = {}  # field -> [real, padded] this epoch
         self._epoch_start: float | None = None
         self._last_start: float | None = None
 
@@ -90,6 +99,9 @@ class PaddingTelemetry(pl.Callback):
             raise RuntimeError("PaddingTelemetry needs mask_keys= or a DataModule with batch_stats(batch)")
         for i, value in enumerate(stats):
             self._totals[i] += value
+        for name, counts in (training_field_stats(trainer) or {}).items():
+            part = self._fields.setdefault(name, [0, 0])
+            part[0], part[1] = part[0] + counts.real, part[1] + counts.padded
         self._count_sources(trainer)
         if self._epoch_start is None:
             self._epoch_start = now
@@ -118,17 +130,22 @@ class PaddingTelemetry(pl.Callback):
         if self._epoch_start is None:
             return
         elapsed = max(time.perf_counter() - self._epoch_start, 1e-9)
-        local = torch.tensor([*self._totals, elapsed, *self._served], dtype=torch.float64, device=pl_module.device)
+        fields = [n for part in self._fields.values() for n in part]  # every rank's DataModule has the same fields
+        values = [*self._totals, elapsed, *self._served, *fields]
+        local = torch.tensor(values, dtype=torch.float64, device=pl_module.device)
         every = pl_module.all_gather(local).reshape(-1, len(local))  # [ranks, ...]; one row outside DDP
         samples, real, padded = every[:, :3].sum(0).tolist()
         elapsed = float(every[:, 3].max())
-        served = every[:, 4:].sum(0).tolist()
+        served = every[:, 4 : 4 + len(self._served)].sum(0).tolist()
+        counts = every[:, 4 + len(self._served) :].sum(0).tolist()
+        per_field = {name: counts[2 * k] / max(counts[2 * k + 1], 1) for k, name in enumerate(self._fields)}
         shares = getattr(trainer.datamodule, "scheduled_shares", lambda epoch: None)(trainer.current_epoch)
         asked = {name: shares[name] * sum(served) for name in self._sources} if self._sources and shares else {}
         summary = {
             "telemetry/epoch_padding_efficiency": real / max(padded, 1),
             "telemetry/epoch_samples_per_s": samples / elapsed,
             "telemetry/epoch_real_per_s": real / elapsed,
+            **{f"telemetry/epoch_padding_efficiency_{name}": value for name, value in per_field.items()},
             **{f"telemetry/served_{name}": n for name, n in zip(self._sources, served, strict=True)},
             **{f"telemetry/scheduled_{name}": n for name, n in asked.items()},
         }

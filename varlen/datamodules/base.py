@@ -19,7 +19,7 @@ from varlen.batching.plan import PlanSpec
 from varlen.batching.shapes import DEFAULT_MAX_SHAPES, Rungs
 from varlen.batching.telemetry import BatchStats
 from varlen.datamodules.checkpoint import DataStateCheckpoint, plain
-from varlen.datamodules.contract import CheckedCollate, batch_stats_of, check_split, describe
+from varlen.datamodules.contract import CheckedCollate, batch_stats_of, check_split, describe, with_stand_ins
 from varlen.datamodules.shaping import ShapePolicy, check_max_shapes, check_rung_batch_sizes
 from varlen.datamodules.sources import (
     MAIN,
@@ -348,7 +348,7 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
             self.collate_fn = PadCollate(self.ragged_keys, pad_to_multiple_of=self.pad_to_multiple_of)
         if self.stream is not None:  # the training split from the stream (mixed with the sources'); val / test as built
             built = {**built, "train": streamed_train(self)}
-        datasets = self._mix_sources(dict(built), stage)
+        datasets = self._mix_sources(with_stand_ins(built, self.report), stage)  # test = val where not given
         for split, dataset in datasets.items():
             if not (split == "train" and self.stream is not None):  # a stream's sizes are its size index's
                 check_split(self, split, dataset)

@@ -6,7 +6,8 @@ whole numbers >= 0), and its collated batches must carry ``index`` (each sample'
 split). :func:`check_split` checks the sizes when ``setup`` records the split; :class:`CheckedCollate`
 checks ``index`` on the first batch a process collates, and turns a collate that stacks tensors of
 unequal sizes into a :class:`~varlen.errors.DataError` naming the field. Every message says how to
-supply what is missing.
+supply what is missing. :func:`with_stand_ins` applies the one rule for a split ``build`` did not give
+(:data:`varlen.splits.STANDS_IN`: test is the validation split) and says it in the report.
 """
 
 from __future__ import annotations
@@ -20,11 +21,23 @@ import torch
 from varlen.batching.plan import as_size_matrix
 from varlen.batching.telemetry import BatchStats, mask_stats
 from varlen.errors import DataError
+from varlen.report import DataReport
+from varlen.splits import stand_ins
 
-__all__ = ["CheckedCollate", "batch_stats_of", "check_split", "describe"]
+__all__ = ["CheckedCollate", "batch_stats_of", "check_split", "describe", "with_stand_ins"]
 
 #: what torch says when a collate stacks tensors (or lists) of unequal sizes
 UNEQUAL = ("stack expects each tensor to be equal size", "each element in list of batch should be of equal size")
+
+
+def with_stand_ins(built: Mapping[str, Any], report: DataReport) -> dict[str, Any]:
+    """``build``'s datasets with each missing held-out split stood in for (test: the validation split), every
+    split that is another recorded in ``report`` (:meth:`~varlen.report.DataReport.stand_in`)."""
+    datasets = dict(built)
+    for split, other in stand_ins(datasets).items():
+        datasets[split] = datasets[other]
+        report.stand_in(split, other)
+    return datasets
 
 
 def check_split(dm: Any, split: str, dataset: Any) -> None:

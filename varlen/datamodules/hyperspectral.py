@@ -95,7 +95,8 @@ class HyperspectralDataModule(VarLenDataModule):
         buffer: pixels kept free at a block edge facing another split (default: the patch radius;
             must be at least that).
         val_fraction: share of labelled pixels for validation.
-        test_fraction: share for testing (0: no test split; ignored with external maps).
+        test_fraction: share for testing (0: none carved, the validation split is the test split, said in the
+            report; ignored with external maps).
         check_values: scan each cube once for bands holding NaN/inf (turn off for huge cubes you trust).
         sample_weights: ``"balanced"``: the training sampler draws pixels by inverse class
             frequency of the training split (rare land covers served as often as common ones);

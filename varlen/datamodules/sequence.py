@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from varlen import notices
+from varlen.batching import BucketBatchSampler, EpochBatchSampler
 from varlen.batching.shapes import DEFAULT_MAX_SHAPES
+from varlen.batching.telemetry import BatchStats, mask_stats
 from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datamodules.sources import Mix, SourceWeights
 from varlen.datamodules.weighting import BALANCED, check_sample_weights, checked_column
@@ -18,16 +20,18 @@ from varlen.datasets.sequence.checks import RowRules, class_ids, usable_rows
 from varlen.datasets.sequence.collate import SequenceCollator
 from varlen.datasets.sequence.columns import SequenceColumns, table_columns
 from varlen.datasets.sequence.dataset import SIZES, SequenceDataset
-from varlen.datasets.sequence.fields import FieldSpec, field_specs
+from varlen.datasets.sequence.dtypes import check_dtypes, float64_notice, served_specs
+from varlen.datasets.sequence.fields import FieldSpec, field_specs, served_fields
 from varlen.datasets.sequence.labels import LabelSpec, label_spec
-from varlen.datasets.sequence.sources import Source, source_of
+from varlen.datasets.sequence.sources import Source, described, is_path, source_of
 from varlen.datasets.sequence.store import cached_columns
 from varlen.datasets.sequence.synthetic import synthetic_sequences
+from varlen.datasets.sequence.transform import SampleTransform, transform_name
 from varlen.errors import DataError
 from varlen.report import SOURCE, OnBad
 from varlen.splits import check_fractions, random_split, stratified_split
 
-__all__ = ["SPLITS", "SequenceDataModule", "SplitData"]
+__all__ = ["COSTS", "SPLITS", "SequenceDataModule", "SplitData"]
 
 SPLITS = ("train", "val", "test", "predict")
 #: a split's data: a Parquet / Arrow IPC path, a ``datasets.Dataset``, a ``pyarrow.Table`` or a mapping
@@ -37,24 +41,33 @@ SplitData = Any
 HEAD_ROWS = 64
 #: keys a batch holds besides the columns' own
 RESERVED = ("index", "label", "labels", SIZES)
+#: what ``sampler_cost`` may say: :data:`varlen.batching.plan.COST_MODES` but ``packed`` (a layout this has not)
+COSTS = ("padded", "sum")
 
 
 class SequenceDataModule(VarLenDataModule):
     """Batches of any variable-length data: each column a field, padded per batch, bucketed by a size field.
 
-    Every split's data is a Parquet or Arrow IPC file (``--data.train=PATH`` on the command line), a
-    Hugging Face ``datasets.Dataset``, a ``pyarrow.Table`` or a mapping of column name -> values (one
-    array per sample, of any length along its first axis and one shape beyond it, e.g. ``[T, 3]``). A
+    Every split's data is a Parquet, Arrow IPC, CSV or JSON Lines file (``--data.train=PATH`` on the
+    command line; :func:`varlen.write_arrays` writes your arrays as Parquet; a CSV cell of a variable-length
+    field holds a JSON list, ``"[[0.1, 0.2], [0.3, 0.4]]"``), a Hugging Face ``datasets.Dataset``, a
+    ``pyarrow.Table`` or a mapping of column name -> values (one array per sample, of any length along its
+    first axis and one shape beyond it, e.g. ``[T, 3]``). A
     column of lists is a variable-length field (a :class:`~varlen.batching.Ragged` over the Arrow list's
-    own buffers); a column of numbers or fixed-size lists is a fixed field; the label column makes the
+    own buffers), served in the dtype it is stored in (``dtypes`` casts; a float64 field meeting a float32
+    model is said once); a column of numbers or fixed-size lists is a fixed field; the label column makes the
     task (integer, boolean or string labels: classification, classes from the sorted labels; floats:
     regression; a Hugging Face ``ClassLabel``: its names). String labels that mix numbers with words or
     spell one number two ways, and floats that are all whole numbers (``1, 2.0, 3``) without ``task``, are
     refused naming rows (:mod:`~varlen.datasets.sequence.labels`). Files and Datasets are converted once
     per node into an Arrow IPC cache table (``prepare_data``, keyed by the file's content or the Dataset's
     fingerprint) that every rank and worker maps; tables and mappings are held in memory as given (a
-    spawned worker gets a pickled copy). Without ``val`` / ``test`` they are carved from ``train``
-    (stratified by class). Without ``train``: a small synthetic set
+    spawned worker gets a pickled copy). Without ``val``, ``val_fraction`` of ``train`` is carved out
+    (stratified by class); without ``test``, the validation split is the test split (the report says so),
+    unless ``test_fraction`` carves one from ``train`` (:data:`varlen.splits.STANDS_IN`, every DataModule's
+    rule). ``transform`` (a callable sample -> sample) changes training samples in the loader's workers,
+    its draws a function of ``(seed, epoch, index)`` (:mod:`~varlen.datasets.sequence.transform`).
+    Without ``train``: a small synthetic set
     (:func:`~varlen.datasets.sequence.synthetic_sequences`). Bad rows (a missing value, an empty size
     field, a non-finite number, an unknown label) raise, or are skipped and counted.
 
@@ -69,7 +82,7 @@ class SequenceDataModule(VarLenDataModule):
     Args:
         train: the training data (None: synthetic sequences, ``synthetic`` of them).
         val: validation data (None: ``val_fraction`` of ``train``).
-        test: test data (None: ``test_fraction`` of ``train``).
+        test: test data (None: ``test_fraction`` of ``train`` when above 0, else the validation split).
         predict: data to predict (None: ``predict_split``).
         size_field: the variable-length field whose length is a sample's size (None: the first); a list
             of fields budgets each (``max_tokens`` then one value per field).
@@ -80,12 +93,22 @@ class SequenceDataModule(VarLenDataModule):
             sorted, or a ``ClassLabel``'s names in id order; over a ``ClassLabel``, some of its names).
         fields: the columns to serve (None: every numeric column; others are counted as unused).
         pad_values: per variable-length field, the value padding writes (default 0).
+        dtypes: field -> the dtype it is served in (e.g. ``{"signal": "float32"}``; default: as stored).
+        transform: a callable ``sample -> sample`` (``sample, rng -> sample`` to get a numpy Generator) that
+            changes each training sample as its batch is fetched (augmentation; validation and test are served
+            as stored): its randomness comes from ``(seed, epoch, index)``, so a resumed run, any worker count
+            and any rank draw the same; it may shorten a size field, not lengthen it; a module-level function
+            (``--data.transform=my_module.augment``) reaches spawned workers.
         val_fraction: share of ``train`` carved for validation when ``val`` is not given.
-        test_fraction: share carved for testing when ``test`` is not given (0: none).
+        test_fraction: share carved for testing when ``test`` is not given (0: none carved, the validation
+            split is the test split).
         synthetic: samples of the synthetic set served without ``train``.
         sample_weights: None, ``"balanced"`` (inverse class frequency; classification) or a numeric column.
         cache_dir: where files' and Datasets' cache tables go (default: ``$VARLEN_CACHE``).
         on_bad: ``"raise"`` at the first bad row (naming the source and row), or ``"skip"`` and count it.
+        sampler_cost: what ``max_tokens`` counts of a batch: ``"padded"`` (``B x`` its longest size field, what
+            the padded tensor holds) or ``"sum"`` (the sizes summed, as lhotse's ``max_duration``: a batch then
+            allocates more than the budget; the shape policy's rungs need ``"padded"``).
         batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, max_shapes, rung_batch_sizes,
             num_workers, pin_memory,
             persistent_workers, prefetch_factor, multiprocessing_context, timeout, predict_split, sources,
@@ -111,14 +134,17 @@ class SequenceDataModule(VarLenDataModule):
         class_names: list[str] | None = None,
         fields: list[str] | None = None,
         pad_values: dict[str, float] | None = None,
+        dtypes: dict[str, str] | None = None,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         val_fraction: float = 0.1,
-        test_fraction: float = 0.1,
+        test_fraction: float = 0.0,
         synthetic: int = 300,
         sample_weights: str | None = None,
         cache_dir: str | None = None,
         on_bad: OnBad = "raise",
         batch_size: int | None = None,
         max_tokens: int | list[int] | None = None,
+        sampler_cost: Literal["padded", "sum"] = "padded",
         shuffle: bool = True,
         seed: int = 0,
         num_buckets: int | None = None,
@@ -138,20 +164,43 @@ class SequenceDataModule(VarLenDataModule):
         stream: str | dict[str, Any] | None = None,
     ) -> None:
         given = {"train": train, "val": val, "test": test, "predict": predict}
-        # data held in memory stays out of the hyperparameters (checkpoints, loggers): they get its description
-        self.unsaved_arguments = tuple(k for k, v in given.items() if v is not None and not _is_path(v))
-        super().__init__(**base_args(locals()))
-        self.hparams.update({k: _described(given[k]) for k in self.unsaved_arguments})
+        # data held in memory (and a transform) stays out of the hyperparameters (checkpoints, loggers): they get
+        # its description
+        self.unsaved_arguments = tuple(k for k, v in given.items() if v is not None and not is_path(v))
+        self.unsaved_arguments += ("transform",) if transform is not None else ()
         owner = type(self).__name__
+        if sampler_cost not in COSTS:
+            raise ValueError(
+                f"{owner}: sampler_cost must be one of {COSTS}, got {sampler_cost!r}"
+                + (" ('packed' lays samples end to end, a layout SequenceDataModule has not)" if sampler_cost else "")
+            )
+        if transform is not None and stream is not None:
+            raise ValueError(f"{owner}: transform changes in-memory training samples; a streamed split has none yet")
+        if sampler_cost == "sum" and rung_batch_sizes:
+            raise ValueError(f"{owner}: rung_batch_sizes are padded lengths, and sampler_cost='sum' pads nothing")
+        self.sampler_cost = sampler_cost
+        super().__init__(**base_args(locals()))
+        self.hparams.update({k: described(given[k]) for k in self.unsaved_arguments if k in given})
+        if transform is not None:
+            self.hparams["transform"] = transform_name(transform)
         self.inputs = self._inputs(given, synthetic, seed)
         self.tables = {split: s.read() for split, s in self.inputs.items() if s.in_memory}
         self.cache_dir, self.label_field = cache_dir, label_field
-        self._link(self._head(), fields, size_field, task, class_names)
+        self._link(self._head(), fields, size_field, task, class_names, dtypes)
         unknown = sorted(set(pad_values or {}) - set(self.fields))
         if unknown:
             raise ValueError(f"{owner}: pad_values name {unknown}, which are no variable-length field {self.fields}")
         self.pad_values = {name: (pad_values or {}).get(name, 0) for name in self.fields}
-        self.collate_fn = SequenceCollator(self.fields, self.pad_values, pad_to_multiple_of, self.size_fields)
+        self.collate_fn = SequenceCollator(
+            self.fields, self.pad_values, pad_to_multiple_of, self.size_fields, self.dtypes
+        )
+        served = {name: spec.dtype for name, spec in self.specs.items()}
+        where = self.inputs["train"].where
+        self.transform = (
+            None if transform is None else SampleTransform(transform, seed, self.size_fields, served, where)
+        )
+        self._dtypes_told = False  # the float64 notice, said at the first batch
+        self.host_fields: dict[str, BatchStats] | None = None  # each field's padding in the last training batch
         self.sample_weights = check_sample_weights(sample_weights, owner, shuffle, columns=True)
         if self.sample_weights == BALANCED and self.task != "classification":
             raise ValueError(f"{owner}: sample_weights='balanced' balances classes: this data has none ({self.task})")
@@ -181,11 +230,15 @@ class SequenceDataModule(VarLenDataModule):
         size_field: str | list[str] | None,
         task: str | None,
         class_names: list[str] | None,
+        dtypes: dict[str, str] | None = None,
     ) -> None:
-        """The fields served and budgeted, and what the model is linked to (known without reading the data
-        beyond its first rows, its label column and, for token ids, its largest id)."""
+        """The fields served (in their served dtypes) and budgeted, and what the model is linked to (known
+        without reading the data beyond its first rows, its label column and, for token ids, its largest id)."""
         where = self.inputs["train"].where
-        self.specs, self.unserved = self._served(head, fields, where)
+        label = {self.label_field} if self.label_field else set()
+        specs, self.unserved = served_fields(head, label, fields, where, RESERVED)
+        self.dtypes = check_dtypes(dtypes, specs, type(self).__name__)
+        self.specs = served_specs(specs, self.dtypes)
         self.fields = tuple(name for name, spec in self.specs.items() if spec.ragged)
         self.size_fields = self.size_axes = self._size_fields(size_field, where)
         self.mask_keys = tuple(f"{name}_mask" for name in self.size_fields)
@@ -206,29 +259,6 @@ class SequenceDataModule(VarLenDataModule):
                 raise ValueError(f"give train as well as {sorted(inputs)} (without train, every split is synthetic)")
             inputs["train"] = Source(synthetic_sequences(synthetic, seed), "mapping", "synthetic sequences")
         return inputs
-
-    def _served(self, head: pa.Table, fields: list[str] | None, where: str) -> tuple[dict[str, FieldSpec], list[str]]:
-        """The columns served (``fields``, else every numeric one), checked against the batch's own keys."""
-        specs, unserved = field_specs(head, {self.label_field} if self.label_field else set(), where)
-        if fields is not None:
-            unknown = sorted(set(fields) - set(specs))
-            if unknown:
-                raise ValueError(f"fields {unknown} are not numeric columns of {where} (those are {list(specs)})")
-            unserved += [name for name in specs if name not in fields]
-            specs = {name: specs[name] for name in fields}
-        if not any(spec.ragged for spec in specs.values()):
-            raise DataError(
-                f"{where}: no variable-length column (a list of numbers per row) among {head.column_names}: "
-                "give each sample's sequence as a list or array column"
-            )
-        derived = {f"{n}_{suffix}" for n, s in specs.items() if s.ragged for suffix in ("mask", "lengths")}
-        clash = sorted((set(RESERVED) | derived) & set(specs))
-        if clash:
-            raise DataError(
-                f"{where}: column(s) {clash} share a name with a batch's own keys ({list(RESERVED)}, <field>_mask, "
-                "<field>_lengths): rename them, or leave them out with fields=[...]"
-            )
-        return specs, unserved
 
     def _size_fields(self, size_field: str | list[str] | None, where: str) -> tuple[str, ...]:
         names = [self.fields[0]] if size_field is None else [size_field] if isinstance(size_field, str) else size_field
@@ -313,17 +343,29 @@ class SequenceDataModule(VarLenDataModule):
             columns = self._columns(split)
             if columns.rows == 0:
                 raise DataError(f"{source.where}: holds no rows")
-            kept = usable_rows(columns, rules, self.report, f"{source.where}", SOURCE if split == "train" else split)
+            kept = usable_rows(
+                columns, rules, self.report, source.where, split if split != "train" else SOURCE, source.place
+            )
             if not len(kept):
                 raise DataError(f"{source.where}: no usable row ({columns.rows} read; see dm.report)")
-            unserved = len(self.unserved)
-            self.report.leave_unused(SOURCE if split == "train" else split, "column not served", unserved, "column")
+            for column, why in self.unserved.items():  # each named: a user looks for the column, not a count
+                self.report.leave_unused(
+                    split if split != "train" else SOURCE, f"{column!r} not served: {why}", 1, "column"
+                )
             targets = self._targets(columns)
             parts = self._carve(kept, targets) if split == "train" else {split: kept}
             for name, rows in parts.items():
                 labels = None if targets is None else targets[rows]
                 datasets[name] = SequenceDataset(
-                    columns, rows, labels, self.size_fields, self.pad_values, self.pad_to_multiple_of, source.where
+                    columns,
+                    rows,
+                    labels,
+                    self.size_fields,
+                    self.pad_values,
+                    self.pad_to_multiple_of,
+                    source.where,
+                    self.dtypes,
+                    self.transform if name == "train" else None,
                 )
         return datasets
 
@@ -359,6 +401,37 @@ class SequenceDataModule(VarLenDataModule):
             len(samples), -1
         )
 
+    def sampler_class(self, split: str) -> type[BucketBatchSampler]:
+        """With a ``transform`` (here or in a source), training batches carry their epoch (its draws')."""
+        transforms = self.transform is not None or any(a.get("transform") for _, a in self.other_sources)
+        return EpochBatchSampler if split == "train" and transforms else BucketBatchSampler
+
+    def loader(self, split: str, shuffle: bool = False) -> Any:
+        """The base's loader; a ``transform`` that spawned workers cannot receive is refused first."""
+        if split == "train" and self.transform is not None:
+            owner = type(self).__name__
+            self.transform.check_picklable(owner, self.num_workers, self.multiprocessing_context)
+        return super().loader(split, shuffle)
+
+    def field_stats(self, batch: Mapping[str, Any]) -> dict[str, BatchStats]:
+        """Each variable-length field's samples, real and allocated elements in ``batch`` (its ``<field>_mask``):
+        the padding of each, where :meth:`batch_stats` counts the size fields' together."""
+        return {name: mask_stats(batch, (f"{name}_mask",)) for name in self.fields if f"{name}_mask" in batch}
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """The base's counts, each field's padding on the host (``host_fields``, what the epoch line and
+        telemetry show per field when there are several), and once a notice of float64 fields meeting a model
+        of lower precision (naming the ``dtypes`` that casts them)."""
+        trainer = self.trainer
+        if not self._dtypes_told:
+            self._dtypes_told = True
+            told = float64_notice(type(self).__name__, self.specs, getattr(trainer, "lightning_module", None))
+            if told is not None:
+                notices.warn(told)
+        if trainer is not None and trainer.training and len(self.fields) > 1:
+            self.host_fields = self.field_stats(batch)
+        return super().on_before_batch_transfer(batch, dataloader_idx)
+
     def class_labels(self, dataset: SequenceDataset) -> np.ndarray | None:
         """Class ids per sample (classification only)."""
         return dataset.labels if self.task == "classification" else None
@@ -380,15 +453,3 @@ class SequenceDataModule(VarLenDataModule):
         if self.vocab_size is not None:
             state["vocab_size"] = self.vocab_size
         return state
-
-
-def _is_path(value: Any) -> bool:
-    return isinstance(value, (str, os.PathLike))
-
-
-def _described(value: Any) -> str:
-    """What an in-memory split is, for the hyperparameters (never its data)."""
-    if isinstance(value, Mapping):
-        return f"<in-memory mapping of columns {sorted(map(str, value))}>"
-    rows = value.num_rows if isinstance(value, (pa.Table, pa.RecordBatch)) else len(value)
-    return f"<in-memory {type(value).__name__} of {rows} rows>"

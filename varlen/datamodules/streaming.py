@@ -31,7 +31,7 @@ from varlen.stream.mixture_sampler import StreamMixtureSampler  # imported with 
 from varlen.stream.plan import WINDOW_BATCHES
 from varlen.stream.sampler import StreamBatchSampler  # imported with the base: see the module docstring
 from varlen.stream.source import StreamSource
-from varlen.stream.write import written_state
+from varlen.stream.write import written_counts, written_state
 
 __all__ = ["check_stream", "sample_labels", "stream_sampler", "streamed_train"]
 
@@ -98,7 +98,7 @@ def streamed_train(dm: Any) -> Any:
         )
     if dm.sample_weights is not None:  # refused now (no sidecar, no classes, a column not written), not at fit
         weighted_index(dataset.index_dir, dm.sample_weights, owner)
-    dm.report.stream("train", lambda: dataset.retries)
+    dm.report.stream("train", lambda: dataset.retries, written_counts(dataset.index_dir))
     return dataset
 
 

@@ -7,7 +7,9 @@ order and ``index.json`` lists the chunks in sample order: the size index is the
 ``sampler_lengths`` cut by the chunks' item counts, with no second pass over the data. A few
 items are decoded afterwards to check that order (a LitData that ordered them otherwise is refused).
 The DataModule's data state (classes, tokenizer, statistics...) is saved beside the size index, so
-that a DataModule of other settings reading the chunks is refused (:func:`written_state`), and so is
+that a DataModule of other settings reading the chunks is refused (:func:`written_state`), with what the
+writer's report counted of the split as it was written (:data:`WRITTEN`: its samples truncated, which a
+reader's report shows, :func:`written_counts`), and so is
 what a weighted draw needs (:mod:`varlen.stream.draw_index`): each sample's class where the DataModule
 has classes, and its weight columns' values (its ``sample_weights`` column, and any ``weight_columns``).
 """
@@ -30,12 +32,14 @@ from varlen.stream.draw_index import draw_values, write_draw_table
 from varlen.stream.engine import litdata
 from varlen.stream.size_index import FOLDER, write_size_index
 
-__all__ = ["DATA_STATE", "SampleItems", "Written", "write_split", "written_state"]
+__all__ = ["DATA_STATE", "WRITTEN", "SampleItems", "Written", "write_split", "written_counts", "written_state"]
 
 #: items decoded after writing to check that the chunks hold the samples in order
 CHECKED_ITEMS = 8
 #: the writing DataModule's data state, in the size index's folder
 DATA_STATE = "data_state.json"
+#: the key of the data state holding what the writer's report counted of the written split (not a state key)
+WRITTEN = "varlen:written"
 
 
 class SampleItems:
@@ -135,7 +139,9 @@ def write_split(
     axes = tuple(datamodule.size_axes)
     folder = write_size_index(output, sizes, axes, chunks=chunks)
     write_draw_table(output, sizes, labels, weights, chunks=chunks)
-    state = json.dumps(datamodule.plain_data_state(), indent=1, sort_keys=True)
+    counted = datamodule.report.splits.get(split)
+    written = {"split": split, "samples": len(dataset), "truncated": dict(counted.truncated) if counted else {}}
+    state = json.dumps({**datamodule.plain_data_state(), WRITTEN: written}, indent=1, sort_keys=True)
     atomic_write(folder / DATA_STATE, lambda tmp: tmp.write_text(state))
     classes = -1 if labels is None else int(np.max(labels, initial=-1)) + 1
     return Written(output, len(dataset), len(chunks), int(chunks.nbytes.sum()), axes, classes, tuple(weights))
@@ -145,6 +151,13 @@ def written_state(folder: str | Path) -> dict[str, Any] | None:
     """The data state of the DataModule that wrote the chunks in ``folder`` (None: written elsewhere)."""
     path = Path(folder) / FOLDER / DATA_STATE
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def written_counts(folder: str | Path) -> dict[str, Any] | None:
+    """What the writer's report counted of the split in ``folder`` as it was written (``split``, ``samples``,
+    ``truncated``: item -> count), None for chunks written elsewhere or by an older ``varlen optimize``."""
+    state = written_state(folder)
+    return None if state is None else state.get(WRITTEN)
 
 
 def check_order(output: Path, total: int) -> None:

@@ -41,7 +41,7 @@ class PixelSplit:
 
     Attributes:
         val_fraction: share of labelled pixels for validation.
-        test_fraction: share for testing (0: no test split; unused with an external test map).
+        test_fraction: share for testing (0: none carved; unused with an external test map).
         block_size: side of the split blocks in pixels.
         patch_size: odd patch side P (radius ``P // 2``).
         buffer: pixels kept free at a block edge facing another split (None: the patch radius).

@@ -9,6 +9,7 @@ column; only bad rows are visited one by one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -94,9 +95,16 @@ def _problems(columns: SequenceColumns, rules: RowRules) -> list[tuple[np.ndarra
     return found
 
 
-def usable_rows(columns: SequenceColumns, rules: RowRules, report: DataReport, where: str, split: str) -> np.ndarray:
+def usable_rows(
+    columns: SequenceColumns,
+    rules: RowRules,
+    report: DataReport,
+    where: str,
+    split: str,
+    place: Callable[[int], str] = lambda row: f"row {row}",
+) -> np.ndarray:
     """The rows of ``columns`` that pass every check, sorted; each bad row is reported once (its first
-    reason, in row order) under ``split`` of ``report``.
+    reason, in row order) under ``split`` of ``report``, named by ``place`` (``line N`` of a CSV).
 
     Raises:
         DataError: under ``on_bad="raise"``, at the first bad row (naming ``where``, the row and why).
@@ -109,7 +117,7 @@ def usable_rows(columns: SequenceColumns, rules: RowRules, report: DataReport, w
         label = ""
         if columns.labels is not None and first[row].startswith("unknown label"):
             label = f" (label {columns.labels[row].item()!r})"
-        report.bad(f"{where}, row {row}{label}", first[row], split=split)
+        report.bad(f"{where}, {place(row)}{label}", first[row], split=split)
     keep = np.ones(columns.rows, bool)
     keep[list(first)] = False
     return np.flatnonzero(keep)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 
 from varlen.batching.pad_collate import PadCollate
@@ -26,6 +27,7 @@ class SequenceCollator(PadsToRungs):
         pad_to_multiple_of: round each padded length up to this multiple.
         size_fields: the fields whose lengths are the size axes, in order: each pads to its axis's rungs
             once the DataModule hands them over (:meth:`pad_to_rungs`); default: the first field.
+        dtypes: field -> the dtype single samples' values are served in (default: as they come).
     """
 
     def __init__(
@@ -34,8 +36,10 @@ class SequenceCollator(PadsToRungs):
         pad_values: Mapping[str, float | int] | None = None,
         pad_to_multiple_of: int | None = None,
         size_fields: Sequence[str] | None = None,
+        dtypes: Mapping[str, Any] | None = None,
     ) -> None:
         self.fields = tuple(fields)
+        self.dtypes = {k: torch.from_numpy(np.empty(0, np.dtype(d))).dtype for k, d in (dtypes or {}).items()}
         self.size_fields = tuple(size_fields) if size_fields is not None else self.fields[:1]
         self.pad = PadCollate(self.fields, pad_values, pad_to_multiple_of)
 
@@ -49,4 +53,7 @@ class SequenceCollator(PadsToRungs):
         batch = self.pad([{k: v for k, v in sample.items() if k != SIZES} for sample in fetched])
         if "label" in batch:
             batch["labels"] = batch.pop("label")
+        for name, dtype in self.dtypes.items():
+            if name in batch and torch.is_tensor(batch[name]):
+                batch[name] = batch[name].to(dtype)
         return batch

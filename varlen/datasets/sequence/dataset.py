@@ -5,6 +5,9 @@ A split is a set of row positions into :class:`~varlen.datasets.sequence.columns
 at those rows, computed once. ``__getitems__`` pads every variable-length field of the batch with
 :meth:`Ragged.pad <varlen.batching.Ragged.pad>` (one gather each) and gathers the fixed fields
 and labels: a :class:`SequenceBatch`, already the batch (:class:`SequenceCollator` only hands it on).
+Each field is served in its stored dtype, or the one ``dtypes`` names (cast in the gather). A training
+batch that carries its epoch (:class:`~varlen.batching.EpochIndices`) of a split with a ``transform``
+(:class:`~varlen.datasets.sequence.transform.SampleTransform`) is its samples transformed, then padded.
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
+from varlen.batching.pad_collate import PadCollate
 from varlen.batching.shapes import PadsToRungs, PadTo, Rungs
 from varlen.datasets.sequence.columns import SequenceColumns
+from varlen.datasets.sequence.transform import SampleTransform
 
 __all__ = ["SIZES", "SequenceBatch", "SequenceDataset"]
 
@@ -80,6 +85,8 @@ class SequenceDataset(PadsToRungs, Dataset):
         pad_to_multiple_of: round each padded length up to this multiple (a size field: to its rung, once
             the DataModule hands it the shape policy's, :meth:`pad_to_rungs`).
         where: the source, as messages name it (a row ``r`` of the split is row ``positions[r]`` there).
+        dtypes: field -> the dtype it is served in (default: as stored).
+        transform: what a training batch's samples go through (see the module docstring), or None.
 
     Attributes:
         lengths: ``[N]`` (one size field) or ``[N, D]``, the size fields' lengths.
@@ -94,8 +101,11 @@ class SequenceDataset(PadsToRungs, Dataset):
         pad_values: Mapping[str, float | int] | None = None,
         pad_to_multiple_of: int | None = None,
         where: str = "",
+        dtypes: Mapping[str, np.dtype] | None = None,
+        transform: SampleTransform | None = None,
     ) -> None:
-        self.columns, self.where = columns, where
+        self.columns, self.where, self.transform = columns, where, transform
+        self.dtypes = {name: np.dtype(d) for name, d in (dtypes or {}).items()}
         self.positions = np.asarray(positions, dtype=np.int64)
         self.labels = labels
         self.size_fields = tuple(size_fields)
@@ -118,9 +128,10 @@ class SequenceDataset(PadsToRungs, Dataset):
         sample: dict[str, Any] = {"index": int(i)}
         for name, ragged in self.columns.ragged.items():
             start = int(ragged.starts[row])
-            sample[name] = np.array(ragged.values[start : start + int(ragged.lengths[row])])
+            sample[name] = np.array(ragged.values[start : start + int(ragged.lengths[row])], self.dtypes.get(name))
         for name, values in self.columns.fixed.items():
-            sample[name] = np.array(values[row]) if values.ndim > 1 else values[row]
+            value = np.array(values[row], self.dtypes.get(name))
+            sample[name] = value if values.ndim > 1 else value[()]
         if self.labels is not None:
             sample["label"] = self.labels[i]
         sample[SIZES] = np.atleast_1d(self.lengths[i]).astype(np.int64)
@@ -129,13 +140,27 @@ class SequenceDataset(PadsToRungs, Dataset):
     def __getitems__(self, indices: Sequence[int]) -> SequenceBatch:
         """The batch of ``indices``: every field padded to its longest row (one gather per field)."""
         wanted = np.asarray(indices, dtype=np.int64)
+        epoch = getattr(indices, "epoch", None)
+        if self.transform is not None and epoch is not None:  # a training batch: its samples transformed
+            fields = tuple(self.columns.ragged)
+            collate = PadCollate(fields, self.pad_values, self.pad_to_multiple_of)
+            collate.key_padding = dict(self.field_padding)
+            samples = [{k: v for k, v in self[i].items() if k != SIZES} for i in wanted.tolist()]
+            return SequenceBatch(self.transform.batch(samples, epoch, collate), fields, self.pad_values)
         rows = self.positions[wanted]
         batch: dict[str, torch.Tensor] = {"index": torch.from_numpy(wanted)}
         for name, ragged in self.columns.ragged.items():
-            padded = ragged.pad(rows, self.pad_values[name], self.field_padding.get(name, self.pad_to_multiple_of))
+            pad_to = self.field_padding.get(name, self.pad_to_multiple_of)
+            padded = ragged.pad(rows, self.pad_values[name], pad_to, _torch_dtype(self.dtypes.get(name)))
             batch[name], batch[f"{name}_mask"], batch[f"{name}_lengths"] = padded.values, padded.mask, padded.lengths
         for name, values in self.columns.fixed.items():
-            batch[name] = torch.from_numpy(np.take(values, rows, axis=0))
+            batch[name] = torch.from_numpy(
+                np.take(values, rows, axis=0).astype(self.dtypes.get(name, values.dtype), copy=False)
+            )
         if self.labels is not None:
             batch["labels"] = torch.from_numpy(self.labels[wanted])
         return SequenceBatch(batch, tuple(self.columns.ragged), self.pad_values)
+
+
+def _torch_dtype(dtype: np.dtype | None) -> torch.dtype | None:
+    return None if dtype is None else torch.from_numpy(np.empty(0, dtype)).dtype

@@ -11,6 +11,7 @@ neither (left out).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +20,7 @@ import pyarrow.compute as pc
 
 from varlen.errors import DataError
 
-__all__ = ["FieldSpec", "field_specs", "is_list", "storage", "trailing_of"]
+__all__ = ["FieldSpec", "field_specs", "is_list", "served_fields", "storage", "trailing_of"]
 
 
 @dataclass(frozen=True)
@@ -118,4 +119,38 @@ def field_specs(table: pa.Table, leave_out: set[str], where: str) -> tuple[dict[
             unserved.append(name)
         else:
             specs[name] = spec
+    return specs, unserved
+
+
+def served_fields(
+    head: pa.Table, leave_out: set[str], fields: Sequence[str] | None, where: str, reserved: Sequence[str]
+) -> tuple[dict[str, FieldSpec], dict[str, str]]:
+    """The columns served (``fields``, else every numeric one), checked against the batch's own keys
+    (``reserved``, ``<field>_mask``, ``<field>_lengths``), and the columns not served, each with why (its
+    values' type, or ``fields``), which the report names.
+
+    Raises:
+        ValueError: ``fields`` naming columns that are not numeric.
+        DataError: no variable-length column, or a column named as a batch's own key.
+    """
+    specs, left = field_specs(head, leave_out, where)
+    unserved = {name: f"{head.schema.field(name).type} values" for name in left}
+    if fields is not None:
+        unknown = sorted(set(fields) - set(specs))
+        if unknown:
+            raise ValueError(f"fields {unknown} are not numeric columns of {where} (those are {list(specs)})")
+        unserved.update({name: "not in fields" for name in specs if name not in fields})
+        specs = {name: specs[name] for name in fields}
+    if not any(spec.ragged for spec in specs.values()):
+        raise DataError(
+            f"{where}: no variable-length column (a list of numbers per row) among {head.column_names}: "
+            "give each sample's sequence as a list or array column"
+        )
+    derived = {f"{n}_{suffix}" for n, s in specs.items() if s.ragged for suffix in ("mask", "lengths")}
+    clash = sorted((set(reserved) | derived) & set(specs))
+    if clash:
+        raise DataError(
+            f"{where}: column(s) {clash} share a name with a batch's own keys ({list(reserved)}, <field>_mask, "
+            "<field>_lengths): rename them, or leave them out with fields=[...]"
+        )
     return specs, unserved

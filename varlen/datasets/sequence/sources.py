@@ -1,5 +1,6 @@
 """Where a split's data comes from, read as a pyarrow Table: a Parquet or Arrow IPC file (file or stream
-format, memory-mapped), a Hugging Face ``datasets.Dataset`` (its Arrow table, rows as selected), a
+format, memory-mapped), a CSV or JSON Lines file (:mod:`~varlen.datasets.sequence.lines`), a Hugging Face
+``datasets.Dataset`` (its Arrow table, rows as selected), a
 ``pyarrow.Table``, or a mapping of column name -> values (a list of arrays per sample: variable-length
 along their first axis; an array ``[N, *trailing]`` or a list of numbers or strings: fixed).
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,11 +22,12 @@ import pyarrow.parquet as pq
 
 from varlen.batching.ragged import Ragged
 from varlen.cache import file_hash
+from varlen.datasets.sequence.lines import LINE_TABLES, layout_of, read_line_table, record_lines
 from varlen.errors import DataError, DatasetNotFoundError
 from varlen.labels import classlabel_names
 from varlen.tables import to_arrow
 
-__all__ = ["PARQUET", "Source", "mapping_table", "source_of"]
+__all__ = ["ARROW", "PARQUET", "Source", "described", "is_path", "mapping_table", "source_of"]
 
 PARQUET = (".parquet", ".pq")
 ARROW = (".arrow", ".feather", ".ipc")
@@ -108,6 +110,8 @@ class Source:
     value: Any
     kind: Kind
     where: str
+    #: a CSV / JSON Lines file's record lines, read once a message names one
+    _lines: list[list[int]] = field(default_factory=list, compare=False, repr=False)
 
     @property
     def in_memory(self) -> bool:
@@ -115,17 +119,32 @@ class Source:
         return self.kind in ("table", "mapping")
 
     def path(self) -> Path:
-        """The file (an existing Parquet or Arrow IPC file), else a DatasetNotFoundError / DataError."""
+        """The file (an existing Parquet, Arrow IPC, CSV or JSON Lines file), else a DatasetNotFoundError /
+        DataError."""
         path = Path(self.value).expanduser()
         if not path.is_file():
             raise DatasetNotFoundError(
                 "sequence data",
                 path,
-                "give an existing Parquet or Arrow IPC file (or leave train unset: synthetic data)",
+                "give an existing Parquet, Arrow IPC, CSV or JSON Lines file (or leave train unset: synthetic data)",
             )
-        if path.suffix.lower() not in PARQUET + ARROW:
-            raise DataError(f"{path}: not a Parquet ({', '.join(PARQUET)}) or Arrow IPC ({', '.join(ARROW)}) file")
+        if path.suffix.lower() not in PARQUET + ARROW and layout_of(path) is None:
+            raise DataError(
+                f"{path}: not a Parquet ({', '.join(PARQUET)}), Arrow IPC ({', '.join(ARROW)}), CSV or JSON Lines "
+                f"({', '.join(s for s in LINE_TABLES if s != '.csv')}) file (compressed: .gz, .bz2, .xz, .zst)"
+            )
         return path
+
+    def place(self, row: int) -> str:
+        """How a message names row ``row`` (from 0) of the source: ``line N`` in a CSV / JSON Lines file (as an
+        editor shows it), else ``row N``."""
+        layout = layout_of(self.value) if self.kind == "path" else None
+        if layout is None:
+            return f"row {row}"
+        if not self._lines:
+            self._lines.append(record_lines(self.path(), layout))
+        lines = self._lines[0]
+        return f"line {lines[row]}" if 0 <= row < len(lines) else f"row {row}"
 
     def read(self, rows: int | None = None) -> pa.Table:
         """The whole table, or its first ``rows``.
@@ -147,6 +166,8 @@ class Source:
 
     def _read_file(self, rows: int | None) -> pa.Table:
         path = self.path()
+        if layout_of(path) is not None:
+            return read_line_table(path, rows)
         try:
             if path.suffix.lower() not in PARQUET:
                 return _read_ipc(path)
@@ -168,6 +189,8 @@ class Source:
                 raise DataError(f"{self.path()}: column {name!r} unreadable ({error})") from error
         if self.kind == "huggingface":
             return self.value.with_format("arrow")[name]
+        if self.kind == "path" and layout_of(self.path()) is not None:
+            return read_line_table(self.path(), columns=[name]).column(name)
         return self.read().column(name)
 
     def identity(self) -> str:
@@ -177,12 +200,13 @@ class Source:
         return f"file:{file_hash(self.path())}"
 
     def schema(self) -> pa.Schema | None:
-        """Its columns' types and metadata (a file's read alone); None for a mapping (no metadata)."""
+        """Its columns' types and metadata (a file's read alone); None for a mapping, CSV or JSON Lines (no
+        metadata)."""
         if self.kind == "huggingface":
             return self.value.features.arrow_schema
         if self.kind == "table":
             return self.value.schema
-        if self.kind == "mapping":
+        if self.kind == "mapping" or layout_of(self.path()) is not None:
             return None
         path = self.path()
         try:
@@ -214,6 +238,19 @@ def source_of(value: Any, split: str) -> Source:
     if isinstance(value, Mapping):
         return Source(value, "mapping", f"split {split!r} (in-memory columns)")
     raise TypeError(
-        f"{split}: got {type(value).__name__}; give a Parquet or Arrow IPC path, a datasets.Dataset, a "
-        "pyarrow.Table or a mapping of column name -> values"
+        f"{split}: got {type(value).__name__}; give a Parquet, Arrow IPC, CSV or JSON Lines path, a "
+        "datasets.Dataset, a pyarrow.Table or a mapping of column name -> values"
     )
+
+
+def is_path(value: Any) -> bool:
+    """A split given as a file's path (kept in the hyperparameters), not as data in memory."""
+    return isinstance(value, (str, os.PathLike))
+
+
+def described(value: Any) -> str:
+    """What an in-memory split is, for the hyperparameters (never its data)."""
+    if isinstance(value, Mapping):
+        return f"<in-memory mapping of columns {sorted(map(str, value))}>"
+    rows = value.num_rows if isinstance(value, (pa.Table, pa.RecordBatch)) else len(value)
+    return f"<in-memory {type(value).__name__} of {rows} rows>"
