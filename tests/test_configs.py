@@ -12,7 +12,14 @@ from varlen.errors import DataError
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
 #: configs of files in $VARLEN_DATA (skipped without it), and of the user's own files (MSR-VTT)
-SHARED = {"bearing_cwru_real", "molecules_freesolv", "molecules_lipo", "text_sst2", "text_sst2_packed", "video_text_youcook2"}
+SHARED = {
+    "bearing_cwru_real",
+    "molecules_freesolv",
+    "molecules_lipo",
+    "text_sst2",
+    "text_sst2_packed",
+    "video_text_youcook2",
+}
 USER_FILES = {"video_text_msrvtt"}
 
 

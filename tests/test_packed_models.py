@@ -3,9 +3,11 @@ end, with ``cu_seqlens``) through the one attention helper, with the padded batc
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
+from varlen.datamodules.sequence import SequenceDataModule
 from varlen.models.hyperspectral import SpectralTransformer
 from varlen.models.sequence import SequenceModel
 
@@ -66,3 +68,74 @@ def test_the_spectral_transformer_packed_equals_padded(patch: int) -> None:
         "labels": labels, "index": index,
     }  # fmt: skip
     same_logits_and_gradients(model, padded, packed)
+
+
+# -- SequenceDataModule(layout="packed"): token ids end to end ------------------------------------------
+
+
+def token_table(count: int = 120) -> dict:
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(3, 40, count)
+    return {
+        "tokens": [rng.integers(1, 50, n).astype(np.int64) for n in lengths],
+        "label": [int(n % 3) for n in lengths],
+    }
+
+
+def sequence_dm(layout: str, **kwargs) -> SequenceDataModule:
+    dm = SequenceDataModule(train=token_table(), max_tokens=128, layout=layout, val_fraction=0.2, **kwargs)
+    dm.setup("fit")
+    return dm
+
+
+def test_a_packed_sequence_epoch_serves_every_sample_once_in_rows_of_one_shape() -> None:
+    dm = sequence_dm("packed")
+    dataset = dm.dataset("train")
+    served = []
+    for batch in dm.train_dataloader():
+        cu, lengths = batch["tokens_cu_seqlens"], dataset.lengths[batch["index"].numpy()]
+        assert batch["tokens"].shape == batch["tokens_mask"].shape == (128,) and batch["tokens"].dtype == torch.int64
+        np.testing.assert_array_equal(np.diff(cu.numpy()), lengths)
+        assert int(batch["tokens_mask"].sum()) == int(cu[-1]) and not batch["tokens"][int(cu[-1]) :].any()
+        rows = [dataset[int(i)]["tokens"] for i in batch["index"]]
+        np.testing.assert_array_equal(batch["tokens"][: int(cu[-1])].numpy(), np.concatenate(rows))
+        served.extend(batch["index"].tolist())
+    assert sorted(served) == list(range(len(dataset)))
+    single = dm.collate_fn([dataset[int(i)] for i in batch["index"]])  # single samples pack the same
+    assert all(torch.equal(single[k], batch[k]) for k in ("tokens", "tokens_cu_seqlens", "tokens_mask", "labels"))
+
+
+def test_the_sequence_model_reads_packed_rows_as_padded_batches() -> None:
+    packed, padded = sequence_dm("packed"), sequence_dm("padded")
+    torch.manual_seed(0)
+    model = SequenceModel(num_classes=packed.num_classes, vocab_size=packed.vocab_size, input_field="tokens").eval()
+    fits = np.cumsum(packed.dataset("val").lengths) <= 128  # as many as one row holds
+    indices = list(range(int(fits.sum())))
+    assert len(indices) > 3
+    with torch.no_grad():
+        a = model(packed.dataset("val").__getitems__(indices))
+        b = model(padded.dataset("val").__getitems__(indices))
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_a_packed_sequence_layout_is_checked() -> None:
+    with pytest.raises(ValueError, match="layout='packed' needs max_tokens"):
+        SequenceDataModule(train=token_table(), layout="packed")
+    with pytest.raises(ValueError, match="layout must be 'padded' or 'packed'"):
+        SequenceDataModule(train=token_table(), max_tokens=128, layout="jagged")
+    two = token_table() | {"more": token_table()["tokens"]}
+    with pytest.raises(ValueError, match="lays one variable-length field"):
+        SequenceDataModule(train=two, max_tokens=128, layout="packed", size_field="tokens")
+
+
+def first_half(sample: dict) -> dict:
+    return sample | {"tokens": sample["tokens"][: max(1, len(sample["tokens"]) // 2)]}
+
+
+def test_a_transformed_training_batch_is_packed_after_its_transform() -> None:
+    dm = sequence_dm("packed", transform=first_half)
+    dataset = dm.dataset("train")
+    batch = next(iter(dm.train_dataloader()))
+    halves = [max(1, int(n) // 2) for n in dataset.lengths[batch["index"].numpy()]]
+    np.testing.assert_array_equal(np.diff(batch["tokens_cu_seqlens"].numpy()), halves)
+    assert batch["tokens"].shape == (128,) and int(batch["tokens_mask"].sum()) == sum(halves)

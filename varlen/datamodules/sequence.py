@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 
 from varlen import notices
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
+from varlen.batching.collate import round_up
 from varlen.batching.shapes import DEFAULT_MAX_SHAPES
 from varlen.batching.telemetry import BatchStats, mask_stats
 from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
@@ -109,6 +110,10 @@ class SequenceDataModule(VarLenDataModule):
         sampler_cost: what ``max_tokens`` counts of a batch: ``"padded"`` (``B x`` its longest size field, what
             the padded tensor holds) or ``"sum"`` (the sizes summed, as lhotse's ``max_duration``: a batch then
             allocates more than the budget; the shape policy's rungs need ``"padded"``).
+        layout: ``"padded"`` or ``"packed"``: the one variable-length field's samples end to end in one row of
+            ``max_tokens`` elements (at least the longest sample), ``<field>_cu_seqlens`` where each starts
+            (:mod:`~varlen.datasets.sequence.packed`), filled best-fit; one shape an epoch. In-memory data of
+            one source; :class:`~varlen.models.SequenceModel` reads it.
         batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, max_shapes, rung_batch_sizes,
             num_workers, pin_memory,
             persistent_workers, prefetch_factor, multiprocessing_context, timeout, predict_split, sources,
@@ -145,6 +150,7 @@ class SequenceDataModule(VarLenDataModule):
         batch_size: int | None = None,
         max_tokens: int | list[int] | None = None,
         sampler_cost: Literal["padded", "sum"] = "padded",
+        layout: Literal["padded", "packed"] = "padded",
         shuffle: bool = True,
         seed: int = 0,
         num_buckets: int | None = None,
@@ -176,9 +182,17 @@ class SequenceDataModule(VarLenDataModule):
             )
         if transform is not None and stream is not None:
             raise ValueError(f"{owner}: transform changes in-memory training samples; a streamed split has none yet")
+        if layout not in ("padded", "packed"):
+            raise ValueError(f"{owner}: layout must be 'padded' or 'packed', got {layout!r}")
+        if layout == "packed" and (max_tokens is None or stream is not None or sources):
+            raise ValueError(
+                f"{owner}: layout='packed' needs max_tokens (the row's length) and in-memory data of one source "
+                "(a stream or extra sources are padded only, for now)"
+            )
         if sampler_cost == "sum" and rung_batch_sizes:
             raise ValueError(f"{owner}: rung_batch_sizes are padded lengths, and sampler_cost='sum' pads nothing")
-        self.sampler_cost = sampler_cost
+        self.sampler_cost = "packed" if layout == "packed" else sampler_cost  # packed: summed, filled best-fit
+        self.layout = layout
         super().__init__(**base_args(locals()))
         self.hparams.update({k: described(given[k]) for k in self.unsaved_arguments if k in given})
         if transform is not None:
@@ -191,6 +205,8 @@ class SequenceDataModule(VarLenDataModule):
         if unknown:
             raise ValueError(f"{owner}: pad_values name {unknown}, which are no variable-length field {self.fields}")
         self.pad_values = {name: (pad_values or {}).get(name, 0) for name in self.fields}
+        if layout == "packed" and len(self.fields) != 1:
+            raise ValueError(f"{owner}: layout='packed' lays one variable-length field end to end; {self.fields}")
         self.collate_fn = SequenceCollator(
             self.fields, self.pad_values, pad_to_multiple_of, self.size_fields, self.dtypes
         )
@@ -367,6 +383,12 @@ class SequenceDataModule(VarLenDataModule):
                     self.dtypes,
                     self.transform if name == "train" else None,
                 )
+        if self.layout == "packed":  # one row length for every split: the budget, or the longest sample
+            longest = max(int(np.max(d.lengths, initial=0)) for d in datasets.values())
+            budget = int(np.atleast_1d(self.max_tokens)[0])
+            self.collate_fn.packing = round_up(max(budget, longest), self.pad_to_multiple_of)
+            for dataset in datasets.values():
+                dataset.packing = self.collate_fn.packing
         return datasets
 
     def _carve(self, kept: np.ndarray, targets: np.ndarray | None) -> dict[str, np.ndarray]:

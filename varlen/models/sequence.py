@@ -101,6 +101,8 @@ class SequenceModel(VarLenModule):
         or a packed one (``<input_field>_cu_seqlens``: the samples' elements end to end, ``[N, ...]``)."""
         values = batch[self.input_field]
         cu = batch.get(f"{self.input_field}_cu_seqlens")
+        if cu is not None and len(values) != int(cu[-1]):  # a packed row's tail after its samples
+            values = values[: int(cu[-1])]
         leading = 1 if cu is not None else 2
         if isinstance(self.embed, nn.Embedding):
             tokens = self.embed(values.long())

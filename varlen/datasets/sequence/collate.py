@@ -11,6 +11,7 @@ import torch
 from varlen.batching.pad_collate import PadCollate
 from varlen.batching.shapes import PadsToRungs, Rungs
 from varlen.datasets.sequence.dataset import SIZES, SequenceBatch
+from varlen.datasets.sequence.packed import pack_arrays
 
 __all__ = ["SequenceCollator"]
 
@@ -42,6 +43,8 @@ class SequenceCollator(PadsToRungs):
         self.dtypes = {k: torch.from_numpy(np.empty(0, np.dtype(d))).dtype for k, d in (dtypes or {}).items()}
         self.size_fields = tuple(size_fields) if size_fields is not None else self.fields[:1]
         self.pad = PadCollate(self.fields, pad_values, pad_to_multiple_of)
+        self.pad_values = dict(pad_values or {})
+        self.packing: int | None = None  # a packed row's length (SequenceDataModule's layout="packed")
 
     def pad_to_rungs(self, rungs: tuple[Rungs, ...] | None) -> None:
         """Each size field pads to its axis's rungs (None: as made; the other fields as made)."""
@@ -50,7 +53,14 @@ class SequenceCollator(PadsToRungs):
     def __call__(self, fetched: SequenceBatch | Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         if isinstance(fetched, Mapping):
             return dict(fetched)
-        batch = self.pad([{k: v for k, v in sample.items() if k != SIZES} for sample in fetched])
+        samples = [{k: v for k, v in sample.items() if k != SIZES} for sample in fetched]
+        if self.packing is not None:  # the one variable-length field end to end, the rest as single values
+            (name,) = self.fields
+            rest = PadCollate((), self.pad_values)([{k: v for k, v in s.items() if k != name} for s in samples])
+            fill = self.pad_values.get(name, 0)
+            batch = rest | pack_arrays(name, [s[name] for s in samples], self.packing, fill, self.dtypes.get(name))
+        else:
+            batch = self.pad(samples)
         if "label" in batch:
             batch["labels"] = batch.pop("label")
         for name, dtype in self.dtypes.items():

@@ -23,6 +23,7 @@ from torch.utils.data import Dataset
 from varlen.batching.pad_collate import PadCollate
 from varlen.batching.shapes import PadsToRungs, PadTo, Rungs
 from varlen.datasets.sequence.columns import SequenceColumns
+from varlen.datasets.sequence.packed import pack_arrays, packed_field
 from varlen.datasets.sequence.transform import SampleTransform
 
 __all__ = ["SIZES", "SequenceBatch", "SequenceDataset"]
@@ -89,6 +90,8 @@ class SequenceDataset(PadsToRungs, Dataset):
         transform: what a training batch's samples go through (see the module docstring), or None.
 
     Attributes:
+        packing: the row's length when the one variable-length field's samples are packed end to end
+            (:mod:`~varlen.datasets.sequence.packed`; the DataModule's ``layout="packed"`` sets it), else None.
         lengths: ``[N]`` (one size field) or ``[N, D]``, the size fields' lengths.
     """
 
@@ -112,6 +115,7 @@ class SequenceDataset(PadsToRungs, Dataset):
         self.pad_values = {name: (pad_values or {}).get(name, 0) for name in columns.ragged}
         self.pad_to_multiple_of = pad_to_multiple_of
         self.field_padding: dict[str, PadTo] = {}  # a size field's rungs
+        self.packing: int | None = None
         sizes = [columns.ragged[name].lengths[self.positions] for name in self.size_fields]
         self.lengths = sizes[0] if len(sizes) == 1 else np.stack(sizes, axis=1)
 
@@ -146,10 +150,24 @@ class SequenceDataset(PadsToRungs, Dataset):
             collate = PadCollate(fields, self.pad_values, self.pad_to_multiple_of)
             collate.key_padding = dict(self.field_padding)
             samples = [{k: v for k, v in self[i].items() if k != SIZES} for i in wanted.tolist()]
+            if self.packing is not None:  # the rest gathered as single values, the one field packed
+                (name,) = fields
+                rest = PadCollate((), self.pad_values)
+
+                def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
+                    arrays = [s[name] for s in samples]
+                    batch = rest([{k: v for k, v in s.items() if k != name} for s in samples])
+                    return batch | pack_arrays(name, arrays, self.packing, self.pad_values[name], self._dtype(name))
+
             return SequenceBatch(self.transform.batch(samples, epoch, collate), fields, self.pad_values)
         rows = self.positions[wanted]
         batch: dict[str, torch.Tensor] = {"index": torch.from_numpy(wanted)}
         for name, ragged in self.columns.ragged.items():
+            if self.packing is not None:  # the one variable-length field, end to end
+                packed = ragged.pack(rows, _torch_dtype(self.dtypes.get(name)))
+                lengths = ragged.lengths[rows]
+                batch |= packed_field(name, packed.values, lengths, self.packing, self.pad_values[name])
+                continue
             pad_to = self.field_padding.get(name, self.pad_to_multiple_of)
             padded = ragged.pad(rows, self.pad_values[name], pad_to, _torch_dtype(self.dtypes.get(name)))
             batch[name], batch[f"{name}_mask"], batch[f"{name}_lengths"] = padded.values, padded.mask, padded.lengths
@@ -160,6 +178,9 @@ class SequenceDataset(PadsToRungs, Dataset):
         if self.labels is not None:
             batch["labels"] = torch.from_numpy(self.labels[wanted])
         return SequenceBatch(batch, tuple(self.columns.ragged), self.pad_values)
+
+    def _dtype(self, name: str) -> torch.dtype | None:
+        return _torch_dtype(self.dtypes.get(name))
 
 
 def _torch_dtype(dtype: np.dtype | None) -> torch.dtype | None:
