@@ -9,6 +9,8 @@ UTF-8, counted in the decompressed text, as an editor shows it after ``gunzip``.
 
 from __future__ import annotations
 
+import csv
+import io
 import lzma
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +20,7 @@ from typing import BinaryIO
 from varlen.errors import DataError
 
 __all__ = [
+    "record_lines",
     "COMPRESSIONS",
     "check_utf8",
     "compression",
@@ -125,3 +128,28 @@ def read_text(path: str | Path) -> str:
         DataError: as :func:`utf8_blocks`.
     """
     return "".join(utf8_blocks(path))
+
+
+def record_lines(path: str | Path, layout: str) -> list[int]:
+    """The line (from 1) where each record of a file starts, as pyarrow reads it (``layout``: ``csv``, ``tsv``
+    with a header line, ``jsonl``): blank lines are no records; a CSV record spans the lines its quoted fields
+    hold (the records after one Python's csv cannot read, a field over its size limit, are named as rows)."""
+    text = io.StringIO(read_text(path), newline="")
+    lines: list[int] = []
+    if layout == "csv":
+        reader = csv.reader(text)
+        try:
+            next(reader, None)  # the header
+            last = reader.line_num
+            for record in reader:
+                if record:  # a blank line reads as []
+                    lines.append(last + 1)
+                last = reader.line_num
+        except csv.Error:
+            pass
+        return lines
+    for number, line in enumerate(text, 1):
+        if (layout == "tsv" and number == 1) or not line.strip("\r\n" if layout == "tsv" else None):
+            continue
+        lines.append(number)
+    return lines

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
-from varlen.datasets.files import check_utf8, open_binary, read_text, table_suffix, utf8_blocks
+from varlen.datasets.files import check_utf8, open_binary, read_text, record_lines, table_suffix, utf8_blocks
 from varlen.errors import DataError
 
 __all__ = ["LINE_TABLES", "Layout", "layout_of", "read_line_table", "record_lines"]
@@ -39,26 +39,6 @@ LIST_START = "["
 def layout_of(path: str | Path) -> Layout | None:
     """``csv`` or ``jsonl`` by the file's suffix (inside its compression), None for other files."""
     return LINE_TABLES.get(table_suffix(path))
-
-
-def record_lines(path: str | Path, layout: Layout) -> list[int]:
-    """The line (from 1) where each record of ``path`` starts, as pyarrow reads the records: blank lines are
-    none; a CSV record spans the lines its quoted fields hold."""
-    text = io.StringIO(read_text(path), newline="")
-    lines: list[int] = []
-    if layout == "csv":
-        reader = csv.reader(text)
-        try:
-            next(reader, None)  # the header
-            last = reader.line_num
-            for record in reader:
-                if record:  # a blank line reads as []
-                    lines.append(last + 1)
-                last = reader.line_num
-        except csv.Error:
-            pass
-        return lines
-    return [number for number, line in enumerate(text, 1) if line.strip()]
 
 
 def read_line_table(path: str | Path, rows: int | None = None, columns: list[str] | None = None) -> pa.Table:

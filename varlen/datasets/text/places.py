@@ -12,15 +12,13 @@ them (an error, a skipped row): reading never pays for it.
 
 from __future__ import annotations
 
-import csv
-import io
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
-from varlen.datasets.files import read_text
+from varlen.datasets.files import record_lines
 
 __all__ = ["Layout", "Places", "RowPlaces", "json_layout"]
 
@@ -56,34 +54,9 @@ class RowPlaces:
         if self.layout == "rows" or not rows:
             return [f"row {r + 1}" for r in rows]
         if self._lines is None:
-            self._lines = np.asarray(_record_lines(self.path, self.layout), np.int64)
+            self._lines = np.asarray(record_lines(self.path, self.layout), np.int64)
         return [f"line {self._lines[r]}" if r < len(self._lines) else f"row {r + 1}" for r in rows]
 
     def of(self, row: int) -> str:
         """The place of one row."""
         return self([row])[0]
-
-
-def _record_lines(path: str | Path, layout: Layout) -> list[int]:
-    """The line (from 1) where each record of a file starts, as pyarrow reads it: blank lines are no
-    records; a CSV record spans the lines its quoted fields hold (the records after one Python's csv
-    cannot read, a field over its size limit, are named as rows)."""
-    text = io.StringIO(read_text(path), newline="")
-    lines: list[int] = []
-    if layout == "csv":
-        reader = csv.reader(text)
-        try:
-            next(reader, None)  # the header
-            last = reader.line_num
-            for record in reader:
-                if record:  # a blank line reads as []
-                    lines.append(last + 1)
-                last = reader.line_num
-        except csv.Error:
-            pass
-        return lines
-    for number, line in enumerate(text, 1):
-        if (layout == "tsv" and number == 1) or not line.strip("\r\n" if layout == "tsv" else None):
-            continue
-        lines.append(number)
-    return lines
