@@ -242,8 +242,8 @@ def leakage(root: str | None, epochs: int, seed: int, splits: list[str], with_re
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for split, n_train, n_test, r, fit_s in rows:
         print(
-            f"| {split} | {n_train} | {n_test} | {r['test/acc']:.3f} | {r['test/macro_f1']:.3f} | "
-            f"{r['test/recording_acc']:.3f} | {r['test/recording_macro_f1']:.3f} | {fit_s:.0f} |"
+            f"| {split} | {n_train} | {n_test} | {r['test/accuracy']:.3f} | {r['test/macro_f1']:.3f} | "
+            f"{r['test/recording_accuracy']:.3f} | {r['test/recording_macro_f1']:.3f} | {fit_s:.0f} |"
         )
 
 
@@ -252,7 +252,7 @@ def leakage(root: str | None, epochs: int, seed: int, splits: list[str], with_re
 CROSS_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "bearing_cross_load.yaml"
 #: what the pairs set themselves (conditions) or the command line overrides (the simulator's size)
 PAIR_ARGS = ("root", "train_conditions", "test_conditions", "val_conditions", "simulated_loads")
-METRICS = (("acc", "window acc"), ("macro_f1", "window macro-F1"), ("recording_acc", "rec. acc"))
+METRICS = (("accuracy", "window acc"), ("macro_f1", "window macro-F1"), ("recording_accuracy", "rec. acc"))
 METRICS += (("recording_macro_f1", "rec. macro-F1"),)
 
 
@@ -348,7 +348,9 @@ def cross_condition(root: str | None, args) -> None:
             values = [run[b, adabn][f"test/{key}"] for adabn in (False, True) for key, _ in METRICS]
             rows.append(values)
             cells = " | ".join(f"{v:.3f}" for v in values)
-            print(f"| {a} -> {b} | {run['windows']} | {run['val']['val/acc']:.3f} | {cells} | {run['fit_s']:.0f} |")
+            print(
+                f"| {a} -> {b} | {run['windows']} | {run['val']['val/accuracy']:.3f} | {cells} | {run['fit_s']:.0f} |"
+            )
     mean = np.mean(rows, axis=0)
     print(f"| mean over {len(rows)} pairs | | | " + " | ".join(f"{v:.3f}" for v in mean) + " | |")
     print(f"\nWorst pair, window accuracy with AdaBN: {np.min(np.array(rows)[:, len(METRICS)]):.3f}.")
@@ -370,7 +372,7 @@ def heat_map(runs: dict, conditions: list[str], path: Path, source: str) -> None
     for ax, adabn in zip(axes, (False, True), strict=True):
         grid = np.array(
             [
-                [runs[a]["val"]["val/acc"] if a == b else runs[a][b, adabn]["test/acc"] for b in conditions]
+                [runs[a]["val"]["val/accuracy"] if a == b else runs[a][b, adabn]["test/accuracy"] for b in conditions]
                 for a in conditions
             ]
         )

@@ -289,8 +289,8 @@ class TestBearingContract(DataModuleContract):
         ids = recording.unique()
         votes = torch.stack([log_prob[recording == r].sum(0).argmax() for r in ids])
         truth = torch.stack([label[recording == r][0] for r in ids])
-        assert len(ids) > 1 and set(values) == {"acc", "macro_f1"}
-        assert float(values["acc"]) == pytest.approx(float((votes == truth).float().mean()))
+        assert len(ids) > 1 and set(values) == {"accuracy", "macro_f1"}
+        assert float(values["accuracy"]) == pytest.approx(float((votes == truth).float().mean()))
 
 
 class TestBearingGroupedContract(TestBearingContract):

@@ -318,4 +318,4 @@ def test_adabn_runs_before_test_on_the_test_windows_and_restores_the_source_stat
     assert all(torch.equal(v, source[k]) for k, v in model.state_dict().items())  # restored after the test
     model.adabn = False
     plain = trainer.test(model, datamodule=dm, verbose=False)[0]
-    assert result["test/acc"] != plain["test/acc"] or result["test/loss"] != plain["test/loss"]
+    assert result["test/accuracy"] != plain["test/accuracy"] or result["test/loss"] != plain["test/loss"]

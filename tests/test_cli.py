@@ -177,8 +177,8 @@ def test_fit_warms_the_batch_shapes_unless_told_not_to(off, tmp_path, caplog) ->
 
 
 def test_a_config_chooses_the_metrics_of_its_epoch_lines(tmp_path) -> None:
-    trainer = fit(tmp_path, "--epoch_lines=[val/loss, val/acc]", run=False).trainer
-    assert [c.metrics for c in trainer.callbacks if isinstance(c, EpochProgress)] == [["val/loss", "val/acc"]]
+    trainer = fit(tmp_path, "--epoch_lines=[val/loss, val/accuracy]", run=False).trainer
+    assert [c.metrics for c in trainer.callbacks if isinstance(c, EpochProgress)] == [["val/loss", "val/accuracy"]]
 
 
 def test_third_party_terminal_codes_stay_out_of_a_log() -> None:

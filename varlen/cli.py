@@ -168,7 +168,7 @@ class VarLenCLI(LightningCLI):
             default=True,
             help="Time the training loop's wait for data (varlen.batching.data_wait.DataWait): data/wait_ms per "
             "step, data/wait_share per epoch (also in the epoch line), and one line of advice when the share "
-            "passes 10%%. false: off. A DataWait listed in trainer.callbacks replaces it.",
+            "passes a tenth of the epoch. false: off. A DataWait listed in trainer.callbacks replaces it.",
         )
         parser.add_argument(
             "--warm_shapes",

@@ -29,6 +29,7 @@ import torch.utils.data._utils as torch_loader_utils
 from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.stateful_dataloader import _StatefulMultiProcessingDataLoaderIter
 
+from varlen import notices
 from varlen.batching.transfer import PackingCollate, unpack
 
 __all__ = ["TESTED_TORCHDATA", "VarLenLoader", "check_torchdata"]
@@ -71,6 +72,10 @@ def check_torchdata() -> None:
         raise RuntimeError("torchdata's iterator no longer primes its prefetch in _reset; update VarLenLoader")
 
 
+#: (num_workers, cores) a warning said in this process
+_WORKERS_SAID: set[tuple[int, int]] = set()
+
+
 class VarLenLoader(StatefulDataLoader):
     """A resumable loader whose workers are started with care for what varlen relies on.
 
@@ -107,6 +112,24 @@ class VarLenLoader(StatefulDataLoader):
 
     freeze_gc = True
     pack_batches = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        with warnings.catch_warnings():  # torchdata calls torch.set_vital, deprecated in torch: not the user's to fix
+            warnings.filterwarnings("ignore", message=r".*set_vital.*deprecated.*")
+            super().__init__(*args, **kwargs)
+
+    def check_worker_number_rationality(self) -> None:
+        """torch's check of ``num_workers`` against the cores (it speaks at each loader and iterator), said once
+        a process, by varlen, with the setting to change."""
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        if self.num_workers <= cores or (self.num_workers, cores) in _WORKERS_SAID:
+            return
+        _WORKERS_SAID.add((self.num_workers, cores))
+        notices.warn(
+            f"varlen: num_workers={self.num_workers} loader workers share the {cores} cores this process may use: "
+            f"they take turns and add memory; set the DataModule's num_workers to {cores} or fewer "
+            "(varlen tune --config CONFIG measures which serves fastest)"
+        )
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Resume from a state of this loader's number of workers (see the class docstring).

@@ -148,10 +148,10 @@ aggregate_by_recording = sum_by_item
 
 
 class RecordingMetrics(ItemVotes):
-    """Accuracy (``acc``) and macro-F1 of the recordings' votes over an epoch."""
+    """Accuracy (``accuracy``) and macro-F1 of the recordings' votes over an epoch."""
 
     def __init__(self, num_classes: int) -> None:
-        super().__init__(num_classes, accuracy_key="acc")
+        super().__init__(num_classes)
 
 
 class BearingClassifier(VarLenModule):
@@ -205,7 +205,7 @@ class BearingClassifier(VarLenModule):
         self._source_statistics: dict[str, torch.Tensor] | None = None
         metrics = MetricCollection(
             {
-                "acc": MulticlassAccuracy(num_classes, average="micro"),
+                "accuracy": MulticlassAccuracy(num_classes, average="micro"),
                 "macro_f1": MulticlassF1Score(num_classes, average="macro"),
             }
         )

@@ -90,7 +90,10 @@ class SequenceModel(VarLenModule):
         outputs = num_classes if task == "classification" else 1
         self.head = nn.Linear(d_model, outputs)
         if task == "classification":
-            metrics = {"acc": MulticlassAccuracy(num_classes, average="micro"), "f1": MulticlassF1Score(num_classes)}
+            metrics = {
+                "accuracy": MulticlassAccuracy(num_classes, average="micro"),
+                "macro_f1": MulticlassF1Score(num_classes, average="macro"),
+            }
         else:
             metrics = {"rmse": MeanSquaredError(squared=False)}
         self.val_metrics = MetricCollection(metrics, prefix="val/")
