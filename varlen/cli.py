@@ -19,12 +19,8 @@ tips and known third-party deprecation warnings are silenced (:func:`quiet`), ne
 from __future__ import annotations
 
 import argparse
-import logging
 import multiprocessing
-import os
-import re
 import sys
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +35,9 @@ import varlen.models
 from varlen._extras import MissingExtraError
 from varlen.batching.data_wait import DataWait
 from varlen.batching.warmup import WarmShapes
+from varlen.cli_errors import one_line
 from varlen.cli_help import HelpFormatter, main_parser_kwargs, subcommand_parser_kwargs
+from varlen.cli_output import THIRD_PARTY_NOISE, quiet, show_varlen_logs
 from varlen.datamodules.base import LINKED
 from varlen.errors import DataError
 from varlen.inspection import SplitSummary, plot_summary, summarize
@@ -63,57 +61,6 @@ __all__ = [
     "tune_command",
 ]
 
-#: third-party deprecation warnings a user of varlen can do nothing about (regular expressions)
-THIRD_PARTY_NOISE = (
-    r".*'set_vital' is deprecated.*",  # torchdata's StatefulDataLoader calls torch.set_vital
-    r".*isinstance\(treespec, LeafSpec\).*",  # Lightning's pytree helper on torch >= 2.9
-    r".*LightningCLI's args parameter is intended to run from within Python.*",
-    r".*`tensorboardX` has been removed as a dependency.*",  # Lightning's CSVLogger fallback notice
-)
-
-
-#: Lightning's loggers that print its cloud-service tips
-CLOUD_TIP_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
-
-
-class _NoCloudTips(logging.Filter):
-    """Drops Lightning's "Tip: ... try installing litlogger / litmodels" messages."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "Tip:" not in str(record.getMessage())
-
-
-#: a terminal's colour and style codes, as third-party messages write them
-TERMINAL_CODES = re.compile(r"\x1b\[[0-9;]*m")
-#: third-party loggers that write terminal codes into a log
-STYLED_LOGGERS = ("transformers.modeling_utils",)
-
-
-class _PlainText(logging.Filter):
-    """Strips terminal codes from a record while stderr is no terminal: transformers' load report bolds its
-    title whatever the stream (transformers 5)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.msg, str) and not sys.stderr.isatty():
-            record.msg = TERMINAL_CODES.sub("", record.msg)
-        return True
-
-
-def quiet() -> None:
-    """Silence Lightning's cloud tips and :data:`THIRD_PARTY_NOISE`; off a terminal, keep terminal codes
-    and Hugging Face's progress bars (redrawn with carriage returns) out of the output (idempotent)."""
-    for name, kind in [*((n, _NoCloudTips) for n in CLOUD_TIP_LOGGERS), *((n, _PlainText) for n in STYLED_LOGGERS)]:
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, kind) for f in logger.filters):
-            logger.addFilter(kind())
-    for pattern in THIRD_PARTY_NOISE:
-        warnings.filterwarnings("ignore", message=pattern)
-    if not sys.stderr.isatty():
-        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read where transformers is imported later
-        hugging_face = sys.modules.get("transformers.utils.logging")  # already imported (torchmetrics does)
-        if hugging_face is not None:
-            hugging_face.disable_progress_bar()  # its own bars (loading weights) and huggingface_hub's
-
 
 class _Commands(ActionSubCommands):
     """jsonargparse's subcommands, each listed with its line of :data:`COMMANDS` (not the Trainer's docstring)."""
@@ -128,6 +75,17 @@ class VarLenParser(LightningArgumentParser):
     :class:`VarLenCLI` can list varlen's own commands after Lightning's."""
 
     commands: ActionSubCommands | None = None
+
+    def error(self, message: str, ex: Exception | None = None):
+        """A mistyped name in one line (:mod:`varlen.cli_errors`), status 2; other errors as jsonargparse says them."""
+        if self.exit_on_error:
+            command = self.prog.replace(" [options]", "")
+            command += f" {sys.argv[1]}" if command == "varlen" and len(sys.argv) > 1 else ""  # inspect, tune...
+            line = one_line(message, command, self._option_string_actions)
+            if line is not None:
+                sys.stderr.write(f"varlen: error: {line}\n")
+                sys.exit(2)
+        super().error(message, ex)
 
     def add_subcommands(self, required: bool = True, dest: str = "subcommand", **kwargs) -> ActionSubCommands:
         self.commands = super().add_subcommands(required, dest, action=_Commands, **kwargs)
@@ -426,30 +384,6 @@ COMMANDS: dict[str, Command] = {
     "index-sizes": Command("The size index of LitData chunks written elsewhere.", index_sizes_command),
     "tune": Command("Loader settings measured here; --budget: max_tokens.", tune_command),
 }
-
-
-class _StderrHandler(logging.StreamHandler):
-    """A handler that writes to ``sys.stderr`` as it is when a record comes, not as it was when the
-    handler was made (a later redirection, or a test's capture, must not leave it a closed stream)."""
-
-    @property
-    def stream(self):
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value) -> None:
-        pass
-
-
-def show_varlen_logs() -> None:
-    """Print the ``varlen`` logger's INFO messages (the data report) on stderr, once."""
-    logger = logging.getLogger("varlen")
-    if not logger.handlers:
-        handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
 
 
 def console() -> None:
