@@ -42,7 +42,7 @@ from varlen.datamodules.base import LINKED
 from varlen.errors import DataError
 from varlen.inspection import SplitSummary, plot_summary, summarize
 from varlen.paths import expand_data_paths, with_data_hint
-from varlen.progress import EpochProgress
+from varlen.progress import EpochProgress, StepProgress
 
 __all__ = [
     "COMMANDS",
@@ -80,7 +80,8 @@ class VarLenParser(LightningArgumentParser):
         """A mistyped name in one line (:mod:`varlen.cli_errors`), status 2; other errors as jsonargparse says them."""
         if self.exit_on_error:
             command = self.prog.replace(" [options]", "")
-            command += f" {sys.argv[1]}" if command == "varlen" and len(sys.argv) > 1 else ""  # inspect, tune...
+            named = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in COMMANDS else None  # inspect, tune...
+            command += f" {named}" if command == "varlen" and named else ""
             line = one_line(message, command, self._option_string_actions)
             if line is not None:
                 sys.stderr.write(f"varlen: error: {line}\n")
@@ -129,6 +130,14 @@ class VarLenCLI(LightningCLI):
             "passes a tenth of the epoch. false: off. A DataWait listed in trainer.callbacks replaces it.",
         )
         parser.add_argument(
+            "--progress_every",
+            type=float,
+            default=30.0,
+            help="Where no progress bar shows (stdout no terminal: a log file, a scheduler), a line every this "
+            "many seconds of training: step of total, samples/s, waiting share, time left "
+            "(varlen.progress.StepProgress). 0: none.",
+        )
+        parser.add_argument(
             "--warm_shapes",
             type=bool,
             default=True,
@@ -170,6 +179,10 @@ class VarLenCLI(LightningCLI):
             callbacks.append(EpochProgress(metrics=None if lines is True else lines))
         if settings.get("enable_progress_bar") is None and not sys.stdout.isatty():
             kwargs["enable_progress_bar"] = False
+        every = self._get(self.config, "progress_every", default=30.0)
+        bar = kwargs.get("enable_progress_bar", settings.get("enable_progress_bar", True))
+        if every and bar is False and not any(isinstance(c, StepProgress) for c in callbacks):
+            callbacks.append(StepProgress(every))
         return super().instantiate_trainer(**{**kwargs, "callbacks": callbacks})
 
 

@@ -10,6 +10,10 @@ the training samples per second (data loading included) and, where a
 waiting for data. ``varlen fit`` adds one (after its DataWait) unless
 ``--epoch_lines=false``; a progress bar that shows prints the line above itself, not inside it.
 Plain text: no terminal codes.
+
+`StepProgress`: off a terminal, where no progress bar shows, a line every 30 s while an epoch trains (the
+step of the epoch's total, samples/s, the share spent waiting for data, the time left in the epoch), so a
+run in a log file or under a scheduler says it is alive. ``varlen fit`` adds it there (``--progress_every``).
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from lightning.pytorch.utilities import rank_zero_only
 
 from varlen.batching.telemetry import training_batch_stats, training_field_stats
 
-__all__ = ["EpochProgress"]
+__all__ = ["EpochProgress", "StepProgress"]
 
 
 class EpochProgress(pl.Callback):
@@ -89,3 +93,63 @@ def _wait_share(trainer: pl.Trainer) -> float | None:
         if last.get("epoch") == trainer.current_epoch:
             return last["wait_share"]
     return None
+
+
+class StepProgress(pl.Callback):
+    """Prints ``epoch 1/3 step 120/640 (19%) | 38 samples/s | waiting 2.1% | 2m10s left`` every ``every`` seconds
+    of training (rank zero; the rate and wait are this rank's, since the epoch began).
+
+    Args:
+        every: seconds between lines.
+        name: a prefix naming the run.
+    """
+
+    def __init__(self, every: float = 30.0, name: str = "") -> None:
+        self.every, self.name = float(every), name
+        self.lines: list[str] = []
+        self._start = self._last = 0.0
+        self._samples = 0
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._start = self._last = time.perf_counter()
+        self._samples = 0
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx) -> None:
+        stats = training_batch_stats(trainer, batch)
+        self._samples += stats.samples if stats is not None else 0
+        now = time.perf_counter()
+        if now - self._last >= self.every:
+            self._last = now
+            self._say(trainer, batch_idx + 1, now - self._start)
+
+    @rank_zero_only
+    def _say(self, trainer: pl.Trainer, step: int, elapsed: float) -> None:
+        total = trainer.num_training_batches
+        known = isinstance(total, int) and total > 0
+        epochs = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
+        where = f"step {step}/{total} ({step / total:.0%})" if known else f"step {step}"
+        parts = [f"epoch {trainer.current_epoch + 1}{epochs} {where}", f"{self._samples / elapsed:,.0f} samples/s"]
+        waited = _waited(trainer)
+        if waited is not None:
+            parts.append(f"waiting {waited / elapsed:.1%}")
+        if known:
+            parts.append(f"{_duration((total - step) * elapsed / step)} left in the epoch")
+        line = (f"{self.name} " if self.name else "") + " | ".join(parts)
+        self.lines.append(line)
+        print(line, flush=True)
+
+
+def _waited(trainer: pl.Trainer) -> float | None:
+    from varlen.batching.data_wait import DataWait
+
+    return next((c.waited_s for c in trainer.callbacks if isinstance(c, DataWait)), None)
+
+
+def _duration(seconds: float) -> str:
+    """``45s``, ``2m10s``, ``1h05m``."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"

@@ -95,6 +95,11 @@ class DataWait(pl.Callback):
         self._fetched = self._validated = False
         self._fetches = 0
 
+    @property
+    def waited_s(self) -> float:
+        """This rank's seconds waiting for data so far in the current epoch (a progress line reads it)."""
+        return self._wait
+
     # -- the fetch, timed by the loop's own hooks ------------------------------------------------
 
     def _fetch_start(self, now: float) -> None:

@@ -1,0 +1,56 @@
+"""Off a terminal a fit says it is alive: a line every ``every`` seconds (step of total, samples/s, waiting share,
+time left); ``varlen fit`` adds it where no progress bar shows."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+
+from varlen import cli
+from varlen.batching.data_wait import DataWait
+from varlen.progress import StepProgress, _duration
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from test_shapes import Noisy, PaddedToys  # noqa: E402
+
+
+def test_a_line_every_interval_says_the_step_rate_wait_and_time_left(tmp_path, capsys) -> None:
+    progress = StepProgress(every=0.0)  # every step, here
+    trainer = pl.Trainer(
+        max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, callbacks=[DataWait(), progress], default_root_dir=tmp_path, limit_val_batches=0,
+    )  # fmt: skip
+    trainer.fit(Noisy(), PaddedToys())
+    total = trainer.num_training_batches
+    assert len(progress.lines) == total
+    pattern = r"epoch 1/1 step (\d+)/(\d+) \(\d+%\) \| [\d,]+ samples/s \| waiting [\d.]+% \| \w+ left in the epoch"
+    steps = [int(re.fullmatch(pattern, line)[1]) for line in progress.lines]
+    assert steps == list(range(1, total + 1)) and progress.lines[-1].endswith("0s left in the epoch")
+    assert capsys.readouterr().out.count("samples/s") >= total
+
+
+def test_a_long_interval_prints_nothing_in_a_short_epoch(tmp_path) -> None:
+    progress = StepProgress(every=3600)
+    trainer = pl.Trainer(
+        max_epochs=1, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        enable_model_summary=False, callbacks=[progress], default_root_dir=tmp_path, limit_val_batches=0,
+    )  # fmt: skip
+    trainer.fit(Noisy(), PaddedToys())
+    assert progress.lines == []
+
+
+@pytest.mark.parametrize(("argv", "added"), [([], True), (["--progress_every=0"], False)])
+def test_varlen_fit_adds_it_off_a_terminal(argv, added, tmp_path) -> None:
+    config = str(Path(__file__).resolve().parents[1] / "configs" / "text_bert.yaml")
+    args = ["--config", config, "--data.init_args.synthetic_samples=40", *argv]
+    trainer = cli.main([*args, f"--trainer.default_root_dir={tmp_path}"], run=False).trainer  # pytest: no terminal
+    found = [c for c in trainer.callbacks if isinstance(c, StepProgress)]
+    assert (len(found) == 1 and found[0].every == 30.0) if added else not found
+
+
+def test_durations_read_as_a_person_says_them() -> None:
+    assert [_duration(s) for s in (4.4, 130, 3900)] == ["4s", "2m10s", "1h05m"]
