@@ -297,3 +297,22 @@ def test_budget_under_the_shape_policy_prints_the_table_a_config_takes(tmp_path,
     parsed = {int(k): int(v) for k, v in (pair.split(":") for pair in table.strip("{}").split(","))}
     assert list(parsed) == [r for r in dm.rungs[0].lengths if (sizes <= r).any()]
     TextClassificationDataModule(synthetic_samples=300, rung_batch_sizes=parsed, cache_dir=tmp_path).setup("fit")
+
+
+def test_the_verdict_comes_first_and_says_whether_data_can_be_the_bottleneck() -> None:
+    from varlen.tune.command import Tuned
+
+    measured = [(Setting(0), rate(0.0, 1250.0)), (Setting(2, 2, "fork"), rate(0.1, 400.0))]
+    pruned = [(Setting(1, 2, "spawn"), LoaderRate(math.nan, 0, math.nan, None, math.nan, "pruned: no batch"))]
+    rows = rows_of(measured + pruned, 20, 4)
+    alone = Tuned(rows, pick(rows), "header", 3, 1.0)
+    first = alone.lines(0.02)[0]
+    assert first.startswith("Pick 0 workers: ") and "The loader alone" in first and "--with-model" in first
+    assert (
+        f"longer than {1000 / alone.best.run_per_s:.1f} ms" in first and "2 settings were pruned" in first
+    )  # (with and without persistent workers)
+    even = [(Setting(0), rate(0.0, 5.0)), (Setting(2, 2, "fork"), rate(0.1, 5.1))]
+    model = Tuned(rows_of(even, 20, 4), pick(rows_of(even, 20, 4)), "header", 2, 1.0, with_model=True)
+    assert "the model sets the pace and data is not the bottleneck" in model.verdict()  # 2% apart
+    uneven = Tuned(rows, pick(rows), "header", 3, 1.0, with_model=True)
+    assert "data can be the bottleneck" in uneven.verdict()

@@ -98,9 +98,45 @@ class Tuned:
     #: figures are too noisy to rank
     drift: str = ""
 
+    #: whether each batch went through the model's training step (``--with-model``)
+    with_model: bool = False
+
+    def verdict(self) -> str:
+        """One paragraph before the table: the pick, the loader's rate against the model's, and whether data
+        can be the bottleneck."""
+        best = self.best
+        measured = [r for r in self.rows if math.isfinite(r.run_per_s)]
+        pruned = sum(not math.isfinite(r.run_per_s) for r in self.rows)
+        slowest = min(r.run_per_s for r in measured)
+        spread = best.run_per_s / max(slowest, 1e-9)
+        pick = f"Pick {_short(best.setting)}" + (", persistent" if best.setting.persistent_workers else "")
+        out = [f"{pick}: {best.run_per_s:,.1f} batches/s in the run"]
+        if self.with_model:
+            if spread < 1.1:
+                out.append(
+                    f"through the model's training step every setting measured is within {spread - 1:.0%} of it: the "
+                    "model sets the pace and data is not the bottleneck; the cheapest setting is picked"
+                )
+            else:
+                out.append(
+                    f"through the model's training step the settings differ up to {spread:.1f}x: data can be the "
+                    "bottleneck, and the pick is the setting that feeds the model fastest"
+                )
+        else:
+            out.append(
+                f"the loader alone (no model): if a training step takes longer than {1000 / best.run_per_s:.1f} ms "
+                "(most models' do), data is not the bottleneck whatever the setting; run with --with-model to "
+                "measure through the model's own step"
+            )
+        if pruned:
+            out.append(f"{pruned} settings were pruned, their first batches already slower than the best's")
+        return ". ".join(part[0].upper() + part[1:] for part in out) + "."
+
     def lines(self, within: float) -> list[str]:
         fastest = max(r.run_per_s for r in self.rows if math.isfinite(r.run_per_s))
         return [
+            self.verdict(),
+            "",
             *table(self.rows, self.best),
             *([self.drift] if self.drift else []),
             f"best: {self.best.run_per_s:,.1f} batches/s over the run (fastest {fastest:,.1f}; the cheapest setting "
@@ -140,7 +176,8 @@ def run_tune(dm: Any, model: Any, config: dict[str, Any], options: argparse.Name
     drift = _drift(measured[0], _measure_all(dm, points[:1], limits, model, run)[0])  # the load: still the same?
     drift = "\n".join(note for note in (drift, _noisy(measured, options.rel_tol)) if note)
     rows = rows_of(measured, epoch_batches, epochs)
-    return Tuned(rows, pick(rows, options.within), header, len(points), time.perf_counter() - started, drift)
+    seconds = time.perf_counter() - started
+    return Tuned(rows, pick(rows, options.within), header, len(points), seconds, drift, model is not None)
 
 
 def _noisy(measured: list, rel_tol: float) -> str:
@@ -242,7 +279,7 @@ def _measure_all(dm: Any, points: list, limits: dict[str, Any], model: Any, run:
 def _failed(error: Exception, limit: float) -> LoaderRate:
     said = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
     if "gave no batch in" in said or "timed out" in said:
-        said = f"pruned: a batch took over {limit:.2g} s"
+        said = f"pruned: no batch within {limit:.2g} s, already slower than the best setting so far"
     else:
         said = f"failed: {type(error).__name__}: {said}"[:120]
     return LoaderRate(math.nan, 0, math.nan, None, math.nan, said)
