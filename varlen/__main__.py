@@ -2,8 +2,8 @@
 
 import sys
 
-from varlen.cli import console
+from varlen.console import main
 
 if __name__ == "__main__":
     sys.argv[0] = "varlen"  # usage lines (argparse's, jsonargparse's --data.help) name the command, not __main__.py
-    console()
+    main()

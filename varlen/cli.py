@@ -38,6 +38,7 @@ from varlen.batching.warmup import WarmShapes
 from varlen.cli_errors import one_line
 from varlen.cli_help import HelpFormatter, main_parser_kwargs, subcommand_parser_kwargs
 from varlen.cli_output import THIRD_PARTY_NOISE, quiet, show_varlen_logs
+from varlen.console import SUMMARIES
 from varlen.datamodules.base import LINKED
 from varlen.errors import DataError
 from varlen.inspection import SplitSummary, plot_summary, summarize
@@ -386,17 +387,15 @@ class Command:
     run: Callable[[Sequence[str]], object] | None = None
 
 
-#: every ``varlen`` command, in the order ``varlen --help`` lists them: the one list of them
-COMMANDS: dict[str, Command] = {
-    "fit": Command("Train a model on a DataModule (a config names both)."),
-    "validate": Command("One validation epoch (of a checkpoint: --ckpt_path)."),
-    "test": Command("One test epoch (of a checkpoint: --ckpt_path)."),
-    "predict": Command("The model's outputs on the DataModule's predict_split."),
-    "inspect": Command("A config's batches and padding, without training.", inspect_command),
-    "optimize": Command("A config's training split as LitData chunks.", optimize_command),
-    "index-sizes": Command("The size index of LitData chunks written elsewhere.", index_sizes_command),
-    "tune": Command("Loader settings measured here; --budget: max_tokens.", tune_command),
+#: what runs each of varlen's own commands (the rest: LightningCLI's Trainer methods)
+RUNS = {
+    "inspect": inspect_command,
+    "optimize": optimize_command,
+    "index-sizes": index_sizes_command,
+    "tune": tune_command,
 }
+#: every ``varlen`` command, in the order ``varlen --help`` lists them (:data:`varlen.console.SUMMARIES`)
+COMMANDS: dict[str, Command] = {name: Command(summary, RUNS.get(name)) for name, summary in SUMMARIES.items()}
 
 
 def console() -> None:

@@ -1,0 +1,49 @@
+"""The ``varlen`` command's entry: ``varlen`` and ``varlen --help`` answer from here, before torch, Lightning or
+any scenario is imported (under a second); every other call goes to :func:`varlen.cli.console`."""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["SUMMARIES", "main", "usage"]
+
+#: every ``varlen`` command and its line in ``varlen --help``, in that order (varlen.cli.COMMANDS runs them)
+SUMMARIES = {
+    "fit": "Train a model on a DataModule (a config names both).",
+    "validate": "One validation epoch (of a checkpoint: --ckpt_path).",
+    "test": "One test epoch (of a checkpoint: --ckpt_path).",
+    "predict": "The model's outputs on the DataModule's predict_split.",
+    "inspect": "A config's batches and padding, without training.",
+    "optimize": "A config's training split as LitData chunks.",
+    "index-sizes": "The size index of LitData chunks written elsewhere.",
+    "tune": "Loader settings measured here; --budget: max_tokens.",
+}
+
+
+def usage() -> str:
+    """What ``varlen --help`` prints: the commands, and where each says more."""
+    width = max(map(len, SUMMARIES))
+    lines = [
+        "usage: varlen COMMAND [--config CONFIG] [--NAME VALUE ...]",
+        "",
+        "PyTorch Lightning DataModules for variable-length data: Lightning's CLI over every installed DataModule",
+        "and model (fit, validate, test, predict), and varlen's data tools.",
+        "",
+        "commands:",
+        *(f"  {name.ljust(width)}  {summary}" for name, summary in SUMMARIES.items()),
+        "",
+        "varlen COMMAND --help: a command's options; varlen fit --data.help CLASS: a DataModule's arguments.",
+        "A first run: varlen fit --config configs/text_bert.yaml",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """``varlen`` alone (the commands, status 2) and ``varlen --help`` (status 0) here; the rest in varlen.cli."""
+    argv = sys.argv[1:]
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        sys.exit(0 if argv else 2)
+    from varlen.cli import console
+
+    console()
