@@ -4,6 +4,7 @@ source each; a mixture of streamed and in-memory sources refused by name. Needs 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -96,3 +97,31 @@ def test_a_schedule_of_streamed_sources_serves_each_stages_shares_in_a_fit(strea
     assert "served in stage 1 (epochs 1-1): main 25.0% (scheduled 25.0%), small 75.0% (scheduled 75.0%)" in said
     assert dm.report.drawn_stages["train"] == [{"main": 135.0, "small": 45.0}, {"main": 45.0, "small": 135.0}]
     assert [stage["epochs"] for stage in dm.report.by_stage().values()] == [[0], [1]]
+
+
+def test_one_optimize_writes_every_streamed_source_of_a_config(tmp_path, monkeypatch) -> None:
+    """``varlen optimize --config C`` writes the main source and each extra one where C reads them; the
+    DataModule of C then serves them both (no per-source command with its three nulls)."""
+    import yaml
+    from test_stream_read import STARTS
+
+    from varlen.cli import console
+
+    config = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "text_mixture_stream.yaml").read_text())
+    args = config["data"]["init_args"]
+    args |= {"synthetic_samples": 90, "stream": str(tmp_path / "short")}
+    args["sources"][0] |= {"stream": str(tmp_path / "long"), "synthetic_samples": 40}
+    path = tmp_path / "mix.yaml"
+    path.write_text(yaml.safe_dump(config))
+    monkeypatch.setattr("sys.argv", ["varlen", "optimize", "--config", str(path), "--chunk-bytes", "3000", *STARTS])
+    console()
+    counts = {}
+    for name in ("short", "long"):
+        index = json.loads((tmp_path / name / "index.json").read_text())
+        counts[name] = sum(chunk["chunk_size"] for chunk in index["chunks"])
+    assert counts == {"short": 90, "long": 40}  # each source's training split
+    from varlen.datamodules.text import TextClassificationDataModule
+
+    dm = TextClassificationDataModule(**{k: v for k, v in args.items() if k != "source_weights"})
+    dm.setup("fit")
+    assert dm.dataset("train").counts() == {"main": 90, "long": 40}

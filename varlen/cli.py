@@ -283,7 +283,12 @@ def optimize_command(argv: Sequence[str]) -> None:
         description="Write a config's training split as LitData chunks (litdata.optimize) with varlen's size "
         "index beside its index.json. Every other argument is the one `varlen fit` takes (--config, --data.*).",
     )
-    parser.add_argument("--output", required=True, help="a new folder for the chunks")
+    parser.add_argument(
+        "--output",
+        default=None,
+        help="a new folder for the chunks; a config with streamed sources: a folder for each source's (by name), "
+        "else each where the config reads it",
+    )
     parser.add_argument("--chunk-bytes", default="64MB", help="bytes per chunk, e.g. 64MB (default) or 1000000")
     parser.add_argument("--num-workers", type=int, default=None, help="LitData writer processes (default: its own)")
     parser.add_argument(
@@ -302,19 +307,25 @@ def optimize_command(argv: Sequence[str]) -> None:
     if options.num_workers is not None and options.num_workers < 1:
         parser.error("--num-workers must be >= 1")
     chunk_bytes = int(options.chunk_bytes) if options.chunk_bytes.isdigit() else options.chunk_bytes
+    from varlen.stream.sources import streamed_sources
     from varlen.stream.write import write_split
+    from varlen.tune.config import command_config
 
-    dm = _datamodule(rest, "fit")
+    sources = streamed_sources(command_config(rest), options.output)
+    if not sources and options.output is None:
+        parser.error("--output is required: the config streams no source to write where it reads it")
     columns = tuple(c.strip() for c in options.weight_columns.split(",") if c.strip())
-    written = write_split(
-        dm,
-        options.output,
-        chunk_bytes=chunk_bytes,
-        num_workers=options.num_workers,
-        start_method=options.start_method,
-        weight_columns=columns,
-    )
-    print("\n".join(written.lines()), flush=True)
+    settings = {"chunk_bytes": chunk_bytes, "num_workers": options.num_workers, "weight_columns": columns}
+    for name, output, alone in sources or [("", options.output, [])]:
+        if name:
+            print(f"varlen optimize: source {name!r} -> {output}", flush=True)
+        written = write_split(
+            _datamodule([*rest, *alone], "fit"), output, start_method=options.start_method, **settings
+        )
+        print("\n".join(written.lines()), flush=True)
+    if sources and options.output is not None:
+        written = ", ".join(f"{name} -> {where}" for name, where, _ in sources)
+        print(f"written: {written} (the config's stream: settings name where each is read)", flush=True)
 
 
 def index_sizes_command(argv: Sequence[str]) -> None:

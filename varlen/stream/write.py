@@ -17,6 +17,9 @@ has classes, and its weight columns' values (its ``sample_weights`` column, and 
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +43,8 @@ CHECKED_ITEMS = 8
 DATA_STATE = "data_state.json"
 #: the key of the data state holding what the writer's report counted of the written split (not a state key)
 WRITTEN = "varlen:written"
+#: samples a LitData writer process is worth starting for, when varlen picks the writers' count
+SAMPLES_PER_WRITER = 20_000
 
 
 class SampleItems:
@@ -97,8 +102,9 @@ def write_split(
     """Write ``split`` of a set-up DataModule to the new folder ``output`` as LitData chunks, and its size index.
 
     Args:
-        chunk_bytes, num_workers, start_method: ``litdata.optimize``'s (None: LitData's defaults; its
-            writers receive the dataset pickled, which carries its file paths, not its data).
+        chunk_bytes, num_workers, start_method: ``litdata.optimize``'s (its writers receive the dataset pickled,
+            which carries its file paths, not its data); None: a writer per :data:`SAMPLES_PER_WRITER` samples
+            (up to the cores), forked where the platform can (a spawned writer imports torch again).
         weight_columns: weight columns to write beside the size index besides the DataModule's own
             ``sample_weights`` column (each read by its ``weight_column``), for draws by another column.
 
@@ -116,6 +122,11 @@ def write_split(
     if len(sizes) != len(dataset):
         raise DataError(f"{type(datamodule).__name__}: {len(sizes)} sizes for {len(dataset)} {split} samples")
     labels, weights = draw_values(datamodule, dataset, weight_columns)  # read (and checked) before writing
+    if num_workers is None:  # a writer a SAMPLES_PER_WRITER: each started writer costs seconds (imports)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        num_workers = max(1, min(cores, len(dataset) // SAMPLES_PER_WRITER))
+    if start_method is None and "fork" in multiprocessing.get_all_start_methods():
+        start_method = "fork"  # LitData's default, spawn, imports torch again in every writer
     litdata().optimize(
         fn=SampleItems(dataset),
         inputs=list(range(len(dataset))),
@@ -124,7 +135,7 @@ def write_split(
         num_workers=num_workers,
         keep_data_ordered=True,  # each worker a contiguous slice, in order: the chunks are in sample order
         reorder_files=False,
-        verbose=False,
+        verbose=sys.stderr.isatty(),  # LitData's progress bar, on a terminal
         start_method=start_method,
     )
     if not (output / INDEX_JSON).is_file():
