@@ -56,5 +56,7 @@ case "${1:-}" in
   demo) setup; shift; HF_HUB_OFFLINE=1 python scripts/demo.py "$@" ;;
   # two test processes (VARLEN_TEST_WORKERS), a test file to each at a time: a file's fixtures are built once
   test) setup; shift; HF_HUB_OFFLINE=1 python -m pytest -q -n "${VARLEN_TEST_WORKERS:-2}" --dist loadfile "$@" ;;
-  *) echo "usage: bash scripts/run.sh {setup|demo|test} [args...]" >&2; exit 2 ;;
+  # the documentation site from docs/ into site/ (mkdocs.yml), strict: a broken link or reference fails it
+  docs) setup; shift; NO_MKDOCS_2_WARNING=1 python -m mkdocs build --strict "$@" ;;
+  *) echo "usage: bash scripts/run.sh {setup|demo|test|docs} [args...]" >&2; exit 2 ;;
 esac

@@ -114,10 +114,12 @@ class SequenceDataModule(VarLenDataModule):
             ``max_tokens`` elements (at least the longest sample), ``<field>_cu_seqlens`` where each starts
             (:mod:`~varlen.datasets.sequence.packed`), filled best-fit; one shape an epoch. In-memory data of
             one source; :class:`~varlen.models.SequenceModel` reads it.
-        batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, max_shapes, rung_batch_sizes,
-            num_workers, pin_memory,
-            persistent_workers, prefetch_factor, multiprocessing_context, timeout, predict_split, sources,
-            source_weights, mix, stream: see :class:`~varlen.datamodules.base.VarLenDataModule`.
+
+    The other arguments (``batch_size``, ``max_tokens``, ``shuffle``, ``seed``, ``num_buckets``,
+    ``pad_to_multiple_of``, ``max_shapes``, ``rung_batch_sizes``, ``num_workers``, ``pin_memory``,
+    ``persistent_workers``, ``prefetch_factor``, ``multiprocessing_context``, ``timeout``, ``predict_split``,
+    ``sources``, ``source_weights``, ``mix``, ``stream``) are the base's: see
+    :class:`~varlen.datamodules.base.VarLenDataModule`.
 
     Attributes (linked to the model): ``input_field`` (the first size field), ``feature_dim`` (values per
     element), ``vocab_size`` (integer ids one per element: the training source's largest id + 1, else None),
