@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from varlen import cli
-from varlen.console import SUMMARIES
+from varlen.commands import SUMMARIES
 
 HEAVY = ("torch", "lightning", "transformers", "torch_geometric", "litdata", "rdkit", "jsonargparse")
 PROBE = """

@@ -138,7 +138,7 @@ def test_repr_shows_the_splits_once_set_up_and_the_batching() -> None:
     dm = custom({"train": Samples(sizes=RNG_LENGTHS), "val": Samples(RNG_LENGTHS[:5], sizes=RNG_LENGTHS[:5])})
     assert repr(dm) == "Custom(not set up | max_tokens=None, batch_size=4, shuffle=True)"
     dm.setup("fit")
-    assert repr(dm) == "Custom(train=24 val=5 | max_tokens=None, batch_size=4, shuffle=True)"
+    assert repr(dm) == "Custom(train=24 val=5 test=val | max_tokens=None, batch_size=4, shuffle=True)"  # stands in
     big = custom({"train": Samples(np.ones(1200, int), sizes=np.ones(1200, int))}, batch_size=None, max_tokens=2048)
     big.setup("fit")
     assert repr(big) == "Custom(train=1,200 | max_tokens=2048, batch_size=None, shuffle=True)"

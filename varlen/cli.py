@@ -38,7 +38,7 @@ from varlen.batching.warmup import WarmShapes
 from varlen.cli_errors import one_line
 from varlen.cli_help import HelpFormatter, main_parser_kwargs, subcommand_parser_kwargs
 from varlen.cli_output import THIRD_PARTY_NOISE, quiet, show_varlen_logs
-from varlen.console import SUMMARIES
+from varlen.commands import SUMMARIES
 from varlen.datamodules.base import LINKED
 from varlen.errors import DataError
 from varlen.inspection import SplitSummary, plot_summary, summarize
@@ -405,7 +405,7 @@ RUNS = {
     "index-sizes": index_sizes_command,
     "tune": tune_command,
 }
-#: every ``varlen`` command, in the order ``varlen --help`` lists them (:data:`varlen.console.SUMMARIES`)
+#: every ``varlen`` command, in the order ``varlen --help`` lists them (:data:`varlen.commands.SUMMARIES`)
 COMMANDS: dict[str, Command] = {name: Command(summary, RUNS.get(name)) for name, summary in SUMMARIES.items()}
 
 

@@ -5,19 +5,9 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["SUMMARIES", "main", "usage"]
+from varlen.commands import SUMMARIES
 
-#: every ``varlen`` command and its line in ``varlen --help``, in that order (varlen.cli.COMMANDS runs them)
-SUMMARIES = {
-    "fit": "Train a model on a DataModule (a config names both).",
-    "validate": "One validation epoch (of a checkpoint: --ckpt_path).",
-    "test": "One test epoch (of a checkpoint: --ckpt_path).",
-    "predict": "The model's outputs on the DataModule's predict_split.",
-    "inspect": "A config's batches and padding, without training.",
-    "optimize": "A config's training split as LitData chunks.",
-    "index-sizes": "The size index of LitData chunks written elsewhere.",
-    "tune": "Loader settings measured here; --budget: max_tokens.",
-}
+__all__ = ["main", "usage"]
 
 
 def usage() -> str:

@@ -181,7 +181,11 @@ def describe(dm: Any) -> str:
     if dm.datasets:
         order = ["train", "val", "test", "predict"]
         splits = sorted(dm.datasets, key=lambda s: (order.index(s) if s in order else len(order), s))
-        sizes = " ".join(f"{split}={_count(len(dm.datasets[split]))}" for split in splits)
+        sizes = " ".join(
+            f"{split}=val" if split == "test" and dm.datasets[split] is dm.datasets.get("val") else
+            f"{split}={_count(len(dm.datasets[split]))}"
+            for split in splits
+        )  # fmt: skip
     else:
         sizes = "not set up"
     max_tokens = list(dm.max_tokens) if isinstance(dm.max_tokens, tuple) else dm.max_tokens

@@ -1,0 +1,16 @@
+"""The ``varlen`` commands and their lines in ``varlen --help``: one list, read by the light entry
+(:mod:`varlen.console`) and by the dispatcher (:mod:`varlen.cli`)."""
+
+__all__ = ["SUMMARIES"]
+
+#: every ``varlen`` command and its line in ``varlen --help``, in that order (varlen.cli.COMMANDS runs them)
+SUMMARIES = {
+    "fit": "Train a model on a DataModule (a config names both).",
+    "validate": "One validation epoch (of a checkpoint: --ckpt_path).",
+    "test": "One test epoch (of a checkpoint: --ckpt_path).",
+    "predict": "The model's outputs on the DataModule's predict_split.",
+    "inspect": "A config's batches and padding, without training.",
+    "optimize": "A config's training split as LitData chunks.",
+    "index-sizes": "The size index of LitData chunks written elsewhere.",
+    "tune": "Loader settings measured here; --budget: max_tokens.",
+}
