@@ -261,7 +261,7 @@ def test_pairs_string_labels_and_carved_validation(tmp_path: Path) -> None:
 
 
 def test_validation_split_is_seeded_stratified_and_disjoint(tmp_path: Path) -> None:
-    """The README's claim: the held-out validation split depends on the seed, and only on it."""
+    """docs/scenarios/text.md's claim: the held-out validation split depends on the seed, and only on it."""
     rows = [{"text": f"review number {i}", "label": ["a", "b", "c"][i % 3]} for i in range(90)]
     path = str(write_csv(tmp_path / "three.csv", rows))
 

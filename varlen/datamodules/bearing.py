@@ -167,11 +167,12 @@ class BearingDataModule(VarLenDataModule):
         cache_dir: where the recordings at the common rate, the windows and the train statistics
             are written once and mapped from (None: ``$VARLEN_CACHE`` or ``~/.cache/varlen``; the
             files go in its ``bearing`` folder).
-        batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, max_shapes, rung_batch_sizes,
-            num_workers,
-            pin_memory, persistent_workers, prefetch_factor, multiprocessing_context, timeout, predict_split:
-            see :class:`VarLenDataModule` (``max_tokens`` budgets ``windows x window length`` per
-            batch); neither set: 64 windows per batch.
+
+    The other arguments (``batch_size``, ``max_tokens``, ``shuffle``, ``seed``, ``num_buckets``,
+    ``pad_to_multiple_of``, ``max_shapes``, ``rung_batch_sizes``, ``num_workers``, ``pin_memory``,
+    ``persistent_workers``, ``prefetch_factor``, ``multiprocessing_context``, ``timeout``, ``predict_split``) are
+    the base's: see :class:`~varlen.datamodules.base.VarLenDataModule` (``max_tokens`` budgets
+    ``windows x window length`` per batch); neither set: 64 windows per batch.
     """
 
     mask_keys = ("mask",)

@@ -102,15 +102,16 @@ class HyperspectralDataModule(VarLenDataModule):
             frequency of the training split (rare land covers served as often as common ones);
             None: every pixel once. There is no per-pixel weight column here. Validation and test
             serve every pixel once.
-        batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, max_shapes, rung_batch_sizes,
-            num_workers,
-            pin_memory, persistent_workers, prefetch_factor, multiprocessing_context, timeout, predict_split:
-            see :class:`VarLenDataModule`.
-            ``max_tokens`` budgets ``samples x max band count`` per batch; neither set: 64 pixels per batch.
         on_bad: a band holding NaN/inf, or a label value that is no class of the scene: ``raise``
             a :class:`~varlen.errors.DataError` naming the file, band / value and pixel, or
             ``skip`` it (the band is dropped, the value's pixels are left unlabelled) and count it
             in ``dm.report``.
+
+    The other arguments (``batch_size``, ``max_tokens``, ``shuffle``, ``seed``, ``num_buckets``,
+    ``pad_to_multiple_of``, ``max_shapes``, ``rung_batch_sizes``, ``num_workers``, ``pin_memory``,
+    ``persistent_workers``, ``prefetch_factor``, ``multiprocessing_context``, ``timeout``, ``predict_split``) are
+    the base's: see :class:`~varlen.datamodules.base.VarLenDataModule`. ``max_tokens`` budgets
+    ``samples x max band count`` per batch; neither set: 64 pixels per batch.
 
     Attributes:
         report: kept pixels per split; skipped bands and label values; labelled pixels that are no

@@ -142,9 +142,11 @@ class MoleculeDataModule(VarLenDataModule):
             ``follow_batch``; another name raises ``ValueError``.
         batch_size: molecules per batch; with ``max_tokens``, the most molecules in a batch.
         max_tokens: budget on atoms + directed edges per batch (neither set: 1536).
-        shuffle, seed, num_buckets, num_workers, pin_memory, persistent_workers, prefetch_factor,
-            multiprocessing_context, timeout, predict_split: see :class:`~varlen.datamodules.base.VarLenDataModule`.
-            There is no ``pad_to_multiple_of``: nothing is padded.
+
+    The other arguments (``shuffle``, ``seed``, ``num_buckets``, ``num_workers``, ``pin_memory``,
+    ``persistent_workers``, ``prefetch_factor``, ``multiprocessing_context``, ``timeout``, ``predict_split``) are
+    the base's: see :class:`~varlen.datamodules.base.VarLenDataModule`. There is no ``pad_to_multiple_of``:
+    nothing is padded.
     """
 
     sampler_cost = "sum"

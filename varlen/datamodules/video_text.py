@@ -137,13 +137,18 @@ class VideoTextDataModule(VarLenDataModule):
         val_fraction: share of videos held out for validation (and for test when the source
             has no test subset of its own).
         limit_videos: use only the first this many videos of the source (quick runs).
-        synthetic_videos, synthetic_steps, synthetic_dim, synthetic_noise: the synthetic corpus
-            (and, for the dimension and noise, the synthetic features of real annotations).
+        synthetic_videos: the synthetic corpus's number of videos.
+        synthetic_steps: the synthetic corpus's number of latent steps.
+        synthetic_dim: the feature size of the synthetic corpus (and of the synthetic features of real
+            annotations).
+        synthetic_noise: the noise of the synthetic features (of the corpus and of real annotations).
         feature_dim: expected size of real features; None: the feature store's majority size
             (videos of another size are bad input).
-        batch_size, max_tokens, shuffle, seed, num_buckets, pad_to_multiple_of, num_workers,
-            pin_memory, persistent_workers, prefetch_factor, multiprocessing_context, timeout, predict_split,
-            on_bad: see :class:`~varlen.datamodules.base.VarLenDataModule`.
+
+    The other arguments (``batch_size``, ``max_tokens``, ``shuffle``, ``seed``, ``num_buckets``,
+    ``pad_to_multiple_of``, ``num_workers``, ``pin_memory``, ``persistent_workers``, ``prefetch_factor``,
+    ``multiprocessing_context``, ``timeout``, ``predict_split``, ``on_bad``) are the base's: see
+    :class:`~varlen.datamodules.base.VarLenDataModule`.
     """
 
     mask_keys = ("video_mask", "text_mask")
