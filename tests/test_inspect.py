@@ -7,6 +7,7 @@ from pathlib import Path
 import matplotlib.image
 import numpy as np
 import pytest
+from test_configs import SHARED  # configs whose data lie in $VARLEN_DATA (they skip without it)
 from toy import ToyDataModule
 
 from varlen import cli
@@ -15,15 +16,6 @@ from varlen.inspection import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
-#: configs whose data lie in $VARLEN_DATA (they skip without it) or need a download
-SHARED = {
-    "bearing_cwru_real",
-    "molecules_freesolv",
-    "molecules_lipo",
-    "text_sst2",
-    "text_sst2_packed",
-    "video_text_youcook2",
-}
 DOWNLOAD = {"hyperspectral_pavia_u"}
 #: configs of data only the user has (MSR-VTT files and features): a clear "not found", status 2
 USER_FILES = {"video_text_msrvtt", "text_mixture_stream"}  # the latter: chunks the README's commands write
