@@ -139,3 +139,19 @@ def test_a_transformed_training_batch_is_packed_after_its_transform() -> None:
     halves = [max(1, int(n) // 2) for n in dataset.lengths[batch["index"].numpy()]]
     np.testing.assert_array_equal(np.diff(batch["tokens_cu_seqlens"].numpy()), halves)
     assert batch["tokens"].shape == (128,) and int(batch["tokens_mask"].sum()) == sum(halves)
+
+
+@pytest.mark.parametrize("norm_first", [True, False], ids=["pre-norm", "post-norm"])
+def test_packed_encoder_equals_the_padded_encoder_pre_and_post_norm(norm_first: bool) -> None:
+    """``packed_encoder`` over torch's ``nn.TransformerEncoder``: the padded encoder's output on the real
+    positions, for pre-norm layers and for post-norm ones (torch's default)."""
+    from varlen.models.attention import Rows, packed_encoder
+
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True, norm_first=norm_first)
+    encoder = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
+    keep = keep_mask()
+    x = torch.randn(len(LENGTHS), int(LENGTHS.max()), 16)
+    padded = encoder(x, src_key_padding_mask=~keep)[keep]
+    packed = packed_encoder(encoder, x[keep], Rows.of(cu_seqlens()))
+    torch.testing.assert_close(packed, padded, rtol=1e-5, atol=1e-5)

@@ -14,10 +14,9 @@ pytest.importorskip("transformers")
 
 from varlen.datamodules.text import TextClassificationDataModule  # noqa: E402
 from varlen.datasets.text.collate import TextCollator  # noqa: E402
-from varlen.datasets.text.tokens import position_offset  # noqa: E402
 from varlen.models import TextClassifier  # noqa: E402
 from varlen.models.attention import Rows, packed_attention, rows_attention  # noqa: E402
-from varlen.models.packed_text import first_token_reader  # noqa: E402
+from varlen.models.packed_text import check_packable, first_position  # noqa: E402
 
 LENGTHS = [5, 17, 9, 33, 2, 12, 3]
 
@@ -28,9 +27,9 @@ def texts(pad_to: int = 0) -> list[dict]:
     return [{"input_ids": ids, "label": i % 3, "index": 10 + i} for i, ids in enumerate(rows)]
 
 
-def both_layouts(offset: int = 0, width: int = 96) -> tuple[dict, dict]:
+def both_layouts(width: int = 96) -> tuple[dict, dict]:
     samples = texts()
-    return TextCollator(0, True)(samples), TextCollator(0, True, packing=(width, offset))(samples)
+    return TextCollator(0, True)(samples), TextCollator(0, True, packing=(width, 0))(samples)
 
 
 def roberta_dir(tmp_path):
@@ -59,9 +58,9 @@ def test_packed_batches_give_the_padded_logits_and_gradients_with_every_encoder(
     MiniLM, a random 2-layer BERT and a random RoBERTa whose positions start at 2 (read from its config)."""
     for name, model in models(tmp_path).items():
         model.eval()  # dropout off: both layouts draw no masks
-        offset = position_offset(model.hparams.model_name_or_path)
+        offset = first_position(model.encoder.config)
         assert offset == (2 if "RoBERTa" in name else 0), name
-        padded, packed = both_layouts(offset)
+        padded, packed = both_layouts()
         if offset:  # RoBERTa's padded path numbers positions itself, from the pad id + 1
             padded["input_ids"] = padded["input_ids"].masked_fill(~padded["attention_mask"].bool(), 1)
             packed["input_ids"] = packed["input_ids"].masked_fill(~packed["attention_mask"].bool(), 1)
@@ -103,13 +102,13 @@ def test_packed_attention_is_rows_attention_and_a_dropout_keeps_the_exact_path()
     torch.testing.assert_close(packed_attention(q, k, v, cu, 7)[3:10], one)
 
 
-def test_a_head_that_cannot_read_the_first_token_is_refused_by_name() -> None:
+def test_a_model_outside_transformers_attention_interface_is_refused_by_name() -> None:
     class Plain(torch.nn.Module):
         base_model = torch.nn.Module()
         classifier = torch.nn.Linear(4, 2)
 
-    with pytest.raises(ValueError, match="Plain whose pooler or classification head"):
-        first_token_reader(Plain())
+    with pytest.raises(ValueError, match=r"cannot run Plain \(model_type None\): its attention never goes"):
+        check_packable(Plain())
 
 
 # -- the DataModule -------------------------------------------------------------------------------------

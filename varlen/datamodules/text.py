@@ -26,7 +26,7 @@ from varlen.datasets.text.selections import SplitPlan, TextSplit, document_diges
 from varlen.datasets.text.sources import TextSource
 from varlen.datasets.text.store import TokenTables, load_tokens
 from varlen.datasets.text.synthetic import SYNTHETIC_KINDS
-from varlen.datasets.text.tokens import OVERFLOW, Tokenization, load_tokenizer, position_offset
+from varlen.datasets.text.tokens import OVERFLOW, Tokenization, load_tokenizer
 from varlen.duplicates import count_duplicates
 from varlen.report import OnBad
 
@@ -142,8 +142,8 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
             row's length ``T``: the texts of a batch hold at most as many tokens, end to end.
         layout: ``"padded"`` (a row per text, padded to the batch's rung) or ``"packed"``: every batch one row
             ``[1, T]`` (``T`` = ``max_tokens``, at least ``max_length``), its texts end to end, filled best-fit
-            from the plan, with ``cu_seqlens``, ``position_ids`` (from the model's first position: 2 for the
-            RoBERTa family, read from its config) and ``max_seqlen``; one shape for every batch, no padding
+            from the plan, with ``cu_seqlens``, ``position_ids`` (restarting at 0 at each text: the model adds
+            its own first position) and ``max_seqlen``; one shape for every batch, no padding
             but the row's tail. Pick it for short, skewed lengths on a GPU (bf16): the dense layers run on the
             real tokens only; not for lengths all near ``max_length`` or on a CPU (the model's attention runs
             per text there). :class:`~varlen.models.TextClassifier` attends over packed rows.
@@ -366,11 +366,12 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
     @cached_property
     def packing(self) -> tuple[int, int] | None:
         """``(T, first position)`` of a packed batch's row (None: padded): ``max_tokens``, at least ``max_length``
-        (every text fits), rounded up to ``pad_to_multiple_of``; positions from the model's config."""
+        (every text fits), rounded up to ``pad_to_multiple_of``; positions from 0 (the model knows its own start,
+        :func:`~varlen.models.packed_text.first_position`: the tokenizer's path does not)."""
         if self.layout != "packed":
             return None
         width = round_up(max(int(np.atleast_1d(self.max_tokens)[0]), self.max_length), self.pad_to_multiple_of)
-        return width, position_offset(self.tokenizer_name_or_path)
+        return width, 0
 
     @property
     def _streams_train(self) -> bool:

@@ -64,12 +64,19 @@ def row_mean(x: torch.Tensor, rows: Rows) -> torch.Tensor:
 
 
 def rows_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Rows, dropout_p: float, scale: float | None = None
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    rows: Rows,
+    dropout_p: float,
+    scale: float | None = None,
+    window: int | None = None,
 ) -> torch.Tensor:
     """SDPA over ``[R, H, L, dh]``: each row padded to the longest row for the attention alone.
 
     Projections and feed-forward stay on the ``N`` real elements; only the scores pay for the
-    padding inside rows (``R * L^2`` of them, with ``L`` the batch's longest row).
+    padding inside rows (``R * L^2`` of them, with ``L`` the batch's longest row). With ``window``,
+    an element attends to the keys of its row at most ``window`` positions away (a local attention).
     """
     _, heads, dim = q.shape
     count, width = len(rows.lengths), rows.max_len
@@ -79,7 +86,12 @@ def rows_attention(
         out = x.new_zeros(count * width, heads, dim).index_copy(0, flat, x)
         return out.view(count, width, heads, dim).transpose(1, 2)
 
-    keep = (torch.arange(width, device=q.device) < rows.lengths[:, None])[:, None, None, :]
+    positions = torch.arange(width, device=q.device)
+    real = positions < rows.lengths[:, None]  # [R, L]
+    keep = real[:, None, None, :]
+    if window is not None:  # the padding's queries keep every key: a fully masked row would be nan
+        near = (positions[:, None] - positions[None, :]).abs() <= window
+        keep = keep & (near | ~real[:, :, None])[:, None]
     out = F.scaled_dot_product_attention(
         padded(q), padded(k), padded(v), attn_mask=keep, dropout_p=dropout_p, scale=scale
     )
@@ -109,14 +121,16 @@ def packed_attention(
     dropout_p: float = 0.0,
     scale: float | None = None,
     rows: Rows | None = None,
+    window: int | None = None,
 ) -> torch.Tensor:
     """``[N, H, dh]``: each element of ``q`` attends to the keys of its own row (``cu_seqlens`` ``[R + 1]``,
-    ``cu_seqlens[-1] == N``, the longest row ``max_seqlen``): torch's varlen kernel where it runs
-    (:func:`varlen_kernel_runs`), else :func:`rows_attention` (exact, dropout included; ``rows`` if known)."""
+    ``cu_seqlens[-1] == N``, the longest row ``max_seqlen``; with ``window``, those at most ``window``
+    positions away): torch's varlen kernel where it runs (:func:`varlen_kernel_runs`), else
+    :func:`rows_attention` (exact, dropout included; ``rows`` if known)."""
     if varlen_kernel_runs(q, dropout_p):
-        cu = cu_seqlens.to(torch.int32)
-        return varlen_attn(q, k, v, cu, cu, int(max_seqlen), int(max_seqlen), scale=scale)
-    return rows_attention(q, k, v, rows if rows is not None else Rows.of(cu_seqlens), dropout_p, scale)
+        cu, side = cu_seqlens.to(torch.int32), -1 if window is None else window
+        return varlen_attn(q, k, v, cu, cu, int(max_seqlen), int(max_seqlen), scale=scale, window_size=(side, side))
+    return rows_attention(q, k, v, rows if rows is not None else Rows.of(cu_seqlens), dropout_p, scale, window)
 
 
 def _auto(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Rows, dropout_p: float) -> torch.Tensor:
@@ -134,18 +148,30 @@ PACKED_ATTENTION: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
+def _self_attention(layer: nn.TransformerEncoderLayer, x: torch.Tensor, rows: Rows, attention: Callable) -> torch.Tensor:
+    mha = layer.self_attn
+    qkv = F.linear(x, mha.in_proj_weight, mha.in_proj_bias).view(len(x), 3, mha.num_heads, -1)
+    attended = attention(*qkv.unbind(1), rows, mha.dropout if layer.training else 0.0).reshape(len(x), -1)
+    return layer.dropout1(mha.out_proj(attended))
+
+
+def _feed_forward(layer: nn.TransformerEncoderLayer, x: torch.Tensor) -> torch.Tensor:
+    return layer.dropout2(layer.linear2(layer.dropout(layer.activation(layer.linear1(x)))))
+
+
 def packed_encoder(
     encoder: nn.TransformerEncoder, x: torch.Tensor, rows: Rows, attention: Callable = _auto
 ) -> torch.Tensor:
-    """``encoder`` (pre-norm ``nn.TransformerEncoderLayer`` s) over the packed ``x`` ``[N, d]``, attention within
-    each row: the same weights and arithmetic as ``encoder(padded, src_key_padding_mask=...)`` on the real
-    positions, with projections, norms and feed-forward on the ``N`` real elements only."""
+    """``encoder`` (``nn.TransformerEncoderLayer`` s, pre- or post-norm) over the packed ``x`` ``[N, d]``,
+    attention within each row: the same weights and arithmetic as ``encoder(padded, src_key_padding_mask=...)``
+    on the real positions, with projections, norms and feed-forward on the ``N`` real elements only."""
     for layer in encoder.layers:
-        mha = layer.self_attn
-        qkv = F.linear(layer.norm1(x), mha.in_proj_weight, mha.in_proj_bias).view(len(x), 3, mha.num_heads, -1)
-        attended = attention(*qkv.unbind(1), rows, mha.dropout if layer.training else 0.0).reshape(len(x), -1)
-        x = x + layer.dropout1(mha.out_proj(attended))
-        x = x + layer.dropout2(layer.linear2(layer.dropout(layer.activation(layer.linear1(layer.norm2(x))))))
+        if layer.norm_first:
+            x = x + _self_attention(layer, layer.norm1(x), rows, attention)
+            x = x + _feed_forward(layer, layer.norm2(x))
+        else:  # post-norm (torch's default): each norm after its residual sum
+            x = layer.norm1(x + _self_attention(layer, x, rows, attention))
+            x = layer.norm2(x + _feed_forward(layer, x))
     return x if encoder.norm is None else encoder.norm(x)
 
 

@@ -15,7 +15,7 @@ from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
 from varlen._extras import require
 from varlen.models.base import VarLenModule, warmup_linear_decay
-from varlen.models.packed_text import packed_logits
+from varlen.models.packed_text import check_packable, packed_logits
 from varlen.models.votes import ItemVotes
 
 require("text")  # transformers is imported when the model is built: say what to install at import
@@ -30,8 +30,10 @@ class TextClassifier(VarLenModule):
     of attention, and the classifier reads the first ([CLS]) token. Packed batches (the texts end to
     end in one row, ``layout="packed"``) give the same logits: attention stays within each text by
     ``cu_seqlens`` (:mod:`varlen.models.packed_text`; torch's varlen FlashAttention on CUDA in bf16/fp16
-    when the encoder's ``attention_probs_dropout_prob`` is 0, as the kernel has no dropout; exact per-text
-    SDPA otherwise) and each text's first token is pooled. ``val/accuracy`` and
+    when the encoder's attention dropout is 0, as the kernel has no dropout; exact per-text SDPA otherwise),
+    positions start where the encoder numbers them and each text's first token is pooled. An encoder that
+    cannot run packed rows exactly (its family not in
+    :data:`~varlen.models.packed_text.PACKED_FAMILIES`) is refused by name at setup. ``val/accuracy`` and
     ``val/macro_f1`` count samples (windows, when texts are cut into windows); batches with
     ``document_ids`` also give ``val/document_accuracy`` and ``val/document_macro_f1``, exact
     under DDP (likewise for ``test/``).
@@ -89,6 +91,12 @@ class TextClassifier(VarLenModule):
         self.test_metrics = metrics.clone(prefix="test/")
         self.val_document_metrics = ItemVotes(num_classes)
         self.test_document_metrics = ItemVotes(num_classes)
+
+    def setup(self, stage: str) -> None:
+        """Before the first step: a packed DataModule needs an encoder that runs packed rows exactly."""
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        if getattr(datamodule, "layout", None) == "packed":
+            check_packable(self.encoder)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Logits ``[B, num_classes]``, of a padded batch or a packed one (``cu_seqlens``: one row of texts)."""

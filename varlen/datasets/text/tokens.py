@@ -29,8 +29,6 @@ from varlen.datasets.text.dataset import TokenizedTexts
 from varlen.datasets.text.readers import TextTable
 
 __all__ = [
-    "PADDING_OFFSET_POSITIONS",
-    "position_offset",
     "OVERFLOW",
     "Encoded",
     "Overflow",
@@ -65,25 +63,6 @@ def load_tokenizer(name_or_path: str | None):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(name_or_path or default_tokenizer_path())
-
-
-#: encoders whose position embeddings count from the pad id + 1, not 0 (RoBERTa's ``create_position_ids``)
-PADDING_OFFSET_POSITIONS = (
-    "roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "longformer", "data2vec-text", "xmod",
-    "roberta-prelayernorm", "ibert", "mpnet",
-)  # fmt: skip
-
-
-def position_offset(name_or_path: str | None) -> int:
-    """Where a packed text's positions start for this model (its config: ``pad_token_id + 1`` for the
-    RoBERTa family, which numbers positions after the padding index; 0 for BERT and the rest). A packed
-    row's positions restart at every text, so the model cannot derive them from the padding as it does."""
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(name_or_path or default_tokenizer_path())
-    if config.model_type in PADDING_OFFSET_POSITIONS:
-        return int(config.pad_token_id) + 1
-    return 0
 
 
 def _as_text(values: Sequence[Any]) -> list[str]:
