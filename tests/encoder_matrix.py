@@ -110,11 +110,11 @@ def attention_calls(model: torch.nn.Module) -> int:
     config, before = model.config, model.config._attn_implementation
     packed_text.packed_attention, config._attn_implementation = counting, packed_text.ATTENTION
     try:
+        cu, longest = batch["cu_seqlens"], batch["max_seqlen"]
         with torch.no_grad():
             model(
-                input_ids=batch["input_ids"], position_ids=batch["position_ids"], cu_seq_lens_q=batch["cu_seqlens"], cu_seq_lens_k=batch["cu_seqlens"],
-                max_length_q=batch["max_seqlen"], max_length_k=batch["max_seqlen"],
-                packed_tokens=batch["packed_tokens"],
+                input_ids=batch["input_ids"], position_ids=batch["position_ids"], cu_seq_lens_q=cu, cu_seq_lens_k=cu,
+                max_length_q=longest, max_length_k=longest, packed_tokens=batch["packed_tokens"],
             )  # fmt: skip
     except TypeError:  # its forward takes none of the interface's arguments
         pass
@@ -133,7 +133,8 @@ def matrix() -> list[Row]:
 
 def table(rows: list[Row]) -> str:
     """The matrix as a markdown table."""
-    lines = ["| family | packed | max logit diff | max gradient diff | alone vs among others |", "|---|---|---|---|---|"]
+    head = "| family | packed | max logit diff | max gradient diff | alone vs among others |"
+    lines = [head, "|---|---|---|---|---|"]
     for row in rows:
         if row.refusal is None:
             lines.append(f"| {row.family} | exact | {row.logits:.1e} | {row.gradients:.1e} | {row.alone:.1e} |")

@@ -148,7 +148,9 @@ PACKED_ATTENTION: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
-def _self_attention(layer: nn.TransformerEncoderLayer, x: torch.Tensor, rows: Rows, attention: Callable) -> torch.Tensor:
+def _self_attention(
+    layer: nn.TransformerEncoderLayer, x: torch.Tensor, rows: Rows, attention: Callable
+) -> torch.Tensor:
     mha = layer.self_attn
     qkv = F.linear(x, mha.in_proj_weight, mha.in_proj_bias).view(len(x), 3, mha.num_heads, -1)
     attended = attention(*qkv.unbind(1), rows, mha.dropout if layer.training else 0.0).reshape(len(x), -1)
