@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from varlen import notices
+from varlen.errors import DataError
 from varlen.models.attention import packed_attention, varlen_attn
 
 __all__ = [
@@ -90,12 +91,13 @@ def check_packable(model: nn.Module) -> None:
     """Refuse, by name, a model that would not give a packed row's texts their padded logits.
 
     Raises:
-        ValueError: the model and its family, why, the families that run packed, and ``layout: padded``.
+        DataError: (a ``ValueError``; ``varlen`` prints it alone) the model and its family, why, the families
+            that run packed, and ``layout: padded``.
     """
     reason = packing_refusal(model)
     if reason is not None:
         kind = getattr(getattr(model, "config", None), "model_type", None)
-        raise ValueError(
+        raise DataError(
             f"layout: packed cannot run {type(model).__name__} (model_type {kind!r}): {reason}; use layout: "
             f"padded (packed runs {', '.join(sorted(PACKED_FAMILIES))})"
         )
@@ -174,7 +176,7 @@ def packed_logits(model: nn.Module, batch: Mapping[str, Any]) -> torch.Tensor:
     same per text as on the texts padded, to float rounding (attention never crosses a text's end).
 
     Raises:
-        ValueError: the model cannot run packed rows exactly (:func:`check_packable`).
+        DataError: the model cannot run packed rows exactly (:func:`check_packable`).
     """
     check_packable(model)
     _register()
