@@ -127,11 +127,13 @@ def test_the_scaler_schedulers_generators_and_new_attributes_are_given_back() ->
         scheduler.step()
         scaler.update(new_scale=2.0)
         module.register_buffer("added", torch.ones(1))
+        module.register_buffer("cache", torch.ones(1), persistent=False)
         module.note = "set inside"
         with torch.no_grad():
             module.weight.mul_(3)
         random.random(), np.random.rand(), torch.rand(())
     assert same(module.state_dict(), before) and not hasattr(module, "note") and module.weight.grad is None
+    assert list(module.buffers()) == [] and module._non_persistent_buffers_set == set()
     assert optimizer.state_dict()["state"] == {} and optimizer.param_groups[0]["lr"] == 0.1
     assert scheduler.last_epoch == 0 and scaler.get_scale() == 1024.0
     assert same((random.random(), np.random.rand(), torch.rand(())), draws)

@@ -55,14 +55,16 @@ class _Value:
 
     def __init__(self, tensor: torch.Tensor) -> None:
         self.tensor = tensor
+        self.device = tensor.device
         self.value = tensor.detach().to("cpu", copy=True)
 
     def give_back(self) -> torch.Tensor:
+        t = self.tensor
         with torch.no_grad():
-            if self.tensor.shape == self.value.shape and self.tensor.dtype == self.value.dtype:
-                self.tensor.copy_(self.value)
+            if (t.shape, t.dtype, t.device) == (self.value.shape, self.value.dtype, self.device):
+                t.copy_(self.value)
             else:  # its data was replaced inside
-                self.tensor.data = self.value.to(self.tensor.device)
+                t.data = self.value.to(self.device)
         return self.tensor
 
 
@@ -74,17 +76,16 @@ def _put_back(kept: Any) -> Any:
     return kept.give_back() if isinstance(kept, _Value) else copy.deepcopy(kept)
 
 
+REGISTRIES = ("_parameters", "_buffers", "_non_persistent_buffers_set", "_modules")
+
+
 class _ModuleState:
-    """A module's own attributes, parameters (with gradients), buffers and submodules, by name; a
-    torchmetrics ``Metric``'s states and update bookkeeping."""
+    """A module's own attributes, parameters (with gradients), buffers (and which are not saved) and
+    submodules, by name; a torchmetrics ``Metric``'s states and update bookkeeping."""
 
     def __init__(self, module: torch.nn.Module) -> None:
         self.attributes = dict(module.__dict__)
-        self.registered = {
-            name: dict(getattr(module, name))
-            for name in ("_parameters", "_buffers", "_modules")
-            if name in self.attributes
-        }
+        self.registered = {name: copy.copy(self.attributes[name]) for name in REGISTRIES if name in self.attributes}
         self.values = [
             _Value(t)
             for t in [*self.registered["_parameters"].values(), *self.registered["_buffers"].values()]
