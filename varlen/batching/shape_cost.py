@@ -94,11 +94,11 @@ def first_time_cost(module: torch.nn.Module) -> str | None:
         isinstance(m, OptimizedModule) or getattr(m, "_compiled_call_impl", None) is not None for m in module.modules()
     )
     if compiled:
-        return "compiled: torch.compile records a graph per shape"
+        return "the model is compiled, and torch.compile records a graph per new shape"
     device = getattr(module, "device", None)
     if not isinstance(device, torch.device):
         device = next((t.device for t in itertools.chain(module.parameters(), module.buffers())), torch.device("cpu"))
-    return None if device.type == "cpu" else f"on {device}: cuDNN plans, CUDA graphs and kernels are chosen per shape"
+    return None if device.type == "cpu" else f"on {device} cuDNN plans, CUDA graphs and kernels are made per new shape"
 
 
 def takes_max_shapes(datamodule: Any) -> bool:
@@ -125,8 +125,7 @@ def shape_advice(
         limit = f"{value} here" if value is not None else "null here: exact buckets; a number caps them"
         return line + (
             f"Keep them few with {type(datamodule).__name__}'s max_shapes ({limit}) and pay them before training "
-            "with WarmShapes (varlen fit's default, --warm_shapes=always where it skips them; your own Trainer: "
-            "callbacks=[WarmShapes()])."
+            "with WarmShapes (varlen fit's default; your own Trainer: callbacks=[WarmShapes()])."
         )
     name = type(datamodule).__name__ if datamodule is not None else "A training loader outside a DataModule"
     dynamic = (
