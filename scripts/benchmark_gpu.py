@@ -133,7 +133,7 @@ def measure(row: Row, settings: dict) -> dict:
     overrides = (TINY if settings["quick"] else {}) | (NO_ATTENTION_DROPOUT if row.batching == "varlen packed" else {})
     model = TextClassifier(num_classes=2, lr=5e-5, pretrained=not settings["quick"], config_overrides=overrides or None)
     timer = Timer(settings["skip"], settings["steps"])
-    warm = WarmShapes()
+    warm = WarmShapes(when="always")  # as on a GPU, where it runs by default: the CPU smoke run warms too
     callbacks = [timer] + ([warm] if row.batching in ("varlen", "varlen packed") else [])
     trainer = pl.Trainer(
         accelerator=settings["accelerator"], devices=1, precision=row.precision,

@@ -162,18 +162,27 @@ def test_fit_times_the_wait_for_data_unless_told_not_to(off, tmp_path, capsys) -
     assert "data/wait_share" in trainer.callback_metrics
 
 
-@pytest.mark.parametrize("off", [False, True], ids=["default", "--warm_shapes=false"])
-def test_fit_warms_the_batch_shapes_unless_told_not_to(off, tmp_path, caplog) -> None:
-    """``varlen fit`` runs each batch shape of the first epoch through the model before training (one
-    WarmShapes, its line logged); ``--warm_shapes=false`` leaves it out."""
+@pytest.mark.parametrize("arg", ["default", "--warm_shapes=always", "--warm_shapes=false"])
+def test_fit_warms_the_batch_shapes_where_they_cost_unless_told_not_to(arg, tmp_path, caplog) -> None:
+    """``varlen fit`` runs each batch shape of the first epoch through the model before training where a new
+    shape has a first-time cost; on this CPU in eager mode it says in one line why it skips them;
+    ``--warm_shapes=always`` warms them there too (its line logged), ``--warm_shapes=false`` leaves it out."""
     with caplog.at_level(logging.INFO, logger="varlen"):
-        trainer = fit(tmp_path, *(["--warm_shapes=false"] if off else [])).trainer
+        trainer = fit(tmp_path, *([] if arg == "default" else [arg])).trainer
     warms = [c for c in trainer.callbacks if isinstance(c, WarmShapes)]
-    if off:
-        assert not warms and "WarmShapes: " not in caplog.text  # (DataWait's shape advice may name it)
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("WarmShapes: ")]
+    if arg == "--warm_shapes=false":
+        assert not warms and not said  # (DataWait's shape advice may name it)
         return
     (warm,) = warms
-    assert warm.shapes >= 1 and f"WarmShapes: {warm.shapes} batch shapes of epoch 0" in caplog.text
+    if arg == "default":
+        assert warm.when == "auto" and warm.shapes == 0
+        assert said == ["WarmShapes: skipped: on a CPU in eager mode a new batch shape costs nothing extra "
+                        "(--warm_shapes=always, WarmShapes(when='always'): warm anyway)"]  # fmt: skip
+        return
+    assert warm.when == "always" and warm.shapes >= 1
+    assert said == [f"WarmShapes: {warm.shapes} batch shapes of epoch 1 run through forward and backward on cpu in "
+                    f"{warm.seconds:.1f} s"]  # fmt: skip
 
 
 def test_a_config_chooses_the_metrics_of_its_epoch_lines(tmp_path) -> None:

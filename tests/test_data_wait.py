@@ -104,7 +104,7 @@ def test_a_loader_bound_run_without_workers_logs_the_known_share_and_one_advice_
     assert len(per_step) == BATCHES and sum(per_step) / BATCHES == pytest.approx(1000 * FETCH, rel=0.1)
     lines = [r.getMessage() for r in advice_records if "waited for data" in r.getMessage()]
     assert lines == [wait.advice]
-    assert f"{epoch['wait_share']:.0%} of epoch 0" in wait.advice and "no loader workers" in wait.advice
+    assert f"{epoch['wait_share']:.0%} of epoch 1" in wait.advice and "no loader workers" in wait.advice
     fetched = float(re.search(r"fetches \(([\d.,]+) ms\)", wait.advice).group(1).replace(",", ""))
     assert fetched == pytest.approx(1000 * FETCH, rel=0.2)
     assert wait.advice.endswith("varlen tune --config toy.yaml")
@@ -146,7 +146,7 @@ def test_the_cause_is_read_from_the_figures() -> None:
     assert read_cause(figures(store="s3://bucket/train")).startswith("the reads from the stream's store")
     assert read_cause(figures(workers=0)).startswith("no loader workers")
     line = advice_line(figures(share_max=0.55), "varlen tune --config c.yaml")
-    assert "40% of epoch 1" in line and "slowest rank 55%" in line and line.endswith("varlen tune --config c.yaml")
+    assert "40% of epoch 2" in line and "slowest rank 55%" in line and line.endswith("varlen tune --config c.yaml")
 
 
 def test_the_tune_command_keeps_the_runs_config_and_data_arguments() -> None:

@@ -285,7 +285,7 @@ def fit(callbacks: list, tmp_path, ckpt_path=None, epochs: int = 2) -> tuple[dic
 
 
 def test_a_fit_with_the_warm_up_trains_bit_for_bit_as_one_without(tmp_path) -> None:
-    warm = WarmShapes()
+    warm = WarmShapes(when="always")  # on this CPU too
     with_warm, metrics_warm, _ = fit([warm], tmp_path)
     plain, metrics_plain, _ = fit([], tmp_path)
     assert warm.shapes > 1 and warm.seconds > 0
@@ -298,7 +298,7 @@ def test_a_fit_with_the_warm_up_trains_bit_for_bit_as_one_without(tmp_path) -> N
 
 
 def test_a_run_of_a_few_steps_warms_no_more_shapes_than_it_trains(tmp_path) -> None:
-    warm = WarmShapes()
+    warm = WarmShapes(when="always")  # on this CPU too
     trainer = pl.Trainer(
         max_epochs=1, limit_train_batches=2, limit_val_batches=0, accelerator="cpu", logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, callbacks=[warm],
@@ -325,7 +325,8 @@ def test_the_warm_up_of_a_resumed_fit_changes_nothing(tmp_path) -> None:
     saver = ModelCheckpoint(dirpath=tmp_path, save_last=True)
     fit([saver], tmp_path, epochs=1)
     ends = [
-        fit(callbacks, tmp_path, ckpt_path=tmp_path / "last.ckpt", epochs=2)[0] for callbacks in ([WarmShapes()], [])
+        fit(callbacks, tmp_path, ckpt_path=tmp_path / "last.ckpt", epochs=2)[0]
+        for callbacks in ([WarmShapes(when="always")], [])
     ]
     assert all(torch.equal(ends[0][k], ends[1][k]) for k in ends[1])
 
@@ -425,8 +426,8 @@ def test_a_batch_shape_is_its_masks_shapes_when_the_datamodule_names_them() -> N
 def test_data_wait_logs_the_shapes_and_advises_when_new_ones_cost_a_tenth(warm: bool, tmp_path, caplog) -> None:
     """Steps on new shapes are timed against the typical step: cold, they cost over a tenth of the epoch and
     rank zero says so once (count, cost and the fix); warmed first, the same shapes cost nothing in training."""
-    wait = DataWait(advise_above=0.1, shape_floor_s=0.25)
-    callbacks = [wait] + ([WarmShapes()] if warm else [])
+    wait = DataWait(advise_above=0.1, shape_floor_s=0.25, advise_shapes=True)  # the simulated cost
+    callbacks = [wait] + ([WarmShapes(when="always")] if warm else [])
     pl.seed_everything(0)
     trainer = pl.Trainer(
         max_epochs=2, accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False,

@@ -23,7 +23,7 @@ import multiprocessing
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
@@ -140,12 +140,13 @@ class VarLenCLI(LightningCLI):
         )
         parser.add_argument(
             "--warm_shapes",
-            type=bool,
+            type=bool | Literal["always"],
             default=True,
             help="Before the first training step, run each batch shape of the epoch once through the model's "
             "forward and backward, then restore everything (varlen.batching.warmup.WarmShapes): a GPU pays for "
             "each new shape (cuDNN attention plans in bf16) before training, not during it. The run trains bit "
-            "for bit as without it. false: off. A WarmShapes listed in trainer.callbacks replaces it.",
+            "for bit as without it. true: where a shape has a first-time cost (not a CPU in eager mode); "
+            "always: on a CPU too; false: off. A WarmShapes listed in trainer.callbacks replaces it.",
         )
 
     def before_instantiate_classes(self) -> None:
@@ -169,10 +170,11 @@ class VarLenCLI(LightningCLI):
             callbacks = [c for c in callbacks if not isinstance(c, DataWait)]
         elif not any(isinstance(c, DataWait) for c in callbacks):
             callbacks.append(DataWait())  # before an EpochProgress added below: its line shows the epoch's share
-        if self._get(self.config, "warm_shapes", default=True) is False:
+        warm = self._get(self.config, "warm_shapes", default=True)
+        if warm is False:
             callbacks = [c for c in callbacks if not isinstance(c, WarmShapes)]
         elif not any(isinstance(c, WarmShapes) for c in callbacks):
-            callbacks.append(WarmShapes())
+            callbacks.append(WarmShapes(when="always" if warm == "always" else "auto"))
         lines = self._get(self.config, "epoch_lines", default=True)
         if lines is False:
             callbacks = [c for c in callbacks if not isinstance(c, EpochProgress)]

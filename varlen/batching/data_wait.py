@@ -29,7 +29,7 @@ import lightning.pytorch as pl
 import torch
 
 from varlen import notices
-from varlen.batching.shape_cost import ShapeCost, shape_advice, shape_key
+from varlen.batching.shape_cost import ShapeCost, first_time_cost, shape_advice, shape_key
 from varlen.batching.telemetry import training_batch_stats
 from varlen.batching.wait_advice import WaitFigures, advice_line, tune_command_line
 
@@ -58,19 +58,29 @@ class DataWait(pl.Callback):
     distinct shapes served, and ``data/new_shape_ms``, the steps that met a shape for the first time, in
     ms over the epoch's typical step (the slowest rank's). When that passes ``advise_above`` of the
     epoch and ``shape_floor_s`` in all, rank zero logs one line, once per run: the count, the cost and
-    the fix (the floor keeps a busy CPU's noise on a short epoch from reading as a cost).
+    the fix (the floor keeps a busy CPU's noise on a short epoch from reading as a cost), where a new shape
+    has a first-time cost (:func:`~varlen.batching.shape_cost.first_time_cost`: a compiled model, a device
+    other than a CPU); on a CPU in eager mode a step's time follows its size, and a slow first step is load.
 
     Args:
         advise_above: the share of an epoch's time waiting that gets the advice (None: never).
         command: the command the advice names (default: ``varlen tune`` with this run's ``--config``
             and ``--data.*`` arguments, read from ``sys.argv``).
         shape_floor_s: the seconds new shapes must cost in an epoch before the shape advice is given.
+        advise_shapes: give the shape advice where a new shape has a first-time cost (None), always (True:
+            a cost simulated on a CPU) or never (False).
     """
 
     def __init__(
-        self, advise_above: float | None = 0.10, command: str | None = None, shape_floor_s: float = 0.5
+        self,
+        advise_above: float | None = 0.10,
+        command: str | None = None,
+        shape_floor_s: float = 0.5,
+        advise_shapes: bool | None = None,
     ) -> None:
         self.advise_above = advise_above
+        self.advise_shapes = advise_shapes
+        self._shape_cost: str | None = None
         self.shape_floor_s = shape_floor_s
         self.command = command
         self.epochs: list[dict[str, float]] = []
@@ -117,6 +127,7 @@ class DataWait(pl.Callback):
             self._fetches += 1
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._shape_cost = first_time_cost(pl_module)
         loop = trainer.fit_loop.epoch_loop
         before, after = getattr(loop, "_on_before_fetch", None), getattr(loop, "_on_after_fetch", None)
         if not (callable(before) and callable(after)):
@@ -233,10 +244,13 @@ class DataWait(pl.Callback):
         share = extra / max(elapsed, 1e-9)
         if self.advise_above is None or self._shapes_advised or share <= self.advise_above:
             return
+        if self.advise_shapes is False or (self.advise_shapes is None and self._shape_cost is None):
+            return
         if extra < self.shape_floor_s:
             return
         self._shapes_advised = True
-        self.shape_advice = shape_advice(trainer.current_epoch, distinct, new, extra, share)
+        epoch = trainer.current_epoch + 1  # as the epoch lines count
+        self.shape_advice = shape_advice(epoch, distinct, new, extra, share, trainer.datamodule, self._shape_cost)
         if trainer.is_global_zero:
             log.warning(self.shape_advice)
 

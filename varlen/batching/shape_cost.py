@@ -5,20 +5,24 @@ Why: a GPU pays once for each new batch shape (cuDNN attention builds a plan per
 bf16; torch.compile and CUDA graphs record one), on the host, inside the step that first meets it. So a
 step's host time says it without synchronising the device: a step on a new shape takes longer than the
 later steps of the same shape. The extra time of those first steps, over their shapes' later median, is
-what the shapes cost; past a tenth of the epoch it gets one line of advice: fewer shapes (``max_shapes``), paid before
-training (:class:`~varlen.batching.warmup.WarmShapes`).
+what the shapes cost; past a tenth of the epoch it gets one line of advice: fewer shapes (``max_shapes``, named
+only for a DataModule that takes it), paid before training (:class:`~varlen.batching.warmup.WarmShapes`). Only
+where a shape has a first-time cost (:func:`first_time_cost`: a compiled model, a device other than a CPU): on a
+CPU in eager mode a slow first step is the machine's load, not its shape.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
-__all__ = ["ShapeCost", "shape_advice", "shape_key"]
+__all__ = ["ShapeCost", "first_time_cost", "shape_advice", "shape_key", "takes_max_shapes"]
 
 
 def shape_key(batch: Any, mask_keys: tuple[str, ...] = ()) -> tuple:
@@ -80,12 +84,55 @@ class ShapeCost:
         return extra
 
 
-def shape_advice(epoch: int, distinct: int, new: int, extra_s: float, share: float) -> str:
-    """The line rank zero logs when steps on new shapes took over a tenth of an epoch."""
-    return (
+def first_time_cost(module: torch.nn.Module) -> str | None:
+    """Why a batch shape new to ``module`` costs extra the first time it runs: a compiled part (torch.compile
+    records a graph per shape), else its device when not a CPU (cuDNN plans, CUDA graphs, MPS kernels); None
+    where it costs nothing extra: eager on a CPU, where a step's time follows its size alone."""
+    from torch._dynamo import OptimizedModule  # as Lightning's own check (it imports it already)
+
+    compiled = getattr(module, "_compiler_ctx", None) or any(
+        isinstance(m, OptimizedModule) or getattr(m, "_compiled_call_impl", None) is not None for m in module.modules()
+    )
+    if compiled:
+        return "the model is compiled, and torch.compile records a graph per new shape"
+    device = getattr(module, "device", None)
+    if not isinstance(device, torch.device):
+        device = next((t.device for t in itertools.chain(module.parameters(), module.buffers())), torch.device("cpu"))
+    return None if device.type == "cpu" else f"on {device} cuDNN plans, CUDA graphs and kernels are made per new shape"
+
+
+def takes_max_shapes(datamodule: Any) -> bool:
+    """Whether ``datamodule`` has a ``max_shapes`` argument (the DataModules whose batches pad to rungs)."""
+    try:
+        return "max_shapes" in inspect.signature(type(datamodule)).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def shape_advice(
+    epoch: int, distinct: int, new: int, extra_s: float, share: float, datamodule: Any = None, cost: str | None = None
+) -> str:
+    """The line rank zero logs when steps on new shapes took over a tenth of an epoch; ``epoch`` counted from
+    1 as the epoch lines count it, ``cost`` what :func:`first_time_cost` said. It names ``max_shapes`` only for
+    a DataModule that takes it."""
+    line = (
         f"varlen: {new} steps of epoch {epoch} met a batch shape for the first time and took {extra_s:.1f} s more "
-        f"than typical steps ({share:.0%} of the epoch; {distinct} distinct shapes served): a GPU pays once per "
-        "shape (cuDNN attention plans in bf16, torch.compile, CUDA graphs). Keep them few with the DataModule's "
-        "max_shapes (24 by default; null: exact buckets) and pay them before training with WarmShapes "
-        "(varlen fit's default, --warm_shapes=true; your own Trainer: callbacks=[WarmShapes()])."
+        f"than typical steps ({share:.0%} of the epoch; {distinct} distinct shapes served): "
+        f"{cost or 'a GPU pays once per shape (cuDNN attention plans in bf16, torch.compile, CUDA graphs)'}. "
+    )
+    if datamodule is not None and takes_max_shapes(datamodule):
+        value = getattr(datamodule, "max_shapes", None)
+        limit = f"{value} here" if value is not None else "null here: exact buckets; a number caps them"
+        return line + (
+            f"Keep them few with {type(datamodule).__name__}'s max_shapes ({limit}) and pay them before training "
+            "with WarmShapes (varlen fit's default; your own Trainer: callbacks=[WarmShapes()])."
+        )
+    name = type(datamodule).__name__ if datamodule is not None else "A training loader outside a DataModule"
+    dynamic = (
+        "; a compiled model can take them as dynamic: torch.compile(dynamic=True)"
+        if cost and "compiled" in cost
+        else ""
+    )
+    return (
+        line + f"{name} takes no max_shapes (its batches are not padded to rungs): the shapes are its data's{dynamic}."
     )

@@ -104,17 +104,18 @@ def read_cause(f: WaitFigures) -> str:
     )
     if f.epoch == 0:
         return (
-            f"a cold cache or the hand-over: {made_in_time}, so either epoch 0 read its files for the first time "
+            f"a cold cache or the hand-over: {made_in_time}, so either epoch 1 read its files for the first time "
             "or the batches reach the training process late (if later epochs wait as much, the hand-over)"
         )
     return f"the hand-over: {made_in_time}, but the batches reach the training process late (transfer, pinning)"
 
 
 def advice_line(f: WaitFigures, command: str) -> str:
-    """The one line :class:`~varlen.batching.data_wait.DataWait` logs."""
+    """The one line :class:`~varlen.batching.data_wait.DataWait` logs (its epoch counted from 1, as the epoch
+    lines count; ``f.epoch`` is Lightning's, from 0)."""
     slowest = f"; slowest rank {f.share_max:.0%}" if f.share_max > f.share + 0.005 else ""
     return (
-        f"varlen: the training loop waited for data {f.share:.0%} of epoch {f.epoch} "
+        f"varlen: the training loop waited for data {f.share:.0%} of epoch {f.epoch + 1} "
         f"({f.wait_s:.1f} s of {f.elapsed_s:.1f} s on rank 0{slowest}); likely cause: {read_cause(f)}. "
         f"Measure the loader's settings: {command}"
     )

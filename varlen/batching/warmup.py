@@ -3,38 +3,43 @@
 Why: a GPU pays once for each new batch shape (cuDNN attention builds a plan per ``(batch, length)``
 in bf16, torch.compile and CUDA graphs record per shape), and a bucketed epoch would otherwise pay
 each one in the middle of training, where under DDP the other ranks wait for it. The shape policy
-(``max_shapes``, :mod:`varlen.batching.shapes`) keeps the shapes few; this pays them up front.
+(``max_shapes``, :mod:`varlen.batching.shapes`) keeps the shapes few; this pays them up front. Where a
+shape costs nothing extra (:func:`~varlen.batching.shape_cost.first_time_cost`: eager on a CPU) the
+warm-up would only spend time (52 s of a 539 s text fit), so by default it runs on another device or
+for a compiled model only, and says in one line why it skips elsewhere.
 
 How it stays invisible to training: before the first training step of a fit (fresh or resumed), one
 real batch of each distinct shape of the epoch's plan (every rank's, so every rank warms the same
 shapes) is fetched and collated as the loader would, moved to the device, and run through the
 module's ``training_step`` and a backward pass under the trainer's precision, with logging silenced.
-No optimizer steps, so weights and optimizer state are untouched; gradients, buffers (BatchNorm
-statistics), torchmetrics states and every random generator (Python, numpy, torch, CUDA) are put
-back as they were, so a run with the warm-up trains bit for bit as one without it. The module is
-called directly, not through the DDP wrapper: no collective runs, so ranks need not agree on the
-count. A module with manual optimization (its ``training_step`` steps optimizers) is skipped.
+No optimizer steps; what a step may still change (a buffer its forward reassigns, a plain attribute,
+gradients, a learning rate set in place, torchmetrics states, the AMP scaler, every random generator)
+is given back by name (:func:`~varlen.batching.given_back.given_back`), so a run with the warm-up
+trains bit for bit as one without it. The module is called directly, not through the DDP wrapper: no
+collective runs, so ranks need not agree on the count. A module with manual optimization (its
+``training_step`` steps optimizers) is skipped.
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
-import random
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import lightning.pytorch as pl
-import numpy as np
 import torch
 
 from varlen import notices
+from varlen.batching.given_back import given_back
+from varlen.batching.shape_cost import first_time_cost
 
 __all__ = ["WarmShapes", "shape_batches"]
 
 log = logging.getLogger("varlen")
+
+WHEN = ("auto", "always")
 
 
 def shape_batches(sampler: Any, epoch: int) -> list[list[int]]:
@@ -50,21 +55,34 @@ class WarmShapes(pl.Callback):
     ``Trainer(callbacks=[WarmShapes()])``.
 
     It logs on the ``varlen`` logger how many shapes it ran, on which device and in how long, and keeps
-    them in :attr:`shapes` and :attr:`seconds`.
+    them in :attr:`shapes` and :attr:`seconds`; or, skipped, why.
 
     Args:
         max_batches: warm at most this many shapes (the widest first); None: all of them (at most as many as
             the epoch's training steps, under ``limit_train_batches``).
+        when: ``"auto"``: where a new shape has a first-time cost (a device other than a CPU, a compiled
+            model); ``"always"``: on a CPU in eager mode too.
     """
 
-    def __init__(self, max_batches: int | None = None) -> None:
+    def __init__(self, max_batches: int | None = None, when: Literal["auto", "always"] = "auto") -> None:
+        if when not in WHEN:
+            raise ValueError(f"WarmShapes: when must be one of {', '.join(WHEN)}, got {when!r}")
         self.max_batches = max_batches
+        self.when = when
         self.shapes = 0
         self.seconds = 0.0
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not pl_module.automatic_optimization:
             notices.info(log, "WarmShapes: skipped, the module optimizes manually (its training_step steps optimizers)")
+            return
+        cost = first_time_cost(pl_module)
+        if cost is None and self.when == "auto":
+            notices.info(
+                log,
+                "WarmShapes: skipped: on a CPU in eager mode a new batch shape costs nothing extra "
+                "(--warm_shapes=always, WarmShapes(when='always'): warm anyway)",
+            )
             return
         loader = trainer.train_dataloader
         sampler = getattr(loader, "batch_sampler", None)
@@ -76,7 +94,7 @@ class WarmShapes(pl.Callback):
         if not batches:
             return
         start = time.perf_counter()
-        with restored(pl_module), silenced(pl_module):
+        with given_back(pl_module, *_training_state(trainer)), silenced(pl_module):
             for indices in batches:
                 batch = trainer.strategy.batch_to_device(fetch(loader, indices))
                 with trainer.precision_plugin.train_step_context():
@@ -89,9 +107,15 @@ class WarmShapes(pl.Callback):
         self.shapes, self.seconds = len(batches), time.perf_counter() - start
         notices.info(
             log,
-            f"WarmShapes: {self.shapes} batch shapes of epoch {trainer.current_epoch} run through forward and "
+            f"WarmShapes: {self.shapes} batch shapes of epoch {trainer.current_epoch + 1} run through forward and "
             f"backward on {pl_module.device} in {self.seconds:.1f} s",
         )
+
+
+def _training_state(trainer: pl.Trainer) -> tuple[list[Any], list[Any], Any]:
+    """The trainer's optimizers, LR schedulers and AMP scaler (None without one): what a step may touch."""
+    schedulers = [config.scheduler for config in trainer.lr_scheduler_configs]
+    return list(trainer.optimizers), schedulers, getattr(trainer.precision_plugin, "scaler", None)
 
 
 def fetch(loader: Any, indices: list[int]) -> Any:
@@ -111,50 +135,3 @@ def silenced(module: pl.LightningModule) -> Iterator[None]:
         yield
     finally:
         del module.log, module.log_dict
-
-
-@contextlib.contextmanager
-def restored(module: torch.nn.Module) -> Iterator[None]:
-    """Every gradient, buffer, torchmetrics state and random generator of ``module``'s process as it was
-    on entry, whatever ran inside."""
-    grads = [(p, None if p.grad is None else p.grad.clone()) for p in module.parameters()]
-    buffers = [(b, b.clone()) for b in module.buffers()]
-    metrics = [(m, _metric_state(m)) for m in module.modules() if hasattr(m, "_defaults")]
-    generators = _random_states()
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for p, grad in grads:
-                p.grad = grad
-            for b, value in buffers:
-                b.copy_(value)
-        for metric, state in metrics:
-            for name, value in state.items():
-                setattr(metric, name, value)
-        known = {id(m) for m, _ in metrics}
-        for created in module.modules():  # a metric made inside (at its first update) starts afresh
-            if hasattr(created, "_defaults") and id(created) not in known:
-                created.reset()
-        _set_random_states(generators)
-
-
-def _metric_state(metric: Any) -> dict[str, Any]:
-    """A torchmetrics ``Metric``'s states and update bookkeeping, copied."""
-    names = [*metric._defaults, "_update_count", "_computed"]
-    return {name: copy.deepcopy(getattr(metric, name)) for name in names if hasattr(metric, name)}
-
-
-def _random_states() -> dict[str, Any]:
-    states = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def _set_random_states(states: dict[str, Any]) -> None:
-    random.setstate(states["python"])
-    np.random.set_state(states["numpy"])
-    torch.set_rng_state(states["torch"])
-    if "cuda" in states:
-        torch.cuda.set_rng_state_all(states["cuda"])
