@@ -57,7 +57,7 @@ class SequenceDataModule(VarLenDataModule):
     column of lists is a variable-length field (a :class:`~varlen.batching.Ragged` over the Arrow list's
     own buffers), served in the dtype it is stored in (``dtypes`` casts; a float64 field meeting a float32
     model is said once); a column of numbers or fixed-size lists is a fixed field; the label column makes the
-    task (integer, boolean or string labels: classification, classes from the sorted labels; floats:
+    task (integer, boolean or string labels: classification, classes from the sorted labels, numbers by number; floats:
     regression; a Hugging Face ``ClassLabel``: its names). String labels that mix numbers with words or
     spell one number two ways, and floats that are all whole numbers (``1, 2.0, 3``) without ``task``, are
     refused naming rows (:mod:`~varlen.datasets.sequence.labels`). Files and Datasets are converted once
