@@ -300,3 +300,37 @@ def test_sampler_cost_says_what_max_tokens_counts_and_is_checked() -> None:
             SequenceDataModule(train=columns, max_tokens=60, sampler_cost=wrong)
     with pytest.raises(ValueError, match="rung_batch_sizes are padded lengths"):
         SequenceDataModule(train=columns, sampler_cost="sum", rung_batch_sizes={32: 4})
+
+
+# -- issue 40: raw errors that name their cause ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("table", "told"),
+    [
+        ({"a": 3}, r"rung_batch_sizes\['a'\] = 3: the key 'a' is no whole number"),
+        ({16: "b"}, r"rung_batch_sizes\[16\] = 'b': the batch size 'b' is no whole number"),
+        ({16.5: 4}, r"the key 16\.5 is no whole number"),
+        ({16: 0}, r"rung_batch_sizes\[16\] = 0: .*>= 1"),
+    ],
+)
+def test_a_bad_rung_batch_sizes_entry_is_named_with_the_expected_form(table: dict, told: str) -> None:
+    """Before: ``{'a': 3}`` was a bare ``int()`` error (invalid literal for int() with base 10)."""
+    with pytest.raises(ValueError, match=told + r".*padded length: batch size.*e\.g\. \{16: 512\}"):
+        SequenceDataModule(train=arrays(20), rung_batch_sizes=table)
+
+
+def test_max_tokens_with_another_count_of_values_than_size_axes_is_refused_by_name() -> None:
+    """Before: a warning ("36 samples exceed max_tokens=(1, 2, 3)"), then a traceback from the plan."""
+    columns = arrays(20)
+    told = r"SequenceDataModule: max_tokens=\[1, 2, 3\] has 3 values; the budget takes 1, one per size axis \['signal'"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=told):
+            SequenceDataModule(train=columns, max_tokens=[1, 2, 3])
+        with pytest.raises(ValueError, match=r"2 values; the budget takes 1, one per size axis \['signal'\]"):
+            SequenceDataModule(train=columns, max_tokens=[64, 64])
+    both = SequenceDataModule(train=columns, size_field=["signal", "level"], max_tokens=[64, 64])
+    assert both.max_tokens == (64, 64)
+    with pytest.raises(ValueError, match=r"takes 2, one per size axis \['signal', 'level'\]"):
+        SequenceDataModule(train=columns, size_field=["signal", "level"], max_tokens=[64, 64, 64])

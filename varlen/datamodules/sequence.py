@@ -15,6 +15,7 @@ from varlen.batching.collate import round_up
 from varlen.batching.shapes import DEFAULT_MAX_SHAPES
 from varlen.batching.telemetry import BatchStats, mask_stats
 from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
+from varlen.datamodules.shaping import check_max_tokens
 from varlen.datamodules.sources import Mix, SourceWeights
 from varlen.datamodules.weighting import BALANCED, check_sample_weights, checked_column
 from varlen.datasets.sequence.checks import RowRules, class_ids, usable_rows
@@ -203,6 +204,7 @@ class SequenceDataModule(VarLenDataModule):
         self.tables = {split: s.read() for split, s in self.inputs.items() if s.in_memory}
         self.cache_dir, self.label_field = cache_dir, label_field
         self._link(self._head(), fields, size_field, task, class_names, dtypes)
+        check_max_tokens(self.max_tokens, self.size_axes, owner)  # one value per size field, said now
         unknown = sorted(set(pad_values or {}) - set(self.fields))
         if unknown:
             raise ValueError(f"{owner}: pad_values name {unknown}, which are no variable-length field {self.fields}")
