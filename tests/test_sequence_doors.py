@@ -334,3 +334,24 @@ def test_max_tokens_with_another_count_of_values_than_size_axes_is_refused_by_na
     assert both.max_tokens == (64, 64)
     with pytest.raises(ValueError, match=r"takes 2, one per size axis \['signal', 'level'\]"):
         SequenceDataModule(train=columns, size_field=["signal", "level"], max_tokens=[64, 64, 64])
+
+
+def test_a_csv_list_column_with_a_scalar_or_other_nesting_names_the_line(tmp_path: Path) -> None:
+    """Before: a scalar first cell left the column unserved ("no variable-length column", or silently with another
+    list column), and a later scalar or a list of lists among lists named no line."""
+    (tmp_path / "first.csv").write_text('x,label\n5,a\n"[1, 2]",b\n"[3, 4]",a\n')
+    (tmp_path / "beside.csv").write_text('x,y,label\n5,"[1]",a\n"[1, 2]","[1]",b\n"[3, 4]","[2]",a\n')
+    (tmp_path / "later.csv").write_text('x,label\n"[1, 2]",a\n\n"[3]",b\n7.5,a\n')
+    (tmp_path / "nested.csv").write_text('x,label\n"[1, 2]",a\n"[3]",b\n"[[5, 6]]",a\n')
+    expected = {
+        "first.csv": r"first\.csv, line 2: column 'x' holds '5', not a JSON list, where its other cells are .*\[5\]",
+        "beside.csv": r"beside\.csv, line 2: column 'x' holds '5', not a JSON list.*\[5\]",
+        "later.csv": r"later\.csv, line 5: column 'x' holds '7\.5', not a JSON list.*\[5\]",
+        "nested.csv": r"nested\.csv, line 4: column 'x' holds '\[\[5, 6\]\]', a list of lists where line 2 holds a",
+    }
+    for name, message in expected.items():
+        with pytest.raises(DataError, match=message):
+            fitted(SequenceDataModule(train=str(tmp_path / name), cache_dir=str(tmp_path / "c")))
+    (tmp_path / "words.csv").write_text('x,note,label\n"[1]",fine,a\n"[2]","[sic] odd",b\n"[3]",5,a\n')
+    dm = fitted(SequenceDataModule(train=str(tmp_path / "words.csv"), cache_dir=str(tmp_path / "c")))
+    assert list(dm.specs) == ["x"]  # a column of words, one of them starting with '[', is no list column
