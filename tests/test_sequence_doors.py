@@ -355,3 +355,21 @@ def test_a_csv_list_column_with_a_scalar_or_other_nesting_names_the_line(tmp_pat
     (tmp_path / "words.csv").write_text('x,note,label\n"[1]",fine,a\n"[2]","[sic] odd",b\n"[3]",5,a\n')
     dm = fitted(SequenceDataModule(train=str(tmp_path / "words.csv"), cache_dir=str(tmp_path / "c")))
     assert list(dm.specs) == ["x"]  # a column of words, one of them starting with '[', is no list column
+
+
+@pytest.mark.parametrize(
+    ("ids", "largest"),
+    [(np.uint64(2**63 + 5), "9,223,372,036,854,775,813"), (np.int64(2**40), "1,099,511,627,776")],
+    ids=["uint64", "int64"],
+)
+def test_token_ids_too_large_for_an_embedding_are_refused_by_name(ids: np.integer, largest: str) -> None:
+    """Before: vocab_size 9.2e18 (then a TypeError), or 2**40 + 1 (an embedding of terabytes)."""
+    columns = {"x": [np.full(n, ids) for n in (3, 4, 5, 6) * 5], "label": [0, 1] * 10}
+    told = (
+        rf"column 'x' is read as token ids \(integers, one per element\) and its largest is {largest}: an "
+        r"embedding of .* rows.*past 16,777,216.*dtypes=\{'x': 'float32'\}"
+    )
+    with pytest.raises(DataError, match=told):
+        SequenceDataModule(train=columns)
+    features = SequenceDataModule(train=columns, dtypes={"x": "float32"})
+    assert features.vocab_size is None and features.feature_dim == 1

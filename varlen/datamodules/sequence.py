@@ -7,7 +7,6 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from varlen import notices
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
@@ -23,7 +22,7 @@ from varlen.datasets.sequence.collate import SequenceCollator
 from varlen.datasets.sequence.columns import SequenceColumns, table_columns
 from varlen.datasets.sequence.dataset import SIZES, SequenceDataset
 from varlen.datasets.sequence.dtypes import check_dtypes, float64_notice, served_specs
-from varlen.datasets.sequence.fields import FieldSpec, field_specs, served_fields
+from varlen.datasets.sequence.fields import FieldSpec, field_specs, served_fields, vocab_size
 from varlen.datasets.sequence.labels import LabelSpec, label_spec
 from varlen.datasets.sequence.sources import Source, described, is_path, source_of
 from varlen.datasets.sequence.store import cached_columns
@@ -123,7 +122,8 @@ class SequenceDataModule(VarLenDataModule):
     :class:`~varlen.datamodules.base.VarLenDataModule`.
 
     Attributes (linked to the model): ``input_field`` (the first size field), ``feature_dim`` (values per
-    element), ``vocab_size`` (integer ids one per element: the training source's largest id + 1, else None),
+    element), ``vocab_size`` (integer ids one per element: the training source's largest id + 1, else None; past
+    :data:`~varlen.datasets.sequence.fields.MAX_VOCAB` refused: values read as ids, ``dtypes`` serves them as features),
     ``task``, ``num_classes`` (None for regression), ``class_names``.
     """
 
@@ -288,11 +288,10 @@ class SequenceDataModule(VarLenDataModule):
         return tuple(names)
 
     def _vocab_size(self, spec: FieldSpec) -> int:
-        """The training source's largest id of ``spec`` + 1."""
+        """The training source's largest id of ``spec`` + 1 (:func:`~varlen.datasets.sequence.fields.vocab_size`)."""
         source = self.inputs["train"]
         column = self.tables["train"].column(spec.name) if "train" in self.tables else source.column(spec.name)
-        largest = pc.max(pc.list_flatten(column)).as_py()
-        return 1 if largest is None else int(largest) + 1
+        return vocab_size(column, spec.name, source.where)
 
     def _label_spec(self, task: str | None, class_names: list[str] | None) -> LabelSpec | None:
         if self.label_field is None:
