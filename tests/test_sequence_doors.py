@@ -373,3 +373,32 @@ def test_token_ids_too_large_for_an_embedding_are_refused_by_name(ids: np.intege
         SequenceDataModule(train=columns)
     features = SequenceDataModule(train=columns, dtypes={"x": "float32"})
     assert features.vocab_size is None and features.feature_dim == 1
+
+
+def test_a_cast_that_would_wrap_or_overflow_is_refused_naming_the_row_and_both_ranges(tmp_path: Path) -> None:
+    """Before: 130.0 cast to int8 was served as -126, 1e5 cast to float16 as inf, without a word."""
+    lengths = np.arange(20) % 6 + 2
+    columns = {
+        "x": [np.linspace(0.0, 100.0, n) for n in lengths],  # float64, whole and not (ids once cast to ints)
+        "scale": np.linspace(1.0, 2e5, 20),  # a fixed field, past float16's 65504 from row 7
+        "label": [0, 1] * 10,
+    }
+    columns["x"][3][1] = 130.0
+    told = (
+        r"\(in-memory columns\), row 3: column 'x' holds 130\.0, which dtypes=\{'x': 'int8'\} cannot hold \(int8 "
+        r"holds -128\.\.127; the column's values as stored span 0\.0\.\.130\.0\): the cast would wrap silently"
+    )
+    with pytest.raises(DataError, match=told):
+        fitted(SequenceDataModule(train=columns, dtypes={"x": "int8"}))
+    with pytest.raises(DataError, match=r"row 7: column 'scale' holds 736\d\d\.\d+, .*float16 holds -65504\.\.65504"):
+        fitted(SequenceDataModule(train=columns, dtypes={"scale": "float16"}))
+    columns["x"][3][1] = 127.5  # int8's 127 once cut: held
+    fitted(SequenceDataModule(train=columns, dtypes={"x": "int8", "scale": "float32"}))
+    columns["x"][3][1] = np.inf  # a bad row for its own reason (non-finite), not the cast's
+    dm = SequenceDataModule(train=columns, dtypes={"x": "int8"}, on_bad="skip")
+    with pytest.warns(UserWarning, match="non-finite value"):
+        fitted(dm)
+    assert dm.report.skipped("non-finite") == 1
+    (tmp_path / "wide.csv").write_text('x,label\n"[1, 2]",a\n"[3, 300]",b\n')
+    with pytest.raises(DataError, match=r"wide\.csv, line 3: column 'x' holds 300, .*'uint8'"):
+        fitted(SequenceDataModule(train=str(tmp_path / "wide.csv"), dtypes={"x": "uint8"}, cache_dir=str(tmp_path)))

@@ -21,7 +21,7 @@ from varlen.datasets.sequence.checks import RowRules, class_ids, usable_rows
 from varlen.datasets.sequence.collate import SequenceCollator
 from varlen.datasets.sequence.columns import SequenceColumns, table_columns
 from varlen.datasets.sequence.dataset import SIZES, SequenceDataset
-from varlen.datasets.sequence.dtypes import check_dtypes, float64_notice, served_specs
+from varlen.datasets.sequence.dtypes import check_dtypes, check_ranges, float64_notice, served_specs
 from varlen.datasets.sequence.fields import FieldSpec, field_specs, served_fields, vocab_size
 from varlen.datasets.sequence.labels import LabelSpec, label_spec
 from varlen.datasets.sequence.sources import Source, described, is_path, source_of
@@ -362,6 +362,7 @@ class SequenceDataModule(VarLenDataModule):
             columns = self._columns(split)
             if columns.rows == 0:
                 raise DataError(f"{source.where}: holds no rows")
+            check_ranges({**columns.ragged, **columns.fixed}, self.dtypes, source.where, source.place)
             kept = usable_rows(
                 columns, rules, self.report, source.where, split if split != "train" else SOURCE, source.place
             )

@@ -169,7 +169,10 @@ def vocab_size(column: pa.ChunkedArray, name: str, where: str) -> int:
         DataError: an id past :data:`MAX_VOCAB` (values read as ids: an embedding of terabytes), naming the field,
             its largest value and both ways out.
     """
-    largest = pc.max(pc.list_flatten(column)).as_py()
+    values = pc.list_flatten(column)
+    if pa.types.is_floating(values.type):  # a float field served as ints (dtypes): non-finite rows are bad rows
+        values = pc.filter(values, pc.is_finite(values))
+    largest = pc.max(values).as_py()
     if largest is not None and int(largest) >= MAX_VOCAB:
         raise DataError(
             f"{where}: column {name!r} is read as token ids (integers, one per element) and its largest is "
