@@ -332,7 +332,8 @@ def test_max_tokens_with_another_count_of_values_than_size_axes_is_refused_by_na
             SequenceDataModule(train=columns, max_tokens=[64, 64])
     both = SequenceDataModule(train=columns, size_field=["signal", "level"], max_tokens=[64, 64])
     assert both.max_tokens == (64, 64)
-    with pytest.raises(ValueError, match=r"takes 2, one per size axis \['signal', 'level'\]"):
+    assert SequenceDataModule(train=columns, size_field=["signal", "level"], max_tokens=64).max_tokens == 64
+    with pytest.raises(ValueError, match=r"takes 1 \(every axis\) or 2, one per size axis \['signal', 'level'\]"):
         SequenceDataModule(train=columns, size_field=["signal", "level"], max_tokens=[64, 64, 64])
 
 

@@ -24,6 +24,7 @@ from varlen.datasets.sequence.dataset import SIZES, SequenceDataset
 from varlen.datasets.sequence.dtypes import check_dtypes, check_ranges, float64_notice, served_specs
 from varlen.datasets.sequence.fields import FieldSpec, field_specs, served_fields, vocab_size
 from varlen.datasets.sequence.labels import LabelSpec, label_spec
+from varlen.datasets.sequence.outputs import OutputRules
 from varlen.datasets.sequence.sources import Source, described, is_path, source_of
 from varlen.datasets.sequence.store import cached_columns
 from varlen.datasets.sequence.synthetic import synthetic_sequences
@@ -214,11 +215,9 @@ class SequenceDataModule(VarLenDataModule):
         self.collate_fn = SequenceCollator(
             self.fields, self.pad_values, pad_to_multiple_of, self.size_fields, self.dtypes
         )
-        served = {name: spec.dtype for name, spec in self.specs.items()}
+        rules = OutputRules(self.specs, self.size_fields, self.task, self.num_classes)  # what a transform returns
         where = self.inputs["train"].where
-        self.transform = (
-            None if transform is None else SampleTransform(transform, seed, self.size_fields, served, where)
-        )
+        self.transform = None if transform is None else SampleTransform(transform, seed, rules, where)
         self._dtypes_told = False  # the float64 notice, said at the first batch
         self.host_fields: dict[str, BatchStats] | None = None  # each field's padding in the last training batch
         self.sample_weights = check_sample_weights(sample_weights, owner, shuffle, columns=True)

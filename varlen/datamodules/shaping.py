@@ -78,20 +78,21 @@ def check_rung_batch_sizes(table: Mapping[Any, Any] | None, owner: str, stream: 
 
 
 def check_max_tokens(max_tokens: Any, axes: tuple[str, ...], owner: str) -> None:
-    """Refuse a budget of another count of values than the size axes (a warning and the plan's traceback before).
+    """Refuse a budget of another count of values than the size axes (one value budgets every axis alike).
 
     Raises:
-        ValueError: naming ``max_tokens``, the axes and how many values it takes.
+        ValueError: naming ``max_tokens``, the axes and how many values it takes (a warning and the plan's
+            traceback before).
     """
-    if max_tokens is None:
-        return
-    given = np.atleast_1d(np.asarray(max_tokens, dtype=object)).ravel()
-    if len(given) != len(axes):
+    given = 0 if max_tokens is None else np.atleast_1d(np.asarray(max_tokens, dtype=object)).size
+    if given not in (0, 1, len(axes)):
         shown = list(max_tokens) if isinstance(max_tokens, (list, tuple)) else max_tokens
-        raise ValueError(
-            f"{owner}: max_tokens={shown} has {len(given)} value{'s' * (len(given) != 1)}; the budget takes "
-            f"{len(axes)}, one per size axis {list(axes)}: give one number per axis"
+        takes = (
+            f"1, one per size axis {list(axes)}"
+            if len(axes) == 1
+            else f"1 (every axis) or {len(axes)}, one per size axis {list(axes)}"
         )
+        raise ValueError(f"{owner}: max_tokens={shown} has {given} values; the budget takes {takes}")
 
 
 class ShapePolicy:
