@@ -10,6 +10,7 @@ whose values a cast cannot hold, naming the row, the value, the field's values a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
@@ -49,6 +50,7 @@ def check_dtypes(dtypes: Mapping[str, Any] | None, specs: Mapping[str, FieldSpec
     return out
 
 
+@functools.cache
 def dtype_range(dtype: np.dtype) -> tuple[int | float, int | float]:
     """The least and greatest values ``dtype`` holds (booleans: 0 and 1; floats: the finite ones)."""
     if dtype.kind == "b":

@@ -12,6 +12,7 @@ change the epoch's batches, planned before the transform runs).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from varlen.datasets.sequence.dtypes import dtype_range, out_of_range
+from varlen.datasets.sequence.dtypes import dtype_range
 from varlen.datasets.sequence.fields import FieldSpec
 from varlen.errors import DataError
 
@@ -75,19 +76,30 @@ def _field(name: str, value: Any, spec: FieldSpec, stored: int | None) -> tuple[
             "shorten a size field (a crop), never lengthen it (the batch's budget counts the stored length) nor "
             "empty it (an empty sample is a bad row)"
         )
-    if array.dtype.kind == "f" and not np.isfinite(array).all():
+    why = _values(name, array, spec.dtype) if array.size else None
+    return (array, why) if why is not None else (array.astype(spec.dtype, copy=False), None)
+
+
+def _values(name: str, array: np.ndarray, dtype: np.dtype) -> str | None:
+    """Why ``array``'s values cannot be served as ``dtype`` (non-finite, or past its range), None: they can. Two
+    reductions: its least and greatest value (a NaN is either), the elements only to name a bad one."""
+    float_ = array.dtype.kind == "f"
+    checked = float_ or not np.can_cast(array.dtype, dtype, "safe")
+    least, most = (array.min().item(), array.max().item()) if checked else (0, 0)
+    if float_ and not (np.isfinite(least) and np.isfinite(most)):
         where = np.flatnonzero(~np.isfinite(array).reshape(len(array) if array.ndim else 1, -1).any(axis=1))
         first = f" (first at element {int(where[0])})" if array.ndim else ""
-        return array, f"field {name!r} holds a non-finite value{first} where the sample read was finite"
-    bad = out_of_range(array.reshape(-1), spec.dtype)
-    if bad is not None:
-        low, high = dtype_range(spec.dtype)
-        value = array.reshape(-1)[bad][0].item()
-        return array, (
-            f"field {name!r} holds {value!r}, which its served dtype {spec.dtype} cannot hold ({low:g}..{high:g}): "
-            "the cast would wrap or overflow"
-        )
-    return array.astype(spec.dtype, copy=False), None
+        return f"field {name!r} holds a non-finite value{first} where the sample read was finite"
+    if not checked or np.can_cast(array.dtype, dtype, "safe"):
+        return None
+    low, high = dtype_range(dtype)
+    cut = math.trunc if float_ and dtype.kind in "iub" else float  # 127.5 is int8's 127
+    if cut(least) >= low and cut(most) <= high:
+        return None
+    return (
+        f"field {name!r} holds {most if cut(most) > high else least!r}, which its served dtype {dtype} cannot hold "
+        f"({low:g}..{high:g}): the cast would wrap or overflow"
+    )
 
 
 def _label(value: Any, rules: OutputRules) -> tuple[Any, str | None]:
