@@ -110,9 +110,16 @@ def regression_nan(sample):
     return sample
 
 
-def test_a_regression_target_must_stay_a_finite_number() -> None:
+def half_a_class(sample):
+    sample["label"] = np.float64([0.5, np.nan, 1.0, np.inf][sample["index"] % 4])
+    return sample
+
+
+def test_a_label_must_stay_a_class_id_or_a_finite_target() -> None:
     with pytest.raises(DataError, match=r"regression_nan of sample \d+: label nan is not a finite float32"):
         first_batch(regression_nan, train=columns(regression=True))
+    with pytest.raises(DataError, match=r"half_a_class of sample \d+: label (0\.5|nan|inf) is no class id \(0\.\.2"):
+        first_batch(half_a_class)
 
 
 def jitter_and_crop(sample, rng):

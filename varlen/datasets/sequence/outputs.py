@@ -113,7 +113,7 @@ def _label(value: Any, rules: OutputRules) -> tuple[Any, str | None]:
             return value, f"label {number!r} is not a finite float32 (a regression target)"
         return np.float32(number), None
     classes = rules.num_classes or 0
-    if float(number) != int(number) or not 0 <= number < classes:
+    if not math.isfinite(number) or number != int(number) or not 0 <= number < classes:
         return value, f"label {number!r} is no class id (0..{classes - 1}: the {classes} classes, in class_names order)"
     return np.int64(number), None
 
