@@ -295,3 +295,19 @@ def test_text_whole_numbers_as_floats_are_integer_classes(tmp_path: Path) -> Non
     path = tmp_path / "floats.jsonl"
     datasets.Dataset.from_dict(reviews(labels)).to_json(str(path))
     assert text_dm(tmp_path / "b", train_file=str(path)).class_names == ["1", "2", "3"]
+
+
+# -- one order of classes: text labels that all spell numbers are ordered by number, on every door --------
+
+
+@pytest.mark.parametrize("door", SEQUENCE_DOORS)
+def test_string_number_labels_are_ordered_by_number_by_text_and_sequence_alike(door: str, tmp_path: Path) -> None:
+    """Before: "0".."10" were classes 0, 1, 2, ..., 10 through the text door and 0, 1, 10, 2, ... through the
+    sequence door (text order): the same column made other class ids."""
+    labels = [str(k) for k in range(11)] * 2
+    given, _ = as_door(sequence_columns(labels), door, tmp_path)
+    sequence = SequenceDataModule(train=given, cache_dir=str(tmp_path / "cache"))
+    text = text_dm(tmp_path / "text", train_file=datasets.Dataset.from_dict(reviews(labels)))
+    assert sequence.class_names == text.class_names == [str(k) for k in range(11)]
+    assert label_checks.class_order(["b", "a", "10"]) == ["10", "a", "b"]  # words: text order
+    assert label_checks.class_order(["2.5", "-1", "10", "0.5"]) == ["-1", "0.5", "2.5", "10"]

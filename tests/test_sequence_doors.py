@@ -300,3 +300,106 @@ def test_sampler_cost_says_what_max_tokens_counts_and_is_checked() -> None:
             SequenceDataModule(train=columns, max_tokens=60, sampler_cost=wrong)
     with pytest.raises(ValueError, match="rung_batch_sizes are padded lengths"):
         SequenceDataModule(train=columns, sampler_cost="sum", rung_batch_sizes={32: 4})
+
+
+# -- issue 40: raw errors that name their cause ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("table", "told"),
+    [
+        ({"a": 3}, r"rung_batch_sizes\['a'\] = 3: the key 'a' is no whole number"),
+        ({16: "b"}, r"rung_batch_sizes\[16\] = 'b': the batch size 'b' is no whole number"),
+        ({16.5: 4}, r"the key 16\.5 is no whole number"),
+        ({16: 0}, r"rung_batch_sizes\[16\] = 0: .*>= 1"),
+    ],
+)
+def test_a_bad_rung_batch_sizes_entry_is_named_with_the_expected_form(table: dict, told: str) -> None:
+    """Before: ``{'a': 3}`` was a bare ``int()`` error (invalid literal for int() with base 10)."""
+    with pytest.raises(ValueError, match=told + r".*padded length: batch size.*e\.g\. \{16: 512\}"):
+        SequenceDataModule(train=arrays(20), rung_batch_sizes=table)
+
+
+def test_max_tokens_with_another_count_of_values_than_size_axes_is_refused_by_name() -> None:
+    """Before: a warning ("36 samples exceed max_tokens=(1, 2, 3)"), then a traceback from the plan."""
+    columns = arrays(20)
+    told = r"SequenceDataModule: max_tokens=\[1, 2, 3\] has 3 values; the budget takes 1, one per size axis \['signal'"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=told):
+            SequenceDataModule(train=columns, max_tokens=[1, 2, 3])
+        with pytest.raises(ValueError, match=r"2 values; the budget takes 1, one per size axis \['signal'\]"):
+            SequenceDataModule(train=columns, max_tokens=[64, 64])
+    both = SequenceDataModule(train=columns, size_field=["signal", "level"], max_tokens=[64, 64])
+    assert both.max_tokens == (64, 64)
+    assert SequenceDataModule(train=columns, size_field=["signal", "level"], max_tokens=64).max_tokens == 64
+    with pytest.raises(ValueError, match=r"takes 1 \(every axis\) or 2, one per size axis \['signal', 'level'\]"):
+        SequenceDataModule(train=columns, size_field=["signal", "level"], max_tokens=[64, 64, 64])
+
+
+def test_a_csv_list_column_with_a_scalar_or_other_nesting_names_the_line(tmp_path: Path) -> None:
+    """Before: a scalar first cell left the column unserved ("no variable-length column", or silently with another
+    list column), and a later scalar or a list of lists among lists named no line."""
+    (tmp_path / "first.csv").write_text('x,label\n5,a\n"[1, 2]",b\n"[3, 4]",a\n')
+    (tmp_path / "beside.csv").write_text('x,y,label\n5,"[1]",a\n"[1, 2]","[1]",b\n"[3, 4]","[2]",a\n')
+    (tmp_path / "later.csv").write_text('x,label\n"[1, 2]",a\n\n"[3]",b\n7.5,a\n')
+    (tmp_path / "nested.csv").write_text('x,label\n"[1, 2]",a\n"[3]",b\n"[[5, 6]]",a\n')
+    expected = {
+        "first.csv": r"first\.csv, line 2: column 'x' holds '5', not a JSON list, where its other cells are .*\[5\]",
+        "beside.csv": r"beside\.csv, line 2: column 'x' holds '5', not a JSON list.*\[5\]",
+        "later.csv": r"later\.csv, line 5: column 'x' holds '7\.5', not a JSON list.*\[5\]",
+        "nested.csv": r"nested\.csv, line 4: column 'x' holds '\[\[5, 6\]\]', a list of lists where line 2 holds a",
+    }
+    for name, message in expected.items():
+        with pytest.raises(DataError, match=message):
+            fitted(SequenceDataModule(train=str(tmp_path / name), cache_dir=str(tmp_path / "c")))
+    (tmp_path / "words.csv").write_text('x,note,label\n"[1]",fine,a\n"[2]","[sic] odd",b\n"[3]",5,a\n')
+    dm = fitted(SequenceDataModule(train=str(tmp_path / "words.csv"), cache_dir=str(tmp_path / "c")))
+    assert list(dm.specs) == ["x"]  # a column of words, one of them starting with '[', is no list column
+
+
+@pytest.mark.parametrize(
+    ("ids", "largest"),
+    [(np.uint64(2**63 + 5), "9,223,372,036,854,775,813"), (np.int64(2**40), "1,099,511,627,776")],
+    ids=["uint64", "int64"],
+)
+def test_token_ids_too_large_for_an_embedding_are_refused_by_name(ids: np.integer, largest: str) -> None:
+    """Before: vocab_size 9.2e18 (then a TypeError), or 2**40 + 1 (an embedding of terabytes)."""
+    columns = {"x": [np.full(n, ids) for n in (3, 4, 5, 6) * 5], "label": [0, 1] * 10}
+    told = (
+        rf"column 'x' is read as token ids \(integers, one per element\) and its largest is {largest}: an "
+        r"embedding of .* rows.*past 16,777,216.*dtypes=\{'x': 'float32'\}"
+    )
+    with pytest.raises(DataError, match=told):
+        SequenceDataModule(train=columns)
+    features = SequenceDataModule(train=columns, dtypes={"x": "float32"})
+    assert features.vocab_size is None and features.feature_dim == 1
+
+
+def test_a_cast_that_would_wrap_or_overflow_is_refused_naming_the_row_and_both_ranges(tmp_path: Path) -> None:
+    """Before: 130.0 cast to int8 was served as -126, 1e5 cast to float16 as inf, without a word."""
+    lengths = np.arange(20) % 6 + 2
+    columns = {
+        "x": [np.linspace(0.0, 100.0, n) for n in lengths],  # float64, whole and not (ids once cast to ints)
+        "scale": np.linspace(1.0, 2e5, 20),  # a fixed field, past float16's 65504 from row 7
+        "label": [0, 1] * 10,
+    }
+    columns["x"][3][1] = 130.0
+    told = (
+        r"\(in-memory columns\), row 3: column 'x' holds 130\.0, which dtypes=\{'x': 'int8'\} cannot hold \(int8 "
+        r"holds -128\.\.127; the column's values as stored span 0\.0\.\.130\.0\): the cast would wrap silently"
+    )
+    with pytest.raises(DataError, match=told):
+        fitted(SequenceDataModule(train=columns, dtypes={"x": "int8"}))
+    with pytest.raises(DataError, match=r"row 7: column 'scale' holds 736\d\d\.\d+, .*float16 holds -65504\.\.65504"):
+        fitted(SequenceDataModule(train=columns, dtypes={"scale": "float16"}))
+    columns["x"][3][1] = 127.5  # int8's 127 once cut: held
+    fitted(SequenceDataModule(train=columns, dtypes={"x": "int8", "scale": "float32"}))
+    columns["x"][3][1] = np.inf  # a bad row for its own reason (non-finite), not the cast's
+    dm = SequenceDataModule(train=columns, dtypes={"x": "int8"}, on_bad="skip")
+    with pytest.warns(UserWarning, match="non-finite value"):
+        fitted(dm)
+    assert dm.report.skipped("non-finite") == 1
+    (tmp_path / "wide.csv").write_text('x,label\n"[1, 2]",a\n"[3, 300]",b\n')
+    with pytest.raises(DataError, match=r"wide\.csv, line 3: column 'x' holds 300, .*'uint8'"):
+        fitted(SequenceDataModule(train=str(tmp_path / "wide.csv"), dtypes={"x": "uint8"}, cache_dir=str(tmp_path)))

@@ -4,7 +4,9 @@ Each distinct label becomes a class, so a column that mixes numbers with other w
 ``true``, ``positive``) or writes one number two ways (``1`` and ``1.0``) would become one class
 per spelling, five classes where two were meant, without a word. :func:`check_labels` refuses
 such a column, naming examples and where they are; ``class_names`` is how a user says what the
-classes are (each label is then matched as written, others are bad rows). Used by the text
+classes are (each label is then matched as written, others are bad rows). :func:`class_order` is the
+classes' order whatever the door: labels that all spell numbers by number (``"0", "1", "2", ..., "10"``),
+others as text. Used by the text
 DataModule (its label column), the sequence one (a column of string labels, whatever door it came
 through) and the bearing one (a metadata CSV's ``label`` column).
 
@@ -29,6 +31,7 @@ from varlen.errors import DataError
 __all__ = [
     "CLASS_NAMES_HINT",
     "check_labels",
+    "class_order",
     "classlabel_names",
     "distinct_labels",
     "examples",
@@ -50,6 +53,17 @@ def label_number(name: str) -> float | None:
     """The number a label spells (``"1"``, ``"1.0"``, ``"01"``, ``"1e0"``: 1.0), or None for a word."""
     text = name.strip()
     return float(text) if NUMBER.fullmatch(text) else None
+
+
+def class_order(names: Sequence[str]) -> list[str]:
+    """The classes' order, one rule for every door: labels that all spell numbers by their number
+    (``"2"`` before ``"10"``), else as text. Checked labels (:func:`check_labels`) spell a number once, so
+    the order is total."""
+    names = [str(name) for name in names]
+    numbers = [label_number(name) for name in names]
+    if names and all(number is not None for number in numbers):
+        return [name for _, name in sorted(zip(numbers, names, strict=True))]
+    return sorted(names)
 
 
 def examples(names: Sequence[Any], places: dict[Any, str]) -> str:

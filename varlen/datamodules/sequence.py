@@ -7,7 +7,6 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from varlen import notices
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
@@ -15,15 +14,17 @@ from varlen.batching.collate import round_up
 from varlen.batching.shapes import DEFAULT_MAX_SHAPES
 from varlen.batching.telemetry import BatchStats, mask_stats
 from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
+from varlen.datamodules.shaping import check_max_tokens
 from varlen.datamodules.sources import Mix, SourceWeights
 from varlen.datamodules.weighting import BALANCED, check_sample_weights, checked_column
 from varlen.datasets.sequence.checks import RowRules, class_ids, usable_rows
 from varlen.datasets.sequence.collate import SequenceCollator
 from varlen.datasets.sequence.columns import SequenceColumns, table_columns
 from varlen.datasets.sequence.dataset import SIZES, SequenceDataset
-from varlen.datasets.sequence.dtypes import check_dtypes, float64_notice, served_specs
-from varlen.datasets.sequence.fields import FieldSpec, field_specs, served_fields
+from varlen.datasets.sequence.dtypes import check_dtypes, check_ranges, float64_notice, served_specs
+from varlen.datasets.sequence.fields import FieldSpec, field_specs, served_fields, vocab_size
 from varlen.datasets.sequence.labels import LabelSpec, label_spec
+from varlen.datasets.sequence.outputs import OutputRules
 from varlen.datasets.sequence.sources import Source, described, is_path, source_of
 from varlen.datasets.sequence.store import cached_columns
 from varlen.datasets.sequence.synthetic import synthetic_sequences
@@ -57,7 +58,7 @@ class SequenceDataModule(VarLenDataModule):
     column of lists is a variable-length field (a :class:`~varlen.batching.Ragged` over the Arrow list's
     own buffers), served in the dtype it is stored in (``dtypes`` casts; a float64 field meeting a float32
     model is said once); a column of numbers or fixed-size lists is a fixed field; the label column makes the
-    task (integer, boolean or string labels: classification, classes from the sorted labels; floats:
+    task (integer, boolean or string labels: classification, classes from the sorted labels, numbers by number; floats:
     regression; a Hugging Face ``ClassLabel``: its names). String labels that mix numbers with words or
     spell one number two ways, and floats that are all whole numbers (``1, 2.0, 3``) without ``task``, are
     refused naming rows (:mod:`~varlen.datasets.sequence.labels`). Files and Datasets are converted once
@@ -122,7 +123,8 @@ class SequenceDataModule(VarLenDataModule):
     :class:`~varlen.datamodules.base.VarLenDataModule`.
 
     Attributes (linked to the model): ``input_field`` (the first size field), ``feature_dim`` (values per
-    element), ``vocab_size`` (integer ids one per element: the training source's largest id + 1, else None),
+    element), ``vocab_size`` (integer ids one per element: the training source's largest id + 1, else None; past
+    :data:`~varlen.datasets.sequence.fields.MAX_VOCAB` refused: values read as ids, ``dtypes`` serves them as features),
     ``task``, ``num_classes`` (None for regression), ``class_names``.
     """
 
@@ -203,6 +205,7 @@ class SequenceDataModule(VarLenDataModule):
         self.tables = {split: s.read() for split, s in self.inputs.items() if s.in_memory}
         self.cache_dir, self.label_field = cache_dir, label_field
         self._link(self._head(), fields, size_field, task, class_names, dtypes)
+        check_max_tokens(self.max_tokens, self.size_axes, owner)  # one value per size field, said now
         unknown = sorted(set(pad_values or {}) - set(self.fields))
         if unknown:
             raise ValueError(f"{owner}: pad_values name {unknown}, which are no variable-length field {self.fields}")
@@ -212,11 +215,9 @@ class SequenceDataModule(VarLenDataModule):
         self.collate_fn = SequenceCollator(
             self.fields, self.pad_values, pad_to_multiple_of, self.size_fields, self.dtypes
         )
-        served = {name: spec.dtype for name, spec in self.specs.items()}
+        rules = OutputRules(self.specs, self.size_fields, self.task, self.num_classes)  # what a transform returns
         where = self.inputs["train"].where
-        self.transform = (
-            None if transform is None else SampleTransform(transform, seed, self.size_fields, served, where)
-        )
+        self.transform = None if transform is None else SampleTransform(transform, seed, rules, where)
         self._dtypes_told = False  # the float64 notice, said at the first batch
         self.host_fields: dict[str, BatchStats] | None = None  # each field's padding in the last training batch
         self.sample_weights = check_sample_weights(sample_weights, owner, shuffle, columns=True)
@@ -286,11 +287,10 @@ class SequenceDataModule(VarLenDataModule):
         return tuple(names)
 
     def _vocab_size(self, spec: FieldSpec) -> int:
-        """The training source's largest id of ``spec`` + 1."""
+        """The training source's largest id of ``spec`` + 1 (:func:`~varlen.datasets.sequence.fields.vocab_size`)."""
         source = self.inputs["train"]
         column = self.tables["train"].column(spec.name) if "train" in self.tables else source.column(spec.name)
-        largest = pc.max(pc.list_flatten(column)).as_py()
-        return 1 if largest is None else int(largest) + 1
+        return vocab_size(column, spec.name, source.where)
 
     def _label_spec(self, task: str | None, class_names: list[str] | None) -> LabelSpec | None:
         if self.label_field is None:
@@ -361,6 +361,7 @@ class SequenceDataModule(VarLenDataModule):
             columns = self._columns(split)
             if columns.rows == 0:
                 raise DataError(f"{source.where}: holds no rows")
+            check_ranges({**columns.ragged, **columns.fixed}, self.dtypes, source.where, source.place)
             kept = usable_rows(
                 columns, rules, self.report, source.where, split if split != "train" else SOURCE, source.place
             )

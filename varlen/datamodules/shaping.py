@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from numbers import Number
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from varlen.datamodules.streaming import stream_sampler
 from varlen.datasets.mixture import MixtureCollator, SourceMixture
 from varlen.stream.shapes import histogram_rungs
 
-__all__ = ["ShapePolicy", "check_max_shapes", "check_rung_batch_sizes"]
+__all__ = ["ShapePolicy", "check_max_shapes", "check_max_tokens", "check_rung_batch_sizes"]
 
 log = logging.getLogger("varlen")
 
@@ -38,24 +39,60 @@ def check_max_shapes(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+#: the form ``rung_batch_sizes`` takes, said by every message about it
+RUNG_TABLE_FORM = "{padded length: batch size}, whole numbers >= 1 (e.g. {16: 512}; varlen tune --budget prints one)"
+
+
+def _whole(value: Any) -> int | None:
+    """``value`` as an int when it is a whole number (not a bool, not text), else None."""
+    if isinstance(value, (bool, str, bytes)) or not isinstance(value, Number):
+        return None
+    try:
+        return int(value) if int(value) == value else None
+    except (TypeError, ValueError, OverflowError):  # nan, inf, complex
+        return None
+
+
 def check_rung_batch_sizes(table: Mapping[Any, Any] | None, owner: str, stream: Any) -> dict[int, int] | None:
-    """``rung_batch_sizes`` as ``{padded length: batch size}`` of whole numbers >= 1, by length."""
+    """``rung_batch_sizes`` as ``{padded length: batch size}`` of whole numbers >= 1, by length.
+
+    Raises:
+        ValueError: a stream, no mapping, or an entry that is no such pair (naming it and the form).
+    """
     if table is None:
         return None
     if stream is not None:
         raise ValueError(f"{owner}: rung_batch_sizes plans in memory: a streamed training split takes max_tokens")
     if not isinstance(table, Mapping) or not table:
-        raise ValueError(
-            f"{owner}: rung_batch_sizes maps padded lengths to batch sizes, e.g. {{16: 512}}; got {table!r}"
-        )
+        raise ValueError(f"{owner}: rung_batch_sizes maps {RUNG_TABLE_FORM}; got {table!r}")
     out = {}
     for length, count in table.items():
-        if isinstance(length, bool) or isinstance(count, bool) or int(length) != length or int(count) != count:
-            raise ValueError(f"{owner}: rung_batch_sizes holds whole numbers, got {length!r}: {count!r}")
-        if length < 1 or count < 1:
-            raise ValueError(f"{owner}: rung_batch_sizes needs lengths and batch sizes >= 1, got {length}: {count}")
-        out[int(length)] = int(count)
+        entry = f"{owner}: rung_batch_sizes[{length!r}] = {count!r}"
+        for what, value in (("key", length), ("batch size", count)):
+            if _whole(value) is None:
+                raise ValueError(f"{entry}: the {what} {value!r} is no whole number; it maps {RUNG_TABLE_FORM}")
+        if _whole(length) < 1 or _whole(count) < 1:
+            raise ValueError(f"{entry}: lengths and batch sizes are >= 1; it maps {RUNG_TABLE_FORM}")
+        out[_whole(length)] = _whole(count)
     return dict(sorted(out.items()))
+
+
+def check_max_tokens(max_tokens: Any, axes: tuple[str, ...], owner: str) -> None:
+    """Refuse a budget of another count of values than the size axes (one value budgets every axis alike).
+
+    Raises:
+        ValueError: naming ``max_tokens``, the axes and how many values it takes (a warning and the plan's
+            traceback before).
+    """
+    given = 0 if max_tokens is None else np.atleast_1d(np.asarray(max_tokens, dtype=object)).size
+    if given not in (0, 1, len(axes)):
+        shown = list(max_tokens) if isinstance(max_tokens, (list, tuple)) else max_tokens
+        takes = (
+            f"1, one per size axis {list(axes)}"
+            if len(axes) == 1
+            else f"1 (every axis) or {len(axes)}, one per size axis {list(axes)}"
+        )
+        raise ValueError(f"{owner}: max_tokens={shown} has {given} values; the budget takes {takes}")
 
 
 class ShapePolicy:
@@ -65,12 +102,16 @@ class ShapePolicy:
     datasets: dict[str, Any]
     collate_fn: Any
     max_shapes: int | None
+    max_tokens: int | tuple[int, ...] | None
+    size_axes: tuple[str, ...]
     rung_batch_sizes: dict[int, int] | None
     pad_to_multiple_of: int | None
     rungs: tuple[Rungs, ...] | None
 
     def fit_shapes(self) -> None:
-        """Fit the training split's rungs (or take the table's) and hand them to whatever pads."""
+        """Fit the training split's rungs (or take the table's) and hand them to whatever pads; first, a budget
+        of another count of values than the size axes is refused (every DataModule's, once its axes are known)."""
+        check_max_tokens(self.max_tokens, tuple(self.size_axes), type(self).__name__)
         train = self.datasets.get("train")
         if train is None or self.sampler_cost != "padded" or not self.sampler_rounds_sizes:
             return

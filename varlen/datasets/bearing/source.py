@@ -38,7 +38,7 @@ from varlen.datasets.bearing.readers import (
     read_signal_file,
 )
 from varlen.errors import DataError, DatasetNotFoundError
-from varlen.labels import check_labels
+from varlen.labels import check_labels, class_order
 from varlen.report import DataReport
 
 if TYPE_CHECKING:
@@ -143,8 +143,9 @@ class BearingSource:
         return default_channels(self.root / paths[0])  # none can: raise the first file's error
 
     def _default_classes(self) -> list[str]:
-        """The metadata CSV's labels, sorted, refused when they mix numbers with words or spell one number
-        two ways (:func:`varlen.labels.check_labels`); else the format's classes."""
+        """The metadata CSV's labels in :func:`varlen.labels.class_order` (by number when all are numbers),
+        refused when they mix numbers with words or spell one number two ways (:func:`varlen.labels.check_labels`);
+        else the format's classes."""
         if self.metadata is None:
             return list(PADERBORN_CLASSES if self.data_format == "paderborn" else CWRU_CLASSES)
         labels = self.read_metadata()["label"]
@@ -153,7 +154,7 @@ class BearingSource:
             if isinstance(label, str) and label.strip():  # a blank cell is read as NaN: a missing label
                 first.setdefault(label, line)
         check_labels(list(first), [f"line {line}" for line in first.values()], str(self.metadata), "label")
-        return sorted(labels.astype(str).unique())
+        return class_order(labels.astype(str).unique())
 
     def not_found(self, what: str | None = None) -> DatasetNotFoundError:
         """The error for a missing folder or recordings, with how to get them (the one place that says so)."""

@@ -7,6 +7,9 @@ neither (left out).
   arrays): a variable-length field of ``[T, k]`` elements;
 * a number, or ``fixed_size_list<number, k>``: a fixed field (``[]``, ``[k]``);
 * anything else (strings, dates, structs): not served, except as the label.
+
+A variable-length field of integers, one per element, is read as token ids: its vocabulary is its largest id + 1
+(:func:`vocab_size`), refused past :data:`MAX_VOCAB` (values read as ids would make an embedding of terabytes).
 """
 
 from __future__ import annotations
@@ -20,7 +23,10 @@ import pyarrow.compute as pc
 
 from varlen.errors import DataError
 
-__all__ = ["FieldSpec", "field_specs", "is_list", "served_fields", "storage", "trailing_of"]
+#: the most ids a field of token ids may hold (its largest + 1): an embedding past it is values read as ids
+MAX_VOCAB = 2**24
+
+__all__ = ["MAX_VOCAB", "FieldSpec", "field_specs", "is_list", "served_fields", "storage", "trailing_of", "vocab_size"]
 
 
 @dataclass(frozen=True)
@@ -154,3 +160,23 @@ def served_fields(
             "<field>_lengths): rename them, or leave them out with fields=[...]"
         )
     return specs, unserved
+
+
+def vocab_size(column: pa.ChunkedArray, name: str, where: str) -> int:
+    """A token-id field's vocabulary: its largest id + 1 (1 without any).
+
+    Raises:
+        DataError: an id past :data:`MAX_VOCAB` (values read as ids: an embedding of terabytes), naming the field,
+            its largest value and both ways out.
+    """
+    values = pc.list_flatten(column)
+    if pa.types.is_floating(values.type):  # a float field served as ints (dtypes): non-finite rows are bad rows
+        values = pc.filter(values, pc.is_finite(values))
+    largest = pc.max(values).as_py()
+    if largest is not None and int(largest) >= MAX_VOCAB:
+        raise DataError(
+            f"{where}: column {name!r} is read as token ids (integers, one per element) and its largest is "
+            f"{int(largest):,}: an embedding of {int(largest) + 1:,} rows, past {MAX_VOCAB:,}. Values, not ids? serve "
+            f"them as features: dtypes={{{name!r}: 'float32'}}; ids? number them from 0 (0..n-1)"
+        )
+    return 1 if largest is None else int(largest) + 1

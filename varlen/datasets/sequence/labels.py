@@ -1,7 +1,8 @@
 """What a label column makes of the task: classes (integer, boolean or string labels) or regression targets
 (floats), and the classes' names and values in id order.
 
-Classes are the sorted distinct labels of the training source (integers in numeric order), unless given
+Classes are the sorted distinct labels of the training source (numbers, and text labels that all spell numbers,
+in numeric order: :func:`varlen.labels.class_order`, the text DataModule's rule too), unless given
 (``class_names``, matched as written), or a Hugging Face ``ClassLabel``'s names (its stored ids are their
 positions; ``class_names`` then picks among its names: :func:`varlen.labels.named_classes`). String labels
 get the checks of :mod:`varlen.labels` (numbers mixed with words, one number spelt two ways: refused naming
@@ -19,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from varlen.errors import DataError
-from varlen.labels import check_labels, distinct_labels, examples, named_classes
+from varlen.labels import check_labels, class_order, distinct_labels, examples, named_classes
 
 __all__ = ["LabelSpec", "label_spec"]
 
@@ -148,7 +149,7 @@ def label_spec(
         distinct, first = distinct_labels(column)
         if text:
             check_labels(distinct, [f"row {row}" for row in first.tolist()], where, name)
-        values = np.sort(np.asarray(distinct, dtype=str) if text else np.asarray(distinct))
+        values = np.asarray(class_order(distinct), dtype=str) if text else np.sort(np.asarray(distinct))
     if not len(values):
         raise DataError(f"{where}: label column {name!r} holds no label")
     return LabelSpec("classification", [_name(v) for v in values.tolist()], values)

@@ -3,11 +3,13 @@ Lines; compressed by suffix as :mod:`varlen.datasets.files` reads them), read wi
 
 A JSON Lines record holds a variable-length field as a list (``{"signal": [[0.1, 0.2], [0.3, 0.4]], "label":
 1}``); a CSV cell holds it as a JSON list (``"[[0.1, 0.2], [0.3, 0.4]]"``, what ``json.dumps(a.tolist())``
-writes): a string column whose first value is a JSON list is parsed as one. Numbers come as JSON gives them
-(float64, int64): ``dtypes`` casts them. A row is named as an editor shows it, ``line N`` (a CSV's header is
-line 1; blank lines and a quoted field's newlines count): a record pyarrow cannot read, a value of another
-type than its column's, a cell that is no JSON, each is a :class:`~varlen.errors.DataError` naming the file
-and the line, found by reading the file again only when a message needs it.
+writes): a string column whose first value is a JSON list, or whose values are JSON lists and numbers, is
+parsed as one (a number among lists, or lists nested otherwise than the first, is refused naming its line).
+Numbers come as JSON gives them (float64, int64): ``dtypes`` casts them. A row is named as an editor shows
+it, ``line N`` (a CSV's header is line 1; blank lines and a quoted field's newlines count): a record pyarrow
+cannot read, a value of another type than its column's, a cell that is no JSON, each is a
+:class:`~varlen.errors.DataError` naming the file and the line, found by reading the file again only when a
+message needs it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
@@ -34,6 +37,10 @@ Layout = Literal["csv", "jsonl"]
 LINE_TABLES: dict[str, Layout] = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl"}
 #: a cell of a CSV column of lists starts so
 LIST_START = "["
+#: a CSV cell that is a number as pyarrow reads one (a list written as a scalar beside lists)
+NUMBER = r"^\s*[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?\s*$"
+#: the way out of a scalar among lists
+ONE_VALUE = "a sequence of one value is a list too, e.g. [5]"
 
 
 def layout_of(path: str | Path) -> Layout | None:
@@ -100,14 +107,22 @@ def _read_jsonl(path: Path, rows: int | None, columns: list[str] | None) -> pa.T
 
 
 def _list_cells(table: pa.Table, path: Path) -> pa.Table:
-    """``table`` with each string column whose first value is a JSON list parsed (the lists of a CSV)."""
+    """``table`` with each string column of JSON lists parsed (the lists of a CSV): a column whose first value
+    is a list, or whose other values beside its lists are all numbers (a list written as a scalar)."""
     for position, name in enumerate(table.column_names):
         column = table.column(name)
         if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
             continue
-        first = pc.drop_null(column)
-        if not len(first) or not str(first[0].as_py()).lstrip().startswith(LIST_START):
+        cells = pc.utf8_ltrim_whitespace(column.combine_chunks())
+        lists = pc.fill_null(pc.starts_with(cells, LIST_START), False)
+        if not pc.any(lists).as_py():
             continue
+        others = pc.drop_null(pc.filter(cells, pc.invert(lists)))
+        first = pc.drop_null(cells)[0].as_py()
+        if not first.startswith(LIST_START) and not pc.all(pc.match_substring_regex(others, NUMBER)).as_py():
+            continue  # text, some of it starting with '[': not a column of lists
+        if len(others):
+            raise _scalar_cell(path, name, column, lists)
         records = pc.binary_join_element_wise('{"v":', pc.fill_null(column.combine_chunks(), "null"), "}", "")
         joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(records)], pa.int32()), records), "\n")
         try:
@@ -118,15 +133,58 @@ def _list_cells(table: pa.Table, path: Path) -> pa.Table:
     return table
 
 
+def _scalar_cell(path: Path, name: str, column: pa.ChunkedArray, lists: pa.Array) -> DataError:
+    """The first cell of a column of lists that holds no list, named by its line."""
+    missing = column.combine_chunks().is_null().to_numpy(zero_copy_only=False)
+    row = int(np.flatnonzero(~lists.to_numpy(zero_copy_only=False) & ~missing)[0])
+    cell = str(column[row].as_py())
+    return DataError(
+        f"{path}, {_line(path, 'csv', row)}: column {name!r} holds {cell[:40]!r}, not a JSON list, where its other "
+        f"cells are lists: {ONE_VALUE}"
+    )
+
+
+def _depth(value: object) -> int | None:
+    """How deep lists nest in a parsed cell (0: a scalar; None: an empty list, which fits any depth)."""
+    depth = 0
+    while isinstance(value, list):
+        if not value:
+            return None
+        value, depth = value[0], depth + 1
+    return depth
+
+
 def _bad_cell(path: Path, name: str, column: pa.ChunkedArray, error: Exception) -> DataError:
-    """The first cell of ``column`` that is no JSON list, named by its line."""
+    """The first cell of ``column`` that is no JSON list, or whose lists nest otherwise than the first's, named
+    by its line."""
+    first: tuple[int, int] | None = None  # (row, depth) of the first list that is not empty
     for row, cell in enumerate(column.to_pylist()):
+        if cell is None:
+            continue
         try:
-            json.loads(cell) if cell is not None else None
+            value = json.loads(cell)
         except ValueError as bad:
-            line = _line(path, "csv", row)
-            return DataError(f"{path}, {line}: column {name!r} holds {cell[:40]!r}, not a JSON list ({bad})")
+            return DataError(
+                f"{path}, {_line(path, 'csv', row)}: column {name!r} holds {cell[:40]!r}, not a JSON list ({bad})"
+            )
+        depth = _depth(value)
+        if depth == 0:
+            return DataError(
+                f"{path}, {_line(path, 'csv', row)}: column {name!r} holds {cell[:40]!r}, not a JSON list, where its "
+                f"other cells are lists: {ONE_VALUE}"
+            )
+        if depth is not None and first is None:
+            first = (row, depth)
+        elif depth is not None and depth != first[1]:
+            return DataError(
+                f"{path}, {_line(path, 'csv', row)}: column {name!r} holds {cell[:40]!r}, {_nesting(depth)} where "
+                f"{_line(path, 'csv', first[0])} holds {_nesting(first[1])}: every cell of a field nests alike"
+            )
     return DataError(f"{path}: column {name!r}: its JSON lists cannot be read as one type ({error})")
+
+
+def _nesting(depth: int) -> str:
+    return "a list of numbers" if depth == 1 else "a list of lists" if depth == 2 else f"lists nested {depth} deep"
 
 
 def _line(path: Path, layout: Layout, row: int) -> str:

@@ -11,8 +11,11 @@ fetched, and anew each epoch (training batches carry their epoch: :class:`~varle
 
 What a transform may change: values, and a size field's length downwards (a crop: the batch was planned
 at the stored length, which a longer sample would break); each field is cast back to its served dtype
-(``x + rng.normal(...)`` is float64). Spawned and forkserver workers receive it pickled: a lambda or a
-function defined inside another is refused when such a loader is made, naming the fix.
+(``x + rng.normal(...)`` is float64). What it returns is checked as what is read
+(:mod:`~varlen.datasets.sequence.outputs`: every field in its shape, values its dtype holds, finite, a size
+field not emptied, the label kept and in range), a :class:`~varlen.errors.DataError` naming the sample and the
+transform whatever ``on_bad`` says: a transform's bug is no bad row. Spawned and forkserver workers receive it
+pickled: a lambda or a function defined inside another is refused when such a loader is made, naming the fix.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import numpy as np
 import torch
 
 from varlen.batching.pad_collate import PadCollate
+from varlen.datasets.sequence.outputs import OutputRules, checked_output
 from varlen.draws import counter_bits
 from varlen.errors import DataError
 
@@ -82,24 +86,15 @@ class SampleTransform:
     Args:
         fn: the user's ``transform``.
         seed: the DataModule's seed.
-        size_fields: the fields whose lengths the batch was planned at (a transform may only shorten them).
-        dtypes: each variable-length and fixed field's served dtype (cast back to after the call).
+        rules: what a returned sample must be (its fields' served dtypes and shapes, the size fields, the
+            label's task and classes: :mod:`~varlen.datasets.sequence.outputs`).
         where: the source, for messages.
     """
 
-    def __init__(
-        self,
-        fn: Callable[..., Any],
-        seed: int,
-        size_fields: Sequence[str] = (),
-        dtypes: Mapping[str, np.dtype] | None = None,
-        where: str = "",
-    ) -> None:
+    def __init__(self, fn: Callable[..., Any], seed: int, rules: OutputRules, where: str = "") -> None:
         if not callable(fn):
             raise TypeError(f"transform must be a callable sample -> sample, got {type(fn).__name__}")
-        self.fn, self.seed, self.where = fn, int(seed), where
-        self.size_fields = tuple(size_fields)
-        self.dtypes = dict(dtypes or {})
+        self.fn, self.seed, self.where, self.rules = fn, int(seed), where, rules
         self.takes_rng = _takes_rng(fn)
 
     def words(self, indices: np.ndarray, epoch: int) -> list[int]:
@@ -107,9 +102,14 @@ class SampleTransform:
         return counter_bits(DRAWS, self.seed, epoch, np.asarray(indices, np.int64), np.array(0)).tolist()
 
     def one(self, sample: dict[str, Any], word: int) -> dict[str, Any]:
-        """``fn`` of one sample, with draws from ``word``; checked and cast back to the served dtypes."""
-        stored = {name: len(sample[name]) for name in self.size_fields}
-        index = sample["index"]
+        """``fn`` of one sample, with draws from ``word``; checked and cast back to the served dtypes.
+
+        Raises:
+            DataError: the output cannot be served (:func:`~varlen.datasets.sequence.outputs.checked_output`),
+                naming the split, the sample, the field and the transform.
+        """
+        stored = {name: len(sample[name]) for name in self.rules.size_fields}
+        index, labelled = sample["index"], "label" in sample
         if self.takes_rng == "positional":
             out = self.fn(sample, np.random.default_rng(word))
         elif self.takes_rng == "keyword":
@@ -120,22 +120,7 @@ class SampleTransform:
         where = f"{self.where}: transform {transform_name(self.fn)} of sample {index}"
         if not isinstance(out, Mapping):
             raise DataError(f"{where} returned {type(out).__name__}: return the sample (a dict)")
-        out = dict(out)
-        for name, length in stored.items():
-            if name not in out or np.ndim(out[name]) == 0 or len(out[name]) > length:
-                got = "no such key" if name not in out else f"length {len(out[name]) if np.ndim(out[name]) else 0}"
-                raise DataError(
-                    f"{where}: size field {name!r} has {got} where it was planned at {length}: a transform may "
-                    "shorten a size field (a crop), never lengthen it (the batch's budget counts the stored length)"
-                )
-        for name, dtype in self.dtypes.items():
-            if name in out:
-                value = out[name]
-                out[name] = (
-                    value.to(torch.from_numpy(np.empty(0, dtype)).dtype)
-                    if torch.is_tensor(value)
-                    else (np.asarray(value, dtype=dtype))
-                )
+        out = checked_output(out, stored, labelled, self.rules, where)
         out["index"] = index
         return out
 

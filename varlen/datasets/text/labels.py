@@ -2,9 +2,9 @@
 
 Labels may be ints, integral floats (what a column with one blank cell becomes), bools or strings;
 each becomes a class name (:func:`label_key`). Without ``class_names`` the classes are the training
-labels' names, sorted (:func:`class_list`, :func:`column_classes`), after a check that the column
-says one thing (:func:`varlen.labels.check_labels`): a column mixing numbers with words, or spelling
-one number two ways, is refused with examples and their places (a file's line, or a row from 1: see
+labels' names in :func:`varlen.labels.class_order` (:func:`class_list`, :func:`column_classes`), after a
+check that the column says one thing (:func:`varlen.labels.check_labels`): a column mixing numbers with
+words, or spelling one number two ways, is refused with examples and their places (a file's line, or a row from 1: see
 :mod:`~varlen.datasets.text.places`). A Hugging Face ``ClassLabel`` column's ids are read as its names
 (:func:`named_labels`): its names are the classes, in id order.
 """
@@ -18,7 +18,7 @@ import numpy as np
 
 from varlen.datasets.text.places import Places
 from varlen.errors import DataError
-from varlen.labels import check_labels, distinct_labels
+from varlen.labels import check_labels, class_order, distinct_labels
 
 __all__ = ["check_classes", "class_list", "column_classes", "label_key", "named_labels"]
 
@@ -55,10 +55,7 @@ def _classes(values: Sequence[Any], rows: Sequence[int], source: str, column: st
         check_labels(names, [""] * len(names), source, column)
     except DataError:  # refused: now the places are worth finding (a file's lines cost a pass over it)
         check_labels(names, places([first[name] for name in names]), source, column)
-    try:
-        return [str(v) for v in sorted(int(v) for v in names)]
-    except ValueError:
-        return sorted(names)
+    return class_order(names)
 
 
 def class_list(
@@ -68,7 +65,8 @@ def class_list(
     rows: Sequence[int] | None = None,
     places: Places = _rows_from_one,
 ) -> list[str]:
-    """The stable class list of some labels: sorted numerically when all are ints, else as strings.
+    """The stable class list of some labels: :func:`varlen.labels.class_order` (by number when all spell
+    numbers, else as text).
 
     Raises:
         DataError: the labels mix numbers with words or spell one number two ways (naming ``source``,
