@@ -303,3 +303,39 @@ def test_chunks_compressed_whole_are_refused_naming_the_way_out(tmp_path: Path) 
     with pytest.raises(DataError, match=rf"{re.escape(str(out))}: its chunks are {said}"):
         StreamedDataset(out, stream_items.sizes_of)
     assert sorted(path.name for path in out.iterdir()) == [*files, FOLDER]
+
+
+def test_varlen_optimize_compression_writes_chunks_checked_as_written(tmp_path: Path, capsys) -> None:
+    """``varlen optimize --compression zstd``: chunks compressed inside their files, whose checksums the size index
+    records as written; they stream as the uncompressed ones, and one changed since is refused."""
+    pytest.importorskip("zstd", reason="LitData's zstd compression needs the zstd package")
+    import json
+
+    from test_stream_read import optimize
+
+    from varlen.datamodules.sequence import SequenceDataModule
+
+    sequences = ["--config", "configs/sequence.yaml", "--data.init_args.synthetic=100"]
+    with pytest.raises(SystemExit) as ended:
+        optimize(tmp_path / "gzip", *sequences, "--compression", "gzip")
+    assert ended.value.code == 2
+    assert (
+        "--compression: compression 'gzip': give zstd, or zstd:LEVEL with LEVEL from 1 to 22" in capsys.readouterr().err
+    )
+    out = optimize(
+        tmp_path / "zstd", *sequences, "--chunk-bytes", "2000", "--num-workers", "1", "--compression", "zstd:3"
+    )
+    assert "LitData chunks (zstd:3)" in capsys.readouterr().out
+    config = json.loads((out / "index.json").read_text())["config"]
+    assert (config["compression"], config["compression_level"]) == ("zstd:3", "batch")
+    index = SizeIndex(out)
+    assert index.num_chunks > 2
+    assert [index.chunk_checksum(c) for c in range(index.num_chunks)] == [
+        checksums.file_checksum(out / name) for name in index.chunks.names
+    ]
+    dataset = StreamedDataset(out, SequenceDataModule.sample_sizes)
+    assert [item["index"] for item in dataset.__getitems__(range(len(dataset)))] == list(range(len(dataset)))
+    flip_bytes(out / index.chunks.names[1], count=1)
+    dataset = StreamedDataset(out, SequenceDataModule.sample_sizes)
+    with pytest.raises(DataError, match=rf"chunk 1 \({index.chunks.names[1]}\), item 0 .* is damaged \(corrupt: its"):
+        dataset.__getitems__(range(len(dataset)))
