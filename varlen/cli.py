@@ -60,6 +60,7 @@ __all__ = [
     "optimize_command",
     "quiet",
     "tune_command",
+    "verify_command",
 ]
 
 
@@ -401,6 +402,17 @@ def tune_command(argv: Sequence[str]) -> int:
     return status
 
 
+def verify_command(argv: Sequence[str]) -> int:
+    """``varlen verify PATH`` (:mod:`varlen.scrub`; the console runs it before importing this module); exits with
+    its status."""
+    from varlen.scrub import main as verify
+
+    status = verify(argv)
+    if status:
+        sys.exit(status)
+    return status
+
+
 @dataclass(frozen=True)
 class Command:
     """A ``varlen`` command: its line in ``varlen --help``, and what runs it (None: LightningCLI runs the
@@ -416,6 +428,7 @@ RUNS = {
     "optimize": optimize_command,
     "index-sizes": index_sizes_command,
     "tune": tune_command,
+    "verify": verify_command,
 }
 #: every ``varlen`` command, in the order ``varlen --help`` lists them (:data:`varlen.commands.SUMMARIES`)
 COMMANDS: dict[str, Command] = {name: Command(summary, RUNS.get(name)) for name, summary in SUMMARIES.items()}
