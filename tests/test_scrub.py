@@ -145,7 +145,9 @@ def test_verify_a_cache_clean_then_tampered(tmp_path: Path, capsys) -> None:
     assert [row(out, f"{p.parent.name}/{p.name}")[1:4] for p in paths] == [
         ["table", f"{p.stat().st_size:,}", "ok"] for p in paths
     ]
-    assert out.splitlines()[-1].endswith(": 3 ok; 1 other file not checked (no checksum recorded)")
+    assert out.splitlines()[-1].endswith(
+        ": 3 ok; 1 other file not checked (no checksum recorded: video-text/report.json)"
+    )
 
     assert open_table(paths[0], version="t1", key=KEY) is not None  # a read verified it (and marked it)
     keep_mtime_flip(paths[0], count=16)

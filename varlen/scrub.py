@@ -34,7 +34,7 @@ from varlen.errors import DataError
 from varlen.stream.chunks import IN_FILE, INDEX_JSON, ChunkList, read_index_json
 from varlen.stream.integrity import CHECKSUM, CHUNK_CHECKSUM, own_checksum, recorded_files
 from varlen.stream.size_index import FOLDER, HISTOGRAMS
-from varlen.tables import CHECKSUM_FIELD, VERSION_FIELD
+from varlen.tables import CHECKSUM_FIELD, VERSION_FIELD, as_numpy
 
 __all__ = ["Row", "main", "scrub"]
 
@@ -141,7 +141,7 @@ def stream_rows(folder: Path) -> list[Row]:
         names = table.column("chunk").to_pylist()
         sums = table.column(CHUNK_CHECKSUM).to_pylist() if CHUNK_CHECKSUM in table.schema.names else []
         recorded = dict(zip(names, sums, strict=False))
-        written = ChunkList(tuple(names), table.column("samples").to_numpy(), table.column("bytes").to_numpy())
+        written = ChunkList(tuple(names), as_numpy(table.column("samples")), as_numpy(table.column("bytes")))
         differ = chunks.difference(written, INDEX_JSON, "the size index")
         rows.insert(0, Row(INDEX_JSON, "chunk list", size, MISMATCH if differ else OK, differ or ""))
     config = listed.get("config") if isinstance(listed.get("config"), dict) else {}
@@ -234,7 +234,8 @@ def summary(path: Path, rows: Sequence[Row], skipped: Iterable[str], seconds: fl
     line = f"{path}: {len(rows)} files, {read / 2**20:.1f} MiB hashed in {seconds:.1f} s: {said}"
     skipped = list(skipped)
     if skipped:
-        line += f"; {len(skipped)} other file{'s' * (len(skipped) != 1)} not checked (no checksum recorded)"
+        named = f": {', '.join(skipped)}" if len(skipped) <= 3 else ""
+        line += f"; {len(skipped)} other file{'s' * (len(skipped) != 1)} not checked (no checksum recorded{named})"
     if set(counts) - {OK}:
         stream = (path / INDEX_JSON).is_file() or (path / FOLDER).is_dir()
         line += f". {REWRITE_STREAM if stream else REBUILD_CACHE}"
