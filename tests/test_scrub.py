@@ -104,6 +104,8 @@ def test_verify_a_stream_clean_then_tampered_under_the_same_mtime(written: Path,
     summary = out.splitlines()[-1]
     assert summary.startswith(f"{stream}: 13 files, ") and summary.endswith(": 13 ok"), summary
     assert not any(checksums.MARKER in attributes(stream / c["filename"]) for c in names)  # nothing marked
+    assert main([str(stream / "varlen_sizes" / "sizes.arrow")]) == 0  # a size index's file: the whole index
+    assert len(capsys.readouterr().out.splitlines()) == 6  # the header, its 4 files, the summary
 
     dataset = StreamedDataset(stream, stream_items.sizes_of)
     assert [item["index"] for item in dataset.__getitems__(range(60))] == list(range(60))  # verified, marked

@@ -12,7 +12,7 @@ SUMMARIES = {
     "inspect": "A config's batches and padding, without training.",
     "optimize": "A config's training split as LitData chunks.",
     "index-sizes": "The size index of LitData chunks written elsewhere.",
-    "verify": "Every chunk, sidecar and cache table hashed against its checksum.",
+    "verify": "Every stored file hashed against its checksum.",
     "tune": "Loader settings measured here; --budget: max_tokens.",
 }
 #: the commands that import no torch model, Lightning or scenario: run by :mod:`varlen.console` itself

@@ -11,7 +11,7 @@ again, whenever it is run (after a disk error, a copy, before a long job):
   list against the one the size index was written for;
 * a cache folder (``$VARLEN_CACHE``, a DataModule's ``cache_dir``): every varlen table in it, and every size
   index (a store's fetched copy: its chunks are checked as they are read);
-* one varlen table (``.arrow``).
+* one varlen table (``.arrow``), or one file of a size index (the size index and every file it recorded).
 
 It prints a row per file (file, kind, bytes, status: ok, MISMATCH, missing, unreadable, or unrecorded: no
 checksum to compare, written by an older varlen or by something else) and a summary line, and exits 0
@@ -161,13 +161,13 @@ def cache_rows(folder: Path) -> tuple[list[Row], list[str]]:
         name = path.relative_to(folder).as_posix()
         if not path.is_file():
             continue
-        if path.parent.name == FOLDER:
+        if path.parent.name == FOLDER and (path.parent / HISTOGRAMS).is_file():  # a size index: its rows say them
             if path.name == HISTOGRAMS:
                 rows += size_index_rows(path.parent.parent, f"{path.parent.parent.relative_to(folder).as_posix()}/")[0]
             elif path.suffix != ".arrow":
                 skipped.append(name)
             continue
-        row = None if path.name.startswith(".") else table_row(path, name)
+        row = table_row(path, name) if path.suffix == ".arrow" and not path.name.startswith(".") else None
         if row is None:
             skipped.append(name)
         else:
@@ -187,6 +187,8 @@ def scrub(path: str | Path) -> tuple[list[Row], list[str]]:
     path = Path(path)
     if not path.exists():
         raise ValueError(f"{path} does not exist")
+    if path.is_file() and path.parent.name == FOLDER and path.suffix == ".arrow":  # a size index's file: all of it
+        return size_index_rows(path.parent.parent, "")[0], []
     if path.is_file():
         row = table_row(path, path.name)
         if row is None:
@@ -231,7 +233,8 @@ def summary(path: Path, rows: Sequence[Row], skipped: Iterable[str], seconds: fl
     counts = {status: count for status, count in counts.items() if count}
     read = sum(row.nbytes or 0 for row in rows if row.status in (OK, MISMATCH))
     said = ", ".join(f"{count} {status}" for status, count in counts.items())
-    line = f"{path}: {len(rows)} files, {read / 2**20:.1f} MiB hashed in {seconds:.1f} s: {said}"
+    files = f"{len(rows)} file{'s' * (len(rows) != 1)}"
+    line = f"{path}: {files}, {read / 2**20:.1f} MiB hashed in {seconds:.1f} s: {said}"
     skipped = list(skipped)
     if skipped:
         named = f": {', '.join(skipped)}" if len(skipped) <= 3 else ""
