@@ -142,3 +142,26 @@ def test_ids_outside_a_vocabulary_are_found_with_their_row() -> None:
     assert ids_outside(ids, 30522) == (1, 30522)
     assert ids_outside(ids.take([0, 2]), 30522) == (1, -1013)
     assert ids_outside(ids.take([0]), 30522) is None
+
+
+def test_varlen_verify_always_finds_a_flip_under_the_same_mtime(tmp_path: Path, monkeypatch, hashes) -> None:
+    """Once verified, a table is not hashed again in the process (nor on the node, where it takes the marker):
+    bytes a failing disk flips under the same inode, size and mtime are served. ``VARLEN_VERIFY=always`` hashes
+    it at every open, in this process and in every process it starts."""
+    path = write_table(tmp_path / "t.arrow", columns(), version="t1", key=KEY)
+    assert open_table(path, version="t1", key=KEY) is not None and len(hashes) == 1
+    before = path.stat()
+    flip_bytes(path)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert open_table(path, version="t1", key=KEY) is not None and len(hashes) == 1  # the blind spot
+    monkeypatch.setenv("VARLEN_VERIFY", "always")
+    with pytest.warns(UserWarning, match=rf"cache {re.escape(str(path))} is corrupt: its data's checksum"):
+        assert open_table(path, version="t1", key=KEY) is None
+    with pytest.raises(DataError, match=rf"cache {re.escape(str(path))} is corrupt"):
+        MappedTable(path)
+    code = f"from varlen.tables import MappedTable; MappedTable({str(path)!r})"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 1 and "is corrupt: its data's checksum" in done.stderr
+    monkeypatch.setenv("VARLEN_VERIFY", "sometimes")
+    with pytest.raises(ValueError, match=r"VARLEN_VERIFY='sometimes': give 'always' .* or 'once'"):
+        MappedTable(path)

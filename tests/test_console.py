@@ -41,4 +41,10 @@ def test_the_help_imports_nothing_heavy_and_lists_every_command() -> None:
 
 def test_the_cli_runs_the_commands_the_help_lists() -> None:
     assert list(cli.COMMANDS) == list(SUMMARIES)
-    assert [n for n, c in cli.COMMANDS.items() if c.run is not None] == ["inspect", "optimize", "index-sizes", "tune"]
+    assert [n for n, c in cli.COMMANDS.items() if c.run is not None] == [
+        "inspect",
+        "optimize",
+        "index-sizes",
+        "verify",
+        "tune",
+    ]

@@ -220,3 +220,122 @@ def test_an_index_written_before_checksums_opens_with_one_warning(copy: Path) ->
     rewrite_draw(copy, "class", 1, 2, 7)
     with pytest.raises(DataError, match=r"item 2 \(sample 10\): its 'class' is 7, not a class id from -1 to 2"):
         weighted_index(copy, "balanced")
+
+
+def keep_mtime_flip(path: Path, count: int = 1) -> None:
+    """Bytes of ``path`` flipped in place under its old modification time: what a failing disk does, which
+    the once-per-node marker (inode, size, mtime) cannot tell from the file it verified."""
+    before = path.stat()
+    flip_bytes(path, count=count)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert path.stat().st_mtime_ns == before.st_mtime_ns
+
+
+@pytest.fixture
+def compressed(tmp_path: Path) -> Path:
+    """The 60 items written by ``litdata.optimize(compression="zstd")`` (its default: each chunk compressed
+    inside its file, read in place), with their size index."""
+    pytest.importorskip("zstd", reason="LitData's zstd compression needs the zstd package")
+    out = tmp_path / "zstd"
+    litdata.optimize(stream_items.labelled_item, list(range(ITEMS)), str(out), chunk_size=8, num_workers=1,
+                     start_method=START, compression="zstd")  # fmt: skip
+    index_sizes(out, stream_items.item_sizes, axes=("tokens", "rows"))
+    return out
+
+
+def test_a_compressed_chunk_changed_after_it_was_written_is_refused_naming_it(compressed: Path, hashed) -> None:
+    """A compressed chunk's bytes are checked as an uncompressed one's (its size in index.json, the checksum the
+    size index recorded of the file as written) before LitData decodes it: a flipped byte was served as a value."""
+    name = SizeIndex(compressed).chunks.names[2]
+    keep_mtime_flip(compressed / name)
+    dataset = StreamedDataset(compressed, stream_items.sizes_of)
+    with pytest.raises(DataError) as caught:
+        dataset[17]
+    message = str(caught.value)
+    assert f"chunk 2 ({name}), item 0 (sample 16) could not be read: the chunk is damaged (corrupt: its " in message
+    assert "varlen optimize --config CONFIG --output DIR" in message, message
+    assert name in hashed
+    assert dataset[15]["index"] == 15 and dataset[24]["index"] == 24  # the other chunks still read
+
+
+def test_verify_always_finds_a_flip_under_the_same_mtime_after_the_first_check(copy: Path, hashed) -> None:
+    """Once verified, a file is not hashed again in the process (nor on the node, where it takes the marker):
+    a flip that keeps its inode, size and mtime is served. A stream's ``verify: always`` hashes each chunk at
+    every read from disk, and the size index and sidecar at every open."""
+    from varlen.stream.source import StreamSource
+
+    assert [item["index"] for item in read_all(copy)] == list(range(ITEMS))
+    name = SizeIndex(copy).chunks.names[3]
+    keep_mtime_flip(copy / name, count=4)
+    served = StreamedDataset(copy, stream_items.sizes_of)
+    assert served[25]["index"] == 25  # the marker's blind spot: what docs/data.md says
+    hashed.clear()
+    dataset = StreamedDataset(StreamSource(str(copy), verify="always"), stream_items.sizes_of, sample_labels)
+    assert SIZES in hashed  # opened again: hashed again
+    with pytest.raises(DataError, match=rf"chunk 3 \({name}\), item 0 \(sample 24\) could not be read: the chunk is "
+                                         r"damaged \(corrupt: its checksum"):  # fmt: skip
+        dataset[25]
+    assert dataset[0]["index"] == 0
+    dataset._chunks.clear()  # a later epoch reads it from disk again: hashed again
+    count = hashed.count(SizeIndex(copy).chunks.names[0])
+    assert dataset[0]["index"] == 0 and hashed.count(SizeIndex(copy).chunks.names[0]) == count + 1
+    with pytest.raises(ValueError, match=r"stream's verify must be 'once' .* or 'always' .*, got 'sometimes'"):
+        StreamSource.parse({"url": str(copy), "verify": "sometimes"}, "test")
+    assert StreamSource.parse({"url": str(copy), "verify": "always"}, "test").verify == "always"
+
+
+def test_chunks_compressed_whole_are_refused_naming_the_way_out(tmp_path: Path) -> None:
+    """LitData decompresses a chunk compressed whole (``compression_level="chunk"``) beside itself and removes the
+    file as written, so it cannot be checked against what was written: refused before any is read, the folder
+    left as it is."""
+    pytest.importorskip("zstd", reason="LitData's zstd compression needs the zstd package")
+    out = tmp_path / "whole"
+    litdata.optimize(stream_items.labelled_item, list(range(ITEMS)), str(out), chunk_size=8, num_workers=1,
+                     start_method=START, compression="zstd", compression_level="chunk")  # fmt: skip
+    files = sorted(path.name for path in out.iterdir())
+    said = r"compressed whole \(compression_level='chunk', zstd\): .* varlen optimize --compression zstd"
+    with pytest.raises(DataError, match=rf"{re.escape(str(out))}: its chunks are {said}"):
+        index_sizes(out, stream_items.item_sizes, axes=("tokens", "rows"))
+    assert sorted(path.name for path in out.iterdir()) == files  # nothing decompressed, nothing removed
+    from varlen.stream.size_index import write_size_index
+
+    write_size_index(out, np.ones((ITEMS, 2)), ("tokens", "rows"))
+    with pytest.raises(DataError, match=rf"{re.escape(str(out))}: its chunks are {said}"):
+        StreamedDataset(out, stream_items.sizes_of)
+    assert sorted(path.name for path in out.iterdir()) == [*files, FOLDER]
+
+
+def test_varlen_optimize_compression_writes_chunks_checked_as_written(tmp_path: Path, capsys) -> None:
+    """``varlen optimize --compression zstd``: chunks compressed inside their files, whose checksums the size index
+    records as written; they stream as the uncompressed ones, and one changed since is refused."""
+    pytest.importorskip("zstd", reason="LitData's zstd compression needs the zstd package")
+    import json
+
+    from test_stream_read import optimize
+
+    from varlen.datamodules.sequence import SequenceDataModule
+
+    sequences = ["--config", "configs/sequence.yaml", "--data.init_args.synthetic=100"]
+    with pytest.raises(SystemExit) as ended:
+        optimize(tmp_path / "gzip", *sequences, "--compression", "gzip")
+    assert ended.value.code == 2
+    assert (
+        "--compression: compression 'gzip': give zstd, or zstd:LEVEL with LEVEL from 1 to 22" in capsys.readouterr().err
+    )
+    out = optimize(
+        tmp_path / "zstd", *sequences, "--chunk-bytes", "2000", "--num-workers", "1", "--compression", "zstd:3"
+    )
+    assert "LitData chunks (zstd:3)" in capsys.readouterr().out
+    config = json.loads((out / "index.json").read_text())["config"]
+    assert (config["compression"], config["compression_level"]) == ("zstd:3", "batch")
+    index = SizeIndex(out)
+    assert index.num_chunks > 2
+    assert [index.chunk_checksum(c) for c in range(index.num_chunks)] == [
+        checksums.file_checksum(out / name) for name in index.chunks.names
+    ]
+    dataset = StreamedDataset(out, SequenceDataModule.sample_sizes)
+    assert [item["index"] for item in dataset.__getitems__(range(len(dataset)))] == list(range(len(dataset)))
+    flip_bytes(out / index.chunks.names[1], count=1)
+    dataset = StreamedDataset(out, SequenceDataModule.sample_sizes)
+    with pytest.raises(DataError, match=rf"chunk 1 \({index.chunks.names[1]}\), item 0 .* is damaged \(corrupt: its"):
+        dataset.__getitems__(range(len(dataset)))

@@ -247,7 +247,7 @@ def test_a_stream_without_a_size_index_names_the_command_that_builds_it(text_str
     with pytest.raises(ValueError, match=r"stream='ftp://host/text': LitData reads \['s3://'"):
         TextClassificationDataModule(stream="ftp://host/text")
     with pytest.raises(
-        ValueError, match=r"stream takes \['url', 'storage_options', 'cache_dir', 'timeout'\], not \['endp"
+        ValueError, match=r"stream takes \['url', 'storage_options', 'cache_dir', 'timeout', 'verify'\], not \['endp"
     ):
         TextClassificationDataModule(stream={"url": "s3://bucket/text", "endpoint": "http://127.0.0.1:1"})
     with pytest.raises(ValueError, match=r"stream's timeout must be a number of seconds > 0, got '1m'"):

@@ -416,3 +416,33 @@ logging.getLogger("mine").debug("read every item")
     names = {line.split(":")[0] for line in done.stderr.splitlines() if ": " in line}
     assert not {name for name in names if name.startswith(("botocore", "boto3", "s3transfer", "urllib3", "litdata"))}
     assert_quiet(done.stderr)
+
+
+def test_a_compressed_chunk_changed_in_the_store_is_refused_as_damaged(s3: dict, tmp_path: Path) -> None:
+    """Chunks compressed inside their files (LitData's zstd) are fetched by varlen and checked as written before
+    LitData decodes them, as uncompressed ones are: a byte flipped in the store's copy is named, not served."""
+    pytest.importorskip("zstd", reason="LitData's zstd compression needs the zstd package")
+    import boto3
+    import litdata
+    import stream_items
+
+    from varlen.stream.dataset import StreamedDataset
+    from varlen.stream.index_sizes import index_sizes
+    from varlen.stream.source import StreamSource
+
+    local = tmp_path / "zstd"
+    litdata.optimize(stream_items.make_item, list(range(40)), str(local), chunk_size=8, num_workers=1,
+                     start_method="fork", compression="zstd")  # fmt: skip
+    index_sizes(local, stream_items.item_sizes, axes=("tokens", "rows"))
+    url = upload(s3, local, "zstd")
+    name = json.loads((local / "index.json").read_text())["chunks"][2]["filename"]
+    flipped = bytearray((local / name).read_bytes())
+    flipped[len(flipped) // 2] ^= 0xFF
+    boto3.client("s3", **s3).put_object(Bucket=BUCKET, Key=f"zstd/{name}", Body=bytes(flipped))
+    source = {"url": url, "storage_options": s3, "cache_dir": str(tmp_path / "cache"), "timeout": 5}
+    dataset = StreamedDataset(StreamSource.parse(source, "test"), stream_items.sizes_of)
+    assert [item["index"] for item in dataset.__getitems__(range(16))] == list(range(16))
+    with pytest.raises(DataError, match=rf"chunk 2 \({name}\), item 0 \(sample 16\) could not be read: the chunk is "
+                                         r"damaged \(corrupt: its checksum"):  # fmt: skip
+        dataset[17]
+    assert dataset[8]["index"] == 8

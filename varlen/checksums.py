@@ -17,13 +17,22 @@ SST-2's token table costs milliseconds (``scripts/benchmark_checksums.py``). It 
   workers skip the hash. A file written since has another modification time, a copy another
   inode: both are hashed again. Where the file system or the file's owner refuses the attribute,
   every process hashes.
+
+The marker's blind spot: bytes that change while the inode, size and modification time stay (a failing
+disk, a tool that restores the mtime) are served after the first check. Where that matters,
+``VARLEN_VERIFY=always`` (:data:`VERIFY`) hashes every file at every open, in every process (the
+variable travels to loader workers and ranks), and :func:`verifying` does so for what a block of code
+opens (a stream's ``verify: always``); ``varlen verify PATH`` hashes every file of a stream or cache
+against what it recorded, markers ignored.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -32,16 +41,58 @@ import xxhash
 
 from varlen.errors import DataError
 
-__all__ = ["ALGORITHM", "MARKER", "ChecksumError", "file_checksum", "mismatch", "table_checksum", "verify"]
+__all__ = [
+    "ALGORITHM",
+    "MARKER",
+    "VERIFY",
+    "ChecksumError",
+    "always_verified",
+    "file_checksum",
+    "mismatch",
+    "table_checksum",
+    "verify",
+    "verifying",
+]
 
 #: the digest a table records (its name prefixes the value: another one is a new format)
 ALGORITHM = "xxh3_64"
 #: the extended attribute that says a file was verified (see the module docstring)
 MARKER = "user.varlen.verified"
+#: the environment variable that says how often a file is hashed: ``once`` (the default: once per node,
+#: see the module docstring) or ``always`` (at every open, in every process)
+VERIFY = "VARLEN_VERIFY"
 #: bytes :func:`file_checksum` reads at a time
 _BLOCK = 8 * 2**20
 
 _VERIFIED: set[tuple[int, int, int, int]] = set()  # (device, inode, size, mtime) verified in this process
+_ALWAYS: contextvars.ContextVar[bool] = contextvars.ContextVar("varlen_verify_always", default=False)
+
+
+def always_verified() -> bool:
+    """Whether a file opened now is hashed whatever this process or the node verified already:
+    ``VARLEN_VERIFY=always``, or inside :func:`verifying`.
+
+    Raises:
+        ValueError: ``VARLEN_VERIFY`` is set to something else than ``once`` or ``always``.
+    """
+    setting = os.environ.get(VERIFY, "").strip().lower()
+    if setting not in ("", "once", "always"):
+        raise ValueError(
+            f"{VERIFY}={os.environ[VERIFY]!r}: give 'always' (every file hashed at every open) or 'once' "
+            "(once per file per node, the default)"
+        )
+    return setting == "always" or _ALWAYS.get()
+
+
+@contextlib.contextmanager
+def verifying(always: bool = True) -> Iterator[None]:
+    """Inside it, with ``always``, every file :func:`mismatch` checks is hashed, markers and this process's
+    memory of verified files ignored (a stream's ``verify: always``); without, as outside."""
+    token = _ALWAYS.set(_ALWAYS.get() or always)
+    try:
+        yield
+    finally:
+        _ALWAYS.reset(token)
 
 
 class ChecksumError(DataError):
@@ -149,9 +200,9 @@ def mismatch(path: str | Path, recorded: str, compute: Callable[[], str]) -> str
     """What ``compute()`` (the checksum of ``path``'s content, and any check of its values, which may
     raise) gives where it differs from ``recorded``; None where it agrees, or where this process or
     another one on the node verified this very file already (see the module docstring): each file is
-    hashed once per node however many processes open it."""
+    hashed once per node however many processes open it, at every open where :func:`always_verified`."""
     identity, stat = _identity(path)
-    if identity in _VERIFIED or _marked(path, stat, recorded):
+    if not always_verified() and (identity in _VERIFIED or _marked(path, stat, recorded)):
         _VERIFIED.add(identity)
         return None
     found = compute()

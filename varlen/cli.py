@@ -60,6 +60,7 @@ __all__ = [
     "optimize_command",
     "quiet",
     "tune_command",
+    "verify_command",
 ]
 
 
@@ -305,19 +306,31 @@ def optimize_command(argv: Sequence[str]) -> None:
         choices=multiprocessing.get_all_start_methods(),
         help="how LitData starts its writers (default: its own, spawn)",
     )
+    parser.add_argument(
+        "--compression",
+        default=None,
+        help="zstd or zstd:LEVEL (1-22): each chunk compressed inside its file, checked as written (needs the zstd "
+        "package; default: none)",
+    )
     options, rest = parser.parse_known_args(list(argv))
     if options.num_workers is not None and options.num_workers < 1:
         parser.error("--num-workers must be >= 1")
     chunk_bytes = int(options.chunk_bytes) if options.chunk_bytes.isdigit() else options.chunk_bytes
     from varlen.stream.sources import streamed_sources
-    from varlen.stream.write import write_split
+    from varlen.stream.write import check_compression, write_split
     from varlen.tune.config import command_config
+
+    try:
+        check_compression(options.compression)
+    except ValueError as error:
+        parser.error(f"--compression: {error}")
 
     sources = streamed_sources(command_config(rest), options.output)
     if not sources and options.output is None:
         parser.error("--output is required: the config streams no source to write where it reads it")
     columns = tuple(c.strip() for c in options.weight_columns.split(",") if c.strip())
     settings = {"chunk_bytes": chunk_bytes, "num_workers": options.num_workers, "weight_columns": columns}
+    settings["compression"] = options.compression
     for name, output, alone in sources or [("", options.output, [])]:
         if name:
             print(f"varlen optimize: source {name!r} -> {output}", flush=True)
@@ -391,6 +404,17 @@ def tune_command(argv: Sequence[str]) -> int:
     return status
 
 
+def verify_command(argv: Sequence[str]) -> int:
+    """``varlen verify PATH`` (:mod:`varlen.scrub`; the console runs it before importing this module); exits with
+    its status."""
+    from varlen.scrub import main as verify
+
+    status = verify(argv)
+    if status:
+        sys.exit(status)
+    return status
+
+
 @dataclass(frozen=True)
 class Command:
     """A ``varlen`` command: its line in ``varlen --help``, and what runs it (None: LightningCLI runs the
@@ -406,6 +430,7 @@ RUNS = {
     "optimize": optimize_command,
     "index-sizes": index_sizes_command,
     "tune": tune_command,
+    "verify": verify_command,
 }
 #: every ``varlen`` command, in the order ``varlen --help`` lists them (:data:`varlen.commands.SUMMARIES`)
 COMMANDS: dict[str, Command] = {name: Command(summary, RUNS.get(name)) for name, summary in SUMMARIES.items()}

@@ -1,7 +1,7 @@
 """The ``varlen`` commands and their lines in ``varlen --help``: one list, read by the light entry
 (:mod:`varlen.console`) and by the dispatcher (:mod:`varlen.cli`)."""
 
-__all__ = ["SUMMARIES"]
+__all__ = ["LIGHT", "SUMMARIES"]
 
 #: every ``varlen`` command and its line in ``varlen --help``, in that order (varlen.cli.COMMANDS runs them)
 SUMMARIES = {
@@ -12,5 +12,8 @@ SUMMARIES = {
     "inspect": "A config's batches and padding, without training.",
     "optimize": "A config's training split as LitData chunks.",
     "index-sizes": "The size index of LitData chunks written elsewhere.",
+    "verify": "Every stored file hashed against its checksum.",
     "tune": "Loader settings measured here; --budget: max_tokens.",
 }
+#: the commands that import no torch model, Lightning or scenario: run by :mod:`varlen.console` itself
+LIGHT = ("verify",)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from varlen.commands import SUMMARIES
+from varlen.commands import LIGHT, SUMMARIES
 
 __all__ = ["main", "usage"]
 
@@ -34,6 +34,10 @@ def main() -> None:
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         sys.exit(0 if argv else 2)
+    if argv[0] in LIGHT:  # a scrub: no Lightning, no scenario (varlen.scrub)
+        from varlen.scrub import main as verify
+
+        sys.exit(verify(argv[1:]))
     from varlen.cli import console
 
     console()

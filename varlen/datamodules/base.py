@@ -158,8 +158,9 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
             source's samples).
         stream: a dataset written by ``varlen optimize`` (LitData chunks and their size index), a
             local folder or a store's URL (``s3://...``), or a mapping of ``url``, ``storage_options``
-            (LitData's, e.g. ``endpoint_url``), ``cache_dir`` and ``timeout`` (seconds a store read may
-            take, 60): the training split is read from it and
+            (LitData's, e.g. ``endpoint_url``), ``cache_dir``, ``timeout`` (seconds a store read may
+            take, 60) and ``verify`` (``always``: each chunk hashed at every read, not once per node): the
+            training split is read from it and
             planned from its size index; val / test come from this DataModule's own sources (see
             :mod:`varlen.datamodules.streaming`).
 

@@ -5,6 +5,11 @@ its item count (``chunk_size``) and bytes (``chunk_bytes``); the items of the da
 the chunks in that order. A dataset rewritten or appended to (``optimize(mode="append")``,
 ``dataset_update``) lists other chunks, so the key of that list (:attr:`ChunkList.key`) tells
 whether a size index still describes the dataset.
+
+A chunk compressed inside its file (LitData's ``compression="zstd"``: each block of items a zstd frame) is
+read where it lies and checked as any other; one compressed whole (``compression_level="chunk"``, and
+LitData's releases before in-file compression) is decompressed by LitData beside itself, the file as
+written removed, so nothing could check it against what was written: :func:`refuse_whole_file_compression`.
 """
 
 from __future__ import annotations
@@ -20,10 +25,19 @@ import numpy as np
 from varlen.cache import cache_key
 from varlen.errors import DataError
 
-__all__ = ["INDEX_JSON", "ChunkList", "local_folder", "parse_index_json", "read_index_json"]
+__all__ = [
+    "INDEX_JSON",
+    "ChunkList",
+    "local_folder",
+    "parse_index_json",
+    "read_index_json",
+    "refuse_whole_file_compression",
+]
 
 INDEX_JSON = "index.json"
 _KEY_VERSION = "litdata-chunks-1"
+#: LitData's ``compression_level`` values that compress inside the chunk file (read in place)
+IN_FILE = ("batch", "sample")
 
 
 def local_folder(dataset_dir: str | Path) -> Path:
@@ -53,6 +67,22 @@ def parse_index_json(path: Path, where: str | Path) -> dict[str, Any]:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise DataError(f"{where} is unreadable ({type(error).__name__}: {error})") from error
+
+
+def refuse_whole_file_compression(index: Mapping[str, Any], where: str | Path) -> None:
+    """Refuse a parsed ``index.json`` whose chunks are compressed whole (see the module docstring), naming
+    ``where`` and the way out; chunks not compressed, or compressed inside their files, pass."""
+    config = index.get("config") if isinstance(index, Mapping) else None
+    config = config if isinstance(config, Mapping) else {}
+    compression, level = config.get("compression"), config.get("compression_level")
+    if not compression or level in IN_FILE:
+        return
+    raise DataError(
+        f"{where}: its chunks are compressed whole (compression_level={level or 'chunk'!r}, {compression}): LitData "
+        "decompresses such a chunk where it lies and removes the file as written, so its bytes cannot be checked "
+        "against what was written. Write them compressed inside each file: varlen optimize --compression zstd "
+        f"--config CONFIG --output DIR, or litdata.optimize(compression={compression!r}) without compression_level"
+    )
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,12 @@ be reached is told apart from a chunk that is missing or damaged, each a DataErr
 LitData neither waits for a chunk cut short nor prints its download thread's crash.
 
 A chunk whose file is not the size ``index.json`` gives, whose bytes are not those the size index
-recorded when it was written (checked before it is decoded, once per node: :mod:`varlen.stream.integrity`),
-or that fails to decode, is damaged: reported at once (never read again), naming the chunk and how to
-write it again; a store's cached copy that fails the check is fetched again once first. Every decoded
+recorded when it was written (checked before it is decoded, once per node, or at every read from disk
+with the source's ``verify="always"``: :mod:`varlen.stream.integrity`), or that fails to decode, is
+damaged: reported at once (never read again), naming the chunk and how to write it again; a store's
+cached copy that fails the check is fetched again once first. Chunks compressed inside their files
+(LitData's zstd) are fetched and checked as the file written, the same way; chunks compressed whole
+are refused (:func:`~varlen.stream.chunks.refuse_whole_file_compression`). Every decoded
 sample's sizes are computed by the DataModule's ``sample_sizes`` and compared with its size index entry:
 a dataset rewritten under its index, or an index built with another size function, raises a
 :class:`~varlen.errors.DataError` naming the chunk, the sample and the rebuild command. Given
@@ -32,9 +35,10 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
+import varlen.checksums as checksums
 import varlen.stream.store as store
 from varlen.errors import DataError
-from varlen.stream.chunks import INDEX_JSON, ChunkList, read_index_json
+from varlen.stream.chunks import INDEX_JSON, ChunkList, read_index_json, refuse_whole_file_compression
 from varlen.stream.draw_index import DRAW, REWRITE_DRAW, DrawTable
 from varlen.stream.engine import litdata, plain_http_downloads
 from varlen.stream.integrity import file_problem
@@ -91,13 +95,16 @@ class StreamedDataset(Dataset):
         self.index_dir = str(self.source.index_dir)  # index.json and the size index, on local disk
         self.sample_sizes = sample_sizes
         self.sample_labels = sample_labels
-        self.index = SizeIndex(self.index_dir)
+        listed = read_index_json(self.index_dir)
+        refuse_whole_file_compression(listed, self.url)
+        self.nbytes = ChunkList.from_index(listed, self.url).nbytes  # each chunk file's bytes
+        #: every file hashed at every open (chunks: at every read from disk), not once per node
+        self.always = self.source.verify == "always"
+        with checksums.verifying(self.always):
+            self.index = SizeIndex(self.index_dir)
         self._draw: DrawTable | None | bool = False  # the draw sidecar, opened at the first label check
         self.offsets = np.concatenate([[0], np.cumsum(self.index.samples_per_chunk)]).astype(np.int64)
         self.names = self.index.chunks.names
-        listed = read_index_json(self.index_dir)
-        self.nbytes = ChunkList.from_index(listed, self.url).nbytes  # each chunk file's bytes
-        self._compressed = bool((listed.get("config") or {}).get("compression"))  # LitData decompresses those
         self._stream: Any = None
         self._chunks: dict[int, list[Any]] = {}  # decoded chunks, least recently used first
         # chunk reads retried, in shared memory, a slot per process (this one, then each loader worker
@@ -194,23 +201,19 @@ class StreamedDataset(Dataset):
         """
         stream, first = self._open(), int(self.offsets[chunk])
         path = Path(stream.input_dir.path) / self.names[chunk]
-        fetched = self.source.remote and not self._compressed and not path.is_file() and self._fetch(chunk, path)
-        if not self._compressed:
-            if not path.is_file():
-                missing = f"{self.names[chunk]} is missing from {self.url}"
-                raise DataError(f"{self._where(chunk, first)} could not be read: {missing}. {REWRITE}")
-            problem = self._problem(chunk, path)
-            if problem is not None and self.source.remote and not fetched:  # the cache's copy: the store's again
-                path.unlink(missing_ok=True)
-                problem = self._problem(chunk, path) if self._fetch(chunk, path) else "missing from the store"
-            if problem is not None:
-                self._damaged(chunk, first, problem)
+        fetched = self.source.remote and not path.is_file() and self._fetch(chunk, path)
+        if not path.is_file():
+            missing = f"{self.names[chunk]} is missing from {self.url}"
+            raise DataError(f"{self._where(chunk, first)} could not be read: {missing}. {REWRITE}")
+        problem = self._problem(chunk, path)
+        if problem is not None and self.source.remote and not fetched:  # the cache's copy: the store's again
+            path.unlink(missing_ok=True)
+            problem = self._problem(chunk, path) if self._fetch(chunk, path) else "missing from the store"
+        if problem is not None:
+            self._damaged(chunk, first, problem)
         try:
             return self._decode(chunk)
         except _Unread as unread:
-            if self._compressed:  # LitData downloaded it: not known to be damaged
-                said = store.said(unread.__cause__)
-                raise DataError(f"{self._where(chunk, unread.sample)} could not be read ({said})") from unread.__cause__
             self._damaged(chunk, unread.sample, store.said(unread.__cause__))
 
     def _fetch(self, chunk: int, path: Path) -> bool:
@@ -227,7 +230,10 @@ class StreamedDataset(Dataset):
         if path.stat().st_size != int(self.nbytes[chunk]):
             return f"{path.stat().st_size} bytes where {INDEX_JSON} says {self.nbytes[chunk]}"
         recorded = self.index.chunk_checksum(chunk)
-        return None if recorded is None else file_problem(path, recorded)
+        if recorded is None:
+            return None
+        with checksums.verifying(self.always):
+            return file_problem(path, recorded)
 
     def _damaged(self, chunk: int, sample: int, what: str) -> None:
         """Refuse a chunk that downloaded but is not what was written, removing a store's copy from the
@@ -283,7 +289,9 @@ class StreamedDataset(Dataset):
         if self.sample_labels is None:
             return
         if self._draw is False:  # opened (and verified) once, where a chunk is first checked
-            draw = DrawTable(self.index_dir, self.index) if (Path(self.index_dir) / FOLDER / DRAW).is_file() else None
+            with checksums.verifying(self.always):
+                there = (Path(self.index_dir) / FOLDER / DRAW).is_file()
+                draw = DrawTable(self.index_dir, self.index) if there else None
             self._draw = draw if draw is not None and draw.classes >= 0 else None
         found = None if self._draw is None else self.sample_labels(items)
         if found is None:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from varlen.errors import DataError
-from varlen.stream.chunks import ChunkList, local_folder
+from varlen.stream.chunks import ChunkList, local_folder, read_index_json, refuse_whole_file_compression
 from varlen.stream.draw_index import write_draw_table
 from varlen.stream.engine import litdata
 from varlen.stream.size_index import write_size_index
@@ -100,10 +100,13 @@ def index_sizes(
 
     Raises:
         DataError: naming the chunk and the item where ``size_fn``, ``label_fn`` or a weight function
-            failed or gave a bad value, or a dataset whose items are not those its ``index.json`` lists.
+            failed or gave a bad value, a dataset whose items are not those its ``index.json`` lists, or
+            chunks compressed whole (:func:`~varlen.stream.chunks.refuse_whole_file_compression`).
     """
     dataset_dir = local_folder(dataset_dir)
-    chunks = ChunkList.read(dataset_dir)
+    listed = read_index_json(dataset_dir)
+    refuse_whole_file_compression(listed, dataset_dir)  # before LitData decompresses them (and removes them)
+    chunks = ChunkList.from_index(listed, dataset_dir)
     total = int(chunks.samples.sum())
     if total == 0:
         raise DataError(f"{dataset_dir}: its index.json lists no items")

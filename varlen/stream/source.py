@@ -12,7 +12,10 @@ store is fetched again, and one the store holds for an older chunk list is refus
 :meth:`~varlen.stream.size_index.SizeIndex.check`. A kept copy that fails its checksums
 (:mod:`varlen.stream.integrity`: a disk, a tool or a cut-short write changed it since) is fetched again
 with a warning, not left broken; a copy fetched just now that fails them is the store's, refused by name.
-Every store call ends within ``timeout`` seconds (:mod:`varlen.stream.store`).
+Every store call ends within ``timeout`` seconds (:mod:`varlen.stream.store`). ``verify="always"`` hashes
+each chunk every time a process reads it from disk, and the size index and draw sidecar every time a
+dataset opens them, instead of once per node (:mod:`varlen.checksums`: bytes a failing disk changes under
+the same modification time are then found).
 """
 
 from __future__ import annotations
@@ -47,7 +50,9 @@ INDEX_FILES = (f"{FOLDER}/{SIZES}", f"{FOLDER}/{HISTOGRAMS}")
 OPTIONAL_FILES = (f"{FOLDER}/{DATA_STATE}", f"{FOLDER}/{DRAW}", f"{FOLDER}/{DRAW_TOTALS}")
 #: files fetched again only when the store's stamp changed (large ones; a missing one has none)
 STAMPED = (*INDEX_FILES, f"{FOLDER}/{DRAW}", f"{FOLDER}/{DRAW_TOTALS}")
-KEYS = ("url", "storage_options", "cache_dir", "timeout")
+KEYS = ("url", "storage_options", "cache_dir", "timeout", "verify")
+#: how often a stream's files are hashed: once per node (the default), or at every open
+VERIFY = ("once", "always")
 #: what identified each fetched index file in the store (:func:`varlen.stream.store.stamp`), beside the copy
 STAMPS = "stamps.json"
 #: the URL prefixes LitData's downloaders read
@@ -63,6 +68,8 @@ class StreamSource:
         storage_options: LitData's ``storage_options`` for the store (e.g. ``endpoint_url``, keys).
         cache_dir: where a remote dataset's index and chunks are kept (default: ``$VARLEN_CACHE/stream``).
         timeout: seconds a store call may take (retries included) before it fails with a DataError.
+        verify: ``"once"`` (each file hashed once per node) or ``"always"`` (each chunk at every read from
+            disk, the size index and sidecar at every open: see the module docstring).
         index_dir: the local folder holding ``index.json`` and the size index (set by :meth:`fetched`).
     """
 
@@ -70,7 +77,12 @@ class StreamSource:
     storage_options: Mapping[str, Any] | None = None
     cache_dir: str | None = None
     timeout: float = store.DEFAULT_TIMEOUT
+    verify: str = "once"
     index_dir: str | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.verify not in VERIFY:
+            raise ValueError(f"StreamSource: verify must be one of {list(VERIFY)}, got {self.verify!r}")
 
     @classmethod
     def parse(cls, value: Any, owner: str) -> StreamSource:
@@ -86,7 +98,7 @@ class StreamSource:
         if not isinstance(value, Mapping) or not isinstance(value.get("url"), str) or not value["url"]:
             raise ValueError(
                 f"{owner}: stream must be a folder or URL written by `varlen optimize`, or a mapping with "
-                f"'url' (and 'storage_options', 'cache_dir', 'timeout'), got {value!r}"
+                f"'url' (and 'storage_options', 'cache_dir', 'timeout', 'verify'), got {value!r}"
             )
         unknown = sorted(set(value) - set(KEYS))
         if unknown:
@@ -97,7 +109,14 @@ class StreamSource:
         timeout = value.get("timeout", store.DEFAULT_TIMEOUT)
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
             raise ValueError(f"{owner}: stream's timeout must be a number of seconds > 0, got {timeout!r}")
-        source = cls(value["url"], dict(options) if options else None, value.get("cache_dir"), float(timeout))
+        verify = value.get("verify", "once")
+        if verify not in VERIFY:
+            raise ValueError(
+                f"{owner}: stream's verify must be 'once' (each file hashed once per node) or 'always' (at every "
+                f"open: finds bytes a failing disk changed), got {verify!r}"
+            )
+        given = (dict(options) if options else None, value.get("cache_dir"), float(timeout), verify)
+        source = cls(value["url"], *given)
         if source.remote and not source.url.startswith(SCHEMES):
             raise ValueError(f"{owner}: stream={source.url!r}: LitData reads {list(SCHEMES)} URLs, or a local folder")
         return source

@@ -12,13 +12,17 @@ writer's report counted of the split as it was written (:data:`WRITTEN`: its sam
 reader's report shows, :func:`written_counts`), and so is
 what a weighted draw needs (:mod:`varlen.stream.draw_index`): each sample's class where the DataModule
 has classes, and its weight columns' values (its ``sample_weights`` column, and any ``weight_columns``).
+With ``compression`` (``zstd`` or ``zstd:LEVEL``) each chunk is compressed inside its file (LitData's
+default way), read where it lies and checked as an uncompressed one.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import multiprocessing
 import os
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,7 +39,16 @@ from varlen.stream.draw_index import draw_values, write_draw_table
 from varlen.stream.engine import litdata
 from varlen.stream.size_index import FOLDER, write_size_index
 
-__all__ = ["DATA_STATE", "WRITTEN", "SampleItems", "Written", "write_split", "written_counts", "written_state"]
+__all__ = [
+    "DATA_STATE",
+    "WRITTEN",
+    "SampleItems",
+    "Written",
+    "check_compression",
+    "write_split",
+    "written_counts",
+    "written_state",
+]
 
 #: items decoded after writing to check that the chunks hold the samples in order
 CHECKED_ITEMS = 8
@@ -45,6 +58,24 @@ DATA_STATE = "data_state.json"
 WRITTEN = "varlen:written"
 #: samples a LitData writer process is worth starting for, when varlen picks the writers' count
 SAMPLES_PER_WRITER = 20_000
+#: the compressions LitData writes: zstd at its default level or at a level from 1 to 22
+COMPRESSION = re.compile(r"zstd(:([1-9]|1[0-9]|2[0-2]))?")
+
+
+def check_compression(compression: str | None) -> None:
+    """Refuse a ``compression`` LitData cannot write here, naming the way out.
+
+    Raises:
+        ValueError: not ``zstd`` / ``zstd:LEVEL``, or the zstd package LitData compresses with is missing.
+    """
+    if compression is None:
+        return
+    if not COMPRESSION.fullmatch(compression):
+        raise ValueError(f"compression {compression!r}: give zstd, or zstd:LEVEL with LEVEL from 1 to 22")
+    if sys.version_info < (3, 14) and importlib.util.find_spec("zstd") is None:
+        raise ValueError(
+            f"compression {compression!r} needs the zstd package, which LitData compresses with: pip install zstd"
+        )
 
 
 class SampleItems:
@@ -74,10 +105,13 @@ class Written:
     classes: int = -1
     #: weight columns written beside the size index
     weight_columns: tuple[str, ...] = ()
+    #: how each chunk is compressed inside its file (None: not)
+    compression: str | None = None
 
     def lines(self) -> list[str]:
         lines = [
-            f"wrote {self.samples} samples in {self.chunks} LitData chunks, {self.nbytes / 2**20:.2f} MiB: "
+            f"wrote {self.samples} samples in {self.chunks} LitData chunks"
+            f"{f' ({self.compression})' if self.compression else ''}, {self.nbytes / 2**20:.2f} MiB: "
             f"{self.output / INDEX_JSON}",
             f"size index ({', '.join(self.axes)}; per chunk: sizes, histograms): {self.output / FOLDER}",
         ]
@@ -98,6 +132,7 @@ def write_split(
     num_workers: int | None = None,
     start_method: str | None = None,
     weight_columns: tuple[str, ...] = (),
+    compression: str | None = None,
 ) -> Written:
     """Write ``split`` of a set-up DataModule to the new folder ``output`` as LitData chunks, and its size index.
 
@@ -107,12 +142,15 @@ def write_split(
             (up to the cores), forked where the platform can (a spawned writer imports torch again).
         weight_columns: weight columns to write beside the size index besides the DataModule's own
             ``sample_weights`` column (each read by its ``weight_column``), for draws by another column.
+        compression: ``zstd`` or ``zstd:LEVEL`` (None: none): each chunk compressed inside its file.
 
     Raises:
+        ValueError: a ``compression`` LitData cannot write here (:func:`check_compression`).
         DataError: ``output`` already holds a dataset, LitData's workers wrote nothing, or the chunks
             do not hold the samples in order.
     """
     output = local_folder(output)
+    check_compression(compression)
     if (output / INDEX_JSON).exists():
         raise DataError(f"{output} already holds a LitData dataset ({INDEX_JSON}): give a new folder or remove it")
     dataset = datamodule.dataset(split)
@@ -137,6 +175,8 @@ def write_split(
         reorder_files=False,
         verbose=sys.stderr.isatty(),  # LitData's progress bar, on a terminal
         start_method=start_method,
+        compression=compression,
+        compression_level="batch" if compression else None,  # inside each file: read in place, checked as written
     )
     if not (output / INDEX_JSON).is_file():
         raise DataError(f"{output}: LitData's writers wrote no {INDEX_JSON} (they failed: see their errors above)")
@@ -155,7 +195,8 @@ def write_split(
     state = json.dumps({**datamodule.plain_data_state(), WRITTEN: written}, indent=1, sort_keys=True)
     atomic_write(folder / DATA_STATE, lambda tmp: tmp.write_text(state))
     classes = -1 if labels is None else int(np.max(labels, initial=-1)) + 1
-    return Written(output, len(dataset), len(chunks), int(chunks.nbytes.sum()), axes, classes, tuple(weights))
+    nbytes = int(chunks.nbytes.sum())
+    return Written(output, len(dataset), len(chunks), nbytes, axes, classes, tuple(weights), compression)
 
 
 def written_state(folder: str | Path) -> dict[str, Any] | None:
