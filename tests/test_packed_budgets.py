@@ -4,6 +4,7 @@ input: ``on_bad`` raises naming it, or skips and counts it), and a streamed pack
 
 from __future__ import annotations
 
+import pickle
 import sys
 import warnings
 from pathlib import Path
@@ -48,26 +49,31 @@ def test_pad_to_multiple_of_pads_the_row_and_leaves_the_fill_alone() -> None:
 
 
 def test_a_text_longer_than_the_packed_row_is_refused_by_name_or_skipped_and_counted() -> None:
-    """``max_length`` 512 over ``max_tokens`` 128 widened every row to 512 (fill 0.25, one warning). Now the row
-    is 128: under ``on_bad='raise'`` the first longer text is a DataError naming its row and both settings;
-    under ``'skip'`` every longer text is left out and counted, and nothing warns."""
-    settings = {"synthetic": "long_reviews", "synthetic_samples": 60, "max_length": 512, "max_tokens": 128}
-    with pytest.raises(DataError, match=r"row \d+.*max_tokens=128.*max_length=512"):
+    """``max_length`` 512 over ``max_tokens`` 256 widened every row to 512 (fill 0.6, one warning). Now the row
+    is 256: under ``on_bad='raise'`` the first longer text is a DataError naming its row and both settings;
+    under ``'skip'`` every longer text is left out and counted (the report's one warning says so)."""
+    settings = {"synthetic": "long_reviews", "synthetic_samples": 60, "max_length": 512, "max_tokens": 256}
+    with pytest.raises(DataError, match=r"row \d+.*max_tokens=256.*max_length=512"):
         packed_text(**settings)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
         dm = packed_text(on_bad="skip", **settings)
-    assert dm.packing[0] == 128
+        dm.batch_sampler("train", True)
+    (said,) = [str(w.message) for w in caught]
+    assert "longer than max_tokens=256, the packed row" in said
+    assert dm.packing[0] == 256
     skipped = dm.report.skipped()
     assert skipped > 0 and dm.report.split("train").num_skipped > 0
     for split in ("train", "val"):
-        assert (dm.dataset(split).lengths <= 128).all()
+        assert (dm.dataset(split).lengths <= 256).all()
+    again = pickle.loads(pickle.dumps(dm.dataset("train")))  # a spawned worker's copy leaves them out too
+    np.testing.assert_array_equal(again.lengths, dm.dataset("train").lengths)
     every = packed_text(on_bad="skip", **(settings | {"max_tokens": 512}))
-    kept = {split: len(every.dataset(split)) for split in ("train", "val")}
+    kept = {split: len(every.dataset(split)) for split in ("train", "val", "test")}
     assert sum(len(dm.dataset(split)) for split in kept) + skipped == sum(kept.values())
     served = 0
     for batch in dm.train_dataloader():
-        assert batch["input_ids"].shape == (1, 128)
+        assert batch["input_ids"].shape == (1, 256)
         served += len(batch["index"])
     assert served == len(dm.dataset("train"))
 

@@ -279,7 +279,7 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         if self.spec.max_tokens is None:
             return 0
         budget = np.asarray(self.spec.max_tokens)
-        padded = round_up(self.sizes, self.spec.pad_to_multiple_of)  # what the collate pads to, as the plan costs it
+        padded = round_up(self.sizes, self.spec.size_multiple)  # what the collate pads to, as the plan costs it
         return int(np.any(padded > budget, axis=1).sum())
 
     @property
@@ -323,10 +323,12 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
     def shapes(self, epoch: int | None = None) -> np.ndarray:
         """``[batches, 1 + D]`` of ``epoch``'s global plan (default: the current one), in serving order: each
         batch's size and the length it pads to on each size axis (its longest sample, up to its rung or
-        ``pad_to_multiple_of``); packed (``cost="packed"``), every batch one row of the budget: ``[1, max_tokens]``."""
+        ``pad_to_multiple_of``); packed (``cost="packed"``), every batch one row of the budget: ``[1, max_tokens]``
+        (rounded up to ``pad_to_multiple_of``)."""
         plan = self.global_plan(epoch)
         if self.spec.cost == "packed":
-            return np.tile(np.array([1, self.spec.max_tokens[0]], dtype=np.int64), (len(plan.bounds), 1))
+            row = round_up(self.spec.max_tokens[0], self.spec.pad_to_multiple_of)
+            return np.tile(np.array([1, row], dtype=np.int64), (len(plan.bounds), 1))
         shapes = batch_shapes(round_up(self.sizes, self.spec.pad_to_multiple_of), plan.order, plan.bounds)
         for d, rungs in enumerate(self.rungs or ()):
             shapes[:, 1 + d] = rungs.round(shapes[:, 1 + d])
