@@ -111,17 +111,44 @@ def optimize(out: Path, *argv: str) -> Path:
     return out
 
 
-def test_a_streamed_packed_split_takes_one_shape(tmp_path) -> None:
-    """Every streamed packed batch is ``[1, T]``: the shape count, and the warm-up's batches, say one (was 12)."""
+@pytest.fixture(scope="module")
+def text_stream(tmp_path_factory) -> Path:
     pytest.importorskip("litdata")
     config = ["--config", "configs/text_bert.yaml", "--data.init_args.synthetic_samples=120"]
-    stream = optimize(tmp_path / "text", *config, "--chunk-bytes", "3000", "--num-workers", "1")
-    dm = TextClassificationDataModule(synthetic_samples=120, max_tokens=256, layout="packed", stream=str(stream))
+    return optimize(tmp_path_factory.mktemp("stream") / "text", *config, "--chunk-bytes", "3000", "--num-workers", "1")
+
+
+def streamed(stream: Path, **kwargs) -> TextClassificationDataModule:
+    arguments = {"synthetic_samples": 120, "max_tokens": 256, "layout": "packed", "stream": str(stream)} | kwargs
+    dm = TextClassificationDataModule(**arguments)
     dm.stream_window_batches = 4
     dm.prepare_data()
     dm.setup("fit")
+    return dm
+
+
+def test_a_streamed_packed_split_takes_one_shape(text_stream: Path) -> None:
+    """Every streamed packed batch is ``[1, T]``: the shape count, and the warm-up's batches, say one (was 10)."""
+    dm = streamed(text_stream)
     sampler = dm.train_dataloader().batch_sampler
     assert sampler.shape_count(0) == 1
     (warm,) = sampler.shape_batches(0)
     batch = dm.collate_fn(dm.dataset("train").__getitems__(warm))
     assert batch["input_ids"].shape == (1, 256) and len(warm) > 1
+
+
+def test_a_stream_holding_a_text_longer_than_the_row_is_refused_whatever_on_bad(text_stream: Path) -> None:
+    """A stream cannot leave a sample out: one longer than ``max_tokens`` is refused at setup, by name."""
+    longest = int(text_stream_sizes(text_stream).max())
+    assert longest > 40
+    for on_bad in ("raise", "skip"):
+        said = rf"{text_stream}: \d+ streamed samples are longer than max_tokens=40, the packed row \(the longest {longest}\)"
+        with pytest.raises(DataError, match=rf"{said}.*raise max_tokens to at least {longest}, or .*max_length <= 40"):
+            streamed(text_stream, max_tokens=40, max_length=40, on_bad=on_bad)
+
+
+def text_stream_sizes(stream: Path) -> np.ndarray:
+    from varlen.stream import SizeIndex
+
+    index = SizeIndex(stream)
+    return np.concatenate([np.asarray(index.sizes(c)) for c in range(index.num_chunks)])
