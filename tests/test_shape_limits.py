@@ -116,7 +116,8 @@ def test_a_rung_table_below_the_longest_training_sample_is_refused_by_name() -> 
     and the way out."""
     dm = Weighted(600, 1, 0.2, None, 1, rung_batch_sizes={16: 64, 32: 32})
     longest = int(Sized(600, 1, 0.2).lengths.max())
-    with pytest.raises(ValueError, match=rf"top rung 32 .* {longest} .*rung_batch_sizes"):
+    said = rf"top rung 32 is below \d+ training samples \(the longest: sample \d+, size {longest}\)"
+    with pytest.raises(ValueError, match=rf"{said}.*add a rung of at least {longest} to rung_batch_sizes"):
         dm.setup("fit")
     fine = Weighted(600, 1, 0.2, None, 1, rung_batch_sizes={16: 64, longest: 4})
     fine.setup("fit")
