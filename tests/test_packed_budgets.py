@@ -81,7 +81,10 @@ def test_a_text_longer_than_the_packed_row_is_refused_by_name_or_skipped_and_cou
 def token_table(count: int = 120, longest: int = 40) -> dict:
     rng = np.random.default_rng(0)
     lengths = rng.integers(3, longest, count)
-    return {"tokens": [rng.integers(1, 50, n).astype(np.int64) for n in lengths], "label": [int(n % 3) for n in lengths]}
+    return {
+        "tokens": [rng.integers(1, 50, n).astype(np.int64) for n in lengths],
+        "label": [int(n % 3) for n in lengths],
+    }
 
 
 def test_a_sequence_longer_than_the_packed_row_is_refused_by_name_or_skipped_and_counted() -> None:
@@ -142,7 +145,8 @@ def test_a_stream_holding_a_text_longer_than_the_row_is_refused_whatever_on_bad(
     longest = int(text_stream_sizes(text_stream).max())
     assert longest > 40
     for on_bad in ("raise", "skip"):
-        said = rf"{text_stream}: \d+ streamed samples are longer than max_tokens=40, the packed row \(the longest {longest}\)"
+        said = rf"{text_stream}: \d+ streamed samples are longer than max_tokens=40, the packed row \(the longest"
+        said += rf" {longest}\)"
         with pytest.raises(DataError, match=rf"{said}.*raise max_tokens to at least {longest}, or .*max_length <= 40"):
             streamed(text_stream, max_tokens=40, max_length=40, on_bad=on_bad)
 

@@ -24,6 +24,7 @@ from varlen.batching.plan import PlanSpec, fit_rungs
 from varlen.batching.shapes import PadsToRungs, Rungs, cant_hold, fit_count, round_up
 from varlen.datamodules.streaming import stream_sampler
 from varlen.datasets.mixture import MixtureCollator, SourceMixture
+from varlen.errors import DataError
 from varlen.stream.shapes import histogram_rungs
 
 __all__ = ["ShapePolicy", "check_max_shapes", "check_rung_batch_sizes"]
@@ -93,7 +94,11 @@ class ShapePolicy:
             rungs, shapes = self._fit_streamed(spec, world)
         else:  # each probe every epoch the training sampler serves: its draws' plans (weights cut other batches)
             sizes = self.of_each_source(train, "sampler_lengths")
-            shapes_of = lambda r: self._new_sampler("train", self.shuffle, world, 0, r).served_shape_count()  # noqa: E731
+            weighted = self._weights_readable()
+
+            def shapes_of(rungs: tuple[Rungs, ...]) -> int:
+                return self._new_sampler("train", self.shuffle, world, 0, rungs, weighted=weighted).served_shape_count()
+
             rungs, shapes = fit_rungs(sizes, spec, self.max_shapes, shapes_of)
         if shapes > self.max_shapes:
             notices.warn(f"{type(self).__name__}: {cant_hold(self.max_shapes, shapes)}")
@@ -104,6 +109,15 @@ class ShapePolicy:
                 "epochs between them (interpolate: linear) draw other counts per size and may take more shapes"
             )
         self.adopt_rungs([list(r.lengths) for r in rungs])
+
+    def _weights_readable(self) -> bool:
+        """Whether the training weights read (a bad weight is refused where training reads them, at the training
+        loader: a validation, test or predict run never needs them); unreadable, the rungs fit the unweighted plan."""
+        try:
+            self.train_weights()
+        except DataError:
+            return False
+        return True
 
     def _check_top_rung(self, train: Any) -> None:
         """Refuse a ``rung_batch_sizes`` table whose top rung is below a training sample: such samples would pad

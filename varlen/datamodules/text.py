@@ -141,12 +141,13 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
         max_tokens: budget of padded tokens per batch, ``len(batch) * longest <= max_tokens``; packed, the
             row's length ``T``: the texts of a batch hold at most as many tokens, end to end.
         layout: ``"padded"`` (a row per text, padded to the batch's rung) or ``"packed"``: every batch one row
-            ``[1, T]`` (``T`` = ``max_tokens``, rounded up to ``pad_to_multiple_of``), its texts end to end, filled best-fit
-            from the plan, with ``cu_seqlens``, ``position_ids`` (from the model's first position: 2 for the
-            RoBERTa family, read from its config) and ``max_seqlen``; one shape for every batch, no padding
-            but the row's tail. Pick it for short, skewed lengths on a GPU (bf16): the dense layers run on the
-            real tokens only; not for lengths all near ``max_length`` or on a CPU (the model's attention runs
-            per text there). :class:`~varlen.models.TextClassifier` attends over packed rows.
+            ``[1, T]`` (``T`` = ``max_tokens`` rounded up to ``pad_to_multiple_of``; a longer text is bad input, see
+            ``on_bad``), its texts end to end, filled best-fit at their real lengths from the plan, with
+            ``cu_seqlens``, ``position_ids`` (from the model's first position: 2 for the RoBERTa family, read from
+            its config) and ``max_seqlen``; one shape for every batch, no padding but the row's tail. Pick it
+            for short, skewed lengths on a GPU (bf16): the dense layers run on the real tokens only; not for
+            lengths all near ``max_length`` or on a CPU (the model's attention runs per text there).
+            :class:`~varlen.models.TextClassifier` attends over packed rows.
         shuffle: reshuffle the training batches every epoch.
         seed: seed of the batch plan, the held-out split and the training subset.
         num_buckets: length buckets of the sampler (None: automatic).
@@ -402,13 +403,13 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
         """Tokens of each decoded sample (what ``lengths`` counts), ``[n, 1]``."""
         return np.array([[len(s["input_ids"])] for s in samples], dtype=np.int64).reshape(-1, 1)
 
-    def _fits_row(self, split: str, name: str, source: str, per_sample: Any) -> np.ndarray | None:
+    def _fits_row(self, split: str, source: str, per_sample: Any) -> np.ndarray | None:
         """Packed: the samples of ``split`` that fit the row (each longer one raised or skipped and counted,
-        named by its source row); None: padded, every sample."""
+        named by its source row); None: every sample (padded, or every one fits)."""
         if self.layout != "packed":
             return None
         budget = int(np.atleast_1d(self.max_tokens)[0])
-        places = self.sources[source].places
+        name, places = self.sources[source].name, self.sources[source].places
         fix = f"raise max_tokens to at least max_length={self.max_length}, or lower max_length to {budget}"
         where = lambda at: [f"{name}: {p}" for p in places(per_sample.numpy("row")[at])]  # noqa: E731
         return long_samples(per_sample.numpy("length"), budget, self.report, split, where, fix, "text", "tokens")
@@ -432,8 +433,9 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
             selection = self.splitter.selection(self.cache_folder, tables, split, plan)
             digests[split] = document_digests(samples, selection)
             pad = self.tokenizer.pad_token_id
-            fits = self._fits_row(split, tables[plan.source].name, plan.source, samples if selection is None else selection)
-            datasets[split] = TokenizedTexts.mapped(samples, selection, pad, self.pad_to_multiple_of, self.packing, fits)
+            fits = self._fits_row(split, plan.source, samples if selection is None else selection)
+            settings = (pad, self.pad_to_multiple_of, self.packing, fits)
+            datasets[split] = TokenizedTexts.mapped(samples, selection, *settings)
             documents, truncated = split_summary(samples, selection)
             self.report.truncate(split, truncated, "text")
             if self.overflow == "windows":
