@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=3000, help="synthetic reviews without SST-2")
     parser.add_argument("--budget", type=int, default=512, help="packed rows' max_tokens")
-    parser.add_argument("--shaped-budget", type=int, default=2048, help="the weighted plan's max_tokens")
+    parser.add_argument("--shaped-budget", type=int, default=7365, help="the weighted plan's max_tokens")
     parser.add_argument("--limit", type=int, default=4, help="max_shapes")
     parser.add_argument("--worlds", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6, 7, 8])
     args = parser.parse_args(argv)
