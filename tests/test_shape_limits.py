@@ -12,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from varlen.batching import BucketBatchSampler
+from varlen.batching.schedule import MixtureSchedule
+from varlen.batching.scheduled import ScheduledWeights
 from varlen.datamodules.base import VarLenDataModule, base_args
 
 EPOCHS = 3
@@ -122,3 +124,25 @@ def test_a_rung_table_below_the_longest_training_sample_is_refused_by_name() -> 
     fine = Weighted(600, 1, 0.2, None, 1, rung_batch_sizes={16: 64, longest: 4})
     fine.setup("fit")
     assert fine.batch_sampler("train", True).shape_count(0) <= 4
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(
+    seed=st.integers(0, 10_000),
+    world=st.integers(1, 8),
+    limit=st.integers(2, 8),
+    unit=st.sampled_from(["epoch", "step"]),
+)
+def test_a_schedule_of_shares_holds_the_limit_at_every_stage(seed, world, limit, unit) -> None:
+    """Each stage's draw cuts other batches: the rungs hold over every stage's epochs (an epoch cut in pieces too)."""
+    rng = np.random.default_rng(seed)
+    sources = np.repeat([0, 1], [800, 400])
+    sizes = np.concatenate([rng.integers(1, 40, 800), rng.integers(20, 200, 400)])
+    until = 1 if unit == "epoch" else 7
+    value = [{"weights": [1, 0.05], f"until_{unit}": until}, {"weights": [0.05, 1]}]
+    weights = ScheduledWeights.build(MixtureSchedule.parse(value, ("a", "b"), "test"), sources, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sampler = BucketBatchSampler(sizes, max_tokens=1024, max_shapes=limit, weights=weights, shares=sources,
+                                     num_replicas=world)  # fmt: skip
+    assert served_shapes(sampler) <= limit or said_why(caught, limit)
