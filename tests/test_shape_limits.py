@@ -146,3 +146,24 @@ def test_a_schedule_of_shares_holds_the_limit_at_every_stage(seed, world, limit,
         sampler = BucketBatchSampler(sizes, max_tokens=1024, max_shapes=limit, weights=weights, shares=sources,
                                      num_replicas=world)  # fmt: skip
     assert served_shapes(sampler) <= limit or said_why(caught, limit)
+
+
+class TwoSources(VarLenDataModule):
+    ragged_keys = ("ids",)
+
+    def __init__(self, source_weights=None, max_tokens: int = 1024, max_shapes: int = 4) -> None:
+        super().__init__(**base_args(locals()))
+
+    def build(self, stage: str | None) -> dict:
+        val = Sized(50, 9, 0.2)
+        return {"train": {"short": Sized(600, 1, 0.2), "long": Sized(300, 2, 0.2)}, "val": val, "test": val}
+
+
+def test_a_linear_schedule_says_the_epochs_between_its_stages_are_not_held() -> None:
+    stages = [{"weights": [1, 0.1], "until_epoch": 4}, {"weights": [0.1, 1]}]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        TwoSources(source_weights={"stages": stages, "interpolate": "linear"}).setup("fit")
+        TwoSources(source_weights=stages).setup("fit")
+    said = [str(w.message) for w in caught if "interpolate: linear" in str(w.message)]
+    assert len(said) == 1 and "max_shapes=4 is held at the stages of source_weights" in said[0]
