@@ -84,9 +84,10 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         rungs: the shape policy's padded lengths, one :class:`~varlen.batching.shapes.Rungs` per size axis
             (a DataModule fits them with :func:`fit_rungs`): buckets are the rungs, each batch holds the
             budget over its rung, and the collate pads to the rung, so an epoch takes few batch shapes.
-        max_shapes: without ``rungs``, fit them here: the most rungs whose epoch (epoch 0, on these ranks)
-            takes at most this many distinct ``(batch size, padded length)`` shapes on each size axis. Pad
-            your collate to :attr:`rungs` (``pad_to_multiple_of=sampler.rungs[0]`` of varlen's collates).
+        max_shapes: without ``rungs``, fit them here: the most rungs whose epochs (every one served, weighted
+            draws included: :meth:`served_shape_count`, on these ranks) take at most this many distinct
+            ``(batch size, padded length)`` shapes on each size axis (where even one rung takes more, a warning).
+            Pad your collate to :attr:`rungs` (``pad_to_multiple_of=sampler.rungs[0]`` of varlen's collates).
         rung_batch_sizes: with ``rungs`` (one axis) and ``max_tokens``, the most samples a batch of each rung
             holds (``varlen tune --budget`` measures them), on top of the budget.
         groups: optional group id per sample; a batch then holds samples of one group only
@@ -199,7 +200,7 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
     @classmethod
     def _fit_rungs(cls, arguments: dict[str, Any]) -> tuple[Rungs, ...]:
         """The rungs ``max_shapes`` allows for these ``__init__`` arguments (:func:`~varlen.batching.plan.fit_rungs`),
-        each count of rungs probed by a sampler of them on rank 0, at epoch 0."""
+        each count of rungs probed by a sampler of them on rank 0 (:meth:`served_shape_count`)."""
         arguments = {k: v for k, v in arguments.items() if k not in ("self", "__class__", "state", "epoch")}
         limit = arguments.pop("max_shapes")
         probe = lambda rungs: cls(**arguments | {"rungs": rungs, "rank": 0}).served_shape_count()  # noqa: E731

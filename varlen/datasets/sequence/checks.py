@@ -2,9 +2,8 @@
 skipped and counted), one reason per row, in row order.
 
 A row is bad when a served column's value is missing (an Arrow null), a size field is empty (or, packed, longer
-than the row), a float
-value is not finite, a token id lies outside the vocabulary, or its label is missing, unknown (not a
-class of the training data) or, for regression, not finite. Every check is vectorised over the
+than the row), a float value is not finite, a token id lies outside the vocabulary, or its label is missing,
+unknown (not a class of the training data) or, for regression, not finite. Every check is vectorised over the
 column; only bad rows are visited one by one.
 """
 
