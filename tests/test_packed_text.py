@@ -152,9 +152,10 @@ def test_every_training_text_once_an_epoch_in_rows_of_one_shape_filled_to_the_bu
         check_packed(batch, 512, dm.dataset("val").lengths[batch["index"].numpy()])
 
 
-def test_the_row_holds_the_longest_text_and_a_layout_is_checked() -> None:
-    """``T`` is at least ``max_length`` (every text fits a row); packed needs ``max_tokens``."""
-    assert packed_dm(max_tokens=64, max_length=128, synthetic_samples=60).packing == (128, 0)
+def test_the_row_is_max_tokens_wide_and_a_layout_is_checked() -> None:
+    """``T`` is ``max_tokens`` whatever ``max_length`` (a longer text is bad input: tests/test_packed_budgets.py);
+    packed needs ``max_tokens``."""
+    assert packed_dm(max_tokens=64, max_length=128, synthetic_samples=60, on_bad="skip").packing == (64, 0)
     with pytest.raises(ValueError, match="layout='packed' needs max_tokens"):
         TextClassificationDataModule(synthetic_samples=60, layout="packed")
     with pytest.raises(ValueError, match="layout must be one of"):

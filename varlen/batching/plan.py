@@ -88,7 +88,8 @@ class PlanSpec:
         num_buckets: size buckets per dimension; more buckets, less padding, less mixing.
             None: about four batches' worth of samples per bucket (see :func:`auto_buckets`).
         pad_to_multiple_of: sizes are rounded up to this multiple before costing, so the budget
-            also holds for collates that pad to a multiple of 8.
+            also holds for collates that pad to a multiple of 8; packed, the row is padded, never a sample
+            (:attr:`size_multiple`).
         rungs: the shape policy's padded lengths, one :class:`~varlen.batching.shapes.Rungs` per size
             axis (see :mod:`varlen.batching.shapes`): they are the buckets, a sample is costed at its
             rung (what the collate pads its batch to), and a group's short last batch is cut into
@@ -137,6 +138,12 @@ class PlanSpec:
                 f"rung_batch_sizes needs a token budget and one size axis of rungs, a batch size >= 1 for each rung "
                 f"{None if self.rungs is None else [list(r.lengths) for r in self.rungs]}, got {self.rung_batch_sizes}"
             )
+
+    @property
+    def size_multiple(self) -> int | None:
+        """What a sample's size is rounded up to before it is costed: ``pad_to_multiple_of``, but packed nothing
+        (the samples lie end to end at their real sizes; only the row is padded, to ``max_tokens`` rounded up)."""
+        return None if self.cost == "packed" else self.pad_to_multiple_of
 
 
 def index_dtype(n: int) -> type[np.signedinteger]:
@@ -189,7 +196,7 @@ def bucketize(sizes: np.ndarray, spec: PlanSpec) -> tuple[np.ndarray, np.ndarray
     of ratio :data:`GROWTH` (so the sparse long tail is not lumped into one wide bucket).
     """
     num_buckets = spec.num_buckets or auto_buckets(sizes, spec)
-    sizes = round_up(sizes, spec.pad_to_multiple_of)
+    sizes = round_up(sizes, spec.size_multiple)
     ids = np.empty(sizes.shape, dtype=np.int16)  # see MAX_BUCKETS
     rounded = np.empty_like(sizes)
     if spec.rungs is not None and len(spec.rungs) != sizes.shape[1]:

@@ -25,7 +25,7 @@ from varlen.batching.collate import round_up
 from varlen.batching.plan import Plan, PlanSpec, as_size_matrix, bucketize, build_plan, fit_rungs, split_largest
 from varlen.batching.resume import ResumableEpochs
 from varlen.batching.scheduled import ScheduledDraws, ScheduledWeights
-from varlen.batching.shapes import Rungs, batch_shapes, distinct_shapes
+from varlen.batching.shapes import Rungs, batch_shapes, cant_hold, distinct_shapes
 from varlen.batching.weights import WeightedDraw, strata_of
 
 
@@ -84,9 +84,10 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         rungs: the shape policy's padded lengths, one :class:`~varlen.batching.shapes.Rungs` per size axis
             (a DataModule fits them with :func:`fit_rungs`): buckets are the rungs, each batch holds the
             budget over its rung, and the collate pads to the rung, so an epoch takes few batch shapes.
-        max_shapes: without ``rungs``, fit them here: the most rungs whose epoch (epoch 0, on these ranks)
-            takes at most this many distinct ``(batch size, padded length)`` shapes on each size axis. Pad
-            your collate to :attr:`rungs` (``pad_to_multiple_of=sampler.rungs[0]`` of varlen's collates).
+        max_shapes: without ``rungs``, fit them here: the most rungs whose epochs (every one served, weighted
+            draws included: :meth:`served_shape_count`, on these ranks) take at most this many distinct
+            ``(batch size, padded length)`` shapes on each size axis (where even one rung takes more, a warning).
+            Pad your collate to :attr:`rungs` (``pad_to_multiple_of=sampler.rungs[0]`` of varlen's collates).
         rung_batch_sizes: with ``rungs`` (one axis) and ``max_tokens``, the most samples a batch of each rung
             holds (``varlen tune --budget`` measures them), on top of the budget.
         groups: optional group id per sample; a batch then holds samples of one group only
@@ -199,10 +200,10 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
     @classmethod
     def _fit_rungs(cls, arguments: dict[str, Any]) -> tuple[Rungs, ...]:
         """The rungs ``max_shapes`` allows for these ``__init__`` arguments (:func:`~varlen.batching.plan.fit_rungs`),
-        each count of rungs probed by a sampler of them on rank 0, at epoch 0."""
+        each count of rungs probed by a sampler of them on rank 0 (:meth:`served_shape_count`)."""
         arguments = {k: v for k, v in arguments.items() if k not in ("self", "__class__", "state", "epoch")}
         limit = arguments.pop("max_shapes")
-        probe = lambda rungs: cls(**arguments | {"rungs": rungs, "rank": 0}).shape_count(0)  # noqa: E731
+        probe = lambda rungs: cls(**arguments | {"rungs": rungs, "rank": 0}).served_shape_count()  # noqa: E731
         sizes = as_size_matrix(arguments["lengths"])
         multiple = arguments["pad_to_multiple_of"]
         budget = arguments["max_tokens"]
@@ -211,7 +212,10 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         else:
             budget = (int(budget),) * sizes.shape[1] if isinstance(budget, (int, np.integer)) else tuple(budget)
             spec = PlanSpec(max_tokens=budget, max_batch_size=arguments["max_batch_size"], pad_to_multiple_of=multiple)
-        return fit_rungs(sizes, spec, limit, probe)[0]
+        rungs, shapes = fit_rungs(sizes, spec, limit, probe)
+        if shapes > limit:
+            notices.warn(cant_hold(limit, shapes))
+        return rungs
 
     def _weighted_draw(
         self, weights, num_samples: int | None, replacement: bool | None
@@ -279,7 +283,7 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         if self.spec.max_tokens is None:
             return 0
         budget = np.asarray(self.spec.max_tokens)
-        padded = round_up(self.sizes, self.spec.pad_to_multiple_of)  # what the collate pads to, as the plan costs it
+        padded = round_up(self.sizes, self.spec.size_multiple)  # what the collate pads to, as the plan costs it
         return int(np.any(padded > budget, axis=1).sum())
 
     @property
@@ -323,14 +327,30 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
     def shapes(self, epoch: int | None = None) -> np.ndarray:
         """``[batches, 1 + D]`` of ``epoch``'s global plan (default: the current one), in serving order: each
         batch's size and the length it pads to on each size axis (its longest sample, up to its rung or
-        ``pad_to_multiple_of``); packed (``cost="packed"``), every batch one row of the budget: ``[1, max_tokens]``."""
-        plan = self.global_plan(epoch)
+        ``pad_to_multiple_of``); packed (``cost="packed"``), every batch one row of the budget: ``[1, max_tokens]``
+        (rounded up to ``pad_to_multiple_of``)."""
+        return self._shapes_of(self.global_plan(epoch))
+
+    def _shapes_of(self, plan: Plan) -> np.ndarray:
         if self.spec.cost == "packed":
-            return np.tile(np.array([1, self.spec.max_tokens[0]], dtype=np.int64), (len(plan.bounds), 1))
+            row = round_up(self.spec.max_tokens[0], self.spec.pad_to_multiple_of)
+            return np.tile(np.array([1, row], dtype=np.int64), (len(plan.bounds), 1))
         shapes = batch_shapes(round_up(self.sizes, self.spec.pad_to_multiple_of), plan.order, plan.bounds)
         for d, rungs in enumerate(self.rungs or ()):
             shapes[:, 1 + d] = rungs.round(shapes[:, 1 + d])
         return shapes
+
+    def served_shape_count(self) -> int:
+        """The most distinct ``(batch size, padded length)`` pairs any size axis takes over every epoch this
+        sampler serves on its ranks (what ``max_shapes`` limits). A draw fixes every stratum's count, so each
+        epoch of it is cut as its epoch 0 (unweighted: as epoch 0); under a schedule, every stage's draw counts
+        (an epoch cut in pieces takes its batches from them). The epochs between the stages of a linear
+        schedule draw other counts: they are not counted (a DataModule warns)."""
+        if self.scheduled is None:
+            return self.shape_count(0)
+        draws = [self.scheduled.draw_for(stage.shares) for stage in self.scheduled.schedule.stages]
+        shapes = np.concatenate([self._shapes_of(self._plan_of(draw, 0, self.num_replicas)) for draw in draws])
+        return max(distinct_shapes(shapes), default=0)
 
     def batch_of(self, indices: list[int], epoch: int) -> list[int]:
         """``indices`` as this sampler serves a batch of ``epoch`` (a plain list here)."""

@@ -27,6 +27,7 @@ __all__ = [
     "PadsToRungs",
     "Rungs",
     "batch_shapes",
+    "cant_hold",
     "distinct_shapes",
     "fit_count",
     "ladder",
@@ -202,6 +203,14 @@ def power_of_two_pieces(counts: np.ndarray) -> np.ndarray:
         ones += counts & 1
         counts >>= 1
     return ones
+
+
+def cant_hold(limit: int, shapes: int) -> str:
+    """The warning where ``max_shapes`` cannot hold: even one rung per axis gives ``shapes`` batch shapes."""
+    return (
+        f"max_shapes={limit} cannot hold: one padded length per axis already gives {shapes} batch shapes (the "
+        "short batches: a budget's or a group's last, and the halves that give every rank as many); allow more shapes"
+    )
 
 
 def fit_count(shapes_of: Callable[[int], int], limit: int, most: int) -> int:

@@ -10,10 +10,10 @@ import pyarrow as pa
 
 from varlen import notices
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
-from varlen.batching.collate import round_up
 from varlen.batching.shapes import DEFAULT_MAX_SHAPES
 from varlen.batching.telemetry import BatchStats, mask_stats
 from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
+from varlen.datamodules.packing import row_width
 from varlen.datamodules.shaping import check_max_tokens
 from varlen.datamodules.sources import Mix, SourceWeights
 from varlen.datamodules.weighting import BALANCED, check_sample_weights, checked_column
@@ -112,9 +112,10 @@ class SequenceDataModule(VarLenDataModule):
             the padded tensor holds) or ``"sum"`` (the sizes summed, as lhotse's ``max_duration``: a batch then
             allocates more than the budget; the shape policy's rungs need ``"padded"``).
         layout: ``"padded"`` or ``"packed"``: the one variable-length field's samples end to end in one row of
-            ``max_tokens`` elements (at least the longest sample), ``<field>_cu_seqlens`` where each starts
-            (:mod:`~varlen.datasets.sequence.packed`), filled best-fit; one shape an epoch. In-memory data of
-            one source; :class:`~varlen.models.SequenceModel` reads it.
+            ``max_tokens`` elements (rounded up to ``pad_to_multiple_of``; a longer sample is bad input, see
+            ``on_bad``), ``<field>_cu_seqlens`` where each starts (:mod:`~varlen.datasets.sequence.packed`), filled
+            best-fit; one shape an epoch. In-memory data of one source; :class:`~varlen.models.SequenceModel`
+            reads it.
 
     The other arguments (``batch_size``, ``max_tokens``, ``shuffle``, ``seed``, ``num_buckets``,
     ``pad_to_multiple_of``, ``max_shapes``, ``rung_batch_sizes``, ``num_workers``, ``pin_memory``,
@@ -344,7 +345,8 @@ class SequenceDataModule(VarLenDataModule):
     def _rules(self) -> RowRules:
         classes = self.label_spec.class_values if self.label_spec is not None else None
         token = self.input_field if self.vocab_size is not None else None
-        return RowRules(self.size_fields, self.label_field, classes, token, self.vocab_size)
+        row = row_width(self.max_tokens, None) if self.layout == "packed" else None
+        return RowRules(self.size_fields, self.label_field, classes, token, self.vocab_size, row)
 
     def _targets(self, columns: SequenceColumns) -> np.ndarray | None:
         """Class ids (int64) or regression targets (float32) of every row, None without labels."""
@@ -386,10 +388,8 @@ class SequenceDataModule(VarLenDataModule):
                     self.dtypes,
                     self.transform if name == "train" else None,
                 )
-        if self.layout == "packed":  # one row length for every split: the budget, or the longest sample
-            longest = max(int(np.max(d.lengths, initial=0)) for d in datasets.values())
-            budget = int(np.atleast_1d(self.max_tokens)[0])
-            self.collate_fn.packing = round_up(max(budget, longest), self.pad_to_multiple_of)
+        if self.layout == "packed":  # one row length for every split: the budget (a longer sample is bad input)
+            self.collate_fn.packing = row_width(self.max_tokens, self.pad_to_multiple_of)
             for dataset in datasets.values():
                 dataset.packing = self.collate_fn.packing
         return datasets

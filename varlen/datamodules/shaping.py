@@ -22,9 +22,10 @@ import torch.distributed as dist
 
 from varlen import notices
 from varlen.batching.plan import PlanSpec, fit_rungs
-from varlen.batching.shapes import PadsToRungs, Rungs, fit_count
+from varlen.batching.shapes import PadsToRungs, Rungs, cant_hold, fit_count, round_up
 from varlen.datamodules.streaming import stream_sampler
 from varlen.datasets.mixture import MixtureCollator, SourceMixture
+from varlen.errors import DataError
 from varlen.stream.shapes import histogram_rungs
 
 __all__ = ["ShapePolicy", "check_max_shapes", "check_max_tokens", "check_rung_batch_sizes"]
@@ -116,6 +117,7 @@ class ShapePolicy:
         if train is None or self.sampler_cost != "padded" or not self.sampler_rounds_sizes:
             return
         if self.rung_batch_sizes is not None:
+            self._check_top_rung(train)
             self.adopt_rungs([list(self.rung_batch_sizes)])
             return
         if self.max_shapes is None:
@@ -131,16 +133,48 @@ class ShapePolicy:
         world = self._world_size()
         if self.stream is not None:  # grid edges from the size indexes, each probe a streamed plan's epoch 0
             rungs, shapes = self._fit_streamed(spec, world)
-        else:  # each probe the unweighted plan: a weighted draw fills the same rungs (its weights read later)
+        else:  # each probe every epoch the training sampler serves: its draws' plans (weights cut other batches)
             sizes = self.of_each_source(train, "sampler_lengths")
-            shapes_of = lambda r: self._new_sampler("train", self.shuffle, world, 0, r, weighted=False).shape_count(0)  # noqa: E731
+            weighted = self._weights_readable()
+
+            def shapes_of(rungs: tuple[Rungs, ...]) -> int:
+                return self._new_sampler("train", self.shuffle, world, 0, rungs, weighted=weighted).served_shape_count()
+
             rungs, shapes = fit_rungs(sizes, spec, self.max_shapes, shapes_of)
         if shapes > self.max_shapes:
+            notices.warn(f"{type(self).__name__}: {cant_hold(self.max_shapes, shapes)}")
+        schedule = getattr(self, "mixture_schedule", None)
+        if schedule is not None and schedule.interpolate == "linear" and not schedule.constant:
             notices.warn(
-                f"{type(self).__name__}: max_shapes={self.max_shapes} cannot hold: one padded length per axis "
-                f"already gives {shapes} batch shapes (each group's last batch is short); allow more shapes"
+                f"{type(self).__name__}: max_shapes={self.max_shapes} is held at the stages of source_weights; the "
+                "epochs between them (interpolate: linear) draw other counts per size and may take more shapes"
             )
         self.adopt_rungs([list(r.lengths) for r in rungs])
+
+    def _weights_readable(self) -> bool:
+        """Whether the training weights read (a bad weight is refused where training reads them, at the training
+        loader: a validation, test or predict run never needs them); unreadable, the rungs fit the unweighted plan."""
+        try:
+            self.train_weights()
+        except DataError:
+            return False
+        return True
+
+    def _check_top_rung(self, train: Any) -> None:
+        """Refuse a ``rung_batch_sizes`` table whose top rung is below a training sample: such samples would pad
+        to their own lengths, a shape each (the table's batch sizes were measured for its rungs only)."""
+        sizes = np.asarray(self.of_each_source(train, "sampler_lengths"))
+        sizes = round_up(sizes.reshape(len(sizes), -1)[:, 0], self.pad_to_multiple_of)
+        top = max(self.rung_batch_sizes)
+        longer = np.flatnonzero(sizes > top)
+        if len(longer):
+            first = int(longer[np.argmax(sizes[longer])])
+            raise ValueError(
+                f"{type(self).__name__}: rung_batch_sizes' top rung {top} is below {len(longer)} training samples "
+                f"(the longest: sample {first}, size {int(sizes[first])}), which would each pad to their own length, "
+                f"a shape each: add a rung of at least {int(sizes[first])} to rung_batch_sizes (varlen tune --budget "
+                "measures its batch size), or leave those samples out"
+            )
 
     def _fit_streamed(self, spec: PlanSpec, world: int) -> tuple[tuple[Rungs, ...], int]:
         """A streamed training split's rungs (grid edges of its sources' summed histograms) and their shapes."""

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from varlen.datamodules.packing import check_streamed_rows, row_width
 from varlen.datamodules.sources import MAIN
 from varlen.datasets.mixture import SourceMixture
 from varlen.errors import DataError
@@ -77,6 +78,8 @@ def streamed_train(dm: Any) -> Any:
             folder's ``index.json``, or one of other size axes than the DataModule's.
         DataError: ``sample_weights`` the chunks' draw sidecar cannot give (written without it, without
             classes, or without that column).
+        DataError: a packed layout's stream holding a sample longer than ``max_tokens``
+            (:func:`~varlen.datamodules.packing.check_streamed_rows`).
     """
 
     owner = type(dm).__name__
@@ -96,6 +99,10 @@ def streamed_train(dm: Any) -> Any:
             f"{dm.stream}: its size index counts {list(dataset.index.axes)}, {owner} batches by {list(axes)}: "
             f"write the chunks with this DataModule (varlen optimize --config CONFIG --output DIR)"
         )
+    if dm.sampler_cost == "packed":  # every sample whole in a row of max_tokens: refused now, not at the collate
+        limit = row_width(dm.max_tokens, None)
+        fix = f"write the stream again with samples of at most {limit} (text: max_length <= {limit})"
+        check_streamed_rows(dataset.index, limit, str(dm.stream), fix)
     if dm.sample_weights is not None:  # refused now (no sidecar, no classes, a column not written), not at fit
         weighted_index(dataset.index_dir, dm.sample_weights, owner)
     dm.report.stream("train", lambda: dataset.retries, written_counts(dataset.index_dir))

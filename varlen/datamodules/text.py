@@ -10,10 +10,10 @@ from typing import Any, Literal
 import numpy as np
 
 from varlen import notices
-from varlen.batching.collate import round_up
 from varlen.batching.shapes import DEFAULT_MAX_SHAPES
 from varlen.cache import default_cache_dir, tokenizer_identity
 from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
+from varlen.datamodules.packing import long_samples, row_width
 from varlen.datamodules.sources import Mix, SourceWeights
 from varlen.datamodules.text_tables import Table, TextTables
 from varlen.datamodules.weighting import check_sample_weights
@@ -141,12 +141,13 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
         max_tokens: budget of padded tokens per batch, ``len(batch) * longest <= max_tokens``; packed, the
             row's length ``T``: the texts of a batch hold at most as many tokens, end to end.
         layout: ``"padded"`` (a row per text, padded to the batch's rung) or ``"packed"``: every batch one row
-            ``[1, T]`` (``T`` = ``max_tokens``, at least ``max_length``), its texts end to end, filled best-fit
-            from the plan, with ``cu_seqlens``, ``position_ids`` (restarting at 0 at each text: the model adds
-            its own first position) and ``max_seqlen``; one shape for every batch, no padding
-            but the row's tail. Pick it for short, skewed lengths on a GPU (bf16): the dense layers run on the
-            real tokens only; not for lengths all near ``max_length`` or on a CPU (the model's attention runs
-            per text there). :class:`~varlen.models.TextClassifier` attends over packed rows.
+            ``[1, T]`` (``T`` = ``max_tokens`` rounded up to ``pad_to_multiple_of``; a longer text is bad input, see
+            ``on_bad``), its texts end to end, filled best-fit at their real lengths from the plan, with
+            ``cu_seqlens``, ``position_ids`` (restarting at 0 at each text: the model adds its own first position)
+            and ``max_seqlen``; one shape for every batch, no padding but the row's tail. Pick it
+            for short, skewed lengths on a GPU (bf16): the dense layers run on the real tokens only; not for
+            lengths all near ``max_length`` or on a CPU (the model's attention runs per text there).
+            :class:`~varlen.models.TextClassifier` attends over packed rows.
         shuffle: reshuffle the training batches every epoch.
         seed: seed of the batch plan, the held-out split and the training subset.
         num_buckets: length buckets of the sampler (None: automatic).
@@ -365,13 +366,13 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
 
     @cached_property
     def packing(self) -> tuple[int, int] | None:
-        """``(T, first position)`` of a packed batch's row (None: padded): ``max_tokens``, at least ``max_length``
-        (every text fits), rounded up to ``pad_to_multiple_of``; positions from 0 (the model knows its own start,
-        :func:`~varlen.models.packed_text.first_position`: the tokenizer's path does not)."""
+        """``(T, first position)`` of a packed batch's row (None: padded): ``max_tokens`` rounded up to
+        ``pad_to_multiple_of`` (a longer text is bad input: :mod:`~varlen.datamodules.packing`); positions from 0
+        (the model knows its own start, :func:`~varlen.models.packed_text.first_position`: the tokenizer's path
+        does not)."""
         if self.layout != "packed":
             return None
-        width = round_up(max(int(np.atleast_1d(self.max_tokens)[0]), self.max_length), self.pad_to_multiple_of)
-        return width, 0
+        return row_width(self.max_tokens, self.pad_to_multiple_of), 0
 
     @property
     def _streams_train(self) -> bool:
@@ -402,6 +403,17 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
         """Tokens of each decoded sample (what ``lengths`` counts), ``[n, 1]``."""
         return np.array([[len(s["input_ids"])] for s in samples], dtype=np.int64).reshape(-1, 1)
 
+    def _fits_row(self, split: str, source: str, per_sample: Any) -> np.ndarray | None:
+        """Packed: the samples of ``split`` that fit the row (each longer one raised or skipped and counted,
+        named by its source row); None: every sample (padded, or every one fits)."""
+        if self.layout != "packed":
+            return None
+        budget = int(np.atleast_1d(self.max_tokens)[0])
+        name, places = self.sources[source].name, self.sources[source].places
+        fix = f"raise max_tokens to at least max_length={self.max_length}, or lower max_length to {budget}"
+        where = lambda at: [f"{name}: {p}" for p in places(per_sample.numpy("row")[at])]  # noqa: E731
+        return long_samples(per_sample.numpy("length"), budget, self.report, split, where, fix, "text", "tokens")
+
     def build(self, stage: str | None) -> dict[str, TokenizedTexts]:
         self.collate_fn = self._collate()
         tables = self._token_tables()
@@ -421,7 +433,9 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
             selection = self.splitter.selection(self.cache_folder, tables, split, plan)
             digests[split] = document_digests(samples, selection)
             pad = self.tokenizer.pad_token_id
-            datasets[split] = TokenizedTexts.mapped(samples, selection, pad, self.pad_to_multiple_of, self.packing)
+            fits = self._fits_row(split, plan.source, samples if selection is None else selection)
+            settings = (pad, self.pad_to_multiple_of, self.packing, fits)
+            datasets[split] = TokenizedTexts.mapped(samples, selection, *settings)
             documents, truncated = split_summary(samples, selection)
             self.report.truncate(split, truncated, "text")
             if self.overflow == "windows":

@@ -8,7 +8,7 @@ window at a time:
 
 1. Buckets: the grid's edges that close a bucket of enough samples in the summed histograms
    (:func:`~varlen.batching.plan.keep_populated`, as ``bucketize`` keeps them); a sample is costed at
-   its bucket's upper edge (rounded up to ``pad_to_multiple_of``), so budgets hold.
+   its bucket's upper edge (rounded up to ``pad_to_multiple_of``, but packed), so budgets hold.
 2. Pieces: the chunks in a seeded order, cut into one contiguous piece per rank, inside the boundary
    chunks at sample granularity (their sizes read). Cut at equal expected batch count
    (``sum(samples / room)``), pieces would differ by a few real batches each (a bucket's last batch is
@@ -238,7 +238,7 @@ def buckets(total: np.ndarray, edges: np.ndarray, spec: PlanSpec) -> tuple[np.nd
     if kept.size == 0 or kept[-1] != candidates[-1]:
         kept = np.append(kept, candidates[-1])  # the largest bucket, however sparse (as bucketize)
     bin_bucket = np.minimum(np.searchsorted(kept, edges, side="left"), len(kept) - 1)
-    return kept, round_up(kept, spec.pad_to_multiple_of), bin_bucket
+    return kept, round_up(kept, spec.size_multiple), bin_bucket
 
 
 def batch_counts(histograms: np.ndarray, rounded: np.ndarray, spec: PlanSpec) -> np.ndarray:

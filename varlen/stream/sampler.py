@@ -10,6 +10,7 @@ and the loader's pickling carry no open files.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from functools import partial
 from pathlib import Path
@@ -143,8 +144,13 @@ class StreamBatchSampler(BatchSampler):
     def shape_batches(self, epoch: int | None = None) -> list[list[int]]:
         """One batch (global ids) of each distinct shape of ``epoch``, the widest first: samples whose sizes pad to
         the shape's length, found in the size indexes chunk by chunk until each has enough (repeated where the
-        split holds too few); nothing decoded."""
-        shapes = sorted(self.plan.shapes(self.epoch if epoch is None else epoch), key=lambda s: (-s[1], -s[0]))
+        split holds too few); nothing decoded. Packed, one row: rank 0's first batch of ``epoch``."""
+        epoch = self.epoch if epoch is None else int(epoch)
+        if self.plan.spec.cost == "packed":
+            first = self.plan.on_rank(0)
+            first.set_epoch(epoch)
+            return [batch.tolist() for batch in itertools.islice(first, 1)]
+        shapes = sorted(self.plan.shapes(epoch), key=lambda s: (-s[1], -s[0]))
         rungs = np.asarray(self.plan.layout.rounded)
         wanted = {width: max(count for count, w in shapes if w == width) for _, width in shapes}
         found: dict[int, list[int]] = {width: [] for width in wanted}

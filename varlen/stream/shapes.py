@@ -9,7 +9,8 @@ Shapes (:func:`row_shapes`): a window's cut is the greedy walk over its buckets,
 :func:`~varlen.stream.plan.batch_counts` counts: a batch started in bucket b holds ``room_b`` samples and
 pads to its rung, so a window's full batches take ``(room_b, rung_b)`` for the buckets batches start in,
 and its last batch, when short, is cut into powers of two (each padded to the rung its first sample is in).
-The few windows that split batches to equalise the ranks are cut exactly (:func:`cut_segment`).
+The few windows that split batches to equalise the ranks are cut exactly (:func:`cut_segment`). A packed plan's
+batches are one row each: one shape.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from varlen.batching.plan import PlanSpec, batch_room, cut_segment, keep_populated, split_to_multiple
-from varlen.batching.shapes import Rungs, ladder
+from varlen.batching.shapes import Rungs, ladder, round_up
 
 __all__ = ["histogram_rungs", "row_shapes"]
 
@@ -38,9 +39,12 @@ def histogram_rungs(total: np.ndarray, edges: np.ndarray, spec: PlanSpec, count:
 def row_shapes(histograms: np.ndarray, splits: np.ndarray, rounded: np.ndarray, spec: PlanSpec) -> set[tuple]:
     """The distinct ``(batch size, padded length)`` of the batches cut from rows of bucket counts
     (``[rows, B]``, bucket b costed and padded at ``rounded[b]``), ``splits[row]`` of each row's largest
-    batches split in two (the ranks' equalising)."""
+    batches split in two (the ranks' equalising). Packed (``cost="packed"``), every batch is one row: ``(1, T)``,
+    ``T`` the budget rounded up to ``pad_to_multiple_of``."""
     histograms = np.asarray(histograms, dtype=np.int64)
     splits = np.asarray(splits, dtype=np.int64)
+    if spec.cost == "packed":
+        return {(1, int(round_up(spec.max_tokens[0], spec.pad_to_multiple_of)))} if histograms.sum() else set()
     found: set[tuple] = set()
     for row in np.flatnonzero(splits > 0).tolist():  # cut exactly: few rows split
         largest_first = np.repeat(np.asarray(rounded)[::-1], histograms[row][::-1])

@@ -1,9 +1,9 @@
 """A source's rows checked before they are split: each bad row goes through ``report.bad`` (raised, or
 skipped and counted), one reason per row, in row order.
 
-A row is bad when a served column's value is missing (an Arrow null), a size field is empty, a float
-value is not finite, a token id lies outside the vocabulary, or its label is missing, unknown (not a
-class of the training data) or, for regression, not finite. Every check is vectorised over the
+A row is bad when a served column's value is missing (an Arrow null), a size field is empty (or, packed, longer
+than the row), a float value is not finite, a token id lies outside the vocabulary, or its label is missing,
+unknown (not a class of the training data) or, for regression, not finite. Every check is vectorised over the
 column; only bad rows are visited one by one.
 """
 
@@ -31,6 +31,8 @@ class RowRules:
         classes: the label values of the classes, in id order (None: regression, or no label).
         token_field: a field of token ids, checked against ``vocab_size``.
         vocab_size: ids must lie in ``[0, vocab_size)``.
+        row_length: a packed layout's row (``max_tokens``): a size field longer than it is bad
+            (:mod:`varlen.datamodules.packing`); None: any length.
     """
 
     size_fields: tuple[str, ...]
@@ -38,6 +40,7 @@ class RowRules:
     classes: np.ndarray | None = None
     token_field: str | None = None
     vocab_size: int | None = None
+    row_length: int | None = None
 
 
 def class_ids(labels: np.ndarray, classes: np.ndarray) -> np.ndarray:
@@ -75,6 +78,9 @@ def _problems(columns: SequenceColumns, rules: RowRules) -> list[tuple[np.ndarra
         found.append((np.flatnonzero(rows), f"missing {what} in column {name!r}"))
     for name in rules.size_fields:
         found.append((np.flatnonzero(columns.ragged[name].lengths == 0), f"empty sequence in column {name!r}"))
+        if rules.row_length is not None:
+            reason = f"longer than max_tokens={rules.row_length} in column {name!r}, the packed row: raise max_tokens"
+            found.append((np.flatnonzero(columns.ragged[name].lengths > rules.row_length), reason))
     for name, ragged in columns.ragged.items():
         found.append((_element_rows(ragged, _non_finite(ragged.values)), f"non-finite value in column {name!r}"))
     for name, values in columns.fixed.items():

@@ -196,38 +196,43 @@ class TokenizedTexts(PadsToRungs, torch.utils.data.Dataset):
         pad_token_id: int = 0,
         pad_to_multiple_of: PadTo = None,
         packing: tuple[int, int] | None = None,
+        keep: np.ndarray | None = None,
     ) -> TokenizedTexts:
         """The texts of a tokenised table (:mod:`varlen.datasets.text.store`), every array a read-only
-        view of the mapped files: all its rows, or the rows a ``selection`` table lists.
+        view of the mapped files: all its rows, or the rows a ``selection`` table lists; with ``keep``, only
+        those positions of them (the texts a packed row holds: the DataModule counted the others).
 
-        Such a dataset pickles as the two tables' paths and its pad settings (a spawned loader
+        Such a dataset pickles as the two tables' paths and its settings (a spawned loader
         worker maps the files again), never as its arrays.
         """
         per_sample = selection if selection is not None else samples
-        lengths = per_sample.numpy("length")
+        picked = slice(None) if keep is None else np.asarray(keep, dtype=np.int64)
+        lengths = per_sample.numpy("length")[picked]
         ids = samples.ragged("input_ids", lengths=samples.numpy("length"))
-        starts = ids.starts if selection is None else selection.numpy("start")
+        starts = (ids.starts if selection is None else selection.numpy("start"))[picked]
         type_ids = None
         if "token_type_ids" in samples.columns:
             type_ids = Ragged(samples.ragged("token_type_ids", lengths=ids.lengths).values, starts, lengths)
         dataset = cls(
             Ragged(ids.values, starts, lengths),
-            per_sample.numpy("label"),
-            per_sample.numpy("row"),
+            per_sample.numpy("label")[picked],
+            per_sample.numpy("row")[picked],
             type_ids,
             pad_token_id,
             pad_to_multiple_of,
-            per_sample.numpy("document") if "document" in per_sample.columns else None,
+            per_sample.numpy("document")[picked] if "document" in per_sample.columns else None,
             packing,
         )
-        dataset._tables = (samples, selection)
+        dataset._tables = (samples, selection, keep)
         return dataset
 
     def __reduce_ex__(self, protocol: int) -> Any:
         tables = getattr(self, "_tables", None)
         if tables is None:  # built in memory: its arrays travel
             return super().__reduce_ex__(protocol)
-        return (TokenizedTexts.mapped, (*tables, self.pad_token_id, self.pad_to_multiple_of, self.packing))
+        samples, selection, keep = tables
+        settings = (self.pad_token_id, self.pad_to_multiple_of, self.packing, keep)
+        return (TokenizedTexts.mapped, (samples, selection, *settings))
 
     def __post_init__(self) -> None:
         self.labels = np.asarray(self.labels, dtype=np.int64)
