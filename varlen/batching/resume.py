@@ -276,6 +276,16 @@ class ResumableEpochs:
         """``epoch``'s parts served on other world sizes, lanes or settings before this one (usually none)."""
         return self._elastic[1] if self._elastic is not None and self._elastic[0] == epoch else ()
 
+    def saved_segments(self, epoch: int) -> list[list[Any]]:
+        """``epoch``'s segments as a state holds them (:func:`plain_segments`)."""
+        return plain_segments(self.segments(epoch), self.settings_key())
+
+    def resumed_epoch(self) -> bool:
+        """Whether the current epoch is a resumed one of its own length (served in part on other world sizes,
+        lanes or settings, or its rest skipped): the next epochs' length differs."""
+        skipped = self._skipped is not None and self._skipped[0] == self.epoch
+        return skipped or bool(self.segments(self.epoch))
+
     def epoch_rows(self, epoch: int) -> tuple[np.ndarray, int, Any]:
         """This rank's rows of ``epoch`` in serving order, the batches per rank served before them (on other
         world sizes, lanes or settings), and what the rows index (the world size whose plan they belong to)."""
@@ -333,7 +343,7 @@ class ResumableEpochs:
             "batches_served": served,
             "num_replicas": self.num_replicas,
             "lanes": self.lanes,
-            "segments": plain_segments(self.segments(epoch), self.settings_key()),
+            "segments": self.saved_segments(epoch),
             "epoch_batches": len(self),
         }
 
