@@ -52,7 +52,9 @@ def ranks_of(sizes: np.ndarray, run: dict, extra: dict) -> list[BucketBatchSampl
     if rungs is not None and "caps" in run and "max_tokens" in run:
         caps = [max(1, run["caps"] - k % 3) for k in range(len(rungs[0].lengths))]
     return [
-        BucketBatchSampler(sizes, num_replicas=run["world"], rank=r, rungs=rungs, rung_batch_sizes=caps, **plain, **extra)
+        BucketBatchSampler(
+            sizes, num_replicas=run["world"], rank=r, rungs=rungs, rung_batch_sizes=caps, **plain, **extra
+        )
         for r in range(run["world"])
     ]
 
@@ -323,7 +325,9 @@ def changes(draw) -> dict:
         case["extra"] = {"groups": rng.integers(0, draw(st.integers(1, 5)), n)}
     elif draw(st.booleans()):
         case["extra"] = {"weights": rng.random(n) + 0.05, "replacement": draw(st.booleans())}
-    length = len(ranks_of(sizes, old | {"world": 1}, {"seed": case["seed"], **case.get("extra", {})})[0]) // old["world"]
+    length = (
+        len(ranks_of(sizes, old | {"world": 1}, {"seed": case["seed"], **case.get("extra", {})})[0]) // old["world"]
+    )
     case["stop"] = draw(st.integers(0, length))
     if draw(st.integers(0, 3)) == 0:
         case["third"], case["stop2"] = draw(runs()), draw(st.integers(0, 6))
@@ -356,7 +360,10 @@ def one_change(draw, old: dict) -> dict:
 
 
 @settings(
-    max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 @given(changes())
 def test_random_changes_serve_every_sample_of_the_epoch_once_and_then_the_new_plan(case: dict) -> None:
@@ -432,8 +439,12 @@ def test_a_checkpoint_resumed_with_a_lower_budget_serves_every_sample_once(tmp_p
     step = 3 * (per_epoch // 3 + 2)
     assert per_epoch < step < 2 * per_epoch
     with pytest.warns(UserWarning, match=r"resuming epoch 1 at batch \d+ with max_tokens 192 -> 96, rungs"):
-        resumed = fit(tmp_path / "again", Sequences(max_tokens=96), 3, ckpt_path=tmp_path / "first" / f"step={step}.ckpt")
-    served = Counter(i for _, b in first[per_epoch:step] for i in b) + Counter(i for e, b in resumed if e == 1 for i in b)
+        resumed = fit(
+            tmp_path / "again", Sequences(max_tokens=96), 3, ckpt_path=tmp_path / "first" / f"step={step}.ckpt"
+        )
+    served = Counter(i for _, b in first[per_epoch:step] for i in b) + Counter(
+        i for e, b in resumed if e == 1 for i in b
+    )
     assert sorted(served) == list(range(240)) and set(served.values()) == {1}
     assert sorted(i for e, b in resumed if e == 2 for i in b) == list(range(240))
     dm = Sequences(max_tokens=96)

@@ -159,7 +159,9 @@ class DataStateCheckpoint:
                 + "; ".join(f"{k}={saved[k]!r} where this DataModule has {current[k]!r}" for k in refused)
                 + ": its outputs would mean something else. Use the training's values (e.g. class_names=...)"
             )
-        self._refuse_other_draws(saved, current, [k for k in changed if k in ("sample_weights", "source_weights", "mix")])
+        self._refuse_other_draws(
+            saved, current, [k for k in changed if k in ("sample_weights", "source_weights", "mix")]
+        )
         if changed:
             notices.warn(
                 f"{type(self).__name__}: the checkpoint was trained with "
