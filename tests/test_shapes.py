@@ -187,20 +187,33 @@ def test_a_text_datamodule_pads_every_split_to_the_rungs_fitted_on_training(tmp_
         assert batch["input_ids"].shape[1] == int(batch["attention_mask"].sum(1).max())
 
 
-def test_the_checkpoint_keeps_the_run_rungs(tmp_path) -> None:
-    """A resumed DataModule cuts for the rungs it was trained with, whatever it fits itself (another world
-    size, another max_shapes, or a checkpoint from before the policy: exact buckets)."""
+def test_the_checkpoint_keeps_the_run_rungs_unless_their_settings_changed(tmp_path) -> None:
+    """A resumed DataModule of the run's batching settings cuts for the rungs it was trained with, whatever it
+    fits itself (another world size); one of another max_shapes (or budget) fits its own, and its sampler plans
+    the rest of the saved epoch again under them; a checkpoint from before the settings were recorded keeps its
+    rungs, and one from before the policy, exact buckets."""
     kwargs = {"synthetic_samples": 600, "max_tokens": 1024, "cache_dir": tmp_path}
     run = TextClassificationDataModule(max_shapes=8, **kwargs)
     run.setup("fit")
     saved = run.state_dict()
     assert saved["data_state"]["rungs"] == [list(run.rungs[0].lengths)]
+    assert saved["data_state"]["batching"]["max_shapes"] == 8
+    elsewhere = dict(saved, data_state=saved["data_state"] | {"rungs": [[39, 118]]})  # fitted on other ranks
+    same = TextClassificationDataModule(max_shapes=8, **kwargs)
+    same.load_state_dict(elsewhere)  # before setup, as Lightning does
+    same.setup("fit")
+    assert [list(r.lengths) for r in same.rungs] == [[39, 118]] and same.collate_fn.pad_to_multiple_of == same.rungs[0]
     resumed = TextClassificationDataModule(max_shapes=3, **kwargs)
-    resumed.load_state_dict(saved)  # before setup, as Lightning does
+    resumed.load_state_dict(saved)
     resumed.setup("fit")
-    assert resumed.rungs == run.rungs and resumed.dataset("train").pad_to_multiple_of == run.rungs[0]
-    older = dict(saved, data_state={k: v for k, v in saved["data_state"].items() if k != "rungs"})
+    own = TextClassificationDataModule(max_shapes=3, **kwargs)
+    own.setup("fit")
+    assert resumed.rungs == own.rungs != run.rungs
+    older = dict(saved, data_state={k: v for k, v in saved["data_state"].items() if k != "batching"})
     resumed.load_state_dict(older)
+    assert resumed.rungs == run.rungs and resumed.dataset("train").pad_to_multiple_of == run.rungs[0]
+    oldest = dict(saved, data_state={k: v for k, v in older["data_state"].items() if k != "rungs"})
+    resumed.load_state_dict(oldest)
     assert resumed.rungs is None and resumed.dataset("train").pad_to_multiple_of is None
 
 
