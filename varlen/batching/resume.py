@@ -133,28 +133,23 @@ def canonical(settings: Mapping[str, Any] | None) -> str | None:
 
 
 def changes(saved: Mapping[str, Any], mine: Mapping[str, Any]) -> str:
-    """``name saved -> new`` of each setting that differs, e.g. ``max_tokens 512 -> 1024, rungs 5 -> 7 lengths``."""
+    """``name saved -> new`` of each setting that differs, e.g. ``max_tokens 512 -> 1024, rungs [12 values] ->
+    [7 values]``."""
     said = []
     for name in sorted(set(saved) | set(mine)):
         before, after = saved.get(name), mine.get(name)
-        if before == after:
-            continue
-        if isinstance(before, list) and isinstance(after, list) and len(str(before) + str(after)) > 60:
-            said.append(f"{name} {_sized(before)} -> {_sized(after)}")
-        else:
+        if before != after:
             said.append(f"{name} {_short(before)} -> {_short(after)}")
     return ", ".join(said)
 
 
 def _short(value: Any) -> str:
-    if isinstance(value, list) and len(value) == 1 and not isinstance(value[0], list):
-        value = value[0]  # max_tokens [512]: one size axis
+    """A setting's value in a line: one size axis's as a number, a long list as its count of values."""
+    while isinstance(value, list) and len(value) == 1:
+        value = value[0]  # max_tokens [512], rungs [[...]]: one size axis
+    if isinstance(value, list) and len(str(value)) > 30:
+        return f"[{len(value)} values]"
     return repr(value) if isinstance(value, str) else str(value)
-
-
-def _sized(value: list) -> str:
-    inner = value[0] if len(value) == 1 and isinstance(value[0], list) else value
-    return f"[{len(inner)} values]"
 
 
 def mid_epoch(state: Mapping[str, Any]) -> bool:
