@@ -36,7 +36,7 @@ from varlen.stream.plan_state import StreamBatchPlan
 
 RNG = np.random.default_rng(40)
 SIZES = np.clip(RNG.lognormal(3.5, 0.8, 2400), 1, 500).astype(np.int64)
-LINE = re.compile(r"resuming epoch \d+ at batch \d+ with .*: the [\d,]+ samples not yet served in it are planned again")
+LINE = re.compile(r"resuming epoch \d+ at batch \d+ with .*: the [\d,]+ samples? not yet served in it (are|is) planned")
 
 
 # -- the property's body: one resume, checked ------------------------------------------------------
@@ -99,6 +99,12 @@ def load(samplers: list[BucketBatchSampler], state: dict) -> list[str]:
     return [str(w.message) for w in caught]
 
 
+def draw_of(sampler: BucketBatchSampler, epoch: int) -> tuple[Counter, int]:
+    """``epoch``'s draw (every sample once, unweighted) and the repeats its own plan makes to feed every rank."""
+    plan = sampler.global_plan(epoch)
+    return Counter(plan.order.tolist()), int((plan.bounds[:, 1] - plan.bounds[:, 0]).sum()) - len(plan.order)
+
+
 def resumed_epoch(case: dict) -> dict:
     """An epoch of ``case["old"]`` settings served to ``case["stop"]`` batches per rank, saved, resumed under
     ``case["new"]`` (and, with ``case["third"]``, saved again after ``case["stop2"]`` more and resumed under it);
@@ -109,9 +115,7 @@ def resumed_epoch(case: dict) -> dict:
     old = ranks_of(sizes, case["old"], extra)
     for sampler in old:
         sampler.set_epoch(epoch)
-    plan = old[0].global_plan(epoch)
-    whole = Counter(plan.order.tolist())  # the epoch's draw: every sample once, unweighted
-    own = int((plan.bounds[:, 1] - plan.bounds[:, 0]).sum()) - len(plan.order)  # the plan's own repeats (few samples)
+    whole, own = draw_of(old[0], epoch)
     head = serve(old, case["stop"])
     state = old[0].state_dict()
     assert all(sampler.state_dict() == state for sampler in old)
@@ -120,6 +124,8 @@ def resumed_epoch(case: dict) -> dict:
     for k, run in enumerate(runs):
         new = ranks_of(sizes, run, extra)
         said += load(new, state)
+        if k == 0 and state["batches_served"] == 0:  # nothing of the saved draw served: the epoch is the new one's
+            whole, own = draw_of(new[0], epoch)
         if new[0].epoch != epoch:  # the saved epoch was over: the next one, whole, is the new settings' own
             assert new[0].epoch == epoch + 1 and state["batches_served"] == state["epoch_batches"]
             fresh = ranks_of(sizes, run, extra)
@@ -338,7 +344,8 @@ def changes(draw) -> dict:
 def one_change(draw, old: dict) -> dict:
     """``old`` with one setting changed (the common resume: a lower budget, another world size...)."""
     new = dict(old)
-    name = draw(st.sampled_from(["world", "budget", "pad_to_multiple_of", "num_buckets", "max_shapes", "cost"]))
+    names = ["world", "budget", "pad_to_multiple_of", "num_buckets", "max_shapes", "cost", "cap", "caps"]
+    name = draw(st.sampled_from(names))
     if name == "world":
         new["world"] = draw(st.integers(1, 4))
     elif name == "budget" and "max_tokens" in old:
@@ -352,6 +359,10 @@ def one_change(draw, old: dict) -> dict:
     elif name == "max_shapes" and old.get("cost", "padded") == "padded":
         new["max_shapes"] = draw(st.integers(1, 12))
         new.pop("caps", None)
+    elif name == "cap" and "max_tokens" in old:
+        new["max_batch_size"] = draw(st.sampled_from([None, 1, 4, 16]))
+    elif name == "caps" and "max_shapes" in old and old.get("cost") == "padded":
+        new["caps"] = draw(st.integers(1, 10))
     elif name == "cost" and "max_tokens" in old:
         new["cost"] = draw(st.sampled_from(["padded", "sum", "packed"]))
         if new["cost"] != "padded":

@@ -150,7 +150,7 @@ class PlanChanges:
         ranks = [plan.bounds[r::world] for r in range(world)]
         mine = self.settings_key()
         ranks, repeated = rest_of_epoch(ranks, segments, self.num_replicas, split_largest, self.drop_last, mine, replan)
-        if planned and segments[-1][3] != mine:
+        if planned and planned[-1] and segments[-1][3] != mine:  # none left: the next epoch, said by nothing
             before = sum(count for _, count, _, _ in segments)
             self._say(epoch, before, json.loads(segments[-1][3]), planned[-1], len(ranks[self.rank]))
         return ranks, repeated, np.concatenate(orders)
@@ -158,8 +158,9 @@ class PlanChanges:
     def _say(self, epoch: int, before: int, saved: dict[str, Any], samples: int, left: int) -> None:
         line = (
             f"resuming epoch {epoch} at batch {before} with {changes(saved, self.settings())}: the {samples:,} "
-            f"samples not yet served in it are planned again under the new settings ({left} batches per rank "
-            "left); the next epochs are the new settings' own"
+            f"sample{'s' * (samples != 1)} not yet served in it {'are' if samples != 1 else 'is'} planned again under "
+            f"the new settings ({left} batch{'es' * (left != 1)} per rank left); the next epochs are the new "
+            "settings' own"
         )
         if line not in _SAID:
             _SAID.add(line)

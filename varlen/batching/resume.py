@@ -145,7 +145,7 @@ def changes(saved: Mapping[str, Any], mine: Mapping[str, Any]) -> str:
 
 def _short(value: Any) -> str:
     """A setting's value in a line: one size axis's as a number, a long list as its count of values."""
-    while isinstance(value, list) and len(value) == 1:
+    if isinstance(value, list) and len(value) == 1:
         value = value[0]  # max_tokens [512], rungs [[...]]: one size axis
     if isinstance(value, list) and len(str(value)) > 30:
         return f"[{len(value)} values]"
