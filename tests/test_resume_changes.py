@@ -124,7 +124,7 @@ def resumed_epoch(case: dict) -> dict:
     for k, run in enumerate(runs):
         new = ranks_of(sizes, run, extra)
         said += load(new, state)
-        if k == 0 and state["batches_served"] == 0:  # nothing of the saved draw served: the epoch is the new one's
+        if state["batches_served"] == 0:  # nothing of the saved draw served: the epoch is the new one's own
             whole, own = draw_of(new[0], epoch)
         if new[0].epoch != epoch:  # the saved epoch was over: the next one, whole, is the new settings' own
             assert new[0].epoch == epoch + 1 and state["batches_served"] == state["epoch_batches"]

@@ -14,6 +14,7 @@ another schedule) is refused inside an epoch, naming both ways out (:meth:`PlanC
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 from typing import Any
@@ -59,8 +60,8 @@ def row_positions(rows: np.ndarray) -> np.ndarray:
 class PlanChanges:
     """What :class:`~varlen.batching.BucketBatchSampler` adds to resume an epoch under other settings (see the
     module docstring). The sampler sets ``sizes``, ``groups``, ``spec``, ``shuffle``, ``drop_last``, ``seed``,
-    ``num_replicas``, ``_buckets``, ``_weighing`` (its ``weights, num_samples, replacement``) and
-    ``_groups_key``; ``_clones`` caches a copy per saved settings."""
+    ``num_replicas``, ``_buckets``, ``_weighing`` (its ``weights, num_samples, replacement``), ``_steps_anchor``
+    and ``_clones`` (a copy per saved settings)."""
 
     def settings(self) -> dict[str, Any]:
         """The settings this sampler's plan depends on, as plain values (saved in its state)."""
@@ -76,18 +77,19 @@ class PlanChanges:
             "rung_batch_sizes": None if spec.rung_batch_sizes is None else list(spec.rung_batch_sizes),
             "shuffle": bool(self.shuffle),
             "drop_last": bool(self.drop_last),
-            "groups": self._groups_key,
+            "groups": self.groups_digest,
         }
 
     def settings_key(self) -> str:
         return canonical(self.settings())
 
-    @staticmethod
-    def groups_key(groups: np.ndarray | None) -> str | None:
-        """A digest of the groups (None: no groups): batches never mix them, so they shape the plan."""
-        if groups is None:
+    @functools.cached_property
+    def groups_digest(self) -> str | None:
+        """A digest of the groups (None: no groups): batches never mix them, so they shape the plan. Computed
+        when a state is saved or loaded, not for every sampler (the shape policy's fit makes many)."""
+        if self.groups is None:
             return None
-        _, ids = np.unique(groups, return_inverse=True)
+        _, ids = np.unique(self.groups, return_inverse=True)
         return hashlib.blake2b(ids.astype(np.int64).tobytes(), digest_size=8).hexdigest()
 
     def saved_settings(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -179,7 +181,7 @@ class PlanChanges:
         if state.get("schedule") != schedule:
             said = [f"schedule {s!r}" if s else "no schedule" for s in (state.get("schedule"), schedule)]
             return f"sampler state was saved with {said[0]} of source_weights, this sampler has {said[1]}" + ways
-        if saved.get("groups") != self._groups_key:
+        if saved.get("groups") != self.groups_digest:
             return (
                 "sampler state was saved with other groups (a DataModule's mix or sampler_groups: the samples a "
                 "batch may not mix)" + ways

@@ -184,7 +184,6 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
         self._plan_key: tuple[int, int] | None = None
         self._plan: Plan | None = None
         self._weighing = (weights, num_samples, replacement)  # a copy under a saved state's settings draws the same
-        self._groups_key = self.groups_key(self.groups)
         self._clones: dict[str, BucketBatchSampler] = {}
         self._steps_anchor: tuple[int, int] | None = None
         self.scheduled, self._draw = self._weighted_draw(weights, num_samples, replacement)
