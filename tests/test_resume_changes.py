@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from lightning.pytorch.callbacks import ModelCheckpoint
 from toy import ToySequences
 
-from varlen.batching import BucketBatchSampler
+from varlen.batching import BucketBatchSampler, resume
 from varlen.batching.collate import round_up
 from varlen.datamodules.base import VarLenDataModule, base_args
 from varlen.errors import DataError
@@ -36,6 +36,14 @@ from varlen.stream.plan_state import StreamBatchPlan
 
 RNG = np.random.default_rng(40)
 SIZES = np.clip(RNG.lognormal(3.5, 0.8, 2400), 1, 500).astype(np.int64)
+
+
+@pytest.fixture(autouse=True)
+def lines_said_afresh():
+    """A resume's line is said once per process (a state loads twice through a DataModule): each test hears its own."""
+    resume._SAID.clear()
+
+
 LINE = re.compile(r"resuming epoch \d+ at batch \d+ with .*: the [\d,]+ samples? not yet served in it (are|is) planned")
 
 

@@ -21,15 +21,11 @@ from typing import Any
 
 import numpy as np
 
-from varlen import notices
 from varlen.batching.plan import Plan, PlanSpec, bucketize, build_plan, split_largest
-from varlen.batching.resume import RESUME_VARIABLE, Segment, canonical, changes, deal, rest_of_epoch
+from varlen.batching.resume import RESUME_VARIABLE, Segment, canonical, changes, deal, rest_of_epoch, warn_once
 from varlen.batching.shapes import Rungs
 
 __all__ = ["PlanChanges", "row_positions", "spec_of"]
-
-#: the lines said in this process (a DataModule and the loader load one state twice; DDP rebuilds the sampler)
-_SAID: set[str] = set()
 
 
 def spec_of(settings: dict[str, Any]) -> PlanSpec:
@@ -164,9 +160,7 @@ class PlanChanges:
             f"the new settings ({left} batch{'es' * (left != 1)} per rank left); the next epochs are the new "
             "settings' own"
         )
-        if line not in _SAID:
-            _SAID.add(line)
-            notices.warn(line)
+        warn_once(line)
 
     def refusal(self, state: dict[str, Any], saved: dict[str, Any]) -> str | None:
         """Why the epoch of ``state`` (saved under ``saved`` settings) cannot be planned again here, naming what

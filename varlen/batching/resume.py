@@ -55,6 +55,7 @@ __all__ = [
     "saved_position",
     "skip_requested",
     "unserved",
+    "warn_once",
 ]
 
 #: (world size, batches served per rank, lanes, settings) of a part of an epoch; settings: :func:`canonical`
@@ -64,6 +65,15 @@ Segment = tuple[int, int, int, str | None]
 RESUME_VARIABLE = "VARLEN_RESUME"
 #: rows turned into Python values at a time (a streamed rank's epoch holds millions at 1 B samples)
 _ROWS = 4096
+#: the lines said in this process (a DataModule and its loader load one state twice; DDP rebuilds the sampler)
+_SAID: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    """:func:`varlen.notices.warn` a resume's line once in this process, however many times its state loads."""
+    if message not in _SAID:
+        _SAID.add(message)
+        notices.warn(message)
 
 
 def interleave(rows: np.ndarray, lanes: int) -> np.ndarray:
@@ -401,7 +411,7 @@ class ResumableEpochs:
         epoch, served = int(state["epoch"]), int(state["batches_served"])
         total = state.get("epoch_batches")
         left = f"{int(total) - served} of its {int(total)}" if total is not None else "the rest of its"
-        notices.warn(
+        warn_once(
             f"{RESUME_VARIABLE}=next_epoch: epoch {epoch} ends at batch {served} per rank where the checkpoint "
             f"stopped ({left} batches per rank are skipped, their samples not trained on in this epoch); "
             f"epoch {epoch + 1} starts afresh"
