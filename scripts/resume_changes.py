@@ -26,6 +26,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from test_resume_changes import ranks_of, resumed_epoch  # noqa: E402
 
+from varlen.batching import resume  # noqa: E402
+
 NAMES = ("world", "batch_size", "max_tokens", "cost", "max_batch_size", "pad_to_multiple_of", "num_buckets",
          "max_shapes", "caps")  # fmt: skip
 
@@ -115,6 +117,7 @@ def main() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # samples over a budget, a plan's own repeats: said, and counted
             case = case_of(rng)
+            resume._SAID.clear()  # each case's lines (said once per process otherwise)
             outcome = resumed_epoch(case)  # raises where a check fails
         names = changed(case)
         alone = f"{names[0]} alone" if len(names) == 1 else f"{len(names)} at once" if names else "none"

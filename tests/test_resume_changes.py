@@ -473,21 +473,44 @@ def test_a_checkpoint_resumed_with_a_lower_budget_serves_every_sample_once(tmp_p
     assert [b for e, b in resumed if e == 2] == list(own)
 
 
-def test_a_mid_epoch_checkpoint_of_other_weights_is_refused_by_the_datamodule(tmp_path: Path) -> None:
-    from test_sample_weights import reviews
+class Labelled(ToySequences):
+    @property
+    def labels(self) -> np.ndarray:
+        return np.array([int(self[i]["label"]) for i in range(len(self))])
 
-    from varlen.datamodules.text import TextClassificationDataModule
 
-    path = reviews(tmp_path)
-    saved = TextClassificationDataModule(train_file=path, batch_size=16, sample_weights="balanced")
-    saved.setup("fit")
-    state = saved.state_dict() | {"train_position": {"epoch": 2, "batches_served": 3, "epoch_batches": 9}}
-    other = TextClassificationDataModule(train_file=path, batch_size=16)
-    other.setup("fit")
-    with pytest.raises(DataError, match=r"inside epoch 2 .*sample_weights='balanced' where this DataModule has "
-                       r"sample_weights=None.*Resume with sample_weights='balanced' to finish epoch 2.*"
-                       r"VARLEN_RESUME=next_epoch to skip the rest of epoch 2 and start epoch 3"):  # fmt: skip
-        other.load_state_dict(state)
-    ended = state | {"train_position": {"epoch": 2, "batches_served": 9, "epoch_batches": 9}}
-    with pytest.warns(UserWarning, match="sample_weights='balanced' \\(here None\\)"):
-        other.load_state_dict(ended)  # at an epoch's end the new weights simply start
+class Weighted(Sequences):
+    """Toy sequences drawn by ``sample_weights`` (balanced classes) or not."""
+
+    def __init__(self, weighted: bool = False) -> None:
+        super().__init__()
+        self.sample_weights = "balanced" if weighted else None
+
+    def build(self, stage: str | None) -> dict[str, Labelled]:
+        val = Labelled(32, 2)
+        return {"train": Labelled(240, 1), "val": val, "test": val}
+
+
+def test_a_mid_epoch_checkpoint_of_other_weights_is_refused_or_its_rest_skipped(tmp_path: Path, monkeypatch) -> None:
+    """Its draw cannot be planned again: refused before the first step, naming the setting, both values and both
+    ways out; at an epoch's end the new weights simply start; with VARLEN_RESUME=next_epoch the epoch ends where
+    the checkpoint stopped and the next one is whole."""
+    first = fit(tmp_path / "first", Weighted(weighted=True), 2, every=3)
+    per_epoch = sum(e == 0 for e, _ in first)
+    step = 3 * (per_epoch // 3 + 2)
+    assert per_epoch % 3 == 0 and per_epoch < step < 2 * per_epoch
+    checkpoint = tmp_path / "first" / f"step={step}.ckpt"
+    said = (
+        rf"inside epoch 1 \({step - per_epoch} batches per rank served\).*sample_weights='balanced' where this "
+        r"DataModule has sample_weights=None.*Resume with sample_weights='balanced' to finish epoch 1.*"
+        r"VARLEN_RESUME=next_epoch to skip the rest of epoch 1 and start epoch 2 with sample_weights=None"
+    )
+    with pytest.raises(DataError, match=said):
+        fit(tmp_path / "refused", Weighted(), 3, ckpt_path=checkpoint)
+    ended = fit(tmp_path / "ended", Weighted(), 3, ckpt_path=tmp_path / "first" / f"step={per_epoch}.ckpt")
+    assert all(sorted(i for e, b in ended if e == epoch for i in b) == list(range(240)) for epoch in (1, 2))
+    monkeypatch.setenv("VARLEN_RESUME", "next_epoch")
+    with pytest.warns(UserWarning, match=rf"epoch 1 ends at batch {step - per_epoch} per rank .*epoch 2 starts"):
+        skipped = fit(tmp_path / "skipped", Weighted(), 3, ckpt_path=checkpoint)
+    assert [e for e, _ in skipped] == [2] * (len(ended) // 2)
+    assert sorted(i for _, b in skipped for i in b) == list(range(240))
