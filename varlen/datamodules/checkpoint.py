@@ -22,7 +22,10 @@ from varlen import notices
 from varlen.batching.resume import RESUME_VARIABLE, mid_epoch, skip_requested
 from varlen.errors import DataError
 
-__all__ = ["DataStateCheckpoint", "plain"]
+__all__ = ["DRAWN", "DataStateCheckpoint", "plain"]
+
+#: the data state's keys that decide which samples an epoch draws: inside an epoch, a change is refused
+DRAWN = ("sample_weights", "source_weights", "mix")
 
 
 def plain(value: Any) -> Any:
@@ -84,14 +87,14 @@ class DataStateCheckpoint:
     def _saved_state(self) -> dict[str, Any]:
         """:meth:`data_state`, how the training samples were drawn (a change warns; inside an epoch it is
         refused: its rest cannot be drawn again), the rungs and the settings they were fitted for."""
-        drawn = {"sample_weights": self.sample_weights, "source_weights": self.source_weights, "mix": self.mix}
+        drawn = {name: getattr(self, name) for name in DRAWN}
         rungs = {"rungs": None if self.rungs is None else [list(r.lengths) for r in self.rungs]}
         return plain({**self.data_state(), **drawn, **rungs, "batching": self._batching()})
 
     def _batching(self) -> dict[str, Any]:
         """The settings the rungs are fitted for: the same at a resume, the checkpoint's rungs are adopted."""
         names = ("batch_size", "max_tokens", "max_shapes", "rung_batch_sizes", "pad_to_multiple_of", "sampler_cost")
-        return plain({name: getattr(self, name, None) for name in names})
+        return {name: getattr(self, name, None) for name in names}
 
     def plain_data_state(self) -> dict[str, Any]:
         """:meth:`data_state` as plain values (lists, Python numbers)."""
@@ -146,7 +149,7 @@ class DataStateCheckpoint:
         if not self.datasets:
             self._checkpoint_state = dict(state_dict)
             return
-        batching = self._saved_state()["batching"]
+        batching = plain(self._batching())
         if saved.get("batching", batching) == batching:
             self.adopt_rungs(saved.get("rungs"))  # the run's own (a checkpoint without them: exact buckets)
         current = self._saved_state()
@@ -159,9 +162,7 @@ class DataStateCheckpoint:
                 + "; ".join(f"{k}={saved[k]!r} where this DataModule has {current[k]!r}" for k in refused)
                 + ": its outputs would mean something else. Use the training's values (e.g. class_names=...)"
             )
-        self._refuse_other_draws(
-            saved, current, [k for k in changed if k in ("sample_weights", "source_weights", "mix")]
-        )
+        self._refuse_other_draws(saved, current, [k for k in changed if k in DRAWN])
         if changed:
             notices.warn(
                 f"{type(self).__name__}: the checkpoint was trained with "
