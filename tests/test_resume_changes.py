@@ -41,7 +41,7 @@ SIZES = np.clip(RNG.lognormal(3.5, 0.8, 2400), 1, 500).astype(np.int64)
 @pytest.fixture(autouse=True)
 def lines_said_afresh():
     """A resume's line is said once per process (a state loads twice through a DataModule): each test hears its own."""
-    resume._SAID.clear()
+    getattr(resume, "_SAID", set()).clear()
 
 
 LINE = re.compile(r"resuming epoch \d+ at batch \d+ with .*: the [\d,]+ samples? not yet served in it (are|is) planned")
