@@ -202,9 +202,12 @@ def test_a_source_down_to_one_percent_gets_its_stage_share_every_epoch(mix_group
 
 
 def test_a_state_of_another_schedule_is_refused_naming_both() -> None:
+    """Inside its epoch (at its start, the epoch starts with the new schedule's shares)."""
     sizes, sources = data(0, [100, 100])
     one = [{"weights": [3, 1], "until_epoch": 1}, {"weights": [1, 1]}]
-    state = sampler_of(one, sizes, sources).state_dict()
+    saved = sampler_of(one, sizes, sources)
+    next(iter(saved))
+    state = saved.state_dict()
     other = [{"weights": [3, 1], "until_epoch": 2}, {"weights": [1, 1]}]
     said = "saved with schedule 'until epoch 1: a 0.75, b 0.25; then: a 0.5, b 0.5' of source_weights, this "
     with pytest.raises(ValueError, match=said + "sampler has schedule 'until epoch 2"):

@@ -129,19 +129,24 @@ def test_groups_keep_within_the_limit_through_power_of_two_tails() -> None:
     assert all(len(set(groups[b].tolist())) == 1 for b in fitted)
 
 
-def test_a_state_of_other_rungs_is_refused_and_the_run_rungs_resume_it() -> None:
+def test_a_state_of_other_rungs_is_planned_again_and_the_run_rungs_resume_it() -> None:
     sizes = lognormal(3_000)
     saved = BucketBatchSampler(sizes, max_tokens=1024, max_shapes=16, num_replicas=4, rank=0)
     iterator = iter(saved)
-    next(iterator), next(iterator)
+    head = [next(iterator), next(iterator)]
     state = saved.state_dict()
-    assert state["rungs"] == [list(saved.rungs[0].lengths)]
-    other = BucketBatchSampler(sizes, max_tokens=1024, max_shapes=9, num_replicas=3, rank=0)
-    with pytest.raises(ValueError, match="rungs"):
+    assert state["rungs"] == state["settings"]["rungs"] == [list(saved.rungs[0].lengths)]
+    other = BucketBatchSampler(sizes, max_tokens=1024, max_shapes=9, num_replicas=1, rank=0)
+    with pytest.warns(UserWarning, match="resuming epoch 0 at batch 2 with rungs .* planned again"):
         other.load_state_dict(state)
+    served = [i for b in head for i in b] + [i for r in range(1, 4) for b in saved.global_plan().bounds[r::4][:2]
+                                             for i in saved.global_plan().order[slice(*b)]]  # fmt: skip
+    batches = list(other)
+    assert sorted(served + [i for b in batches for i in b]) == list(range(len(sizes)))
+    assert all(len(b) * other.rungs[0].round(int(sizes[b].max())) <= 1024 or len(b) == 1 for b in batches)
     resumed = BucketBatchSampler(sizes, max_tokens=1024, rungs=saved.rungs, num_replicas=3, rank=0)
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
+        warnings.simplefilter("error")  # the same settings on other ranks: nothing to say
         resumed.load_state_dict(state)
     assert len(list(resumed)) == len(resumed) - 2  # its length counts the two batches served before
 
@@ -182,20 +187,33 @@ def test_a_text_datamodule_pads_every_split_to_the_rungs_fitted_on_training(tmp_
         assert batch["input_ids"].shape[1] == int(batch["attention_mask"].sum(1).max())
 
 
-def test_the_checkpoint_keeps_the_run_rungs(tmp_path) -> None:
-    """A resumed DataModule cuts for the rungs it was trained with, whatever it fits itself (another world
-    size, another max_shapes, or a checkpoint from before the policy: exact buckets)."""
+def test_the_checkpoint_keeps_the_run_rungs_unless_their_settings_changed(tmp_path) -> None:
+    """A resumed DataModule of the run's batching settings cuts for the rungs it was trained with, whatever it
+    fits itself (another world size); one of another max_shapes (or budget) fits its own, and its sampler plans
+    the rest of the saved epoch again under them; a checkpoint from before the settings were recorded keeps its
+    rungs, and one from before the policy, exact buckets."""
     kwargs = {"synthetic_samples": 600, "max_tokens": 1024, "cache_dir": tmp_path}
     run = TextClassificationDataModule(max_shapes=8, **kwargs)
     run.setup("fit")
     saved = run.state_dict()
     assert saved["data_state"]["rungs"] == [list(run.rungs[0].lengths)]
+    assert saved["data_state"]["batching"]["max_shapes"] == 8
+    elsewhere = dict(saved, data_state=saved["data_state"] | {"rungs": [[39, 118]]})  # fitted on other ranks
+    same = TextClassificationDataModule(max_shapes=8, **kwargs)
+    same.load_state_dict(elsewhere)  # before setup, as Lightning does
+    same.setup("fit")
+    assert [list(r.lengths) for r in same.rungs] == [[39, 118]] and same.collate_fn.pad_to_multiple_of == same.rungs[0]
     resumed = TextClassificationDataModule(max_shapes=3, **kwargs)
-    resumed.load_state_dict(saved)  # before setup, as Lightning does
+    resumed.load_state_dict(saved)
     resumed.setup("fit")
-    assert resumed.rungs == run.rungs and resumed.dataset("train").pad_to_multiple_of == run.rungs[0]
-    older = dict(saved, data_state={k: v for k, v in saved["data_state"].items() if k != "rungs"})
+    own = TextClassificationDataModule(max_shapes=3, **kwargs)
+    own.setup("fit")
+    assert resumed.rungs == own.rungs != run.rungs
+    older = dict(saved, data_state={k: v for k, v in saved["data_state"].items() if k != "batching"})
     resumed.load_state_dict(older)
+    assert resumed.rungs == run.rungs and resumed.dataset("train").pad_to_multiple_of == run.rungs[0]
+    oldest = dict(saved, data_state={k: v for k, v in older["data_state"].items() if k != "rungs"})
+    resumed.load_state_dict(oldest)
     assert resumed.rungs is None and resumed.dataset("train").pad_to_multiple_of is None
 
 

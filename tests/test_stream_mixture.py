@@ -269,7 +269,9 @@ def test_random_mixtures_resume_exactly(sizes, weights, world, resumed, stop, mi
 
 
 def test_a_state_of_other_sources_or_weights_is_refused(sources):
-    state = plans(sources, 1)[0].state_dict()
+    saved = plans(sources, 1)
+    run(saved, 0, stop=1)
+    state = saved[0].state_dict()
     with pytest.raises(ValueError, match="plan state was saved with plan"):
         plans(sources, 1, source_weights=[1, 1, 1])[0].load_state_dict(state)
     with pytest.raises(ValueError, match="index"):

@@ -314,7 +314,11 @@ def test_two_elastic_moves_in_one_epoch(index):
 
 
 def test_a_state_of_another_index_seed_or_plan_is_refused(index):
-    state = plans_on(index, 2)[0].state_dict()
+    """Another plan's state is refused inside its epoch, naming the settings (at its start it resumes there)."""
+    saved = plans_on(index, 2)
+    start = saved[0].state_dict()
+    run(saved, epoch=0, stop=2)
+    state = saved[0].state_dict()
     other = ArraySizeIndex.from_sizes(lognormal_chunks(9, 10))
     for plan, name in (
         (StreamBatchPlan(other, max_tokens=BUDGET, seed=7, window_batches=30), "index"),
@@ -323,6 +327,10 @@ def test_a_state_of_another_index_seed_or_plan_is_refused(index):
     ):
         with pytest.raises(ValueError, match=f"saved with {name}"):
             plan.load_state_dict(state)
+    with pytest.raises(ValueError, match="window_batches 30 -> 31.*saved values.*VARLEN_RESUME=next_epoch"):
+        plan.load_state_dict(state)
+    plan.load_state_dict(start)
+    assert len(plan) == plan.layout.batches_per_rank and plan.epoch == 0
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,9 @@ runs it, for per-epoch draws of ``(seed, epoch, index)`` (:mod:`varlen.draws`).
 A state saved on W ranks resumes exactly on W' ranks: the state names the epoch, the world size
 and the batches each rank served (and, after an earlier such resume, the same for each earlier
 part of the epoch), which fixes exactly which of the epoch's global batches were served; the
-rest are dealt to the W' ranks (:mod:`varlen.batching.resume`, shared with the streamed plan).
+rest are dealt to the W' ranks (:mod:`varlen.batching.resume`, shared with the streamed plan). The
+state also names the plan's settings, so a sampler of other settings (``max_tokens``, rungs...) plans
+the rest of the saved epoch again under its own (:mod:`varlen.batching.replan`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from torch.utils.data import BatchSampler, Sampler
 from varlen import notices
 from varlen.batching.collate import round_up
 from varlen.batching.plan import Plan, PlanSpec, as_size_matrix, bucketize, build_plan, fit_rungs, split_largest
-from varlen.batching.resume import ResumableEpochs
+from varlen.batching.replan import PlanChanges
+from varlen.batching.resume import ResumableEpochs, canonical
 from varlen.batching.scheduled import ScheduledDraws, ScheduledWeights
 from varlen.batching.shapes import Rungs, batch_shapes, cant_hold, distinct_shapes
 from varlen.batching.weights import WeightedDraw, strata_of
@@ -50,7 +53,7 @@ class EpochTracker(Sampler[int]):
         return self.num_samples
 
 
-class BucketBatchSampler(ResumableEpochs, BatchSampler):
+class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
     """Batches of similar-size samples, under a fixed batch size or a token budget.
 
     One global plan per (lengths, seed, epoch) is built on every rank, and rank ``r`` takes
@@ -181,6 +184,9 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
             raise ValueError(f"shares must have one id per sample ({len(self.sizes)}), got shape {self.shares.shape}")
         self._plan_key: tuple[int, int] | None = None
         self._plan: Plan | None = None
+        self._weighing = (weights, num_samples, replacement)  # a copy under a saved state's settings draws the same
+        self._clones: dict[str, BucketBatchSampler] = {}
+        self._steps_anchor: tuple[int, int] | None = None
         self.scheduled, self._draw = self._weighted_draw(weights, num_samples, replacement)
         if self.scheduled is not None and steps_before is not None:
             self.scheduled.know(epoch, steps_before)
@@ -393,16 +399,17 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
 
     def _batches(self) -> Iterator[list[int]]:
         order = None
-        for world, (first, end) in self.positions():
-            if order is None:
-                order = self._plan_on(self.epoch, world).order
+        for source, (first, end) in self.positions():
+            if order is None:  # a resumed epoch's rows index their own order (its plans', see rest_rows)
+                order = source if isinstance(source, np.ndarray) else self._plan_on(self.epoch, source).order
             yield order[first:end].tolist()
 
     def state_dict(self) -> dict[str, Any]:
         """Rank-independent position: all ranks have served the same number of batches.
 
         ``batches_served`` counts each rank's batches of the epoch; ``segments`` lists the
-        ``[world size, batches per rank, lanes]`` of the epoch's parts served on other world sizes.
+        ``[world size, batches per rank, lanes]`` of the epoch's parts served on other world sizes (and their
+        settings, where not ``settings``: the plan's, see :meth:`settings`).
         """
         schedule = {} if self.scheduled is None else {"schedule": self.scheduled.schedule.describe()}
         if self.scheduled is not None and self.scheduled.schedule.unit == "step":
@@ -414,6 +421,7 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
                 "seed": self.seed,
                 "draw": self._draw_key(),
                 "rungs": self._rung_lengths(),
+                "settings": self.settings(),
             }
             | schedule
         )
@@ -427,45 +435,38 @@ class BucketBatchSampler(ResumableEpochs, BatchSampler):
         return None if self._draw is None else self._draw.key()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume mid-epoch, on any number of ranks.
+        """Resume mid-epoch, on any number of ranks, under these settings.
 
-        On the saved number of ranks, the next iteration yields exactly what an uninterrupted run
+        On the saved number of ranks and settings, the next iteration yields exactly what an uninterrupted run
         would. On another, the batches the saved ranks had not served are dealt to these ranks
         (split until they divide evenly, or cut with ``drop_last``; a sample repeated when fewer are
         left than ranks): every remaining sample once, the same number of batches on every rank; the
-        next epoch is this world size's own (see :mod:`varlen.batching.resume`).
-        A state saved before ``segments`` and ``draw`` were recorded loads as one without them.
+        next epoch is this world size's own (see :mod:`varlen.batching.resume`). Under other settings
+        (``max_tokens``, ``batch_size``, rungs, ``cost``...), the samples not served are planned again under
+        these, said in one warning (:mod:`varlen.batching.replan`). A state saved before ``segments``,
+        ``draw`` and ``settings`` were recorded loads as one without them.
+
+        Raises:
+            ValueError: a state of other data or seed; or, inside its epoch, of other weights, groups or
+                schedule (at an epoch's start or end it resumes there), unless ``VARLEN_RESUME=next_epoch``.
         """
         if state["num_samples"] != len(self.sizes):
             raise ValueError(f"sampler state is for {state['num_samples']} samples, this dataset has {len(self.sizes)}")
         if state["seed"] != self.seed:
             raise ValueError(f"sampler state was saved with seed {state['seed']}, this sampler has seed {self.seed}")
         schedule = None if self.scheduled is None else self.scheduled.schedule.describe()
-        if state.get("schedule") != schedule:
-            said = [f"schedule {s!r}" if s else "no schedule" for s in (state.get("schedule"), schedule)]
-            raise ValueError(
-                f"sampler state was saved with {said[0]} of source_weights, this sampler has {said[1]}: its "
-                "position means other batches; start the epoch afresh"
-            )
-        rungs = self._rung_lengths()
-        if state.get("rungs") != rungs:
-            raise ValueError(
-                f"sampler state was saved with rungs {state.get('rungs')} (None: exact buckets), this sampler has "
-                f"{rungs}: its position means other batches; build the sampler with the run's rungs "
-                "(rungs=[Rungs(lengths) for lengths in state['rungs']]; a DataModule keeps them in its checkpoint)"
-            )
-        mine = self._draw_key()
-        if state.get("draw") != mine:
-            raise ValueError(
-                "sampler state was saved with other weights, num_samples or replacement, or by a varlen that "
-                f"draws otherwise (draw {state.get('draw')}, this sampler's: {mine}): its position means other "
-                "batches; start the epoch afresh"
-            )
-        if self.scheduled is not None and "steps_before" in state:  # where the saved epoch started
-            self.scheduled.know(int(state["epoch"]), int(state["steps_before"]))
-            self._plan_key = None
-        self.load_position(state, self.set_epoch)
-        if self.scheduled is not None and "steps_before" in state:
+        steps = self.scheduled is not None and "steps_before" in state and state.get("schedule") == schedule
+        if steps:  # where the saved epoch started
+            self._steps_anchor = (int(state["epoch"]), int(state["steps_before"]))
+            self.scheduled.know(*self._steps_anchor)
+            self._plan_key, self._clones = None, {}
+        saved = self.saved_settings(state)
+        refusal = self.refusal(state, saved)
+        if refusal is not None:
+            self.load_boundary(state, self.set_epoch, refusal)
+        else:
+            self.load_position(state, self.set_epoch, canonical(saved))
+        if steps:
             before = int(state["steps_before"])
             if self.epoch == int(state["epoch"]):  # the next epoch starts where this one, resumed here, ends
                 self.scheduled.know(self.epoch + 1, before + len(self))

@@ -361,7 +361,7 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
             self.report.announce(type(self).__name__)
         if self._checkpoint_state is not None:
             state, self._checkpoint_state = self._checkpoint_state, None
-            self.load_state_dict({"data_state": state})
+            self.load_state_dict(state)
 
     def __repr__(self) -> str:
         """Its class, split sizes (or "not set up") and batching, e.g. ``Name(train=1,200 val=240 | max_tokens=2048,
@@ -418,10 +418,12 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
         :class:`~varlen.stream.sampler.StreamBatchSampler`."""
         if split == "train" and self.stream is not None:
             self._train_sampler = stream_sampler(self, num_replicas, rank)
+            self._reload_after_resumed_epoch(self._train_sampler)
             return self._train_sampler
         sampler = self._new_sampler(split, shuffle, num_replicas, rank, self.rungs, resume=split == "train")
         if split == "train":
             self._train_sampler = sampler
+            self._reload_after_resumed_epoch(sampler)
             dataset = self.dataset(split)
             if shuffle and isinstance(dataset, SourceMixture):
                 self._report_draw(sampler, dataset)
@@ -487,6 +489,7 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
         )
 
     def train_dataloader(self) -> VarLenLoader:
+        self._reloaded()
         self._reload_every_epoch()
         return self.loader("train", shuffle=self.shuffle)
 

@@ -5,7 +5,10 @@ Lightning's ``state_dict`` / ``load_state_dict`` reach: what the data taught the
 training statistics, the tokenizer...) as plain values, refused or restored when a checkpoint is loaded,
 and the training sampler's position while fitting. The base sets ``datasets``, ``trainer``,
 ``_train_sampler``, ``_checkpoint_state``, ``_resume_position`` and ``rungs`` (the shape policy's, saved
-with the data state: a run resumed on another number of ranks keeps its rungs, so its batches).
+with the data state and the settings they were fitted for: a run resumed on another number of ranks keeps
+its rungs, so its batches; one resumed with other batching settings fits its own, and its sampler plans the
+rest of the saved epoch again under them). A mid-epoch checkpoint whose draw changed (``sample_weights``,
+``source_weights``, ``mix``) is refused by name, with both ways out.
 """
 
 from __future__ import annotations
@@ -16,9 +19,13 @@ from typing import Any
 import numpy as np
 
 from varlen import notices
+from varlen.batching.resume import RESUME_VARIABLE, mid_epoch, skip_requested
 from varlen.errors import DataError
 
-__all__ = ["DataStateCheckpoint", "plain"]
+__all__ = ["DRAWN", "DataStateCheckpoint", "plain"]
+
+#: the data state's keys that decide which samples an epoch draws: inside an epoch, a change is refused
+DRAWN = ("sample_weights", "source_weights", "mix")
 
 
 def plain(value: Any) -> Any:
@@ -45,6 +52,15 @@ class DataStateCheckpoint:
     _resume_position: dict[str, Any] | None
     served_steps: dict[int, int]
     rungs: Any
+    batch_size: int | None
+    max_tokens: Any
+    max_shapes: int | None
+    rung_batch_sizes: dict[int, int] | None
+    pad_to_multiple_of: int | None
+    sampler_cost: str
+    #: the trainer's ``reload_dataloaders_every_n_epochs`` while a resumed epoch of its own length runs (the
+    #: next epoch's loader is reloaded once, so that Lightning reads its length), put back at that reload
+    _reload_was: int | None = None
 
     def adopt_rungs(self, lengths: list[list[int]] | None) -> None:
         """Cut and pad to these rungs (a resumed run's, so that its batches are the run's own)."""
@@ -69,11 +85,16 @@ class DataStateCheckpoint:
         """Put a checkpoint's :attr:`state_restored` values in place of the rebuilt ones."""
 
     def _saved_state(self) -> dict[str, Any]:
-        """:meth:`data_state` and how the training samples were drawn (a change warns: a sampler
-        position saved with other weights means other batches, and the sampler refuses it)."""
-        drawn = {"sample_weights": self.sample_weights, "source_weights": self.source_weights, "mix": self.mix}
+        """:meth:`data_state`, how the training samples were drawn (a change warns; inside an epoch it is
+        refused: its rest cannot be drawn again), the rungs and the settings they were fitted for."""
+        drawn = {name: getattr(self, name) for name in DRAWN}
         rungs = {"rungs": None if self.rungs is None else [list(r.lengths) for r in self.rungs]}
-        return plain({**self.data_state(), **drawn, **rungs})
+        return plain({**self.data_state(), **drawn, **rungs, "batching": self._batching()})
+
+    def _batching(self) -> dict[str, Any]:
+        """The settings the rungs are fitted for: the same at a resume, the checkpoint's rungs are adopted."""
+        names = ("batch_size", "max_tokens", "max_shapes", "rung_batch_sizes", "pad_to_multiple_of", "sampler_cost")
+        return {name: getattr(self, name, None) for name in names}
 
     def plain_data_state(self) -> dict[str, Any]:
         """:meth:`data_state` as plain values (lists, Python numbers)."""
@@ -96,8 +117,10 @@ class DataStateCheckpoint:
             return None
         epoch = int(trainer.current_epoch)
         trained = int(trainer.fit_loop.epoch_loop.batch_progress.current.ready)
-        segments = [list(part) for part in sampler.segments(epoch)]
-        return sampler.state_dict() | {"epoch": epoch, "batches_served": trained, "segments": segments}
+        state = sampler.state_dict() | {"epoch": epoch, "batches_served": trained}
+        if state.get("epoch_batches") is not None and epoch != sampler.epoch:  # the length of another epoch
+            state["epoch_batches"] = None
+        return state | {"segments": sampler.saved_segments(epoch)}
 
     def resume_position(self) -> dict[str, Any] | None:
         """The training position a loaded checkpoint recorded, handed (once) to the training sampler it builds.
@@ -115,7 +138,8 @@ class DataStateCheckpoint:
         Lightning calls this after ``setup``; called before, it is applied when ``setup`` runs.
 
         Raises:
-            DataError: a :attr:`state_must_match` value changed (it names both values).
+            DataError: a :attr:`state_must_match` value changed, or (inside an epoch) how the training samples
+                are drawn: each names both values and the ways out.
         """
         self._resume_position = state_dict.get("train_position")
         self.served_steps = {int(e): int(n) for e, n in state_dict.get("served_steps", {}).items()}
@@ -123,11 +147,14 @@ class DataStateCheckpoint:
         if saved is None:
             return
         if not self.datasets:
-            self._checkpoint_state = dict(saved)
+            self._checkpoint_state = dict(state_dict)
             return
-        self.adopt_rungs(saved.get("rungs"))  # the run's own (a checkpoint without them: exact buckets)
+        batching = plain(self._batching())
+        if saved.get("batching", batching) == batching:
+            self.adopt_rungs(saved.get("rungs"))  # the run's own (a checkpoint without them: exact buckets)
         current = self._saved_state()
-        changed = [k for k in saved if k in current and saved[k] != current[k] and k not in self.state_restored]
+        quiet = ("rungs", "batching", *self.state_restored)  # a change of batching: the sampler says it
+        changed = [k for k in saved if k in current and saved[k] != current[k] and k not in quiet]
         refused = [k for k in changed if k in self.state_must_match]
         if refused:
             raise DataError(
@@ -135,6 +162,7 @@ class DataStateCheckpoint:
                 + "; ".join(f"{k}={saved[k]!r} where this DataModule has {current[k]!r}" for k in refused)
                 + ": its outputs would mean something else. Use the training's values (e.g. class_names=...)"
             )
+        self._refuse_other_draws(saved, current, [k for k in changed if k in DRAWN])
         if changed:
             notices.warn(
                 f"{type(self).__name__}: the checkpoint was trained with "
@@ -143,3 +171,42 @@ class DataStateCheckpoint:
         restored = {k: saved[k] for k in self.state_restored if k in saved}
         if restored:
             self.restore_data_state(restored)
+
+    def _refuse_other_draws(self, saved: Mapping[str, Any], current: Mapping[str, Any], drawn: list[str]) -> None:
+        """Refuse a checkpoint saved inside an epoch whose samples were drawn otherwise: the rest of that draw
+        cannot be told from the position (at an epoch's start or end, the new draw simply starts).
+
+        Raises:
+            DataError: naming each setting, both values, and both ways out.
+        """
+        position = self._resume_position
+        if not drawn or position is None or not mid_epoch(position) or skip_requested():
+            return
+        epoch, served = int(position["epoch"]), int(position["batches_served"])
+        raise DataError(
+            f"{type(self).__name__}: the checkpoint stopped inside epoch {epoch} ({served} batches per rank served), "
+            "whose samples were drawn with "
+            + "; ".join(f"{k}={saved[k]!r} where this DataModule has {k}={current[k]!r}" for k in drawn)
+            + ": the rest of that draw cannot be planned again. Resume with "
+            + ", ".join(f"{k}={saved[k]!r}" for k in drawn)
+            + f" to finish epoch {epoch} (and change it from a checkpoint saved at an epoch's end), or set "
+            f"{RESUME_VARIABLE}=next_epoch to skip the rest of epoch {epoch} and start epoch {epoch + 1} with "
+            + ", ".join(f"{k}={current[k]!r}" for k in drawn)
+        )
+
+    def _reload_after_resumed_epoch(self, sampler: Any) -> None:
+        """Have the fitting trainer reload the training loader once, at the epoch after a resumed one of its own
+        length: Lightning reads a loader's length once per load and ends every epoch at that count, so a next
+        epoch longer than the resumed one would lose its last batches (their samples never served)."""
+        trainer = self.trainer
+        if trainer is None or trainer.state.fn != "fit" or not getattr(sampler, "resumed_epoch", lambda: False)():
+            return
+        if trainer.reload_dataloaders_every_n_epochs != 1:
+            self._reload_was = trainer.reload_dataloaders_every_n_epochs
+            trainer.reload_dataloaders_every_n_epochs = 1
+
+    def _reloaded(self) -> None:
+        """The trainer's own ``reload_dataloaders_every_n_epochs`` back, once the reload after a resumed epoch came."""
+        if self._reload_was is not None and self.trainer is not None:
+            self.trainer.reload_dataloaders_every_n_epochs = self._reload_was
+        self._reload_was = None

@@ -36,7 +36,7 @@ from varlen.stream.mixture import (
     unit_rows,
 )
 from varlen.stream.plan import WINDOW_BATCHES, SizeIndexLike
-from varlen.stream.plan_state import split_tail, stream_spec
+from varlen.stream.plan_state import settings_refusal, split_tail, stream_spec
 from varlen.stream.shapes import row_shapes
 
 __all__ = ["MixtureBatchPlan"]
@@ -236,6 +236,25 @@ class MixtureBatchPlan(ResumableEpochs):
             version="mixture-2",  # each source's sample_weights: a state of another draw is refused
         )  # fmt: skip
 
+    def settings(self) -> dict[str, Any]:
+        """The plan's settings and what it draws, as plain values (in its state, to name what a resume changed)."""
+        spec = self.spec
+        return {
+            "batch_size": spec.batch_size,
+            "max_tokens": None if spec.max_tokens is None else spec.max_tokens[0],
+            "cost": spec.cost,
+            "max_batch_size": spec.max_batch_size,
+            "pad_to_multiple_of": spec.pad_to_multiple_of,
+            "window_batches": self.window_batches,
+            "axis": self.axis,
+            "rungs": None if spec.rungs is None else list(spec.rungs[0].lengths),
+            "mix": self.mix,
+            "num_samples": self.num_samples,
+            "source_weights": self.schedule.describe(),
+            "sources": list(self.names),
+            "sample_weights": [getattr(i, "sample_weights", None) for i in self.indexes],
+        }
+
     def state_dict(self) -> dict[str, Any]:
         """Rank-independent: every rank has served the same number of batches."""
         state = self.position_state()
@@ -244,6 +263,7 @@ class MixtureBatchPlan(ResumableEpochs):
             "seed": self.seed,
             "index": keys[0] if len(keys) == 1 else keys,
             "plan": self._key(),
+            "settings": self.settings(),
             "steps_before": self.steps_before(int(state["epoch"])),
         }
 
@@ -251,10 +271,11 @@ class MixtureBatchPlan(ResumableEpochs):
         """Resume mid-epoch on any number of ranks and lanes.
 
         Raises:
-            ValueError: the state is of other indexes, seed or plan settings, or inconsistent.
+            ValueError: the state is of other indexes or seed, or inconsistent; or, inside its epoch, of other plan
+                settings or draws (unless ``VARLEN_RESUME=next_epoch``).
         """
         keys = [index.key for index in self.indexes]
-        mine = {"index": keys[0] if len(keys) == 1 else keys, "seed": self.seed, "plan": self._key()}
+        mine = {"index": keys[0] if len(keys) == 1 else keys, "seed": self.seed}
         for name, value in mine.items():
             saved = state[name]
             if (list(saved) if isinstance(saved, (list, tuple)) else saved) != value:
@@ -262,5 +283,8 @@ class MixtureBatchPlan(ResumableEpochs):
         self._anchor = (int(state["epoch"]), int(state.get("steps_before", 0)))
         self._steps.clear()
         self._draws.clear()
-        self.load_position(dict(state), self.set_epoch)
+        if state["plan"] != self._key():
+            self.load_boundary(dict(state), self.set_epoch, settings_refusal(dict(state), self.settings()))
+        else:
+            self.load_position(dict(state), self.set_epoch)
         self._steps.clear()

@@ -12,6 +12,11 @@ serving the next batch reads one window. Resumed on other ranks or lanes, the re
 rank's unserved batches in its windows' order, cut into one stretch per new rank and served in the new lanes,
 so a rank reads each window of its stretch once (a few batches split so that the ranks' counts are equal,
 from the windows' histograms: no chunk read). The next epoch is the new world size's own.
+
+A state of other plan settings (``max_tokens``, ``window_batches``...; named in the state's ``settings``) is
+resumed at its epoch's start or end; inside its epoch it is refused by name (its rest would be read again to
+be planned under the new settings), unless ``VARLEN_RESUME=next_epoch`` skips that rest
+(:meth:`~varlen.batching.resume.ResumableEpochs.load_boundary`).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from varlen.batching.plan import PlanSpec, split_largest
-from varlen.batching.resume import ResumableEpochs
+from varlen.batching.resume import RESUME_VARIABLE, ResumableEpochs, changes
 from varlen.batching.shapes import Rungs
 from varlen.cache import cache_key
 from varlen.stream.plan import (
@@ -37,7 +42,7 @@ from varlen.stream.plan import (
 )
 from varlen.stream.shapes import row_shapes
 
-__all__ = ["StreamBatchPlan", "split_tail"]
+__all__ = ["StreamBatchPlan", "settings_refusal", "split_tail"]
 
 
 def split_tail(batches: np.ndarray, count: int, bounds_of: Callable[[int], np.ndarray]) -> np.ndarray:
@@ -93,6 +98,20 @@ def stream_spec(
     tokens = None if max_tokens is None else (int(max_tokens),)
     ladder = None if rungs is None else (Rungs(tuple(int(r) for r in rungs), pad_to_multiple_of),)
     return PlanSpec(batch_size, tokens, cost, max_batch_size, None, pad_to_multiple_of, ladder)
+
+
+def settings_refusal(state: dict[str, Any], settings: dict[str, Any]) -> str:
+    """Why a streamed plan refuses a state of other plan settings inside its epoch: the settings that differ (a
+    state that does not name them: its key), and both ways out."""
+    epoch = int(state["epoch"])
+    saved = state.get("settings")
+    differ = changes(saved, settings) if saved is not None else f"key {state.get('plan')!r}"
+    return (
+        f"plan state was saved with plan settings other than this plan's ({differ}): a streamed epoch's rest is "
+        f"not planned again under other settings (its windows would be read again). Resume with the saved values "
+        f"to finish epoch {epoch} (and change them at an epoch's end), or set {RESUME_VARIABLE}=next_epoch to skip "
+        f"the rest of epoch {epoch} and start epoch {epoch + 1} with these"
+    )
 
 
 class StreamBatchPlan(ResumableEpochs):
@@ -208,17 +227,36 @@ class StreamBatchPlan(ResumableEpochs):
         rungs = () if self.spec.rungs is None else (self.spec.rungs[0].lengths,)  # old states keep their key
         return cache_key(spec, self.spec.pad_to_multiple_of, self.window_batches, self.axis, *rungs, version="1")
 
+    def settings(self) -> dict[str, Any]:
+        """The plan's settings as plain values (in its state, to name what a resume changed)."""
+        spec = self.spec
+        return {
+            "batch_size": spec.batch_size,
+            "max_tokens": None if spec.max_tokens is None else spec.max_tokens[0],
+            "cost": spec.cost,
+            "max_batch_size": spec.max_batch_size,
+            "pad_to_multiple_of": spec.pad_to_multiple_of,
+            "window_batches": self.window_batches,
+            "axis": self.axis,
+            "rungs": None if spec.rungs is None else list(spec.rungs[0].lengths),
+        }
+
     def state_dict(self) -> dict[str, Any]:
         """Rank-independent: every rank has served the same number of batches."""
-        return self.position_state() | {"seed": self.seed, "index": self.index.key, "plan": self._key()}
+        mine = {"seed": self.seed, "index": self.index.key, "plan": self._key(), "settings": self.settings()}
+        return self.position_state() | mine
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume mid-epoch on any number of ranks and lanes (see the module docstring).
 
         Raises:
-            ValueError: the state is of another index, seed or plan settings, or inconsistent.
+            ValueError: the state is of another index or seed, or inconsistent; or, inside its epoch, of other
+                plan settings (unless ``VARLEN_RESUME=next_epoch``).
         """
-        for name, mine in (("index", self.index.key), ("seed", self.seed), ("plan", self._key())):
+        for name, mine in (("index", self.index.key), ("seed", self.seed)):
             if state[name] != mine:
                 raise ValueError(f"plan state was saved with {name} {state[name]!r}, this plan has {mine!r}")
+        if state["plan"] != self._key():
+            self.load_boundary(state, self.set_epoch, settings_refusal(state, self.settings()))
+            return
         self.load_position(state, self.set_epoch)

@@ -175,6 +175,12 @@ class StreamBatchSampler(BatchSampler):
     def segments(self, epoch: int) -> tuple:
         return self.plan.segments(epoch)
 
+    def saved_segments(self, epoch: int) -> list:
+        return self.plan.saved_segments(epoch)
+
+    def resumed_epoch(self) -> bool:
+        return self._synced().resumed_epoch()
+
     def state_dict(self) -> dict[str, Any]:
         return self._synced().state_dict()
 
