@@ -10,9 +10,10 @@ from varlen.batching.collate import (
     pad_sequences,
     round_up,
 )
+from varlen.batching.epoch_sampler import EpochBatchSampler, EpochIndices
 from varlen.batching.plan import PlanSpec, build_plan
 from varlen.batching.ragged import PackedBatch, PaddedBatch, Ragged, concat_ranges
-from varlen.batching.sampler import BucketBatchSampler, EpochBatchSampler, EpochIndices, EpochTracker
+from varlen.batching.sampler import BucketBatchSampler, EpochTracker
 
 __all__ = [
     "BatchStats",

@@ -27,9 +27,11 @@ from varlen.batching.collate import round_up
 from varlen.batching.plan import Plan, PlanSpec, as_size_matrix, bucketize, build_plan, fit_rungs, split_largest
 from varlen.batching.replan import PlanChanges
 from varlen.batching.resume import ResumableEpochs, canonical
-from varlen.batching.scheduled import ScheduledDraws, ScheduledWeights
+from varlen.batching.scheduled import ScheduledDraws, ScheduledWeights, join_pieces
 from varlen.batching.shapes import Rungs, batch_shapes, cant_hold, distinct_shapes
 from varlen.batching.weights import WeightedDraw, strata_of
+
+__all__ = ["BucketBatchSampler", "EpochTracker"]
 
 
 class EpochTracker(Sampler[int]):
@@ -472,43 +474,3 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
                 self.scheduled.know(self.epoch + 1, before + len(self))
             else:  # the saved epoch was over: the next starts after the batches the saved run took of it
                 self.scheduled.know(self.epoch, before + int(state["batches_served"]))
-
-
-def join_pieces(plans: list[Plan], firsts: list[int], num_replicas: int) -> Plan:
-    """One epoch from pieces of several plans: plan j's batches from ``firsts[j]`` per rank up to where the next
-    piece starts (the last: to its end), in serving order (each rank's t-th batch is batch ``t * W + r``)."""
-    if len(plans) == 1:
-        return plans[0]
-    orders, rows, offset = [], [], 0
-    ends = [*firsts[1:], None]
-    for plan, first, end in zip(plans, firsts, ends, strict=True):
-        orders.append(plan.order)
-        stop = len(plan.bounds) if end is None else end * num_replicas
-        rows.append(plan.bounds[first * num_replicas : stop] + offset)
-        offset += len(plan.order)
-    return Plan(np.concatenate(orders), np.concatenate(rows))
-
-
-class EpochIndices(list):
-    """A batch of indices that also carries the epoch it was planned for (it pickles with it).
-
-    The loader hands this list to the dataset's ``__getitems__`` in whichever process runs it, so
-    per-epoch draws depend on ``(seed, epoch, index)`` only: workers need no shared state and a
-    run resumed mid-epoch replays exactly the same draws. A plain list carries no epoch.
-    """
-
-    def __init__(self, indices, epoch: int) -> None:
-        super().__init__(indices)
-        self.epoch = epoch
-
-
-class EpochBatchSampler(BucketBatchSampler):
-    """:class:`BucketBatchSampler` (same arguments, plan and state) whose batches are :class:`EpochIndices`."""
-
-    def _batches(self) -> Iterator[list[int]]:
-        epoch = self.epoch
-        for batch in super()._batches():
-            yield EpochIndices(batch, epoch)
-
-    def batch_of(self, indices: list[int], epoch: int) -> EpochIndices:
-        return EpochIndices(indices, epoch)

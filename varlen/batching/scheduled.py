@@ -26,10 +26,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from varlen.batching.plan import Plan
 from varlen.batching.schedule import MixtureSchedule
 from varlen.batching.weights import WeightedDraw
 
-__all__ = ["ScheduledDraws", "ScheduledWeights"]
+__all__ = ["ScheduledDraws", "ScheduledWeights", "join_pieces"]
 
 #: draws kept at once (a linear schedule builds one per epoch; each holds a few arrays of the samples)
 KEPT_DRAWS = 4
@@ -168,3 +169,18 @@ class ScheduledDraws:
                 digest.update(self.draw_for(stage.shares).key().encode())
             self._key = digest.hexdigest()
         return self._key
+
+
+def join_pieces(plans: list[Plan], firsts: list[int], num_replicas: int) -> Plan:
+    """One epoch from pieces of several plans: plan j's batches from ``firsts[j]`` per rank up to where the next
+    piece starts (the last: to its end), in serving order (each rank's t-th batch is batch ``t * W + r``)."""
+    if len(plans) == 1:
+        return plans[0]
+    orders, rows, offset = [], [], 0
+    ends = [*firsts[1:], None]
+    for plan, first, end in zip(plans, firsts, ends, strict=True):
+        orders.append(plan.order)
+        stop = len(plan.bounds) if end is None else end * num_replicas
+        rows.append(plan.bounds[first * num_replicas : stop] + offset)
+        offset += len(plan.order)
+    return Plan(np.concatenate(orders), np.concatenate(rows))

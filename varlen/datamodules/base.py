@@ -31,7 +31,7 @@ from varlen.datamodules.sources import (
     check_sources,
 )
 from varlen.datamodules.streaming import check_stream, stream_sampler, streamed_train
-from varlen.datamodules.weighting import BALANCED, balanced_weights
+from varlen.datamodules.weighting import BALANCED, weights_of
 from varlen.datasets.mixture import SourceMixture
 from varlen.errors import DataError
 from varlen.report import DataReport, OnBad
@@ -388,21 +388,8 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
         several sources, their ``source_weights``."""
         dataset = self.dataset("train")
         if self._train_weights is None or self._train_weights[0] is not dataset:
-            self._train_weights = (dataset, self._weights_of(dataset))
+            self._train_weights = (dataset, weights_of(self, dataset))
         return self._train_weights[1]
-
-    def _weights_of(self, dataset: Dataset) -> np.ndarray | None:
-        if isinstance(dataset, SourceMixture):
-            return self._mixture_weights(dataset)
-        if self.sample_weights is None:
-            return None
-        where = f"{type(self).__name__} train split" + (f" of source {self.source_name!r}" if self.source_name else "")
-        if self.sample_weights == BALANCED:
-            labels = self.class_labels(dataset)
-            if labels is None:
-                raise DataError(f"{where}: its samples have no classes to balance")
-            return balanced_weights(labels, where)
-        return self.weight_column(dataset, self.sample_weights)
 
     def sampler_class(self, split: str) -> type[BucketBatchSampler]:
         """The batch sampler class of ``split``; a subclass may carry extra per-batch state."""
@@ -416,17 +403,17 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
         sample once. The weights are an argument of the sampler, so the sampler Lightning
         rebuilds under DDP (with its saved arguments) keeps them. A streamed training split's is a
         :class:`~varlen.stream.sampler.StreamBatchSampler`."""
-        if split == "train" and self.stream is not None:
-            self._train_sampler = stream_sampler(self, num_replicas, rank)
-            self._reload_after_resumed_epoch(self._train_sampler)
-            return self._train_sampler
-        sampler = self._new_sampler(split, shuffle, num_replicas, rank, self.rungs, resume=split == "train")
-        if split == "train":
-            self._train_sampler = sampler
-            self._reload_after_resumed_epoch(sampler)
-            dataset = self.dataset(split)
-            if shuffle and isinstance(dataset, SourceMixture):
-                self._report_draw(sampler, dataset)
+        if split != "train":
+            return self._new_sampler(split, shuffle, num_replicas, rank, self.rungs)
+        streamed = self.stream is not None
+        sampler = self._train_sampler = (
+            stream_sampler(self, num_replicas, rank)
+            if streamed
+            else self._new_sampler(split, shuffle, num_replicas, rank, self.rungs, resume=True)
+        )
+        self._reload_after_resumed_epoch(sampler)
+        if not streamed and shuffle and isinstance(self.dataset(split), SourceMixture):
+            self._report_draw(sampler, self.dataset(split))
         return sampler
 
     def _new_sampler(

@@ -29,6 +29,7 @@ import numpy as np
 from varlen import notices
 from varlen.batching.schedule import MixtureSchedule, is_schedule
 from varlen.batching.scheduled import ScheduledWeights
+from varlen.datamodules.weighting import weights_of
 from varlen.datasets.mixture import MixtureCollator, SourceMixture, share_weights
 from varlen.errors import DataError
 
@@ -330,7 +331,7 @@ class SourceMixing:
         """Source s gets ``source_weights[s]`` of every epoch (default: its share of the samples),
         its samples drawn by its own ``sample_weights``; None when neither weighs anything."""
         owners = self._mixture_owners or [self] * len(mixture.parts)
-        within = [owner._weights_of(part) for owner, part in zip(owners, mixture.parts, strict=True)]
+        within = [weights_of(owner, part) for owner, part in zip(owners, mixture.parts, strict=True)]
         if self.source_weights is None and all(w is None for w in within):
             return None  # every sample of every source once
         counts = list(mixture.counts().values())

@@ -9,12 +9,14 @@ own per-row column, checked here so that a bad value names the file and row, not
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
+from varlen.datasets.mixture import SourceMixture
 from varlen.errors import DataError
 
-__all__ = ["BALANCED", "balanced_weights", "check_sample_weights", "checked_column", "served_shares"]
+__all__ = ["BALANCED", "balanced_weights", "check_sample_weights", "checked_column", "served_shares", "weights_of"]
 
 BALANCED = "balanced"
 
@@ -91,3 +93,19 @@ def served_shares(order: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np
     served_counts = np.zeros(len(classes))
     served_counts[np.searchsorted(classes, served[0])] = served[1]
     return classes, served_counts / max(len(order), 1), held / max(len(labels), 1)
+
+
+def weights_of(dm: Any, dataset: Any) -> np.ndarray | None:
+    """The per-sample weights of ``dm``'s training ``dataset`` (None: unweighted): a mixture's from its sources'
+    shares, else from ``dm.sample_weights`` (inverse class frequency, or the weight column)."""
+    if isinstance(dataset, SourceMixture):
+        return dm._mixture_weights(dataset)
+    if dm.sample_weights is None:
+        return None
+    where = f"{type(dm).__name__} train split" + (f" of source {dm.source_name!r}" if dm.source_name else "")
+    if dm.sample_weights == BALANCED:
+        labels = dm.class_labels(dataset)
+        if labels is None:
+            raise DataError(f"{where}: its samples have no classes to balance")
+        return balanced_weights(labels, where)
+    return dm.weight_column(dataset, dm.sample_weights)

@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from varlen.batching.epoch_sampler import EpochIndices  # re-exported: the batches of the train sampler
 from varlen.batching.ragged import Ragged
-from varlen.batching.sampler import EpochIndices  # re-exported: the batches of the train sampler
 from varlen.batching.shapes import PadsToRungs, PadTo
 from varlen.datasets.hyperspectral.bands import fixed_band_rows, random_band_rows
 from varlen.datasets.hyperspectral.gather import PixelBatch, flat_view, normalize, read_patches
