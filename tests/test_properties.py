@@ -109,7 +109,8 @@ def within_budget(batch: list[int], sizes: np.ndarray, budget: dict) -> bool:
         return len(batch) <= budget["batch_size"]
     if len(batch) > budget.get("max_batch_size", len(batch)):
         return False
-    real = round_up(sizes[batch][:, None], budget.get("pad_to_multiple_of"))[:, 0]
+    multiple = None if budget["cost"] == "packed" else budget.get("pad_to_multiple_of")  # packed: the row is padded
+    real = round_up(sizes[batch][:, None], multiple)[:, 0]
     cost = real.sum() if budget["cost"] in ("sum", "packed") else len(batch) * real.max()
     return len(batch) == 1 or cost <= budget["max_tokens"]
 

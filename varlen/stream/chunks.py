@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from varlen.cache import cache_key
-from varlen.errors import DataError
+from varlen.errors import DataError, DatasetNotFoundError
 
 __all__ = [
     "INDEX_JSON",
@@ -51,8 +51,15 @@ def local_folder(dataset_dir: str | Path) -> Path:
 
 
 def read_index_json(dataset_dir: str | Path) -> dict[str, Any]:
-    """The parsed ``index.json`` of a local LitData dataset folder, or a DataError naming the folder."""
-    path = local_folder(dataset_dir) / INDEX_JSON
+    """The parsed ``index.json`` of a local LitData dataset folder, or a DataError naming the folder (a
+    DatasetNotFoundError where the folder is not there)."""
+    folder = local_folder(dataset_dir)
+    if not folder.exists():
+        raise DatasetNotFoundError(
+            "a streamed dataset (LitData chunks and their size index)", folder,
+            f"write a config's training split there: varlen optimize --config CONFIG --output {folder}",
+        )  # fmt: skip
+    path = folder / INDEX_JSON
     if not path.is_file():
         raise DataError(
             f"{dataset_dir} has no {INDEX_JSON}: not a LitData dataset (write one with `varlen optimize --config "
