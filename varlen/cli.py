@@ -28,6 +28,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from jsonargparse import ActionSubCommands, ArgumentParser
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
 import varlen.datamodules
@@ -44,6 +45,7 @@ from varlen.errors import DataError
 from varlen.inspection import SplitSummary, plot_summary, summarize
 from varlen.paths import expand_data_paths, with_data_hint
 from varlen.progress import EpochProgress, StepProgress
+from varlen.resumable import AtomicCheckpointIO, fit_resumably, with_resumable
 
 __all__ = [
     "COMMANDS",
@@ -123,6 +125,14 @@ class VarLenCLI(LightningCLI):
             "An EpochProgress listed in trainer.callbacks replaces it.",
         )
         parser.add_argument(
+            "--checkpoint_every_min",
+            type=float,
+            default=15.0,
+            help="Minutes of training between saves of last.ckpt (varlen.resumable.Resumable), besides each epoch's "
+            "end and an interruption (SIGINT, SIGTERM: the fit stops at the step's end, saves it and prints the "
+            "command that resumes it). 0: no timed saves. A listed ModelCheckpoint's folder gets it.",
+        )
+        parser.add_argument(
             "--data_wait",
             type=bool,
             default=True,
@@ -159,7 +169,10 @@ class VarLenCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
         """The Trainer with one :class:`DataWait` (none when ``--data_wait`` is false), one :class:`WarmShapes`
         (none when ``--warm_shapes`` is false), one
-        :class:`EpochProgress` (of the metrics ``--epoch_lines`` lists; none when it is false), and without
+        :class:`EpochProgress` (of the metrics ``--epoch_lines`` lists; none when it is false), one
+        :class:`~varlen.resumable.Resumable` (``--checkpoint_every_min``; with Lightning's ModelCheckpoint keeping
+        ``last.ckpt`` where none is listed), checkpoints written whole
+        (:class:`~varlen.resumable.AtomicCheckpointIO`), and without
         Lightning's progress bar when stdout is no terminal, unless ``trainer.enable_progress_bar`` is
         set: its redraws (carriage returns) would fill a log with partial lines."""
         settings = {**self._get(self.config_init, "trainer", default={}), **kwargs}
@@ -178,13 +191,28 @@ class VarLenCLI(LightningCLI):
             callbacks = [c for c in callbacks if not isinstance(c, EpochProgress)]
         elif not any(isinstance(c, EpochProgress) for c in callbacks):
             callbacks.append(EpochProgress(metrics=None if lines is True else lines))
+        minutes = self._get(self.config, "checkpoint_every_min", default=15.0)
+        callbacks = with_resumable(callbacks, minutes, settings.get("enable_checkpointing") is not False)
         if settings.get("enable_progress_bar") is None and not sys.stdout.isatty():
             kwargs["enable_progress_bar"] = False
         every = self._get(self.config, "progress_every", default=30.0)
         bar = kwargs.get("enable_progress_bar", settings.get("enable_progress_bar", True))
         if every and bar is False and not any(isinstance(c, StepProgress) for c in callbacks):
             callbacks.append(StepProgress(every))
-        return super().instantiate_trainer(**{**kwargs, "callbacks": callbacks})
+        trainer = super().instantiate_trainer(**{**kwargs, "callbacks": callbacks})
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # Lightning's own, not a plugin's
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        return trainer
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
+        """Lightning's, keeping the command's arguments for the line that resumes an interrupted fit."""
+        self.argv = list(sys.argv[1:] if args is None else args) if isinstance(args, list | tuple | None) else None
+        super().parse_arguments(parser, args)
+
+    def fit(self, model: pl.LightningModule, **kwargs: Any) -> None:
+        """``trainer.fit``, its folders checked first; interrupted, the line that resumes it and status 128 + the
+        signal (:func:`varlen.resumable.fit_resumably`)."""
+        fit_resumably(self.trainer, model, self.argv, **kwargs)
 
 
 class DataOnlyCLI(VarLenCLI):
