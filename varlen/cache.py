@@ -192,8 +192,10 @@ def scratch(path: str | Path, suffix: str, *, folder: bool = False, advice: str 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         sweep_scratch(path.parent)
-        if folder:
-            return Path(tempfile.mkdtemp(dir=path.parent, prefix=prefix, suffix=suffix))
+        if folder:  # the umask's mode, not mkdtemp's 0700: a folder renamed into place is shared as a file is
+            made = Path(tempfile.mkdtemp(dir=path.parent, prefix=prefix, suffix=suffix))
+            os.chmod(made, 0o777 & ~_umask())
+            return made
         handle, name = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=suffix)
         os.close(handle)
         return Path(name)
