@@ -29,6 +29,7 @@ from toy import ToyDataModule, ToySequences  # noqa: E402
 import varlen.stream.write as write  # noqa: E402
 from varlen import cli  # noqa: E402
 from varlen.errors import DataError  # noqa: E402
+from varlen.stream.chunks import read_index_json  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MARK = "VARLEN_TEST_OPTIMIZE_MARK"
@@ -165,6 +166,8 @@ def test_an_interrupted_write_leaves_nothing_and_runs_again(tmp_path, marked) ->
     finally:
         timer.cancel()
     assert list(tmp_path.iterdir()) == [] and marked_processes() == []
+    with pytest.raises(DataError, match="an interrupted or failed varlen optimize leaves no folder half-written"):
+        read_index_json(tmp_path / "out")  # what a fit reading it says
     written = write.write_split(toy(), tmp_path / "out", chunk_bytes=4000, num_workers=1)
     assert written.samples == len(toy().dataset("train")) and (tmp_path / "out" / "index.json").is_file()
 

@@ -347,9 +347,12 @@ def optimize_command(argv: Sequence[str]) -> None:
     for name, output, alone in sources or [("", options.output, [])]:
         if name:
             print(f"varlen optimize: source {name!r} -> {output}", flush=True)
-        written = write_split(
-            _datamodule([*rest, *alone], "fit"), output, start_method=options.start_method, **settings
-        )
+        dm = _datamodule([*rest, *alone], "fit")
+        try:
+            written = write_split(dm, output, start_method=options.start_method, **settings)
+        except KeyboardInterrupt:  # its writers are ended, nothing is left under the output's name
+            print(f"varlen: interrupted; nothing written to {output}: the same command writes it", file=sys.stderr)
+            sys.exit(130)
         print("\n".join(written.lines()), flush=True)
     if sources and options.output is not None:
         written = ", ".join(f"{name} -> {where}" for name, where, _ in sources)
@@ -457,6 +460,9 @@ def console() -> None:
     except MissingExtraError as error:  # e.g. varlen optimize without the stream extra: the install says it all
         print(f"varlen: error: {error}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:  # Ctrl-C: the status a shell gives it, without a traceback
+        print("varlen: interrupted", file=sys.stderr)
+        sys.exit(130)
     except Exception as error:  # a DataError, also one jsonargparse wrapped while instantiating classes
         data_error = _data_error_in(error)
         if data_error is None:
