@@ -11,6 +11,7 @@ really under the test's folder, so what a failed write removes is free again.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import signal
@@ -172,16 +173,42 @@ def test_an_interrupted_write_leaves_nothing_and_runs_again(tmp_path, marked) ->
     assert written.samples == len(toy().dataset("train")) and (tmp_path / "out" / "index.json").is_file()
 
 
+def test_a_write_interrupted_after_litdata_wrote_runs_again(tmp_path, monkeypatch) -> None:
+    """Ctrl-C once LitData has written its index.json, while the size index is written: the folder held a
+    LitData dataset without varlen's index, which the same command then refused ("already holds")."""
+    size_index = write.write_size_index
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(write, "write_size_index", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        write.write_split(toy(), tmp_path / "out", chunk_bytes=4000, num_workers=1)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(write, "write_size_index", size_index)
+    written = write.write_split(toy(), tmp_path / "out", chunk_bytes=4000, num_workers=1)
+    assert (tmp_path / "out" / "varlen_sizes").is_dir() and written.samples == len(toy().dataset("train"))
+
+
 def test_the_pieces_an_interrupted_write_left_are_replaced(tmp_path, recwarn) -> None:
-    """An output that a LitData write left incomplete (its chunks and a writer's index, no index.json) is
-    written again, not refused; a folder of other files still is."""
+    """An output that a LitData write of two writers left before merging its writers' indexes (chunks and
+    ``0.index.json``, ``1.index.json``, no ``index.json``) is written again whole by one writer: not refused,
+    and not merged with the stale second writer's chunks (which made a dataset of more samples than the split);
+    a folder of other files is still refused."""
     out = tmp_path / "out"
-    out.mkdir()
-    (out / "chunk-0-0.bin").write_bytes(b"\0" * 100)
-    (out / "0.index.json").write_text("{}")
+    write.write_split(toy(), out, chunk_bytes=4000, num_workers=2)
+    index = json.loads((out / "index.json").read_text())
+    for writer in ("0", "1"):
+        part = [c for c in index["chunks"] if c["filename"].startswith(f"chunk-{writer}-")]
+        (out / f"{writer}.index.json").write_text(json.dumps({**index, "chunks": part}))
+    (out / "index.json").unlink()
+    shutil.rmtree(out / "varlen_sizes")
     written = write.write_split(toy(), out, chunk_bytes=4000, num_workers=1)
-    assert written.samples > 0 and (out / "index.json").is_file()
-    assert any("removed the 2 pieces an interrupted write left" in str(w.message) for w in recwarn)
+    chunks = json.loads((out / "index.json").read_text())["chunks"]
+    assert written.samples == len(toy().dataset("train")) == sum(c["chunk_size"] for c in chunks)
+    assert {c["filename"].split("-")[1] for c in chunks} == {"0"}
+    assert sorted(p.name for p in out.iterdir() if not p.name.startswith("chunk-0-")) == ["index.json", "varlen_sizes"]
+    assert any("pieces an interrupted write left; writing it again" in str(w.message) for w in recwarn)
     other = tmp_path / "other"
     other.mkdir()
     (other / "notes.txt").write_text("mine")
