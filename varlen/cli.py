@@ -23,6 +23,7 @@ import multiprocessing
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -36,6 +37,7 @@ import varlen.models
 from varlen._extras import MissingExtraError
 from varlen.batching.data_wait import DataWait
 from varlen.batching.warmup import WarmShapes
+from varlen.cache import writable_folder
 from varlen.cli_errors import one_line
 from varlen.cli_help import HelpFormatter, main_parser_kwargs, subcommand_parser_kwargs
 from varlen.cli_output import THIRD_PARTY_NOISE, quiet, show_varlen_logs
@@ -289,6 +291,8 @@ def inspect_command(argv: Sequence[str]) -> SplitSummary:
     options, rest = parser.parse_known_args(list(argv))
     if options.world_size < 1:
         parser.error("--world-size must be >= 1")
+    if options.out:  # a file there, or a read-only folder: said before the DataModule is built
+        writable_folder(Path(options.out) / ".probe", advice="give --out a folder you can write to")
     dm = _datamodule(rest, "fit" if options.split in ("train", "val") else options.split)
     try:
         summary = summarize(dm, options.split, options.world_size, options.max_batches)
