@@ -168,7 +168,7 @@ def test_a_plot_folder_that_is_a_file_is_one_line_before_any_work(tmp_path: Path
     config = str(ROOT / "configs" / "sequence.yaml")
     code, _, err = run_inspect(monkeypatch, capsys, "--config", config, "--out", str(tmp_path / "plots" / "run"))
     assert code == 2 and err.strip().splitlines() == [
-        f"varlen: error: cannot write in {tmp_path}/plots/run: {tmp_path}/plots is a file, not a folder: "
+        f"varlen: error: cannot write in {tmp_path}/plots/run ({tmp_path}/plots is a file, not a folder): "
         "give --out a folder you can write to"
     ], err
 

@@ -118,7 +118,7 @@ def test_a_root_folder_that_is_a_file_is_one_line_before_the_fit(tmp_path, monke
     (tmp_path / "run").write_text("not a folder")
     code, err = run_fit(monkeypatch, capsys, tmp_path / "run" / "sub")
     assert code == 2 and err.strip().splitlines() == [
-        f"varlen: error: cannot write in {tmp_path}/run/sub: {tmp_path}/run is a file, not a folder: "
+        f"varlen: error: cannot write in {tmp_path}/run/sub ({tmp_path}/run is a file, not a folder): "
         "give --trainer.default_root_dir a folder you can write to"
     ], err
 

@@ -168,7 +168,7 @@ def writable_folder(path: str | Path, *, advice: str | None = None) -> Path:
     blocking = next((p for p in (folder, *folder.parents) if p.exists() or p.is_symlink()), None)
     if blocking is not None and not blocking.is_dir():
         advice = advice or "give a folder you can write to (cache_dir=..., or $VARLEN_CACHE)"
-        raise DataError(f"cannot write in {folder}: {blocking} is a file, not a folder: {advice}")
+        raise DataError(f"cannot write in {folder} ({blocking} is a file, not a folder): {advice}")
     scratch(path, ".probe", advice=advice).unlink()
     return folder
 
