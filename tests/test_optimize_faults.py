@@ -89,13 +89,17 @@ def marked_processes() -> list[int]:
     return found
 
 
+def hung(signum, frame) -> None:
+    raise TimeoutError("the write hung")
+
+
 @pytest.fixture
 def marked(monkeypatch):
     """Every process the test starts carries a mark, so that any left running is found (Linux)."""
     if not Path("/proc/self/environ").is_file():
         pytest.skip("needs /proc to find the writers left running")
     monkeypatch.setenv(MARK, "1")
-    previous = signal.signal(signal.SIGALRM, lambda *_: (_ for _ in ()).throw(TimeoutError("the write hung")))
+    previous = signal.signal(signal.SIGALRM, hung)
     signal.alarm(120)  # a hung write (LitData waiting for a writer's blocked child) fails the test, not the run
     yield
     signal.alarm(0)
