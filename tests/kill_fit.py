@@ -7,15 +7,18 @@ forked for it (a fresh process: the kill ends it, not the server) and answers it
 
 A job: ``{"scenario": "text" | "hyperspectral", "out": folder, "workers": n, "every": steps,
 "epochs": n, "kill": null | ["checkpoint", k] | ["epoch", e], "resume": checkpoint | null,
-"drop_loader_state": bool, "root": hyperspectral scene folder}``. Every ``every`` steps a checkpoint
+"drop_loader_state": bool, "root": hyperspectral scene folder, "cli": bool}``. Every ``every`` steps a checkpoint
 goes to OUT/ckpt/step=S.ckpt; the training loader's worker count to OUT/loader.json. Each batch, at
 its start, appends a line ``{"epoch", "step", "index", "bands"}`` (``bands``: the hyperspectral
 batch's band subsets, -1 where padded) to OUT/batches.jsonl, flushed, so a killed process leaves its
 record. ``kill``: SIGKILL at the start of the first batch after the k-th checkpoint was saved (its
 file complete: the save runs at the previous batch's end), or at the start of epoch e's first batch;
-that batch is not recorded. ``drop_loader_state``: the checkpoint's loader state and the DataModule's
-training position (the sampler's place in the epoch) are removed before the resume, to show what an exact
-resume needs. The job's output goes to OUT/log.txt.
+that batch is not recorded. ``kill: ["signal", "SIGINT" | "SIGTERM", s]`` sends the signal at the start of
+step s's batch, which is recorded (the fit is meant to finish that step). ``drop_loader_state``: the
+checkpoint's loader state and the DataModule's training position (the sampler's place in the epoch) are removed
+before the resume, to show what an exact resume needs. ``cli``: the text fit runs as ``varlen fit --config
+OUT/fit.yaml`` (``varlen.cli.console``: its own checkpoints, none every ``every`` steps; ``resume``: the
+arguments after ``varlen``), its exit status the command's. The job's output goes to OUT/log.txt.
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 
+import varlen.cli
+import varlen.datamodules
+import varlen.models
 from varlen.datamodules import TextClassificationDataModule
 from varlen.datamodules.hyperspectral import HyperspectralDataModule
 from varlen.models import TextClassifier
@@ -69,6 +75,8 @@ class KillAndRecord(pl.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
         if kill and kill[0] == "epoch" and trainer.current_epoch == kill[1] and batch_idx == 0:
             os.kill(os.getpid(), signal.SIGKILL)
+        if kill and kill[0] == "signal" and step == kill[2]:
+            os.kill(os.getpid(), getattr(signal, kill[1]))  # handled in this step; the batch still trains
         bands = batch["bands"].tolist() if "bands" in batch else None
         line = {"epoch": trainer.current_epoch, "step": step, "index": batch["index"].tolist(), "bands": bands}
         self.record.write(json.dumps(line) + "\n")
@@ -88,6 +96,29 @@ def without_loader_state(checkpoint: str, out: Path) -> str:
     del holders[0]["train_position"]
     torch.save(state, out / "no_loader_state.ckpt")
     return str(out / "no_loader_state.ckpt")
+
+
+def run_cli(job: dict) -> None:
+    """The text scenario as ``varlen fit --config OUT/fit.yaml`` (``job["resume"]``: the arguments after
+    ``varlen`` instead), KillAndRecord listed in the config."""
+    out = Path(job["out"])
+    model = {"pretrained": False, "config_overrides": TINY_BERT}
+    data = {"synthetic_samples": 96, "batch_size": 8, "num_workers": job["workers"]}
+    trainer = {
+        "accelerator": "cpu", "devices": 1, "max_epochs": job.get("epochs", 2), "limit_val_batches": 0,
+        "num_sanity_val_steps": 0, "logger": False, "enable_progress_bar": False, "enable_model_summary": False,
+        "default_root_dir": str(out),
+        "callbacks": [{"class_path": "kill_fit.KillAndRecord", "init_args": {"job": job}}],
+    }  # fmt: skip
+    config = {
+        "trainer": trainer,
+        "model": {"class_path": "varlen.models.TextClassifier", "init_args": model},
+        "data": {"class_path": "varlen.datamodules.TextClassificationDataModule", "init_args": data},
+    }
+    (out / "fit.yaml").write_text(json.dumps(config))
+    args = job.get("resume") or ["fit", "--config", str(out / "fit.yaml")]
+    sys.argv = ["varlen", *args, "--warm_shapes=false", "--progress_every=0"]
+    varlen.cli.console()
 
 
 def run(job: dict) -> None:
@@ -126,8 +157,10 @@ def forked(job: dict) -> int:
             os.dup2(log, 2)
             sys.stdin.close()
             signal.alarm(ALARM_S)  # a hung fit ends and the server answers
-            run(job)
+            run_cli(job) if job.get("cli") else run(job)
             code = 0
+        except SystemExit as exit_:  # the varlen command's status
+            code = exit_.code if isinstance(exit_.code, int) else int(exit_.code is not None)
         except BaseException:
             traceback.print_exc()
         finally:
@@ -141,5 +174,7 @@ if __name__ == "__main__":
     if sys.argv[1] != "serve":
         run(json.loads(sys.argv[1]))
     else:
+        varlen.datamodules.import_all()  # what each varlen command imports, once for every job
+        varlen.models.import_all()
         for request in sys.stdin:
             print(json.dumps({"rc": forked(json.loads(request))}), flush=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -48,3 +49,32 @@ def test_the_cli_runs_the_commands_the_help_lists() -> None:
         "verify",
         "tune",
     ]
+
+
+def test_a_mistyped_command_gets_the_closest_one_before_any_heavy_import() -> None:
+    """``varlen fitt`` took 7 s and ended in argparse's "invalid choice" without the hint other typos get."""
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE % json.dumps(HEAVY), "fitt", "--config", "x.yaml"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result == {"code": 2, "heavy": []}, result
+    assert done.stderr.strip().splitlines() == [
+        "varlen: error: no command 'fitt': did you mean 'fit'? (varlen --help lists the commands)"
+    ]
+
+
+def test_help_into_a_closed_pipe_ends_quietly() -> None:
+    """``varlen --help | head -1``: the reader is gone before the help is written; no BrokenPipeError traceback."""
+    read, write = os.pipe()
+    os.close(read)  # the reader has already gone: every write fails with EPIPE
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "varlen", "--help"], stdout=write, stderr=subprocess.PIPE, text=True, timeout=60
+        )
+    finally:
+        os.close(write)
+    assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
+    assert done.stderr == ""

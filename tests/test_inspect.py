@@ -162,6 +162,17 @@ def test_inspect_bad_data_exits_2_with_the_message(tmp_path: Path, monkeypatch, 
     assert code == 2 and str(missing) in err and "Traceback" not in err
 
 
+def test_a_plot_folder_that_is_a_file_is_one_line_before_any_work(tmp_path: Path, monkeypatch, capsys) -> None:
+    """``--out`` a file: a raw FileExistsError once the DataModule was built and summarised."""
+    (tmp_path / "plots").write_text("a file")
+    config = str(ROOT / "configs" / "sequence.yaml")
+    code, _, err = run_inspect(monkeypatch, capsys, "--config", config, "--out", str(tmp_path / "plots" / "run"))
+    assert code == 2 and err.strip().splitlines() == [
+        f"varlen: error: cannot write in {tmp_path}/plots/run ({tmp_path}/plots is a file, not a folder): "
+        "give --out a folder you can write to"
+    ], err
+
+
 def test_more_ranks_than_samples_is_a_usage_error(monkeypatch, capsys) -> None:
     config = str(ROOT / "configs" / "molecules_esol.yaml")
     code, _, err = run_inspect(monkeypatch, capsys, "--config", config, "--split", "val", "--world-size", "100000")

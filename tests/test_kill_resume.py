@@ -6,13 +6,18 @@ starts (flushed, so a killed process leaves its record) and is killed with SIGKI
 could die: on the first batch after a checkpoint was written, or on an epoch's first batch. A new
 process resumes from the last checkpoint; what it trains from the checkpoint's step on must be the
 uninterrupted run's batches from that step on (sample indices, their order, their epoch and, for
-hyperspectral, each pixel's band subset of that epoch): no sample lost or repeated.
+hyperspectral, each pixel's band subset of that epoch): no sample lost or repeated. ``varlen fit`` itself,
+sent SIGINT or SIGTERM mid-step, saves last.ckpt at the step's end and prints the command that resumes it
+exactly.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -161,3 +166,32 @@ def test_without_the_loaders_state_the_resume_differs(fits, reference) -> None:
     assert rc == 0, log(resumed)
     after = records(resumed)
     assert [r["index"] for r in after] != [r["index"] for r in expected[8:]]
+
+
+RESUME = re.compile(
+    r"^varlen: interrupted \((SIG\w+)\) at epoch 1 step (\d+); saved there: (\S+); resume with: (.+)$", re.M
+)
+
+
+@pytest.mark.parametrize(("name", "workers"), [("SIGINT", 0), ("SIGTERM", 2)])
+def test_an_interrupted_varlen_fit_saves_last_ckpt_and_its_printed_command_resumes_it(
+    fits, reference, name, workers
+) -> None:
+    """``varlen fit`` (its own checkpoints: none every few steps) signalled in the middle of step 5 of epoch 0:
+    the step ends, last.ckpt is written, the line names the command that resumes it and the status is 128 +
+    the signal (Ctrl-C exited 1 and saved nothing; SIGTERM trained to the epoch's end and exited 0). That
+    command, run as printed, trains the uninterrupted run's batches from step 6 on."""
+    expected, _ = reference["text"]
+    rc, stopped = fits.run("text", cli=True, workers=workers, kill=["signal", name, 5])
+    assert rc == 128 + getattr(signal, name), log(stopped)
+    found = RESUME.search(log(stopped))
+    assert found is not None and found[1] == name and found[2] == "6", log(stopped)
+    checkpoint = stopped / "checkpoints" / "last.ckpt"
+    assert found[3] == str(checkpoint) and sorted(p.name for p in checkpoint.parent.iterdir()) == ["last.ckpt"]
+    assert records(stopped) == expected[:6], first_difference(records(stopped), expected[:6])
+    command = shlex.split(found[4])
+    assert command[:4] == ["varlen", "fit", "--config", str(stopped / "fit.yaml")]
+    assert command[-2:] == ["--ckpt_path", str(checkpoint)]
+    rc, resumed = fits.run("text", cli=True, workers=workers, resume=command[1:])  # records into the first folder
+    assert rc == 0, log(resumed)
+    assert records(stopped) == expected, first_difference(records(stopped), expected)

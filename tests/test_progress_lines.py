@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -12,7 +13,7 @@ import pytest
 
 from varlen import cli
 from varlen.batching.data_wait import DataWait
-from varlen.progress import StepProgress, _duration
+from varlen.progress import EpochProgress, StepProgress, _duration
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from test_shapes import Noisy, PaddedToys  # noqa: E402
@@ -54,3 +55,32 @@ def test_varlen_fit_adds_it_off_a_terminal(argv, added, tmp_path) -> None:
 
 def test_durations_read_as_a_person_says_them() -> None:
     assert [_duration(s) for s in (4.4, 130, 3900)] == ["4s", "2m10s", "1h05m"]
+
+
+def test_a_resumed_epoch_is_timed_from_the_resume(tmp_path, capsys) -> None:
+    """Resumed mid-epoch (Lightning calls no on_train_epoch_start then), the lines read "0 samples/s ... 2h00m left"
+    and "5317.7 s": the clocks ran from the machine's start. They start at the resume, the rate and the time left
+    count the steps trained since."""
+    quiet = {"accelerator": "cpu", "logger": False, "enable_progress_bar": False, "enable_model_summary": False}
+    saving = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, save_top_k=-1, filename="{step}")
+    first = pl.Trainer(max_epochs=1, limit_val_batches=0, max_steps=3, callbacks=[saving], **quiet)
+    first.fit(Noisy(), PaddedToys())
+    steps, epoch = StepProgress(every=0.0), EpochProgress()
+    resumed = pl.Trainer(max_epochs=1, limit_val_batches=0, callbacks=[steps, epoch], **quiet)
+    started = time.perf_counter()
+    resumed.fit(Noisy(), PaddedToys(), ckpt_path=str(tmp_path / "step=3.ckpt"))
+    wall = time.perf_counter() - started
+    total = resumed.num_training_batches
+    pattern = r"epoch 1/1 step (\d+)/\d+ \(\d+%\) \| ([\d,]+) samples/s \| (\w+) left in the epoch"
+    found = [re.fullmatch(pattern, line) for line in steps.lines]
+    assert [int(m[1]) for m in found] == list(range(4, total + 1))
+    assert all(int(m[2].replace(",", "")) > 0 for m in found)
+    assert all(_seconds(m[3]) <= wall + 1 for m in found)  # the time left: a share of this run's time
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("epoch 1/1:")]
+    assert float(re.search(r"\| ([\d.]+) s \(", line)[1]) <= wall and "resumed at step 4" in line, line
+
+
+def _seconds(duration: str) -> int:
+    """``2m10s`` -> 130 (what :func:`_duration` wrote)."""
+    parts = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", duration)
+    return 3600 * int(parts[1] or 0) + 60 * int(parts[2] or 0) + int(parts[3] or 0)

@@ -66,19 +66,21 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("VARLEN_CACHE", Path.home() / ".cache" / "varlen")).expanduser()
 
 
-def atomic_write(path: str | Path, write: Callable[[Path], None], *, size: int | None = None) -> Path:
+def atomic_write(
+    path: str | Path, write: Callable[[Path], None], *, size: int | None = None, advice: str | None = None
+) -> Path:
     """Create ``path`` through a temporary file in its folder: ``write(tmp)`` fills it, then it is renamed.
 
     Readers see either no file or the complete one; a failed ``write`` leaves nothing behind. The file
     gets the umask's permissions. ``size`` (the bytes it will hold, when known) goes in the message of a
-    full disk.
+    full disk, ``advice`` (what to do, default: another cache folder) in that of a folder that cannot be written.
 
     Raises:
         DataError: the folder is full or read-only (naming it, and ``size``), or ``path`` cannot be
             replaced (an immutable file, another user's in a shared folder).
     """
     path = Path(path)
-    tmp_path = scratch(path, ".part")
+    tmp_path = scratch(path, ".part", advice=advice)
     try:
         try:
             write(tmp_path)
@@ -86,7 +88,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], None], *, size: int |
         except OSError as error:
             if isinstance(error, DataError) or error.errno not in DISK_ERRNOS:
                 raise
-            raise disk_error(path.parent, error, size) from error
+            raise disk_error(path.parent, error, size, advice=advice) from error
         try:
             os.replace(tmp_path, path)
         except OSError as error:
@@ -105,18 +107,26 @@ NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 DISK_ERRNOS = (*NO_SPACE, errno.EROFS, errno.EACCES, errno.EPERM)
 
 
-def disk_error(folder: str | Path, error: OSError, needed: int | None = None, *, floor: bool = False) -> DataError:
+def disk_error(
+    folder: str | Path,
+    error: OSError,
+    needed: int | None = None,
+    *,
+    floor: bool = False,
+    advice: str | None = None,
+    needs: str = "the cache needs",
+) -> DataError:
     """A write that failed in ``folder`` as a DataError naming it: out of space (with what is free and
-    ``needed``, the bytes the write needs, when known; ``floor``: at least those), or a folder that
-    cannot be written."""
-    advice = "give a folder you can write to (cache_dir=..., or $VARLEN_CACHE)"
+    ``needed``, the bytes the write needs, when known; ``floor``: at least those; ``needs``: whose need), or a
+    folder that cannot be written; ``advice``: the way out (default: another cache folder)."""
+    advice = advice or "give a folder you can write to (cache_dir=..., or $VARLEN_CACHE)"
     if error.errno not in NO_SPACE:
         return DataError(f"cannot write in {folder} ({error.strerror or error}): {advice}")
     try:
         free = f"{_mib(shutil.disk_usage(folder).free)} free"
     except OSError:
         free = "free space unknown"
-    need = f"; the cache needs {'more than' if floor else 'about'} {_mib(needed)} there" if needed else ""
+    need = f"; {needs} {'more than' if floor else 'about'} {_mib(needed)} there" if needed else ""
     return DataError(f"no space left in {folder} ({error.strerror or error}; {free}{need}): free some, or {advice}")
 
 
@@ -151,10 +161,16 @@ def _umask() -> int:
     return mask
 
 
-def writable_folder(path: str | Path) -> Path:
-    """``path``'s folder, made if needed and checked writable (a DataError naming it otherwise)."""
-    scratch(path, ".probe").unlink()
-    return Path(path).parent
+def writable_folder(path: str | Path, *, advice: str | None = None) -> Path:
+    """``path``'s folder, made if needed and checked writable: a DataError naming it otherwise (a file where a
+    folder should be, a read-only folder), with ``advice``, the way out (default: another cache folder)."""
+    folder = Path(path).parent
+    blocking = next((p for p in (folder, *folder.parents) if p.exists() or p.is_symlink()), None)
+    if blocking is not None and not blocking.is_dir():
+        advice = advice or "give a folder you can write to (cache_dir=..., or $VARLEN_CACHE)"
+        raise DataError(f"cannot write in {folder} ({blocking} is a file, not a folder): {advice}")
+    scratch(path, ".probe", advice=advice).unlink()
+    return folder
 
 
 #: what a build writes beside its target until it renames it: files, and a table's ``.build`` folder
@@ -167,7 +183,7 @@ _OWNED = re.compile(r"^\..+\.(?P<pid>\d+)@(?P<host>[A-Za-z0-9-]+)\.[^.]+" + _END
 _UNNAMED = re.compile(r"^\..+\.[a-z0-9_]{8}" + _ENDS)  # tempfile's names, before scratch named its owner
 
 
-def scratch(path: str | Path, suffix: str, *, folder: bool = False) -> Path:
+def scratch(path: str | Path, suffix: str, *, folder: bool = False, advice: str | None = None) -> Path:
     """A new scratch file (a folder with ``folder=True``) beside ``path`` to build it in, named
     ``.<name>.<pid>@<host>.<random><suffix>`` so that a later build can tell when its process is gone;
     the folder's abandoned scratch is swept first. A DataError names a folder that cannot be written."""
@@ -176,13 +192,15 @@ def scratch(path: str | Path, suffix: str, *, folder: bool = False) -> Path:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         sweep_scratch(path.parent)
-        if folder:
-            return Path(tempfile.mkdtemp(dir=path.parent, prefix=prefix, suffix=suffix))
+        if folder:  # the umask's mode, not mkdtemp's 0700: a folder renamed into place is shared as a file is
+            made = Path(tempfile.mkdtemp(dir=path.parent, prefix=prefix, suffix=suffix))
+            os.chmod(made, 0o777 & ~_umask())
+            return made
         handle, name = tempfile.mkstemp(dir=path.parent, prefix=prefix, suffix=suffix)
         os.close(handle)
         return Path(name)
     except OSError as error:
-        raise disk_error(path.parent, error) from error
+        raise disk_error(path.parent, error, advice=advice) from error
 
 
 def sweep_scratch(folder: str | Path) -> int:

@@ -23,11 +23,13 @@ import multiprocessing
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import lightning.pytorch as pl
 import torch
 from jsonargparse import ActionSubCommands, ArgumentParser
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
 import varlen.datamodules
@@ -35,6 +37,7 @@ import varlen.models
 from varlen._extras import MissingExtraError
 from varlen.batching.data_wait import DataWait
 from varlen.batching.warmup import WarmShapes
+from varlen.cache import writable_folder
 from varlen.cli_errors import one_line
 from varlen.cli_help import HelpFormatter, main_parser_kwargs, subcommand_parser_kwargs
 from varlen.cli_output import THIRD_PARTY_NOISE, quiet, show_varlen_logs
@@ -44,6 +47,7 @@ from varlen.errors import DataError
 from varlen.inspection import SplitSummary, plot_summary, summarize
 from varlen.paths import expand_data_paths, with_data_hint
 from varlen.progress import EpochProgress, StepProgress
+from varlen.resumable import AtomicCheckpointIO, fit_resumably, with_resumable
 
 __all__ = [
     "COMMANDS",
@@ -124,6 +128,14 @@ class VarLenCLI(LightningCLI):
             "An EpochProgress listed in trainer.callbacks replaces it.",
         )
         parser.add_argument(
+            "--checkpoint_every_min",
+            type=float,
+            default=15.0,
+            help="Minutes of training between saves of last.ckpt (varlen.resumable.Resumable), besides each epoch's "
+            "end and an interruption (SIGINT, SIGTERM: the fit stops at the step's end, saves it and prints the "
+            "command that resumes it). 0: no timed saves. A listed ModelCheckpoint's folder gets it.",
+        )
+        parser.add_argument(
             "--data_wait",
             type=bool,
             default=True,
@@ -161,7 +173,10 @@ class VarLenCLI(LightningCLI):
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
         """The Trainer with one :class:`DataWait` (none when ``--data_wait`` is false), one :class:`WarmShapes`
         (none when ``--warm_shapes`` is false), one
-        :class:`EpochProgress` (of the metrics ``--epoch_lines`` lists; none when it is false), and without
+        :class:`EpochProgress` (of the metrics ``--epoch_lines`` lists; none when it is false), one
+        :class:`~varlen.resumable.Resumable` (``--checkpoint_every_min``; with Lightning's ModelCheckpoint keeping
+        ``last.ckpt`` where none is listed), checkpoints written whole
+        (:class:`~varlen.resumable.AtomicCheckpointIO`), and without
         Lightning's progress bar when stdout is no terminal, unless ``trainer.enable_progress_bar`` is
         set: its redraws (carriage returns) would fill a log with partial lines."""
         settings = {**self._get(self.config_init, "trainer", default={}), **kwargs}
@@ -181,13 +196,28 @@ class VarLenCLI(LightningCLI):
             callbacks = [c for c in callbacks if not isinstance(c, EpochProgress)]
         elif not any(isinstance(c, EpochProgress) for c in callbacks):
             callbacks.append(EpochProgress(metrics=None if lines is True else lines))
+        minutes = self._get(self.config, "checkpoint_every_min", default=15.0)
+        callbacks = with_resumable(callbacks, minutes, settings.get("enable_checkpointing") is not False)
         if settings.get("enable_progress_bar") is None and not sys.stdout.isatty():
             kwargs["enable_progress_bar"] = False
         every = self._get(self.config, "progress_every", default=30.0)
         bar = kwargs.get("enable_progress_bar", settings.get("enable_progress_bar", True))
         if every and bar is False and not any(isinstance(c, StepProgress) for c in callbacks):
             callbacks.append(StepProgress(every))
-        return super().instantiate_trainer(**{**kwargs, "callbacks": callbacks})
+        trainer = super().instantiate_trainer(**{**kwargs, "callbacks": callbacks})
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # Lightning's own, not a plugin's
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        return trainer
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
+        """Lightning's, keeping the command's arguments for the line that resumes an interrupted fit."""
+        self.argv = list(sys.argv[1:] if args is None else args) if isinstance(args, list | tuple | None) else None
+        super().parse_arguments(parser, args)
+
+    def fit(self, model: pl.LightningModule, **kwargs: Any) -> None:
+        """``trainer.fit``, its folders checked first; interrupted, the line that resumes it and status 128 + the
+        signal (:func:`varlen.resumable.fit_resumably`)."""
+        fit_resumably(self.trainer, model, self.argv, **kwargs)
 
 
 class DataOnlyCLI(VarLenCLI):
@@ -264,6 +294,8 @@ def inspect_command(argv: Sequence[str]) -> SplitSummary:
     options, rest = parser.parse_known_args(list(argv))
     if options.world_size < 1:
         parser.error("--world-size must be >= 1")
+    if options.out:  # a file there, or a read-only folder: said before the DataModule is built
+        writable_folder(Path(options.out) / ".probe", advice="give --out a folder you can write to")
     dm = _datamodule(rest, "fit" if options.split in ("train", "val") else options.split)
     try:
         summary = summarize(dm, options.split, options.world_size, options.max_batches)
@@ -334,9 +366,12 @@ def optimize_command(argv: Sequence[str]) -> None:
     for name, output, alone in sources or [("", options.output, [])]:
         if name:
             print(f"varlen optimize: source {name!r} -> {output}", flush=True)
-        written = write_split(
-            _datamodule([*rest, *alone], "fit"), output, start_method=options.start_method, **settings
-        )
+        dm = _datamodule([*rest, *alone], "fit")
+        try:
+            written = write_split(dm, output, start_method=options.start_method, **settings)
+        except KeyboardInterrupt:  # its writers are ended, nothing is left under the output's name
+            print(f"varlen: interrupted; nothing written to {output}: the same command writes it", file=sys.stderr)
+            sys.exit(130)
         print("\n".join(written.lines()), flush=True)
     if sources and options.output is not None:
         written = ", ".join(f"{name} -> {where}" for name, where, _ in sources)
@@ -345,46 +380,9 @@ def optimize_command(argv: Sequence[str]) -> None:
 
 def index_sizes_command(argv: Sequence[str]) -> None:
     """``varlen index-sizes``: the size index of a LitData dataset made elsewhere, from a size function."""
-    parser = argparse.ArgumentParser(
-        prog="varlen index-sizes",
-        description="Read a LitData dataset's items once, in order, and write varlen's size index beside its "
-        "index.json from a size function (one item -> an int, or a tuple of ints: one per budget axis).",
-    )
-    parser.add_argument("dir", help="the LitData dataset folder (holds index.json)")
-    parser.add_argument("--size-fn", required=True, help="module:function giving one item's size(s)")
-    parser.add_argument("--axes", default=None, help="names of the size axes, comma-separated (default: size)")
-    parser.add_argument(
-        "--label-fn",
-        default=None,
-        help="module:function giving one item's class id (-1 or None: no label), for "
-        "sample_weights: balanced on these chunks",
-    )
-    parser.add_argument(
-        "--weight-fn",
-        action="append",
-        default=[],
-        metavar="COLUMN=MODULE:FUNCTION",
-        help="a weight column for sample_weights: COLUMN on these chunks, from one item's weight (repeatable)",
-    )
-    options = parser.parse_args(list(argv))
-    from varlen.stream.index_sizes import index_sizes, resolve_size_fn
+    from varlen.stream.index_sizes import main as index_sizes
 
-    weight_fns = {}
-    try:
-        size_fn = resolve_size_fn(options.size_fn)
-        label_fn = resolve_size_fn(options.label_fn, "--label-fn") if options.label_fn else None
-        for spec in options.weight_fn:
-            column, _, function = spec.partition("=")
-            if not column or not function:
-                raise ValueError(f"--weight-fn {spec!r}: give COLUMN=module:function")
-            weight_fns[column] = resolve_size_fn(function, "--weight-fn")
-    except ValueError as error:
-        parser.error(str(error))
-    axes = [a.strip() for a in options.axes.split(",")] if options.axes else None
-    folder = index_sizes(
-        options.dir, size_fn, axes=axes, name=options.size_fn, label_fn=label_fn, weight_fns=weight_fns
-    )
-    print(f"size index written: {folder}", flush=True)
+    index_sizes(argv)
 
 
 def _tune_build(rest: Sequence[str], with_model: bool) -> tuple[Any, Any]:
@@ -456,6 +454,9 @@ def console() -> None:
     except MissingExtraError as error:  # e.g. varlen optimize without the stream extra: the install says it all
         print(f"varlen: error: {error}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:  # Ctrl-C: the status a shell gives it, without a traceback
+        print("varlen: interrupted", file=sys.stderr)
+        sys.exit(130)
     except Exception as error:  # a DataError, also one jsonargparse wrapped while instantiating classes
         data_error = _data_error_in(error)
         if data_error is None:

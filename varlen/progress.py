@@ -14,6 +14,10 @@ Plain text: no terminal codes.
 `StepProgress`: off a terminal, where no progress bar shows, a line every 30 s while an epoch trains (the
 step of the epoch's total, samples/s, the share spent waiting for data, the time left in the epoch), so a
 run in a log file or under a scheduler says it is alive. ``varlen fit`` adds it there (``--progress_every``).
+
+Both clocks start when an epoch starts, or when training starts: an epoch resumed from a mid-epoch checkpoint
+(Lightning then calls no ``on_train_epoch_start``) is timed from the resume, its rate and time left from the
+steps trained since, and its epoch line says where it resumed.
 """
 
 from __future__ import annotations
@@ -44,13 +48,19 @@ class EpochProgress(pl.Callback):
         self._start = 0.0
         self._samples = self._real = self._padded = 0
         self._fields: dict[str, list[int]] = {}  # field -> [real, padded] this epoch
+        self._first: int | None = None  # the epoch's first batch this run trains (> 0: resumed mid-epoch)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.on_train_epoch_start(trainer, pl_module)  # a resumed epoch starts here, with no epoch start
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start = time.perf_counter()
         self._samples = self._real = self._padded = 0
         self._fields = {}
+        self._first = None
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx: int) -> None:
+        self._first = batch_idx if self._first is None else self._first
         stats = training_batch_stats(trainer, batch)
         if stats is not None:
             self._samples += stats.samples
@@ -73,7 +83,7 @@ class EpochProgress(pl.Callback):
         waited = _wait_share(trainer)
         if waited is not None:
             parts.append(f"waiting {waited:.1%}")
-        parts.append(f"{elapsed:.1f} s")
+        parts.append(f"{elapsed:.1f} s" + (f" (resumed at step {self._first + 1})" if self._first else ""))
         epochs = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
         prefix = f"{self.name} " if self.name else ""
         line = f"{prefix}epoch {trainer.current_epoch + 1}{epochs}: " + " | ".join(parts)
@@ -109,12 +119,18 @@ class StepProgress(pl.Callback):
         self.lines: list[str] = []
         self._start = self._last = 0.0
         self._samples = 0
+        self._first: int | None = None  # the epoch's first batch this run trains (> 0: resumed mid-epoch)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.on_train_epoch_start(trainer, pl_module)  # a resumed epoch starts here, with no epoch start
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._start = self._last = time.perf_counter()
         self._samples = 0
+        self._first = None
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs, batch, batch_idx) -> None:
+        self._first = batch_idx if self._first is None else self._first
         stats = training_batch_stats(trainer, batch)
         self._samples += stats.samples if stats is not None else 0
         now = time.perf_counter()
@@ -124,6 +140,7 @@ class StepProgress(pl.Callback):
 
     @rank_zero_only
     def _say(self, trainer: pl.Trainer, step: int, elapsed: float) -> None:
+        """The line for ``step`` of the epoch, ``elapsed`` seconds after this run's first step of it began."""
         total = trainer.num_training_batches
         known = isinstance(total, int) and total > 0
         epochs = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
@@ -132,8 +149,8 @@ class StepProgress(pl.Callback):
         waited = _waited(trainer)
         if waited is not None:
             parts.append(f"waiting {waited / elapsed:.1%}")
-        if known:
-            parts.append(f"{_duration((total - step) * elapsed / step)} left in the epoch")
+        if known:  # at the pace of the steps this run trained (a resumed epoch's earlier ones ran elsewhere)
+            parts.append(f"{_duration((total - step) * elapsed / (step - (self._first or 0)))} left in the epoch")
         line = (f"{self.name} " if self.name else "") + " | ".join(parts)
         self.lines.append(line)
         print(line, flush=True)

@@ -57,13 +57,15 @@ def read_index_json(dataset_dir: str | Path) -> dict[str, Any]:
     if not folder.exists():
         raise DatasetNotFoundError(
             "a streamed dataset (LitData chunks and their size index)", folder,
-            f"write a config's training split there: varlen optimize --config CONFIG --output {folder}",
+            f"write a config's training split there: varlen optimize --config CONFIG --output {folder} (an "
+            "interrupted or failed varlen optimize leaves no folder half-written: run the same command again)",
         )  # fmt: skip
     path = folder / INDEX_JSON
     if not path.is_file():
         raise DataError(
             f"{dataset_dir} has no {INDEX_JSON}: not a LitData dataset (write one with `varlen optimize --config "
-            "CONFIG --output DIR`, or litdata.optimize)"
+            "CONFIG --output DIR`, or litdata.optimize; an interrupted or failed varlen optimize leaves no folder "
+            "half-written: run the same command again)"
         )
     return parse_index_json(path, path)
 

@@ -15,6 +15,7 @@ is removed), and a weighted streamed split is refused naming these options.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from numbers import Integral, Real
@@ -29,7 +30,7 @@ from varlen.stream.draw_index import write_draw_table
 from varlen.stream.engine import litdata
 from varlen.stream.size_index import write_size_index
 
-__all__ = ["index_sizes", "resolve_size_fn"]
+__all__ = ["index_sizes", "main", "resolve_size_fn"]
 
 _INT32_MAX = np.iinfo(np.int32).max
 
@@ -160,3 +161,45 @@ def _drawn(where: str, what: str, fn: Callable[[Any], Any], item: Any, parse: Ca
     if found is None:
         raise DataError(f"{where}: the {what} gave {value!r}, not {wanted}")
     return found
+
+
+def main(argv: Sequence[str]) -> None:
+    """``varlen index-sizes``: the size index of a LitData dataset made elsewhere, from a size function."""
+    parser = argparse.ArgumentParser(
+        prog="varlen index-sizes",
+        description="Read a LitData dataset's items once, in order, and write varlen's size index beside its "
+        "index.json from a size function (one item -> an int, or a tuple of ints: one per budget axis).",
+    )
+    parser.add_argument("dir", help="the LitData dataset folder (holds index.json)")
+    parser.add_argument("--size-fn", required=True, help="module:function giving one item's size(s)")
+    parser.add_argument("--axes", default=None, help="names of the size axes, comma-separated (default: size)")
+    parser.add_argument(
+        "--label-fn",
+        default=None,
+        help="module:function giving one item's class id (-1 or None: no label), for "
+        "sample_weights: balanced on these chunks",
+    )
+    parser.add_argument(
+        "--weight-fn",
+        action="append",
+        default=[],
+        metavar="COLUMN=MODULE:FUNCTION",
+        help="a weight column for sample_weights: COLUMN on these chunks, from one item's weight (repeatable)",
+    )
+    options = parser.parse_args(list(argv))
+    weight_fns = {}
+    try:
+        size_fn = resolve_size_fn(options.size_fn)
+        label_fn = resolve_size_fn(options.label_fn, "--label-fn") if options.label_fn else None
+        for spec in options.weight_fn:
+            column, _, function = spec.partition("=")
+            if not column or not function:
+                raise ValueError(f"--weight-fn {spec!r}: give COLUMN=module:function")
+            weight_fns[column] = resolve_size_fn(function, "--weight-fn")
+    except ValueError as error:
+        parser.error(str(error))
+    axes = [a.strip() for a in options.axes.split(",")] if options.axes else None
+    folder = index_sizes(
+        options.dir, size_fn, axes=axes, name=options.size_fn, label_fn=label_fn, weight_fns=weight_fns
+    )
+    print(f"size index written: {folder}", flush=True)
