@@ -1,4 +1,5 @@
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -30,3 +31,12 @@ def cache_folder(tmp_path_factory: pytest.TempPathFactory):
         folder = tmp_path_factory.mktemp("varlen-cache")
         patch.setenv("VARLEN_CACHE", str(folder))
         yield folder
+
+
+@pytest.fixture(autouse=True)
+def sigint_handler_kept():
+    """A test that runs ``litdata.optimize`` in this process leaves LitData's SIGINT handler behind
+    (``os._exit(0)``, never restored): a later test that interrupts itself would end the test process."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGINT, before)
