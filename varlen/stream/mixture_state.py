@@ -36,7 +36,7 @@ from varlen.stream.mixture import (
     unit_rows,
 )
 from varlen.stream.plan import WINDOW_BATCHES, SizeIndexLike
-from varlen.stream.plan_state import settings_refusal, split_tail, stream_spec
+from varlen.stream.plan_state import plan_settings, settings_refusal, split_tail, stream_spec
 from varlen.stream.shapes import row_shapes
 
 __all__ = ["MixtureBatchPlan"]
@@ -238,16 +238,7 @@ class MixtureBatchPlan(ResumableEpochs):
 
     def settings(self) -> dict[str, Any]:
         """The plan's settings and what it draws, as plain values (in its state, to name what a resume changed)."""
-        spec = self.spec
-        return {
-            "batch_size": spec.batch_size,
-            "max_tokens": None if spec.max_tokens is None else spec.max_tokens[0],
-            "cost": spec.cost,
-            "max_batch_size": spec.max_batch_size,
-            "pad_to_multiple_of": spec.pad_to_multiple_of,
-            "window_batches": self.window_batches,
-            "axis": self.axis,
-            "rungs": None if spec.rungs is None else list(spec.rungs[0].lengths),
+        return plan_settings(self.spec, self.window_batches, self.axis) | {
             "mix": self.mix,
             "num_samples": self.num_samples,
             "source_weights": self.schedule.describe(),

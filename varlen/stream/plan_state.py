@@ -42,7 +42,7 @@ from varlen.stream.plan import (
 )
 from varlen.stream.shapes import row_shapes
 
-__all__ = ["StreamBatchPlan", "settings_refusal", "split_tail"]
+__all__ = ["StreamBatchPlan", "plan_settings", "settings_refusal", "split_tail"]
 
 
 def split_tail(batches: np.ndarray, count: int, bounds_of: Callable[[int], np.ndarray]) -> np.ndarray:
@@ -112,6 +112,20 @@ def settings_refusal(state: dict[str, Any], settings: dict[str, Any]) -> str:
         f"to finish epoch {epoch} (and change them at an epoch's end), or set {RESUME_VARIABLE}=next_epoch to skip "
         f"the rest of epoch {epoch} and start epoch {epoch + 1} with these"
     )
+
+
+def plan_settings(spec: PlanSpec, window_batches: int, axis: int) -> dict[str, Any]:
+    """A streamed plan's settings as plain values (in its state, to name what a resume changed)."""
+    return {
+        "batch_size": spec.batch_size,
+        "max_tokens": None if spec.max_tokens is None else spec.max_tokens[0],
+        "cost": spec.cost,
+        "max_batch_size": spec.max_batch_size,
+        "pad_to_multiple_of": spec.pad_to_multiple_of,
+        "window_batches": window_batches,
+        "axis": axis,
+        "rungs": None if spec.rungs is None else list(spec.rungs[0].lengths),
+    }
 
 
 class StreamBatchPlan(ResumableEpochs):
@@ -229,17 +243,7 @@ class StreamBatchPlan(ResumableEpochs):
 
     def settings(self) -> dict[str, Any]:
         """The plan's settings as plain values (in its state, to name what a resume changed)."""
-        spec = self.spec
-        return {
-            "batch_size": spec.batch_size,
-            "max_tokens": None if spec.max_tokens is None else spec.max_tokens[0],
-            "cost": spec.cost,
-            "max_batch_size": spec.max_batch_size,
-            "pad_to_multiple_of": spec.pad_to_multiple_of,
-            "window_batches": self.window_batches,
-            "axis": self.axis,
-            "rungs": None if spec.rungs is None else list(spec.rungs[0].lengths),
-        }
+        return plan_settings(self.spec, self.window_batches, self.axis)
 
     def state_dict(self) -> dict[str, Any]:
         """Rank-independent: every rank has served the same number of batches."""
