@@ -33,10 +33,15 @@ def cache_folder(tmp_path_factory: pytest.TempPathFactory):
         yield folder
 
 
+#: Python's own SIGINT handler, as the test process started
+SIGINT_HANDLER = signal.getsignal(signal.SIGINT)
+
+
 @pytest.fixture(autouse=True)
 def sigint_handler_kept():
-    """A test that runs ``litdata.optimize`` in this process leaves LitData's SIGINT handler behind
-    (``os._exit(0)``, never restored): a later test that interrupts itself would end the test process."""
-    before = signal.getsignal(signal.SIGINT)
+    """``litdata.optimize`` run in this process (a test's or a module fixture's) leaves LitData's SIGINT handler
+    behind (``os._exit(0)``, never restored): a test that interrupts itself would end the test process. Every
+    test starts and ends with Python's own."""
+    signal.signal(signal.SIGINT, SIGINT_HANDLER)
     yield
-    signal.signal(signal.SIGINT, before)
+    signal.signal(signal.SIGINT, SIGINT_HANDLER)
