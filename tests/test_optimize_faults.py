@@ -16,7 +16,6 @@ import os
 import shutil
 import signal
 import sys
-import threading
 import time
 from collections import namedtuple
 from pathlib import Path
@@ -140,21 +139,24 @@ def test_a_disk_that_fills_up_while_writing_is_a_data_error_and_leaves_nothing(
 
 
 class SlowSequences(ToySequences):
-    """Toy sequences read slowly in LitData's writers (not here, where the split is set up and estimated)."""
+    """Toy sequences read slowly in LitData's writers (not here, where the split is set up and estimated); the
+    writer that reads sample ``interrupt_at`` sends this process SIGINT, as a Ctrl-C mid-write would."""
 
-    def __init__(self, n: int, seed: int, parent: int) -> None:
+    def __init__(self, n: int, seed: int, parent: int, interrupt_at: int) -> None:
         super().__init__(n, seed)
-        self.parent = parent
+        self.parent, self.interrupt_at = parent, interrupt_at
 
     def __getitem__(self, i: int) -> dict:
         if os.getpid() != self.parent:
             time.sleep(0.02)
+            if i == self.interrupt_at:
+                os.kill(self.parent, signal.SIGINT)
         return super().__getitem__(i)
 
 
 class SlowToy(ToyDataModule):
     def build(self, stage: str | None) -> dict:
-        return {**super().build(stage), "train": SlowSequences(self.num_samples, 1, os.getpid())}
+        return {**super().build(stage), "train": SlowSequences(self.num_samples, 1, os.getpid(), interrupt_at=40)}
 
 
 def test_an_interrupted_write_leaves_nothing_and_runs_again(tmp_path, marked) -> None:
@@ -163,13 +165,8 @@ def test_an_interrupted_write_leaves_nothing_and_runs_again(tmp_path, marked) ->
     dm = SlowToy(num_samples=300, batch_size=16)
     dm.prepare_data()
     dm.setup("fit")
-    timer = threading.Timer(2.0, os.kill, (os.getpid(), signal.SIGINT))
-    timer.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            write.write_split(dm, tmp_path / "out", chunk_bytes=4000, num_workers=1)
-    finally:
-        timer.cancel()
+    with pytest.raises(KeyboardInterrupt):
+        write.write_split(dm, tmp_path / "out", chunk_bytes=4000, num_workers=1)
     assert list(tmp_path.iterdir()) == [] and marked_processes() == []
     with pytest.raises(DataError, match="an interrupted or failed varlen optimize leaves no folder half-written"):
         read_index_json(tmp_path / "out")  # what a fit reading it says
