@@ -165,8 +165,13 @@ def test_an_interrupted_write_leaves_nothing_and_runs_again(tmp_path, marked) ->
     dm = SlowToy(num_samples=300, batch_size=16)
     dm.prepare_data()
     dm.setup("fit")
-    with pytest.raises(KeyboardInterrupt):
-        write.write_split(dm, tmp_path / "out", chunk_bytes=4000, num_workers=1)
+    # Python's own handler, as a terminal's Ctrl-C meets it (a shell's background job inherits SIGINT ignored)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            write.write_split(dm, tmp_path / "out", chunk_bytes=4000, num_workers=1)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert list(tmp_path.iterdir()) == [] and marked_processes() == []
     with pytest.raises(DataError, match="an interrupted or failed varlen optimize leaves no folder half-written"):
         read_index_json(tmp_path / "out")  # what a fit reading it says
