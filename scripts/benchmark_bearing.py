@@ -51,7 +51,7 @@ from varlen.batching import VarLenLoader
 from varlen.datamodules.bearing import BearingDataModule
 from varlen.datasets.bearing import BearingWindows
 from varlen.datasets.bearing.dataset import WindowBatch
-from varlen.paths import data_root
+from varlen.storage.paths import data_root
 
 DEFAULT_ROOT = data_root() / "bearing"
 PARTS = ("memory", "loader", "leakage", "cross-condition")

@@ -1,4 +1,4 @@
-"""What verifying a cache table's checksum costs a process that maps it first (``varlen.checksums``).
+"""What verifying a cache table's checksum costs a process that maps it first (``varlen.storage.checksums``).
 
     python scripts/benchmark_checksums.py                          # builds both caches in a fresh folder
     python scripts/benchmark_checksums.py --cache-dir /tmp/bench   # reuses (or builds) the caches there
@@ -29,9 +29,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-import varlen.checksums as checksums  # noqa: E402
-from varlen.paths import data_root  # noqa: E402
-from varlen.tables import MappedTable  # noqa: E402
+import varlen.storage.checksums as checksums  # noqa: E402
+from varlen.storage.paths import data_root  # noqa: E402
+from varlen.storage.tables import MappedTable  # noqa: E402
 
 SHARED = data_root()
 SST2, HIV = SHARED / "text" / "sst2_train.tsv", SHARED / "molecules" / "HIV.csv.gz"

@@ -335,7 +335,7 @@ def main(argv: list[str] | None = None) -> list[tuple[Row, dict]]:
     args = parser.parse_args(argv)
     if args.report is not None:
         return tables(read_rows(args.report), args.out)
-    from varlen.paths import data_root
+    from varlen.storage.paths import data_root
 
     cuda = torch.cuda.is_available() and not args.quick
     text = args.data or data_root() / "text"

@@ -39,7 +39,7 @@ import warnings
 from pathlib import Path
 from statistics import median
 
-from varlen.paths import data_root
+from varlen.storage.paths import data_root
 
 SHARED = data_root()
 METHODS = tuple(m for m in ("fork", "spawn", "forkserver") if m in multiprocessing.get_all_start_methods())

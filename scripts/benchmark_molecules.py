@@ -36,7 +36,7 @@ import torch
 
 from varlen.datamodules.molecules import SPLIT_MODES, MoleculeDataModule
 from varlen.models.molecules import MoleculeGNN
-from varlen.paths import data_root, expand_data_paths
+from varlen.storage.paths import data_root, expand_data_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 LIPO = data_root() / "molecules" / "lipo.csv"

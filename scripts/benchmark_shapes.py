@@ -58,7 +58,7 @@ def row(text: Path, budget: int, world: int, limit: int | None, layout: str = "p
 
 
 def main(argv: list[str] | None = None) -> None:
-    from varlen.paths import data_root
+    from varlen.storage.paths import data_root
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", type=Path, default=None, help="sst2_train.tsv's folder (default: $VARLEN_DATA/text)")

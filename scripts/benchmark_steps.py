@@ -149,7 +149,7 @@ def peak_rss_kib() -> int:
 
 def measure(name: str, layout: str | None, steps: int, warmup: int, quick: bool, workdir: Path) -> dict:
     """One row: the scenario's config (with ``layout``), ``steps`` timed training steps."""
-    from varlen.cli import main
+    from varlen.cli.dispatch import main
 
     config, _, tiny = SCENARIOS[name]
     args = ["--config", str(ROOT / config), f"--trainer.default_root_dir={workdir}"]

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-import varlen.checksums as checksums
+import varlen.storage.checksums as checksums
 from varlen.stream import SizeIndex, write_size_index
 from varlen.stream.dataset import StreamedDataset
 from varlen.stream.integrity import chunk_checksums

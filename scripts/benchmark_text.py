@@ -54,7 +54,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from varlen.paths import data_root
+from varlen.storage.paths import data_root
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -509,7 +509,7 @@ def quiet_training() -> None:
 
     import transformers
 
-    from varlen.cli import quiet
+    from varlen.cli.dispatch import quiet
 
     quiet()
     transformers.logging.set_verbosity_error()

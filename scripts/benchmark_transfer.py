@@ -46,7 +46,7 @@ def tensors_in(batch) -> int:
 
 
 def datamodule(name: str, workers: int, workdir: Path):
-    from varlen.cli import main
+    from varlen.cli.dispatch import main
 
     config = SCENARIOS[name][0]
     args = ["--config", str(ROOT / config), f"--trainer.default_root_dir={workdir}",

@@ -34,7 +34,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def build(rest: list[str], with_model: bool):
     """The config's DataModule (set up for fit) and model, as ``varlen fit`` builds them."""
-    from varlen.cli import DataOnlyCLI, VarLenCLI, main
+    from varlen.cli.dispatch import DataOnlyCLI, VarLenCLI, main
 
     made = main(list(rest), run=False, cli_class=VarLenCLI if with_model else DataOnlyCLI)
     made.datamodule.prepare_data()

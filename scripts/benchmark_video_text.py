@@ -58,15 +58,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from varlen import cli
 from varlen.batching import BucketBatchSampler
+from varlen.cli import dispatch as cli
 from varlen.datamodules.video_text import VideoTextDataModule
 from varlen.datasets.video_text import VideoTextCollator, VideoTextDataset, budget_sizes
 from varlen.datasets.video_text.synthetic import write_msrvtt_files
 from varlen.models.attention import PACKED_ATTENTION, Rows
 from varlen.models.video_text import VideoTextAligner
-from varlen.paths import data_root
-from varlen.report import DataReport
+from varlen.prepare.report import DataReport
+from varlen.storage.paths import data_root
 
 DEFAULT = data_root() / "video_text" / "youcookii_annotations_trainval.json"
 MSRVTT_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "video_text_msrvtt.yaml"

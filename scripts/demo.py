@@ -35,7 +35,7 @@ SCENARIOS = {
 def run(name: str, config: str, metrics: tuple[str, ...], workdir: Path, limits: list[str] = ()) -> dict:
     from varlen.batching.data_wait import DataWait
     from varlen.batching.telemetry import PaddingTelemetry
-    from varlen.cli import main
+    from varlen.cli.dispatch import main
 
     start = time.perf_counter()
     cli = main(
@@ -46,7 +46,7 @@ def run(name: str, config: str, metrics: tuple[str, ...], workdir: Path, limits:
             f"--trainer.default_root_dir={workdir / name}",
             "--trainer.enable_progress_bar=false",
             "--trainer.enable_model_summary=false",
-            "--trainer.callbacks+=varlen.progress.EpochProgress",  # a line per epoch instead of a bar
+            "--trainer.callbacks+=varlen.callbacks.progress.EpochProgress",  # a line per epoch instead of a bar
             f"--trainer.callbacks.name={name}",
             f"--trainer.callbacks.metrics=[{', '.join(metrics)}]",
             *limits,

@@ -23,7 +23,7 @@ import warnings
 import numpy as np
 
 from varlen.datamodules.molecules import MoleculeDataModule
-from varlen.paths import data_root
+from varlen.storage.paths import data_root
 
 HIV = data_root() / "molecules" / "HIV.csv.gz"
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from varlen.paths import data_root
+from varlen.storage.paths import data_root
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")

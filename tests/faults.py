@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import varlen.tables as tables
+import varlen.storage.tables as tables
 from varlen.batching import Ragged
 
 
@@ -50,7 +50,7 @@ def with_value(rows: Ragged, position: int, value: int) -> Ragged:
 
 class FullDisk:
     """A disk with ``room`` bytes left for the cache's writes (a table's scratch files, opened with
-    ``open`` in :mod:`varlen.tables`, and the table itself, written through ``pyarrow.OSFile``): the
+    ``open`` in :mod:`varlen.storage.tables`, and the table itself, written through ``pyarrow.OSFile``): the
     write that would pass it writes what fits and raises ``OSError(ENOSPC)``, as a full disk does."""
 
     def __init__(self, room: int) -> None:

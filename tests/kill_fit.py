@@ -17,7 +17,7 @@ that batch is not recorded. ``kill: ["signal", "SIGINT" | "SIGTERM", s]`` sends 
 step s's batch, which is recorded (the fit is meant to finish that step). ``drop_loader_state``: the
 checkpoint's loader state and the DataModule's training position (the sampler's place in the epoch) are removed
 before the resume, to show what an exact resume needs. ``cli``: the text fit runs as ``varlen fit --config
-OUT/fit.yaml`` (``varlen.cli.console``: its own checkpoints, none every ``every`` steps; ``resume``: the
+OUT/fit.yaml`` (``varlen.cli.dispatch.console``: its own checkpoints, none every ``every`` steps; ``resume``: the
 arguments after ``varlen``), its exit status the command's. The job's output goes to OUT/log.txt.
 """
 
@@ -33,7 +33,7 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 
-import varlen.cli
+import varlen.cli.dispatch
 import varlen.datamodules
 import varlen.models
 from varlen.datamodules import TextClassificationDataModule
@@ -118,7 +118,7 @@ def run_cli(job: dict) -> None:
     (out / "fit.yaml").write_text(json.dumps(config))
     args = job.get("resume") or ["fit", "--config", str(out / "fit.yaml")]
     sys.argv = ["varlen", *args, "--warm_shapes=false", "--progress_every=0"]
-    varlen.cli.console()
+    varlen.cli.dispatch.console()
 
 
 def run(job: dict) -> None:

@@ -26,7 +26,7 @@ from varlen.datasets.bearing.storage import RecordingBuffer, gather_windows
 from varlen.datasets.bearing.windows import plan_windows, resample
 from varlen.errors import DataError, DatasetNotFoundError, DownloadError
 from varlen.models.bearing import BearingClassifier, MaskedBatchNorm1d, aggregate_by_recording
-from varlen.report import SOURCE
+from varlen.prepare.report import SOURCE
 from varlen.testing import BadInput, DataModuleContract
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ from test_bearing import DATA, ROOT, SMALL, assert_same_batch, folder_args
 import varlen.datamodules.bearing as bearing_module
 from varlen.datamodules.bearing import BearingDataModule
 from varlen.errors import DataError
-from varlen.report import SOURCE
+from varlen.prepare.report import SOURCE
 
 SIM = {**SMALL, "batch_size": 16}
 

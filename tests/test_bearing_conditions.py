@@ -20,7 +20,7 @@ from varlen.datasets.bearing.splits import GAP, OTHER, UNIT
 from varlen.datasets.bearing.synthetic import BPFO, SPEED_ONLY, load_effects
 from varlen.errors import DataError
 from varlen.models.bearing import BearingClassifier, LoaderBatches
-from varlen.report import SOURCE
+from varlen.prepare.report import SOURCE
 
 LOADS = {**SMALL, "simulated_per_class": 1, "simulated_loads": [0, 1, 2]}
 CROSS = {**LOADS, "split": "condition", "train_conditions": ["0"], "test_conditions": ["2"]}

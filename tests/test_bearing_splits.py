@@ -5,7 +5,7 @@ import pytest
 
 from varlen.datasets.bearing.splits import GAP, TAIL, UNIT, WindowSplit, check_split_arguments, window_geometry
 from varlen.errors import DataError
-from varlen.report import DataReport
+from varlen.prepare.report import DataReport
 
 CLASSES = ["a", "b"]
 

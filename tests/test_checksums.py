@@ -17,9 +17,9 @@ import pytest
 from faults import flip_bytes
 
 from varlen.batching import Ragged
-from varlen.cache import cache_key
 from varlen.errors import DataError
-from varlen.tables import MappedTable, open_table, to_arrow, write_table
+from varlen.storage.cache import cache_key
+from varlen.storage.tables import MappedTable, open_table, to_arrow, write_table
 
 KEY = cache_key("inputs", version="t1")
 
@@ -43,7 +43,7 @@ def read(path: Path) -> pa.Table:
 @pytest.fixture
 def hashes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The files whose data this process hashes to verify them."""
-    import varlen.checksums as checksums
+    import varlen.storage.checksums as checksums
 
     made: list[str] = []
     real = checksums.table_checksum
@@ -81,7 +81,7 @@ def test_a_table_without_a_checksum_is_rebuilt_with_a_warning(tmp_path: Path) ->
 
 
 def test_the_checksum_is_of_the_content_not_of_its_layout() -> None:
-    from varlen.checksums import table_checksum
+    from varlen.storage.checksums import table_checksum
 
     data = columns(50)
     whole = pa.record_batch({name: to_arrow(c) for name, c in data.items()})
@@ -112,7 +112,7 @@ def test_a_file_is_hashed_once_per_process_and_once_per_node(tmp_path: Path, has
     if not _marks_files(tmp_path):
         pytest.skip(f"{tmp_path}'s file system keeps no extended attributes: every process hashes")
     code = (
-        "import varlen.checksums as c; from varlen.tables import MappedTable; real = c.table_checksum; "
+        "import varlen.storage.checksums as c; from varlen.storage.tables import MappedTable; real = c.table_checksum; "
         "c.table_checksum = lambda b: print('hashed') or real(b); "
         f"MappedTable({str(path)!r}).ragged('tokens'); print('mapped')"
     )
@@ -136,7 +136,7 @@ def test_a_length_column_that_disagrees_with_its_rows_is_a_data_error(tmp_path: 
 
 
 def test_ids_outside_a_vocabulary_are_found_with_their_row() -> None:
-    from varlen.tables import ids_outside
+    from varlen.storage.tables import ids_outside
 
     ids = Ragged.from_arrays([np.array([1, 2]), np.array([3, 30522, 4]), np.array([-1013])])
     assert ids_outside(ids, 30522) == (1, 30522)
@@ -159,7 +159,7 @@ def test_varlen_verify_always_finds_a_flip_under_the_same_mtime(tmp_path: Path, 
         assert open_table(path, version="t1", key=KEY) is None
     with pytest.raises(DataError, match=rf"cache {re.escape(str(path))} is corrupt"):
         MappedTable(path)
-    code = f"from varlen.tables import MappedTable; MappedTable({str(path)!r})"
+    code = f"from varlen.storage.tables import MappedTable; MappedTable({str(path)!r})"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 1 and "is corrupt: its data's checksum" in done.stderr
     monkeypatch.setenv("VARLEN_VERIFY", "sometimes")

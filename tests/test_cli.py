@@ -10,12 +10,12 @@ import pytest
 
 import varlen.datamodules
 import varlen.models
-from varlen import cli
 from varlen.batching.data_wait import DataWait
 from varlen.batching.warmup import WarmShapes
+from varlen.callbacks.progress import EpochProgress
+from varlen.cli import dispatch as cli
 from varlen.errors import DatasetNotFoundError
-from varlen.paths import expand_data_paths, with_data_hint
-from varlen.progress import EpochProgress
+from varlen.storage.paths import expand_data_paths, with_data_hint
 
 ROOT = Path(__file__).resolve().parents[1]
 EPOCH_LINE = re.compile(r"^(\w+ )?epoch \d+/\d+: .*val/loss .*samples/s", re.M)
@@ -78,7 +78,9 @@ def fit(tmp_path: Path, *extra: str, callbacks: str = "", run: bool = True) -> c
     return cli.main(["fit", *args] if run else args, run=run)
 
 
-LISTED = "  callbacks:\n    - class_path: varlen.progress.EpochProgress\n      init_args:\n        name: toy\n"
+LISTED = (
+    "  callbacks:\n    - class_path: varlen.callbacks.progress.EpochProgress\n      init_args:\n        name: toy\n"
+)
 
 
 @pytest.mark.parametrize(

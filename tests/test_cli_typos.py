@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from varlen import cli
-from varlen.cli_errors import one_line, unknown_name
+from varlen.cli import dispatch as cli
+from varlen.cli.typos import one_line, unknown_name
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = {"fit": [], "inspect": [], "tune": [], "optimize": ["--output", "unused"]}

@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from varlen import cli
-from varlen.cli import LINKED, main
+from varlen.cli import dispatch as cli
+from varlen.cli.dispatch import LINKED, main
 from varlen.errors import DataError
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))

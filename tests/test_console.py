@@ -7,16 +7,16 @@ import os
 import subprocess
 import sys
 
-from varlen import cli
-from varlen.commands import SUMMARIES
+from varlen.cli import dispatch as cli
+from varlen.cli.commands import SUMMARIES
 
 HEAVY = ("torch", "lightning", "transformers", "torch_geometric", "litdata", "rdkit", "jsonargparse")
 PROBE = """
 import json, sys
 sys.argv = ["varlen", *sys.argv[1:]]
-import varlen.console
+import varlen.cli.console
 try:
-    varlen.console.main()
+    varlen.cli.console.main()
 except SystemExit as exit_:
     code = exit_.code
 heavy = sorted({m.split(".")[0] for m in sys.modules} & set(json.loads(%r)))

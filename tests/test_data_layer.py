@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from varlen.cache import atomic_write, cache_key, file_hash
 from varlen.datasets.download import download_url
 from varlen.errors import DataError, DatasetNotFoundError, DownloadError
-from varlen.report import SOURCE, DataReport
+from varlen.prepare.report import SOURCE, DataReport
+from varlen.storage.cache import atomic_write, cache_key, file_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 

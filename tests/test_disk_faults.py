@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 from faults import FullDisk
 
-import varlen.cache as cache
-from varlen import cli
+import varlen.storage.cache as cache
 from varlen.batching import Ragged
-from varlen.cache import atomic_write, cache_key
+from varlen.cli import dispatch as cli
 from varlen.datamodules.video_text import VideoTextDataModule
 from varlen.errors import DataError
-from varlen.tables import TableBuilder, write_table
+from varlen.storage.cache import atomic_write, cache_key
+from varlen.storage.tables import TableBuilder, write_table
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY = cache_key("inputs", version="t1")

@@ -39,18 +39,18 @@ CORE_MODULES = [
     "varlen.datamodules.base",
     "varlen.models.base",
     "varlen.models.votes",
-    "varlen.splits",
-    "varlen.report",
+    "varlen.prepare.splits",
+    "varlen.prepare.report",
     "varlen.errors",
-    "varlen.cache",
-    "varlen.draws",
-    "varlen.progress",
+    "varlen.storage.cache",
+    "varlen.prepare.draws",
+    "varlen.callbacks.progress",
     "varlen.datasets.files",
     "varlen.datasets.download",
     "varlen.datamodules",
     "varlen.models",
-    "varlen.cli",
-    "varlen.inspection",
+    "varlen.cli.dispatch",
+    "varlen.cli.inspection",
     "varlen.notices",
     "varlen.stream",  # the size index reads without litdata; writing and reading chunks need the stream extra
 ]
@@ -130,7 +130,7 @@ for module in ("varlen.datasets.molecules", "varlen.models.molecules"):
 def test_the_cli_on_a_partial_install() -> None:
     """Without rdkit and the text packages, the CLI parses a bearing config (import_all leaves the others
     out), and a config naming the molecule scenario fails with the extra to install."""
-    code = """from varlen.cli import main
+    code = """from varlen.cli.dispatch import main
 cli = main(["--config", "configs/bearing_cwru.yaml", "--trainer.logger=false"], run=False)
 print(type(cli.datamodule).__name__, type(cli.model).__name__)
 try:
@@ -228,7 +228,7 @@ def imports(path: Path) -> tuple[set[str], set[str]]:
 
 
 def scenario_of(path: Path) -> str | None:
-    parts = path.relative_to(ROOT / "varlen").with_suffix("").parts
+    parts = path.relative_to(ROOT / "src" / "varlen").with_suffix("").parts
     if parts[0] in ("datasets", "datamodules", "models") and len(parts) > 1 and parts[1] in SCENARIO_EXTRAS:
         return parts[1]
     return None
@@ -236,14 +236,14 @@ def scenario_of(path: Path) -> str | None:
 
 def feature_of(path: Path) -> str | None:
     """The feature extra of a module of ``varlen/<extra>/`` (``varlen.stream``), if any."""
-    parts = path.relative_to(ROOT / "varlen").parts
+    parts = path.relative_to(ROOT / "src" / "varlen").parts
     return parts[0] if len(parts) > 1 and parts[0] in _extras.FEATURES else None
 
 
 def test_every_import_is_installed_by_the_core_or_the_scenarios_extra() -> None:
     core = requirement_names(None)
     checked = 0
-    for path in sorted((ROOT / "varlen").rglob("*.py")):
+    for path in sorted((ROOT / "src" / "varlen").rglob("*.py")):
         top, lazy = imports(path)
         scenario = scenario_of(path)
         if scenario is not None:

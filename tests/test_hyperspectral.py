@@ -22,7 +22,6 @@ import varlen.datasets.hyperspectral as hs
 import varlen.datasets.hyperspectral.readers as readers
 from varlen.batching import EpochIndices
 from varlen.batching.ragged import Ragged
-from varlen.cache import cache_key, file_hash
 from varlen.datamodules.hyperspectral import HyperspectralDataModule
 from varlen.datasets.hyperspectral.bands import random_band_rows
 from varlen.datasets.hyperspectral.gather import flat_view
@@ -38,8 +37,9 @@ from varlen.datasets.hyperspectral.splits import UNUSED_REASONS
 from varlen.datasets.hyperspectral.synthetic import shared_layout_path
 from varlen.errors import DataError, DatasetNotFoundError, DownloadError
 from varlen.models.hyperspectral import AverageAccuracy, SpectralTransformer
-from varlen.report import DataReport
-from varlen.splits import footprint_map, patch_fits, stream
+from varlen.prepare.report import DataReport
+from varlen.prepare.splits import footprint_map, patch_fits, stream
+from varlen.storage.cache import cache_key, file_hash
 from varlen.testing import BadInput, DataModuleContract
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -808,7 +808,7 @@ def test_offline_download_says_which_url_and_where_to_put_it(tmp_path, monkeypat
 def test_pavia_config_offline_ends_in_a_download_error(tmp_path, monkeypatch) -> None:
     """What `varlen fit --config configs/hyperspectral_pavia_u.yaml` meets offline: a DataError (the CLI
     prints it without a traceback and exits 2), not urllib's URLError."""
-    from varlen.cli import main
+    from varlen.cli.dispatch import main
 
     monkeypatch.setattr(urllib.request, "urlopen", offline)
     monkeypatch.chdir(ROOT)
@@ -818,7 +818,7 @@ def test_pavia_config_offline_ends_in_a_download_error(tmp_path, monkeypatch) ->
 
 
 def test_real_layout_config_instantiates() -> None:
-    from varlen.cli import main
+    from varlen.cli.dispatch import main
 
     cli = main(["--config", str(ROOT / "configs" / "hyperspectral_pavia_u.yaml")], run=False)
     assert cli.datamodule.num_classes == cli.model.hparams.num_classes == 9

@@ -7,8 +7,8 @@ from varlen.datasets.hyperspectral.source import Scene
 from varlen.datasets.hyperspectral.splits import UNUSED_REASONS, PixelSplit
 from varlen.datasets.hyperspectral.synthetic import generate_field_layout
 from varlen.errors import DataError
-from varlen.report import DataReport
-from varlen.splits import footprint_map
+from varlen.prepare.report import DataReport
+from varlen.prepare.splits import footprint_map
 
 
 def scene(labels: np.ndarray, **maps) -> Scene:

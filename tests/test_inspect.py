@@ -10,9 +10,9 @@ import pytest
 from test_configs import SHARED  # configs whose data lie in $VARLEN_DATA (they skip without it)
 from toy import ToyDataModule
 
-from varlen import cli
 from varlen.batching import BucketBatchSampler
-from varlen.inspection import summarize
+from varlen.cli import dispatch as cli
+from varlen.cli.inspection import summarize
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -218,7 +218,7 @@ def test_the_size_histogram_shows_a_tiny_tail(monkeypatch, tmp_path: Path) -> No
 
     import matplotlib.pyplot as plt
 
-    from varlen.inspection import plot_summary
+    from varlen.cli.inspection import plot_summary
 
     dm = ToyDataModule(num_samples=50, batch_size=16)
     dm.setup("fit")

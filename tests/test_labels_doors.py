@@ -2,7 +2,7 @@
 
 Every way labels come in (a Python mapping, a ``pyarrow.Table``, a ``datasets.Dataset``, a Parquet or
 Arrow file, a ``save_to_disk`` folder, a saved ``DatasetDict``, a table of token ids) gets the checks of
-:mod:`varlen.labels`: a label column read as text that mixes numbers with words, or spells one number
+:mod:`varlen.prepare.labels`: a label column read as text that mixes numbers with words, or spells one number
 two ways, is refused naming rows; whole numbers written as floats are not silently a regression task;
 a Hugging Face ``ClassLabel``'s names are the classes (``class_names``), in id order, in both the
 sequence and the text DataModule.
@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import varlen.labels as label_checks
+import varlen.prepare.labels as label_checks
 from varlen.datamodules import SequenceDataModule, TextClassificationDataModule
 from varlen.errors import DataError
 
@@ -57,7 +57,7 @@ def as_door(columns: dict[str, Any], door: str, tmp_path: Path) -> tuple[Any, st
 SEQUENCE_DOORS = ["mapping", "table", "dataset", "parquet", "arrow"]
 
 
-# -- the checks of varlen.labels, on the sequence DataModule's every door ----------------------------
+# -- the checks of varlen.prepare.labels, on the sequence DataModule's every door ----------------------------
 
 
 @pytest.mark.parametrize("door", SEQUENCE_DOORS)

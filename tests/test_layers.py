@@ -25,11 +25,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "varlen"
+PACKAGE = ROOT / "src" / "varlen"
 
 
 def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -89,7 +89,7 @@ def test_the_import_graph_sees_what_python_imports() -> None:
     package = graph["varlen.datasets.molecules"]
     assert {"varlen.datasets.molecules.graphs", "varlen.datasets.molecules.readers"} <= package
     # import varlen.datamodules
-    assert "varlen.datamodules" in graph["varlen.cli"]
+    assert "varlen.datamodules" in graph["varlen.cli.dispatch"]
     # a parent package is not an import of its submodule
     assert "varlen.datasets.molecules" not in graph["varlen.datasets.molecules.rows"]
 
@@ -100,11 +100,17 @@ def test_a_submodule_imported_through_its_package_counts_the_package(tmp_path: P
         "from varlen.datasets import molecules\n"
         "from . import sibling\n"
         "if TYPE_CHECKING:\n    from varlen import cli\n"
-        "def later():\n    import varlen.report\n"
+        "def later():\n    import varlen.prepare.report\n"
     )
-    known = {"varlen.datasets", "varlen.datasets.molecules", "pkg.sibling", "varlen.cli", "varlen.report"}
+    known = {
+        "varlen.datasets",
+        "varlen.datasets.molecules",
+        "pkg.sibling",
+        "varlen.cli.dispatch",
+        "varlen.prepare.report",
+    }
     got = imported_modules("pkg.mod", tmp_path / "mod.py", known)
-    assert got == {"varlen.datasets", "varlen.datasets.molecules", "pkg.sibling", "varlen.report"}
+    assert got == {"varlen.datasets", "varlen.datasets.molecules", "pkg.sibling", "varlen.prepare.report"}
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -136,7 +142,7 @@ def test_no_module_reaches_itself_through_imports() -> None:
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
 
 
-@pytest.mark.parametrize("layer", ["varlen.models", "varlen.datamodules", "varlen.cli"])
+@pytest.mark.parametrize("layer", ["varlen.models", "varlen.datamodules", "varlen.cli.dispatch"])
 def test_what_reads_data_imports_no_model_datamodule_or_command(layer: str) -> None:
     offending = sorted(
         f"{name} imports {target}"
@@ -144,5 +150,35 @@ def test_what_reads_data_imports_no_model_datamodule_or_command(layer: str) -> N
         if name.startswith("varlen.datasets")
         for target in targets
         if target == layer or target.startswith(layer + ".")
+    )
+    assert not offending, "\n".join(offending)
+
+
+#: varlen's packages from the lowest: each imports only those before it (ARCHITECTURE.md's layers)
+LAYERS = [
+    "prepare",
+    "batching",
+    "storage",
+    "stream",
+    "datasets",
+    "datamodules",
+    "models",
+    "callbacks",
+    "tune",
+    "cli",
+    "testing",
+]
+
+
+def test_each_package_imports_only_the_layers_below_it() -> None:
+    def layer(module: str) -> int | None:
+        top = module.split(".")[1] if module.count(".") else None
+        return LAYERS.index(top) if top in LAYERS else None
+
+    offending = sorted(
+        f"{name} imports {target}"
+        for name, targets in import_graph().items()
+        for target in targets
+        if layer(name) is not None and layer(target) is not None and layer(target) > layer(name)
     )
     assert not offending, "\n".join(offending)

@@ -242,7 +242,7 @@ def test_padding_telemetry_logs_and_summarises(tmp_path: Path, capsys) -> None:
     """Per step and per epoch; each training batch is counted once, on the host, for both
     PaddingTelemetry and EpochProgress (counting a batch on the device waits for the device)."""
     from varlen.batching.telemetry import PaddingTelemetry
-    from varlen.progress import EpochProgress
+    from varlen.callbacks.progress import EpochProgress
 
     telemetry = PaddingTelemetry()
     recorder = Recorder()

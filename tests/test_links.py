@@ -7,7 +7,7 @@ import pytest
 
 import varlen.datamodules
 import varlen.models
-from varlen.cli import LINKED
+from varlen.cli.dispatch import LINKED
 
 #: scenario module -> (DataModule, model), as the configs pair them
 PAIRS = {

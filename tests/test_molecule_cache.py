@@ -25,7 +25,7 @@ import varlen.datasets.molecules as mol
 from varlen.datamodules.molecules import MoleculeDataModule
 from varlen.datasets.molecules import features, graphs, targets
 from varlen.errors import DataError
-from varlen.tables import open_table, write_table
+from varlen.storage.tables import open_table, write_table
 
 DATA = Path(__file__).parent / "data" / "molecules"
 ESOL_TARGET = "measured log solubility in mols per litre"

@@ -24,7 +24,7 @@ from varlen.datasets.molecules.classes import check_classes, class_counts
 from varlen.datasets.molecules.scaffolds import cached_scaffolds
 from varlen.errors import DataError
 from varlen.models.molecules import MoleculeGNN
-from varlen.splits import balanced_scaffold_split
+from varlen.prepare.splits import balanced_scaffold_split
 
 DATA = Path(__file__).parent / "data" / "molecules"
 BBBP_ORDER = DATA / "bbbp_order.csv"

@@ -24,7 +24,7 @@ from varlen.datasets.molecules import features
 from varlen.datasets.molecules.readers import MoleculeNetSpec
 from varlen.errors import DataError, DatasetNotFoundError, DownloadError
 from varlen.models.molecules import MoleculeGNN
-from varlen.splits import keyed_split
+from varlen.prepare.splits import keyed_split
 from varlen.testing import BadInput, DataModuleContract
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -580,7 +580,7 @@ def test_descriptors_are_standardized_collated_and_invariant() -> None:
 
 @pytest.mark.parametrize("name", ["molecules_freesolv.yaml", "molecules_lipo.yaml"])
 def test_real_data_configs_build(name: str, shared_data: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from varlen.cli import main
+    from varlen.cli.dispatch import main
 
     monkeypatch.chdir(ROOT)
     table = shared_data / "molecules" / ("SAMPL.csv" if "freesolv" in name else "lipo.csv")

@@ -21,15 +21,15 @@ import pytest
 import torch
 import yaml
 
-from varlen import cli
+from varlen.cli import dispatch as cli
 from varlen.datamodules.video_text import VideoTextDataModule
 from varlen.datasets.video_text import read_msrvtt_protocol
 from varlen.datasets.video_text.captions import MSRVTT_DATA_URL
 from varlen.errors import DataError, DatasetNotFoundError
 from varlen.models.retrieval import CaptionEmbeddings, retrieval_metrics
 from varlen.models.video_text import VideoTextAligner
-from varlen.report import DataReport
-from varlen.splits import random_split
+from varlen.prepare.report import DataReport
+from varlen.prepare.splits import random_split
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).parent / "data" / "video_text"

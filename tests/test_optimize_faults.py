@@ -27,7 +27,7 @@ litdata = pytest.importorskip("litdata")
 from toy import ToyDataModule, ToySequences  # noqa: E402
 
 import varlen.stream.write as write  # noqa: E402
-from varlen import cli  # noqa: E402
+from varlen.cli import dispatch as cli  # noqa: E402
 from varlen.errors import DataError  # noqa: E402
 from varlen.stream.chunks import read_index_json  # noqa: E402
 

@@ -106,7 +106,7 @@ def test_a_sequence_longer_than_the_packed_row_is_refused_by_name_or_skipped_and
 
 
 def optimize(out: Path, *argv: str) -> Path:
-    from varlen.cli import console
+    from varlen.cli.dispatch import console
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sys, "argv", ["varlen", "optimize", *argv, "--output", str(out)])

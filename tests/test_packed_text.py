@@ -196,7 +196,7 @@ def test_a_packed_fit_resumes_to_the_uninterrupted_runs_batches() -> None:
 
 
 def test_inspect_reports_one_shape_and_the_rows_fill() -> None:
-    from varlen.inspection import summarize
+    from varlen.cli.inspection import summarize
 
     summary = summarize(packed_dm(), "train")
     (shapes, filled), _ = summary.policy

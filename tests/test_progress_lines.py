@@ -11,9 +11,9 @@ from pathlib import Path
 import lightning.pytorch as pl
 import pytest
 
-from varlen import cli
 from varlen.batching.data_wait import DataWait
-from varlen.progress import EpochProgress, StepProgress, _duration
+from varlen.callbacks.progress import EpochProgress, StepProgress, _duration
+from varlen.cli import dispatch as cli
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
 from test_shapes import Noisy, PaddedToys  # noqa: E402

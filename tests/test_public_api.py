@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import subprocess
+import sys
 import types
 from pathlib import Path
 
@@ -23,7 +25,7 @@ import pytest
 from varlen._extras import MissingExtraError
 
 ROOT = Path(__file__).resolve().parents[1]
-DATASETS = ROOT / "varlen" / "datasets"
+DATASETS = ROOT / "src" / "varlen" / "datasets"
 
 PUBLIC = {
     "text": [
@@ -165,11 +167,6 @@ def test_every_exported_name_resolves_and_nothing_else_is_public(scenario: str) 
 # -- imports through a package, found statically ---------------------------------------------------
 
 
-def _module_of(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
 def _scenario(module: str) -> str | None:
     prefix, _, scenario = module.rpartition(".")
     return scenario if prefix == "varlen.datasets" and scenario in PUBLIC else None
@@ -219,8 +216,8 @@ def _python_files(*folders: str) -> list[Path]:
 def test_varlen_imports_scenario_names_from_the_submodules_that_define_them() -> None:
     offending = [
         f"{path.relative_to(ROOT)}:{line}: {name} through varlen.datasets.{scenario}"
-        for path in _python_files("varlen")
-        for line, scenario, name in through_packages(path)
+        for path in _python_files("src/varlen")
+        for line, scenario, name in through_packages(path, ROOT / "src")
     ]
     assert not offending, "import these from their submodule:\n" + "\n".join(offending)
 
@@ -259,3 +256,21 @@ def test_the_import_check_sees_every_way_through_a_package(tmp_path: Path) -> No
         (9, "text", "OVERFLOW"),
         (10, "molecules", "CACHE_FORMAT"),
     ]
+
+
+def test_a_clone_beside_the_users_scripts_does_not_shadow_the_installed_package(tmp_path: Path) -> None:
+    """A clone named ``varlen`` in the working folder is a folder without ``__init__.py``: with the package
+    under ``src/`` it is not found as a namespace package in place of the installed one."""
+    (tmp_path / "varlen" / "tests").mkdir(parents=True)
+    code = "import varlen; print(varlen.__file__, varlen.write_arrays.__name__)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == [str(ROOT / "src" / "varlen" / "__init__.py"), "write_arrays"]
+
+
+def test_a_moved_module_imports_under_its_old_name_with_a_warning() -> None:
+    import varlen.storage.cache
+
+    sys.modules.pop("varlen.cache", None)
+    with pytest.warns(DeprecationWarning, match="varlen.cache moved to varlen.storage.cache"):
+        import varlen.cache
+    assert varlen.cache is varlen.storage.cache and varlen.storage.cache.__spec__.name == "varlen.storage.cache"

@@ -46,7 +46,7 @@ def test_more_workers_than_cores_is_said_once_by_varlen_at_the_callers_line(text
 
 
 def test_fit_help_prints_no_doubled_percent(monkeypatch, capsys) -> None:
-    from varlen import cli
+    from varlen.cli import dispatch as cli
 
     monkeypatch.setattr(sys, "argv", ["varlen", "fit", "--help"])
     with pytest.raises(SystemExit):

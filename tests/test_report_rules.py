@@ -13,9 +13,9 @@ import torch
 from toy import ToyDataModule
 
 from varlen.batching.telemetry import PaddingTelemetry
+from varlen.callbacks.progress import EpochProgress
+from varlen.cli.inspection import summarize
 from varlen.datamodules.sequence import SequenceDataModule
-from varlen.inspection import summarize
-from varlen.progress import EpochProgress
 
 
 def two_fields(rows: int = 60, seed: int = 0) -> dict:
@@ -33,7 +33,7 @@ def two_fields(rows: int = 60, seed: int = 0) -> dict:
 
 
 def test_the_rule_stands_the_validation_split_in_for_a_missing_test_split() -> None:
-    from varlen.splits import STANDS_IN, stand_ins
+    from varlen.prepare.splits import STANDS_IN, stand_ins
 
     val = object()
     assert STANDS_IN == {"test": "val"}

@@ -17,8 +17,8 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from varlen import cli
-from varlen.resumable import Resumable, Stop, resume_command
+from varlen.callbacks.resumable import Resumable, Stop, resume_command
+from varlen.cli import dispatch as cli
 
 CONFIG = """\
 trainer:

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
 
+from varlen.cli.inspection import summarize
 from varlen.datamodules.bearing import BearingDataModule
 from varlen.datamodules.hyperspectral import HyperspectralDataModule
 from varlen.datamodules.molecules import MoleculeDataModule
 from varlen.datamodules.text import TextClassificationDataModule
 from varlen.errors import DataError
-from varlen.inspection import summarize
 
 HS = Path(__file__).parent / "data" / "hyperspectral"
 EPOCHS = 20
@@ -334,7 +334,7 @@ def test_inspect_shows_the_served_share_per_class(tmp_path: Path) -> None:
 def test_varlen_inspect_takes_sample_weights_from_the_command_line(monkeypatch, capsys) -> None:
     import sys
 
-    from varlen import cli
+    from varlen.cli import dispatch as cli
 
     config = str(Path(__file__).resolve().parents[1] / "configs" / "text_bert.yaml")
     argv = ["varlen", "inspect", "--config", config, "--data.init_args.synthetic_samples=300",

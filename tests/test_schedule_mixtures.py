@@ -22,8 +22,8 @@ from varlen.batching import BucketBatchSampler
 from varlen.batching.schedule import MixtureSchedule
 from varlen.batching.scheduled import ScheduledWeights
 from varlen.batching.telemetry import PaddingTelemetry
+from varlen.cli.inspection import summarize
 from varlen.datamodules.base import VarLenDataModule, base_args
-from varlen.inspection import summarize
 
 NAMES = ("a", "b", "c")
 #: examples per property (SCHED_EXAMPLES=400 for a longer search)
@@ -401,7 +401,7 @@ def test_varlen_inspect_takes_a_schedule_from_the_command_line(monkeypatch, caps
     import sys
     from pathlib import Path
 
-    from varlen import cli
+    from varlen.cli import dispatch as cli
 
     def inspect(*args: str) -> tuple[int, str, str]:
         config = Path(__file__).resolve().parents[1] / "configs" / "text_mixture.yaml"

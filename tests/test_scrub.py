@@ -18,20 +18,20 @@ import pytest
 import stream_items
 from faults import flip_bytes
 
-import varlen.checksums as checksums
+import varlen.storage.checksums as checksums
 from varlen.batching import Ragged
-from varlen.cache import cache_key
-from varlen.scrub import main
-from varlen.tables import open_table, write_table
+from varlen.cli.scrub import main
+from varlen.storage.cache import cache_key
+from varlen.storage.tables import open_table, write_table
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("lightning", "transformers", "torch_geometric", "litdata", "rdkit", "jsonargparse")
 PROBE = """
 import json, sys
 sys.argv = ["varlen", *sys.argv[1:]]
-import varlen.console
+import varlen.cli.console
 try:
-    varlen.console.main()
+    varlen.cli.console.main()
 except SystemExit as exit_:
     code = exit_.code
 heavy = sorted({m.split(".")[0] for m in sys.modules} & set(json.loads(%r)))

@@ -13,12 +13,12 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from varlen.cli.inspection import summarize
 from varlen.datamodules.sequence import SequenceDataModule
 from varlen.datasets.sequence import synthetic_sequences
 from varlen.errors import DataError
-from varlen.inspection import summarize
 from varlen.models.sequence import SequenceModel
-from varlen.splits import stratified_split
+from varlen.prepare.splits import stratified_split
 from varlen.testing import BadInput, DataModuleContract
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -469,7 +469,7 @@ def test_data_wait_logs_the_shapes_and_advises_when_new_ones_cost_a_tenth(warm: 
 
 
 def test_inspect_shows_the_rungs_and_what_they_cost_against_exact_buckets(tmp_path) -> None:
-    from varlen.inspection import summarize
+    from varlen.cli.inspection import summarize
 
     dm = TextClassificationDataModule(synthetic_samples=600, max_tokens=1024, max_shapes=6, cache_dir=tmp_path)
     dm.setup("fit")

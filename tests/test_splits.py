@@ -1,9 +1,9 @@
-"""varlen.splits on its own: disjoint, complete, deterministic per seed, fractions honoured."""
+"""varlen.prepare.splits on its own: disjoint, complete, deterministic per seed, fractions honoured."""
 
 import numpy as np
 import pytest
 
-from varlen import splits
+from varlen.prepare import splits
 
 RNG = np.random.default_rng(0)
 FRACTIONS = {"train": 0.7, "val": 0.1, "test": 0.2}

@@ -200,7 +200,7 @@ def test_bad_weight_values_are_named(tmp_path: Path) -> None:
 
 
 def varlen(monkeypatch: pytest.MonkeyPatch, *argv: str) -> None:
-    from varlen.cli import console
+    from varlen.cli.dispatch import console
 
     monkeypatch.setattr(sys, "argv", ["varlen", *argv])
     console()

@@ -46,14 +46,14 @@ def fake_dataset(folder: Path, samples: list[int]) -> Path:
 
 def varlen(monkeypatch: pytest.MonkeyPatch, *argv: str) -> None:
     """The ``varlen`` console script, in this process."""
-    from varlen.cli import console
+    from varlen.cli.dispatch import console
 
     monkeypatch.setattr(sys, "argv", ["varlen", *argv])
     console()
 
 
 def datamodule(argv: list[str]):
-    from varlen.cli import DataOnlyCLI, main
+    from varlen.cli.dispatch import DataOnlyCLI, main
 
     dm = main(argv, run=False, cli_class=DataOnlyCLI).datamodule
     dm.prepare_data()

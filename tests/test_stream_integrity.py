@@ -18,7 +18,7 @@ import pytest
 import stream_items
 from faults import flip_bytes
 
-import varlen.checksums as checksums
+import varlen.storage.checksums as checksums
 from varlen.errors import DataError
 from varlen.stream import SizeIndex
 from varlen.stream.draw_index import DRAW, DRAW_TOTALS, weighted_index, write_draw_table

@@ -105,7 +105,7 @@ def test_one_optimize_writes_every_streamed_source_of_a_config(tmp_path, monkeyp
     import yaml
     from test_stream_read import STARTS
 
-    from varlen.cli import console
+    from varlen.cli.dispatch import console
 
     config = yaml.safe_load((Path(__file__).resolve().parents[1] / "configs" / "text_mixture_stream.yaml").read_text())
     args = config["data"]["init_args"]

@@ -35,7 +35,7 @@ ESOL = ["--config", "configs/molecules_esol.yaml"]
 
 def optimize(out: Path, *argv: str) -> Path:
     """``varlen optimize`` (the console script, in this process) into ``out``."""
-    from varlen.cli import console
+    from varlen.cli.dispatch import console
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sys, "argv", ["varlen", "optimize", *argv, "--output", str(out), *STARTS])
@@ -257,7 +257,7 @@ def test_a_stream_without_a_size_index_names_the_command_that_builds_it(text_str
 def test_a_streamed_esol_epoch_collates_into_pyg_batches(tmp_path: Path) -> None:
     from torch_geometric.data import Batch
 
-    from varlen.cli import DataOnlyCLI, main
+    from varlen.cli.dispatch import DataOnlyCLI, main
 
     out = optimize(tmp_path / "esol", *ESOL, "--chunk-bytes", "200000")
     dm = main([*ESOL, f"--data.init_args.stream={out}"], run=False, cli_class=DataOnlyCLI).datamodule
@@ -289,7 +289,7 @@ def test_a_missing_chunk_and_settings_a_stream_cannot_serve_are_refused(text_str
 
 def test_varlen_inspect_shows_a_streamed_training_split(text_stream: Path, monkeypatch, capsys) -> None:
     """The plan inspected is the streamed one on 2 ranks: every sample once, the sampler's count per rank."""
-    from varlen.cli import console
+    from varlen.cli.dispatch import console
 
     argv = [*TEXT, f"--data.init_args.stream={text_stream}", "--data.init_args.batch_size=null"]
     argv += [f"--data.init_args.max_tokens={MAX_TOKENS}", "--world-size", "2"]

@@ -1,4 +1,4 @@
-"""Arrow IPC tables built once and mapped everywhere (varlen.tables), and the cache's fault handling."""
+"""Arrow IPC tables built once and mapped everywhere (varlen.storage.tables), and the cache's fault handling."""
 
 import multiprocessing as mp
 import os
@@ -14,9 +14,9 @@ import pyarrow as pa
 import pytest
 
 from varlen.batching import Ragged
-from varlen.cache import atomic_write, cache_key
 from varlen.errors import DataError
-from varlen.tables import MappedTable, TableBuilder, open_table, write_table
+from varlen.storage.cache import atomic_write, cache_key
+from varlen.storage.tables import MappedTable, TableBuilder, open_table, write_table
 
 KEY = cache_key("inputs", version="t1")
 
@@ -207,7 +207,7 @@ def test_mapping_a_table_imports_no_pandas(tmp_path: Path) -> None:
     (pyarrow's ``to_numpy`` imports it for a list's offsets: a second and ~30 MiB per worker)."""
     path = write_table(tmp_path / "t.arrow", columns(50), version="t1", key=KEY)
     code = (
-        "import sys; from varlen.tables import MappedTable; "
+        "import sys; from varlen.storage.tables import MappedTable; "
         f"t = MappedTable({str(path)!r}); t.ragged('tokens'); t.ragged('frames'); t.numpy('label'); "
         "print('pandas' in sys.modules)"
     )

@@ -17,7 +17,7 @@ from varlen.datasets.text.dataset import pad_texts
 from varlen.datasets.text.labels import class_list
 from varlen.errors import DataError, DatasetNotFoundError
 from varlen.models import TextClassifier
-from varlen.report import DataReport
+from varlen.prepare.report import DataReport
 from varlen.testing import BadInput, DataModuleContract
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -540,7 +540,7 @@ def test_num_classes_reads_the_label_column_alone(tmp_path: Path, monkeypatch, s
     assert marked.num_classes == 3 and marked.class_names == ["a", "b", "c"]
     assert sorted(reads[1:]) == [["gold"], ["split"]]
 
-    from varlen.cli import main  # what LightningCLI links: the model gets it, nothing is tokenised
+    from varlen.cli.dispatch import main  # what LightningCLI links: the model gets it, nothing is tokenised
 
     cli = main(
         [

@@ -17,7 +17,7 @@ import varlen.datasets.text.store as store
 from varlen.datamodules import TextClassificationDataModule
 from varlen.datasets.text.tokens import load_tokenizer
 from varlen.errors import DataError
-from varlen.splits import stratified_split
+from varlen.prepare.splits import stratified_split
 
 datasets = pytest.importorskip("datasets")
 WORDS = "the movie was good bad long short plot actor scene music dull bright".split()

@@ -19,7 +19,6 @@ from faults import rewrite, with_value
 from torch import nn
 
 from varlen.batching import pad_sequences
-from varlen.cache import tokenizer_identity
 from varlen.datamodules.video_text import DEFAULT_BUDGET, VideoTextDataModule
 from varlen.datasets.text import load_tokenizer
 from varlen.datasets.video_text import (
@@ -42,7 +41,8 @@ from varlen.datasets.video_text.tokenize import cache_path, tokenize_captions
 from varlen.errors import DataError, DatasetNotFoundError
 from varlen.models.attention import PACKED_ATTENTION
 from varlen.models.video_text import AlignmentScores, PairedEmbeddings, VideoTextAligner, retrieval_metrics
-from varlen.report import DataReport
+from varlen.prepare.report import DataReport
+from varlen.storage.cache import tokenizer_identity
 from varlen.testing import BadInput, DataModuleContract
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -19,9 +19,9 @@ from varlen.batching.data_wait import DataWait
 from varlen.batching.given_back import given_back
 from varlen.batching.shape_cost import first_time_cost
 from varlen.batching.warmup import WarmShapes
+from varlen.callbacks.progress import EpochProgress
 from varlen.datamodules.base import VarLenDataModule, base_args
 from varlen.models.base import VarLenModule
-from varlen.progress import EpochProgress
 
 
 class PaddedToys(VarLenDataModule):

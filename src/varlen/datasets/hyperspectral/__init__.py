@@ -1,0 +1,57 @@
+# ruff: noqa: E402  (the extra is checked before the imports that need it)
+"""Hyperspectral scenes: readers, downloads, the synthetic default, the pixel dataset and its collate.
+
+A *scene* is a cube ``[H, W, B]`` (a :class:`~.readers.MappedCube`: memory-mapped, never loaded
+whole, and pickled to loader workers as its path only), a label map ``[H, W]`` (0 = unlabelled)
+and the centre wavelength of every band in nm. A *sample* is one labelled pixel: its spectrum, or
+the ``P x P`` patch around it, with the band indices it will use. A batch is gathered at once: its
+band lists as ``Ragged`` rows (:mod:`.bands`: fixed per scene, or drawn per (seed, epoch, index)
+without a loop), then one read of the memory-mapped cube per scene present for every patch x its
+bands (:mod:`.gather`); the :class:`HyperspectralCollator` names the fields.
+
+Public entry points (what a DataModule of one's own is built from): :data:`SCENES` (the public
+scenes), :class:`SceneSource`, :func:`prepare_scene` (files, downloads, caches: once per node) and
+:func:`open_scene` (-> a checked :class:`Scene`); the readers :func:`open_cube` and
+:func:`read_labels` of one's own files; :func:`synthetic_scene` (the embedded default);
+:class:`PixelSplit` (spatially disjoint patch centres); :func:`band_statistics` (train-pixel
+normalization); :class:`HyperspectralPixels` and :class:`HyperspectralCollator`.
+
+Modules (helpers stay in them): :mod:`.scenes` (sensors, wavelengths, the public :data:`SCENES`),
+:mod:`.readers` (``.mat`` v5 / v7.3, ENVI, ``.npy``; the ``.mat`` -> ``.npy`` cache), :mod:`.labels`
+(label-map checks), :mod:`.source` (:class:`SceneSource`, :func:`prepare_scene`, :func:`open_scene`:
+files, downloads, checks), :mod:`.splits` (:class:`PixelSplit`), :mod:`.synthetic` (the embedded
+default), :mod:`.dataset` (:class:`HyperspectralPixels`, band sets and statistics), :mod:`.bands`
+(a batch's band lists), :mod:`.gather` (one read of the cube per batch,
+:class:`~.gather.PixelBatch`), :mod:`.collate`.
+
+Spatial splits come from :func:`varlen.prepare.splits.spatial_block_split`: a random pixel split puts
+neighbouring pixels, whose patches overlap, on both sides, and published accuracies near 99%
+fall to about 80% on disjoint splits.
+"""
+
+from varlen._extras import require
+
+require("hyperspectral")  # first: names the extra when its packages are missing
+
+from varlen.datasets.hyperspectral.collate import HyperspectralCollator
+from varlen.datasets.hyperspectral.dataset import HyperspectralPixels, band_statistics
+from varlen.datasets.hyperspectral.readers import open_cube, read_labels
+from varlen.datasets.hyperspectral.scenes import SCENES
+from varlen.datasets.hyperspectral.source import Scene, SceneSource, open_scene, prepare_scene
+from varlen.datasets.hyperspectral.splits import PixelSplit
+from varlen.datasets.hyperspectral.synthetic import synthetic_scene
+
+__all__ = [
+    "SCENES",
+    "HyperspectralCollator",
+    "HyperspectralPixels",
+    "PixelSplit",
+    "Scene",
+    "SceneSource",
+    "band_statistics",
+    "open_cube",
+    "open_scene",
+    "prepare_scene",
+    "read_labels",
+    "synthetic_scene",
+]
