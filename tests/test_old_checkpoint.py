@@ -1,0 +1,61 @@
+"""A checkpoint written at eab78fa (before the src/ layout and issue 41's round) resumes to the same batches.
+
+tests/data/eab78fa/ holds what that commit's own code wrote (tests/data/make_eab78fa_checkpoint.py says how):
+SequenceDataModule's synthetic set under a token budget (bucketed, padded to the shape policy's rungs), saved
+at step 7 of a 2-epoch fit, and every batch of the uninterrupted run. The current code, given the same
+arguments, resumes the checkpoint and must serve the batches from step 7 on: the same samples in the same
+order, in the same epochs, padded to the same shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+from varlen.datamodules import SequenceDataModule
+from varlen.models import SequenceModel
+
+FIXTURE = Path(__file__).parent / "data" / "eab78fa"
+sys.path.insert(0, str(FIXTURE.parent))
+from make_eab78fa_checkpoint import DATA, LINKED, MODEL, TRAINER, Served  # noqa: E402 (the maker's own)
+
+
+def first_difference(got: list[dict], expected: list[dict]) -> str:
+    """Where two batch records part, for the assertion's message."""
+    for a, b in zip(got, expected, strict=False):
+        if a != b:
+            parts = {key: (str(a.get(key))[:90], str(b[key])[:90]) for key in b if a.get(key) != b[key]}
+            return f"step {b['step']} differs (got, recorded at eab78fa): {parts}"
+    return f"{len(got)} batches served against {len(expected)} recorded"
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread: on a busy machine a tiny model's steps run 5-10 times faster than with one per core."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_an_eab78fa_checkpoint_resumes_to_its_batches(tmp_path, one_thread) -> None:
+    """Resumed mid epoch 0 from eab78fa's checkpoint: the rest of epoch 0 and all of epoch 1 as that commit
+    served them (sample indices, order, epoch, padded shape)."""
+    record = json.loads((FIXTURE / "batches.json").read_text())
+    assert (record["data"], record["model"]) == (DATA, MODEL)  # the maker's arguments are the fixture's
+    step = record["checkpoint_step"]
+    expected = [batch for batch in record["batches"] if batch["step"] >= step]
+    dm = SequenceDataModule(**DATA)
+    dm.prepare_data()
+    dm.setup("fit")
+    model = SequenceModel(**{name: getattr(dm, name) for name in LINKED}, **MODEL)
+    served = Served()
+    trainer = pl.Trainer(**TRAINER, callbacks=[served], default_root_dir=tmp_path)
+    trainer.fit(model, datamodule=dm, ckpt_path=FIXTURE / f"step={step}.ckpt")
+    assert served.batches == expected, first_difference(served.batches, expected)
+    assert trainer.global_step == record["batches"][-1]["step"] + 1
