@@ -1,10 +1,11 @@
-"""A checkpoint written at eab78fa (before the src/ layout and issue 41's round) resumes to the same batches.
+"""Checkpoints written at eab78fa (before the src/ layout and issue 41's round) resume to the same batches.
 
 tests/data/eab78fa/ holds what that commit's own code wrote (tests/data/make_eab78fa_checkpoint.py says how):
-SequenceDataModule's synthetic set under a token budget (bucketed, padded to the shape policy's rungs), saved
-at step 7 of a 2-epoch fit, and every batch of the uninterrupted run. The current code, given the same
-arguments, resumes the checkpoint and must serve the batches from step 7 on: the same samples in the same
-order, in the same epochs, padded to the same shapes.
+for each case, SequenceDataModule's synthetic set under a token budget (bucketed, padded to the shape policy's
+rungs; ``mixture``: two sources drawn half and half, balanced sample weights) saved at step 7 of a 2-epoch fit,
+and every batch of the uninterrupted run. The current code, given the same arguments, resumes the checkpoint
+and must serve the batches from step 7 on: the same samples in the same order, in the same epochs, padded to
+the same shapes.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from varlen.models import SequenceModel
 
 FIXTURE = Path(__file__).parent / "data" / "eab78fa"
 sys.path.insert(0, str(FIXTURE.parent))
-from make_eab78fa_checkpoint import DATA, LINKED, MODEL, TRAINER, Served  # noqa: E402 (the maker's own)
+from make_eab78fa_checkpoint import CASES, LINKED, MODEL, TRAINER, Served  # noqa: E402 (the maker's own)
 
 
 def first_difference(got: list[dict], expected: list[dict]) -> str:
@@ -43,19 +44,21 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def test_an_eab78fa_checkpoint_resumes_to_its_batches(tmp_path, one_thread) -> None:
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_an_eab78fa_checkpoint_resumes_to_its_batches(case, tmp_path, one_thread) -> None:
     """Resumed mid epoch 0 from eab78fa's checkpoint: the rest of epoch 0 and all of epoch 1 as that commit
     served them (sample indices, order, epoch, padded shape)."""
     record = json.loads((FIXTURE / "batches.json").read_text())
-    assert (record["data"], record["model"]) == (DATA, MODEL)  # the maker's arguments are the fixture's
+    data, recorded = record["cases"][case]["data"], record["cases"][case]["batches"]
+    assert (data, record["model"]) == (CASES[case], MODEL)  # the maker's arguments are the fixture's
     step = record["checkpoint_step"]
-    expected = [batch for batch in record["batches"] if batch["step"] >= step]
-    dm = SequenceDataModule(**DATA)
+    expected = [batch for batch in recorded if batch["step"] >= step]
+    dm = SequenceDataModule(**data)
     dm.prepare_data()
     dm.setup("fit")
     model = SequenceModel(**{name: getattr(dm, name) for name in LINKED}, **MODEL)
     served = Served()
     trainer = pl.Trainer(**TRAINER, callbacks=[served], default_root_dir=tmp_path)
-    trainer.fit(model, datamodule=dm, ckpt_path=FIXTURE / f"step={step}.ckpt")
+    trainer.fit(model, datamodule=dm, ckpt_path=FIXTURE / f"{case}.ckpt")
     assert served.batches == expected, first_difference(served.batches, expected)
-    assert trainer.global_step == record["batches"][-1]["step"] + 1
+    assert trainer.global_step == recorded[-1]["step"] + 1

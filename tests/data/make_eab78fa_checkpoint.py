@@ -7,10 +7,12 @@ what it serves with the batches recorded here. It was run with that commit's own
     git archive eab78fa | tar -x -C /tmp/eab
     PYTHONPATH=/tmp/eab HF_HUB_OFFLINE=1 python tests/data/make_eab78fa_checkpoint.py tests/data/eab78fa
 
-Two epochs of SequenceDataModule's synthetic set under a token budget (the bucketed sampler and the shape
-policy's rungs), one fit, seeded: the checkpoint at step ``CHECKPOINT_STEP`` (mid epoch 0), every batch of
-the uninterrupted run in ``batches.json``. The old code's own resume of the checkpoint is checked against
-them before anything is written, so the fixture records what eab78fa itself did.
+Each of ``CASES`` is a 2-epoch fit of SequenceDataModule's synthetic set under a token budget (the bucketed
+sampler, the shape policy's rungs), seeded: ``bucketed`` one source; ``mixture`` two sources drawn half and half
+with balanced sample weights (the weighted draw, the mixture's state). Its checkpoint at step
+``CHECKPOINT_STEP`` (mid epoch 0) goes to ``<case>.ckpt``, every batch of the uninterrupted run to
+``batches.json``. The old code's own resume of each checkpoint is checked against them before anything is
+written, so the fixture records what eab78fa itself did.
 """
 
 from __future__ import annotations
@@ -25,8 +27,14 @@ import lightning.pytorch as pl
 import torch
 
 COMMIT = "eab78fa"
-#: the DataModule's and model's arguments, the same in the test (the model's linked ones taken from the data)
-DATA = {"synthetic": 240, "max_tokens": 1024, "seed": 7, "num_workers": 0}
+#: each case's DataModule arguments, the same in the test (the model's linked ones are taken from the data)
+CASES = {
+    "bucketed": {"synthetic": 240, "max_tokens": 1024, "seed": 7, "num_workers": 0},
+    "mixture": {
+        "synthetic": 160, "sources": [{"name": "extra", "synthetic": 80}], "source_weights": {"main": 0.5, "extra": 0.5},
+        "sample_weights": "balanced", "max_tokens": 1024, "seed": 7, "num_workers": 0,
+    },
+}  # fmt: skip
 MODEL = {"d_model": 8, "nhead": 2, "num_layers": 1, "dim_feedforward": 16, "dropout": 0.0}
 LINKED = ("num_classes", "task", "input_field", "feature_dim", "vocab_size")
 EPOCHS = 2
@@ -65,16 +73,36 @@ class SaveAt(pl.Callback):
             trainer.save_checkpoint(self.path)
 
 
-def fit(callbacks: list[pl.Callback], ckpt_path: Path | None = None) -> None:
+def fit(data: dict, callbacks: list[pl.Callback], ckpt_path: Path | None = None) -> None:
     from varlen.datamodules import SequenceDataModule
     from varlen.models import SequenceModel
 
     pl.seed_everything(0, verbose=False)
-    dm = SequenceDataModule(**DATA)
+    dm = SequenceDataModule(**data)
     dm.prepare_data()
     dm.setup("fit")
     model = SequenceModel(**{name: getattr(dm, name) for name in LINKED}, **MODEL)
     pl.Trainer(**TRAINER, callbacks=callbacks).fit(model, datamodule=dm, ckpt_path=ckpt_path)
+
+
+def record_case(data: dict, out: Path, name: str) -> list[dict]:
+    """Fits ``data`` once with a checkpoint at ``CHECKPOINT_STEP`` (written to OUT/NAME.ckpt) and once resumed
+    from it; the first fit's batches, after checking that the resume served its batches from that step on."""
+    with tempfile.TemporaryDirectory() as scratch:
+        checkpoint = Path(scratch) / "step.ckpt"
+        served = Served()
+        fit(data, [served, SaveAt(CHECKPOINT_STEP, checkpoint)])
+        resumed = Served()
+        fit(data, [resumed], ckpt_path=checkpoint)
+        after = [b for b in served.batches if b["step"] >= CHECKPOINT_STEP]
+        if resumed.batches != after:
+            raise SystemExit(f"{name}: {COMMIT}'s own resume differs from its uninterrupted run: not a fixture")
+        epochs = sorted({b["epoch"] for b in after})
+        if epochs != list(range(EPOCHS)) or after[0]["epoch"] != 0:
+            raise SystemExit(f"{name}: the checkpoint should fall mid epoch 0: epochs after it {epochs}")
+        shutil.copyfile(checkpoint, out / f"{name}.ckpt")
+    print(f"{name}: {len(served.batches)} batches, {len(after)} after step {CHECKPOINT_STEP}", file=sys.stderr)
+    return served.batches
 
 
 def main(out: Path) -> None:
@@ -83,32 +111,18 @@ def main(out: Path) -> None:
     source = Path(varlen.__file__).resolve().parent
     if (source.parent / "src").exists() or source.parent.name == "src":
         raise SystemExit(f"varlen imported from {source}: run with PYTHONPATH=<an export of {COMMIT}>")
-    with tempfile.TemporaryDirectory() as scratch:
-        checkpoint = Path(scratch) / "step.ckpt"
-        served = Served()
-        fit([served, SaveAt(CHECKPOINT_STEP, checkpoint)])
-        resumed = Served()
-        fit([resumed], ckpt_path=checkpoint)
-        after = [b for b in served.batches if b["step"] >= CHECKPOINT_STEP]
-        if resumed.batches != after:
-            raise SystemExit(f"{COMMIT}'s own resume differs from its uninterrupted run: not a fixture")
-        epochs = sorted({b["epoch"] for b in after})
-        if epochs != list(range(EPOCHS)) or after[0]["epoch"] != 0:
-            raise SystemExit(f"the checkpoint should fall mid epoch 0: epochs after it {epochs}")
-        out.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(checkpoint, out / "step=7.ckpt")
+    torch.set_num_threads(1)  # a tiny model: much faster on a busy machine
+    out.mkdir(parents=True, exist_ok=True)
     record = {
         "commit": COMMIT,
         "torch": torch.__version__,
         "lightning": pl.__version__,
-        "data": DATA,
         "model": MODEL,
         "trainer": {k: v for k, v in TRAINER.items() if k != "enable_checkpointing"},
         "checkpoint_step": CHECKPOINT_STEP,
-        "batches": served.batches,
+        "cases": {name: {"data": data, "batches": record_case(data, out, name)} for name, data in CASES.items()},
     }
     (out / "batches.json").write_text(json.dumps(record, indent=1) + "\n")
-    print(f"{out}: {len(served.batches)} batches, {len(after)} after step {CHECKPOINT_STEP}", file=sys.stderr)
 
 
 if __name__ == "__main__":
