@@ -31,8 +31,9 @@ COMMIT = "eab78fa"
 CASES = {
     "bucketed": {"synthetic": 240, "max_tokens": 1024, "seed": 7, "num_workers": 0},
     "mixture": {
-        "synthetic": 160, "sources": [{"name": "extra", "synthetic": 80}], "source_weights": {"main": 0.5, "extra": 0.5},
-        "sample_weights": "balanced", "max_tokens": 1024, "seed": 7, "num_workers": 0,
+        "synthetic": 160, "sources": [{"name": "extra", "synthetic": 80}],
+        "source_weights": {"main": 0.5, "extra": 0.5}, "sample_weights": "balanced",
+        "max_tokens": 1024, "seed": 7, "num_workers": 0,
     },
 }  # fmt: skip
 MODEL = {"d_model": 8, "nhead": 2, "num_layers": 1, "dim_feedforward": 16, "dropout": 0.0}
