@@ -10,8 +10,8 @@ the same shapes.
 
 from __future__ import annotations
 
+import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -22,8 +22,11 @@ from varlen.datamodules import SequenceDataModule
 from varlen.models import SequenceModel
 
 FIXTURE = Path(__file__).parent / "data" / "eab78fa"
-sys.path.insert(0, str(FIXTURE.parent))
-from make_eab78fa_checkpoint import CASES, LINKED, MODEL, TRAINER, Served  # noqa: E402 (the maker's own)
+# the maker's arguments and recorder, read from its file (tests/data on sys.path would shadow other modules)
+_spec = importlib.util.spec_from_file_location("make_eab78fa_checkpoint", FIXTURE.parent / "make_eab78fa_checkpoint.py")
+maker = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(maker)
+CASES, LINKED, MODEL, TRAINER, Served = maker.CASES, maker.LINKED, maker.MODEL, maker.TRAINER, maker.Served
 
 
 def first_difference(got: list[dict], expected: list[dict]) -> str:
