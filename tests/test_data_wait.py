@@ -19,8 +19,7 @@ from lightning.pytorch.loggers import Logger
 from sleepy import BATCHES, SleepyData, SleepyStep
 from toy import ToySequences, collate_toy
 
-from varlen.batching.data_wait import DataWait
-from varlen.batching.wait_advice import WaitFigures, advice_line, read_cause, tune_command_line
+from varlen.batching.data_wait import DataWait, WaitFigures, advice_line, read_cause, tune_command_line
 
 FETCH, STEP = 0.16, 0.05  # seconds: the loader-bound case
 

@@ -13,7 +13,7 @@ import yaml
 from sleepy import SleepyData, SleepyStep
 from toy import ToyDataModule, ToyModel
 
-from varlen.batching.throughput import LoaderRate, loader_rate, loader_settings
+from varlen.batching.loader_rate import LoaderRate, loader_rate, loader_settings
 from varlen.models import TextClassifier
 from varlen.tune import largest_budget, tune_command
 from varlen.tune.budget import NO_DEVICE, device_probe, worst_batches

@@ -22,6 +22,8 @@ MOVED = {
     "varlen.resumable": "varlen.callbacks.resumable",
     **{f"varlen.{name}": f"varlen.storage.{name}" for name in ("cache", "tables", "checksums", "paths")},
     **{f"varlen.{name}": f"varlen.prepare.{name}" for name in ("report", "splits", "labels", "duplicates", "draws")},
+    "varlen.batching.throughput": "varlen.batching.loader_rate",
+    "varlen.batching.wait_advice": "varlen.batching.data_wait",  # one job: the wait, timed and explained
 }
 
 

@@ -309,7 +309,7 @@ def inspect_command(argv: Sequence[str]) -> SplitSummary:
         plot_summary(summary, options.out)
     print("\n".join(summary.lines()), flush=True)
     if options.rate:  # the config's workers started: at most 200 batches or 5 s
-        from varlen.batching.throughput import loader_rate, loader_settings
+        from varlen.batching.loader_rate import loader_rate, loader_settings
 
         print(loader_rate(dm).line(loader_settings(dm)), flush=True)
     return summary

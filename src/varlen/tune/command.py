@@ -3,7 +3,7 @@
 ``varlen tune --config CONFIG [--data.* ...]`` measures batches/s and real elements/s for every
 setting of the grid (workers from 0 up to the cores per device, prefetch factors, start methods,
 pinning where a CUDA device is there; persistent workers from the same measures: see
-:mod:`varlen.tune.grid`), each until its rate is settled (:class:`~varlen.batching.throughput.RateMeter`),
+:mod:`varlen.tune.grid`), each until its rate is settled (:class:`~varlen.batching.loader_rate.RateMeter`),
 prints the table and the best setting as ``--data.init_args.*`` arguments, and with ``--write FILE``
 a copy of the config with them. ``--with-model`` puts each batch through the model's training step
 (:mod:`varlen.tune.measure`); ``--budget`` searches the largest ``max_tokens`` that fits a CUDA
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from varlen.batching.throughput import LoaderRate
+from varlen.batching.loader_rate import LoaderRate
 from varlen.tune.budget import NO_DEVICE, search_budgets, train_step
 from varlen.tune.config import command_config, epochs_and_batches, write_config
 from varlen.tune.grid import Row, grid, pick, rows_of, worker_counts

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from varlen.batching.throughput import LoaderRate
+from varlen.batching.loader_rate import LoaderRate
 
 __all__ = ["Row", "Setting", "grid", "pick", "rows_of", "run_batches_per_s", "worker_counts"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 
-from varlen.batching.throughput import LoaderRate, RateMeter, measure_loader
+from varlen.batching.loader_rate import LoaderRate, RateMeter, measure_loader
 from varlen.tune.grid import Setting
 
 __all__ = ["measure_setting"]
@@ -36,7 +36,7 @@ def measure_setting(
 
     Args:
         dm: a set-up varlen DataModule; ``setting`` is applied to it (persistent workers for the measure).
-        limits: :class:`~varlen.batching.throughput.RateMeter` limits (``max_batches``, ``max_seconds``...).
+        limits: :class:`~varlen.batching.loader_rate.RateMeter` limits (``max_batches``, ``max_seconds``...).
         model: the config's model, or None for the loader alone.
         trainer_args: ``Trainer`` arguments of the run (``precision``, ``accelerator``) with ``model``.
         on_batch: called with the meter after each batch (a progress bar).
