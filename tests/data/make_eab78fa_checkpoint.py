@@ -8,11 +8,12 @@ what it serves with the batches recorded here. It was run with that commit's own
     PYTHONPATH=/tmp/eab HF_HUB_OFFLINE=1 python tests/data/make_eab78fa_checkpoint.py tests/data/eab78fa
 
 Each of ``CASES`` is a 2-epoch fit of SequenceDataModule's synthetic set under a token budget (the bucketed
-sampler, the shape policy's rungs), seeded: ``bucketed`` one source; ``mixture`` two sources drawn half and half
-with balanced sample weights (the weighted draw, the mixture's state). Its checkpoint at step
-``CHECKPOINT_STEP`` (mid epoch 0) goes to ``<case>.ckpt``, every batch of the uninterrupted run to
-``batches.json``. The old code's own resume of each checkpoint is checked against them before anything is
-written, so the fixture records what eab78fa itself did.
+sampler, the shape policy's rungs), seeded, through a Trainer: ``bucketed`` one source; ``mixture`` two sources
+drawn half and half with balanced sample weights (the weighted draw, the mixture's state). ``cli`` is
+``bucketed`` run by that commit's ``varlen fit`` (its checkpoint holds what LightningCLI adds: the classes'
+paths, the command's callbacks). Each checkpoint at step ``CHECKPOINT_STEP`` (mid epoch 0) goes to
+``<case>.ckpt``, every batch of the uninterrupted run to ``batches.json``. The old code's own resume of each
+checkpoint is checked against them before anything is written, so the fixture records what eab78fa itself did.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import lightning.pytorch as pl
 import torch
 
 COMMIT = "eab78fa"
+MAKER = "make_eab78fa_checkpoint"  # this module's name where varlen fit imports its callbacks from
 #: each case's DataModule arguments, the same in the test (the model's linked ones are taken from the data)
 CASES = {
     "bucketed": {"synthetic": 240, "max_tokens": 1024, "seed": 7, "num_workers": 0},
@@ -36,6 +38,7 @@ CASES = {
         "max_tokens": 1024, "seed": 7, "num_workers": 0,
     },
 }  # fmt: skip
+CASES["cli"] = CASES["bucketed"]  # run by varlen fit
 MODEL = {"d_model": 8, "nhead": 2, "num_layers": 1, "dim_feedforward": 16, "dropout": 0.0}
 LINKED = ("num_classes", "task", "input_field", "feature_dim", "vocab_size")
 EPOCHS = 2
@@ -66,7 +69,7 @@ class Served(pl.Callback):
 class SaveAt(pl.Callback):
     """Saves the checkpoint once ``step`` optimizer steps are done (as ModelCheckpoint's every_n_train_steps)."""
 
-    def __init__(self, step: int, path: Path) -> None:
+    def __init__(self, step: int, path: str) -> None:
         self.step, self.path = step, path
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -74,7 +77,8 @@ class SaveAt(pl.Callback):
             trainer.save_checkpoint(self.path)
 
 
-def fit(data: dict, callbacks: list[pl.Callback], ckpt_path: Path | None = None) -> None:
+def trainer_fit(data: dict, checkpoint: Path | None = None, ckpt_path: Path | None = None) -> list[dict]:
+    """The batches of a fit through a Trainer (a checkpoint saved at ``CHECKPOINT_STEP`` where given)."""
     from varlen.datamodules import SequenceDataModule
     from varlen.models import SequenceModel
 
@@ -83,27 +87,53 @@ def fit(data: dict, callbacks: list[pl.Callback], ckpt_path: Path | None = None)
     dm.prepare_data()
     dm.setup("fit")
     model = SequenceModel(**{name: getattr(dm, name) for name in LINKED}, **MODEL)
+    served = Served()
+    callbacks = [served, *([SaveAt(CHECKPOINT_STEP, checkpoint)] if checkpoint else [])]
     pl.Trainer(**TRAINER, callbacks=callbacks).fit(model, datamodule=dm, ckpt_path=ckpt_path)
+    return served.batches
 
 
-def record_case(data: dict, out: Path, name: str) -> list[dict]:
+def cli_config(data: dict, root: Path, callbacks: list[dict]) -> dict:
+    """``varlen fit``'s config of the fit: ``data``, the model, the Trainer's settings and ``callbacks``."""
+    trainer = {k: v for k, v in TRAINER.items() if k != "enable_checkpointing"}  # the command keeps last.ckpt
+    return {
+        "trainer": trainer | {"default_root_dir": str(root), "callbacks": callbacks},
+        "model": {"class_path": "varlen.models.SequenceModel", "init_args": MODEL},
+        "data": {"class_path": "varlen.datamodules.SequenceDataModule", "init_args": data},
+    }
+
+
+def cli_fit(data: dict, checkpoint: Path | None = None, ckpt_path: Path | None = None) -> list[dict]:
+    """The batches of the same fit run by eab78fa's ``varlen fit`` (its ``varlen.cli.main``), in this process."""
+    from varlen.cli import main
+
+    pl.seed_everything(0, verbose=False)
+    with tempfile.TemporaryDirectory() as root:
+        save = [{"class_path": f"{MAKER}.SaveAt", "init_args": {"step": CHECKPOINT_STEP, "path": str(checkpoint)}}]
+        config = cli_config(data, Path(root), [{"class_path": f"{MAKER}.Served"}, *(save if checkpoint else [])])
+        (Path(root) / "fit.yaml").write_text(json.dumps(config))
+        resume = ["--ckpt_path", str(ckpt_path)] if ckpt_path else []
+        cli = main(["fit", "--config", str(Path(root) / "fit.yaml"), *resume, "--warm_shapes=false"])
+    return next(c for c in cli.trainer.callbacks if type(c).__name__ == "Served").batches
+
+
+def record_case(name: str, data: dict, out: Path) -> list[dict]:
     """Fits ``data`` once with a checkpoint at ``CHECKPOINT_STEP`` (written to OUT/NAME.ckpt) and once resumed
     from it; the first fit's batches, after checking that the resume served its batches from that step on."""
+    fit = cli_fit if name == "cli" else trainer_fit
     with tempfile.TemporaryDirectory() as scratch:
         checkpoint = Path(scratch) / "step.ckpt"
-        served = Served()
-        fit(data, [served, SaveAt(CHECKPOINT_STEP, checkpoint)])
-        resumed = Served()
-        fit(data, [resumed], ckpt_path=checkpoint)
-        after = [b for b in served.batches if b["step"] >= CHECKPOINT_STEP]
-        if resumed.batches != after:
+        served = fit(data, checkpoint=checkpoint)
+        resumed = fit(data, ckpt_path=checkpoint)
+        after = [b for b in served if b["step"] >= CHECKPOINT_STEP]
+        if resumed != after:
             raise SystemExit(f"{name}: {COMMIT}'s own resume differs from its uninterrupted run: not a fixture")
         epochs = sorted({b["epoch"] for b in after})
         if epochs != list(range(EPOCHS)) or after[0]["epoch"] != 0:
             raise SystemExit(f"{name}: the checkpoint should fall mid epoch 0: epochs after it {epochs}")
         shutil.copyfile(checkpoint, out / f"{name}.ckpt")
-    print(f"{name}: {len(served.batches)} batches, {len(after)} after step {CHECKPOINT_STEP}", file=sys.stderr)
-    return served.batches
+    print(f"{name}: {len(served)} batches, {len(after)} after step {CHECKPOINT_STEP}", file=sys.stderr)
+    return served
 
 
 def main(out: Path) -> None:
@@ -121,7 +151,7 @@ def main(out: Path) -> None:
         "model": MODEL,
         "trainer": {k: v for k, v in TRAINER.items() if k != "enable_checkpointing"},
         "checkpoint_step": CHECKPOINT_STEP,
-        "cases": {name: {"data": data, "batches": record_case(data, out, name)} for name, data in CASES.items()},
+        "cases": {name: {"data": data, "batches": record_case(name, data, out)} for name, data in CASES.items()},
     }
     (out / "batches.json").write_text(json.dumps(record, indent=1) + "\n")
 
