@@ -1,4 +1,4 @@
-"""`DataWait`: how long the training loop waits for its next batch, and what that share of the run is.
+"""`DataWait`: how long the training loop waits for its next batch, its share of the run, and its likely cause.
 
 Where the wait is timed. Lightning's fit loop fetches each batch through a data fetcher that calls
 two hooks of the training epoch loop right around ``next()`` on the loader (what its profilers
