@@ -26,9 +26,8 @@ import numpy as np
 
 from varlen.errors import DataError
 from varlen.stream.chunks import ChunkList, local_folder, read_index_json, refuse_whole_file_compression
-from varlen.stream.draw_index import write_draw_table
 from varlen.stream.engine import litdata
-from varlen.stream.size_index import write_size_index
+from varlen.stream.sidecars import write_sidecars
 
 __all__ = ["index_sizes", "main", "resolve_size_fn"]
 
@@ -108,13 +107,30 @@ def index_sizes(
     listed = read_index_json(dataset_dir)
     refuse_whole_file_compression(listed, dataset_dir)  # before LitData decompresses them (and removes them)
     chunks = ChunkList.from_index(listed, dataset_dir)
-    total = int(chunks.samples.sum())
-    if total == 0:
+    if int(chunks.samples.sum()) == 0:
         raise DataError(f"{dataset_dir}: its index.json lists no items")
+    weight_fns = dict(weight_fns or {})
+    sizes, labels, weights = _read_items(dataset_dir, chunks, size_fn, name, label_fn, weight_fns)
+    dims = sizes.shape[1]
+    axes = tuple(axes) if axes else (("size",) if dims == 1 else tuple(f"size{d}" for d in range(dims)))
+    return write_sidecars(dataset_dir, chunks, sizes, axes, labels=labels, weights=weights, size_fn=name or None)
+
+
+def _read_items(
+    dataset_dir: Path,
+    chunks: ChunkList,
+    size_fn: Callable[[Any], Any],
+    name: str,
+    label_fn: Callable[[Any], Any] | None,
+    weight_fns: Mapping[str, Callable[[Any], Any]],
+) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray]]:
+    """Every item of the dataset read once, in order: ``[N, D]`` sizes, class ids (None: no ``label_fn``) and
+    each weight column's values; a DataError naming the chunk and item where a function failed or gave a bad
+    value, or where the items are not those ``chunks`` lists."""
+    total = int(chunks.samples.sum())
     chunk_of = np.repeat(np.arange(len(chunks)), chunks.samples)
     first = np.cumsum(chunks.samples) - chunks.samples
     sizes: np.ndarray | None = None
-    weight_fns = dict(weight_fns or {})
     labels = np.full(total, -1, np.int64) if label_fn is not None else None
     weights = {column: np.zeros(total) for column in weight_fns}
     count = 0
@@ -122,8 +138,9 @@ def index_sizes(
         if count >= total:
             raise DataError(f"{dataset_dir}: more items than the {total} its index.json lists")
         chunk = int(chunk_of[count])
-        chunk_name = chunks.names[chunk]
-        where = f"{dataset_dir}: chunk {chunk} ({chunk_name}), item {count - first[chunk]} (item {count} of all)"
+        where = (
+            f"{dataset_dir}: chunk {chunk} ({chunks.names[chunk]}), item {count - first[chunk]} (item {count} of all)"
+        )
         try:
             value = size_fn(item)
         except Exception as error:
@@ -144,11 +161,7 @@ def index_sizes(
     read = count + 1 if sizes is not None else 0
     if sizes is None or read != total:
         raise DataError(f"{dataset_dir}: read {read} items, its index.json lists {total}")
-    dims = sizes.shape[1]
-    axes = tuple(axes) if axes else (("size",) if dims == 1 else tuple(f"size{d}" for d in range(dims)))
-    folder = write_size_index(dataset_dir, sizes, axes, chunks=chunks, size_fn=name or None)
-    write_draw_table(dataset_dir, sizes, labels, weights, chunks=chunks)
-    return folder
+    return sizes, labels, weights
 
 
 def _drawn(where: str, what: str, fn: Callable[[Any], Any], item: Any, parse: Callable[[Any], Any], wanted: str) -> Any:
