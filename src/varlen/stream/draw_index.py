@@ -137,6 +137,7 @@ def write_draw_files(
             (folder / name).unlink(missing_ok=True)
         return None
     per_sample = _per_sample(dataset_dir, int(chunks.samples.sum()), labels, weights)
+    labels = per_sample.get(CLASS)
     classes = int(labels.max()) + 1 if labels is not None and len(labels) and labels.max() >= 0 else 0
     metadata = {
         b"varlen.version": VERSION.encode(),

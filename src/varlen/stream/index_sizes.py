@@ -32,6 +32,14 @@ from varlen.stream.sidecars import write_sidecars
 __all__ = ["index_sizes", "main", "resolve_size_fn"]
 
 _INT32_MAX = np.iinfo(np.int32).max
+DESCRIPTION = (
+    "Read a LitData dataset's items once, in order, and write varlen's size index beside its index.json from a size "
+    "function (one item -> an int, or a tuple of ints: one per budget axis)."
+)
+LABEL_HELP = (
+    "module:function giving one item's class id (-1 or None: no label), for sample_weights: balanced on these chunks"
+)
+WEIGHT_HELP = "a weight column for sample_weights: COLUMN on these chunks, from one item's weight (repeatable)"
 
 
 def resolve_size_fn(spec: str, option: str = "--size-fn") -> Callable[[Any], Any]:
@@ -178,37 +186,12 @@ def _drawn(where: str, what: str, fn: Callable[[Any], Any], item: Any, parse: Ca
 
 def main(argv: Sequence[str]) -> None:
     """``varlen index-sizes``: the size index of a LitData dataset made elsewhere, from a size function."""
-    parser = argparse.ArgumentParser(
-        prog="varlen index-sizes",
-        description="Read a LitData dataset's items once, in order, and write varlen's size index beside its "
-        "index.json from a size function (one item -> an int, or a tuple of ints: one per budget axis).",
-    )
-    parser.add_argument("dir", help="the LitData dataset folder (holds index.json)")
-    parser.add_argument("--size-fn", required=True, help="module:function giving one item's size(s)")
-    parser.add_argument("--axes", default=None, help="names of the size axes, comma-separated (default: size)")
-    parser.add_argument(
-        "--label-fn",
-        default=None,
-        help="module:function giving one item's class id (-1 or None: no label), for "
-        "sample_weights: balanced on these chunks",
-    )
-    parser.add_argument(
-        "--weight-fn",
-        action="append",
-        default=[],
-        metavar="COLUMN=MODULE:FUNCTION",
-        help="a weight column for sample_weights: COLUMN on these chunks, from one item's weight (repeatable)",
-    )
+    parser = _parser()
     options = parser.parse_args(list(argv))
-    weight_fns = {}
     try:
         size_fn = resolve_size_fn(options.size_fn)
         label_fn = resolve_size_fn(options.label_fn, "--label-fn") if options.label_fn else None
-        for spec in options.weight_fn:
-            column, _, function = spec.partition("=")
-            if not column or not function:
-                raise ValueError(f"--weight-fn {spec!r}: give COLUMN=module:function")
-            weight_fns[column] = resolve_size_fn(function, "--weight-fn")
+        weight_fns = dict(_weight_fn(spec) for spec in options.weight_fn)
     except ValueError as error:
         parser.error(str(error))
     axes = [a.strip() for a in options.axes.split(",")] if options.axes else None
@@ -216,3 +199,22 @@ def main(argv: Sequence[str]) -> None:
         options.dir, size_fn, axes=axes, name=options.size_fn, label_fn=label_fn, weight_fns=weight_fns
     )
     print(f"size index written: {folder}", flush=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="varlen index-sizes", description=DESCRIPTION)
+    add = parser.add_argument
+    add("dir", help="the LitData dataset folder (holds index.json)")
+    add("--size-fn", required=True, help="module:function giving one item's size(s)")
+    add("--axes", help="names of the size axes, comma-separated (default: size)")
+    add("--label-fn", help=LABEL_HELP)
+    add("--weight-fn", action="append", default=[], metavar="COLUMN=MODULE:FUNCTION", help=WEIGHT_HELP)
+    return parser
+
+
+def _weight_fn(spec: str) -> tuple[str, Callable[[Any], Any]]:
+    """``--weight-fn COLUMN=module:function`` as its column and function (a ValueError naming ``spec``)."""
+    column, _, function = spec.partition("=")
+    if not column or not function:
+        raise ValueError(f"--weight-fn {spec!r}: give COLUMN=module:function")
+    return column, resolve_size_fn(function, "--weight-fn")

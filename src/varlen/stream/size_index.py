@@ -48,17 +48,7 @@ from varlen.stream.integrity import (
     warn_unverified,
 )
 
-__all__ = [
-    "FOLDER",
-    "SizeIndex",
-    "checked_sizes",
-    "histograms",
-    "per_chunk",
-    "record_files",
-    "schema_of",
-    "write_arrow_file",
-    "write_size_index",
-]
+__all__ = ["FOLDER", "SizeIndex", "histograms", "record_files", "write_size_index"]
 
 #: the size index's folder inside a LitData dataset folder
 FOLDER = "varlen_sizes"

@@ -198,7 +198,10 @@ def write_split(
     try:
         chunks = _write_chunks(dataset, build, output, need, settings)
         folder = write_sidecars(build, chunks, sizes, axes, labels=labels, weights=weights)
-        _write_state(datamodule, split, len(dataset), folder)
+        counted = datamodule.report.splits.get(split)
+        written = {"split": split, "samples": len(dataset), "truncated": dict(counted.truncated) if counted else {}}
+        state = json.dumps({**datamodule.plain_data_state(), WRITTEN: written}, indent=1, sort_keys=True)
+        atomic_write(folder / DATA_STATE, lambda tmp: tmp.write_text(state), advice=ADVICE)
         os.rename(build, output)  # the folder appears whole
     finally:
         shutil.rmtree(build, ignore_errors=True)  # after a failure (renamed: nothing there)
@@ -220,14 +223,6 @@ def _settings(
     if compression:  # inside each file: read in place, checked as written
         settings.update(compression=compression, compression_level="batch")
     return settings
-
-
-def _write_state(datamodule: Any, split: str, samples: int, folder: Path) -> None:
-    """The writing DataModule's data state in ``folder``, with what its report counted of ``split``."""
-    counted = datamodule.report.splits.get(split)
-    written = {"split": split, "samples": samples, "truncated": dict(counted.truncated) if counted else {}}
-    state = json.dumps({**datamodule.plain_data_state(), WRITTEN: written}, indent=1, sort_keys=True)
-    atomic_write(folder / DATA_STATE, lambda tmp: tmp.write_text(state), advice=ADVICE)
 
 
 def _write_chunks(dataset: Any, build: Path, output: Path, need: int, settings: dict[str, Any]) -> ChunkList:
