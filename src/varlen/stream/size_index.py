@@ -121,7 +121,7 @@ def write_size_index(
         b"varlen.size_fn": (size_fn or "").encode(),
     }
     folder = dataset_dir / FOLDER
-    sizes_schema = pa.schema([pa.field("sizes", to_arrow(sizes[:0]).type, nullable=False)], metadata=metadata)
+    sizes_schema = schema_of({"sizes": to_arrow(sizes[:0])}, metadata)
     write_arrow_file(folder / SIZES, sizes_schema, ([to_arrow(part)] for part in per_chunk(sizes, chunks)))
     table = {
         "chunk": pa.array(chunks.names, pa.string()),
