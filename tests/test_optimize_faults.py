@@ -182,16 +182,16 @@ def test_an_interrupted_write_leaves_nothing_and_runs_again(tmp_path, marked) ->
 def test_a_write_interrupted_after_litdata_wrote_runs_again(tmp_path, monkeypatch) -> None:
     """Ctrl-C once LitData has written its index.json, while the size index is written: the folder held a
     LitData dataset without varlen's index, which the same command then refused ("already holds")."""
-    size_index = write.write_size_index
+    size_index = write.write_sidecars
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(write, "write_size_index", interrupted)
+    monkeypatch.setattr(write, "write_sidecars", interrupted)
     with pytest.raises(KeyboardInterrupt):
         write.write_split(toy(), tmp_path / "out", chunk_bytes=4000, num_workers=1)
     assert list(tmp_path.iterdir()) == []
-    monkeypatch.setattr(write, "write_size_index", size_index)
+    monkeypatch.setattr(write, "write_sidecars", size_index)
     written = write.write_split(toy(), tmp_path / "out", chunk_bytes=4000, num_workers=1)
     assert (tmp_path / "out" / "varlen_sizes").is_dir() and written.samples == len(toy().dataset("train"))
 

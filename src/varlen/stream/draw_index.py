@@ -43,11 +43,10 @@ import pyarrow as pa
 
 from varlen.batching.plan import SIZE_GRID
 from varlen.errors import DataError
-from varlen.storage.cache import atomic_write
 from varlen.storage.tables import as_numpy, to_arrow
 from varlen.stream.chunks import ChunkList, local_folder
 from varlen.stream.integrity import IntegrityError, file_problem
-from varlen.stream.size_index import FOLDER, SIDECARS, SizeIndex, record_files
+from varlen.stream.size_index import FOLDER, SIDECARS, SizeIndex, per_chunk, record_files, schema_of, write_arrow_file
 
 __all__ = [
     "DRAW",
@@ -57,6 +56,7 @@ __all__ = [
     "WeightedSizeIndex",
     "draw_values",
     "weighted_index",
+    "write_draw_files",
     "write_draw_table",
 ]
 
@@ -103,8 +103,9 @@ def write_draw_table(
     *,
     chunks: ChunkList | None = None,
 ) -> Path | None:
-    """Write the draw sidecar of the LitData dataset in ``dataset_dir`` (see the module docstring);
-    returns its ``draw.arrow``, or None (and removes an old sidecar) when there is nothing to write.
+    """Write the draw sidecar of the LitData dataset in ``dataset_dir`` (see the module docstring) and record its
+    checksums in the size index there; returns its ``draw.arrow``, or None (and removes an old sidecar) when there
+    is nothing to write. Beside a size index still to be written: :func:`write_draw_files`.
 
     Args:
         sizes: ``[N, D]`` sizes of the items in ``index.json``'s order (what the size index holds).
@@ -117,14 +118,48 @@ def write_draw_table(
     """
     dataset_dir = local_folder(dataset_dir)
     chunks = chunks if chunks is not None else ChunkList.read(dataset_dir)
+    written = write_draw_files(dataset_dir, sizes, labels, weights, chunks)
+    record_files(dataset_dir)  # the size index vouches for the sidecar
+    return written
+
+
+def write_draw_files(
+    dataset_dir: Path,
+    sizes: np.ndarray,
+    labels: np.ndarray | None,
+    weights: Mapping[str, np.ndarray],
+    chunks: ChunkList,
+) -> Path | None:
+    """:func:`write_draw_table`'s two files, not recorded in a size index: the one written after them records them."""
     folder = dataset_dir / FOLDER
-    total = int(chunks.samples.sum())
-    sizes = np.asarray(sizes).reshape(total, -1)
     if labels is None and not weights:
         for name in (DRAW, DRAW_TOTALS):
             (folder / name).unlink(missing_ok=True)
-        record_files(dataset_dir)
         return None
+    per_sample = _per_sample(dataset_dir, int(chunks.samples.sum()), labels, weights)
+    labels = per_sample.get(CLASS)
+    classes = int(labels.max()) + 1 if labels is not None and len(labels) and labels.max() >= 0 else 0
+    metadata = {
+        b"varlen.version": VERSION.encode(),
+        b"varlen.key": chunks.key.encode(),
+        b"varlen.classes": str(classes if labels is not None else -1).encode(),
+        b"varlen.columns": json.dumps(list(weights)).encode(),
+        b"varlen.grid": json.dumps(SIZE_GRID.tolist()).encode(),
+    }
+    sizes = np.asarray(sizes).reshape(int(chunks.samples.sum()), -1)
+    totals = _totals(chunks, sizes, per_sample, max(classes, 1), list(weights))
+    draw_schema = schema_of({name: to_arrow(values[:0]) for name, values in per_sample.items()}, metadata)
+    parts = zip(*(per_chunk(values, chunks) for values in per_sample.values()), strict=True)
+    write_arrow_file(folder / DRAW, draw_schema, ([to_arrow(part) for part in chunk] for chunk in parts))
+    write_arrow_file(folder / DRAW_TOTALS, schema_of(totals, metadata), [list(totals.values())])
+    return folder / DRAW
+
+
+def _per_sample(
+    dataset_dir: Path, total: int, labels: np.ndarray | None, weights: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """``draw.arrow``'s columns: the class ids (int32) and each weight column's values (float32), checked to be one
+    per item of the ``total`` (a DataError naming ``dataset_dir`` and the first bad item otherwise)."""
     per_sample: dict[str, np.ndarray] = {}
     if labels is not None:
         labels = np.asarray(labels)
@@ -143,62 +178,38 @@ def write_draw_table(
             row = int(np.flatnonzero(bad)[0])
             raise DataError(f"{dataset_dir}: item {row}'s weight {column!r} is {values[row]:g}, not finite and >= 0")
         per_sample[_weight(column)] = values.astype(np.float32)
-    classes = int(labels.max()) + 1 if labels is not None and len(labels) and labels.max() >= 0 else 0
-    metadata = {
-        b"varlen.version": VERSION.encode(),
-        b"varlen.key": chunks.key.encode(),
-        b"varlen.classes": str(classes if labels is not None else -1).encode(),
-        b"varlen.columns": json.dumps(list(weights)).encode(),
-        b"varlen.grid": json.dumps(SIZE_GRID.tolist()).encode(),
-    }
-    ends = np.cumsum(chunks.samples)
-    starts = ends - chunks.samples
-    chunk_of = np.repeat(np.arange(len(chunks)), chunks.samples)
-    bins = len(SIZE_GRID)
-    dims = sizes.shape[1]
-    cells = [np.searchsorted(SIZE_GRID, sizes[:, axis], side="left") for axis in range(dims)]
+    return per_sample
 
+
+def _totals(
+    chunks: ChunkList, sizes: np.ndarray, per_sample: Mapping[str, np.ndarray], classes: int, columns: Sequence[str]
+) -> dict[str, pa.Array]:
+    """``draw_totals.arrow``'s columns: per chunk, axis and size bin, each class's count and each weight column's
+    sum, and each column's least value per chunk (see the module docstring)."""
+    chunk_of = np.repeat(np.arange(len(chunks)), chunks.samples)
+    bins, dims = len(SIZE_GRID), sizes.shape[1]
+    cells = [np.searchsorted(SIZE_GRID, sizes[:, axis], side="left") for axis in range(dims)]
     totals: dict[str, pa.Array] = {}
-    if labels is not None:
+    if CLASS in per_sample:
+        labels = per_sample[CLASS]
         dtype = np.uint16 if not len(chunks) or chunks.samples.max() < 2**16 else np.uint32  # the histograms'
-        counts = np.zeros((len(chunks), dims, max(classes, 1), bins), dtype)
+        counts = np.zeros((len(chunks), dims, classes, bins), dtype)
         labelled = labels >= 0
         for axis in range(dims):
-            flat = (chunk_of[labelled] * counts.shape[2] + labels[labelled]) * bins + cells[axis][labelled]
+            flat = (chunk_of[labelled] * classes + labels[labelled]) * bins + cells[axis][labelled]
             counts[:, axis] = np.bincount(flat, minlength=counts[:, axis].size).reshape(counts[:, axis].shape)
         totals["class_counts"] = to_arrow(counts)
-    for column in weights:
-        values = per_sample[_weight(column)].astype(np.float64)
+    for column in columns:
+        stored = per_sample[_weight(column)]
         sums = np.zeros((len(chunks), dims, bins))
-        for axis in range(dims):
-            flat = chunk_of * bins + cells[axis]
-            sums[:, axis] = np.bincount(flat, values, minlength=len(chunks) * bins).reshape(len(chunks), bins)
+        for axis, cell in enumerate(cells):
+            flat = chunk_of * bins + cell
+            sums[:, axis] = np.bincount(flat, stored.astype(np.float64), minlength=sums[:, axis].size).reshape(-1, bins)
         least = np.full(len(chunks), np.inf, np.float32)
-        np.minimum.at(least, chunk_of, per_sample[_weight(column)])
+        np.minimum.at(least, chunk_of, stored)
         totals[_sums(column)] = to_arrow(sums)
         totals[_least(column)] = to_arrow(np.where(chunks.samples > 0, least, 0).astype(np.float32))
-
-    draw_schema = pa.schema(
-        [pa.field(name, to_arrow(values[:0]).type, nullable=False) for name, values in per_sample.items()],
-        metadata=metadata,
-    )
-
-    def write_draw(tmp: Path) -> None:
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, draw_schema) as writer:
-            for start, end in zip(starts, ends, strict=True):
-                arrays = [to_arrow(values[start:end]) for values in per_sample.values()]
-                writer.write_batch(pa.record_batch(arrays, schema=draw_schema))
-
-    totals_schema = pa.schema([pa.field(k, v.type, nullable=False) for k, v in totals.items()], metadata=metadata)
-
-    def write_totals(tmp: Path) -> None:
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, totals_schema) as writer:
-            writer.write_batch(pa.record_batch(list(totals.values()), schema=totals_schema))
-
-    atomic_write(folder / DRAW, write_draw)
-    atomic_write(folder / DRAW_TOTALS, write_totals)
-    record_files(dataset_dir)  # the size index vouches for the sidecar
-    return folder / DRAW
+    return totals
 
 
 class DrawTable:
@@ -316,20 +327,20 @@ class DrawTable:
         return as_numpy(self._totals.column(_least(column)))
 
 
-class WeightedSizeIndex:
+class WeightedSizeIndex(SizeIndex):
     """A size index with each sample's draw weight for ``sample_weights`` (``"balanced"`` or a weight
-    column): everything :class:`~varlen.stream.size_index.SizeIndex` has, plus :meth:`weight_histograms`
-    and :meth:`weights`. Pickles as ``(folder, sample_weights, owner)``: a process that receives it maps
-    both files again. Made by :func:`weighted_index`, whose errors it raises."""
+    column): a :class:`~varlen.stream.size_index.SizeIndex` with :meth:`weight_histograms` and :meth:`weights`.
+    Pickles as ``(folder, sample_weights, owner)``: a process that receives it maps both files again. Made by
+    :func:`weighted_index`, whose errors it raises."""
 
     def __init__(self, dataset_dir: str | Path, sample_weights: str, owner: str = "") -> None:
-        self.index = SizeIndex(dataset_dir)
+        super().__init__(dataset_dir)
         self.sample_weights = sample_weights
         self.owner = owner
-        where = f"{owner + ': ' if owner else ''}{self.index.dataset_dir}"
+        where = f"{owner + ': ' if owner else ''}{self.dataset_dir}"
         self._where = where
-        self.draw = DrawTable(self.index.dataset_dir, self.index)
-        total = int(self.index.samples_per_chunk.sum())
+        self.draw = DrawTable(self.dataset_dir, self)
+        total = int(self.samples_per_chunk.sum())
         if sample_weights == BALANCED:
             if self.draw.classes < 0:
                 raise DataError(
@@ -365,18 +376,18 @@ class WeightedSizeIndex:
                 )
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (WeightedSizeIndex, (str(self.index.dataset_dir), self.sample_weights, self.owner))
+        return (WeightedSizeIndex, (str(self.dataset_dir), self.sample_weights, self.owner))
 
     # -- the draw ----------------------------------------------------------------------------
 
     def weight_histograms(self, axis: int | str = 0) -> np.ndarray:
         """Per chunk and bin of :attr:`edges` on ``axis``, the sum of its samples' draw weights:
         ``[chunks, bins]`` float64."""
-        position = self.index.axes.index(axis) if isinstance(axis, str) else axis
+        position = self.axes.index(axis) if isinstance(axis, str) else axis
         if self.sample_weights != BALANCED:
             return np.array(self.draw.weight_sums(self.sample_weights, position), dtype=np.float64)
         counts = self.draw.class_counts(position)  # [chunks, classes, bins]
-        unlabelled = self.index.histograms(position).astype(np.int64) - counts.sum(axis=1, dtype=np.int64)
+        unlabelled = self.histograms(position).astype(np.int64) - counts.sum(axis=1, dtype=np.int64)
         per_class = self._per_class
         return np.einsum("ckb,k->cb", counts, per_class[: counts.shape[1]]) + unlabelled * per_class[-1]
 
@@ -386,8 +397,8 @@ class WeightedSizeIndex:
         Raises:
             DataError: a weight column's value that is not finite or negative, naming the chunk and sample.
         """
-        if not 0 <= chunk < self.index.num_chunks:
-            raise IndexError(f"chunk {chunk} of a size index of {self.index.num_chunks} chunks")
+        if not 0 <= chunk < self.num_chunks:
+            raise IndexError(f"chunk {chunk} of a size index of {self.num_chunks} chunks")
         if self.sample_weights == BALANCED:
             labels = self.draw.labels(chunk).astype(np.int64)
             return self._per_class[np.where(labels < 0, -1, labels)]
@@ -395,57 +406,18 @@ class WeightedSizeIndex:
         bad = ~np.isfinite(values) | (values < 0)
         if bad.any():
             item = int(np.flatnonzero(bad)[0])
-            sample = int(self.index.samples_per_chunk[:chunk].sum()) + item
+            sample = int(self.samples_per_chunk[:chunk].sum()) + item
             raise DataError(
-                f"{self._where}: chunk {chunk} ({self.index.chunks.names[chunk]}), item {item} (sample {sample}): "
+                f"{self._where}: chunk {chunk} ({self.chunks.names[chunk]}), item {item} (sample {sample}): "
                 f"sample weight column {self.sample_weights!r} is {values[item]:g}; weights must be finite and >= 0 "
                 f"({int(bad.sum())} such sample(s) in the chunk): {REWRITE_DRAW}"
             )
         return values
 
-    # -- the size index's -----------------------------------------------------------------------
-
     @property
-    def dataset_dir(self) -> Path:
-        return self.index.dataset_dir
-
-    @property
-    def key(self) -> str:
-        return self.index.key
-
-    @property
-    def edges(self) -> np.ndarray:
-        return self.index.edges
-
-    @property
-    def axes(self) -> tuple[str, ...]:
-        return self.index.axes
-
-    @property
-    def size_fn(self) -> str | None:
-        return self.index.size_fn
-
-    @property
-    def num_chunks(self) -> int:
-        return self.index.num_chunks
-
-    @property
-    def samples_per_chunk(self) -> np.ndarray:
-        return self.index.samples_per_chunk
-
-    @property
-    def chunks(self) -> ChunkList:
-        return self.index.chunks
-
-    def sizes(self, chunk: int) -> np.ndarray:
-        return self.index.sizes(chunk)
-
-    def histograms(self, axis: int | str = 0) -> np.ndarray:
-        return self.index.histograms(axis)
-
-    def check(self, index_json: Mapping[str, Any] | str | Path | None = None) -> None:
-        """:meth:`SizeIndex.check` (the sidecar follows the size index's key: checked when made)."""
-        self.index.check(index_json)
+    def index(self) -> SizeIndex:
+        """The size index it weights: itself (it held one apart before it became one)."""
+        return self
 
 
 def weighted_index(index_or_folder: SizeIndex | str | Path, sample_weights: str, owner: str = "") -> WeightedSizeIndex:
@@ -458,7 +430,5 @@ def weighted_index(index_or_folder: SizeIndex | str | Path, sample_weights: str,
             classes, or with no labelled sample; a column not written; a column value not finite or
             negative in a chunk (naming the chunk and the sample), or 0 everywhere.
     """
-    folder = (
-        index_or_folder.dataset_dir if isinstance(index_or_folder, (SizeIndex, WeightedSizeIndex)) else index_or_folder
-    )
+    folder = index_or_folder.dataset_dir if isinstance(index_or_folder, SizeIndex) else index_or_folder
     return WeightedSizeIndex(folder, sample_weights, owner)

@@ -26,13 +26,20 @@ import numpy as np
 
 from varlen.errors import DataError
 from varlen.stream.chunks import ChunkList, local_folder, read_index_json, refuse_whole_file_compression
-from varlen.stream.draw_index import write_draw_table
 from varlen.stream.engine import litdata
-from varlen.stream.size_index import write_size_index
+from varlen.stream.sidecars import write_sidecars
 
 __all__ = ["index_sizes", "main", "resolve_size_fn"]
 
 _INT32_MAX = np.iinfo(np.int32).max
+DESCRIPTION = (
+    "Read a LitData dataset's items once, in order, and write varlen's size index beside its index.json from a size "
+    "function (one item -> an int, or a tuple of ints: one per budget axis)."
+)
+LABEL_HELP = (
+    "module:function giving one item's class id (-1 or None: no label), for sample_weights: balanced on these chunks"
+)
+WEIGHT_HELP = "a weight column for sample_weights: COLUMN on these chunks, from one item's weight (repeatable)"
 
 
 def resolve_size_fn(spec: str, option: str = "--size-fn") -> Callable[[Any], Any]:
@@ -108,13 +115,30 @@ def index_sizes(
     listed = read_index_json(dataset_dir)
     refuse_whole_file_compression(listed, dataset_dir)  # before LitData decompresses them (and removes them)
     chunks = ChunkList.from_index(listed, dataset_dir)
-    total = int(chunks.samples.sum())
-    if total == 0:
+    if int(chunks.samples.sum()) == 0:
         raise DataError(f"{dataset_dir}: its index.json lists no items")
+    weight_fns = dict(weight_fns or {})
+    sizes, labels, weights = _read_items(dataset_dir, chunks, size_fn, name, label_fn, weight_fns)
+    dims = sizes.shape[1]
+    axes = tuple(axes) if axes else (("size",) if dims == 1 else tuple(f"size{d}" for d in range(dims)))
+    return write_sidecars(dataset_dir, chunks, sizes, axes, labels=labels, weights=weights, size_fn=name or None)
+
+
+def _read_items(
+    dataset_dir: Path,
+    chunks: ChunkList,
+    size_fn: Callable[[Any], Any],
+    name: str,
+    label_fn: Callable[[Any], Any] | None,
+    weight_fns: Mapping[str, Callable[[Any], Any]],
+) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray]]:
+    """Every item of the dataset read once, in order: ``[N, D]`` sizes, class ids (None: no ``label_fn``) and
+    each weight column's values; a DataError naming the chunk and item where a function failed or gave a bad
+    value, or where the items are not those ``chunks`` lists."""
+    total = int(chunks.samples.sum())
     chunk_of = np.repeat(np.arange(len(chunks)), chunks.samples)
     first = np.cumsum(chunks.samples) - chunks.samples
     sizes: np.ndarray | None = None
-    weight_fns = dict(weight_fns or {})
     labels = np.full(total, -1, np.int64) if label_fn is not None else None
     weights = {column: np.zeros(total) for column in weight_fns}
     count = 0
@@ -122,8 +146,9 @@ def index_sizes(
         if count >= total:
             raise DataError(f"{dataset_dir}: more items than the {total} its index.json lists")
         chunk = int(chunk_of[count])
-        chunk_name = chunks.names[chunk]
-        where = f"{dataset_dir}: chunk {chunk} ({chunk_name}), item {count - first[chunk]} (item {count} of all)"
+        where = (
+            f"{dataset_dir}: chunk {chunk} ({chunks.names[chunk]}), item {count - first[chunk]} (item {count} of all)"
+        )
         try:
             value = size_fn(item)
         except Exception as error:
@@ -144,11 +169,7 @@ def index_sizes(
     read = count + 1 if sizes is not None else 0
     if sizes is None or read != total:
         raise DataError(f"{dataset_dir}: read {read} items, its index.json lists {total}")
-    dims = sizes.shape[1]
-    axes = tuple(axes) if axes else (("size",) if dims == 1 else tuple(f"size{d}" for d in range(dims)))
-    folder = write_size_index(dataset_dir, sizes, axes, chunks=chunks, size_fn=name or None)
-    write_draw_table(dataset_dir, sizes, labels, weights, chunks=chunks)
-    return folder
+    return sizes, labels, weights
 
 
 def _drawn(where: str, what: str, fn: Callable[[Any], Any], item: Any, parse: Callable[[Any], Any], wanted: str) -> Any:
@@ -165,37 +186,12 @@ def _drawn(where: str, what: str, fn: Callable[[Any], Any], item: Any, parse: Ca
 
 def main(argv: Sequence[str]) -> None:
     """``varlen index-sizes``: the size index of a LitData dataset made elsewhere, from a size function."""
-    parser = argparse.ArgumentParser(
-        prog="varlen index-sizes",
-        description="Read a LitData dataset's items once, in order, and write varlen's size index beside its "
-        "index.json from a size function (one item -> an int, or a tuple of ints: one per budget axis).",
-    )
-    parser.add_argument("dir", help="the LitData dataset folder (holds index.json)")
-    parser.add_argument("--size-fn", required=True, help="module:function giving one item's size(s)")
-    parser.add_argument("--axes", default=None, help="names of the size axes, comma-separated (default: size)")
-    parser.add_argument(
-        "--label-fn",
-        default=None,
-        help="module:function giving one item's class id (-1 or None: no label), for "
-        "sample_weights: balanced on these chunks",
-    )
-    parser.add_argument(
-        "--weight-fn",
-        action="append",
-        default=[],
-        metavar="COLUMN=MODULE:FUNCTION",
-        help="a weight column for sample_weights: COLUMN on these chunks, from one item's weight (repeatable)",
-    )
+    parser = _parser()
     options = parser.parse_args(list(argv))
-    weight_fns = {}
     try:
         size_fn = resolve_size_fn(options.size_fn)
         label_fn = resolve_size_fn(options.label_fn, "--label-fn") if options.label_fn else None
-        for spec in options.weight_fn:
-            column, _, function = spec.partition("=")
-            if not column or not function:
-                raise ValueError(f"--weight-fn {spec!r}: give COLUMN=module:function")
-            weight_fns[column] = resolve_size_fn(function, "--weight-fn")
+        weight_fns = dict(_weight_fn(spec) for spec in options.weight_fn)
     except ValueError as error:
         parser.error(str(error))
     axes = [a.strip() for a in options.axes.split(",")] if options.axes else None
@@ -203,3 +199,22 @@ def main(argv: Sequence[str]) -> None:
         options.dir, size_fn, axes=axes, name=options.size_fn, label_fn=label_fn, weight_fns=weight_fns
     )
     print(f"size index written: {folder}", flush=True)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="varlen index-sizes", description=DESCRIPTION)
+    add = parser.add_argument
+    add("dir", help="the LitData dataset folder (holds index.json)")
+    add("--size-fn", required=True, help="module:function giving one item's size(s)")
+    add("--axes", help="names of the size axes, comma-separated (default: size)")
+    add("--label-fn", help=LABEL_HELP)
+    add("--weight-fn", action="append", default=[], metavar="COLUMN=MODULE:FUNCTION", help=WEIGHT_HELP)
+    return parser
+
+
+def _weight_fn(spec: str) -> tuple[str, Callable[[Any], Any]]:
+    """``--weight-fn COLUMN=module:function`` as its column and function (a ValueError naming ``spec``)."""
+    column, _, function = spec.partition("=")
+    if not column or not function:
+        raise ValueError(f"--weight-fn {spec!r}: give COLUMN=module:function")
+    return column, resolve_size_fn(function, "--weight-fn")

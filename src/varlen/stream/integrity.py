@@ -6,8 +6,9 @@ with the right key but other class ids would change who is drawn without a word.
 ``histograms.arrow`` records, when it is written, an xxh3-64 (:func:`varlen.storage.checksums.file_checksum`) of
 
 * each chunk file (column ``checksum``; empty for a chunk that was not there to hash),
-* ``sizes.arrow`` and the draw sidecar's files (metadata ``varlen.files``; recorded again whenever the
-  sidecar is written, by :func:`varlen.stream.size_index.record_files`),
+* ``sizes.arrow`` and the draw sidecar's files (metadata ``varlen.files``: written before it,
+  :mod:`varlen.stream.sidecars`; a sidecar written alone is recorded again by
+  :func:`varlen.stream.size_index.record_files`),
 * and its own data and metadata (``varlen.checksum``).
 
 Each is checked where it is first opened on a node (:func:`varlen.storage.checksums.mismatch`: once per file per

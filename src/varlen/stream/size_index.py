@@ -21,7 +21,7 @@ open (:mod:`varlen.stream.integrity`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +96,9 @@ def write_size_index(
     chunks: ChunkList | None = None,
     size_fn: str | None = None,
 ) -> Path:
-    """Write the size index of the LitData dataset in ``dataset_dir``; returns its folder.
+    """Write the size index of the LitData dataset in ``dataset_dir``; returns its folder. ``histograms.arrow``,
+    written last, records the checksums of the chunks, of ``sizes.arrow`` and of the draw sidecar's files there
+    (:func:`varlen.stream.sidecars.write_sidecars` writes the sidecar first).
 
     Args:
         dataset_dir: a local LitData dataset folder (its ``index.json`` gives the chunks).
@@ -111,6 +113,33 @@ def write_size_index(
     """
     dataset_dir = local_folder(dataset_dir)
     chunks = chunks if chunks is not None else ChunkList.read(dataset_dir)
+    sizes = checked_sizes(dataset_dir, sizes, axes, chunks)
+    metadata = {
+        b"varlen.version": VERSION.encode(),
+        b"varlen.key": chunks.key.encode(),
+        b"varlen.axes": json.dumps(list(axes)).encode(),
+        b"varlen.size_fn": (size_fn or "").encode(),
+    }
+    folder = dataset_dir / FOLDER
+    sizes_schema = schema_of({"sizes": to_arrow(sizes[:0])}, metadata)
+    write_arrow_file(folder / SIZES, sizes_schema, ([to_arrow(part)] for part in per_chunk(sizes, chunks)))
+    table = {
+        "chunk": pa.array(chunks.names, pa.string()),
+        "samples": pa.array(chunks.samples),
+        "bytes": pa.array(chunks.nbytes),
+        "histograms": to_arrow(histograms(sizes, chunks.samples)),
+        CHUNK_CHECKSUM: pa.array(chunk_checksums(dataset_dir, chunks.names), pa.string()),
+    }
+    files = {SIZES: checksums.file_checksum(folder / SIZES)} | file_checksums(folder, SIDECARS)
+    grid = {b"varlen.grid": json.dumps(SIZE_GRID.tolist()).encode()}
+    _write_histograms(folder, pa.record_batch(list(table.values()), schema=schema_of(table)), metadata | grid, files)
+    return folder
+
+
+def checked_sizes(dataset_dir: Path, sizes: np.ndarray, axes: Sequence[str], chunks: ChunkList) -> np.ndarray:
+    """``sizes`` as the size index holds them (``[N, D]`` int32), or a DataError naming ``dataset_dir`` where they
+    are not one row per item of ``chunks``, one column per name of ``axes``, each a whole number from 0 to 2**31 - 1.
+    """
     try:
         sizes = as_size_matrix(sizes)
     except ValueError as error:
@@ -125,35 +154,30 @@ def write_size_index(
         raise DataError(f"{dataset_dir}: item {row} has sizes {sizes[row].tolist()}, over the int32 the index holds")
     if len(axes) != sizes.shape[1]:
         raise DataError(f"{dataset_dir}: {sizes.shape[1]} sizes per item but {len(axes)} axis names {list(axes)}")
-    sizes = np.ascontiguousarray(sizes, dtype=np.int32)
-    metadata = {
-        b"varlen.version": VERSION.encode(),
-        b"varlen.key": chunks.key.encode(),
-        b"varlen.axes": json.dumps(list(axes)).encode(),
-        b"varlen.size_fn": (size_fn or "").encode(),
-    }
-    folder = dataset_dir / FOLDER
+    return np.ascontiguousarray(sizes, dtype=np.int32)
+
+
+def per_chunk(values: np.ndarray, chunks: ChunkList) -> list[np.ndarray]:
+    """``values`` (one row per item, the chunks' items back to back) cut into each chunk's rows (views)."""
     ends = np.cumsum(chunks.samples)
-    sizes_schema = pa.schema([pa.field("sizes", to_arrow(sizes[:0]).type, nullable=False)], metadata=metadata)
+    return [values[end - count : end] for end, count in zip(ends.tolist(), chunks.samples.tolist(), strict=True)]
 
-    def write_sizes(tmp: Path) -> None:
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, sizes_schema) as writer:
-            for start, end in zip(ends - chunks.samples, ends, strict=True):
-                writer.write_batch(pa.record_batch([to_arrow(sizes[start:end])], schema=sizes_schema))
 
-    table = {
-        "chunk": pa.array(chunks.names, pa.string()),
-        "samples": pa.array(chunks.samples),
-        "bytes": pa.array(chunks.nbytes),
-        "histograms": to_arrow(histograms(sizes, chunks.samples)),
-        CHUNK_CHECKSUM: pa.array(chunk_checksums(dataset_dir, chunks.names), pa.string()),
-    }
-    grid = {b"varlen.grid": json.dumps(SIZE_GRID.tolist()).encode()}
-    table_schema = pa.schema([pa.field(k, v.type, nullable=False) for k, v in table.items()])
-    atomic_write(folder / SIZES, write_sizes)
-    files = {SIZES: checksums.file_checksum(folder / SIZES)} | file_checksums(folder, SIDECARS)
-    _write_histograms(folder, pa.record_batch(list(table.values()), schema=table_schema), metadata | grid, files)
-    return folder
+def schema_of(columns: Mapping[str, pa.Array], metadata: Mapping[bytes, bytes] | None = None) -> pa.Schema:
+    """The schema of the non-null ``columns`` (name -> an array of its type), with ``metadata``."""
+    return pa.schema([pa.field(name, array.type, nullable=False) for name, array in columns.items()], metadata=metadata)
+
+
+def write_arrow_file(path: Path, schema: pa.Schema, batches: Iterable[list[pa.Array]]) -> None:
+    """``path`` written whole (:func:`~varlen.storage.cache.atomic_write`) as an Arrow IPC file of ``schema``: a
+    record batch of each list of arrays of ``batches``."""
+
+    def write(tmp: Path) -> None:
+        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
+            for arrays in batches:
+                writer.write_batch(pa.record_batch(arrays, schema=schema))
+
+    atomic_write(path, write)
 
 
 def _write_histograms(folder: Path, batch: pa.RecordBatch, metadata: dict[bytes, bytes], files: dict) -> None:
@@ -162,12 +186,7 @@ def _write_histograms(folder: Path, batch: pa.RecordBatch, metadata: dict[bytes,
     metadata[FILES] = json.dumps(files, sort_keys=True).encode()
     metadata[CHECKSUM] = own_checksum(batch, metadata).encode()
     batch = batch.replace_schema_metadata(metadata)
-
-    def write(tmp: Path) -> None:
-        with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, batch.schema) as writer:
-            writer.write_batch(batch)
-
-    atomic_write(folder / HISTOGRAMS, write)
+    write_arrow_file(folder / HISTOGRAMS, batch.schema, [batch.columns])
 
 
 def record_files(dataset_dir: str | Path, names: Sequence[str] = SIDECARS) -> None:

@@ -4,8 +4,9 @@ Each item is the sample as ``dataset[i]`` gives it (a dict of arrays and ints, w
 what the scenario's collator takes back in a list. ``litdata.optimize`` writes them with
 ``keep_data_ordered=True``, so each of its workers writes a contiguous slice of the samples in
 order and ``index.json`` lists the chunks in sample order: the size index is the DataModule's
-``sampler_lengths`` cut by the chunks' item counts, with no second pass over the data. A few
-items are decoded afterwards to check that order (a LitData that ordered them otherwise is refused).
+``sampler_lengths`` cut by the chunks' item counts, with no second pass over the data: the chunk list,
+read once, feeds every file written beside the chunks (:mod:`varlen.stream.sidecars`). A few items are decoded
+afterwards to check that order (a LitData that ordered them otherwise is refused).
 The DataModule's data state (classes, tokenizer, statistics...) is saved beside the size index, so
 that a DataModule of other settings reading the chunks is refused (:func:`written_state`), with what the
 writer's report counted of the split as it was written (:data:`WRITTEN`: its samples truncated, which a
@@ -48,9 +49,10 @@ from varlen.batching.plan import as_size_matrix
 from varlen.errors import DataError
 from varlen.storage.cache import NO_SPACE, atomic_write, disk_error, scratch, writable_folder
 from varlen.stream.chunks import INDEX_JSON, ChunkList, local_folder
-from varlen.stream.draw_index import draw_values, write_draw_table
+from varlen.stream.draw_index import draw_values
 from varlen.stream.engine import litdata
-from varlen.stream.size_index import FOLDER, write_size_index
+from varlen.stream.sidecars import write_sidecars
+from varlen.stream.size_index import FOLDER
 from varlen.stream.writer_group import WriteFailed, optimize_in_group
 
 __all__ = [
@@ -190,20 +192,12 @@ def write_split(
     need = estimate_bytes(dataset)  # uncompressed: an upper bound of compressed chunks, checked as they fill
     if compression is None and _free(output.parent) < need:
         raise _no_room(output, need)
-    if num_workers is None:  # a writer a SAMPLES_PER_WRITER: each started writer costs seconds (imports)
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-        num_workers = max(1, min(cores, len(dataset) // SAMPLES_PER_WRITER))
-    if start_method is None and "fork" in multiprocessing.get_all_start_methods():
-        start_method = "fork"  # LitData's default, spawn, imports torch again in every writer
-    settings = {"chunk_bytes": chunk_bytes, "num_workers": num_workers, "start_method": start_method}
-    if compression:  # inside each file: read in place, checked as written
-        settings.update(compression=compression, compression_level="batch")
+    settings = _settings(len(dataset), chunk_bytes, num_workers, start_method, compression)
+    axes = tuple(datamodule.size_axes)
     build = scratch(output, ".build", folder=True, advice=ADVICE)
     try:
         chunks = _write_chunks(dataset, build, output, need, settings)
-        axes = tuple(datamodule.size_axes)
-        folder = write_size_index(build, sizes, axes, chunks=chunks)
-        write_draw_table(build, sizes, labels, weights, chunks=chunks)
+        folder = write_sidecars(build, chunks, sizes, axes, labels=labels, weights=weights)
         counted = datamodule.report.splits.get(split)
         written = {"split": split, "samples": len(dataset), "truncated": dict(counted.truncated) if counted else {}}
         state = json.dumps({**datamodule.plain_data_state(), WRITTEN: written}, indent=1, sort_keys=True)
@@ -214,6 +208,21 @@ def write_split(
     classes = -1 if labels is None else int(np.max(labels, initial=-1)) + 1
     nbytes = int(chunks.nbytes.sum())
     return Written(output, len(dataset), len(chunks), nbytes, axes, classes, tuple(weights), compression)
+
+
+def _settings(
+    samples: int, chunk_bytes: int | str, num_workers: int | None, start_method: str | None, compression: str | None
+) -> dict[str, Any]:
+    """``litdata.optimize``'s settings of :func:`write_split` (see there) for ``samples`` samples."""
+    if num_workers is None:  # a writer a SAMPLES_PER_WRITER: each started writer costs seconds (imports)
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        num_workers = max(1, min(cores, samples // SAMPLES_PER_WRITER))
+    if start_method is None and "fork" in multiprocessing.get_all_start_methods():
+        start_method = "fork"  # LitData's default, spawn, imports torch again in every writer
+    settings = {"chunk_bytes": chunk_bytes, "num_workers": num_workers, "start_method": start_method}
+    if compression:  # inside each file: read in place, checked as written
+        settings.update(compression=compression, compression_level="batch")
+    return settings
 
 
 def _write_chunks(dataset: Any, build: Path, output: Path, need: int, settings: dict[str, Any]) -> ChunkList:
