@@ -272,5 +272,19 @@ def test_a_moved_module_imports_under_its_old_name_with_a_warning() -> None:
 
     sys.modules.pop("varlen.cache", None)
     with pytest.warns(DeprecationWarning, match="varlen.cache moved to varlen.storage.cache"):
-        import varlen.cache
-    assert varlen.cache is varlen.storage.cache and varlen.storage.cache.__spec__.name == "varlen.storage.cache"
+        old = importlib.import_module("varlen.cache")
+    assert old is varlen.storage.cache and varlen.storage.cache.__spec__.name == "varlen.storage.cache"
+
+
+def test_nothing_of_the_project_imports_a_moved_module_by_its_old_name() -> None:
+    from varlen._moved import MOVED
+
+    offending = [
+        f"{path.relative_to(ROOT)}:{node.lineno}: {name}"
+        for path in _python_files("src/varlen", "tests", "scripts", "examples")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for name in ([node.module] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names])
+        if name in MOVED
+    ]
+    assert not offending, "import the new names:\n" + "\n".join(offending)
