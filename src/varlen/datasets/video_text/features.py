@@ -157,7 +157,9 @@ class NpyFolderFeatures:
 
 class _ArchiveFeatures:
     """One file holding an array ``[T, D]`` per video id: shapes read once at open, the file
-    opened again in each process (a forked worker must not share its parent's handle and offset)."""
+    opened again in each process (a forked worker must not share its parent's handle and offset).
+    A subclass reads the headers (``_read_shapes``), opens the file (``_open``) and reads one video
+    from the open file (``_read``)."""
 
     checks_finite = True
     #: what the file is, in the messages when it is missing and when it cannot be read
@@ -178,15 +180,6 @@ class _ArchiveFeatures:
         except self.read_errors as err:
             raise DataError(f"{self.path}: not a readable {self.kind} ({type(err).__name__}: {err})") from err
         self.dim = _majority_dim(self._shapes.values(), str(self.path))
-
-    def _read_shapes(self) -> dict[str, tuple[int, ...]]:
-        raise NotImplementedError
-
-    def _open(self) -> Any:
-        raise NotImplementedError
-
-    def _read(self, handle: Any, video_id: str) -> Any:
-        raise NotImplementedError
 
     def __getstate__(self) -> dict[str, Any]:  # an open handle does not pickle (spawned workers)
         return {**self.__dict__, "_handle": None, "_pid": None}
