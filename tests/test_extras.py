@@ -250,7 +250,7 @@ def test_every_import_is_installed_by_the_core_or_the_scenarios_extra() -> None:
             allowed = core | requirement_names(SCENARIO_EXTRAS[scenario])
             wrong = {m for m in top | lazy if distribution(m) not in allowed}
         else:  # the core: its module-level imports from the core only (varlen.testing: pytest, from dev)
-            allowed = core | (requirement_names("dev") if path.name == "testing.py" else set())
+            allowed = core | (requirement_names("dev") if path.parent.name == "testing" else set())
             feature = feature_of(path)  # varlen.stream: litdata inside functions, after require("stream")
             lazy_allowed = core | requirement_names("all") | (requirement_names(feature) if feature else set())
             wrong = {m for m in top if distribution(m) not in allowed}

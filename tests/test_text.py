@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-import varlen.testing
+import varlen.testing.runs
 from varlen.batching.collate import pad_flat
 from varlen.batching.ragged import Ragged
 from varlen.datamodules import TextClassificationDataModule
@@ -58,14 +58,14 @@ class TestTextContract(DataModuleContract):
         two ranks: each build logs one ``tokenised <source>`` line (the ``varlen`` logger, printed on
         stderr by every rank), and the cache holds one token table and one bad-rows table per source."""
         outputs = []
-        run_cli = varlen.testing.run_cli
+        run_cli = varlen.testing.runs.run_cli
 
         def captured(*args, **kwargs):
             result = run_cli(*args, **kwargs)
             outputs.append(result.stdout + result.stderr)
             return result
 
-        monkeypatch.setattr(varlen.testing, "run_cli", captured)
+        monkeypatch.setattr(varlen.testing.runs, "run_cli", captured)
         super().test_ddp_fit_covers_all_and_metrics_equal_one_process(tmp_path)
         (output,) = outputs
         built = re.findall(r"^tokenised (synthetic \w+): ", output, flags=re.MULTILINE)

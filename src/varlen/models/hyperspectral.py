@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 import torchmetrics
 from torch import nn
 
-from varlen.batching import blocked_mask
-from varlen.models.attention import Rows, packed_encoder, row_mean
-from varlen.models.base import VarLenModule
+from varlen.models.attention import Rows
+from varlen.models.pooled_encoder import PooledEncoder
 
 __all__ = ["AverageAccuracy", "SpectralTransformer", "patch_features", "wavelength_encoding"]
 
@@ -61,7 +61,7 @@ class AverageAccuracy(torchmetrics.classification.MulticlassStatScores):
         return (tp[present].float() / support[present]).mean()
 
 
-class SpectralTransformer(VarLenModule):
+class SpectralTransformer(PooledEncoder):
     """Pixel classifier over bands: value/patch features + wavelength encoding -> transformer -> masked mean.
 
     Validation / test metrics: ``oa`` (overall accuracy, micro), ``aa`` (average accuracy: mean
@@ -73,41 +73,19 @@ class SpectralTransformer(VarLenModule):
     Args:
         num_classes: classes (linked from the DataModule).
         class_names: their names (linked; kept in the hyperparameters for reports).
-        d_model: token width.
-        nhead: attention heads.
-        num_layers: encoder layers.
-        dim_feedforward: feed-forward width.
-        dropout: dropout in the encoder.
-        lr: AdamW learning rate.
-        weight_decay: AdamW weight decay.
+        **kwargs: the encoder's and the optimizer's, see :class:`~varlen.models.pooled_encoder.PooledEncoder`.
     """
 
     def __init__(
         self,
         num_classes: int = 16,
         class_names: list[str] | None = None,
-        d_model: int = 64,
-        nhead: int = 4,
-        num_layers: int = 2,
-        dim_feedforward: int = 128,
-        dropout: float = 0.1,
-        lr: float = 1e-3,
-        weight_decay: float = 1e-2,
+        **kwargs: Any,
     ) -> None:
-        super().__init__()
-        self.save_hyperparameters()
-        self.d_model = d_model
-        self.embed = nn.Linear(3, d_model)  # (centre, mean, std) per band, see patch_features
-        layer = nn.TransformerEncoderLayer(
-            d_model, nhead, dim_feedforward, dropout, batch_first=True, norm_first=True, activation="gelu"
-        )
-        # Padding invariance holds on both encoder paths (checked: the eval/no-grad fused fast path and
-        # the regular one agree with an unpadded run to ~1e-7). Nested tensors (which would drop padded
-        # tokens in eval only) are turned off explicitly rather than relying on PyTorch skipping them
-        # for norm_first layers.
-        self.encoder = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
-        self.norm = nn.LayerNorm(d_model)
-        self.head = nn.Linear(d_model, num_classes)
+        super().__init__(**kwargs)
+        self.embed = nn.Linear(3, self.hparams.d_model)  # (centre, mean, std) per band, see patch_features
+        self.build_encoder(activation="gelu")
+        self.head = nn.Linear(self.hparams.d_model, num_classes)
         metrics = {
             "oa": torchmetrics.classification.MulticlassAccuracy(num_classes, average="micro"),
             "aa": AverageAccuracy(num_classes),
@@ -123,15 +101,10 @@ class SpectralTransformer(VarLenModule):
         cu = batch.get("band_cu_seqlens")
         spectra = batch["spectra"]
         features = patch_features(spectra) if cu is None else patch_features(spectra[None])[0]
-        tokens = self.embed(features) + wavelength_encoding(batch["wavelengths"], self.d_model)
+        tokens = self.embed(features) + wavelength_encoding(batch["wavelengths"], self.hparams.d_model)
         if cu is not None:
-            rows = Rows.of(cu)
-            return self.head(self.norm(row_mean(packed_encoder(self.encoder, tokens, rows), rows)))
-        keep = batch["band_mask"]
-        hidden = self.encoder(tokens, src_key_padding_mask=blocked_mask(keep))  # True = blocked
-        weights = keep.unsqueeze(-1).to(hidden.dtype)
-        pooled = (hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0)  # masked mean over real bands
-        return self.head(self.norm(pooled))
+            return self.head(self.pool(tokens, rows=Rows.of(cu)))
+        return self.head(self.pool(tokens, keep=batch["band_mask"]))
 
     def training_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         logits = self(batch)
@@ -146,12 +119,3 @@ class SpectralTransformer(VarLenModule):
         metrics.update(logits, batch["labels"])
         self.log_mean({f"{stage}/loss": loss}, batch)
         self.log_dict(metrics, on_epoch=True, batch_size=self.batch_size_of(batch))
-
-    def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, self.val_metrics, "val")
-
-    def test_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, self.test_metrics, "test")
-
-    def configure_optimizers(self):
-        return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
 from torchmetrics import MeanSquaredError, MetricCollection
 from torchmetrics.classification import MulticlassAccuracy, MulticlassF1Score
 
-from varlen.batching import blocked_mask
-from varlen.models.attention import Rows, packed_encoder, row_mean
-from varlen.models.base import VarLenModule
+from varlen.models.attention import Rows
+from varlen.models.pooled_encoder import PooledEncoder
 
 __all__ = ["SequenceModel", "position_encoding"]
 
@@ -30,7 +30,7 @@ def position_encoding(length: int, dim: int, device: torch.device) -> torch.Tens
     return nn.functional.pad(codes, (0, dim - codes.shape[-1]))
 
 
-class SequenceModel(VarLenModule):
+class SequenceModel(PooledEncoder):
     """Reads ``batch[input_field]`` and its ``<input_field>_mask``: each element embedded (a linear map of
     its ``feature_dim`` values, or an embedding of integer ids when ``vocab_size`` is given), positions
     added, a transformer encoder that attends to real elements only (``src_key_padding_mask``), then the
@@ -47,13 +47,7 @@ class SequenceModel(VarLenModule):
         input_field: the batch key read (linked: the DataModule's first size field).
         feature_dim: values per element (linked).
         vocab_size: ids are ``0..vocab_size-1`` (linked; None: the elements are features).
-        d_model: element width.
-        nhead: attention heads.
-        num_layers: encoder layers.
-        dim_feedforward: feed-forward width.
-        dropout: dropout in the encoder.
-        lr: AdamW learning rate.
-        weight_decay: AdamW weight decay.
+        **kwargs: the encoder's and the optimizer's, see :class:`~varlen.models.pooled_encoder.PooledEncoder`.
     """
 
     def __init__(
@@ -64,31 +58,21 @@ class SequenceModel(VarLenModule):
         input_field: str = "values",
         feature_dim: int = 1,
         vocab_size: int | None = None,
-        d_model: int = 64,
-        nhead: int = 4,
-        num_layers: int = 2,
-        dim_feedforward: int = 128,
-        dropout: float = 0.1,
-        lr: float = 1e-3,
-        weight_decay: float = 1e-2,
+        **kwargs: Any,
     ) -> None:
-        super().__init__()
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS} (the data needs a label column), got {task!r}")
         if task == "classification" and not num_classes:
             raise ValueError("classification needs num_classes >= 1")
-        self.save_hyperparameters()
+        super().__init__(**kwargs)
         self.task, self.input_field = task, input_field
+        d_model = self.hparams.d_model
         if vocab_size is not None:
             self.embed: nn.Module = nn.Embedding(vocab_size, d_model)
         else:
             self.embed = nn.Linear(feature_dim, d_model)
-        layer = nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout, batch_first=True, norm_first=True)
-        # nested tensors (which drop padded elements in eval only) off: both paths agree with an unpadded run
-        self.encoder = nn.TransformerEncoder(layer, num_layers, enable_nested_tensor=False)
-        self.norm = nn.LayerNorm(d_model)
-        outputs = num_classes if task == "classification" else 1
-        self.head = nn.Linear(d_model, outputs)
+        self.build_encoder()
+        self.head = nn.Linear(d_model, num_classes if task == "classification" else 1)
         if task == "classification":
             metrics = {
                 "accuracy": MulticlassAccuracy(num_classes, average="micro"),
@@ -114,14 +98,11 @@ class SequenceModel(VarLenModule):
         if cu is not None:  # packed: attention within each sample, the same weights on real elements only
             rows = Rows.of(cu)
             codes = position_encoding(rows.max_len, tokens.shape[-1], tokens.device).to(tokens.dtype)
-            pooled = row_mean(packed_encoder(self.encoder, tokens + codes[rows.positions], rows), rows)
+            pooled = self.pool(tokens + codes[rows.positions], rows=rows)
         else:
-            keep = batch[f"{self.input_field}_mask"]
             tokens = tokens + position_encoding(tokens.shape[1], tokens.shape[2], tokens.device).to(tokens.dtype)
-            hidden = self.encoder(tokens, src_key_padding_mask=blocked_mask(keep))
-            weights = keep.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0)  # mean over real elements only
-        out = self.head(self.norm(pooled))
+            pooled = self.pool(tokens, keep=batch[f"{self.input_field}_mask"])
+        out = self.head(pooled)
         return out if self.task == "classification" else out.squeeze(-1)
 
     def _loss(self, output: torch.Tensor, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
@@ -139,12 +120,3 @@ class SequenceModel(VarLenModule):
         self.log_mean({f"{stage}/loss": self._loss(output, batch)}, batch)
         metrics.update(output, batch["labels"] if self.task == "classification" else batch["labels"].to(output.dtype))
         self.log_dict(metrics, on_epoch=True, batch_size=self.batch_size_of(batch))
-
-    def validation_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, self.val_metrics, "val")
-
-    def test_step(self, batch: Mapping[str, torch.Tensor], batch_idx: int) -> None:
-        self._eval_step(batch, self.test_metrics, "test")
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)

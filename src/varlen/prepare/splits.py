@@ -109,6 +109,15 @@ def _counts(n: int, fractions: dict[str, float]) -> dict[str, int]:
     return counts
 
 
+def _one_in_each(counts: dict[str, int], wanted: Sequence[str]) -> None:
+    """Give each split of ``wanted`` that got none one item, taken from the split that has the most."""
+    for k in wanted:
+        while counts[k] == 0:
+            donor = max(counts, key=counts.get)
+            counts[donor] -= 1
+            counts[k] += 1
+
+
 def _deal(order: np.ndarray, counts: Mapping[str, int]) -> dict[str, np.ndarray]:
     out, start = {}, 0
     for name, count in counts.items():
@@ -143,11 +152,7 @@ def stratified_split(
         members = rng.permutation(np.flatnonzero(labels == cls))
         counts = _counts(len(members), fractions)
         if len(members) >= len(wanted):
-            for k in wanted:
-                while counts[k] == 0:  # take one from the split that has the most
-                    donor = max(counts, key=counts.get)
-                    counts[donor] -= 1
-                    counts[k] += 1
+            _one_in_each(counts, wanted)
         for k, part in _deal(members, counts).items():
             parts[k].append(part)
     return {k: np.sort(np.concatenate(v)) if v else np.empty(0, np.int64) for k, v in parts.items()}
@@ -218,11 +223,7 @@ def keyed_split(
         members = rng.permutation(members)
         counts = _counts(int(sizes[members].sum()), fractions)
         if labels is not None and len(members) >= len(wanted):  # as stratified_split: one in each, if it can
-            for k in wanted:
-                while counts[k] == 0:
-                    donor = max(counts, key=counts.get)
-                    counts[donor] -= 1
-                    counts[k] += 1
+            _one_in_each(counts, wanted)
         filled = dict.fromkeys(names, 0)
         for key in members:
             split = next((k for k in names[:-1] if filled[k] + sizes[key] <= counts[k]), names[-1])

@@ -212,6 +212,30 @@ def flatten(rows: Sequence[Sequence[int]], dtype: np.dtype | type) -> tuple[np.n
     return np.fromiter(itertools.chain.from_iterable(rows), dtype, int(lengths.sum())), lengths
 
 
+def _encode_in_slices(
+    table: TextTable, tokenizer, tokenization: Tokenization
+) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, int]:
+    """``table`` encoded a slice at a time (never a Python list of every text's ids): the flat ids of
+    each field, the samples' offsets into them, each sample's text and the number of texts truncated."""
+    dtypes = {"input_ids": np.int32, "token_type_ids": np.int8}
+    parts: dict[str, list[np.ndarray]] = {name: [] for name in tokenization.fields}
+    lengths, documents, truncated = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], 0
+    for start in range(0, len(table), CHUNK):
+        stop = start + CHUNK
+        pairs = table.pairs[start:stop] if table.pairs is not None else None
+        encoded = encode_texts(tokenizer, table.texts[start:stop], pairs, tokenization)
+        for name in tokenization.fields:
+            values, sizes = flatten(encoded.fields[name], dtypes[name])
+            parts[name].append(values)
+        lengths.append(sizes)
+        documents.append(encoded.of_text + start)
+        truncated += int(encoded.truncated.sum())
+    offsets = np.concatenate([[0], np.cumsum(np.concatenate(lengths))])
+    ids = {name: np.concatenate([np.zeros(0, dtypes[name]), *values]) for name, values in parts.items()}
+    document = np.concatenate(documents)
+    return ids, offsets, document, truncated
+
+
 def tokenize_table(
     table: TextTable,
     labels: np.ndarray,
@@ -247,22 +271,7 @@ def tokenize_table(
         if table.pairs is not None:
             raise ValueError("overflow='windows' takes single texts; truncate sentence pairs (overflow='truncate')")
         check_stride(tokenizer, max_length, stride)
-    dtypes = {"input_ids": np.int32, "token_type_ids": np.int8}
-    parts: dict[str, list[np.ndarray]] = {name: [] for name in tokenization.fields}
-    lengths, documents, truncated = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], 0
-    for start in range(0, len(table), CHUNK):  # a slice at a time: never a Python list of every text's ids
-        stop = start + CHUNK
-        pairs = table.pairs[start:stop] if table.pairs is not None else None
-        encoded = encode_texts(tokenizer, table.texts[start:stop], pairs, tokenization)
-        for name in tokenization.fields:
-            values, sizes = flatten(encoded.fields[name], dtypes[name])
-            parts[name].append(values)
-        lengths.append(sizes)
-        documents.append(encoded.of_text + start)
-        truncated += int(encoded.truncated.sum())
-    offsets = np.concatenate([[0], np.cumsum(np.concatenate(lengths))])
-    ids = {name: np.concatenate([np.zeros(0, dtypes[name]), *values]) for name, values in parts.items()}
-    document = np.concatenate(documents)
+    ids, offsets, document, truncated = _encode_in_slices(table, tokenizer, tokenization)
     labels = np.asarray(labels, np.int64)
     dataset = TokenizedTexts(
         Ragged.from_offsets(ids["input_ids"], offsets),

@@ -155,38 +155,34 @@ class NpyFolderFeatures:
             raise DataError(f"{self._path(video_id)}: cannot be read ({type(err).__name__}: {err})") from err
 
 
-class NpzFeatures:
-    """One ``.npz`` archive with an array ``[T, D]`` per video id (shapes read from member headers)."""
+class _ArchiveFeatures:
+    """One file holding an array ``[T, D]`` per video id: shapes read once at open, the file
+    opened again in each process (a forked worker must not share its parent's handle and offset).
+    A subclass reads the headers (``_read_shapes``), opens the file (``_open``) and reads one video
+    from the open file (``_read``)."""
 
     checks_finite = True
+    #: what the file is, in the messages when it is missing and when it cannot be read
+    missing = kind = ""
+    #: the errors a read of it raises
+    read_errors: tuple[type[Exception], ...] = (OSError, ValueError)
 
     def __init__(self, path: str | os.PathLike, fps: float) -> None:
         self.path = Path(path)
         if not self.path.is_file():
-            raise DatasetNotFoundError("feature archive (.npz)", self.path, FETCH)
+            raise DatasetNotFoundError(self.missing, self.path, FETCH)
         self.fps = float(fps)
         self.source = str(self.path)
-        self._archive = None  # opened on first load, once per process (see _open)
+        self._handle = None  # opened on first load, once per process (see load)
         self._pid: int | None = None
-        self._shapes: dict[str, tuple[int, ...]] = {}
         try:
-            with zipfile.ZipFile(self.path) as zf:
-                for name in zf.namelist():
-                    with zf.open(name) as member:
-                        self._shapes[name.removesuffix(".npy")] = _npy_member_shape(member)  # not the data
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as err:
-            raise DataError(f"{self.path}: not a readable .npz archive ({type(err).__name__}: {err})") from err
+            self._shapes = self._read_shapes()  # the headers, not the data
+        except self.read_errors as err:
+            raise DataError(f"{self.path}: not a readable {self.kind} ({type(err).__name__}: {err})") from err
         self.dim = _majority_dim(self._shapes.values(), str(self.path))
 
-    def __getstate__(self) -> dict[str, Any]:  # the open archive does not pickle (spawned workers)
-        return {**self.__dict__, "_archive": None, "_pid": None}
-
-    def _open(self):
-        # A forked loader worker inherits the parent's open archive, and with it the file offset
-        # that every process then moves: reads interleave and fail their CRC. One per process.
-        if self._archive is None or self._pid != os.getpid():
-            self._archive, self._pid = np.load(self.path, allow_pickle=False), os.getpid()
-        return self._archive
+    def __getstate__(self) -> dict[str, Any]:  # an open handle does not pickle (spawned workers)
+        return {**self.__dict__, "_handle": None, "_pid": None}
 
     def __contains__(self, video_id: str) -> bool:
         return video_id in self._shapes
@@ -195,52 +191,57 @@ class NpzFeatures:
         return _check_2d(self._shapes[video_id], f"{self.path}[{video_id}]")
 
     def load(self, video_id: str) -> np.ndarray:
+        if self._handle is None or self._pid != os.getpid():
+            self._handle, self._pid = self._open(), os.getpid()
         try:
-            return np.asarray(self._open()[video_id], dtype=np.float32)
-        except (zipfile.BadZipFile, OSError, ValueError, EOFError) as err:
+            return np.asarray(self._read(self._handle, video_id), dtype=np.float32)
+        except self.read_errors as err:
             raise DataError(f"{self.path}[{video_id}]: cannot be read ({type(err).__name__}: {err})") from err
 
 
-class HDF5Features:
+class NpzFeatures(_ArchiveFeatures):
+    """One ``.npz`` archive with an array ``[T, D]`` per video id (shapes read from member headers).
+
+    A forked loader worker that inherited the parent's open archive would move the file offset
+    every process shares: reads interleave and fail their CRC. Hence one archive per process.
+    """
+
+    missing, kind = "feature archive (.npz)", ".npz archive"
+    read_errors = (zipfile.BadZipFile, OSError, ValueError, EOFError)
+
+    def _read_shapes(self) -> dict[str, tuple[int, ...]]:
+        with zipfile.ZipFile(self.path) as zf:
+            shapes = {}
+            for name in zf.namelist():
+                with zf.open(name) as member:
+                    shapes[name.removesuffix(".npy")] = _npy_member_shape(member)
+            return shapes
+
+    def _open(self) -> Any:
+        return np.load(self.path, allow_pickle=False)
+
+    def _read(self, handle: Any, video_id: str) -> Any:
+        return handle[video_id]
+
+
+class HDF5Features(_ArchiveFeatures):
     """One HDF5 file with a dataset ``[T, D]`` per video id; opened lazily in each worker."""
 
-    checks_finite = True
+    missing, kind = "feature file (HDF5)", "HDF5 file"
 
-    def __init__(self, path: str | os.PathLike, fps: float) -> None:
+    def _read_shapes(self) -> dict[str, tuple[int, ...]]:
         import h5py
 
-        self.path = Path(path)
-        if not self.path.is_file():
-            raise DatasetNotFoundError("feature file (HDF5)", self.path, FETCH)
-        self.fps = float(fps)
-        self.source = str(self.path)
-        try:
-            with h5py.File(self.path, "r") as f:
-                self._shapes = {k: tuple(f[k].shape) for k in f.keys()}
-        except OSError as err:
-            raise DataError(f"{self.path}: not a readable HDF5 file ({err})") from err
-        self.dim = _majority_dim(self._shapes.values(), str(self.path))
-        self._file = None
-        self._pid: int | None = None
+        with h5py.File(self.path, "r") as f:
+            return {k: tuple(f[k].shape) for k in f.keys()}
 
-    def __getstate__(self) -> dict[str, Any]:  # an open h5py file does not pickle: reopen per worker
-        return {**self.__dict__, "_file": None, "_pid": None}
+    def _open(self) -> Any:
+        import h5py
 
-    def __contains__(self, video_id: str) -> bool:
-        return video_id in self._shapes
+        return h5py.File(self.path, "r")
 
-    def shape(self, video_id: str) -> tuple[int, int]:
-        return _check_2d(self._shapes[video_id], f"{self.path}[{video_id}]")
-
-    def load(self, video_id: str) -> np.ndarray:
-        if self._file is None or self._pid != os.getpid():  # HDF5 handles must not cross a fork
-            import h5py
-
-            self._file, self._pid = h5py.File(self.path, "r"), os.getpid()
-        try:
-            return np.asarray(self._file[video_id][()], dtype=np.float32)
-        except (OSError, ValueError) as err:
-            raise DataError(f"{self.path}[{video_id}]: cannot be read ({type(err).__name__}: {err})") from err
+    def _read(self, handle: Any, video_id: str) -> Any:
+        return handle[video_id][()]
 
 
 def open_features(path: str | os.PathLike, fps: float) -> FeatureStore:
