@@ -43,6 +43,7 @@ from varlen.callbacks.resumable import AtomicCheckpointIO, fit_resumably, with_r
 from varlen.cli.commands import SUMMARIES
 from varlen.cli.help import HelpFormatter, main_parser_kwargs, subcommand_parser_kwargs
 from varlen.cli.inspection import SplitSummary, plot_summary, summarize
+from varlen.cli.named import named_scenarios
 from varlen.cli.output import THIRD_PARTY_NOISE, quiet, show_varlen_logs
 from varlen.cli.typos import one_line
 from varlen.datamodules.base import LINKED
@@ -239,7 +240,10 @@ class DataOnlyCLI(VarLenCLI):
 def main(args: ArgsType = None, run: bool = True, cli_class: type[VarLenCLI] = VarLenCLI) -> LightningCLI:
     """Build (and with ``run=True`` run) the CLI; returns it, e.g. for ``cli.datamodule``."""
     quiet()
-    missing = {**varlen.datamodules.import_all(), **varlen.models.import_all()}
+    argv = sys.argv[1:] if args is None else args
+    scenarios = [*varlen.datamodules.SCENARIOS, *varlen.models.SCENARIOS]
+    only = named_scenarios(argv, scenarios) if isinstance(argv, list | tuple) else None  # None: every one
+    missing = {**varlen.datamodules.import_all(only), **varlen.models.import_all(only)}
     trainer_commands = [name for name, command in COMMANDS.items() if command.run is None]
     cli = cli_class(
         varlen.models.VarLenModule,
