@@ -1,5 +1,5 @@
 """The ``varlen`` command: Lightning's CLI (:mod:`varlen.cli.lightning_cli`) over the scenarios' DataModules and
-models (those the command line or its config names: :mod:`varlen.cli.named`).
+models (those the command line or its config names: :mod:`varlen.cli.named`), and varlen's own commands.
 
 Its commands are the rows of :data:`COMMANDS` (``varlen --help`` lists them from there):
 ``varlen fit --config configs/text_bert.yaml`` (also ``validate``, ``test``, ``predict``), and
@@ -8,14 +8,8 @@ Its commands are the rows of :data:`COMMANDS` (``varlen --help`` lists them from
 ``varlen optimize --config ... --output DIR`` (the training split as LitData chunks with its size
 index: :func:`optimize_command`) and ``varlen index-sizes DIR --size-fn module:function`` (the size
 index of chunks written elsewhere: :func:`index_sizes_command`); both need the ``stream`` extra.
-Values the model needs from the data (class count, feature sizes, pad id) are linked, not
-repeated in the YAML: each name in :data:`LINKED` that the chosen DataModule has is passed to
-the model's argument of the same name. A data path written ``${VARLEN_DATA}/...`` is under
-:func:`varlen.storage.paths.data_root`. A fit prints one line per epoch
-(:class:`~varlen.callbacks.progress.EpochProgress`;
-``--epoch_lines=false``: none), and Lightning's progress bar, which redraws its line, shows on a
-terminal only unless asked for. The CLI keeps its output to what matters: Lightning's cloud-service
-tips and known third-party deprecation warnings are silenced (:func:`quiet`), never varlen's own warnings.
+The CLI keeps its output to what matters: Lightning's cloud-service tips and known third-party deprecation
+warnings are silenced (:func:`quiet`), never varlen's own warnings.
 """
 
 from __future__ import annotations
