@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from varlen.cli import dispatch as cli
-from varlen.cli.commands import SUMMARIES
+from varlen.cli.commands import SUMMARIES, TRAINER
 
 HEAVY = ("torch", "lightning", "transformers", "torch_geometric", "litdata", "rdkit", "jsonargparse")
 PROBE = """
@@ -42,6 +42,7 @@ def test_the_help_imports_nothing_heavy_and_lists_every_command() -> None:
 
 def test_the_cli_runs_the_commands_the_help_lists() -> None:
     assert list(cli.COMMANDS) == list(SUMMARIES)
+    assert [n for n, c in cli.COMMANDS.items() if c.run is None] == list(TRAINER)  # LightningCLI's
     assert [n for n, c in cli.COMMANDS.items() if c.run is not None] == [
         "inspect",
         "optimize",
