@@ -3,8 +3,12 @@
 
 from __future__ import annotations
 
+import sys
+
+import pytest
+
 from varlen.cli.named import named_scenarios
-from varlen.cli.saved_help import is_help
+from varlen.cli.saved_help import is_help, printed, recorded
 
 CLASSES = ["TextClassificationDataModule", "MoleculeDataModule", "TextClassifier", "MoleculeGNN"]
 
@@ -48,3 +52,17 @@ def test_only_a_help_and_nothing_else_is_kept() -> None:
         ["fit", "--data", "X"],
     ):
         assert not is_help(argv), argv
+
+
+def test_a_help_that_ended_with_status_0_is_printed_again_and_no_other(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("VARLEN_CACHE", str(tmp_path))
+    for argv, status in ((["fit", "--help"], 0), (["fit", "--data.help", "Nope"], 2)):
+        assert not printed(argv)
+        with pytest.raises(SystemExit), recorded(argv):
+            print(f"the help of {argv}")
+            sys.exit(status)
+    assert capsys.readouterr().out.count("the help of") == 2  # written through as it was printed
+    assert printed(["fit", "--help"]) and capsys.readouterr().out == "the help of ['fit', '--help']\n"
+    assert not printed(["fit", "--data.help", "Nope"])
+    monkeypatch.setenv("COLUMNS", "61")  # another width: another help
+    assert not printed(["fit", "--help"])

@@ -43,7 +43,7 @@ def printed(argv: Sequence[str]) -> bool:
     """Print the saved answer to ``argv``, if there is one (True)."""
     try:
         text = _path(argv).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+    except (OSError, RuntimeError, UnicodeDecodeError):  # none saved, or no home folder to find the cache in
         return False
     sys.stdout.write(text)
     return True
@@ -92,8 +92,8 @@ class _Tee(io.TextIOBase):
 
 def _save(argv: Sequence[str], text: str) -> None:
     """Keep ``text`` as the answer to ``argv``; a cache folder that cannot be written keeps nothing, silently."""
-    path = _path(argv)
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, RuntimeError):
+        path = _path(argv)
         for other in path.parent.parent.glob("*"):  # the answers of other installs or sources: never read again
             if other != path.parent:
                 shutil.rmtree(other, ignore_errors=True)
