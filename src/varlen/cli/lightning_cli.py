@@ -7,6 +7,7 @@ DataModule alone. :mod:`varlen.cli.dispatch` builds and runs them."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any, Literal
 
 import lightning.pytorch as pl
@@ -133,32 +134,24 @@ class VarLenCLI(LightningCLI):
                 data[key] = expanded
 
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
-        """The Trainer with one :class:`DataWait` (none when ``--data_wait`` is false), one :class:`WarmShapes`
-        (none when ``--warm_shapes`` is false), one
-        :class:`EpochProgress` (of the metrics ``--epoch_lines`` lists; none when it is false), one
-        :class:`~varlen.callbacks.resumable.Resumable` (``--checkpoint_every_min``; with Lightning's
-        ModelCheckpoint keeping
-        ``last.ckpt`` where none is listed), checkpoints written whole
-        (:class:`~varlen.callbacks.resumable.AtomicCheckpointIO`), and without
-        Lightning's progress bar when stdout is no terminal, unless ``trainer.enable_progress_bar`` is
-        set: its redraws (carriage returns) would fill a log with partial lines."""
+        """The Trainer with one :class:`DataWait`, one :class:`WarmShapes` and one :class:`EpochProgress` (of the
+        metrics ``--epoch_lines`` lists), each left out where its option is false, one
+        :class:`~varlen.callbacks.resumable.Resumable` (``--checkpoint_every_min``; with Lightning's ModelCheckpoint
+        keeping ``last.ckpt`` where none is listed), checkpoints written whole
+        (:class:`~varlen.callbacks.resumable.AtomicCheckpointIO`), and without Lightning's progress bar when stdout
+        is no terminal, unless ``trainer.enable_progress_bar`` is set: its redraws (carriage returns) would fill a
+        log with partial lines."""
         settings = {**self._get(self.config_init, "trainer", default={}), **kwargs}
         callbacks = settings.get("callbacks") or []
         callbacks = list(callbacks) if isinstance(callbacks, list | tuple) else [callbacks]
-        if self._get(self.config, "data_wait", default=True) is False:
-            callbacks = [c for c in callbacks if not isinstance(c, DataWait)]
-        elif not any(isinstance(c, DataWait) for c in callbacks):
-            callbacks.append(DataWait())  # before an EpochProgress added below: its line shows the epoch's share
+        # a DataWait before an EpochProgress: its line shows the epoch's share
+        callbacks = _one(callbacks, DataWait, self._get(self.config, "data_wait", default=True), DataWait)
         warm = self._get(self.config, "warm_shapes", default=True)
-        if warm is False:
-            callbacks = [c for c in callbacks if not isinstance(c, WarmShapes)]
-        elif not any(isinstance(c, WarmShapes) for c in callbacks):
-            callbacks.append(WarmShapes(when="always" if warm == "always" else "auto"))
+        when = "always" if warm == "always" else "auto"
+        callbacks = _one(callbacks, WarmShapes, warm, lambda: WarmShapes(when=when))
         lines = self._get(self.config, "epoch_lines", default=True)
-        if lines is False:
-            callbacks = [c for c in callbacks if not isinstance(c, EpochProgress)]
-        elif not any(isinstance(c, EpochProgress) for c in callbacks):
-            callbacks.append(EpochProgress(metrics=None if lines is True else lines))
+        metrics = None if lines is True else lines
+        callbacks = _one(callbacks, EpochProgress, lines, lambda: EpochProgress(metrics=metrics))
         minutes = self._get(self.config, "checkpoint_every_min", default=15.0)
         callbacks = with_resumable(callbacks, minutes, settings.get("enable_checkpointing") is not False)
         if settings.get("enable_progress_bar") is None and not sys.stdout.isatty():
@@ -181,6 +174,14 @@ class VarLenCLI(LightningCLI):
         """``trainer.fit``, its folders checked first; interrupted, the line that resumes it and status 128 + the
         signal (:func:`varlen.callbacks.resumable.fit_resumably`)."""
         fit_resumably(self.trainer, model, self.argv, **kwargs)
+
+
+def _one(callbacks: list, kind: type, setting: object, make: Callable[[], object]) -> list:
+    """``callbacks`` without any ``kind`` where ``setting`` is False, else with one (``make()``) where none is
+    listed (a listed one replaces varlen's)."""
+    if setting is False:
+        return [c for c in callbacks if not isinstance(c, kind)]
+    return callbacks if any(isinstance(c, kind) for c in callbacks) else [*callbacks, make()]
 
 
 class DataOnlyCLI(VarLenCLI):
