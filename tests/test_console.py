@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from varlen.cli import dispatch as cli
-from varlen.cli.commands import SUMMARIES
+from varlen.cli.commands import SUMMARIES, TRAINER
 
 HEAVY = ("torch", "lightning", "transformers", "torch_geometric", "litdata", "rdkit", "jsonargparse")
 PROBE = """
@@ -42,6 +42,7 @@ def test_the_help_imports_nothing_heavy_and_lists_every_command() -> None:
 
 def test_the_cli_runs_the_commands_the_help_lists() -> None:
     assert list(cli.COMMANDS) == list(SUMMARIES)
+    assert [n for n, c in cli.COMMANDS.items() if c.run is None] == list(TRAINER)  # LightningCLI's
     assert [n for n, c in cli.COMMANDS.items() if c.run is not None] == [
         "inspect",
         "optimize",
@@ -78,3 +79,45 @@ def test_help_into_a_closed_pipe_ends_quietly() -> None:
         os.close(write)
     assert "Traceback" not in done.stderr and "BrokenPipeError" not in done.stderr, done.stderr
     assert done.stderr == ""
+
+
+SCENARIO_MODULES = ("varlen.datamodules.text", "varlen.datamodules.molecules", "varlen.datamodules.sequence")
+NAMED = """
+import json, sys
+sys.argv = ["varlen", *sys.argv[1:]]
+import varlen.cli.console
+try:
+    varlen.cli.console.main()
+except SystemExit as exit_:
+    code = exit_.code
+watched = set(json.loads(%r))
+loaded = sorted({m for m in sys.modules if m in watched or m.split(".")[0] in watched})
+print(json.dumps({"code": code, "loaded": loaded}))
+"""
+
+
+def named_probe(tmp_path, *args: str) -> tuple[dict, str]:
+    """``varlen ARGS`` in a fresh process with its own cache folder: its status, the watched modules it imported,
+    and what it printed."""
+    watched = json.dumps([*HEAVY, *SCENARIO_MODULES])
+    done = subprocess.run(
+        [sys.executable, "-c", NAMED % watched, *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "VARLEN_CACHE": str(tmp_path)},
+    )
+    *printed, result = done.stdout.strip().splitlines()
+    return json.loads(result), "\n".join(printed)
+
+
+def test_a_datamodules_help_imports_its_scenario_only_then_is_printed_from_the_cache(tmp_path) -> None:
+    """``--data.help SequenceDataModule`` imported every scenario (transformers' tokenizers, PyG and RDKit) and
+    took 7 s; it needs its own, and the same help asked again needs neither Lightning nor torch."""
+    first, text = named_probe(tmp_path, "fit", "--data.help", "SequenceDataModule")
+    assert first["code"] == 0 and "--data.layout {padded,packed}" in text, text[-2000:]
+    assert "varlen.datamodules.sequence" in first["loaded"]
+    for other in ("varlen.datamodules.text", "varlen.datamodules.molecules", "torch_geometric", "rdkit"):
+        assert other not in first["loaded"], first["loaded"]
+    again, cached = named_probe(tmp_path, "fit", "--data.help", "SequenceDataModule")
+    assert again == {"code": 0, "loaded": []} and cached == text

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from varlen._extras import MissingExtraError
 
@@ -12,16 +12,18 @@ __all__ = ["lazy_scenarios"]
 
 def lazy_scenarios(
     package: str, names: Mapping[str, str]
-) -> tuple[Callable[[], dict[str, MissingExtraError]], Callable[[str], object]]:
-    """``import_all`` (every scenario module whose extra is installed, for the CLI) and a module ``__getattr__``.
+) -> tuple[Callable[..., dict[str, MissingExtraError]], Callable[[str], object]]:
+    """``import_all`` (the scenario modules whose extra is installed, for the CLI) and a module ``__getattr__``.
 
-    ``import_all`` returns the modules left out, each with the :class:`~varlen._extras.MissingExtraError`
-    that names its extra; asking for one of their classes raises that error again.
+    ``import_all(only)`` imports the modules of the public names in ``only`` (None: every module), and returns
+    the modules left out, each with the :class:`~varlen._extras.MissingExtraError` that names its extra; asking
+    for one of their classes raises that error again.
     """
 
-    def import_all() -> dict[str, MissingExtraError]:
+    def import_all(only: Iterable[str] | None = None) -> dict[str, MissingExtraError]:
         missing = {}
-        for module in sorted(set(names.values())):
+        modules = set(names.values()) if only is None else {names[name] for name in only if name in names}
+        for module in sorted(modules):
             try:
                 importlib.import_module(f"{package}.{module}")
             except MissingExtraError as error:  # that scenario is not installed: not offered

@@ -1,7 +1,7 @@
 """The ``varlen`` commands and their lines in ``varlen --help``: one list, read by the light entry
 (:mod:`varlen.cli.console`) and by the dispatcher (:mod:`varlen.cli.dispatch`)."""
 
-__all__ = ["LIGHT", "SUMMARIES"]
+__all__ = ["LIGHT", "SUMMARIES", "TRAINER"]
 
 #: every ``varlen`` command and its line in ``varlen --help``, in that order (varlen.cli.dispatch.COMMANDS runs them)
 SUMMARIES = {
@@ -17,3 +17,5 @@ SUMMARIES = {
 }
 #: the commands that import no torch model, Lightning or scenario: run by :mod:`varlen.cli.console` itself
 LIGHT = ("verify",)
+#: the commands LightningCLI runs (the Trainer's method of their name); varlen.cli.dispatch.RUNS runs the others
+TRAINER = ("fit", "validate", "test", "predict")

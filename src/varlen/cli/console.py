@@ -1,14 +1,16 @@
-"""The ``varlen`` command's entry: ``varlen``, ``varlen --help`` and a mistyped command (``varlen fitt``) answer
-from here, before torch, Lightning or any scenario is imported (under a second); every other call goes to
-:func:`varlen.cli.dispatch.console`.
+"""The ``varlen`` command's entry: ``varlen``, ``varlen --help``, a mistyped command (``varlen fitt``) and a
+command's help seen before (:mod:`varlen.cli.saved_help`) answer from here, before torch, Lightning or any scenario
+is imported (under a second); every other call goes to :func:`varlen.cli.dispatch.console`.
 Output into a pipe whose reader has gone (``varlen --help | head -1``) ends quietly."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
 from varlen.cli.commands import LIGHT, SUMMARIES
+from varlen.cli.saved_help import is_help, printed, recorded
 from varlen.cli.typos import unknown_name
 
 __all__ = ["main", "usage"]
@@ -59,6 +61,10 @@ def _dispatch(argv: list[str]) -> None:
         from varlen.cli.scrub import main as verify
 
         sys.exit(verify(argv[1:]))
+    help_ = is_help(argv)
+    if help_ and printed(argv):  # a command's help, seen before with these packages (varlen.cli.saved_help)
+        sys.exit(0)
     from varlen.cli.dispatch import console
 
-    console()
+    with recorded(argv) if help_ else contextlib.nullcontext():  # a help: saved for the next time
+        console()

@@ -1,4 +1,5 @@
-"""The ``varlen`` command: Lightning's CLI over every scenario's DataModule and model.
+"""The ``varlen`` command: Lightning's CLI (:mod:`varlen.cli.lightning_cli`) over the scenarios' DataModules and
+models (those the command line or its config names: :mod:`varlen.cli.named`), and varlen's own commands.
 
 Its commands are the rows of :data:`COMMANDS` (``varlen --help`` lists them from there):
 ``varlen fit --config configs/text_bert.yaml`` (also ``validate``, ``test``, ``predict``), and
@@ -7,14 +8,8 @@ Its commands are the rows of :data:`COMMANDS` (``varlen --help`` lists them from
 ``varlen optimize --config ... --output DIR`` (the training split as LitData chunks with its size
 index: :func:`optimize_command`) and ``varlen index-sizes DIR --size-fn module:function`` (the size
 index of chunks written elsewhere: :func:`index_sizes_command`); both need the ``stream`` extra.
-Values the model needs from the data (class count, feature sizes, pad id) are linked, not
-repeated in the YAML: each name in :data:`LINKED` that the chosen DataModule has is passed to
-the model's argument of the same name. A data path written ``${VARLEN_DATA}/...`` is under
-:func:`varlen.storage.paths.data_root`. A fit prints one line per epoch
-(:class:`~varlen.callbacks.progress.EpochProgress`;
-``--epoch_lines=false``: none), and Lightning's progress bar, which redraws its line, shows on a
-terminal only unless asked for. The CLI keeps its output to what matters: Lightning's cloud-service
-tips and known third-party deprecation warnings are silenced (:func:`quiet`), never varlen's own warnings.
+The CLI keeps its output to what matters: Lightning's cloud-service tips and known third-party deprecation
+warnings are silenced (:func:`quiet`), never varlen's own warnings.
 """
 
 from __future__ import annotations
@@ -25,30 +20,24 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import lightning.pytorch as pl
 import torch
-from jsonargparse import ActionSubCommands, ArgumentParser
-from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
-from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
+from lightning.pytorch.cli import ArgsType, LightningCLI
 
 import varlen.datamodules
 import varlen.models
 from varlen._extras import MissingExtraError
-from varlen.batching.data_wait import DataWait
-from varlen.batching.warmup import WarmShapes
-from varlen.callbacks.progress import EpochProgress, StepProgress
-from varlen.callbacks.resumable import AtomicCheckpointIO, fit_resumably, with_resumable
-from varlen.cli.commands import SUMMARIES
+from varlen.cli.commands import SUMMARIES, TRAINER
 from varlen.cli.help import HelpFormatter, main_parser_kwargs, subcommand_parser_kwargs
 from varlen.cli.inspection import SplitSummary, plot_summary, summarize
+from varlen.cli.lightning_cli import DataOnlyCLI, VarLenCLI, VarLenParser
+from varlen.cli.named import named_scenarios
 from varlen.cli.output import THIRD_PARTY_NOISE, quiet, show_varlen_logs
-from varlen.cli.typos import one_line
 from varlen.datamodules.base import LINKED
 from varlen.errors import DataError
 from varlen.storage.cache import writable_folder
-from varlen.storage.paths import expand_data_paths, with_data_hint
+from varlen.storage.paths import with_data_hint
 
 __all__ = [
     "COMMANDS",
@@ -69,178 +58,13 @@ __all__ = [
 ]
 
 
-class _Commands(ActionSubCommands):
-    """jsonargparse's subcommands, each listed with its line of :data:`COMMANDS` (not the Trainer's docstring)."""
-
-    def add_subcommand(self, name: str, parser: ArgumentParser, **kwargs) -> ArgumentParser:
-        kwargs["help"] = COMMANDS[name].summary
-        return super().add_subcommand(name, parser, **kwargs)
-
-
-class VarLenParser(LightningArgumentParser):
-    """Lightning's parser whose subcommands are :class:`_Commands`, kept as :attr:`commands` so that
-    :class:`VarLenCLI` can list varlen's own commands after Lightning's."""
-
-    commands: ActionSubCommands | None = None
-
-    def error(self, message: str, ex: Exception | None = None):
-        """A mistyped name in one line (:mod:`varlen.cli.typos`), status 2; other errors as jsonargparse says them."""
-        if self.exit_on_error:
-            command = self.prog.replace(" [options]", "")
-            named = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in COMMANDS else None  # inspect, tune...
-            command += f" {named}" if command == "varlen" and named else ""
-            line = one_line(message, command, self._option_string_actions)
-            if line is not None:
-                sys.stderr.write(f"varlen: error: {line}\n")
-                sys.exit(2)
-        super().error(message, ex)
-
-    def add_subcommands(self, required: bool = True, dest: str = "subcommand", **kwargs) -> ActionSubCommands:
-        self.commands = super().add_subcommands(required, dest, action=_Commands, **kwargs)
-        return self.commands
-
-
-class VarLenCLI(LightningCLI):
-    """LightningCLI with the commands of :data:`COMMANDS`, the data-to-model links of :data:`LINKED`,
-    ``${VARLEN_DATA}`` data paths, and a fit's epoch lines (``--epoch_lines``)."""
-
-    @staticmethod
-    def subcommands() -> dict[str, set[str]]:
-        """The Trainer methods of :data:`COMMANDS`, with the arguments Lightning skips for each."""
-        lightning = LightningCLI.subcommands()
-        return {name: lightning[name] for name, command in COMMANDS.items() if command.run is None}
-
-    def setup_parser(self, add_subcommands: bool, main_kwargs: dict, subparser_kwargs: dict) -> None:
-        super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
-        if add_subcommands:  # varlen's own commands, listed only: console() runs them before any parsing
-            for name, command in COMMANDS.items():
-                if command.run is not None:
-                    self.parser.commands.add_subcommand(name, ArgumentParser(description=command.summary))
-
-    def add_arguments_to_parser(self, parser) -> None:
-        for name in LINKED:
-            parser.link_arguments(f"data.{name}", f"model.init_args.{name}", apply_on="instantiate")
-        parser.add_argument(
-            "--epoch_lines",
-            type=bool | list[str],
-            default=True,
-            help="One line per training epoch: the validation metrics, padding efficiency, samples/s "
-            "(varlen.callbacks.progress.EpochProgress). true: every val/ metric; a list: those metrics; "
-            "false: no line. "
-            "An EpochProgress listed in trainer.callbacks replaces it.",
-        )
-        parser.add_argument(
-            "--checkpoint_every_min",
-            type=float,
-            default=15.0,
-            help="Minutes of training between saves of last.ckpt (varlen.callbacks.resumable.Resumable), besides "
-            "each epoch's "
-            "end and an interruption (SIGINT, SIGTERM: the fit stops at the step's end, saves it and prints the "
-            "command that resumes it). 0: no timed saves. A listed ModelCheckpoint's folder gets it.",
-        )
-        parser.add_argument(
-            "--data_wait",
-            type=bool,
-            default=True,
-            help="Time the training loop's wait for data (varlen.batching.data_wait.DataWait): data/wait_ms per "
-            "step, data/wait_share per epoch (also in the epoch line), and one line of advice when the share "
-            "passes a tenth of the epoch. false: off. A DataWait listed in trainer.callbacks replaces it.",
-        )
-        parser.add_argument(
-            "--progress_every",
-            type=float,
-            default=30.0,
-            help="Where no progress bar shows (stdout no terminal: a log file, a scheduler), a line every this "
-            "many seconds of training: step of total, samples/s, waiting share, time left "
-            "(varlen.callbacks.progress.StepProgress). 0: none.",
-        )
-        parser.add_argument(
-            "--warm_shapes",
-            type=bool | Literal["always"],
-            default=True,
-            help="Before the first training step, run each batch shape of the epoch once through the model's "
-            "forward and backward, then restore everything (varlen.batching.warmup.WarmShapes): a GPU pays for "
-            "each new shape (cuDNN attention plans in bf16) before training, not during it. The run trains bit "
-            "for bit as without it. true: where a shape has a first-time cost (not a CPU in eager mode); "
-            "always: on a CPU too; false: off. A WarmShapes listed in trainer.callbacks replaces it.",
-        )
-
-    def before_instantiate_classes(self) -> None:
-        """``${VARLEN_DATA}`` in a data argument becomes the data folder (:func:`varlen.storage.paths.data_root`)."""
-        data = self._get(self.config, "data")
-        for key, value in list(data.items()) if data is not None else ():
-            expanded = expand_data_paths(value)
-            if expanded != value:
-                data[key] = expanded
-
-    def instantiate_trainer(self, **kwargs) -> pl.Trainer:
-        """The Trainer with one :class:`DataWait` (none when ``--data_wait`` is false), one :class:`WarmShapes`
-        (none when ``--warm_shapes`` is false), one
-        :class:`EpochProgress` (of the metrics ``--epoch_lines`` lists; none when it is false), one
-        :class:`~varlen.callbacks.resumable.Resumable` (``--checkpoint_every_min``; with Lightning's
-        ModelCheckpoint keeping
-        ``last.ckpt`` where none is listed), checkpoints written whole
-        (:class:`~varlen.callbacks.resumable.AtomicCheckpointIO`), and without
-        Lightning's progress bar when stdout is no terminal, unless ``trainer.enable_progress_bar`` is
-        set: its redraws (carriage returns) would fill a log with partial lines."""
-        settings = {**self._get(self.config_init, "trainer", default={}), **kwargs}
-        callbacks = settings.get("callbacks") or []
-        callbacks = list(callbacks) if isinstance(callbacks, list | tuple) else [callbacks]
-        if self._get(self.config, "data_wait", default=True) is False:
-            callbacks = [c for c in callbacks if not isinstance(c, DataWait)]
-        elif not any(isinstance(c, DataWait) for c in callbacks):
-            callbacks.append(DataWait())  # before an EpochProgress added below: its line shows the epoch's share
-        warm = self._get(self.config, "warm_shapes", default=True)
-        if warm is False:
-            callbacks = [c for c in callbacks if not isinstance(c, WarmShapes)]
-        elif not any(isinstance(c, WarmShapes) for c in callbacks):
-            callbacks.append(WarmShapes(when="always" if warm == "always" else "auto"))
-        lines = self._get(self.config, "epoch_lines", default=True)
-        if lines is False:
-            callbacks = [c for c in callbacks if not isinstance(c, EpochProgress)]
-        elif not any(isinstance(c, EpochProgress) for c in callbacks):
-            callbacks.append(EpochProgress(metrics=None if lines is True else lines))
-        minutes = self._get(self.config, "checkpoint_every_min", default=15.0)
-        callbacks = with_resumable(callbacks, minutes, settings.get("enable_checkpointing") is not False)
-        if settings.get("enable_progress_bar") is None and not sys.stdout.isatty():
-            kwargs["enable_progress_bar"] = False
-        every = self._get(self.config, "progress_every", default=30.0)
-        bar = kwargs.get("enable_progress_bar", settings.get("enable_progress_bar", True))
-        if every and bar is False and not any(isinstance(c, StepProgress) for c in callbacks):
-            callbacks.append(StepProgress(every))
-        trainer = super().instantiate_trainer(**{**kwargs, "callbacks": callbacks})
-        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # Lightning's own, not a plugin's
-            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
-        return trainer
-
-    def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
-        """Lightning's, keeping the command's arguments for the line that resumes an interrupted fit."""
-        self.argv = list(sys.argv[1:] if args is None else args) if isinstance(args, list | tuple | None) else None
-        super().parse_arguments(parser, args)
-
-    def fit(self, model: pl.LightningModule, **kwargs: Any) -> None:
-        """``trainer.fit``, its folders checked first; interrupted, the line that resumes it and status 128 + the
-        signal (:func:`varlen.callbacks.resumable.fit_resumably`)."""
-        fit_resumably(self.trainer, model, self.argv, **kwargs)
-
-
-class DataOnlyCLI(VarLenCLI):
-    """Parses a config exactly as ``fit`` does (every ``--data.*`` override), but builds its DataModule
-    only: ``varlen inspect`` loads (or downloads) no model weights and makes no trainer."""
-
-    def instantiate_classes(self) -> None:
-        parser = ArgumentParser()
-        parser.add_subclass_arguments(varlen.datamodules.VarLenDataModule, "data", required=True)
-        data = parser.parse_object({"data": self.config["data"].as_dict()})
-        self.datamodule = parser.instantiate_classes(data)["data"]
-        self.model = self.trainer = None
-
-
 def main(args: ArgsType = None, run: bool = True, cli_class: type[VarLenCLI] = VarLenCLI) -> LightningCLI:
     """Build (and with ``run=True`` run) the CLI; returns it, e.g. for ``cli.datamodule``."""
     quiet()
-    missing = {**varlen.datamodules.import_all(), **varlen.models.import_all()}
-    trainer_commands = [name for name, command in COMMANDS.items() if command.run is None]
+    argv = sys.argv[1:] if args is None else args
+    scenarios = [*varlen.datamodules.SCENARIOS, *varlen.models.SCENARIOS]
+    only = named_scenarios(argv, scenarios) if isinstance(argv, list | tuple) else None  # None: every one
+    missing = {**varlen.datamodules.import_all(only), **varlen.models.import_all(only)}
     cli = cli_class(
         varlen.models.VarLenModule,
         varlen.datamodules.VarLenDataModule,
@@ -253,7 +77,7 @@ def main(args: ArgsType = None, run: bool = True, cli_class: type[VarLenCLI] = V
         parser_class=VarLenParser,
         parser_kwargs={
             **main_parser_kwargs(formatter_class=HelpFormatter),
-            **{name: subcommand_parser_kwargs(name, COMMANDS[name].summary, missing) for name in trainer_commands},
+            **{name: subcommand_parser_kwargs(name, SUMMARIES[name], missing) for name in TRAINER},
         },
     )
     if run and torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -276,6 +100,56 @@ def _datamodule(rest: Sequence[str], stage: str):
     return _set_up(rest, stage).datamodule
 
 
+#: ``varlen inspect``'s own options (the rest are ``fit``'s), as ``add_argument`` takes them
+INSPECT_OPTIONS = {
+    "--split": dict(default="train", help="the split to inspect (default: train)"),
+    "--world-size": dict(type=int, default=1, help="ranks to plan the batches for"),
+    "--out": dict(default=None, help="folder for the PNG plots (default: none written)"),
+    "--max-batches": dict(type=int, default=None, help="collate at most this many batches"),
+    "--rate": dict(action="store_true", help="also the training loader's batches/s with the config's own settings"),
+}
+#: ``varlen optimize``'s own options (the rest are ``fit``'s)
+OPTIMIZE_OPTIONS = {
+    "--output": dict(
+        default=None,
+        help="a new folder for the chunks; a config with streamed sources: a folder for each source's (by name), "
+        "else each where the config reads it",
+    ),
+    "--chunk-bytes": dict(default="64MB", help="bytes per chunk, e.g. 64MB (default) or 1000000"),
+    "--num-workers": dict(type=int, default=None, help="LitData writer processes (default: its own)"),
+    "--weight-columns": dict(
+        default="",
+        help="weight columns to write for weighted draws besides the config's "
+        "sample_weights column, comma-separated (each sample's value, beside the size index)",
+    ),
+    "--start-method": dict(
+        default=None,
+        choices=multiprocessing.get_all_start_methods(),
+        help="how LitData starts its writers (default: its own, spawn)",
+    ),
+    "--compression": dict(
+        default=None,
+        help="zstd or zstd:LEVEL (1-22): each chunk compressed inside its file, checked as written (needs the zstd "
+        "package; default: none)",
+    ),
+}
+#: what each command that reads a config says of itself in its ``--help``
+DESCRIPTIONS = {
+    "inspect": "Set up a config's DataModule (no training) and show what its batches look like. "
+    "Every other argument is the one `varlen fit` takes (--config, --data.init_args.*).",
+    "optimize": "Write a config's training split as LitData chunks (litdata.optimize) with varlen's size "
+    "index beside its index.json. Every other argument is the one `varlen fit` takes (--config, --data.*).",
+}
+
+
+def _own_options(command: str, options: dict[str, dict]) -> argparse.ArgumentParser:
+    """The parser of a command's own options; what it does not know, ``fit``'s parser reads."""
+    parser = argparse.ArgumentParser(prog=f"varlen {command}", description=DESCRIPTIONS[command])
+    for flag, settings in options.items():
+        parser.add_argument(flag, **settings)
+    return parser
+
+
 def inspect_command(argv: Sequence[str]) -> SplitSummary:
     """``varlen inspect``: its own options, then the config and ``--data.*`` arguments ``fit`` takes.
 
@@ -283,18 +157,7 @@ def inspect_command(argv: Sequence[str]) -> SplitSummary:
     no model and no trainer are made. Prints the summary (:func:`varlen.cli.inspection.summarize`) and,
     with ``--out``, writes its plots there.
     """
-    parser = argparse.ArgumentParser(
-        prog="varlen inspect",
-        description="Set up a config's DataModule (no training) and show what its batches look like. "
-        "Every other argument is the one `varlen fit` takes (--config, --data.init_args.*).",
-    )
-    parser.add_argument("--split", default="train", help="the split to inspect (default: train)")
-    parser.add_argument("--world-size", type=int, default=1, help="ranks to plan the batches for")
-    parser.add_argument("--out", default=None, help="folder for the PNG plots (default: none written)")
-    parser.add_argument("--max-batches", type=int, default=None, help="collate at most this many batches")
-    parser.add_argument(
-        "--rate", action="store_true", help="also the training loader's batches/s with the config's own settings"
-    )
+    parser = _own_options("inspect", INSPECT_OPTIONS)
     options, rest = parser.parse_known_args(list(argv))
     if options.world_size < 1:
         parser.error("--world-size must be >= 1")
@@ -317,37 +180,7 @@ def inspect_command(argv: Sequence[str]) -> SplitSummary:
 
 def optimize_command(argv: Sequence[str]) -> None:
     """``varlen optimize``: a config's training split written as LitData chunks, with its size index."""
-    parser = argparse.ArgumentParser(
-        prog="varlen optimize",
-        description="Write a config's training split as LitData chunks (litdata.optimize) with varlen's size "
-        "index beside its index.json. Every other argument is the one `varlen fit` takes (--config, --data.*).",
-    )
-    parser.add_argument(
-        "--output",
-        default=None,
-        help="a new folder for the chunks; a config with streamed sources: a folder for each source's (by name), "
-        "else each where the config reads it",
-    )
-    parser.add_argument("--chunk-bytes", default="64MB", help="bytes per chunk, e.g. 64MB (default) or 1000000")
-    parser.add_argument("--num-workers", type=int, default=None, help="LitData writer processes (default: its own)")
-    parser.add_argument(
-        "--weight-columns",
-        default="",
-        help="weight columns to write for weighted draws besides the config's "
-        "sample_weights column, comma-separated (each sample's value, beside the size index)",
-    )
-    parser.add_argument(
-        "--start-method",
-        default=None,
-        choices=multiprocessing.get_all_start_methods(),
-        help="how LitData starts its writers (default: its own, spawn)",
-    )
-    parser.add_argument(
-        "--compression",
-        default=None,
-        help="zstd or zstd:LEVEL (1-22): each chunk compressed inside its file, checked as written (needs the zstd "
-        "package; default: none)",
-    )
+    parser = _own_options("optimize", OPTIMIZE_OPTIONS)
     options, rest = parser.parse_known_args(list(argv))
     if options.num_workers is not None and options.num_workers < 1:
         parser.error("--num-workers must be >= 1")

@@ -238,10 +238,53 @@ def summarize(
     plan = sampler.global_plan(0)
     batches = [plan.order[a:b] for a, b in plan.bounds.tolist()]
     sizes = np.asarray(dm.of_each_source(dataset, "sampler_lengths")).reshape(len(dataset), -1)
+    collated = _collated(dm, dataset, batches[:max_batches] if max_batches else batches)
+    weighting, served = _served(dm, dataset, sampler, plan.order)
+    sources = []
+    if isinstance(dataset, SourceMixture):
+        _, shares, held = served_shares(plan.order, dataset.sources)
+        sources = list(zip(dataset.names, shares.tolist(), held.tolist(), strict=True))
+    schedule, stages = _stages(dataset, sampler, world_size)
+    rounds = dm.pad_to_multiple_of if dm.sampler_rounds_sizes else None
+    use, budget = _budget_use(sizes, batches, sampler, rounds)
+    axes = list(dm.size_axes)[: sizes.shape[1]]
+    axes += [f"axis {d}" for d in range(len(axes), sizes.shape[1])]
+    return SplitSummary(
+        name=type(dm).__name__,
+        split=split,
+        samples=len(dataset),
+        report=dm.report.to_dict().get(split, {}),
+        axes=axes,
+        sizes=sizes,
+        quantiles=np.quantile(sizes, QUANTILES, axis=0) if len(sizes) else np.zeros((5, sizes.shape[1])),
+        bucket_edges=_bucket_edges(sampler, sizes.shape[1]),
+        world_size=world_size,
+        batches=len(batches),
+        batches_per_rank=len(sampler),
+        samples_per_batch=np.array([len(b) for b in batches]),
+        **collated,
+        budget=budget,
+        budget_use=use,
+        padded_size=np.array([sizes[b, 0].max() for b in batches]),
+        weighting=weighting,
+        served=served,
+        mix=dm.mix if sources else None,
+        sources=sources,
+        schedule=schedule,
+        stages=stages,
+        rungs=None if dm.rungs is None else [list(r.lengths) for r in dm.rungs],
+        policy=_policy(dm, split, shuffle, world_size, sampler),
+        packed_row=getattr(dm, "packing", None) and dm.packing[0],
+    )
+
+
+def _collated(dm: VarLenDataModule, dataset, batches: list[np.ndarray]) -> dict[str, Any]:
+    """The batches fetched and collated as the loader does: their padding efficiency (each, all, per field
+    where the DataModule counts fields apart), distinct padded shapes and largest size in bytes."""
     fetch = getattr(dataset, "__getitems__", None)
     efficiency, shapes, largest, real, allocated = [], set(), 0, 0, 0
     by_field, fields = getattr(dm, "field_stats", None), {}
-    for indices in batches[:max_batches] if max_batches else batches:
+    for indices in batches:
         items = fetch(indices.tolist()) if fetch is not None else [dataset[int(i)] for i in indices]
         batch = dm.collate_fn(items)
         stats = dm.batch_stats(batch)
@@ -252,52 +295,21 @@ def summarize(
         efficiency.append(stats.real / max(stats.padded, 1))
         shapes.add(padded_shape(batch, dm.mask_keys))
         largest = max(largest, tensor_bytes(batch))
-    weighting, served = _served(dm, dataset, sampler, plan.order)
-    sources = []
-    if isinstance(dataset, SourceMixture):
-        _, shares, held = served_shares(plan.order, dataset.sources)
-        sources = list(zip(dataset.names, shares.tolist(), held.tolist(), strict=True))
-    schedule, stages = _stages(dataset, sampler, world_size)
-    policy = _policy(dm, split, shuffle, world_size, sampler)
-    rounds = dm.pad_to_multiple_of if dm.sampler_rounds_sizes else None
-    use, budget = _budget_use(sizes, batches, sampler, rounds)
-    axes = list(dm.size_axes)[: sizes.shape[1]]
-    axes += [f"axis {d}" for d in range(len(axes), sizes.shape[1])]
-    report = dm.report.to_dict().get(split, {})
-    return SplitSummary(
-        name=type(dm).__name__,
-        split=split,
-        samples=len(dataset),
-        report=report,
-        axes=axes,
-        sizes=sizes,
-        quantiles=np.quantile(sizes, QUANTILES, axis=0) if len(sizes) else np.zeros((5, sizes.shape[1])),
-        bucket_edges=sampler.bucket_sizes()
-        if hasattr(sampler, "bucket_sizes")  # a streamed split's, from its size index
-        else [np.unique(sampler._buckets[1][:, d]) for d in range(sizes.shape[1])],
-        world_size=world_size,
-        batches=len(batches),
-        batches_per_rank=len(sampler),
-        samples_per_batch=np.array([len(b) for b in batches]),
-        efficiency=np.asarray(efficiency),
-        real=real,
-        allocated=allocated,
-        budget=budget,
-        budget_use=use,
-        padded_size=np.array([sizes[b, 0].max() for b in batches]),
-        shapes=len(shapes),
-        largest_bytes=largest,
-        weighting=weighting,
-        served=served,
-        mix=dm.mix if sources else None,
-        sources=sources,
-        schedule=schedule,
-        stages=stages,
-        rungs=None if dm.rungs is None else [list(r.lengths) for r in dm.rungs],
-        policy=policy,
-        packed_row=getattr(dm, "packing", None) and dm.packing[0],
-        fields=[(name, r / max(p, 1)) for name, (r, p) in fields.items()] if len(fields) > 1 else [],
-    )
+    return {
+        "efficiency": np.asarray(efficiency),
+        "real": real,
+        "allocated": allocated,
+        "shapes": len(shapes),
+        "largest_bytes": largest,
+        "fields": [(name, r / max(p, 1)) for name, (r, p) in fields.items()] if len(fields) > 1 else [],
+    }
+
+
+def _bucket_edges(sampler, axes: int) -> list[np.ndarray]:
+    """The sampler's bucket edges on each size axis (a streamed split's from its size index)."""
+    if hasattr(sampler, "bucket_sizes"):
+        return sampler.bucket_sizes()
+    return [np.unique(sampler._buckets[1][:, d]) for d in range(axes)]
 
 
 def _stages(dataset, sampler, world_size: int) -> tuple[str | None, list]:

@@ -1,0 +1,196 @@
+"""LightningCLI as ``varlen`` runs it: its parser lists varlen's commands beside Lightning's and says a mistyped
+name in one line (:class:`VarLenParser`); :class:`VarLenCLI` links the data's values to the model
+(:data:`~varlen.datamodules.base.LINKED`), expands ``${VARLEN_DATA}`` in data paths and adds a fit's callbacks
+(epoch lines, data wait, shape warm-up, timed and interrupted saves); :class:`DataOnlyCLI` builds a config's
+DataModule alone. :mod:`varlen.cli.dispatch` builds and runs them."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any, Literal
+
+import lightning.pytorch as pl
+from jsonargparse import ActionSubCommands, ArgumentParser
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
+
+import varlen.datamodules
+from varlen.batching.data_wait import DataWait
+from varlen.batching.warmup import WarmShapes
+from varlen.callbacks.progress import EpochProgress, StepProgress
+from varlen.callbacks.resumable import AtomicCheckpointIO, fit_resumably, with_resumable
+from varlen.cli.commands import SUMMARIES, TRAINER
+from varlen.cli.typos import one_line
+from varlen.datamodules.base import LINKED
+from varlen.storage.paths import expand_data_paths
+
+__all__ = ["DataOnlyCLI", "VarLenCLI", "VarLenParser"]
+
+
+class _Commands(ActionSubCommands):
+    """jsonargparse's subcommands, each listed with its line of ``varlen --help`` (not the Trainer's docstring)."""
+
+    def add_subcommand(self, name: str, parser: ArgumentParser, **kwargs) -> ArgumentParser:
+        kwargs["help"] = SUMMARIES[name]
+        return super().add_subcommand(name, parser, **kwargs)
+
+
+class VarLenParser(LightningArgumentParser):
+    """Lightning's parser whose subcommands are :class:`_Commands`, kept as :attr:`commands` so that
+    :class:`VarLenCLI` can list varlen's own commands after Lightning's."""
+
+    commands: ActionSubCommands | None = None
+
+    def error(self, message: str, ex: Exception | None = None):
+        """A mistyped name in one line (:mod:`varlen.cli.typos`), status 2; other errors as jsonargparse says them."""
+        if self.exit_on_error:
+            command = self.prog.replace(" [options]", "")
+            named = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in SUMMARIES else None  # inspect, tune...
+            command += f" {named}" if command == "varlen" and named else ""
+            line = one_line(message, command, self._option_string_actions)
+            if line is not None:
+                sys.stderr.write(f"varlen: error: {line}\n")
+                sys.exit(2)
+        super().error(message, ex)
+
+    def add_subcommands(self, required: bool = True, dest: str = "subcommand", **kwargs) -> ActionSubCommands:
+        self.commands = super().add_subcommands(required, dest, action=_Commands, **kwargs)
+        return self.commands
+
+
+class VarLenCLI(LightningCLI):
+    """LightningCLI with varlen's commands (:mod:`varlen.cli.commands`), the data-to-model links of :data:`LINKED`,
+    ``${VARLEN_DATA}`` data paths, and a fit's epoch lines (``--epoch_lines``)."""
+
+    @staticmethod
+    def subcommands() -> dict[str, set[str]]:
+        """The Trainer methods varlen runs (:data:`~varlen.cli.commands.TRAINER`), with the arguments Lightning skips
+        for each."""
+        lightning = LightningCLI.subcommands()
+        return {name: lightning[name] for name in TRAINER}
+
+    def setup_parser(self, add_subcommands: bool, main_kwargs: dict, subparser_kwargs: dict) -> None:
+        super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
+        if add_subcommands:  # varlen's own commands, listed only: console() runs them before any parsing
+            for name, summary in SUMMARIES.items():
+                if name not in TRAINER:
+                    self.parser.commands.add_subcommand(name, ArgumentParser(description=summary))
+
+    def add_arguments_to_parser(self, parser) -> None:
+        for name in LINKED:
+            parser.link_arguments(f"data.{name}", f"model.init_args.{name}", apply_on="instantiate")
+        parser.add_argument(
+            "--epoch_lines",
+            type=bool | list[str],
+            default=True,
+            help="One line per training epoch: the validation metrics, padding efficiency, samples/s "
+            "(varlen.callbacks.progress.EpochProgress). true: every val/ metric; a list: those metrics; "
+            "false: no line. "
+            "An EpochProgress listed in trainer.callbacks replaces it.",
+        )
+        parser.add_argument(
+            "--checkpoint_every_min",
+            type=float,
+            default=15.0,
+            help="Minutes of training between saves of last.ckpt (varlen.callbacks.resumable.Resumable), besides "
+            "each epoch's "
+            "end and an interruption (SIGINT, SIGTERM: the fit stops at the step's end, saves it and prints the "
+            "command that resumes it). 0: no timed saves. A listed ModelCheckpoint's folder gets it.",
+        )
+        parser.add_argument(
+            "--data_wait",
+            type=bool,
+            default=True,
+            help="Time the training loop's wait for data (varlen.batching.data_wait.DataWait): data/wait_ms per "
+            "step, data/wait_share per epoch (also in the epoch line), and one line of advice when the share "
+            "passes a tenth of the epoch. false: off. A DataWait listed in trainer.callbacks replaces it.",
+        )
+        parser.add_argument(
+            "--progress_every",
+            type=float,
+            default=30.0,
+            help="Where no progress bar shows (stdout no terminal: a log file, a scheduler), a line every this "
+            "many seconds of training: step of total, samples/s, waiting share, time left "
+            "(varlen.callbacks.progress.StepProgress). 0: none.",
+        )
+        parser.add_argument(
+            "--warm_shapes",
+            type=bool | Literal["always"],
+            default=True,
+            help="Before the first training step, run each batch shape of the epoch once through the model's "
+            "forward and backward, then restore everything (varlen.batching.warmup.WarmShapes): a GPU pays for "
+            "each new shape (cuDNN attention plans in bf16) before training, not during it. The run trains bit "
+            "for bit as without it. true: where a shape has a first-time cost (not a CPU in eager mode); "
+            "always: on a CPU too; false: off. A WarmShapes listed in trainer.callbacks replaces it.",
+        )
+
+    def before_instantiate_classes(self) -> None:
+        """``${VARLEN_DATA}`` in a data argument becomes the data folder (:func:`varlen.storage.paths.data_root`)."""
+        data = self._get(self.config, "data")
+        for key, value in list(data.items()) if data is not None else ():
+            expanded = expand_data_paths(value)
+            if expanded != value:
+                data[key] = expanded
+
+    def instantiate_trainer(self, **kwargs) -> pl.Trainer:
+        """The Trainer with one :class:`DataWait`, one :class:`WarmShapes` and one :class:`EpochProgress` (of the
+        metrics ``--epoch_lines`` lists), each left out where its option is false, one
+        :class:`~varlen.callbacks.resumable.Resumable` (``--checkpoint_every_min``; with Lightning's ModelCheckpoint
+        keeping ``last.ckpt`` where none is listed), checkpoints written whole
+        (:class:`~varlen.callbacks.resumable.AtomicCheckpointIO`), and without Lightning's progress bar when stdout
+        is no terminal, unless ``trainer.enable_progress_bar`` is set: its redraws (carriage returns) would fill a
+        log with partial lines."""
+        settings = {**self._get(self.config_init, "trainer", default={}), **kwargs}
+        callbacks = settings.get("callbacks") or []
+        callbacks = list(callbacks) if isinstance(callbacks, list | tuple) else [callbacks]
+        # a DataWait before an EpochProgress: its line shows the epoch's share
+        callbacks = _one(callbacks, DataWait, self._get(self.config, "data_wait", default=True), DataWait)
+        warm = self._get(self.config, "warm_shapes", default=True)
+        when = "always" if warm == "always" else "auto"
+        callbacks = _one(callbacks, WarmShapes, warm, lambda: WarmShapes(when=when))
+        lines = self._get(self.config, "epoch_lines", default=True)
+        metrics = None if lines is True else lines
+        callbacks = _one(callbacks, EpochProgress, lines, lambda: EpochProgress(metrics=metrics))
+        minutes = self._get(self.config, "checkpoint_every_min", default=15.0)
+        callbacks = with_resumable(callbacks, minutes, settings.get("enable_checkpointing") is not False)
+        if settings.get("enable_progress_bar") is None and not sys.stdout.isatty():
+            kwargs["enable_progress_bar"] = False
+        every = self._get(self.config, "progress_every", default=30.0)
+        bar = kwargs.get("enable_progress_bar", settings.get("enable_progress_bar", True))
+        if every and bar is False and not any(isinstance(c, StepProgress) for c in callbacks):
+            callbacks.append(StepProgress(every))
+        trainer = super().instantiate_trainer(**{**kwargs, "callbacks": callbacks})
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # Lightning's own, not a plugin's
+            trainer.strategy.checkpoint_io = AtomicCheckpointIO()
+        return trainer
+
+    def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
+        """Lightning's, keeping the command's arguments for the line that resumes an interrupted fit."""
+        self.argv = list(sys.argv[1:] if args is None else args) if isinstance(args, list | tuple | None) else None
+        super().parse_arguments(parser, args)
+
+    def fit(self, model: pl.LightningModule, **kwargs: Any) -> None:
+        """``trainer.fit``, its folders checked first; interrupted, the line that resumes it and status 128 + the
+        signal (:func:`varlen.callbacks.resumable.fit_resumably`)."""
+        fit_resumably(self.trainer, model, self.argv, **kwargs)
+
+
+def _one(callbacks: list, kind: type, setting: object, make: Callable[[], object]) -> list:
+    """``callbacks`` without any ``kind`` where ``setting`` is False, else with one (``make()``) where none is
+    listed (a listed one replaces varlen's)."""
+    if setting is False:
+        return [c for c in callbacks if not isinstance(c, kind)]
+    return callbacks if any(isinstance(c, kind) for c in callbacks) else [*callbacks, make()]
+
+
+class DataOnlyCLI(VarLenCLI):
+    """Parses a config exactly as ``fit`` does (every ``--data.*`` override), but builds its DataModule
+    only: ``varlen inspect`` loads (or downloads) no model weights and makes no trainer."""
+
+    def instantiate_classes(self) -> None:
+        parser = ArgumentParser()
+        parser.add_subclass_arguments(varlen.datamodules.VarLenDataModule, "data", required=True)
+        data = parser.parse_object({"data": self.config["data"].as_dict()})
+        self.datamodule = parser.instantiate_classes(data)["data"]
+        self.model = self.trainer = None
