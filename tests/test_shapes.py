@@ -22,6 +22,7 @@ from toy import ToySequences
 
 from varlen.batching import BucketBatchSampler
 from varlen.batching.data_wait import DataWait
+from varlen.batching.indices import widths_of
 from varlen.batching.plan import PlanSpec, rungs_of
 from varlen.batching.shape_cost import ShapeCost
 from varlen.batching.shapes import Rungs, ladder, pad_length, power_of_two_tail, size_histogram
@@ -187,6 +188,13 @@ def test_a_text_datamodule_pads_every_split_to_the_rungs_fitted_on_training(tmp_
         assert batch["input_ids"].shape[1] == int(batch["attention_mask"].sum(1).max())
 
 
+def pads_to(dm: VarLenDataModule, rungs: Rungs | None) -> bool:
+    """Whether every training batch carries the length ``rungs`` pad its longest sample to (None: carries none)."""
+    lengths = np.asarray(dm.dataset("train").lengths)
+    want = lambda batch: None if rungs is None else (rungs.round(int(lengths[batch].max())),)  # noqa: E731
+    return all(widths_of(batch) == want(batch) for batch in dm.batch_sampler("train", True))
+
+
 def test_the_checkpoint_keeps_the_run_rungs_unless_their_settings_changed(tmp_path) -> None:
     """A resumed DataModule of the run's batching settings cuts for the rungs it was trained with, whatever it
     fits itself (another world size); one of another max_shapes (or budget) fits its own, and its sampler plans
@@ -202,7 +210,7 @@ def test_the_checkpoint_keeps_the_run_rungs_unless_their_settings_changed(tmp_pa
     same = TextClassificationDataModule(max_shapes=8, **kwargs)
     same.load_state_dict(elsewhere)  # before setup, as Lightning does
     same.setup("fit")
-    assert [list(r.lengths) for r in same.rungs] == [[39, 118]] and same.collate_fn.pad_to_multiple_of == same.rungs[0]
+    assert [list(r.lengths) for r in same.rungs] == [[39, 118]] and pads_to(same, same.rungs[0])
     resumed = TextClassificationDataModule(max_shapes=3, **kwargs)
     resumed.load_state_dict(saved)
     resumed.setup("fit")
@@ -211,10 +219,10 @@ def test_the_checkpoint_keeps_the_run_rungs_unless_their_settings_changed(tmp_pa
     assert resumed.rungs == own.rungs != run.rungs
     older = dict(saved, data_state={k: v for k, v in saved["data_state"].items() if k != "batching"})
     resumed.load_state_dict(older)
-    assert resumed.rungs == run.rungs and resumed.dataset("train").pad_to_multiple_of == run.rungs[0]
+    assert resumed.rungs == run.rungs and pads_to(resumed, run.rungs[0])
     oldest = dict(saved, data_state={k: v for k, v in older["data_state"].items() if k != "rungs"})
     resumed.load_state_dict(oldest)
-    assert resumed.rungs is None and resumed.dataset("train").pad_to_multiple_of is None
+    assert resumed.rungs is None and pads_to(resumed, None)
 
 
 def test_sst2_takes_few_shapes_at_little_padding(shared_data) -> None:

@@ -24,11 +24,12 @@ from torch.utils.data import BatchSampler, Sampler
 
 from varlen import notices
 from varlen.batching.collate import round_up
+from varlen.batching.indices import BatchIndices
 from varlen.batching.plan import Plan, PlanSpec, as_size_matrix, bucketize, build_plan, fit_rungs, split_largest
 from varlen.batching.replan import PlanChanges
 from varlen.batching.resume import ResumableEpochs, canonical
 from varlen.batching.scheduled import ScheduledDraws, ScheduledWeights, join_pieces
-from varlen.batching.shapes import Rungs, batch_shapes, cant_hold, distinct_shapes
+from varlen.batching.shapes import Rungs, batch_shapes, batch_widths, cant_hold, distinct_shapes
 from varlen.batching.weights import WeightedDraw, strata_of
 
 __all__ = ["BucketBatchSampler", "EpochTracker"]
@@ -361,8 +362,13 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
         return max(distinct_shapes(shapes), default=0)
 
     def batch_of(self, indices: list[int], epoch: int) -> list[int]:
-        """``indices`` as this sampler serves a batch of ``epoch`` (a plain list here)."""
-        return indices
+        """``indices`` as this sampler serves a batch of ``epoch``: with rungs, carrying its padded lengths."""
+        widths = self.widths(indices)
+        return indices if widths is None else BatchIndices(indices, widths)
+
+    def widths(self, indices: list[int]) -> tuple[int, ...] | None:
+        """The padded length of each size axis of the batch of ``indices`` (None without rungs: its longest)."""
+        return None if self.rungs is None else batch_widths(self.sizes[indices], self.rungs)
 
     def shape_batches(self, epoch: int | None = None) -> list[list[int]]:
         """One batch of ``epoch`` (every rank's plan) for each of its distinct shapes, as it is served, the
@@ -400,11 +406,11 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
         return self._batches()
 
     def _batches(self) -> Iterator[list[int]]:
-        order = None
+        order, epoch = None, self.epoch
         for source, (first, end) in self.positions():
             if order is None:  # a resumed epoch's rows index their own order (its plans', see rest_rows)
                 order = source if isinstance(source, np.ndarray) else self._plan_on(self.epoch, source).order
-            yield order[first:end].tolist()
+            yield self.batch_of(order[first:end].tolist(), epoch)
 
     def state_dict(self) -> dict[str, Any]:
         """Rank-independent position: all ranks have served the same number of batches.

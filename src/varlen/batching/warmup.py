@@ -33,6 +33,7 @@ import torch
 
 from varlen import notices
 from varlen.batching.given_back import given_back
+from varlen.batching.indices import fetch as fetch_batch
 from varlen.batching.shape_cost import first_time_cost
 
 __all__ = ["WarmShapes", "shape_batches"]
@@ -121,10 +122,7 @@ def _training_state(trainer: pl.Trainer) -> tuple[list[Any], list[Any], Any]:
 def fetch(loader: Any, indices: list[int]) -> Any:
     """The collated batch of ``indices``, fetched as the loader's workers would (its batched fetch when
     the dataset has one, else a list of samples) and collated by its ``collate_fn``."""
-    dataset = loader.dataset
-    getitems = getattr(dataset, "__getitems__", None)
-    samples = getitems(indices) if getitems is not None else [dataset[i] for i in indices]
-    return loader.collate_fn(samples)
+    return loader.collate_fn(fetch_batch(loader.dataset, indices))
 
 
 @contextlib.contextmanager

@@ -467,7 +467,7 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
             extra["timeout"] = self.timeout
             extra["multiprocessing_context"] = self.multiprocessing_context
         return VarLenLoader(
-            self.dataset(split),
+            self.fetched_from(split),
             batch_sampler=self.batch_sampler(split, shuffle),
             collate_fn=CheckedCollate(self.collate_fn, type(self).__name__, split),
             num_workers=self.num_workers,
