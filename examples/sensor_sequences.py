@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from varlen.batching.ragged import Ragged
 from varlen.batching.indices import PadsToWidths, pad_to
+from varlen.batching.ragged import Ragged
 from varlen.datamodules import VarLenDataModule, base_args
 from varlen.errors import DataError, DatasetNotFoundError
 from varlen.models import VarLenModule
