@@ -13,4 +13,4 @@ class EpochBatchSampler(BucketBatchSampler):
     """:class:`BucketBatchSampler` (same arguments, plan and state) whose batches are :class:`EpochIndices`."""
 
     def batch_of(self, indices: list[int], epoch: int) -> EpochIndices:
-        return EpochIndices(indices, epoch, self.widths_of(indices))
+        return EpochIndices(indices, epoch, self.widths(indices))
