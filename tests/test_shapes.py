@@ -25,7 +25,7 @@ from varlen.batching.data_wait import DataWait
 from varlen.batching.indices import widths_of
 from varlen.batching.plan import PlanSpec, rungs_of
 from varlen.batching.shape_cost import ShapeCost
-from varlen.batching.shapes import Rungs, ladder, pad_length, power_of_two_tail, size_histogram
+from varlen.batching.shape_policy import Rungs, ladder, pad_length, power_of_two_tail, size_histogram
 from varlen.batching.warmup import WarmShapes, shape_batches
 from varlen.datamodules import TextClassificationDataModule
 from varlen.datamodules.base import VarLenDataModule, base_args
@@ -364,7 +364,7 @@ def test_the_shapes_read_off_histograms_are_those_of_the_cut_rows() -> None:
     """Random rows of bucket counts (padded budgets, caps, fixed batch sizes, equalising splits): the shapes
     :func:`row_shapes` reads off the histograms are exactly those of the rows cut one by one."""
     from varlen.batching.plan import cut_segment, split_to_multiple
-    from varlen.stream.shapes import row_shapes
+    from varlen.stream.shape_policy import row_shapes
 
     rng = np.random.default_rng(0)
     for _ in range(400):
@@ -390,7 +390,7 @@ def test_the_shapes_read_off_histograms_are_those_of_the_cut_rows() -> None:
 
 def test_stream_rungs_are_grid_edges_that_pad_less_than_evenly_spaced_ones() -> None:
     from varlen.batching.plan import SIZE_GRID
-    from varlen.stream.shapes import histogram_rungs
+    from varlen.stream.shape_policy import histogram_rungs
 
     sizes = np.concatenate([np.repeat(np.arange(4, 30), 500), np.random.default_rng(1).integers(30, 3000, 400)])
     total = np.bincount(np.searchsorted(SIZE_GRID, sizes), minlength=len(SIZE_GRID))

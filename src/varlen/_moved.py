@@ -22,6 +22,9 @@ MOVED = {
     "varlen.resumable": "varlen.callbacks.resumable",
     **{f"varlen.{name}": f"varlen.storage.{name}" for name in ("cache", "tables", "checksums", "paths")},
     **{f"varlen.{name}": f"varlen.prepare.{name}" for name in ("report", "splits", "labels", "duplicates", "draws")},
+    "varlen.batching.collate": "varlen.batching.padding",
+    "varlen.batching.shapes": "varlen.batching.shape_policy",
+    "varlen.stream.shapes": "varlen.stream.shape_policy",
 }
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
-from varlen.batching.shapes import PadTo, Rungs
+from varlen.batching.shape_policy import PadTo, Rungs
 
 __all__ = [
     "BatchFetch",

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from varlen.batching.collate import pad_sequences
 from varlen.batching.indices import PadsToWidths, pad_to
+from varlen.batching.padding import pad_sequences
 from varlen.errors import DataError
 
 __all__ = ["PadCollate"]

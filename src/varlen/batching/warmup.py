@@ -3,7 +3,7 @@
 Why: a GPU pays once for each new batch shape (cuDNN attention builds a plan per ``(batch, length)``
 in bf16, torch.compile and CUDA graphs record per shape), and a bucketed epoch would otherwise pay
 each one in the middle of training, where under DDP the other ranks wait for it. The shape policy
-(``max_shapes``, :mod:`varlen.batching.shapes`) keeps the shapes few; this pays them up front. Where a
+(``max_shapes``, :mod:`varlen.batching.shape_policy`) keeps the shapes few; this pays them up front. Where a
 shape costs nothing extra (:func:`~varlen.batching.shape_cost.first_time_cost`: eager on a CPU) the
 warm-up would only spend time (52 s of a 539 s text fit), so by default it runs on another device or
 for a compiled model only, and says in one line why it skips elsewhere.

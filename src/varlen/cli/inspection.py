@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from varlen.batching.collate import round_up
+from varlen.batching.padding import round_up
 from varlen.batching.plan import SUMMED
 from varlen.datamodules.base import VarLenDataModule
 from varlen.datamodules.weighting import served_shares

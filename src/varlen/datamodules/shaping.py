@@ -24,11 +24,11 @@ import torch.distributed as dist
 from varlen import notices
 from varlen.batching.indices import BatchFetch, pads_to_widths
 from varlen.batching.plan import PlanSpec, fit_rungs
-from varlen.batching.shapes import Rungs, cant_hold, fit_count, round_up
+from varlen.batching.shape_policy import Rungs, cant_hold, fit_count, round_up
 from varlen.datamodules.streaming import stream_sampler
 from varlen.datasets.mixture import MixtureCollator, SourceMixture
 from varlen.errors import DataError
-from varlen.stream.shapes import histogram_rungs
+from varlen.stream.shape_policy import histogram_rungs
 
 __all__ = ["ShapePolicy", "check_max_shapes", "check_max_tokens", "check_rung_batch_sizes"]
 

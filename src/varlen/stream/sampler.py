@@ -22,10 +22,10 @@ from torch.utils.data import BatchSampler, Sampler
 from varlen.batching.indices import BatchIndices
 from varlen.batching.plan import Plan
 from varlen.batching.sampler import BucketBatchSampler, EpochTracker
-from varlen.batching.shapes import batch_widths
+from varlen.batching.shape_policy import batch_widths
 from varlen.stream.plan import WINDOW_BATCHES
 from varlen.stream.plan_state import StreamBatchPlan
-from varlen.stream.shapes import stream_sizes
+from varlen.stream.shape_policy import stream_sizes
 from varlen.stream.size_index import SizeIndex
 
 __all__ = ["StreamBatchSampler"]

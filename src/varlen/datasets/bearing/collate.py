@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from varlen.batching.indices import PadsToWidths, pad_to
-from varlen.batching.shapes import pad_length
+from varlen.batching.shape_policy import pad_length
 from varlen.datasets.bearing.dataset import WindowBatch
 from varlen.datasets.bearing.storage import RecordingBuffer, gather_windows
 

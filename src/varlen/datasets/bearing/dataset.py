@@ -21,7 +21,7 @@ from torch.utils.data import Dataset
 
 from varlen.batching.indices import PadsToWidths, pad_to
 from varlen.batching.ragged import Ragged
-from varlen.batching.shapes import PadTo, pad_length
+from varlen.batching.shape_policy import PadTo, pad_length
 from varlen.datasets.bearing.augment import WindowAugment
 from varlen.datasets.bearing.storage import PaddedWindows, RecordingBuffer, gather_windows, standardize
 from varlen.datasets.bearing.window_tables import WINDOW_COLUMNS

@@ -27,7 +27,7 @@ from torch.utils.data import Dataset
 
 from varlen.batching.indices import EpochIndices, PadsToWidths, pad_to  # EpochIndices re-exported
 from varlen.batching.ragged import Ragged
-from varlen.batching.shapes import PadTo
+from varlen.batching.shape_policy import PadTo
 from varlen.datasets.hyperspectral.bands import fixed_band_rows, random_band_rows
 from varlen.datasets.hyperspectral.gather import PixelBatch, flat_view, normalize, read_patches
 from varlen.datasets.hyperspectral.readers import MappedCube

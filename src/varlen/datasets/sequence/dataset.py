@@ -22,7 +22,7 @@ from torch.utils.data import Dataset
 
 from varlen.batching.indices import PadsToWidths, pad_to, with_widths
 from varlen.batching.pad_collate import PadCollate
-from varlen.batching.shapes import PadTo
+from varlen.batching.shape_policy import PadTo
 from varlen.datasets.sequence.columns import SequenceColumns
 from varlen.datasets.sequence.packed import pack_arrays, packed_field
 from varlen.datasets.sequence.transform import SampleTransform

@@ -18,7 +18,7 @@ import torch
 
 from varlen.batching.indices import PadsToWidths, pad_to
 from varlen.batching.ragged import Ragged
-from varlen.batching.shapes import PadTo, pad_length
+from varlen.batching.shape_policy import PadTo, pad_length
 from varlen.datasets.mixture import join_padded
 from varlen.storage.tables import MappedTable
 

@@ -3,7 +3,7 @@ shapes from its windows' (or units') histograms, without reading a chunk.
 
 Rungs (:func:`histogram_rungs`) are edges of the size grid: a streamed plan buckets samples by grid bin, so
 a rung must close a bin. They are placed where they pad least by the same exact programme as in memory
-(:func:`~varlen.batching.shapes.ladder`), over the summed histogram, each bin's samples counted at its edge.
+(:func:`~varlen.batching.shape_policy.ladder`), over the summed histogram, each bin's samples counted at its edge.
 
 A batch's padded length is its longest size up to its rung, the sizes read from the size indexes
 (:func:`stream_sizes`): what the streamed sampler's batches carry (:mod:`varlen.batching.indices`).
@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from varlen.batching.plan import PlanSpec, batch_room, cut_segment, keep_populated, split_to_multiple
-from varlen.batching.shapes import Rungs, ladder, round_up
+from varlen.batching.shape_policy import Rungs, ladder, round_up
 
 __all__ = ["histogram_rungs", "row_shapes", "stream_sizes"]
 

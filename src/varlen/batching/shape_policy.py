@@ -229,7 +229,7 @@ def __getattr__(name: str):
         from varlen.batching.indices import PadsToWidths
 
         warnings.warn(
-            "varlen.batching.shapes.PadsToRungs is gone: batches carry the length they pad to; read it with "
+            "varlen.batching.shape_policy.PadsToRungs is gone: batches carry the length they pad to; read it with "
             "varlen.batching.indices.pad_to(indices, pad_to_multiple_of) and set pads_to_widths = True",
             DeprecationWarning,
             stacklevel=2,
