@@ -222,17 +222,21 @@ def fit_count(shapes_of: Callable[[int], int], limit: int, most: int) -> int:
     return low
 
 
+class _PadsToRungs:
+    """What ``PadsToRungs`` became: a padder that reads the lengths its batches carry (see the warning)."""
+
+    pads_to_widths = True
+
+
 def __getattr__(name: str):
     if name == "PadsToRungs":  # a dataset or collate that was handed the rungs: batches now carry their lengths
         import warnings
 
-        from varlen.batching.indices import PadsToWidths
-
         warnings.warn(
-            "varlen.batching.shape_policy.PadsToRungs is gone: batches carry the length they pad to; read it with "
-            "varlen.batching.indices.pad_to(indices, pad_to_multiple_of) and set pads_to_widths = True",
+            "varlen.batching.shape_policy.PadsToRungs is gone: batches carry the length they pad to; subclass "
+            "varlen.batching.indices.PadsToWidths and pad to pad_to(indices, pad_to_multiple_of)",
             DeprecationWarning,
             stacklevel=2,
         )
-        return PadsToWidths
+        return _PadsToRungs
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

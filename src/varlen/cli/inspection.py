@@ -238,12 +238,10 @@ def summarize(
     plan = sampler.global_plan(0)
     batches = [plan.order[a:b] for a, b in plan.bounds.tolist()]
     sizes = np.asarray(dm.of_each_source(dataset, "sampler_lengths")).reshape(len(dataset), -1)
-    fetch = getattr(dataset, "__getitems__", None)
     efficiency, shapes, largest, real, allocated = [], set(), 0, 0, 0
     by_field, fields = getattr(dm, "field_stats", None), {}
     for indices in batches[:max_batches] if max_batches else batches:
-        items = fetch(indices.tolist()) if fetch is not None else [dataset[int(i)] for i in indices]
-        batch = dm.collate_fn(items)
+        batch = dm.collate_fn(dm.fetch_batch(split, indices.tolist()))
         stats = dm.batch_stats(batch)
         for name, counts in (by_field(batch) if by_field is not None else {}).items():
             part = fields.setdefault(name, [0, 0])

@@ -14,7 +14,7 @@ whatever the resumed world would fit.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from numbers import Number
 from typing import Any
 
@@ -22,9 +22,9 @@ import numpy as np
 import torch.distributed as dist
 
 from varlen import notices
-from varlen.batching.indices import BatchFetch, pads_to_widths
+from varlen.batching.indices import BatchFetch, BatchIndices, fetch, pads_to_widths, widths_of
 from varlen.batching.plan import PlanSpec, fit_rungs
-from varlen.batching.shape_policy import Rungs, cant_hold, fit_count, round_up
+from varlen.batching.shape_policy import Rungs, batch_widths, cant_hold, fit_count, round_up
 from varlen.datamodules.streaming import stream_sampler
 from varlen.datasets.mixture import MixtureCollator, SourceMixture
 from varlen.errors import DataError
@@ -206,6 +206,18 @@ class ShapePolicy:
         if self.rungs is None or getattr(dataset, "__getitems__", None) is not None:
             return dataset
         return BatchFetch(dataset)
+
+    def fetch_batch(self, split: str, indices: Sequence[int]) -> Any:
+        """The samples ``indices`` of ``split`` fetched as its loader fetches a batch (:func:`~varlen.batching.
+        indices.fetch`), cut for the rungs: carrying the lengths they pad it to (what a look at batches outside the
+        loader collates: ``varlen inspect``, ``varlen tune``, the contract tests)."""
+        dataset = self.dataset(split)
+        if self.rungs is not None and widths_of(indices) is None:
+            held = self.__dict__.setdefault("_sizes", {}).get(split)
+            if held is None or held[0] is not dataset:
+                held = self._sizes[split] = (dataset, np.asarray(self.of_each_source(dataset, "sampler_lengths")))
+            indices = BatchIndices(indices, batch_widths(held[1][np.asarray(indices, dtype=np.int64)], self.rungs))
+        return fetch(dataset, indices)
 
     def rung_caps(self) -> tuple[int, ...] | None:
         """The table's batch size of each rung, when the rungs are the table's (else None)."""
