@@ -3,11 +3,10 @@ their plan cut them for (and, for training, their epoch), in whichever process f
 
 Why: under the shape policy (``max_shapes``) a batch pads to its rung, not its longest sample; the plan knows
 that length when it cuts the batch, so the batch carries it (:class:`BatchIndices`, :class:`EpochIndices`)
-and whatever pads it reads it there (:func:`pad_to`): datasets, sources and collates are never handed the
-rungs. A dataset's batched fetch passes the lengths on to what it returns; a list of single samples carries
-them as :class:`Samples` (:func:`fetch`, :class:`BatchFetch` for a dataset without a batched fetch). A batch
-that says nothing (a plain list: a plain DataLoader, your own sampler) pads to its longest, rounded up to
-``pad_to_multiple_of``.
+and whatever pads reads it there (:func:`pad_to`): no dataset, source or collate is handed the rungs. A
+batched fetch passes the lengths on in what it returns; a list of single samples carries them as
+:class:`Samples` (:func:`fetch`; :class:`BatchFetch` for a dataset without a batched fetch). A batch that
+says nothing (a plain DataLoader, your own sampler) pads to its longest, up to ``pad_to_multiple_of``.
 """
 
 from __future__ import annotations
@@ -19,36 +18,20 @@ from torch.utils.data import Dataset
 
 from varlen.batching.shape_policy import PadTo, Rungs
 
-__all__ = [
-    "BatchFetch",
-    "BatchIndices",
-    "EpochIndices",
-    "PadsToWidths",
-    "Samples",
-    "fetch",
-    "pad_to",
-    "pads_to_widths",
-    "widths_of",
-    "with_widths",
-]
+__all__ = ["BatchFetch", "BatchIndices", "EpochIndices", "PadsToWidths", "Samples", "fetch", "pad_to"]
+__all__ += ["widths_of", "with_widths"]
 
 
 class PadsToWidths:
-    """A dataset or collate that pads each batch to the widths it carries (:func:`pad_to`): what a DataModule's
-    shape policy needs of whatever pads its batches (else its ``max_shapes`` is not applied). Subclass it, or
-    set the class attribute ``pads_to_widths = True``."""
+    """A dataset or collate that pads each batch to the lengths it carries (:func:`pad_to`): what a DataModule's
+    shape policy needs of whatever pads (else ``max_shapes`` is not applied). Or set ``pads_to_widths = True``."""
 
     pads_to_widths = True
 
 
-def pads_to_widths(obj: Any) -> bool:
-    """Whether ``obj`` (a dataset or collate) pads each batch to the widths it carries."""
-    return bool(getattr(obj, "pads_to_widths", False))
-
-
 class BatchIndices(list):
     """A batch of indices that also carries the padded length of each size axis (``widths``) its plan cut it
-    for (None: pad to its longest); it pickles with them."""
+    for (None: its longest); it pickles with them."""
 
     def __init__(self, indices, widths: Sequence[int] | None = None) -> None:
         super().__init__(indices)
@@ -80,7 +63,7 @@ class Samples(list):
 
     def __init__(self, samples, widths: Sequence[int] | None = None) -> None:
         super().__init__(samples)
-        self.widths = None if widths is None else tuple(widths)
+        self.widths = widths
 
 
 def widths_of(batch: Any) -> tuple[int, ...] | None:
@@ -95,23 +78,23 @@ def pad_to(batch: Any, multiple: int | None, axis: int = 0) -> PadTo:
     return multiple if widths is None else Rungs((widths[axis],), multiple)
 
 
-def fetch(dataset: Any, indices: Sequence[int]) -> Any:
-    """The batch of ``indices`` as a loader fetches it: the dataset's batched fetch (``__getitems__``) when it
-    has one, else a list of ``dataset[i]``; a list carries the widths of ``indices`` (:class:`Samples`)."""
-    getitems = getattr(dataset, "__getitems__", None)
-    return with_widths(getitems(indices) if getitems is not None else [dataset[i] for i in indices], indices)
-
-
 def with_widths(fetched: Any, indices: Sequence[int]) -> Any:
     """``fetched``, a plain list of single samples made :class:`Samples` carrying the widths of ``indices``
-    (when they carry any); what a batched fetch that returns single samples gives back."""
+    (when they carry any): what a batched fetch that returns single samples gives back."""
     widths = widths_of(indices)
     return Samples(fetched, widths) if widths is not None and type(fetched) is list else fetched
 
 
+def fetch(dataset: Any, indices: Sequence[int]) -> Any:
+    """The batch of ``indices`` as a loader fetches it: the dataset's batched fetch (``__getitems__``) when it
+    has one, else a list of ``dataset[i]``; a list carries the widths of ``indices``."""
+    getitems = getattr(dataset, "__getitems__", None)
+    return with_widths(getitems(indices) if getitems is not None else [dataset[i] for i in indices], indices)
+
+
 class BatchFetch(Dataset):
-    """A dataset without a batched fetch, fetched batch by batch (:func:`fetch`), so that its samples reach the
-    collate with the widths their batch carries; ``dataset`` is the one it fetches from."""
+    """A dataset without a batched fetch, fetched a batch at a time (:func:`fetch`), so that its samples reach
+    the collate with the widths their batch carries."""
 
     def __init__(self, dataset: Any) -> None:
         self.dataset = dataset

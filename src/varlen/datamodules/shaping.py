@@ -22,7 +22,7 @@ import numpy as np
 import torch.distributed as dist
 
 from varlen import notices
-from varlen.batching.indices import BatchFetch, BatchIndices, fetch, pads_to_widths, widths_of
+from varlen.batching.indices import BatchFetch, BatchIndices, fetch, widths_of
 from varlen.batching.plan import PlanSpec, fit_rungs
 from varlen.batching.shape_policy import Rungs, batch_widths, cant_hold, fit_count, round_up
 from varlen.datamodules.streaming import stream_sampler
@@ -124,7 +124,7 @@ class ShapePolicy:
             return
         if self.max_shapes is None:
             return
-        if not any(pads_to_widths(obj) for obj in (self._own_collate(), *self._train_parts())):
+        if not any(getattr(obj, "pads_to_widths", False) for obj in (self._own_collate(), *self._train_parts())):
             notices.info(
                 log,
                 f"{type(self).__name__}: max_shapes={self.max_shapes} is not applied: neither the training dataset "
