@@ -112,7 +112,7 @@ class ShapePolicy:
     rungs: tuple[Rungs, ...] | None
 
     def fit_shapes(self) -> None:
-        """Fit the training split's rungs (or take the table's) and hand them to whatever pads; first, a budget
+        """Fit the training split's rungs (or take the table's), which every split's sampler cuts for; first, a budget
         of another count of values than the size axes is refused (every DataModule's, once its axes are known)."""
         check_max_tokens(self.max_tokens, tuple(self.size_axes), type(self).__name__)
         train = self.datasets.get("train")
