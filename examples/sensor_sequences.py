@@ -2,7 +2,7 @@
 
 Each line is ``{"id": "...", "values": [float, ...], "label": "walk"}``. The DataModule is all a
 user writes: read and check the file (bad lines through ``self.report``), keep the values
-unpadded in one :class:`~varlen.batching.ragged.Ragged`, split with :mod:`varlen.splits`, pad a
+unpadded in one :class:`~varlen.batching.ragged.Ragged`, split with :mod:`varlen.prepare.splits`, pad a
 whole batch in one gather. Bucketing by length, budgets, DDP, resume, the report and
 ``varlen inspect`` come from the base class; ``tests/test_examples.py`` runs varlen's contract
 tests on it.
@@ -22,8 +22,8 @@ from varlen.batching.ragged import Ragged
 from varlen.datamodules import VarLenDataModule, base_args
 from varlen.errors import DataError, DatasetNotFoundError
 from varlen.models import VarLenModule
-from varlen.report import OnBad
-from varlen.splits import stratified_split
+from varlen.prepare.report import OnBad
+from varlen.prepare.splits import stratified_split
 
 __all__ = ["CLASSES", "SensorClassifier", "SensorDataModule", "SensorSequences", "as_batch", "write_example"]
 
