@@ -97,6 +97,23 @@ def test_rungs_of_merge_a_sparse_rung_up_and_keep_the_largest_size() -> None:
     assert rungs.lengths[-1] == 300 and 21 not in rungs.lengths  # one sample cannot mix: it pads to 300
 
 
+def test_a_batch_pads_to_the_length_it_carries_and_a_plain_list_to_its_longest() -> None:
+    from varlen.batching.indices import BatchFetch, EpochIndices, fetch
+    from varlen.batching.pad_collate import PadCollate
+
+    toys, picks = ToySequences(40, 0), [0, 1, 2]
+    longest = int(toys.lengths[picks].max())
+    collate = PadCollate(("ids",), pad_to_multiple_of=8)
+    assert collate(fetch(toys, picks))["ids"].shape[1] == -(-longest // 8) * 8
+    carried = EpochIndices(picks, 3, (longest + 20,))
+    assert collate(fetch(toys, carried))["ids"].shape[1] == longest + 20
+    assert collate(BatchFetch(toys).__getitems__(carried.like(picks[:1])))["ids"].shape[1] == longest + 20
+    assert carried.like([5]).epoch == 3 and EpochIndices(picks, 3).widths is None  # the old constructor
+    with pytest.warns(DeprecationWarning, match="PadsToRungs"):
+        from varlen.batching.shapes import PadsToRungs
+    assert PadsToRungs.pads_to_widths
+
+
 # -- the sampler --------------------------------------------------------------------------------
 
 
