@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from varlen.batching.indices import PadsToWidths, pad_to
 from varlen.batching.ragged import Ragged
-from varlen.batching.shapes import PadsToRungs
 from varlen.datamodules import VarLenDataModule, base_args
 from varlen.errors import DataError, DatasetNotFoundError
 from varlen.models import VarLenModule
@@ -30,9 +30,9 @@ __all__ = ["CLASSES", "SensorClassifier", "SensorDataModule", "SensorSequences",
 CLASSES = ("rest", "walk", "run")
 
 
-class SensorSequences(PadsToRungs, torch.utils.data.Dataset):
+class SensorSequences(PadsToWidths, torch.utils.data.Dataset):
     """Recordings as one flat array plus row spans; ``__getitems__`` pads a whole batch at once, to the
-    padded length the DataModule's shape policy gives it (``pad_to_multiple_of``: few batch shapes)."""
+    padded length its batch carries (``pad_to``: the DataModule's shape policy, few batch shapes)."""
 
     def __init__(self, values: Ragged, labels: np.ndarray) -> None:
         self.values, self.labels, self.lengths = values, labels, values.lengths
@@ -44,7 +44,7 @@ class SensorSequences(PadsToRungs, torch.utils.data.Dataset):
         return self.__getitems__([i])
 
     def __getitems__(self, indices: list[int]) -> dict[str, torch.Tensor]:
-        padded = self.values.pad(indices, 0, self.pad_to_multiple_of)
+        padded = self.values.pad(indices, 0, pad_to(indices, None))
         labels = torch.from_numpy(self.labels[indices])
         return {"index": torch.as_tensor(indices), "values": padded.values, "mask": padded.mask, "labels": labels}
 

@@ -36,7 +36,7 @@ def text_arguments(samples: int) -> tuple[str, dict]:
 def packed_fill(data: dict, budget: int, multiple: int | None) -> tuple[float, float, int]:
     """(fill before, fill now, row width) of an epoch of packed rows."""
     from varlen.batching import BucketBatchSampler
-    from varlen.batching.shapes import round_up
+    from varlen.batching.shape_policy import round_up
     from varlen.datamodules import TextClassificationDataModule
 
     dm = TextClassificationDataModule(max_tokens=budget, layout="packed", pad_to_multiple_of=multiple, **data)

@@ -24,12 +24,12 @@ from hypothesis import strategies as st
 from scipy.stats import binom
 
 from varlen.batching import BucketBatchSampler
-from varlen.batching.collate import round_up
+from varlen.batching.padding import round_up
 from varlen.batching.plan import PlanSpec
-from varlen.batching.shapes import Rungs
+from varlen.batching.shape_policy import Rungs
 from varlen.stream.memory_index import ArraySizeIndex
 from varlen.stream.plan_state import StreamBatchPlan
-from varlen.stream.shapes import histogram_rungs
+from varlen.stream.shape_policy import histogram_rungs
 
 SCALE = float(os.environ.get("VARLEN_HYPOTHESIS_EXAMPLES", "1"))
 #: the suite's examples are the same every run (CI stays reproducible); set VARLEN_HYPOTHESIS_RANDOM=1 to explore

@@ -26,7 +26,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from toy import ToySequences
 
 from varlen.batching import BucketBatchSampler, resume
-from varlen.batching.collate import round_up
+from varlen.batching.padding import round_up
 from varlen.datamodules.base import VarLenDataModule, base_args
 from varlen.errors import DataError
 from varlen.models.base import VarLenModule

@@ -22,9 +22,10 @@ from toy import ToySequences
 
 from varlen.batching import BucketBatchSampler
 from varlen.batching.data_wait import DataWait
+from varlen.batching.indices import widths_of
 from varlen.batching.plan import PlanSpec, rungs_of
 from varlen.batching.shape_cost import ShapeCost
-from varlen.batching.shapes import Rungs, ladder, pad_length, power_of_two_tail, size_histogram
+from varlen.batching.shape_policy import Rungs, ladder, pad_length, power_of_two_tail, size_histogram
 from varlen.batching.warmup import WarmShapes, shape_batches
 from varlen.datamodules import TextClassificationDataModule
 from varlen.datamodules.base import VarLenDataModule, base_args
@@ -94,6 +95,23 @@ def test_rungs_of_merge_a_sparse_rung_up_and_keep_the_largest_size() -> None:
     sizes = np.concatenate([np.full(500, 10), np.full(500, 20), [21], [300]])
     (rungs,) = rungs_of(sizes, PlanSpec(max_tokens=(400,)), 4)
     assert rungs.lengths[-1] == 300 and 21 not in rungs.lengths  # one sample cannot mix: it pads to 300
+
+
+def test_a_batch_pads_to_the_length_it_carries_and_a_plain_list_to_its_longest() -> None:
+    from varlen.batching.indices import BatchFetch, EpochIndices, fetch
+    from varlen.batching.pad_collate import PadCollate
+
+    toys, picks = ToySequences(40, 0), [0, 1, 2]
+    longest = int(toys.lengths[picks].max())
+    collate = PadCollate(("ids",), pad_to_multiple_of=8)
+    assert collate(fetch(toys, picks))["ids"].shape[1] == -(-longest // 8) * 8
+    carried = EpochIndices(picks, 3, (longest + 20,))
+    assert collate(fetch(toys, carried))["ids"].shape[1] == longest + 20
+    assert collate(BatchFetch(toys).__getitems__(carried.like(picks[:1])))["ids"].shape[1] == longest + 20
+    assert carried.like([5]).epoch == 3 and EpochIndices(picks, 3).widths is None  # the old constructor
+    with pytest.warns(DeprecationWarning, match="PadsToRungs"):
+        from varlen.batching.shape_policy import PadsToRungs
+    assert PadsToRungs.pads_to_widths
 
 
 # -- the sampler --------------------------------------------------------------------------------
@@ -187,6 +205,13 @@ def test_a_text_datamodule_pads_every_split_to_the_rungs_fitted_on_training(tmp_
         assert batch["input_ids"].shape[1] == int(batch["attention_mask"].sum(1).max())
 
 
+def pads_to(dm: VarLenDataModule, rungs: Rungs | None) -> bool:
+    """Whether every training batch carries the length ``rungs`` pad its longest sample to (None: carries none)."""
+    lengths = np.asarray(dm.dataset("train").lengths)
+    want = lambda batch: None if rungs is None else (rungs.round(int(lengths[batch].max())),)  # noqa: E731
+    return all(widths_of(batch) == want(batch) for batch in dm.batch_sampler("train", True))
+
+
 def test_the_checkpoint_keeps_the_run_rungs_unless_their_settings_changed(tmp_path) -> None:
     """A resumed DataModule of the run's batching settings cuts for the rungs it was trained with, whatever it
     fits itself (another world size); one of another max_shapes (or budget) fits its own, and its sampler plans
@@ -202,7 +227,7 @@ def test_the_checkpoint_keeps_the_run_rungs_unless_their_settings_changed(tmp_pa
     same = TextClassificationDataModule(max_shapes=8, **kwargs)
     same.load_state_dict(elsewhere)  # before setup, as Lightning does
     same.setup("fit")
-    assert [list(r.lengths) for r in same.rungs] == [[39, 118]] and same.collate_fn.pad_to_multiple_of == same.rungs[0]
+    assert [list(r.lengths) for r in same.rungs] == [[39, 118]] and pads_to(same, same.rungs[0])
     resumed = TextClassificationDataModule(max_shapes=3, **kwargs)
     resumed.load_state_dict(saved)
     resumed.setup("fit")
@@ -211,10 +236,10 @@ def test_the_checkpoint_keeps_the_run_rungs_unless_their_settings_changed(tmp_pa
     assert resumed.rungs == own.rungs != run.rungs
     older = dict(saved, data_state={k: v for k, v in saved["data_state"].items() if k != "batching"})
     resumed.load_state_dict(older)
-    assert resumed.rungs == run.rungs and resumed.dataset("train").pad_to_multiple_of == run.rungs[0]
+    assert resumed.rungs == run.rungs and pads_to(resumed, run.rungs[0])
     oldest = dict(saved, data_state={k: v for k, v in older["data_state"].items() if k != "rungs"})
     resumed.load_state_dict(oldest)
-    assert resumed.rungs is None and resumed.dataset("train").pad_to_multiple_of is None
+    assert resumed.rungs is None and pads_to(resumed, None)
 
 
 def test_sst2_takes_few_shapes_at_little_padding(shared_data) -> None:
@@ -356,7 +381,7 @@ def test_the_shapes_read_off_histograms_are_those_of_the_cut_rows() -> None:
     """Random rows of bucket counts (padded budgets, caps, fixed batch sizes, equalising splits): the shapes
     :func:`row_shapes` reads off the histograms are exactly those of the rows cut one by one."""
     from varlen.batching.plan import cut_segment, split_to_multiple
-    from varlen.stream.shapes import row_shapes
+    from varlen.stream.shape_policy import row_shapes
 
     rng = np.random.default_rng(0)
     for _ in range(400):
@@ -382,7 +407,7 @@ def test_the_shapes_read_off_histograms_are_those_of_the_cut_rows() -> None:
 
 def test_stream_rungs_are_grid_edges_that_pad_less_than_evenly_spaced_ones() -> None:
     from varlen.batching.plan import SIZE_GRID
-    from varlen.stream.shapes import histogram_rungs
+    from varlen.stream.shape_policy import histogram_rungs
 
     sizes = np.concatenate([np.repeat(np.arange(4, 30), 500), np.random.default_rng(1).integers(30, 3000, 400)])
     total = np.bincount(np.searchsorted(SIZE_GRID, sizes), minlength=len(SIZE_GRID))

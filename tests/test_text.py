@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import varlen.testing.runs
-from varlen.batching.collate import pad_flat
+from varlen.batching.padding import pad_flat
 from varlen.batching.ragged import Ragged
 from varlen.datamodules import TextClassificationDataModule
 from varlen.datasets.text import TextCollator, TextColumns, TextTable, encode_rows, read_table

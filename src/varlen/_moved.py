@@ -24,6 +24,9 @@ MOVED = {
     **{f"varlen.{name}": f"varlen.prepare.{name}" for name in ("report", "splits", "labels", "duplicates", "draws")},
     "varlen.batching.throughput": "varlen.batching.loader_rate",
     "varlen.batching.wait_advice": "varlen.batching.data_wait",  # one job: the wait, timed and explained
+    "varlen.batching.collate": "varlen.batching.padding",
+    "varlen.batching.shapes": "varlen.batching.shape_policy",
+    "varlen.stream.shapes": "varlen.stream.shape_policy",
 }
 
 

@@ -1,7 +1,8 @@
 """The shared core: the batch plan, the bucketing sampler, ragged storage and gathers, collate helpers, telemetry
 (padding, and the training loop's wait for data)."""
 
-from varlen.batching.collate import (
+from varlen.batching.epoch_sampler import EpochBatchSampler, EpochIndices
+from varlen.batching.padding import (
     Padded,
     additive_mask,
     blocked_mask,
@@ -10,7 +11,6 @@ from varlen.batching.collate import (
     pad_sequences,
     round_up,
 )
-from varlen.batching.epoch_sampler import EpochBatchSampler, EpochIndices
 from varlen.batching.plan import PlanSpec, build_plan
 from varlen.batching.ragged import PackedBatch, PaddedBatch, Ragged, concat_ranges
 from varlen.batching.sampler import BucketBatchSampler, EpochTracker

@@ -2,7 +2,8 @@
 
 The base DataModule's collate when a subclass sets none, and the collate of
 :class:`~varlen.datamodules.sequence.SequenceDataModule`'s single samples. A key whose arrays differ
-along their first axis (or that is declared ragged) is padded to the batch's longest with its pad value
+along their first axis (or that is declared ragged) is padded to the batch's longest (or to the length the
+batch carries: :func:`~varlen.batching.indices.pad_to`) with its pad value
 and gets ``<key>_mask`` (True = real) and ``<key>_lengths``; arrays of one shape are stacked; numbers
 become a tensor (ints int64, floats float64, as torch's own collate); anything else stays a list.
 """
@@ -15,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from varlen.batching.collate import pad_sequences
-from varlen.batching.shapes import PadsToRungs, PadTo
+from varlen.batching.indices import PadsToWidths, pad_to
+from varlen.batching.padding import pad_sequences
 from varlen.errors import DataError
 
 __all__ = ["PadCollate"]
@@ -32,15 +33,17 @@ def _sample_name(sample: Mapping[str, Any], position: int) -> str:
     return f"sample {int(index)}" if isinstance(index, (int, np.integer)) else f"sample {position} of the batch"
 
 
-class PadCollate(PadsToRungs):
+class PadCollate(PadsToWidths):
     """Collate a list of sample dicts (``{"index": i, "x": array, "label": 3}``) into one batch dict.
 
     Args:
         ragged: keys always padded with a mask and lengths, even when a batch's samples happen to be
             of one length (declare every key whose length can vary: a model then always finds its mask).
         pad_values: the value written where a key's sample has no data (default 0).
-        pad_to_multiple_of: round the padded length up to this multiple, or to its rung (the shape policy's
-            :class:`~varlen.batching.shapes.Rungs`, which a DataModule sets).
+        pad_to_multiple_of: round the padded length up to this multiple (a batch that carries its padded
+            lengths, :mod:`varlen.batching.indices`, pads to them).
+        key_axes: the size axis whose carried length each padded key pads to (default: every key, axis 0);
+            a key not named pads to its longest, up to ``pad_to_multiple_of``.
 
     Raises:
         DataError: samples that are not dicts, that miss a key another sample has, whose arrays differ
@@ -51,13 +54,13 @@ class PadCollate(PadsToRungs):
         self,
         ragged: Sequence[str] = (),
         pad_values: Mapping[str, float | int] | None = None,
-        pad_to_multiple_of: PadTo = None,
+        pad_to_multiple_of: int | None = None,
+        key_axes: Mapping[str, int] | None = None,
     ) -> None:
         self.ragged = tuple(ragged)
         self.pad_values = dict(pad_values or {})
         self.pad_to_multiple_of = pad_to_multiple_of
-        #: a key's own padding (the shape policy's rungs of the size axis it is), else ``pad_to_multiple_of``
-        self.key_padding: dict[str, PadTo] = {}
+        self.key_axes = None if key_axes is None else dict(key_axes)
 
     def __call__(self, samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         if not samples:
@@ -97,8 +100,9 @@ class PadCollate(PadsToRungs):
             if name in samples[0]:
                 raise DataError(f"samples hold both {key!r} (padded, so it gets {name!r}) and {name!r}: rename one")
         arrays = [v.numpy() if isinstance(v, torch.Tensor) else v for v in values]
-        pad_to = self.key_padding.get(key, self.pad_to_multiple_of)
-        padded = pad_sequences(arrays, self.pad_values.get(key, 0), pad_to)
+        axis = 0 if self.key_axes is None else self.key_axes.get(key)
+        padding = self.pad_to_multiple_of if axis is None else pad_to(samples, self.pad_to_multiple_of, axis)
+        padded = pad_sequences(arrays, self.pad_values.get(key, 0), padding)
         return {key: padded.values, f"{key}_mask": padded.mask, f"{key}_lengths": padded.lengths}
 
     @staticmethod

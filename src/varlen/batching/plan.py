@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from varlen.batching.collate import round_up
 from varlen.batching.deal import deal, repeat_to_multiple, split_largest, split_to_multiple
-from varlen.batching.shapes import Rungs, fit_count, ladder, power_of_two_tail, size_histogram
+from varlen.batching.padding import round_up
+from varlen.batching.shape_policy import Rungs, fit_count, ladder, power_of_two_tail, size_histogram
 from varlen.batching.weights import WeightedDraw
 
 __all__ = [
@@ -90,8 +90,8 @@ class PlanSpec:
         pad_to_multiple_of: sizes are rounded up to this multiple before costing, so the budget
             also holds for collates that pad to a multiple of 8; packed, the row is padded, never a sample
             (:attr:`size_multiple`).
-        rungs: the shape policy's padded lengths, one :class:`~varlen.batching.shapes.Rungs` per size
-            axis (see :mod:`varlen.batching.shapes`): they are the buckets, a sample is costed at its
+        rungs: the shape policy's padded lengths, one :class:`~varlen.batching.shape_policy.Rungs` per size
+            axis (see :mod:`varlen.batching.shape_policy`): they are the buckets, a sample is costed at its
             rung (what the collate pads its batch to), and a group's short last batch is cut into
             powers of two. None: buckets from the sizes, costed at their largest.
         rung_batch_sizes: with one axis of ``rungs`` and a token budget, the most samples a batch of each
@@ -277,7 +277,7 @@ def keep_populated(edges: np.ndarray, at_or_below: np.ndarray, spec: PlanSpec, d
 
 def rungs_of(sizes: np.ndarray, spec: PlanSpec, count: int) -> tuple[Rungs, ...]:
     """``count`` rungs per size axis for ``sizes`` [N, D] (rounded up to the spec's multiple), placed where
-    they pad least (:func:`~varlen.batching.shapes.ladder`), then those too sparse to mix merged up as
+    they pad least (:func:`~varlen.batching.shape_policy.ladder`), then those too sparse to mix merged up as
     :func:`populated_edges` merges buckets (the largest size is always a rung)."""
     sizes = round_up(as_size_matrix(sizes), spec.pad_to_multiple_of)
     if spec.max_tokens is not None and len(spec.max_tokens) == 1:  # one budget for every axis, as the sampler's

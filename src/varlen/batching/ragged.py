@@ -25,8 +25,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from varlen.batching.collate import numpy_dtype
-from varlen.batching.shapes import PadTo, pad_length
+from varlen.batching.padding import numpy_dtype
+from varlen.batching.shape_policy import PadTo, pad_length
 
 __all__ = ["PackedBatch", "PaddedBatch", "Ragged", "concat_ranges"]
 

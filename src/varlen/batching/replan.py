@@ -23,7 +23,7 @@ import numpy as np
 
 from varlen.batching.plan import Plan, PlanSpec, bucketize, build_plan, split_largest
 from varlen.batching.resume import RESUME_VARIABLE, Segment, canonical, changes, deal, rest_of_epoch, warn_once
-from varlen.batching.shapes import Rungs
+from varlen.batching.shape_policy import Rungs
 
 __all__ = ["PlanChanges", "row_positions", "spec_of"]
 

@@ -23,12 +23,13 @@ import torch.distributed as dist
 from torch.utils.data import BatchSampler, Sampler
 
 from varlen import notices
-from varlen.batching.collate import round_up
+from varlen.batching.indices import BatchIndices
+from varlen.batching.padding import round_up
 from varlen.batching.plan import Plan, PlanSpec, as_size_matrix, bucketize, build_plan, fit_rungs, split_largest
 from varlen.batching.replan import PlanChanges
 from varlen.batching.resume import ResumableEpochs, canonical
 from varlen.batching.scheduled import ScheduledDraws, ScheduledWeights, join_pieces
-from varlen.batching.shapes import Rungs, batch_shapes, cant_hold, distinct_shapes
+from varlen.batching.shape_policy import Rungs, batch_shapes, batch_widths, cant_hold, distinct_shapes
 from varlen.batching.weights import WeightedDraw, strata_of
 
 __all__ = ["BucketBatchSampler", "EpochTracker"]
@@ -86,13 +87,13 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
         num_buckets: size buckets per dimension; default: enough that each bucket holds about
             four batches (sizes with few distinct values get one bucket each, so no padding).
         pad_to_multiple_of: cost sizes rounded up to this multiple, to match the collate.
-        rungs: the shape policy's padded lengths, one :class:`~varlen.batching.shapes.Rungs` per size axis
+        rungs: the shape policy's padded lengths, one :class:`~varlen.batching.shape_policy.Rungs` per size axis
             (a DataModule fits them with :func:`fit_rungs`): buckets are the rungs, each batch holds the
             budget over its rung, and the collate pads to the rung, so an epoch takes few batch shapes.
         max_shapes: without ``rungs``, fit them here: the most rungs whose epochs (every one served, weighted
             draws included: :meth:`served_shape_count`, on these ranks) take at most this many distinct
             ``(batch size, padded length)`` shapes on each size axis (where even one rung takes more, a warning).
-            Pad your collate to :attr:`rungs` (``pad_to_multiple_of=sampler.rungs[0]`` of varlen's collates).
+            Each batch carries the lengths it pads to (:mod:`~varlen.batching.indices`): varlen's collates read them.
         rung_batch_sizes: with ``rungs`` (one axis) and ``max_tokens``, the most samples a batch of each rung
             holds (``varlen tune --budget`` measures them), on top of the budget.
         groups: optional group id per sample; a batch then holds samples of one group only
@@ -361,8 +362,13 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
         return max(distinct_shapes(shapes), default=0)
 
     def batch_of(self, indices: list[int], epoch: int) -> list[int]:
-        """``indices`` as this sampler serves a batch of ``epoch`` (a plain list here)."""
-        return indices
+        """``indices`` as this sampler serves a batch of ``epoch``: with rungs, carrying its padded lengths."""
+        widths = self.widths(indices)
+        return indices if widths is None else BatchIndices(indices, widths)
+
+    def widths(self, indices: list[int]) -> tuple[int, ...] | None:
+        """The padded length of each size axis of the batch of ``indices`` (None without rungs: its longest)."""
+        return None if self.rungs is None else batch_widths(self.sizes[indices], self.rungs)
 
     def shape_batches(self, epoch: int | None = None) -> list[list[int]]:
         """One batch of ``epoch`` (every rank's plan) for each of its distinct shapes, as it is served, the
@@ -400,11 +406,11 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
         return self._batches()
 
     def _batches(self) -> Iterator[list[int]]:
-        order = None
+        order, epoch = None, self.epoch
         for source, (first, end) in self.positions():
             if order is None:  # a resumed epoch's rows index their own order (its plans', see rest_rows)
                 order = source if isinstance(source, np.ndarray) else self._plan_on(self.epoch, source).order
-            yield order[first:end].tolist()
+            yield self.batch_of(order[first:end].tolist(), epoch)
 
     def state_dict(self) -> dict[str, Any]:
         """Rank-independent position: all ranks have served the same number of batches.

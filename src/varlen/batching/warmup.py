@@ -3,7 +3,7 @@
 Why: a GPU pays once for each new batch shape (cuDNN attention builds a plan per ``(batch, length)``
 in bf16, torch.compile and CUDA graphs record per shape), and a bucketed epoch would otherwise pay
 each one in the middle of training, where under DDP the other ranks wait for it. The shape policy
-(``max_shapes``, :mod:`varlen.batching.shapes`) keeps the shapes few; this pays them up front. Where a
+(``max_shapes``, :mod:`varlen.batching.shape_policy`) keeps the shapes few; this pays them up front. Where a
 shape costs nothing extra (:func:`~varlen.batching.shape_cost.first_time_cost`: eager on a CPU) the
 warm-up would only spend time (52 s of a 539 s text fit), so by default it runs on another device or
 for a compiled model only, and says in one line why it skips elsewhere.
@@ -33,6 +33,7 @@ import torch
 
 from varlen import notices
 from varlen.batching.given_back import given_back
+from varlen.batching.indices import fetch as fetch_batch
 from varlen.batching.shape_cost import first_time_cost
 
 __all__ = ["WarmShapes", "shape_batches"]
@@ -121,10 +122,7 @@ def _training_state(trainer: pl.Trainer) -> tuple[list[Any], list[Any], Any]:
 def fetch(loader: Any, indices: list[int]) -> Any:
     """The collated batch of ``indices``, fetched as the loader's workers would (its batched fetch when
     the dataset has one, else a list of samples) and collated by its ``collate_fn``."""
-    dataset = loader.dataset
-    getitems = getattr(dataset, "__getitems__", None)
-    samples = getitems(indices) if getitems is not None else [dataset[i] for i in indices]
-    return loader.collate_fn(samples)
+    return loader.collate_fn(fetch_batch(loader.dataset, indices))
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from varlen.batching.collate import round_up
+from varlen.batching.padding import round_up
 from varlen.batching.plan import SUMMED
 from varlen.datamodules.base import VarLenDataModule
 from varlen.datamodules.weighting import served_shares
@@ -238,7 +238,7 @@ def summarize(
     plan = sampler.global_plan(0)
     batches = [plan.order[a:b] for a, b in plan.bounds.tolist()]
     sizes = np.asarray(dm.of_each_source(dataset, "sampler_lengths")).reshape(len(dataset), -1)
-    collated = _collated(dm, dataset, batches[:max_batches] if max_batches else batches)
+    collated = _collated(dm, split, batches[:max_batches] if max_batches else batches)
     weighting, served = _served(dm, dataset, sampler, plan.order)
     sources = []
     if isinstance(dataset, SourceMixture):
@@ -278,15 +278,13 @@ def summarize(
     )
 
 
-def _collated(dm: VarLenDataModule, dataset, batches: list[np.ndarray]) -> dict[str, Any]:
+def _collated(dm: VarLenDataModule, split: str, batches: list[np.ndarray]) -> dict[str, Any]:
     """The batches fetched and collated as the loader does: their padding efficiency (each, all, per field
     where the DataModule counts fields apart), distinct padded shapes and largest size in bytes."""
-    fetch = getattr(dataset, "__getitems__", None)
     efficiency, shapes, largest, real, allocated = [], set(), 0, 0, 0
     by_field, fields = getattr(dm, "field_stats", None), {}
     for indices in batches:
-        items = fetch(indices.tolist()) if fetch is not None else [dataset[int(i)] for i in indices]
-        batch = dm.collate_fn(items)
+        batch = dm.collate_fn(dm.fetch_batch(split, indices.tolist()))
         stats = dm.batch_stats(batch)
         for name, counts in (by_field(batch) if by_field is not None else {}).items():
             part = fields.setdefault(name, [0, 0])

@@ -16,7 +16,7 @@ from varlen.batching import BucketBatchSampler
 from varlen.batching.loader import VarLenLoader
 from varlen.batching.pad_collate import PadCollate
 from varlen.batching.plan import PlanSpec
-from varlen.batching.shapes import DEFAULT_MAX_SHAPES, Rungs
+from varlen.batching.shape_policy import DEFAULT_MAX_SHAPES, Rungs
 from varlen.batching.telemetry import BatchStats
 from varlen.datamodules.checkpoint import DataStateCheckpoint, plain
 from varlen.datamodules.contract import CheckedCollate, batch_stats_of, check_split, describe, with_stand_ins
@@ -467,7 +467,7 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
             extra["timeout"] = self.timeout
             extra["multiprocessing_context"] = self.multiprocessing_context
         return VarLenLoader(
-            self.dataset(split),
+            self.fetched_from(split),
             batch_sampler=self.batch_sampler(split, shuffle),
             collate_fn=CheckedCollate(self.collate_fn, type(self).__name__, split),
             num_workers=self.num_workers,

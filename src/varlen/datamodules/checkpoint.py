@@ -62,8 +62,8 @@ class DataStateCheckpoint:
     #: next epoch's loader is reloaded once, so that Lightning reads its length), put back at that reload
     _reload_was: int | None = None
 
-    def adopt_rungs(self, lengths: list[list[int]] | None) -> None:
-        """Cut and pad to these rungs (a resumed run's, so that its batches are the run's own)."""
+    def rungs_of(self, lengths: list[list[int]] | None) -> Any:
+        """Rungs of these lengths (:meth:`~varlen.datamodules.shaping.ShapePolicy.rungs_of`)."""
 
     # -- what the data taught the model: saved in every checkpoint ----------------------------
 
@@ -151,7 +151,7 @@ class DataStateCheckpoint:
             return
         batching = plain(self._batching())
         if saved.get("batching", batching) == batching:
-            self.adopt_rungs(saved.get("rungs"))  # the run's own (a checkpoint without them: exact buckets)
+            self.rungs = self.rungs_of(saved.get("rungs"))  # the run's own (a checkpoint without them: exact buckets)
         current = self._saved_state()
         quiet = ("rungs", "batching", *self.state_restored)  # a change of batching: the sampler says it
         changed = [k for k in saved if k in current and saved[k] != current[k] and k not in quiet]

@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
-from varlen.batching.shapes import DEFAULT_MAX_SHAPES
+from varlen.batching.shape_policy import DEFAULT_MAX_SHAPES
 from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datamodules.weighting import check_sample_weights
 from varlen.datasets.hyperspectral.collate import HyperspectralCollator

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from varlen.batching.shapes import round_up
+from varlen.batching.shape_policy import round_up
 from varlen.errors import DataError
 from varlen.prepare.report import DataReport
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from varlen import notices
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
-from varlen.batching.shapes import DEFAULT_MAX_SHAPES
+from varlen.batching.shape_policy import DEFAULT_MAX_SHAPES
 from varlen.batching.telemetry import BatchStats, mask_stats
 from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datamodules.packing import row_width

@@ -1,19 +1,20 @@
 """The shape policy of a DataModule (``max_shapes``, ``rung_batch_sizes``): the rungs its batches are cut for
-and padded to, fitted once on the training split and handed to whatever pads.
+and padded to, fitted once on the training split.
 
 :class:`ShapePolicy` is the part of :class:`~varlen.datamodules.base.VarLenDataModule` that does it: after
 ``setup`` builds the splits, :meth:`ShapePolicy.fit_shapes` fits the rungs
 (:func:`~varlen.batching.plan.fit_rungs`: the most rungs whose training epoch, planned on the world's ranks,
-keeps within ``max_shapes`` shapes), or takes them from a ``rung_batch_sizes`` table, and hands them to every
-split's dataset, a mixture's sources and the collate (each a :class:`~varlen.batching.shapes.PadsToRungs`),
-so that every split pads to them. The rungs are the run's: saved with the data state, a checkpoint's are
-adopted (:meth:`ShapePolicy.adopt_rungs`) whatever the resumed world would fit.
+keeps within ``max_shapes`` shapes), or takes them from a ``rung_batch_sizes`` table. Every split's sampler
+cuts for them, and each batch it yields carries the lengths it pads to (:mod:`varlen.batching.indices`), which
+the dataset's fetch and the collate read (:meth:`ShapePolicy.fetched_from`: a dataset without a batched fetch
+is fetched through one). The rungs are the run's: saved with the data state, a checkpoint's are taken back
+whatever the resumed world would fit.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from numbers import Number
 from typing import Any
 
@@ -21,12 +22,13 @@ import numpy as np
 import torch.distributed as dist
 
 from varlen import notices
+from varlen.batching.indices import BatchFetch, BatchIndices, fetch, widths_of
 from varlen.batching.plan import PlanSpec, fit_rungs
-from varlen.batching.shapes import PadsToRungs, Rungs, cant_hold, fit_count, round_up
+from varlen.batching.shape_policy import Rungs, batch_widths, cant_hold, fit_count, round_up
 from varlen.datamodules.streaming import stream_sampler
 from varlen.datasets.mixture import MixtureCollator, SourceMixture
 from varlen.errors import DataError
-from varlen.stream.shapes import histogram_rungs
+from varlen.stream.shape_policy import histogram_rungs
 
 __all__ = ["ShapePolicy", "check_max_shapes", "check_max_tokens", "check_rung_batch_sizes"]
 
@@ -110,7 +112,7 @@ class ShapePolicy:
     rungs: tuple[Rungs, ...] | None
 
     def fit_shapes(self) -> None:
-        """Fit the training split's rungs (or take the table's) and hand them to whatever pads; first, a budget
+        """Fit the training split's rungs (or take the table's), which every split's sampler cuts for; first, a budget
         of another count of values than the size axes is refused (every DataModule's, once its axes are known)."""
         check_max_tokens(self.max_tokens, tuple(self.size_axes), type(self).__name__)
         train = self.datasets.get("train")
@@ -118,15 +120,16 @@ class ShapePolicy:
             return
         if self.rung_batch_sizes is not None:
             self._check_top_rung(train)
-            self.adopt_rungs([list(self.rung_batch_sizes)])
+            self.rungs = self.rungs_of([list(self.rung_batch_sizes)])
             return
         if self.max_shapes is None:
             return
-        if not any(isinstance(obj, PadsToRungs) for obj in (self._own_collate(), *self._train_parts())):
+        if not any(getattr(obj, "pads_to_widths", False) for obj in (self._own_collate(), *self._train_parts())):
             notices.info(
                 log,
                 f"{type(self).__name__}: max_shapes={self.max_shapes} is not applied: neither the training dataset "
-                "nor the collate pads to rungs (varlen.batching.shapes.PadsToRungs); batches take exact buckets",
+                "nor the collate pads to the lengths a batch carries (varlen.batching.indices.PadsToWidths); "
+                "batches take exact buckets",
             )
             return
         spec = self._plan_spec(self.batch_size, self.max_tokens, self.pad_to_multiple_of)
@@ -149,7 +152,7 @@ class ShapePolicy:
                 f"{type(self).__name__}: max_shapes={self.max_shapes} is held at the stages of source_weights; the "
                 "epochs between them (interpolate: linear) draw other counts per size and may take more shapes"
             )
-        self.adopt_rungs([list(r.lengths) for r in rungs])
+        self.rungs = self.rungs_of([list(r.lengths) for r in rungs])
 
     def _weights_readable(self) -> bool:
         """Whether the training weights read (a bad weight is refused where training reads them, at the training
@@ -190,14 +193,31 @@ class ShapePolicy:
         rungs = histogram_rungs(total, edges, spec, count)
         return rungs, shapes_of(count)
 
-    def adopt_rungs(self, lengths: list[list[int]] | None) -> None:
-        """Cut and pad to these rungs from now on (fitted, a table's, or a checkpoint's: the run's own)."""
-        rungs = None if lengths is None else tuple(Rungs(tuple(r), self.pad_to_multiple_of) for r in lengths)
-        if rungs == self.rungs:
-            return
-        self.rungs = rungs
-        for padder in self._padders():
-            padder.pad_to_rungs(rungs)
+    def rungs_of(self, lengths: list[list[int]] | None) -> tuple[Rungs, ...] | None:
+        """Rungs of these lengths, one list per size axis (fitted, a table's, or a checkpoint's), past the top
+        rung rounded up to ``pad_to_multiple_of``; None: exact buckets."""
+        return None if lengths is None else tuple(Rungs(tuple(r), self.pad_to_multiple_of) for r in lengths)
+
+    def fetched_from(self, split: str) -> Any:
+        """The dataset ``split``'s loader fetches from: its own, or, cut for rungs, one without a batched fetch
+        through :class:`~varlen.batching.indices.BatchFetch` (its samples then reach the collate with the
+        lengths their batch carries)."""
+        dataset = self.dataset(split)
+        if self.rungs is None or getattr(dataset, "__getitems__", None) is not None:
+            return dataset
+        return BatchFetch(dataset)
+
+    def fetch_batch(self, split: str, indices: Sequence[int]) -> Any:
+        """The samples ``indices`` of ``split`` fetched as its loader fetches a batch (:func:`~varlen.batching.
+        indices.fetch`), cut for the rungs: carrying the lengths they pad it to (what a look at batches outside the
+        loader collates: ``varlen inspect``, ``varlen tune``, the contract tests)."""
+        dataset = self.dataset(split)
+        if self.rungs is not None and widths_of(indices) is None:
+            held = self.__dict__.setdefault("_sizes", {}).get(split)
+            if held is None or held[0] is not dataset:
+                held = self._sizes[split] = (dataset, np.asarray(self.of_each_source(dataset, "sampler_lengths")))
+            indices = BatchIndices(indices, batch_widths(held[1][np.asarray(indices, dtype=np.int64)], self.rungs))
+        return fetch(dataset, indices)
 
     def rung_caps(self) -> tuple[int, ...] | None:
         """The table's batch size of each rung, when the rungs are the table's (else None)."""
@@ -216,13 +236,6 @@ class ShapePolicy:
     def _train_parts(self) -> list[Any]:
         train = self.datasets["train"]
         return list(train.parts) if isinstance(train, SourceMixture) else [train]
-
-    def _padders(self) -> list[PadsToRungs]:
-        """What pads this DataModule's batches: each split's dataset (a mixture's sources), and the collate."""
-        found = [self._own_collate()]
-        for dataset in self.datasets.values():
-            found += dataset.parts if isinstance(dataset, SourceMixture) else [dataset]
-        return [obj for obj in found if isinstance(obj, PadsToRungs)]
 
     def _world_size(self) -> int:
         """The ranks the training split is served on: the trainer's, else torch.distributed's, else 1."""

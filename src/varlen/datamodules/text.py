@@ -10,7 +10,7 @@ from typing import Any, Literal
 import numpy as np
 
 from varlen import notices
-from varlen.batching.shapes import DEFAULT_MAX_SHAPES
+from varlen.batching.shape_policy import DEFAULT_MAX_SHAPES
 from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
 from varlen.datamodules.packing import long_samples, row_width
 from varlen.datamodules.sources import Mix, SourceWeights

@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
+from varlen.batching.indices import BatchIndices, with_widths
+
 __all__ = ["MixedFetch", "MixtureCollator", "SourceMixture", "join_padded", "share_weights"]
 
 
@@ -82,15 +84,14 @@ class SourceMixture(Dataset):
 
     def __getitems__(self, indices: Sequence[int]) -> Any:
         """Each source's part of the batch, fetched by that source; one part is returned as it is."""
-        epoch = getattr(indices, "epoch", None)
         wanted = np.asarray(indices, dtype=np.int64)
         source, local = self.locate(wanted)
         parts = []
         for s in np.unique(source).tolist():
             mine = source == s
             positions = local[mine].tolist()
-            if epoch is not None:  # the epoch travels with the indices (an EpochIndices)
-                positions = type(indices)(positions, epoch)
+            if isinstance(indices, BatchIndices):  # the epoch and padded lengths travel with the indices
+                positions = indices.like(positions)
             parts.append(self._fetch(self.parts[s], positions, wanted[mine]))
         return parts[0] if len(parts) == 1 else MixedFetch(parts)
 
@@ -102,7 +103,7 @@ class SourceMixture(Dataset):
             samples = [part[p] for p in positions]
             for sample, i in zip(samples, indices.tolist(), strict=True):
                 sample["index"] = i
-            return samples
+            return with_widths(samples, positions)
         fetched = getitems(positions)
         if isinstance(fetched, list):
             for sample, i in zip(fetched, indices.tolist(), strict=True):
@@ -157,7 +158,7 @@ class MixtureCollator:
         if isinstance(fetched, MixedFetch):
             parts = fetched.parts
             if all(isinstance(p, list) for p in parts):
-                fetched = [sample for part in parts for sample in part]
+                fetched = with_widths([sample for part in parts for sample in part], parts[0])
             else:
                 concat = getattr(type(parts[0]), "concat", None)
                 fetched = concat(parts) if concat is not None else join_padded(parts)

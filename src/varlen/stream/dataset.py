@@ -37,6 +37,7 @@ from torch.utils.data import Dataset, get_worker_info
 
 import varlen.storage.checksums as checksums
 import varlen.stream.store as store
+from varlen.batching.indices import with_widths
 from varlen.errors import DataError
 from varlen.stream.chunks import INDEX_JSON, ChunkList, read_index_json, refuse_whole_file_compression
 from varlen.stream.draw_index import DRAW, REWRITE_DRAW, DrawTable
@@ -152,8 +153,9 @@ class StreamedDataset(Dataset):
         return self.__getitems__([i])[0]
 
     def __getitems__(self, ids: Sequence[int]) -> list[Any]:
-        """The samples of global ids ``ids``, in that order, from their chunks (each checked when decoded)."""
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        """The samples of global ids ``ids``, in that order, from their chunks (each checked when decoded); with
+        the padded lengths ``ids`` carry (:mod:`varlen.batching.indices`)."""
+        given, ids = ids, np.asarray(ids, dtype=np.int64).reshape(-1)
         if len(ids) and (ids.min() < 0 or ids.max() >= len(self)):
             bad = int(ids[(ids < 0) | (ids >= len(self))][0])
             raise IndexError(f"sample {bad} of {self.url}, which holds {len(self)}")
@@ -165,7 +167,7 @@ class StreamedDataset(Dataset):
             items = self._decoded(chunk)
             for position, item in zip(positions.tolist(), (ids[positions] - self.offsets[chunk]).tolist(), strict=True):
                 out[position] = items[item]
-        return out
+        return with_widths(out, given)
 
     def _where(self, chunk: int, sample: int) -> str:
         item = sample - int(self.offsets[chunk])

@@ -37,7 +37,7 @@ from varlen.stream.mixture import (
 )
 from varlen.stream.plan import WINDOW_BATCHES, SizeIndexLike
 from varlen.stream.plan_state import plan_settings, settings_refusal, split_tail, stream_spec
-from varlen.stream.shapes import row_shapes
+from varlen.stream.shape_policy import row_shapes
 
 __all__ = ["MixtureBatchPlan"]
 

@@ -47,7 +47,7 @@ from typing import Protocol
 import numpy as np
 
 import varlen.stream.pieces as pieces
-from varlen.batching.collate import round_up
+from varlen.batching.padding import round_up
 from varlen.batching.plan import (
     PlanSpec,
     batch_room,
@@ -57,7 +57,7 @@ from varlen.batching.plan import (
     order_samples,
     split_to_multiple,
 )
-from varlen.batching.shapes import power_of_two_pieces
+from varlen.batching.shape_policy import power_of_two_pieces
 from varlen.errors import DataError
 from varlen.stream.pieces import BLOCK
 
@@ -224,7 +224,7 @@ def checked_histograms(index: SizeIndexLike, axis: int) -> tuple[np.ndarray, np.
 def buckets(total: np.ndarray, edges: np.ndarray, spec: PlanSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Bucket upper edges, each bucket's rounded size and each grid bin's bucket, from the summed
     histogram ``total`` (as ``bucketize`` draws them from sizes, the grid being its finest edges); with the
-    shape policy's rungs (grid edges: :func:`~varlen.stream.shapes.histogram_rungs`), the rungs."""
+    shape policy's rungs (grid edges: :func:`~varlen.stream.shape_policy.histogram_rungs`), the rungs."""
     present = np.flatnonzero(total)
     candidates = np.asarray(edges)[present].astype(np.int64)
     if spec.rungs is not None:

@@ -29,7 +29,7 @@ import numpy as np
 
 from varlen.batching.plan import PlanSpec, split_largest
 from varlen.batching.resume import RESUME_VARIABLE, ResumableEpochs, changes
-from varlen.batching.shapes import Rungs
+from varlen.batching.shape_policy import Rungs
 from varlen.storage.cache import cache_key
 from varlen.stream.plan import (
     WINDOW_BATCHES,
@@ -40,7 +40,7 @@ from varlen.stream.plan import (
     read_window,
     window_bounds,
 )
-from varlen.stream.shapes import row_shapes
+from varlen.stream.shape_policy import row_shapes
 
 __all__ = ["StreamBatchPlan", "plan_settings", "settings_refusal", "split_tail"]
 
@@ -141,7 +141,7 @@ class StreamBatchPlan(ResumableEpochs):
             whole data set's: smaller windows pad more and re-mix less between epochs (at 40 batches,
             three quarters of the pairs batched together are again the next epoch; at 2000, a third).
         lanes: the loader's workers (``num_workers``, 1 for none): each reads its own windows.
-        rungs: the shape policy's padded lengths (edges of the size grid, :func:`~varlen.stream.shapes.
+        rungs: the shape policy's padded lengths (edges of the size grid, :func:`~varlen.stream.shape_policy.
             histogram_rungs`): the buckets, each batch the budget over its rung; None: the grid's buckets.
     """
 

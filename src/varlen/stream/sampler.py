@@ -19,10 +19,13 @@ from typing import Any
 import numpy as np
 from torch.utils.data import BatchSampler, Sampler
 
+from varlen.batching.indices import BatchIndices
 from varlen.batching.plan import Plan
 from varlen.batching.sampler import BucketBatchSampler, EpochTracker
+from varlen.batching.shape_policy import batch_widths
 from varlen.stream.plan import WINDOW_BATCHES
 from varlen.stream.plan_state import StreamBatchPlan
+from varlen.stream.shape_policy import stream_sizes
 from varlen.stream.size_index import SizeIndex
 
 __all__ = ["StreamBatchSampler"]
@@ -120,7 +123,7 @@ class StreamBatchSampler(BatchSampler):
         """This epoch's batches; the epoch is read at the first ``next()`` (Lightning sets it after
         creating its first iterator)."""
         for batch in self._synced():
-            yield batch.tolist()
+            yield self.batch_of(batch.tolist())
 
     def global_plan(self, epoch: int | None = None) -> Plan:
         """Every rank's batches of ``epoch`` in serving order (rank r's t-th batch is batch ``t * W + r``),
@@ -166,7 +169,15 @@ class StreamBatchSampler(BatchSampler):
                     if len(found[width]) < wanted[width]:
                         found[width] += (start + np.flatnonzero(widths == width)).tolist()
             first += int(np.sum(index.samples_per_chunk))
-        return [np.resize(found[width], count).tolist() for count, width in shapes if found[width]]
+        return [self.batch_of(np.resize(found[width], count).tolist()) for count, width in shapes if found[width]]
+
+    def batch_of(self, ids: list[int]) -> list[int]:
+        """``ids`` as this sampler serves a batch: with rungs, carrying its padded length (the plan's axis)."""
+        rungs = self.plan.spec.rungs
+        if rungs is None:
+            return ids
+        sizes = stream_sizes(getattr(self.plan, "indexes", None) or [self.plan.index], ids)
+        return BatchIndices(ids, batch_widths(sizes, rungs))
 
     def bucket_sizes(self) -> list[np.ndarray]:
         """The size each bucket's samples are costed at, per axis (one: the streamed plan's)."""

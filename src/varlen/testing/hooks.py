@@ -89,7 +89,4 @@ class ContractHooks:
     def collate(datamodule: VarLenDataModule, split: str, indices: Sequence[int]) -> Any:
         """The batch of ``indices`` as the loader builds it: one batched fetch where the dataset
         offers ``__getitems__`` (else one ``dataset[i]`` per sample), then the collate."""
-        dataset = datamodule.dataset(split)
-        fetch = getattr(dataset, "__getitems__", None)
-        samples = fetch(list(indices)) if fetch is not None else [dataset[i] for i in indices]
-        return datamodule.collate_fn(samples)
+        return datamodule.collate_fn(datamodule.fetch_batch(split, list(indices)))

@@ -112,12 +112,10 @@ def train_step(dm: Any, model: Any, device: torch.device, precision: str | None 
 
     model.to(device).train()
     optimizer = _optimizer(model)
-    dataset = dm.dataset("train")
 
     def step(indices: list[int]) -> None:
         try:
-            items = dataset.__getitems__(indices) if hasattr(dataset, "__getitems__") else [dataset[i] for i in indices]
-            batch = move_data_to_device(dm.collate_fn(items), device)
+            batch = move_data_to_device(dm.collate_fn(dm.fetch_batch("train", indices)), device)
             with warnings.catch_warnings(), _precision(device, precision):
                 warnings.simplefilter("ignore")  # self.log outside a trainer
                 loss = _loss(model, batch)

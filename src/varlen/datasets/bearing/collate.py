@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from varlen.batching.shapes import PadsToRungs, PadTo, pad_length
+from varlen.batching.indices import PadsToWidths, pad_to
+from varlen.batching.shape_policy import pad_length
 from varlen.datasets.bearing.dataset import WindowBatch
 from varlen.datasets.bearing.storage import RecordingBuffer, gather_windows
 
@@ -18,7 +19,7 @@ __all__ = ["BearingCollator"]
 FIELDS = ("index", "signals", "lengths", "mask", "labels", "recording_ids", "window_index", "starts")
 
 
-class BearingCollator(PadsToRungs):
+class BearingCollator(PadsToWidths):
     """The model's fields of a batch of windows.
 
     Returns a dict: ``signals`` ``[B, C, W]`` float32 (zeros after each window's length),
@@ -30,11 +31,11 @@ class BearingCollator(PadsToRungs):
     closure) so it pickles into loader workers.
 
     Args:
-        pad_to_multiple_of: round ``W`` up to this multiple, or to its rung (the shape policy's), for lists
-            of samples (a fetched batch was rounded by its dataset).
+        pad_to_multiple_of: round ``W`` up to this multiple, for lists of samples that carry no padded length
+            (:func:`~varlen.batching.indices.pad_to`; a fetched batch was padded by its dataset).
     """
 
-    def __init__(self, pad_to_multiple_of: PadTo = None) -> None:
+    def __init__(self, pad_to_multiple_of: int | None = None) -> None:
         self.pad_to_multiple_of = pad_to_multiple_of
 
     def __call__(self, samples: WindowBatch | Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
@@ -46,10 +47,11 @@ class BearingCollator(PadsToRungs):
         """Single samples (``dataset[i]`` dicts) copied once into one buffer and gathered like a fetched batch."""
         signals = [np.asarray(s["signal"], dtype=np.float32) for s in samples]
         lengths = np.fromiter((s.shape[1] for s in signals), np.int64, len(signals))
-        width = pad_length(int(lengths.max()), self.pad_to_multiple_of) if len(signals) else 0
+        padding = pad_to(samples, self.pad_to_multiple_of)
+        width = pad_length(int(lengths.max()), padding) if len(signals) else 0
         store = RecordingBuffer.join(signals, slack=width)
         windows = store.windows(np.arange(len(signals)), np.zeros(len(signals), np.int64), lengths)
-        padded = gather_windows(windows, store.channels, np.arange(len(signals)), self.pad_to_multiple_of)
+        padded = gather_windows(windows, store.channels, np.arange(len(signals)), padding)
 
         def field(key: str) -> torch.Tensor:
             return torch.from_numpy(np.fromiter((s[key] for s in samples), np.int64, len(samples)))

@@ -19,8 +19,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from varlen.batching.indices import PadsToWidths, pad_to
 from varlen.batching.ragged import Ragged
-from varlen.batching.shapes import PadsToRungs, PadTo, pad_length
+from varlen.batching.shape_policy import PadTo, pad_length
 from varlen.datasets.bearing.augment import WindowAugment
 from varlen.datasets.bearing.storage import PaddedWindows, RecordingBuffer, gather_windows, standardize
 from varlen.datasets.bearing.window_tables import WINDOW_COLUMNS
@@ -54,7 +55,7 @@ class WindowBatch:
     starts: torch.Tensor
 
 
-class BearingWindows(PadsToRungs, Dataset):
+class BearingWindows(PadsToWidths, Dataset):
     """Windows of recordings: spans of one flat buffer holding every recording, never copies.
 
     Memory: the shared :class:`~varlen.datasets.bearing.storage.RecordingBuffer` plus, per window,
@@ -71,8 +72,8 @@ class BearingWindows(PadsToRungs, Dataset):
         starts: start sample per window (in the recording's resampled time line).
         lengths: true length per window (a tail window is shorter).
         window_index: the window's position among its recording's windows in this split.
-        pad_to_multiple_of: round a fetched batch's width up to this multiple, or to its rung (the shape
-            policy's :class:`~varlen.batching.shapes.Rungs`, which the DataModule sets).
+        pad_to_multiple_of: round a fetched batch's width up to this multiple; a batch that carries its padded
+            length pads to it (:func:`~varlen.batching.indices.pad_to`).
         augment: augmentation of batches that carry their epoch (training); None: none.
         bounds: ``[N, 2]`` the span (start, end) of its recording each window may be shifted
             within (its split's block); needed when ``augment`` shifts.
@@ -91,7 +92,7 @@ class BearingWindows(PadsToRungs, Dataset):
         starts: np.ndarray,
         lengths: np.ndarray,
         window_index: np.ndarray,
-        pad_to_multiple_of: PadTo = None,
+        pad_to_multiple_of: int | None = None,
         augment: WindowAugment | None = None,
         bounds: np.ndarray | None = None,
         normalization: tuple[np.ndarray, np.ndarray] | None = None,
@@ -190,15 +191,15 @@ class BearingWindows(PadsToRungs, Dataset):
         A batch that carries its ``epoch`` (an :class:`~varlen.batching.EpochIndices`
         of the training sampler) is augmented when the dataset has an ``augment``; plain lists never are.
         """
-        epoch = getattr(indices, "epoch", None)
+        epoch, padding = getattr(indices, "epoch", None), pad_to(indices, self.pad_to_multiple_of)
         indices = np.asarray(indices, dtype=np.int64)
         recording = self.recording[indices]
         if self.augment is None or epoch is None:
             starts = self.starts[indices]
             rows = self.store.windows(recording, starts, self.lengths[indices])
-            padded = self._gather(rows, np.arange(len(indices)))
+            padded = self._gather(rows, np.arange(len(indices)), padding)
         else:
-            starts, padded = self._augmented(indices, epoch)
+            starts, padded = self._augmented(indices, epoch, padding)
         tensor = torch.from_numpy
         return WindowBatch(
             index=tensor(indices),
@@ -211,25 +212,24 @@ class BearingWindows(PadsToRungs, Dataset):
             starts=tensor(starts),
         )
 
-    def _augmented(self, indices: np.ndarray, epoch: int) -> tuple[np.ndarray, PaddedWindows]:
+    def _augmented(self, indices: np.ndarray, epoch: int, padding: PadTo) -> tuple[np.ndarray, PaddedWindows]:
         """The windows read at their shifted starts and speeds (one gather), then scaled and noised in place."""
         lengths, starts, augment = self.lengths[indices], self.starts[indices], self.augment
         if augment.moves:
             starts, spans, rates = augment.place(indices, epoch, starts, lengths, self.bounds[indices])
         rows = self.store.windows(self.recording[indices], starts, spans if augment.speed else lengths)
         if augment.speed:
-            width = pad_length(int(lengths.max()), self.pad_to_multiple_of)
+            width = pad_length(int(lengths.max()), padding)
             row_starts = rows.starts.reshape(len(indices), self.store.channels)
             signals = augment.resampled(rows.values, row_starts, rates, lengths, width, self.normalization)
             padded = PaddedWindows(signals, lengths, np.arange(width) < lengths[:, None])
         else:
-            padded = self._gather(rows, np.arange(len(indices)))
+            padded = self._gather(rows, np.arange(len(indices)), padding)
         augment.perturb(padded.signals, padded.mask, indices, epoch)
         return starts + (2 if augment.speed else 0), padded  # where each window's first sample is
 
-    def _gather(self, rows: Ragged, indices: np.ndarray) -> PaddedWindows:
-        channels, multiple = self.store.channels, self.pad_to_multiple_of
-        return gather_windows(rows, channels, indices, multiple, normalization=self.normalization)
+    def _gather(self, rows: Ragged, indices: np.ndarray, padding: PadTo) -> PaddedWindows:
+        return gather_windows(rows, self.store.channels, indices, padding, normalization=self.normalization)
 
     def index_nbytes(self) -> int:
         """Bytes of this split's index arrays (per window; views of a mapped file with

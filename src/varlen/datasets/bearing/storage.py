@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from varlen.batching.ragged import Ragged
-from varlen.batching.shapes import PadTo, pad_length
+from varlen.batching.shape_policy import PadTo, pad_length
 from varlen.storage.tables import MappedTable
 
 __all__ = ["PaddedWindows", "RecordingBuffer", "gather_windows", "standardize"]

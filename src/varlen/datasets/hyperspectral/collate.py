@@ -9,14 +9,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from varlen.batching.indices import PadsToWidths, pad_to
 from varlen.batching.ragged import Ragged
-from varlen.batching.shapes import PadsToRungs, PadTo
 from varlen.datasets.hyperspectral.gather import PixelBatch, normalize, read_patches
 
 __all__ = ["HyperspectralCollator"]
 
 
-class HyperspectralCollator(PadsToRungs):
+class HyperspectralCollator(PadsToWidths):
     """The model's fields of a pixel batch.
 
     A :class:`~varlen.datasets.hyperspectral.gather.PixelBatch` (the loader's batched fetch,
@@ -27,7 +27,8 @@ class HyperspectralCollator(PadsToRungs):
 
     Args:
         pad_to_multiple_of: round the band axis up to a multiple of this (8 for tensor cores), for
-            lists of samples (a fetched batch was padded by the dataset).
+            lists of samples that carry no padded length (:func:`~varlen.batching.indices.pad_to`; a fetched
+            batch was padded by the dataset).
 
     Returns (from a call):
         ``spectra`` float32 ``[B, K, P, P]`` (``[B, K]`` for spectra, P = 1), zero where padded;
@@ -38,7 +39,7 @@ class HyperspectralCollator(PadsToRungs):
         ``coords`` int64 ``[B, 2]``.
     """
 
-    def __init__(self, pad_to_multiple_of: PadTo = None) -> None:
+    def __init__(self, pad_to_multiple_of: int | None = None) -> None:
         self.pad_to_multiple_of = pad_to_multiple_of
 
     def __call__(self, samples: PixelBatch | Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -47,11 +48,11 @@ class HyperspectralCollator(PadsToRungs):
 
     def gather_samples(self, samples: Sequence[dict[str, Any]]) -> PixelBatch:
         """``dataset[i]`` dicts as one batch, equal to the dataset's fetch of the same samples."""
-        positions = np.arange(len(samples))
+        positions, padding = np.arange(len(samples)), pad_to(samples, self.pad_to_multiple_of)
 
         def padded(key: str, pad: float, dtype: torch.dtype | None = None):
             rows = Ragged.from_arrays([np.asarray(s[key]) for s in samples])
-            return rows.pad(positions, pad, self.pad_to_multiple_of, dtype)
+            return rows.pad(positions, pad, padding, dtype)
 
         band_rows = padded("bands", -1, torch.long)
         bands, mask = band_rows.values.numpy(), band_rows.mask.numpy()

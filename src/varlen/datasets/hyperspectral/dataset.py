@@ -25,9 +25,9 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from varlen.batching.epoch_sampler import EpochIndices  # re-exported: the batches of the train sampler
+from varlen.batching.indices import EpochIndices, PadsToWidths, pad_to  # EpochIndices re-exported
 from varlen.batching.ragged import Ragged
-from varlen.batching.shapes import PadsToRungs, PadTo
+from varlen.batching.shape_policy import PadTo
 from varlen.datasets.hyperspectral.bands import fixed_band_rows, random_band_rows
 from varlen.datasets.hyperspectral.gather import PixelBatch, flat_view, normalize, read_patches
 from varlen.datasets.hyperspectral.readers import MappedCube
@@ -122,7 +122,7 @@ def band_statistics(cube: MappedCube | np.ndarray, centres: np.ndarray, rows_per
     return mean, np.where(std > 0, std, 1.0)
 
 
-class HyperspectralPixels(PadsToRungs, Dataset):
+class HyperspectralPixels(PadsToWidths, Dataset):
     """Labelled pixels of one or more scenes; a batch is gathered at once (see the module docstring).
 
     The dataset keeps only what samples need: each scene's cube (a :class:`MappedCube`, which
@@ -144,8 +144,8 @@ class HyperspectralPixels(PadsToRungs, Dataset):
         band_counts: per-sample band counts for random subsets, or None.
         fixed_bands: per-scene band index arrays when ``band_counts`` is None.
         seed: base seed of the band draws.
-        pad_to_multiple_of: round a fetched batch's band axis up to this multiple, or to its rung (the shape
-            policy's :class:`~varlen.batching.shapes.Rungs`, which the DataModule sets).
+        pad_to_multiple_of: round a fetched batch's band axis up to this multiple; a batch that carries its
+            padded length pads to it (:func:`~varlen.batching.indices.pad_to`).
     """
 
     def __init__(
@@ -161,7 +161,7 @@ class HyperspectralPixels(PadsToRungs, Dataset):
         band_counts: np.ndarray | None = None,
         fixed_bands: Sequence[np.ndarray] | None = None,
         seed: int = 0,
-        pad_to_multiple_of: PadTo = None,
+        pad_to_multiple_of: int | None = None,
     ) -> None:
         if band_counts is None and fixed_bands is None:
             raise ValueError("give band_counts (random subsets) or fixed_bands")
@@ -237,7 +237,7 @@ class HyperspectralPixels(PadsToRungs, Dataset):
 
     def __getitems__(self, indices: Sequence[int]) -> PixelBatch:
         """A whole batch (the loader's batched fetch), in the epoch an :class:`EpochIndices` carries."""
-        return self.gather(indices, getattr(indices, "epoch", self.epoch), self.pad_to_multiple_of)
+        return self.gather(indices, getattr(indices, "epoch", self.epoch), pad_to(indices, self.pad_to_multiple_of))
 
     def gather(self, indices: Sequence[int] | np.ndarray, epoch: int, pad_to_multiple_of: PadTo = None) -> PixelBatch:
         """Samples ``indices`` as one padded batch: their band rows padded in one gather, one cube

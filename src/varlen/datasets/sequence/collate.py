@@ -8,15 +8,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from varlen.batching.indices import PadsToWidths, with_widths
 from varlen.batching.pad_collate import PadCollate
-from varlen.batching.shapes import PadsToRungs, Rungs
 from varlen.datasets.sequence.dataset import SIZES, SequenceBatch
 from varlen.datasets.sequence.packed import pack_arrays
 
 __all__ = ["SequenceCollator"]
 
 
-class SequenceCollator(PadsToRungs):
+class SequenceCollator(PadsToWidths):
     """The batch of :class:`~varlen.datasets.sequence.SequenceDataset`: what its ``__getitems__`` fetched
     (already padded), or a list of ``dataset[i]`` samples (streamed chunks, a mixture's single samples)
     padded by :class:`~varlen.batching.pad_collate.PadCollate` into the same keys: ``index``, per
@@ -26,8 +26,8 @@ class SequenceCollator(PadsToRungs):
         fields: the variable-length fields (padded, with masks, in every batch).
         pad_values: per field, the value padding writes (default 0).
         pad_to_multiple_of: round each padded length up to this multiple.
-        size_fields: the fields whose lengths are the size axes, in order: each pads to its axis's rungs
-            once the DataModule hands them over (:meth:`pad_to_rungs`); default: the first field.
+        size_fields: the fields whose lengths are the size axes, in order: each pads to the length its axis's
+            batch carries (:func:`~varlen.batching.indices.pad_to`); default: the first field.
         dtypes: field -> the dtype single samples' values are served in (default: as they come).
     """
 
@@ -42,18 +42,15 @@ class SequenceCollator(PadsToRungs):
         self.fields = tuple(fields)
         self.dtypes = {k: torch.from_numpy(np.empty(0, np.dtype(d))).dtype for k, d in (dtypes or {}).items()}
         self.size_fields = tuple(size_fields) if size_fields is not None else self.fields[:1]
-        self.pad = PadCollate(self.fields, pad_values, pad_to_multiple_of)
+        axes = {name: axis for axis, name in enumerate(self.size_fields)}
+        self.pad = PadCollate(self.fields, pad_values, pad_to_multiple_of, axes)
         self.pad_values = dict(pad_values or {})
         self.packing: int | None = None  # a packed row's length (SequenceDataModule's layout="packed")
-
-    def pad_to_rungs(self, rungs: tuple[Rungs, ...] | None) -> None:
-        """Each size field pads to its axis's rungs (None: as made; the other fields as made)."""
-        self.pad.key_padding = {} if rungs is None else dict(zip(self.size_fields, rungs, strict=True))
 
     def __call__(self, fetched: SequenceBatch | Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
         if isinstance(fetched, Mapping):
             return dict(fetched)
-        samples = [{k: v for k, v in sample.items() if k != SIZES} for sample in fetched]
+        samples = with_widths([{k: v for k, v in sample.items() if k != SIZES} for sample in fetched], fetched)
         if self.packing is not None:  # the one variable-length field end to end, the rest as single values
             (name,) = self.fields
             rest = PadCollate((), self.pad_values)([{k: v for k, v in s.items() if k != name} for s in samples])

@@ -20,8 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
+from varlen.batching.indices import PadsToWidths, pad_to, with_widths
 from varlen.batching.pad_collate import PadCollate
-from varlen.batching.shapes import PadsToRungs, PadTo, Rungs
+from varlen.batching.shape_policy import PadTo
 from varlen.datasets.sequence.columns import SequenceColumns
 from varlen.datasets.sequence.packed import pack_arrays, packed_field
 from varlen.datasets.sequence.transform import SampleTransform
@@ -74,7 +75,7 @@ def _pad_axis1(tensor: torch.Tensor, width: int, fill: Any) -> torch.Tensor:
     return F.pad(tensor, pads, value=fill)
 
 
-class SequenceDataset(PadsToRungs, Dataset):
+class SequenceDataset(PadsToWidths, Dataset):
     """One split of a source (see the module docstring).
 
     Args:
@@ -83,8 +84,8 @@ class SequenceDataset(PadsToRungs, Dataset):
         labels: ``[N]`` class ids (int64) or targets (float32) of those rows, or None.
         size_fields: the fields whose lengths are a sample's sizes.
         pad_values: per variable-length field, the value padding writes (default 0).
-        pad_to_multiple_of: round each padded length up to this multiple (a size field: to its rung, once
-            the DataModule hands it the shape policy's, :meth:`pad_to_rungs`).
+        pad_to_multiple_of: round each padded length up to this multiple (a size field of a batch that carries
+            its padded lengths: to its axis's, :func:`~varlen.batching.indices.pad_to`).
         where: the source, as messages name it (a row ``r`` of the split is row ``positions[r]`` there).
         dtypes: field -> the dtype it is served in (default: as stored).
         transform: what a training batch's samples go through (see the module docstring), or None.
@@ -114,14 +115,9 @@ class SequenceDataset(PadsToRungs, Dataset):
         self.size_fields = tuple(size_fields)
         self.pad_values = {name: (pad_values or {}).get(name, 0) for name in columns.ragged}
         self.pad_to_multiple_of = pad_to_multiple_of
-        self.field_padding: dict[str, PadTo] = {}  # a size field's rungs
         self.packing: int | None = None
         sizes = [columns.ragged[name].lengths[self.positions] for name in self.size_fields]
         self.lengths = sizes[0] if len(sizes) == 1 else np.stack(sizes, axis=1)
-
-    def pad_to_rungs(self, rungs: tuple[Rungs, ...] | None) -> None:
-        """Each size field pads to its axis's rungs (None: as made); the other fields to ``pad_to_multiple_of``."""
-        self.field_padding = {} if rungs is None else dict(zip(self.size_fields, rungs, strict=True))
 
     def __len__(self) -> int:
         return len(self.positions)
@@ -142,13 +138,15 @@ class SequenceDataset(PadsToRungs, Dataset):
         return sample
 
     def __getitems__(self, indices: Sequence[int]) -> SequenceBatch:
-        """The batch of ``indices``: every field padded to its longest row (one gather per field)."""
+        """The batch of ``indices``: every field padded to its longest row, a size field to the length the batch
+        carries (one gather per field)."""
         wanted = np.asarray(indices, dtype=np.int64)
         epoch = getattr(indices, "epoch", None)
         if self.transform is not None and epoch is not None:  # a training batch: its samples transformed
             fields = tuple(self.columns.ragged)
-            collate = PadCollate(fields, self.pad_values, self.pad_to_multiple_of)
-            collate.key_padding = dict(self.field_padding)
+            axes = {name: axis for axis, name in enumerate(self.size_fields)}
+            pad = PadCollate(fields, self.pad_values, self.pad_to_multiple_of, axes)
+            collate = lambda transformed: pad(with_widths(transformed, indices))  # noqa: E731  (the plan's widths)
             samples = [{k: v for k, v in self[i].items() if k != SIZES} for i in wanted.tolist()]
             if self.packing is not None:  # the rest gathered as single values, the one field packed
                 (name,) = fields
@@ -168,8 +166,7 @@ class SequenceDataset(PadsToRungs, Dataset):
                 lengths = ragged.lengths[rows]
                 batch |= packed_field(name, packed.values, lengths, self.packing, self.pad_values[name])
                 continue
-            pad_to = self.field_padding.get(name, self.pad_to_multiple_of)
-            padded = ragged.pad(rows, self.pad_values[name], pad_to, _torch_dtype(self.dtypes.get(name)))
+            padded = ragged.pad(rows, self.pad_values[name], self._pad_to(indices, name), self._dtype(name))
             batch[name], batch[f"{name}_mask"], batch[f"{name}_lengths"] = padded.values, padded.mask, padded.lengths
         for name, values in self.columns.fixed.items():
             batch[name] = torch.from_numpy(
@@ -178,6 +175,13 @@ class SequenceDataset(PadsToRungs, Dataset):
         if self.labels is not None:
             batch["labels"] = torch.from_numpy(self.labels[wanted])
         return SequenceBatch(batch, tuple(self.columns.ragged), self.pad_values)
+
+    def _pad_to(self, indices: Sequence[int], name: str) -> PadTo:
+        """What field ``name`` of the batch of ``indices`` pads to: a size field, to the length the batch carries
+        on its axis; the others (and a batch that carries none), to their longest up to ``pad_to_multiple_of``."""
+        if name not in self.size_fields:
+            return self.pad_to_multiple_of
+        return pad_to(indices, self.pad_to_multiple_of, self.size_fields.index(name))
 
     def _dtype(self, name: str) -> torch.dtype | None:
         return _torch_dtype(self.dtypes.get(name))

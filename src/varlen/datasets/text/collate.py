@@ -8,14 +8,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from varlen.batching.indices import PadsToWidths, pad_to
 from varlen.batching.ragged import Ragged
-from varlen.batching.shapes import PadsToRungs, PadTo
 from varlen.datasets.text.dataset import TextBatch, pack_texts, pad_texts
 
 __all__ = ["TextCollator"]
 
 
-class TextCollator(PadsToRungs):
+class TextCollator(PadsToWidths):
     """The model's fields of a text batch: ``input_ids``, ``attention_mask`` (1 = real token),
     ``token_type_ids`` (when the model takes them), ``labels``, ``index``, and ``document_ids``
     when the samples are windows of longer texts. Packed (``packing``), the texts lie end to end in
@@ -30,8 +30,8 @@ class TextCollator(PadsToRungs):
     Args:
         pad_token_id: the tokenizer's ``pad_token_id`` (never assume 0), for lists of samples.
         with_token_type_ids: also return ``token_type_ids`` (zeros for single texts).
-        pad_to_multiple_of: round the padded length up (8 suits tensor cores), or to its rung (the shape
-            policy's :class:`~varlen.batching.shapes.Rungs`, which the DataModule sets), for lists of samples.
+        pad_to_multiple_of: round the padded length up (8 suits tensor cores), for lists of samples (that
+            carry no padded length: :func:`~varlen.batching.indices.pad_to`).
         packing: ``(T, position offset)``: lists of samples are packed in one row of ``T`` tokens, positions
             from the offset (2 for RoBERTa-family encoders); None: padded.
     """
@@ -40,7 +40,7 @@ class TextCollator(PadsToRungs):
         self,
         pad_token_id: int,
         with_token_type_ids: bool = False,
-        pad_to_multiple_of: PadTo = None,
+        pad_to_multiple_of: int | None = None,
         packing: tuple[int, int] | None = None,
     ):
         if pad_token_id is None:
@@ -83,7 +83,7 @@ class TextCollator(PadsToRungs):
         if self.packing is not None:
             texts = pack_texts(ids, type_ids, labels, rows, self.pad_token_id, *self.packing)
         else:
-            texts = pad_texts(ids, type_ids, labels, rows, self.pad_token_id, self.pad_to_multiple_of)
+            texts = pad_texts(ids, type_ids, labels, rows, self.pad_token_id, pad_to(samples, self.pad_to_multiple_of))
         texts.index = torch.from_numpy(np.fromiter((s["index"] for s in samples), np.int64, len(samples)))
         if "document_id" in samples[0]:
             texts.documents = torch.from_numpy(np.fromiter((s["document_id"] for s in samples), np.int64, len(samples)))

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from varlen.batching.indices import PadsToWidths, pad_to
 from varlen.batching.ragged import Ragged
-from varlen.batching.shapes import PadsToRungs, PadTo, pad_length
+from varlen.batching.shape_policy import PadTo, pad_length
 from varlen.datasets.mixture import join_padded
 from varlen.storage.tables import MappedTable
 
@@ -162,7 +163,7 @@ def _packed_batch(values, types, lengths, width, pad_token_id, offset, index, la
 
 
 @dataclass
-class TokenizedTexts(PadsToRungs, torch.utils.data.Dataset):
+class TokenizedTexts(PadsToWidths, torch.utils.data.Dataset):
     """Unpadded token ids of many texts, their labels and source rows; batches padded on fetch.
 
     Attributes:
@@ -171,8 +172,8 @@ class TokenizedTexts(PadsToRungs, torch.utils.data.Dataset):
         rows: row of each sample's text in its source table (to map predictions back to the file).
         type_ids: token type ids with the same rows as ``ids`` (pairs), or None.
         pad_token_id: the tokenizer's pad id, written after each text of a fetched batch.
-        pad_to_multiple_of: round a fetched batch's length up to this multiple (8 for tensor cores), or to
-            its rung (the shape policy's :class:`~varlen.batching.shapes.Rungs`, which the DataModule sets).
+        pad_to_multiple_of: round a fetched batch's length up to this multiple (8 for tensor cores); a batch
+            that carries its padded length pads to it (:func:`~varlen.batching.indices.pad_to`).
         documents: ``[N]`` int64 document id of each window (texts cut into windows: the text's
             position in its split, the windows of a text in order), or None (one sample per text).
         packing: ``(T, position offset)``: fetched batches are packed in one row of ``T`` tokens
@@ -184,7 +185,7 @@ class TokenizedTexts(PadsToRungs, torch.utils.data.Dataset):
     rows: np.ndarray
     type_ids: Ragged | None = None
     pad_token_id: int = 0
-    pad_to_multiple_of: PadTo = None
+    pad_to_multiple_of: int | None = None
     documents: np.ndarray | None = None
     packing: tuple[int, int] | None = None
 
@@ -194,7 +195,7 @@ class TokenizedTexts(PadsToRungs, torch.utils.data.Dataset):
         samples: MappedTable,
         selection: MappedTable | None = None,
         pad_token_id: int = 0,
-        pad_to_multiple_of: PadTo = None,
+        pad_to_multiple_of: int | None = None,
         packing: tuple[int, int] | None = None,
         keep: np.ndarray | None = None,
     ) -> TokenizedTexts:
@@ -268,7 +269,8 @@ class TokenizedTexts(PadsToRungs, torch.utils.data.Dataset):
             width, offset = self.packing
             batch = pack_texts(self.ids, self.type_ids, self.labels, indices, self.pad_token_id, width, offset)
         else:
-            batch = pad_texts(self.ids, self.type_ids, self.labels, indices, self.pad_token_id, self.pad_to_multiple_of)
+            padding = pad_to(indices, self.pad_to_multiple_of)
+            batch = pad_texts(self.ids, self.type_ids, self.labels, indices, self.pad_token_id, padding)
         if self.documents is not None:
             batch.documents = torch.from_numpy(self.documents[np.asarray(indices, dtype=np.int64)])
         return batch

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from varlen.batching.shapes import PadTo, pad_length, round_up
+from varlen.batching.shape_policy import PadTo, pad_length, round_up
 
 __all__ = [
     "Padded",
@@ -72,7 +72,7 @@ def pad_sequences(
         arrays: one array per sample; trailing axes after the ragged ones must agree.
         pad_value: value written where a sample has no data (e.g. the tokenizer's pad id).
         pad_to_multiple_of: round the innermost ragged axis up to this multiple (tensor cores), or to
-            its rung (:class:`~varlen.batching.shapes.Rungs`, the shape policy).
+            its rung (:class:`~varlen.batching.shape_policy.Rungs`, the shape policy).
         dtype: output dtype; default: that of the first array.
         ragged_dims: how many leading axes vary between samples (1 for sequences, 2 for
             segments x tokens).

@@ -10,8 +10,9 @@ can be paid once before training (:class:`~varlen.batching.warmup.WarmShapes`).
 Where the rungs go: :func:`ladder` places ``count`` rungs where they cost the least padding, a pure
 function of the size histogram (an exact dynamic programme over its distinct sizes: a rung of 13 tokens
 costs a 13-token sentence nothing, so the rungs are dense where the samples are). :class:`Rungs` is the
-ladder a plan cuts by and a collate pads to; :func:`~varlen.batching.plan.fit_rungs` picks the most rungs
-whose epoch, planned on the world's ranks, keeps within ``max_shapes`` distinct shapes on every size axis.
+ladder a plan cuts by (each batch then carries the length it pads to: :mod:`varlen.batching.indices`);
+:func:`~varlen.batching.plan.fit_rungs` picks the most rungs whose epoch, planned on the world's ranks, keeps
+within ``max_shapes`` distinct shapes on every size axis.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ import numpy as np
 __all__ = [
     "DEFAULT_MAX_SHAPES",
     "PadTo",
-    "PadsToRungs",
     "Rungs",
     "batch_shapes",
+    "batch_widths",
     "cant_hold",
     "distinct_shapes",
     "fit_count",
@@ -107,7 +108,7 @@ def size_histogram(sizes: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.
 @dataclass(frozen=True)
 class Rungs:
     """The padded lengths of one size axis: a length pads to the first rung at or above it (and past the
-    top rung, as without rungs: up to ``multiple``). What a plan cuts by and a collate pads to.
+    top rung, as without rungs: up to ``multiple``). What a plan cuts by.
 
     Attributes:
         lengths: the rungs, ascending.
@@ -147,18 +148,11 @@ def pad_length(n, pad_to: PadTo):
     return pad_to.round(n) if isinstance(pad_to, Rungs) else round_up(n, pad_to)
 
 
-class PadsToRungs:
-    """A dataset or collate that pads batches: a DataModule hands it the shape policy's rungs when it has
-    fitted them (:meth:`pad_to_rungs`); its ``pad_to_multiple_of`` then rounds a batch up to its rung."""
-
-    pad_to_multiple_of: PadTo = None
-
-    def pad_to_rungs(self, rungs: tuple[Rungs, ...] | None) -> None:
-        """Pad the first size axis to ``rungs[0]`` (None: as made, to ``pad_to_multiple_of``); a padder of
-        several axes overrides this."""
-        if "_made_with" not in self.__dict__:
-            self._made_with = self.pad_to_multiple_of
-        self.pad_to_multiple_of = self._made_with if rungs is None else rungs[0]
+def batch_widths(sizes: np.ndarray, rungs: tuple[Rungs, ...]) -> tuple[int, ...]:
+    """The padded length of each size axis of a batch of samples of ``sizes`` (``[n]`` or ``[n, D]``): its
+    longest, up to its rung (past the top rung, up to the rungs' multiple)."""
+    longest = np.asarray(sizes).reshape(len(sizes), -1).max(axis=0)
+    return tuple(r.round(int(n)) for r, n in zip(rungs, longest, strict=True))
 
 
 def batch_shapes(rounded: np.ndarray, order: np.ndarray, bounds: np.ndarray) -> np.ndarray:
@@ -226,3 +220,23 @@ def fit_count(shapes_of: Callable[[int], int], limit: int, most: int) -> int:
         else:
             high = middle
     return low
+
+
+class _PadsToRungs:
+    """What ``PadsToRungs`` became: a padder that reads the lengths its batches carry (see the warning)."""
+
+    pads_to_widths = True
+
+
+def __getattr__(name: str):
+    if name == "PadsToRungs":  # a dataset or collate that was handed the rungs: batches now carry their lengths
+        import warnings
+
+        warnings.warn(
+            "varlen.batching.shape_policy.PadsToRungs is gone: batches carry the length they pad to; subclass "
+            "varlen.batching.indices.PadsToWidths and pad to pad_to(indices, pad_to_multiple_of)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return _PadsToRungs
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,7 +3,10 @@ shapes from its windows' (or units') histograms, without reading a chunk.
 
 Rungs (:func:`histogram_rungs`) are edges of the size grid: a streamed plan buckets samples by grid bin, so
 a rung must close a bin. They are placed where they pad least by the same exact programme as in memory
-(:func:`~varlen.batching.shapes.ladder`), over the summed histogram, each bin's samples counted at its edge.
+(:func:`~varlen.batching.shape_policy.ladder`), over the summed histogram, each bin's samples counted at its edge.
+
+A batch's padded length is its longest size up to its rung, the sizes read from the size indexes
+(:func:`stream_sizes`): what the streamed sampler's batches carry (:mod:`varlen.batching.indices`).
 
 Shapes (:func:`row_shapes`): a window's cut is the greedy walk over its buckets, largest first, that
 :func:`~varlen.stream.plan.batch_counts` counts: a batch started in bucket b holds ``room_b`` samples and
@@ -18,9 +21,9 @@ from __future__ import annotations
 import numpy as np
 
 from varlen.batching.plan import PlanSpec, batch_room, cut_segment, keep_populated, split_to_multiple
-from varlen.batching.shapes import Rungs, ladder, round_up
+from varlen.batching.shape_policy import Rungs, ladder, round_up
 
-__all__ = ["histogram_rungs", "row_shapes"]
+__all__ = ["histogram_rungs", "row_shapes", "stream_sizes"]
 
 
 def histogram_rungs(total: np.ndarray, edges: np.ndarray, spec: PlanSpec, count: int) -> tuple[Rungs, ...]:
@@ -107,3 +110,22 @@ def _pieces(largest_first: np.ndarray, widths: np.ndarray, start: int, short: in
             found.add((1 << bit, int(widths[int(np.searchsorted(ends, start, side="right"))])))
             start += 1 << bit
     return found
+
+
+def stream_sizes(indexes: list, ids: np.ndarray) -> np.ndarray:
+    """The first-axis sizes of global ids ``ids`` of a stream whose sources' size indexes are ``indexes`` (their
+    samples numbered one source after another), each chunk's sizes read once."""
+    ids = np.asarray(ids, dtype=np.int64)
+    out = np.zeros(len(ids), np.int64)
+    first = 0
+    for index in indexes:
+        counts = np.asarray(index.samples_per_chunk, dtype=np.int64)
+        offsets = first + np.concatenate([[0], np.cumsum(counts)])
+        mine = np.flatnonzero((ids >= first) & (ids < offsets[-1]))
+        chunks = np.searchsorted(offsets, ids[mine], side="right") - 1
+        for chunk in np.unique(chunks).tolist():
+            at = mine[chunks == chunk]
+            sizes = np.asarray(index.sizes(chunk)).reshape(int(counts[chunk]), -1)[:, 0]
+            out[at] = sizes[ids[at] - offsets[chunk]]
+        first = int(offsets[-1])
+    return out
