@@ -22,6 +22,7 @@ MOVED = {
     "varlen.resumable": "varlen.callbacks.resumable",
     **{f"varlen.{name}": f"varlen.storage.{name}" for name in ("cache", "tables", "checksums", "paths")},
     **{f"varlen.{name}": f"varlen.prepare.{name}" for name in ("report", "splits", "labels", "duplicates", "draws")},
+    "varlen.stream.mixture_sampler": "varlen.stream.sampler",
 }
 
 

@@ -3,8 +3,6 @@ window augmentation) draws from, in whichever process fetches them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from varlen.batching.sampler import BucketBatchSampler
 
 __all__ = ["EpochBatchSampler", "EpochIndices"]
@@ -25,11 +23,6 @@ class EpochIndices(list):
 
 class EpochBatchSampler(BucketBatchSampler):
     """:class:`BucketBatchSampler` (same arguments, plan and state) whose batches are :class:`EpochIndices`."""
-
-    def _batches(self) -> Iterator[list[int]]:
-        epoch = self.epoch
-        for batch in super()._batches():
-            yield EpochIndices(batch, epoch)
 
     def batch_of(self, indices: list[int], epoch: int) -> EpochIndices:
         return EpochIndices(indices, epoch)

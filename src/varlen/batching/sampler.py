@@ -19,12 +19,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
-import torch.distributed as dist
-from torch.utils.data import BatchSampler, Sampler
+from torch.utils.data import Sampler
 
 from varlen import notices
 from varlen.batching.collate import round_up
 from varlen.batching.plan import Plan, PlanSpec, as_size_matrix, bucketize, build_plan, fit_rungs, split_largest
+from varlen.batching.plan_sampler import EpochTracker, PlanSampler
 from varlen.batching.replan import PlanChanges
 from varlen.batching.resume import ResumableEpochs, canonical
 from varlen.batching.scheduled import ScheduledDraws, ScheduledWeights, join_pieces
@@ -34,28 +34,7 @@ from varlen.batching.weights import WeightedDraw, strata_of
 __all__ = ["BucketBatchSampler", "EpochTracker"]
 
 
-class EpochTracker(Sampler[int]):
-    """The batch sampler's ``.sampler``: a sequential sampler that remembers its epoch.
-
-    Lightning calls ``set_epoch`` only on ``batch_sampler.sampler``; this is where it lands when
-    no ``DistributedSampler`` was injected.
-    """
-
-    def __init__(self, num_samples: int) -> None:
-        self.num_samples = num_samples
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(range(self.num_samples))
-
-    def __len__(self) -> int:
-        return self.num_samples
-
-
-class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
+class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
     """Batches of similar-size samples, under a fixed batch size or a token budget.
 
     One global plan per (lengths, seed, epoch) is built on every rank, and rank ``r`` takes
@@ -153,13 +132,10 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
         sampler: Sampler | None = None,
         state: dict[str, Any] | None = None,
     ) -> None:
-        # BatchSampler.__init__ is not called: it insists on a sampler and an int batch size.
         if max_shapes is not None and rungs is None:
             rungs = self._fit_rungs(dict(locals()))
         self.sizes = as_size_matrix(lengths)
-        self.groups = None if groups is None else np.asarray(groups)
-        if self.groups is not None and self.groups.shape != (len(self.sizes),):
-            raise ValueError(f"groups must have one id per sample ({len(self.sizes)}), got shape {self.groups.shape}")
+        self.groups, self.shares = self._per_sample(groups, "groups"), self._per_sample(shares, "shares")
         if isinstance(max_tokens, (int, np.integer)):
             max_tokens = (int(max_tokens),) * self.sizes.shape[1]
         self.spec = PlanSpec(
@@ -172,18 +148,10 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
             rungs=None if rungs is None else tuple(rungs),
             rung_batch_sizes=None if rung_batch_sizes is None else tuple(int(b) for b in rung_batch_sizes),
         )
-        self.rungs = self.spec.rungs
-        self.batch_size = batch_size
-        self.max_tokens = max_tokens
-        self.shuffle = shuffle
-        self.seed = int(seed)
-        self.drop_last = drop_last
-        self.sampler = sampler if sampler is not None else EpochTracker(len(self.sizes))
-        self.num_replicas, self.rank = self._resolve_ranks(num_replicas, rank, sampler)
+        self.rungs, self.batch_size, self.max_tokens = self.spec.rungs, batch_size, max_tokens
+        self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
+        self._serve_on(len(self.sizes), sampler, num_replicas, rank)
         self._buckets = bucketize(self.sizes, self.spec)
-        self.shares = None if shares is None else np.asarray(shares)
-        if self.shares is not None and self.shares.shape != (len(self.sizes),):
-            raise ValueError(f"shares must have one id per sample ({len(self.sizes)}), got shape {self.shares.shape}")
         self._plan_key: tuple[int, int] | None = None
         self._plan: Plan | None = None
         self._weighing = (weights, num_samples, replacement)  # a copy under a saved state's settings draws the same
@@ -193,17 +161,20 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
         if self.scheduled is not None and steps_before is not None:
             self.scheduled.know(epoch, steps_before)
         self._start_afresh()
-        if epoch:
-            self.set_epoch(epoch)
         self.num_oversized = self._count_oversized()
         if self.num_oversized:
             notices.warn(
                 f"{self.num_oversized} samples exceed max_tokens={self.max_tokens} on their own; "
                 "each gets a batch of its own (none is dropped)"
             )
-        self.state = state
-        if state is not None:
-            self.load_state_dict(state)
+        self._start(epoch, state)
+
+    def _per_sample(self, values, name: str) -> np.ndarray | None:
+        """``values`` (``groups`` or ``shares``: one id per sample, or None) as an array, checked."""
+        values = None if values is None else np.asarray(values)
+        if values is not None and values.shape != (len(self.sizes),):
+            raise ValueError(f"{name} must have one id per sample ({len(self.sizes)}), got shape {values.shape}")
+        return values
 
     @classmethod
     def _fit_rungs(cls, arguments: dict[str, Any]) -> tuple[Rungs, ...]:
@@ -272,35 +243,12 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
                           drop_last=self.drop_last, rounded=self._buckets, groups=self.groups, draw=draw)  # fmt: skip
         return len(plan) // world
 
-    @staticmethod
-    def _resolve_ranks(num_replicas: int | None, rank: int | None, sampler: Sampler | None) -> tuple[int, int]:
-        if num_replicas is None:
-            num_replicas = getattr(sampler, "num_replicas", None)
-        if rank is None:
-            rank = getattr(sampler, "rank", None)
-        initialised = dist.is_available() and dist.is_initialized()
-        if num_replicas is None:
-            num_replicas = dist.get_world_size() if initialised else 1
-        if rank is None:
-            rank = dist.get_rank() if initialised else 0
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
-        return int(num_replicas), int(rank)
-
     def _count_oversized(self) -> int:
         if self.spec.max_tokens is None:
             return 0
         budget = np.asarray(self.spec.max_tokens)
         padded = round_up(self.sizes, self.spec.size_multiple)  # what the collate pads to, as the plan costs it
         return int(np.any(padded > budget, axis=1).sum())
-
-    @property
-    def epoch(self) -> int:
-        return int(getattr(self.sampler, "epoch", 0))
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch whose plan the next iteration yields."""
-        self.sampler.set_epoch(epoch)
 
     def global_plan(self, epoch: int | None = None) -> Plan:
         """All ranks' batches for ``epoch`` (default: the current one), in serving order."""
@@ -360,10 +308,6 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
         shapes = np.concatenate([self._shapes_of(self._plan_of(draw, 0, self.num_replicas)) for draw in draws])
         return max(distinct_shapes(shapes), default=0)
 
-    def batch_of(self, indices: list[int], epoch: int) -> list[int]:
-        """``indices`` as this sampler serves a batch of ``epoch`` (a plain list here)."""
-        return indices
-
     def shape_batches(self, epoch: int | None = None) -> list[list[int]]:
         """One batch of ``epoch`` (every rank's plan) for each of its distinct shapes, as it is served, the
         widest first (the most memory first): what :class:`~varlen.batching.warmup.WarmShapes` runs."""
@@ -389,17 +333,11 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
             return self.scheduled.length(epoch, self.num_replicas)
         return len(self._plan_on(epoch, self.num_replicas)) // self.num_replicas
 
-    def __iter__(self) -> Iterator[list[int]]:
-        """This epoch's batches for this rank (resuming where a loaded state left off).
-
-        The epoch is read again at the first ``next()``, so a ``set_epoch`` between ``iter()``
-        and the first batch still counts (Lightning calls it after creating its first iterator).
-        """
+    def _begin(self) -> None:
         epoch = self.epoch
         self._position = (epoch, self.first_batch(epoch))  # what a state_dict now names
-        return self._batches()
 
-    def _batches(self) -> Iterator[list[int]]:
+    def _rank_batches(self) -> Iterator[list[int]]:
         order = None
         for source, (first, end) in self.positions():
             if order is None:  # a resumed epoch's rows index their own order (its plans', see rest_rows)
