@@ -31,7 +31,34 @@ from varlen.batching.scheduled import ScheduledDraws, ScheduledWeights, join_pie
 from varlen.batching.shapes import Rungs, batch_shapes, cant_hold, distinct_shapes
 from varlen.batching.weights import WeightedDraw, strata_of
 
-__all__ = ["BucketBatchSampler", "EpochTracker"]
+__all__ = ["BucketBatchSampler", "EpochTracker", "sizes_spec"]
+
+
+def sizes_spec(
+    axes: int,
+    batch_size: int | None = None,
+    max_tokens: int | Sequence[int] | None = None,
+    cost: str = "padded",
+    max_batch_size: int | None = None,
+    num_buckets: int | None = None,
+    pad_to_multiple_of: int | None = None,
+    rungs: Sequence[Rungs] | None = None,
+    rung_batch_sizes: Sequence[int] | None = None,
+) -> PlanSpec:
+    """The :class:`~varlen.batching.plan.PlanSpec` of :class:`BucketBatchSampler`'s arguments for sizes of ``axes``
+    size axes (``max_tokens`` an int: the same budget on every axis)."""
+    if isinstance(max_tokens, (int, np.integer)):
+        max_tokens = (int(max_tokens),) * axes
+    return PlanSpec(
+        batch_size=batch_size,
+        max_tokens=tuple(int(t) for t in max_tokens) if max_tokens is not None else None,
+        cost=cost,
+        max_batch_size=max_batch_size,
+        num_buckets=num_buckets,
+        pad_to_multiple_of=pad_to_multiple_of,
+        rungs=None if rungs is None else tuple(rungs),
+        rung_batch_sizes=None if rung_batch_sizes is None else tuple(int(b) for b in rung_batch_sizes),
+    )
 
 
 class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
@@ -136,24 +163,17 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
             rungs = self._fit_rungs(dict(locals()))
         self.sizes = as_size_matrix(lengths)
         self.groups, self.shares = self._per_sample(groups, "groups"), self._per_sample(shares, "shares")
-        if isinstance(max_tokens, (int, np.integer)):
-            max_tokens = (int(max_tokens),) * self.sizes.shape[1]
-        self.spec = PlanSpec(
-            batch_size=batch_size,
-            max_tokens=tuple(int(t) for t in max_tokens) if max_tokens is not None else None,
-            cost=cost,
-            max_batch_size=max_batch_size,
-            num_buckets=num_buckets,
-            pad_to_multiple_of=pad_to_multiple_of,
-            rungs=None if rungs is None else tuple(rungs),
-            rung_batch_sizes=None if rung_batch_sizes is None else tuple(int(b) for b in rung_batch_sizes),
-        )
+        self.spec = sizes_spec(
+            self.sizes.shape[1], batch_size, max_tokens, cost, max_batch_size, num_buckets, pad_to_multiple_of,
+            rungs, rung_batch_sizes,
+        )  # fmt: skip
         self.rungs, self.batch_size, self.max_tokens = self.spec.rungs, batch_size, max_tokens
+        if isinstance(max_tokens, (int, np.integer)):
+            self.max_tokens = self.spec.max_tokens  # one budget for every size axis
         self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
         self._serve_on(len(self.sizes), sampler, num_replicas, rank)
         self._buckets = bucketize(self.sizes, self.spec)
-        self._plan_key: tuple[int, int] | None = None
-        self._plan: Plan | None = None
+        self._plan_key, self._plan = None, None  # the plan of (epoch, world size) last built
         self._weighing = (weights, num_samples, replacement)  # a copy under a saved state's settings draws the same
         self._clones: dict[str, BucketBatchSampler] = {}
         self._steps_anchor: tuple[int, int] | None = None
@@ -184,13 +204,10 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
         limit = arguments.pop("max_shapes")
         probe = lambda rungs: cls(**arguments | {"rungs": rungs, "rank": 0}).served_shape_count()  # noqa: E731
         sizes = as_size_matrix(arguments["lengths"])
-        multiple = arguments["pad_to_multiple_of"]
         budget = arguments["max_tokens"]
-        if budget is None:
-            spec = PlanSpec(batch_size=arguments["batch_size"], pad_to_multiple_of=multiple)
-        else:
-            budget = (int(budget),) * sizes.shape[1] if isinstance(budget, (int, np.integer)) else tuple(budget)
-            spec = PlanSpec(max_tokens=budget, max_batch_size=arguments["max_batch_size"], pad_to_multiple_of=multiple)
+        capped = {} if budget is None else {"max_batch_size": arguments["max_batch_size"]}
+        spec = sizes_spec(sizes.shape[1], arguments["batch_size"], budget, **capped,
+                          pad_to_multiple_of=arguments["pad_to_multiple_of"])  # fmt: skip
         rungs, shapes = fit_rungs(sizes, spec, limit, probe)
         if shapes > limit:
             notices.warn(cant_hold(limit, shapes))
