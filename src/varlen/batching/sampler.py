@@ -27,7 +27,7 @@ from varlen.batching.plan import Plan, PlanSpec, as_size_matrix, bucketize, buil
 from varlen.batching.plan_sampler import EpochTracker, PlanSampler
 from varlen.batching.replan import PlanChanges
 from varlen.batching.resume import ResumableEpochs, canonical
-from varlen.batching.scheduled import ScheduledDraws, ScheduledWeights, join_pieces
+from varlen.batching.schedule_draws import ScheduledDraws, ScheduledWeights, join_pieces
 from varlen.batching.shapes import Rungs, batch_shapes, cant_hold, distinct_shapes
 from varlen.batching.weights import WeightedDraw, strata_of
 
@@ -70,7 +70,7 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
     The number of batches is the same every epoch (see :mod:`varlen.batching.plan`), which is
     what Lightning assumes after reading ``len()`` once; only an epoch resumed on another number
     of ranks has its own (the batches each rank served before, plus its share of the rest), and
-    under a schedule of shares (``weights`` a :class:`~varlen.batching.scheduled.ScheduledWeights`)
+    under a schedule of shares (``weights`` a :class:`~varlen.batching.schedule_draws.ScheduledWeights`)
     each epoch has the length of its shares' draw: ``set_epoch``, then ``len()``.
 
     Args:
@@ -107,8 +107,8 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
             ``num_samples`` indices drawn in proportion to them, from ``(seed, epoch)`` only
             (stratified by size bucket and group so that ``len()`` never moves; see
             :mod:`varlen.batching.weights`). A weight of 0 is never served. Needs ``shuffle``.
-            A :class:`~varlen.batching.scheduled.ScheduledWeights` draws each epoch with the shares
-            its schedule gives that epoch's first position (:mod:`varlen.batching.scheduled`).
+            A :class:`~varlen.batching.schedule_draws.ScheduledWeights` draws each epoch with the shares
+            its schedule gives that epoch's first position (:mod:`varlen.batching.schedule_draws`).
         num_samples: indices drawn per epoch (default: the number of samples); given without
             ``weights``, every sample weighs the same.
         replacement: with ``weights`` or ``num_samples``, whether an index may be drawn more than once in an

@@ -30,7 +30,7 @@ from varlen.errors import DataError
 from varlen.stream.dataset import StreamedDataset
 from varlen.stream.draw_index import weighted_index
 from varlen.stream.engine import check_litdata
-from varlen.stream.plan import WINDOW_BATCHES
+from varlen.stream.layout import WINDOW_BATCHES
 from varlen.stream.sampler import StreamBatchSampler, StreamMixtureSampler  # imported with the base: see above
 from varlen.stream.source import StreamSource
 from varlen.stream.write import written_counts, written_state

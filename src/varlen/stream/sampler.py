@@ -1,5 +1,5 @@
-"""`StreamBatchSampler` and `StreamMixtureSampler`: the streamed plans (:class:`~varlen.stream.plan_state.
-StreamBatchPlan`, :class:`~varlen.stream.mixture_state.MixtureBatchPlan`) as the batch sampler Lightning handles
+"""`StreamBatchSampler` and `StreamMixtureSampler`: the streamed plans (:class:`~varlen.stream.epochs.
+StreamBatchPlan`, :class:`~varlen.stream.mixture_epochs.MixtureBatchPlan`) as the batch sampler Lightning handles
 as it handles :class:`~varlen.batching.BucketBatchSampler` (:class:`~varlen.batching.plan_sampler.PlanSampler`:
 the same epoch, ranks, rebuild under DDP, state and yield; only the size source differs).
 
@@ -20,9 +20,9 @@ from torch.utils.data import Sampler
 from varlen.batching.plan import Plan, PlanSpec
 from varlen.batching.plan_sampler import PlanSampler
 from varlen.stream.draw_index import weighted_index
-from varlen.stream.mixture_state import MixtureBatchPlan
-from varlen.stream.plan import WINDOW_BATCHES
-from varlen.stream.plan_state import StreamBatchPlan, StreamEpochs
+from varlen.stream.epochs import StreamBatchPlan, StreamEpochs
+from varlen.stream.layout import WINDOW_BATCHES
+from varlen.stream.mixture_epochs import MixtureBatchPlan
 from varlen.stream.size_index import SizeIndex
 
 __all__ = ["StreamBatchSampler", "StreamMixtureSampler"]
@@ -35,7 +35,7 @@ class StreamBatchSampler(PlanSampler):
         folder: the LitData dataset folder with its size index.
         spec: the plan's :class:`~varlen.batching.plan.PlanSpec` (or its settings one by one: ``batch_size``,
             ``max_tokens``, ``cost``, ``max_batch_size``, ``pad_to_multiple_of``, ``rungs``), with ``seed`` and
-            ``window_batches`` as for :class:`~varlen.stream.plan_state.StreamBatchPlan`; the order always
+            ``window_batches`` as for :class:`~varlen.stream.epochs.StreamBatchPlan`; the order always
             changes with ``(seed, epoch)``. Its rungs (the shape policy's, edges of the size grid: a DataModule
             fits them) are the buckets, each batch the budget over its rung, padded to it by the collate.
         lanes: the loader's ``num_workers`` (1 for none): the DataLoader deals batches to its workers in
@@ -168,7 +168,7 @@ class StreamMixtureSampler(StreamBatchSampler):
     Args:
         folders: each source's dataset folder with its size index (the local copy of a store's).
         names: the sources' names, in order (``source_weights`` may name them).
-        source_weights, mix, num_samples: as for :class:`~varlen.stream.mixture_state.MixtureBatchPlan`
+        source_weights, mix, num_samples: as for :class:`~varlen.stream.mixture_epochs.MixtureBatchPlan`
             (``source_weights`` a list, a mapping by name, or a schedule's stages).
         sample_weights: per source, its DataModule's ``sample_weights`` (``"balanced"``, a weight column
             or None): its samples are drawn by the weights written beside its size index

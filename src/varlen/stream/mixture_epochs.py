@@ -1,4 +1,4 @@
-"""`MixtureBatchPlan`: the streamed mixture plan (:mod:`varlen.stream.mixture`) behind a rank's epochs, with a
+"""`MixtureBatchPlan`: the streamed mixture plan (:mod:`varlen.stream.mixture_layout`) behind a rank's epochs, with a
 small, rank-independent state that resumes exactly on the same or another number of ranks and lanes.
 
 The layout of each world size is fixed for the run; an epoch's draw is a function of ``(seed, epoch,
@@ -24,7 +24,9 @@ from varlen.batching.plan import PlanSpec
 from varlen.batching.schedule import MixtureSchedule
 from varlen.storage.cache import cache_key
 from varlen.stream.draw import index_weight_histograms, window_weights
-from varlen.stream.mixture import (
+from varlen.stream.epochs import StreamEpochs
+from varlen.stream.layout import WINDOW_BATCHES, SizeIndexLike
+from varlen.stream.mixture_layout import (
     MixtureEpoch,
     MixtureLayout,
     drawn_window,
@@ -34,8 +36,6 @@ from varlen.stream.mixture import (
     unit_bounds,
     unit_rows,
 )
-from varlen.stream.plan import WINDOW_BATCHES, SizeIndexLike
-from varlen.stream.plan_state import StreamEpochs
 from varlen.stream.shapes import row_shapes
 
 __all__ = ["MixtureBatchPlan"]
@@ -48,10 +48,10 @@ class MixtureBatchPlan(StreamEpochs):
     """A rank's batches of streamed sources mixed (or of one source drawn by weight), epoch after epoch.
 
     Args:
-        indexes: each source's size index (:class:`~varlen.stream.plan.SizeIndexLike`); a weighted one
+        indexes: each source's size index (:class:`~varlen.stream.layout.SizeIndexLike`); a weighted one
             (``weight_histograms`` / ``weights``) draws its samples by weight.
         spec, seed, num_replicas, rank, window_batches, axis, lanes (and the spec's settings one by one): as for
-            :class:`~varlen.stream.plan_state.StreamBatchPlan`.
+            :class:`~varlen.stream.epochs.StreamBatchPlan`.
         names: the sources' names (default ``source0``, ...), for ``source_weights`` by name.
         source_weights: the sources' shares of every epoch (a list, a mapping by name, or a schedule:
             :class:`~varlen.batching.schedule.MixtureSchedule`); None: each source's samples.

@@ -1,4 +1,4 @@
-"""`StreamBatchPlan`: the streamed plan (:mod:`varlen.stream.plan`) behind a rank's epochs, with a small,
+"""`StreamBatchPlan`: the streamed plan (:mod:`varlen.stream.layout`) behind a rank's epochs, with a small,
 rank-independent state that resumes exactly on the same or another number of ranks and lanes.
 
 A rank's batches come in *lanes*, one per loader worker (:func:`~varlen.batching.resume.interleave`): a
@@ -31,7 +31,7 @@ from varlen.batching.plan import PlanSpec, split_largest
 from varlen.batching.resume import RESUME_VARIABLE, ResumableEpochs, changes
 from varlen.batching.shapes import Rungs
 from varlen.storage.cache import cache_key
-from varlen.stream.plan import (
+from varlen.stream.layout import (
     WINDOW_BATCHES,
     SizeIndexLike,
     StreamLayout,
@@ -236,7 +236,7 @@ class StreamBatchPlan(StreamEpochs):
     """A rank's batches of a streamed data set, epoch after epoch, from its size index.
 
     Args:
-        index: the size index (:class:`~varlen.stream.plan.SizeIndexLike`).
+        index: the size index (:class:`~varlen.stream.layout.SizeIndexLike`).
         spec: the plan's :class:`~varlen.batching.plan.PlanSpec` (one budget axis: ``axis`` of the sizes; its
             rungs: the shape policy's padded lengths, edges of the size grid, see :func:`~varlen.stream.shapes.
             histogram_rungs`), or its settings one by one (:data:`SPEC_ARGUMENTS`, ``max_tokens`` an int).
