@@ -22,7 +22,7 @@ be planned under the new settings), unless ``VARLEN_RESUME=next_epoch`` skips th
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -144,13 +144,37 @@ class StreamEpochs(ResumableEpochs):
     """What every streamed plan does with its layouts: a rank's epochs served in lanes, read a unit (a window,
     or a mixture's unit) at a time, and a state that names the plan's key, settings and size index(es).
 
+    Args:
+        indexes: the size indexes (:class:`~varlen.stream.index_checks.SizeIndexLike`), one per source.
+        spec: the plan's :class:`~varlen.batching.plan.PlanSpec` (one budget axis: ``axis`` of the sizes; its
+            rungs: the shape policy's padded lengths, edges of the size grid, see :func:`~varlen.stream.shapes.
+            histogram_rungs`), or its settings one by one (:data:`SPEC_ARGUMENTS`, ``max_tokens`` an int).
+        seed: the run's seed (chunk order, pieces and windows; with the epoch, every order).
+        num_replicas, rank: the world size and this rank.
+        window_batches: a window's size in batches. A window's buckets hold fewer samples than the
+            whole data set's: smaller windows pad more and re-mix less between epochs (at 40 batches,
+            three quarters of the pairs batched together are again the next epoch; at 2000, a third).
+        lanes: the loader's workers (``num_workers``, 1 for none): each reads its own windows.
+
     A subclass gives :meth:`layout_on`, :meth:`rank_rows`, :meth:`plain_length`, :meth:`unit_bounds` (a unit's
     batches from its histogram), :meth:`reader` (an epoch's units read) and :meth:`shapes`.
     """
 
     state_name = "plan"
 
-    def __init__(self, indexes, spec, seed, num_replicas, rank, window_batches, axis, lanes, settings) -> None:
+    def __init__(
+        self,
+        indexes: Sequence[SizeIndexLike],
+        spec: PlanSpec | None = None,
+        *,
+        seed: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
+        window_batches: int = WINDOW_BATCHES,
+        axis: int = 0,
+        lanes: int = 1,
+        **settings: Any,
+    ) -> None:
         if not 0 <= rank < num_replicas:
             raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
         if int(lanes) < 1:
@@ -233,37 +257,13 @@ class StreamEpochs(ResumableEpochs):
 
 
 class StreamBatchPlan(StreamEpochs):
-    """A rank's batches of a streamed data set, epoch after epoch, from its size index.
+    """A rank's batches of a streamed data set, epoch after epoch, from its size index (``index``; the rest:
+    as for :class:`StreamEpochs`)."""
 
-    Args:
-        index: the size index (:class:`~varlen.stream.layout.SizeIndexLike`).
-        spec: the plan's :class:`~varlen.batching.plan.PlanSpec` (one budget axis: ``axis`` of the sizes; its
-            rungs: the shape policy's padded lengths, edges of the size grid, see :func:`~varlen.stream.shapes.
-            histogram_rungs`), or its settings one by one (:data:`SPEC_ARGUMENTS`, ``max_tokens`` an int).
-        seed: the run's seed (chunk order, pieces and windows; with the epoch, every order).
-        num_replicas, rank: the world size and this rank.
-        window_batches: a window's size in batches. A window's buckets hold fewer samples than the
-            whole data set's: smaller windows pad more and re-mix less between epochs (at 40 batches,
-            three quarters of the pairs batched together are again the next epoch; at 2000, a third).
-        lanes: the loader's workers (``num_workers``, 1 for none): each reads its own windows.
-    """
-
-    def __init__(
-        self,
-        index: SizeIndexLike,
-        spec: PlanSpec | None = None,
-        *,
-        seed: int = 0,
-        num_replicas: int = 1,
-        rank: int = 0,
-        window_batches: int = WINDOW_BATCHES,
-        axis: int = 0,
-        lanes: int = 1,
-        **settings: Any,
-    ) -> None:
-        super().__init__([index], spec, seed, num_replicas, rank, window_batches, axis, lanes, settings)
+    def __init__(self, index: SizeIndexLike, spec: PlanSpec | None = None, **options: Any) -> None:
+        super().__init__([index], spec, **options)
         self.index = index
-        self.layout = self.layout_on(num_replicas)
+        self.layout = self.layout_on(self.num_replicas)
         self._start_afresh()
 
     def layout_on(self, num_replicas: int) -> StreamLayout:

@@ -25,7 +25,7 @@ from varlen.batching.schedule import MixtureSchedule
 from varlen.storage.cache import cache_key
 from varlen.stream.draw import index_weight_histograms, window_weights
 from varlen.stream.epochs import StreamEpochs
-from varlen.stream.layout import WINDOW_BATCHES, SizeIndexLike
+from varlen.stream.layout import SizeIndexLike
 from varlen.stream.mixture_layout import (
     MixtureEpoch,
     MixtureLayout,
@@ -51,7 +51,7 @@ class MixtureBatchPlan(StreamEpochs):
         indexes: each source's size index (:class:`~varlen.stream.layout.SizeIndexLike`); a weighted one
             (``weight_histograms`` / ``weights``) draws its samples by weight.
         spec, seed, num_replicas, rank, window_batches, axis, lanes (and the spec's settings one by one): as for
-            :class:`~varlen.stream.epochs.StreamBatchPlan`.
+            :class:`~varlen.stream.epochs.StreamEpochs`.
         names: the sources' names (default ``source0``, ...), for ``source_weights`` by name.
         source_weights: the sources' shares of every epoch (a list, a mapping by name, or a schedule:
             :class:`~varlen.batching.schedule.MixtureSchedule`); None: each source's samples.
@@ -68,15 +68,9 @@ class MixtureBatchPlan(StreamEpochs):
         source_weights: Any = None,
         mix: str = "within_batch",
         num_samples: int | None = None,
-        seed: int = 0,
-        num_replicas: int = 1,
-        rank: int = 0,
-        window_batches: int = WINDOW_BATCHES,
-        axis: int = 0,
-        lanes: int = 1,
-        **settings: Any,
+        **options: Any,
     ) -> None:
-        super().__init__(indexes, spec, seed, num_replicas, rank, window_batches, axis, lanes, settings)
+        super().__init__(indexes, spec, **options)
         self.names = tuple(names) if names is not None else tuple(f"source{s}" for s in range(len(self.indexes)))
         if len(self.names) != len(self.indexes):
             raise ValueError(f"{len(self.names)} names for {len(self.indexes)} sources")

@@ -21,7 +21,6 @@ from varlen.batching.plan import Plan, PlanSpec
 from varlen.batching.plan_sampler import PlanSampler
 from varlen.stream.draw_index import weighted_index
 from varlen.stream.epochs import StreamBatchPlan, StreamEpochs
-from varlen.stream.layout import WINDOW_BATCHES
 from varlen.stream.mixture_epochs import MixtureBatchPlan
 from varlen.stream.size_index import SizeIndex
 
@@ -34,10 +33,10 @@ class StreamBatchSampler(PlanSampler):
     Args:
         folder: the LitData dataset folder with its size index.
         spec: the plan's :class:`~varlen.batching.plan.PlanSpec` (or its settings one by one: ``batch_size``,
-            ``max_tokens``, ``cost``, ``max_batch_size``, ``pad_to_multiple_of``, ``rungs``), with ``seed`` and
-            ``window_batches`` as for :class:`~varlen.stream.epochs.StreamBatchPlan`; the order always
-            changes with ``(seed, epoch)``. Its rungs (the shape policy's, edges of the size grid: a DataModule
-            fits them) are the buckets, each batch the budget over its rung, padded to it by the collate.
+            ``max_tokens``, ``cost``, ``max_batch_size``, ``pad_to_multiple_of``, ``rungs``; these, ``seed``,
+            ``window_batches`` and the next by name), as for :class:`~varlen.stream.epochs.StreamEpochs`; the
+            order always changes with ``(seed, epoch)``. Its rungs (the shape policy's, edges of the size grid: a
+            DataModule fits them) are the buckets, each batch the budget over its rung, padded to it by the collate.
         lanes: the loader's ``num_workers`` (1 for none): the DataLoader deals batches to its workers in
             turn, and the plan lays them out so that each worker reads whole windows of its own, each
             chunk decoded by one worker (with 1, every worker decodes every chunk). It orders a rank's
@@ -57,20 +56,15 @@ class StreamBatchSampler(PlanSampler):
         self,
         folder: str | Path,
         spec: PlanSpec | None = None,
-        seed: int = 0,
-        window_batches: int = WINDOW_BATCHES,
-        lanes: int = 1,
-        num_replicas: int | None = None,
-        rank: int | None = None,
         sampler: Sampler | None = None,
         state: dict[str, Any] | None = None,
-        **settings: Any,
+        **options: Any,
     ) -> None:
         self.folder = str(folder)
         index = SizeIndex(self.folder)
-        self._serve_on(int(index.samples_per_chunk.sum()), sampler, num_replicas, rank)
-        windows = {"seed": seed, "window_batches": window_batches, "lanes": lanes, **self._ranks()}
-        self._adopt(StreamBatchPlan(index, spec, **windows, **settings))
+        ranks = options.pop("num_replicas", None), options.pop("rank", None)
+        self._serve_on(int(index.samples_per_chunk.sum()), sampler, *ranks)
+        self._adopt(StreamBatchPlan(index, spec, **options, **self._ranks()))
         self._start(0, state)
 
     def _ranks(self) -> dict[str, int]:
@@ -178,7 +172,8 @@ class StreamMixtureSampler(StreamBatchSampler):
             Lightning rebuilds under DDP keeps it.
         steps_before: the batches per rank the trainer took before ``epoch`` (a DataModule counts them): where
             a schedule of steps places it; None: counted from the plans.
-        the rest: as for :class:`StreamBatchSampler`.
+        the rest (``spec``, ``sampler``, ``state``; ``seed``, ``window_batches``, ``lanes``, ``num_replicas``,
+            ``rank`` and the spec's settings one by one, by name): as for :class:`StreamBatchSampler`.
 
     ``len()`` is the current epoch's (after ``set_epoch``): a schedule's epochs may differ.
     """
@@ -191,17 +186,12 @@ class StreamMixtureSampler(StreamBatchSampler):
         mix: str = "within_batch",
         num_samples: int | None = None,
         sample_weights: Sequence[str | None] | None = None,
-        spec: PlanSpec | None = None,
-        seed: int = 0,
-        window_batches: int = WINDOW_BATCHES,
-        lanes: int = 1,
-        num_replicas: int | None = None,
-        rank: int | None = None,
         sampler: Sampler | None = None,
         epoch: int = 0,
         state: dict[str, Any] | None = None,
         steps_before: int | None = None,
-        **settings: Any,
+        spec: PlanSpec | None = None,
+        **options: Any,
     ) -> None:
         self.folders = [str(folder) for folder in folders]
         weighing = list(sample_weights) if sample_weights is not None else [None] * len(self.folders)
@@ -212,10 +202,10 @@ class StreamMixtureSampler(StreamBatchSampler):
             SizeIndex(folder) if weights is None else weighted_index(folder, weights, str(name))
             for folder, weights, name in zip(self.folders, weighing, names or range(len(self.folders)), strict=True)
         ]
-        self._serve_on(sum(int(index.samples_per_chunk.sum()) for index in indexes), sampler, num_replicas, rank)
+        ranks = options.pop("num_replicas", None), options.pop("rank", None)
+        self._serve_on(sum(int(index.samples_per_chunk.sum()) for index in indexes), sampler, *ranks)
         drawn = {"names": names, "source_weights": source_weights, "mix": mix, "num_samples": num_samples}
-        windows = {"seed": seed, "window_batches": window_batches, "lanes": lanes, **self._ranks()}
-        self._adopt(MixtureBatchPlan(indexes, spec, **windows, **drawn, **settings))
+        self._adopt(MixtureBatchPlan(indexes, spec, **options, **self._ranks(), **drawn))
         if steps_before is not None:
             self.plan.start_at(epoch, steps_before)
         self._start(epoch, state)
