@@ -29,36 +29,10 @@ from varlen.batching.replan import PlanChanges
 from varlen.batching.resume import ResumableEpochs, canonical
 from varlen.batching.schedule_draws import ScheduledDraws, ScheduledWeights, join_pieces
 from varlen.batching.shapes import Rungs, batch_shapes, cant_hold, distinct_shapes
+from varlen.batching.spec import sizes_spec, spec_settings
 from varlen.batching.weights import WeightedDraw, strata_of
 
-__all__ = ["BucketBatchSampler", "EpochTracker", "sizes_spec"]
-
-
-def sizes_spec(
-    axes: int,
-    batch_size: int | None = None,
-    max_tokens: int | Sequence[int] | None = None,
-    cost: str = "padded",
-    max_batch_size: int | None = None,
-    num_buckets: int | None = None,
-    pad_to_multiple_of: int | None = None,
-    rungs: Sequence[Rungs] | None = None,
-    rung_batch_sizes: Sequence[int] | None = None,
-) -> PlanSpec:
-    """The :class:`~varlen.batching.plan.PlanSpec` of :class:`BucketBatchSampler`'s arguments for sizes of ``axes``
-    size axes (``max_tokens`` an int: the same budget on every axis)."""
-    if isinstance(max_tokens, (int, np.integer)):
-        max_tokens = (int(max_tokens),) * axes
-    return PlanSpec(
-        batch_size=batch_size,
-        max_tokens=tuple(int(t) for t in max_tokens) if max_tokens is not None else None,
-        cost=cost,
-        max_batch_size=max_batch_size,
-        num_buckets=num_buckets,
-        pad_to_multiple_of=pad_to_multiple_of,
-        rungs=None if rungs is None else tuple(rungs),
-        rung_batch_sizes=None if rung_batch_sizes is None else tuple(int(b) for b in rung_batch_sizes),
-    )
+__all__ = ["BucketBatchSampler", "EpochTracker"]
 
 
 class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
@@ -130,6 +104,9 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
             ``len()`` before it loads the loader's state, and ends an epoch when its count of batches
             reaches that length: a DataModule passes the position its checkpoint recorded, so that an
             epoch resumed on another number of ranks has its own length when Lightning reads it.
+        spec: the plan's settings as one :class:`~varlen.batching.plan.PlanSpec`, instead of ``batch_size``,
+            ``max_tokens``, ``cost``, ``max_batch_size``, ``num_buckets``, ``pad_to_multiple_of``, ``rungs`` and
+            ``rung_batch_sizes`` one by one (as the streamed samplers take it).
     """
 
     def __init__(
@@ -158,7 +135,12 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
         steps_before: int | None = None,
         sampler: Sampler | None = None,
         state: dict[str, Any] | None = None,
+        spec: PlanSpec | None = None,
     ) -> None:
+        if spec is not None:  # the plan's settings as one value
+            batch_size, max_tokens, cost, max_batch_size, num_buckets, pad_to_multiple_of, rungs, rung_batch_sizes = (
+                spec_settings(spec, locals())
+            )
         if max_shapes is not None and rungs is None:
             rungs = self._fit_rungs(dict(locals()))
         self.sizes = as_size_matrix(lengths)
@@ -182,11 +164,6 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
             self.scheduled.know(epoch, steps_before)
         self._start_afresh()
         self.num_oversized = self._count_oversized()
-        if self.num_oversized:
-            notices.warn(
-                f"{self.num_oversized} samples exceed max_tokens={self.max_tokens} on their own; "
-                "each gets a batch of its own (none is dropped)"
-            )
         self._start(epoch, state)
 
     def _per_sample(self, values, name: str) -> np.ndarray | None:
@@ -200,7 +177,7 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
     def _fit_rungs(cls, arguments: dict[str, Any]) -> tuple[Rungs, ...]:
         """The rungs ``max_shapes`` allows for these ``__init__`` arguments (:func:`~varlen.batching.plan.fit_rungs`),
         each count of rungs probed by a sampler of them on rank 0 (:meth:`served_shape_count`)."""
-        arguments = {k: v for k, v in arguments.items() if k not in ("self", "__class__", "state", "epoch")}
+        arguments = {k: v for k, v in arguments.items() if k not in ("self", "__class__", "state", "epoch", "spec")}
         limit = arguments.pop("max_shapes")
         probe = lambda rungs: cls(**arguments | {"rungs": rungs, "rank": 0}).served_shape_count()  # noqa: E731
         sizes = as_size_matrix(arguments["lengths"])
@@ -261,11 +238,18 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
         return len(plan) // world
 
     def _count_oversized(self) -> int:
+        """The samples over the budget on their own (warned about: each gets a batch of its own)."""
         if self.spec.max_tokens is None:
             return 0
         budget = np.asarray(self.spec.max_tokens)
         padded = round_up(self.sizes, self.spec.size_multiple)  # what the collate pads to, as the plan costs it
-        return int(np.any(padded > budget, axis=1).sum())
+        count = int(np.any(padded > budget, axis=1).sum())
+        if count:
+            notices.warn(
+                f"{count} samples exceed max_tokens={self.max_tokens} on their own; "
+                "each gets a batch of its own (none is dropped)"
+            )
+        return count
 
     def global_plan(self, epoch: int | None = None) -> Plan:
         """All ranks' batches for ``epoch`` (default: the current one), in serving order."""

@@ -1,14 +1,18 @@
 """`PlanSpec`: how a plan cuts batches (a fixed batch size or a token budget, its cost, buckets, rungs), the one
 value every plan takes, the in-memory one (:mod:`varlen.batching.plan`) and the streamed one
-(:mod:`varlen.stream.layout`)."""
+(:mod:`varlen.stream.layout`); and the spec of a sampler's settings given one by one."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
 
 from varlen.batching.shapes import Rungs
 
-__all__ = ["COST_MODES", "MAX_BUCKETS", "SUMMED", "PlanSpec"]
+__all__ = ["COST_MODES", "MAX_BUCKETS", "SUMMED", "PlanSpec", "sizes_spec", "spec_settings"]
 
 COST_MODES = ("padded", "sum", "packed")
 #: costs that sum the sizes (nothing padded): ``packed`` is ``sum`` whose in-memory plan fills batches best-fit
@@ -88,3 +92,44 @@ class PlanSpec:
         """What a sample's size is rounded up to before it is costed: ``pad_to_multiple_of``, but packed nothing
         (the samples lie end to end at their real sizes; only the row is padded, to ``max_tokens`` rounded up)."""
         return None if self.cost == "packed" else self.pad_to_multiple_of
+
+
+def sizes_spec(
+    axes: int,
+    batch_size: int | None = None,
+    max_tokens: int | Sequence[int] | None = None,
+    cost: str = "padded",
+    max_batch_size: int | None = None,
+    num_buckets: int | None = None,
+    pad_to_multiple_of: int | None = None,
+    rungs: Sequence[Rungs] | None = None,
+    rung_batch_sizes: Sequence[int] | None = None,
+) -> PlanSpec:
+    """The :class:`PlanSpec` of :class:`~varlen.batching.BucketBatchSampler`'s arguments for sizes of ``axes``
+    size axes (``max_tokens`` an int: the same budget on every axis)."""
+    if isinstance(max_tokens, (int, np.integer)):
+        max_tokens = (int(max_tokens),) * axes
+    return PlanSpec(
+        batch_size=batch_size,
+        max_tokens=tuple(int(t) for t in max_tokens) if max_tokens is not None else None,
+        cost=cost,
+        max_batch_size=max_batch_size,
+        num_buckets=num_buckets,
+        pad_to_multiple_of=pad_to_multiple_of,
+        rungs=None if rungs is None else tuple(rungs),
+        rung_batch_sizes=None if rung_batch_sizes is None else tuple(int(b) for b in rung_batch_sizes),
+    )
+
+
+def spec_settings(spec: PlanSpec, given: dict[str, Any]) -> tuple:
+    """``spec``'s settings one by one, in :class:`PlanSpec`'s order, for a sampler whose
+    arguments (``given``) set none of them.
+
+    Raises:
+        TypeError: a setting given beside the spec.
+    """
+    names = [field.name for field in fields(PlanSpec)]
+    both = [name for name in names if given[name] is not None and (name != "cost" or given[name] != "padded")]
+    if both:
+        raise TypeError(f"give a spec or its settings one by one, not both: {both} given beside spec={spec}")
+    return tuple(getattr(spec, name) for name in names)

@@ -113,7 +113,7 @@ class StreamBatchSampler(PlanSampler):
         if self.plan.spec.cost == "packed":
             first = self.plan.on_rank(0)
             first.set_epoch(epoch)
-            return [batch.tolist() for batch in itertools.islice(first, 1)]
+            return [self.batch_of(batch.tolist(), epoch) for batch in itertools.islice(first, 1)]
         shapes = sorted(self.plan.shapes(epoch), key=lambda s: (-s[1], -s[0]))
         rungs = np.asarray(self.plan.layout.rounded)
         wanted = {width: max(count for count, w in shapes if w == width) for _, width in shapes}
@@ -130,7 +130,9 @@ class StreamBatchSampler(PlanSampler):
                     if len(found[width]) < wanted[width]:
                         found[width] += (start + np.flatnonzero(widths == width)).tolist()
             first += int(np.sum(index.samples_per_chunk))
-        return [np.resize(found[width], count).tolist() for count, width in shapes if found[width]]
+        return [
+            self.batch_of(np.resize(found[width], count).tolist(), epoch) for count, width in shapes if found[width]
+        ]
 
     def bucket_sizes(self) -> list[np.ndarray]:
         """The size each bucket's samples are costed at, per axis (one: the streamed plan's)."""
