@@ -51,9 +51,9 @@ import psutil
 
 from varlen.batching import BucketBatchSampler
 from varlen.batching.plan import PlanSpec, build_plan
-from varlen.stream.memory_index import ArraySizeIndex, SimulatedSizeIndex
-from varlen.stream.layout import layout, read_window
 from varlen.stream.epochs import StreamBatchPlan
+from varlen.stream.layout import layout, read_window
+from varlen.stream.memory_index import ArraySizeIndex, SimulatedSizeIndex
 
 BUDGET, CHUNK, TOP = 8192, 8192, 8192
 

@@ -27,8 +27,8 @@ from varlen.batching import BucketBatchSampler
 from varlen.batching.collate import round_up
 from varlen.batching.plan import PlanSpec
 from varlen.batching.shapes import Rungs
-from varlen.stream.memory_index import ArraySizeIndex
 from varlen.stream.epochs import StreamBatchPlan
+from varlen.stream.memory_index import ArraySizeIndex
 from varlen.stream.shapes import histogram_rungs
 
 SCALE = float(os.environ.get("VARLEN_HYPOTHESIS_EXAMPLES", "1"))

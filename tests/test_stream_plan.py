@@ -7,9 +7,9 @@ import pytest
 from varlen.batching.plan import PlanSpec, build_plan, cut_batches
 from varlen.batching.resume import interleave
 from varlen.errors import DataError
-from varlen.stream.memory_index import ArraySizeIndex, SimulatedSizeIndex
-from varlen.stream.layout import batch_counts, layout, rank_batches, read_window
 from varlen.stream.epochs import StreamBatchPlan
+from varlen.stream.layout import batch_counts, layout, rank_batches, read_window
+from varlen.stream.memory_index import ArraySizeIndex, SimulatedSizeIndex
 
 BUDGET = 4096
 
