@@ -156,7 +156,7 @@ def equal_expected_cuts():
     """The layout's piece boundaries replaced, for the comparison, by cuts at equal expected batches."""
     import contextlib
 
-    import varlen.stream.pieces as pieces
+    import varlen.stream.piece_ends as pieces
 
     @contextlib.contextmanager
     def patched():
@@ -174,7 +174,7 @@ def equal_expected_cuts():
 
 def pieces_part(args) -> None:
     from varlen.batching.plan import PlanSpec
-    from varlen.stream import plan as stream_plan
+    from varlen.stream import layout as stream_plan
     from varlen.stream.memory_index import ArraySizeIndex
 
     print("\n### Streamed plan by world size: set-up (rank 0) and batches split to give every rank one count\n")

@@ -4,7 +4,7 @@ Three streamed sources of token sequences (lognormal(5, 1) lengths in [1, 1024])
 100,000 and 10,000 samples by default (``--scale`` shrinks them), written as LitData chunks with
 ``litdata.optimize`` and indexed with ``write_size_index``; weights 0.6 / 0.3 / 0.1.
 
-* varlen: the streamed mixture plan (:class:`~varlen.stream.mixture_state.MixtureBatchPlan`) on ``--world``
+* varlen: the streamed mixture plan (:class:`~varlen.stream.mixture_epochs.MixtureBatchPlan`) on ``--world``
   simulated ranks under a budget of ``--budget`` padded tokens: each epoch's served share per source
   (every rank's batches), real / padded tokens, the set-up of rank 0 (seconds, RSS added, peak traced
   allocation) and a restore in the middle of epoch 2 with its first batch, checked against the
@@ -80,7 +80,7 @@ def binomial_band(share: float, n: int) -> float:
 
 
 def varlen_plan(folders: list[Path], args, world: int | None = None):
-    from varlen.stream.mixture_state import MixtureBatchPlan
+    from varlen.stream.mixture_epochs import MixtureBatchPlan
     from varlen.stream.size_index import SizeIndex
 
     return MixtureBatchPlan(

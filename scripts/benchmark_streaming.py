@@ -1,6 +1,6 @@
 """Benchmarks of streamed data (issue 20), printed as markdown tables.
 
-``--part plan``: the batch plan computed from a size index (:mod:`varlen.stream.plan`), on lognormal(5, 1)
+``--part plan``: the batch plan computed from a size index (:mod:`varlen.stream.layout`), on lognormal(5, 1)
 token counts in [1, 8192] under a budget of 8192 padded tokens, chunks of 8192 samples:
 
 * plan set-up per rank (seconds; RSS added, and the peak tracemalloc traces) and per-epoch planning, at
@@ -51,9 +51,9 @@ import psutil
 
 from varlen.batching import BucketBatchSampler
 from varlen.batching.plan import PlanSpec, build_plan
+from varlen.stream.epochs import StreamBatchPlan
+from varlen.stream.layout import layout, read_window
 from varlen.stream.memory_index import ArraySizeIndex, SimulatedSizeIndex
-from varlen.stream.plan import layout, read_window
-from varlen.stream.plan_state import StreamBatchPlan
 
 BUDGET, CHUNK, TOP = 8192, 8192, 8192
 

@@ -27,8 +27,8 @@ from varlen.batching import BucketBatchSampler
 from varlen.batching.padding import round_up
 from varlen.batching.plan import PlanSpec
 from varlen.batching.shape_policy import Rungs
+from varlen.stream.epochs import StreamBatchPlan
 from varlen.stream.memory_index import ArraySizeIndex
-from varlen.stream.plan_state import StreamBatchPlan
 from varlen.stream.shape_policy import histogram_rungs
 
 SCALE = float(os.environ.get("VARLEN_HYPOTHESIS_EXAMPLES", "1"))

@@ -30,9 +30,9 @@ from varlen.batching.padding import round_up
 from varlen.datamodules.base import VarLenDataModule, base_args
 from varlen.errors import DataError
 from varlen.models.base import VarLenModule
+from varlen.stream.epochs import StreamBatchPlan
 from varlen.stream.memory_index import ArraySizeIndex
-from varlen.stream.mixture_state import MixtureBatchPlan
-from varlen.stream.plan_state import StreamBatchPlan
+from varlen.stream.mixture_epochs import MixtureBatchPlan
 
 RNG = np.random.default_rng(40)
 SIZES = np.clip(RNG.lognormal(3.5, 0.8, 2400), 1, 500).astype(np.int64)

@@ -20,7 +20,7 @@ from toy import ToyModel, collate_toy
 
 from varlen.batching import BucketBatchSampler
 from varlen.batching.schedule import MixtureSchedule
-from varlen.batching.scheduled import ScheduledWeights
+from varlen.batching.schedule_draws import ScheduledWeights
 from varlen.batching.telemetry import PaddingTelemetry
 from varlen.cli.inspection import summarize
 from varlen.datamodules.base import VarLenDataModule, base_args

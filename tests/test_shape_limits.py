@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from varlen.batching import BucketBatchSampler
 from varlen.batching.schedule import MixtureSchedule
-from varlen.batching.scheduled import ScheduledWeights
+from varlen.batching.schedule_draws import ScheduledWeights
 from varlen.datamodules.base import VarLenDataModule, base_args
 
 EPOCHS = 3

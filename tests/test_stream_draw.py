@@ -275,7 +275,7 @@ def test_sample_weights_on_chunks_without_that_column_are_refused_at_setup(writt
 
 def test_a_streamed_state_saved_under_other_sample_weights_is_refused(written) -> None:
     """The chunks' size index is the same whatever the weights: the plan's state must still tell the draws apart."""
-    from varlen.stream.mixture_sampler import StreamMixtureSampler
+    from varlen.stream.sampler import StreamMixtureSampler
 
     _, out = written
 

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from varlen.batching.plan import PlanSpec
 from varlen.stream.memory_index import ArraySizeIndex, SimulatedSizeIndex
-from varlen.stream.mixture import mixture_layout
-from varlen.stream.mixture_state import MixtureBatchPlan
+from varlen.stream.mixture_epochs import MixtureBatchPlan
+from varlen.stream.mixture_layout import mixture_layout
 
 BUDGET = 4096
 

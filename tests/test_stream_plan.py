@@ -1,4 +1,4 @@
-"""The streamed plan (varlen.stream.plan): from a size index alone, equal counts on every rank, every
+"""The streamed plan (varlen.stream.layout): from a size index alone, equal counts on every rank, every
 sample once, budgets held, closed-form counts equal to the cut, exact and elastic resume."""
 
 import numpy as np
@@ -7,9 +7,9 @@ import pytest
 from varlen.batching.plan import PlanSpec, build_plan, cut_batches
 from varlen.batching.resume import interleave
 from varlen.errors import DataError
+from varlen.stream.epochs import StreamBatchPlan
+from varlen.stream.layout import batch_counts, layout, rank_batches, read_window
 from varlen.stream.memory_index import ArraySizeIndex, SimulatedSizeIndex
-from varlen.stream.plan import batch_counts, layout, rank_batches, read_window
-from varlen.stream.plan_state import StreamBatchPlan
 
 BUDGET = 4096
 
@@ -409,7 +409,7 @@ def test_a_late_state_loads_on_more_ranks_than_its_rest_can_feed():
 def test_an_elastic_rest_reads_each_window_once_per_lane(index, monkeypatch, lanes):
     """Resumed from 3 ranks onto 5, a rank's rest is laid out window by window: each window it serves is read
     once per lane that serves it (interleaved, it was read again for almost every batch)."""
-    import varlen.stream.plan_state as plan_state
+    import varlen.stream.epochs as plan_state
 
     reads = []
 

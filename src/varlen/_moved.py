@@ -1,5 +1,6 @@
-"""Modules that moved in 0.2 (grouped into ``cli``, ``callbacks``, ``storage`` and ``prepare``): the old
-dotted names still import, with a ``DeprecationWarning`` naming the new one, for one release."""
+"""Modules that moved in 0.2 (grouped into ``cli``, ``callbacks``, ``storage`` and ``prepare``; the streamed
+plan's and the schedule's draws renamed): the old dotted names still import, with a ``DeprecationWarning``
+naming the new one, for one release."""
 
 from __future__ import annotations
 
@@ -27,6 +28,14 @@ MOVED = {
     "varlen.batching.collate": "varlen.batching.padding",
     "varlen.batching.shapes": "varlen.batching.shape_policy",
     "varlen.stream.shapes": "varlen.stream.shape_policy",
+    # the streamed plan's modules named by what they hold (0.2): the layout, a rank's epochs, where pieces end
+    "varlen.stream.plan": "varlen.stream.layout",
+    "varlen.stream.plan_state": "varlen.stream.epochs",
+    "varlen.stream.pieces": "varlen.stream.piece_ends",
+    "varlen.stream.mixture": "varlen.stream.mixture_layout",
+    "varlen.stream.mixture_state": "varlen.stream.mixture_epochs",
+    "varlen.stream.mixture_sampler": "varlen.stream.sampler",
+    "varlen.batching.scheduled": "varlen.batching.schedule_draws",
 }
 
 

@@ -1,6 +1,6 @@
 """Where a rank stands in an epoch, the state that names it, and its resume on any world size: one state
 machine for the in-memory sampler (:class:`~varlen.batching.BucketBatchSampler`) and the streamed plan
-(:class:`~varlen.stream.plan_state.StreamBatchPlan`).
+(:class:`~varlen.stream.epochs.StreamBatchPlan`).
 
 An epoch's batches are *rows* (bounds into the plan's sample order, or a streamed plan's descriptors): a
 plan gives every rank its rows on a world size, in the order they are laid out (a streamed rank's windows

@@ -19,44 +19,24 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
-import torch.distributed as dist
-from torch.utils.data import BatchSampler, Sampler
+from torch.utils.data import Sampler
 
 from varlen import notices
 from varlen.batching.indices import BatchIndices
 from varlen.batching.padding import round_up
 from varlen.batching.plan import Plan, PlanSpec, as_size_matrix, bucketize, build_plan, fit_rungs, split_largest
+from varlen.batching.plan_sampler import EpochTracker, PlanSampler
 from varlen.batching.replan import PlanChanges
 from varlen.batching.resume import ResumableEpochs, canonical
-from varlen.batching.scheduled import ScheduledDraws, ScheduledWeights, join_pieces
+from varlen.batching.schedule_draws import ScheduledDraws, ScheduledWeights, join_pieces
 from varlen.batching.shape_policy import Rungs, batch_shapes, batch_widths, cant_hold, distinct_shapes
+from varlen.batching.spec import sizes_spec, spec_settings
 from varlen.batching.weights import WeightedDraw, strata_of
 
 __all__ = ["BucketBatchSampler", "EpochTracker"]
 
 
-class EpochTracker(Sampler[int]):
-    """The batch sampler's ``.sampler``: a sequential sampler that remembers its epoch.
-
-    Lightning calls ``set_epoch`` only on ``batch_sampler.sampler``; this is where it lands when
-    no ``DistributedSampler`` was injected.
-    """
-
-    def __init__(self, num_samples: int) -> None:
-        self.num_samples = num_samples
-        self.epoch = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(range(self.num_samples))
-
-    def __len__(self) -> int:
-        return self.num_samples
-
-
-class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
+class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
     """Batches of similar-size samples, under a fixed batch size or a token budget.
 
     One global plan per (lengths, seed, epoch) is built on every rank, and rank ``r`` takes
@@ -65,7 +45,7 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
     The number of batches is the same every epoch (see :mod:`varlen.batching.plan`), which is
     what Lightning assumes after reading ``len()`` once; only an epoch resumed on another number
     of ranks has its own (the batches each rank served before, plus its share of the rest), and
-    under a schedule of shares (``weights`` a :class:`~varlen.batching.scheduled.ScheduledWeights`)
+    under a schedule of shares (``weights`` a :class:`~varlen.batching.schedule_draws.ScheduledWeights`)
     each epoch has the length of its shares' draw: ``set_epoch``, then ``len()``.
 
     Args:
@@ -93,7 +73,7 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
         max_shapes: without ``rungs``, fit them here: the most rungs whose epochs (every one served, weighted
             draws included: :meth:`served_shape_count`, on these ranks) take at most this many distinct
             ``(batch size, padded length)`` shapes on each size axis (where even one rung takes more, a warning).
-            Each batch carries the lengths it pads to (:mod:`~varlen.batching.indices`): varlen's collates read them.
+            Pad your collate to :attr:`rungs` (``pad_to_multiple_of=sampler.rungs[0]`` of varlen's collates).
         rung_batch_sizes: with ``rungs`` (one axis) and ``max_tokens``, the most samples a batch of each rung
             holds (``varlen tune --budget`` measures them), on top of the budget.
         groups: optional group id per sample; a batch then holds samples of one group only
@@ -102,8 +82,8 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
             ``num_samples`` indices drawn in proportion to them, from ``(seed, epoch)`` only
             (stratified by size bucket and group so that ``len()`` never moves; see
             :mod:`varlen.batching.weights`). A weight of 0 is never served. Needs ``shuffle``.
-            A :class:`~varlen.batching.scheduled.ScheduledWeights` draws each epoch with the shares
-            its schedule gives that epoch's first position (:mod:`varlen.batching.scheduled`).
+            A :class:`~varlen.batching.schedule_draws.ScheduledWeights` draws each epoch with the shares
+            its schedule gives that epoch's first position (:mod:`varlen.batching.schedule_draws`).
         num_samples: indices drawn per epoch (default: the number of samples); given without
             ``weights``, every sample weighs the same.
         replacement: with ``weights`` or ``num_samples``, whether an index may be drawn more than once in an
@@ -125,6 +105,9 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
             ``len()`` before it loads the loader's state, and ends an epoch when its count of batches
             reaches that length: a DataModule passes the position its checkpoint recorded, so that an
             epoch resumed on another number of ranks has its own length when Lightning reads it.
+        spec: the plan's settings as one :class:`~varlen.batching.plan.PlanSpec`, instead of ``batch_size``,
+            ``max_tokens``, ``cost``, ``max_batch_size``, ``num_buckets``, ``pad_to_multiple_of``, ``rungs`` and
+            ``rung_batch_sizes`` one by one (as the streamed samplers take it).
     """
 
     def __init__(
@@ -153,40 +136,27 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
         steps_before: int | None = None,
         sampler: Sampler | None = None,
         state: dict[str, Any] | None = None,
+        spec: PlanSpec | None = None,
     ) -> None:
-        # BatchSampler.__init__ is not called: it insists on a sampler and an int batch size.
+        if spec is not None:  # the plan's settings as one value
+            batch_size, max_tokens, cost, max_batch_size, num_buckets, pad_to_multiple_of, rungs, rung_batch_sizes = (
+                spec_settings(spec, locals())
+            )
         if max_shapes is not None and rungs is None:
             rungs = self._fit_rungs(dict(locals()))
         self.sizes = as_size_matrix(lengths)
-        self.groups = None if groups is None else np.asarray(groups)
-        if self.groups is not None and self.groups.shape != (len(self.sizes),):
-            raise ValueError(f"groups must have one id per sample ({len(self.sizes)}), got shape {self.groups.shape}")
+        self.groups, self.shares = self._per_sample(groups, "groups"), self._per_sample(shares, "shares")
+        self.spec = sizes_spec(
+            self.sizes.shape[1], batch_size, max_tokens, cost, max_batch_size, num_buckets, pad_to_multiple_of,
+            rungs, rung_batch_sizes,
+        )  # fmt: skip
+        self.rungs, self.batch_size, self.max_tokens = self.spec.rungs, batch_size, max_tokens
         if isinstance(max_tokens, (int, np.integer)):
-            max_tokens = (int(max_tokens),) * self.sizes.shape[1]
-        self.spec = PlanSpec(
-            batch_size=batch_size,
-            max_tokens=tuple(int(t) for t in max_tokens) if max_tokens is not None else None,
-            cost=cost,
-            max_batch_size=max_batch_size,
-            num_buckets=num_buckets,
-            pad_to_multiple_of=pad_to_multiple_of,
-            rungs=None if rungs is None else tuple(rungs),
-            rung_batch_sizes=None if rung_batch_sizes is None else tuple(int(b) for b in rung_batch_sizes),
-        )
-        self.rungs = self.spec.rungs
-        self.batch_size = batch_size
-        self.max_tokens = max_tokens
-        self.shuffle = shuffle
-        self.seed = int(seed)
-        self.drop_last = drop_last
-        self.sampler = sampler if sampler is not None else EpochTracker(len(self.sizes))
-        self.num_replicas, self.rank = self._resolve_ranks(num_replicas, rank, sampler)
+            self.max_tokens = self.spec.max_tokens  # one budget for every size axis
+        self.shuffle, self.seed, self.drop_last = shuffle, int(seed), drop_last
+        self._serve_on(len(self.sizes), sampler, num_replicas, rank)
         self._buckets = bucketize(self.sizes, self.spec)
-        self.shares = None if shares is None else np.asarray(shares)
-        if self.shares is not None and self.shares.shape != (len(self.sizes),):
-            raise ValueError(f"shares must have one id per sample ({len(self.sizes)}), got shape {self.shares.shape}")
-        self._plan_key: tuple[int, int] | None = None
-        self._plan: Plan | None = None
+        self._plan_key, self._plan = None, None  # the plan of (epoch, world size) last built
         self._weighing = (weights, num_samples, replacement)  # a copy under a saved state's settings draws the same
         self._clones: dict[str, BucketBatchSampler] = {}
         self._steps_anchor: tuple[int, int] | None = None
@@ -194,33 +164,28 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
         if self.scheduled is not None and steps_before is not None:
             self.scheduled.know(epoch, steps_before)
         self._start_afresh()
-        if epoch:
-            self.set_epoch(epoch)
         self.num_oversized = self._count_oversized()
-        if self.num_oversized:
-            notices.warn(
-                f"{self.num_oversized} samples exceed max_tokens={self.max_tokens} on their own; "
-                "each gets a batch of its own (none is dropped)"
-            )
-        self.state = state
-        if state is not None:
-            self.load_state_dict(state)
+        self._start(epoch, state)
+
+    def _per_sample(self, values, name: str) -> np.ndarray | None:
+        """``values`` (``groups`` or ``shares``: one id per sample, or None) as an array, checked."""
+        values = None if values is None else np.asarray(values)
+        if values is not None and values.shape != (len(self.sizes),):
+            raise ValueError(f"{name} must have one id per sample ({len(self.sizes)}), got shape {values.shape}")
+        return values
 
     @classmethod
     def _fit_rungs(cls, arguments: dict[str, Any]) -> tuple[Rungs, ...]:
         """The rungs ``max_shapes`` allows for these ``__init__`` arguments (:func:`~varlen.batching.plan.fit_rungs`),
         each count of rungs probed by a sampler of them on rank 0 (:meth:`served_shape_count`)."""
-        arguments = {k: v for k, v in arguments.items() if k not in ("self", "__class__", "state", "epoch")}
+        arguments = {k: v for k, v in arguments.items() if k not in ("self", "__class__", "state", "epoch", "spec")}
         limit = arguments.pop("max_shapes")
         probe = lambda rungs: cls(**arguments | {"rungs": rungs, "rank": 0}).served_shape_count()  # noqa: E731
         sizes = as_size_matrix(arguments["lengths"])
-        multiple = arguments["pad_to_multiple_of"]
         budget = arguments["max_tokens"]
-        if budget is None:
-            spec = PlanSpec(batch_size=arguments["batch_size"], pad_to_multiple_of=multiple)
-        else:
-            budget = (int(budget),) * sizes.shape[1] if isinstance(budget, (int, np.integer)) else tuple(budget)
-            spec = PlanSpec(max_tokens=budget, max_batch_size=arguments["max_batch_size"], pad_to_multiple_of=multiple)
+        capped = {} if budget is None else {"max_batch_size": arguments["max_batch_size"]}
+        spec = sizes_spec(sizes.shape[1], arguments["batch_size"], budget, **capped,
+                          pad_to_multiple_of=arguments["pad_to_multiple_of"])  # fmt: skip
         rungs, shapes = fit_rungs(sizes, spec, limit, probe)
         if shapes > limit:
             notices.warn(cant_hold(limit, shapes))
@@ -273,35 +238,19 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
                           drop_last=self.drop_last, rounded=self._buckets, groups=self.groups, draw=draw)  # fmt: skip
         return len(plan) // world
 
-    @staticmethod
-    def _resolve_ranks(num_replicas: int | None, rank: int | None, sampler: Sampler | None) -> tuple[int, int]:
-        if num_replicas is None:
-            num_replicas = getattr(sampler, "num_replicas", None)
-        if rank is None:
-            rank = getattr(sampler, "rank", None)
-        initialised = dist.is_available() and dist.is_initialized()
-        if num_replicas is None:
-            num_replicas = dist.get_world_size() if initialised else 1
-        if rank is None:
-            rank = dist.get_rank() if initialised else 0
-        if not 0 <= rank < num_replicas:
-            raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
-        return int(num_replicas), int(rank)
-
     def _count_oversized(self) -> int:
+        """The samples over the budget on their own (warned about: each gets a batch of its own)."""
         if self.spec.max_tokens is None:
             return 0
         budget = np.asarray(self.spec.max_tokens)
         padded = round_up(self.sizes, self.spec.size_multiple)  # what the collate pads to, as the plan costs it
-        return int(np.any(padded > budget, axis=1).sum())
-
-    @property
-    def epoch(self) -> int:
-        return int(getattr(self.sampler, "epoch", 0))
-
-    def set_epoch(self, epoch: int) -> None:
-        """Select the epoch whose plan the next iteration yields."""
-        self.sampler.set_epoch(epoch)
+        count = int(np.any(padded > budget, axis=1).sum())
+        if count:
+            notices.warn(
+                f"{count} samples exceed max_tokens={self.max_tokens} on their own; "
+                "each gets a batch of its own (none is dropped)"
+            )
+        return count
 
     def global_plan(self, epoch: int | None = None) -> Plan:
         """All ranks' batches for ``epoch`` (default: the current one), in serving order."""
@@ -395,22 +344,16 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, BatchSampler):
             return self.scheduled.length(epoch, self.num_replicas)
         return len(self._plan_on(epoch, self.num_replicas)) // self.num_replicas
 
-    def __iter__(self) -> Iterator[list[int]]:
-        """This epoch's batches for this rank (resuming where a loaded state left off).
-
-        The epoch is read again at the first ``next()``, so a ``set_epoch`` between ``iter()``
-        and the first batch still counts (Lightning calls it after creating its first iterator).
-        """
+    def _begin(self) -> None:
         epoch = self.epoch
         self._position = (epoch, self.first_batch(epoch))  # what a state_dict now names
-        return self._batches()
 
-    def _batches(self) -> Iterator[list[int]]:
-        order, epoch = None, self.epoch
+    def _rank_batches(self) -> Iterator[list[int]]:
+        order = None
         for source, (first, end) in self.positions():
             if order is None:  # a resumed epoch's rows index their own order (its plans', see rest_rows)
                 order = source if isinstance(source, np.ndarray) else self._plan_on(self.epoch, source).order
-            yield self.batch_of(order[first:end].tolist(), epoch)
+            yield order[first:end].tolist()
 
     def state_dict(self) -> dict[str, Any]:
         """Rank-independent position: all ranks have served the same number of batches.

@@ -14,7 +14,7 @@ stage's end up to its own (exclusive); the last stage may leave its end out (it 
 A position is an epoch (``until_epoch``) or a step (``until_step``: a step is one training batch per rank
 the trainer took, counted by the DataModule and kept in its checkpoint; a sampler used alone counts its
 plans' batches instead). An epoch draws with the shares at its first position; with ``until_step`` a stage
-that ends inside an epoch changes the shares at that step (:mod:`varlen.batching.scheduled`: the epoch's
+that ends inside an epoch changes the shares at that step (:mod:`varlen.batching.schedule_draws`: the epoch's
 rest comes from the next stage's plan).
 
 Shares are the weights normalised per stage (a stage's weights need not sum to 1). The spec is frozen

@@ -10,7 +10,7 @@ every epoch (by default, as many as they hold); ``mix`` says whether sources sha
 per-stream batching). :class:`SourceMixing` is the part of the base that does it.
 
 ``source_weights`` may also be a schedule (:mod:`varlen.batching.schedule`): stages of weights until an
-epoch or a step. Each epoch then draws with its own shares (:mod:`varlen.batching.scheduled`), so its
+epoch or a step. Each epoch then draws with its own shares (:mod:`varlen.batching.schedule_draws`), so its
 length is its own: Lightning, which reads a loader's length once per load, reloads the training loader
 every epoch (set here when the DataModule makes it).
 """
@@ -28,7 +28,7 @@ import numpy as np
 
 from varlen import notices
 from varlen.batching.schedule import MixtureSchedule, is_schedule
-from varlen.batching.scheduled import ScheduledWeights
+from varlen.batching.schedule_draws import ScheduledWeights
 from varlen.datamodules.weighting import weights_of
 from varlen.datasets.mixture import MixtureCollator, SourceMixture, share_weights
 from varlen.errors import DataError

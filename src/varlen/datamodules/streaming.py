@@ -17,10 +17,12 @@ its arguments (a class imported later is not recorded, and Lightning cannot rebu
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from varlen.batching.shape_policy import Rungs
 from varlen.datamodules.packing import check_streamed_rows, row_width
 from varlen.datamodules.sources import MAIN
 from varlen.datasets.mixture import SourceMixture
@@ -28,9 +30,8 @@ from varlen.errors import DataError
 from varlen.stream.dataset import StreamedDataset
 from varlen.stream.draw_index import weighted_index
 from varlen.stream.engine import check_litdata
-from varlen.stream.mixture_sampler import StreamMixtureSampler  # imported with the base: see the module docstring
-from varlen.stream.plan import WINDOW_BATCHES
-from varlen.stream.sampler import StreamBatchSampler  # imported with the base: see the module docstring
+from varlen.stream.layout import WINDOW_BATCHES
+from varlen.stream.sampler import StreamBatchSampler, StreamMixtureSampler  # imported with the base: see above
 from varlen.stream.source import StreamSource
 from varlen.stream.write import written_counts, written_state
 
@@ -152,19 +153,16 @@ def stream_sampler(dm: Any, num_replicas: int | None, rank: int | None, rungs: A
             f"{type(dm).__name__}: a streamed split is planned on one size axis, max_tokens is {spec.max_tokens}"
         )
     dataset = dm.dataset("train")
+    multiple = dm.pad_to_multiple_of if dm.sampler_rounds_sizes else None
+    ladder = None if rungs is None else (Rungs(tuple(int(r) for r in rungs), multiple),)
     settings = {  # the plan's, and what Lightning needs to rebuild the sampler under DDP
-        "batch_size": spec.batch_size,
-        "max_tokens": None if spec.max_tokens is None else spec.max_tokens[0],
-        "cost": dm.sampler_cost,
-        "max_batch_size": spec.max_batch_size,
-        "pad_to_multiple_of": dm.pad_to_multiple_of if dm.sampler_rounds_sizes else None,
+        "spec": replace(spec, cost=dm.sampler_cost, pad_to_multiple_of=multiple, rungs=ladder),
         "seed": dm.seed,
         "window_batches": dm.stream_window_batches or WINDOW_BATCHES,
         "lanes": max(1, dm.num_workers),  # each loader worker reads windows of its own
         "num_replicas": num_replicas,
         "rank": rank,
         "state": None if probe else dm.resume_position(),
-        "rungs": None if rungs is None else [int(r) for r in rungs],
     }
     if isinstance(dataset, SourceMixture) or dm.sample_weights is not None:  # a draw every epoch
         return _mixture_sampler(dm, dataset, settings, report=not probe)

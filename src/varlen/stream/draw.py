@@ -3,12 +3,12 @@ stratum gives (:func:`stratum_draw`), and which of a window's samples fill them 
 
 The in-memory draw (:class:`~varlen.batching.weights.WeightedDraw`) fixes a count per size bucket from the
 weights and draws only which samples fill it. A streamed source does the same per *stratum* ``(window,
-bucket)`` of its fixed layout (:class:`~varlen.stream.plan.StreamLayout`): a stratum's weight is the sum
+bucket)`` of its fixed layout (:class:`~varlen.stream.layout.StreamLayout`): a stratum's weight is the sum
 of its samples' draw weights (its sample count when unweighted), read from the index's per-chunk
 ``weight_histograms`` and the boundary chunks' ``weights`` (:func:`window_weights`), never from every
 sample. The counts are :func:`~varlen.batching.weights.stratum_counts` over the strata in window order,
 capped at each stratum's samples without replacement, so a window's count is within one sample of its
-share, and a window's batch count follows from its counts alone (:func:`~varlen.stream.plan.batch_counts`).
+share, and a window's batch count follows from its counts alone (:func:`~varlen.stream.layout.batch_counts`).
 
 Which samples: in a window, each bucket's ``count`` samples, with every random number a counter-based draw
 of ``(seed, epoch, sample or window)`` (:mod:`varlen.prepare.draws`), so any rank, lane or resume that reads the
@@ -33,7 +33,8 @@ import numpy as np
 
 from varlen.batching.weights import draw_strata, draws_with_replacement, stratum_counts
 from varlen.errors import DataError
-from varlen.stream.plan import SizeIndexLike, StreamLayout, chunk_sizes, window_totals
+from varlen.stream.index_checks import SizeIndexLike, chunk_sizes
+from varlen.stream.layout import StreamLayout, window_totals
 
 __all__ = ["draw_window", "index_weight_histograms", "source_counts", "stratum_draw", "window_weights"]
 

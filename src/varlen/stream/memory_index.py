@@ -1,4 +1,4 @@
-"""Size indexes held in memory, for tests and benchmarks of the streamed plan (:mod:`varlen.stream.plan`):
+"""Size indexes held in memory, for tests and benchmarks of the streamed plan (:mod:`varlen.stream.layout`):
 real per-chunk arrays (:class:`ArraySizeIndex`), or only histograms with each chunk's sizes drawn on
 demand from a seeded generator (:class:`SimulatedSizeIndex`: 100 M to 1 B samples in ~100 MB)."""
 

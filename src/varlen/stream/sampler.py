@@ -1,44 +1,45 @@
-"""`StreamBatchSampler`: the streamed plan (:class:`~varlen.stream.plan_state.StreamBatchPlan`) as a
-BatchSampler that Lightning handles as it handles :class:`~varlen.batching.BucketBatchSampler`.
+"""`StreamBatchSampler` and `StreamMixtureSampler`: the streamed plans (:class:`~varlen.stream.epochs.
+StreamBatchPlan`, :class:`~varlen.stream.mixture_epochs.MixtureBatchPlan`) as the batch sampler Lightning handles
+as it handles :class:`~varlen.batching.BucketBatchSampler` (:class:`~varlen.batching.plan_sampler.PlanSampler`:
+the same epoch, ranks, rebuild under DDP, state and yield; only the size source differs).
 
-Lightning rebuilds a custom batch sampler under DDP with its saved arguments and the injected
-``DistributedSampler`` as ``sampler`` (ranks are read from it, then from torch.distributed), and calls
-``set_epoch`` on ``batch_sampler.sampler``; the state goes into checkpoints through torchdata's
-``StatefulDataLoader``. The arguments are plain values (the folder, not the index) so the rebuild
-and the loader's pickling carry no open files.
+The arguments are plain values (the folders, not the indexes) so that Lightning's rebuild and the loader's
+pickling carry no open files.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from torch.utils.data import BatchSampler, Sampler
+from torch.utils.data import Sampler
 
 from varlen.batching.indices import BatchIndices
-from varlen.batching.plan import Plan
-from varlen.batching.sampler import BucketBatchSampler, EpochTracker
+from varlen.batching.plan import Plan, PlanSpec
+from varlen.batching.plan_sampler import PlanSampler
 from varlen.batching.shape_policy import batch_widths
-from varlen.stream.plan import WINDOW_BATCHES
-from varlen.stream.plan_state import StreamBatchPlan
+from varlen.stream.draw_index import weighted_index
+from varlen.stream.epochs import StreamBatchPlan, StreamEpochs
+from varlen.stream.mixture_epochs import MixtureBatchPlan
 from varlen.stream.shape_policy import stream_sizes
 from varlen.stream.size_index import SizeIndex
 
-__all__ = ["StreamBatchSampler"]
+__all__ = ["StreamBatchSampler", "StreamMixtureSampler"]
 
 
-class StreamBatchSampler(BatchSampler):
+class StreamBatchSampler(PlanSampler):
     """This rank's batches of a streamed training split (global sample ids), from its size index.
 
     Args:
         folder: the LitData dataset folder with its size index.
-        batch_size, max_tokens, cost, max_batch_size, pad_to_multiple_of, seed, window_batches: the
-            plan's (:class:`~varlen.stream.plan_state.StreamBatchPlan`); the order always changes with
-            ``(seed, epoch)``.
+        spec: the plan's :class:`~varlen.batching.plan.PlanSpec` (or its settings one by one: ``batch_size``,
+            ``max_tokens``, ``cost``, ``max_batch_size``, ``pad_to_multiple_of``, ``rungs``; these, ``seed``,
+            ``window_batches`` and the next by name), as for :class:`~varlen.stream.epochs.StreamEpochs`; the
+            order always changes with ``(seed, epoch)``. Its rungs (the shape policy's, edges of the size grid: a
+            DataModule fits them) are the buckets, each batch the budget over its rung, padded to it by the collate.
         lanes: the loader's ``num_workers`` (1 for none): the DataLoader deals batches to its workers in
             turn, and the plan lays them out so that each worker reads whole windows of its own, each
             chunk decoded by one worker (with 1, every worker decodes every chunk). It orders a rank's
@@ -46,8 +47,6 @@ class StreamBatchSampler(BatchSampler):
         num_replicas, rank: default to the injected sampler's, then torch.distributed's, else 1 and 0.
         sampler: set by Lightning (its ``DistributedSampler``); leave it None yourself.
         state: a saved state to resume from at once (see :class:`~varlen.batching.BucketBatchSampler`).
-        rungs: the shape policy's padded lengths (edges of the size grid; a DataModule fits them):
-            the buckets, each batch the budget over its rung, padded to it by the collate.
 
     ``len()`` is the same on every rank and every epoch (an epoch resumed on another number of
     ranks has its own, as the in-memory sampler's).
@@ -59,71 +58,36 @@ class StreamBatchSampler(BatchSampler):
     def __init__(
         self,
         folder: str | Path,
-        batch_size: int | None = None,
-        max_tokens: int | None = None,
-        cost: str = "padded",
-        max_batch_size: int | None = None,
-        pad_to_multiple_of: int | None = None,
-        seed: int = 0,
-        window_batches: int = WINDOW_BATCHES,
-        lanes: int = 1,
-        num_replicas: int | None = None,
-        rank: int | None = None,
+        spec: PlanSpec | None = None,
         sampler: Sampler | None = None,
         state: dict[str, Any] | None = None,
-        rungs: Sequence[int] | None = None,
+        **options: Any,
     ) -> None:
-        # BatchSampler.__init__ is not called: it insists on a sampler and an int batch size.
         self.folder = str(folder)
-        self.batch_size, self.max_tokens, self.drop_last = batch_size, max_tokens, False
         index = SizeIndex(self.folder)
-        make_plan = partial(
-            StreamBatchPlan,
-            index,
-            batch_size=batch_size,
-            max_tokens=max_tokens,
-            cost=cost,
-            max_batch_size=max_batch_size,
-            pad_to_multiple_of=pad_to_multiple_of,
-            seed=seed,
-            window_batches=window_batches,
-            lanes=lanes,
-            rungs=rungs,
-        )
-        self._set_up(make_plan, int(index.samples_per_chunk.sum()), sampler, num_replicas, rank, state)
+        ranks = options.pop("num_replicas", None), options.pop("rank", None)
+        self._serve_on(int(index.samples_per_chunk.sum()), sampler, *ranks)
+        self._adopt(StreamBatchPlan(index, spec, **options, **self._ranks()))
+        self._start(0, state)
 
-    def _set_up(self, make_plan, samples: int, sampler, num_replicas, rank, state, epoch: int = 0) -> None:
-        """What every streamed sampler does with its plan: the sampler Lightning sets the epoch on (or its
-        injected one), the ranks, ``make_plan(num_replicas=, rank=)``, and a saved state loaded at once."""
-        self.sampler = sampler if sampler is not None else EpochTracker(samples)
-        self.num_replicas, self.rank = BucketBatchSampler._resolve_ranks(num_replicas, rank, sampler)
-        self.plan = make_plan(num_replicas=self.num_replicas, rank=self.rank)
-        self.spec = self.plan.spec
-        if epoch:
-            self.set_epoch(epoch)
-        self.state = state
-        if state is not None:
-            self.load_state_dict(state)
+    def _ranks(self) -> dict[str, int]:
+        return {"num_replicas": self.num_replicas, "rank": self.rank}
 
-    @property
-    def epoch(self) -> int:
-        return int(getattr(self.sampler, "epoch", 0))
+    def _adopt(self, plan: StreamEpochs) -> None:
+        self.plan, self.spec = plan, plan.spec
+        self.batch_size, self.drop_last = self.spec.batch_size, False
+        self.max_tokens = None if self.spec.max_tokens is None else self.spec.max_tokens[0]
 
-    def set_epoch(self, epoch: int) -> None:
-        self.sampler.set_epoch(epoch)
-
-    def _synced(self) -> StreamBatchPlan:
+    def _synced(self) -> StreamEpochs:
         self.plan.set_epoch(self.epoch)
         return self.plan
 
     def __len__(self) -> int:
         return len(self._synced())
 
-    def __iter__(self) -> Iterator[list[int]]:
-        """This epoch's batches; the epoch is read at the first ``next()`` (Lightning sets it after
-        creating its first iterator)."""
+    def _rank_batches(self) -> Iterator[list[int]]:
         for batch in self._synced():
-            yield self.batch_of(batch.tolist())
+            yield batch.tolist()
 
     def global_plan(self, epoch: int | None = None) -> Plan:
         """Every rank's batches of ``epoch`` in serving order (rank r's t-th batch is batch ``t * W + r``),
@@ -152,7 +116,7 @@ class StreamBatchSampler(BatchSampler):
         if self.plan.spec.cost == "packed":
             first = self.plan.on_rank(0)
             first.set_epoch(epoch)
-            return [batch.tolist() for batch in itertools.islice(first, 1)]
+            return [self.batch_of(batch.tolist(), epoch) for batch in itertools.islice(first, 1)]
         shapes = sorted(self.plan.shapes(epoch), key=lambda s: (-s[1], -s[0]))
         rungs = np.asarray(self.plan.layout.rounded)
         wanted = {width: max(count for count, w in shapes if w == width) for _, width in shapes}
@@ -169,15 +133,17 @@ class StreamBatchSampler(BatchSampler):
                     if len(found[width]) < wanted[width]:
                         found[width] += (start + np.flatnonzero(widths == width)).tolist()
             first += int(np.sum(index.samples_per_chunk))
-        return [self.batch_of(np.resize(found[width], count).tolist()) for count, width in shapes if found[width]]
+        return [
+            self.batch_of(np.resize(found[width], count).tolist(), epoch) for count, width in shapes if found[width]
+        ]
 
-    def batch_of(self, ids: list[int]) -> list[int]:
-        """``ids`` as this sampler serves a batch: with rungs, carrying its padded length (the plan's axis)."""
+    def batch_of(self, indices: list[int], epoch: int) -> Sequence[int]:
+        """``indices`` as this sampler serves a batch: with rungs, carrying its padded length (the plan's axis)."""
         rungs = self.plan.spec.rungs
         if rungs is None:
-            return ids
-        sizes = stream_sizes(getattr(self.plan, "indexes", None) or [self.plan.index], ids)
-        return BatchIndices(ids, batch_widths(sizes, rungs))
+            return indices
+        sizes = stream_sizes(getattr(self.plan, "indexes", None) or [self.plan.index], indices)
+        return BatchIndices(indices, batch_widths(sizes, rungs))
 
     def bucket_sizes(self) -> list[np.ndarray]:
         """The size each bucket's samples are costed at, per axis (one: the streamed plan's)."""
@@ -200,3 +166,73 @@ class StreamBatchSampler(BatchSampler):
         on ``.sampler`` too (a complete epoch resumes at the start of the next)."""
         self.plan.load_state_dict(state)
         self.sampler.set_epoch(self.plan.epoch)
+
+
+class StreamMixtureSampler(StreamBatchSampler):
+    """This rank's batches of several streamed sources (global ids over the sources one after the other, as
+    :class:`~varlen.datasets.mixture.SourceMixture` numbers them), or of one source drawn by weight.
+
+    Args:
+        folders: each source's dataset folder with its size index (the local copy of a store's).
+        names: the sources' names, in order (``source_weights`` may name them).
+        source_weights, mix, num_samples: as for :class:`~varlen.stream.mixture_epochs.MixtureBatchPlan`
+            (``source_weights`` a list, a mapping by name, or a schedule's stages).
+        sample_weights: per source, its DataModule's ``sample_weights`` (``"balanced"``, a weight column
+            or None): its samples are drawn by the weights written beside its size index
+            (:func:`~varlen.stream.draw_index.weighted_index`).
+        epoch: the epoch ``len()`` describes until ``set_epoch``: Lightning reads the length of a loader it
+            reloads (a schedule's epochs differ) before it sets the epoch; an argument, so that the sampler
+            Lightning rebuilds under DDP keeps it.
+        steps_before: the batches per rank the trainer took before ``epoch`` (a DataModule counts them): where
+            a schedule of steps places it; None: counted from the plans.
+        the rest (``spec``, ``sampler``, ``state``; ``seed``, ``window_batches``, ``lanes``, ``num_replicas``,
+            ``rank`` and the spec's settings one by one, by name): as for :class:`StreamBatchSampler`.
+
+    ``len()`` is the current epoch's (after ``set_epoch``): a schedule's epochs may differ.
+    """
+
+    def __init__(
+        self,
+        folders: Sequence[str | Path],
+        names: Sequence[str] | None = None,
+        source_weights: Any = None,
+        mix: str = "within_batch",
+        num_samples: int | None = None,
+        sample_weights: Sequence[str | None] | None = None,
+        sampler: Sampler | None = None,
+        epoch: int = 0,
+        state: dict[str, Any] | None = None,
+        steps_before: int | None = None,
+        spec: PlanSpec | None = None,
+        **options: Any,
+    ) -> None:
+        self.folders = [str(folder) for folder in folders]
+        weighing = list(sample_weights) if sample_weights is not None else [None] * len(self.folders)
+        if len(weighing) != len(self.folders):
+            raise ValueError(f"{len(weighing)} sample_weights for {len(self.folders)} sources")
+        self.sample_weights = weighing
+        indexes = [
+            SizeIndex(folder) if weights is None else weighted_index(folder, weights, str(name))
+            for folder, weights, name in zip(self.folders, weighing, names or range(len(self.folders)), strict=True)
+        ]
+        ranks = options.pop("num_replicas", None), options.pop("rank", None)
+        self._serve_on(sum(int(index.samples_per_chunk.sum()) for index in indexes), sampler, *ranks)
+        drawn = {"names": names, "source_weights": source_weights, "mix": mix, "num_samples": num_samples}
+        self._adopt(MixtureBatchPlan(indexes, spec, **options, **self._ranks(), **drawn))
+        if steps_before is not None:
+            self.plan.start_at(epoch, steps_before)
+        self._start(epoch, state)
+
+    @property
+    def scheduled(self) -> Any:
+        """The sources' schedule where their shares change over training (None otherwise), as the in-memory
+        sampler's: what the DataModule's report and telemetry read."""
+        return None if self.plan.schedule.constant else self.plan.schedule
+
+    def shares_of(self, epoch: int) -> np.ndarray:
+        """The sources' shares ``epoch`` draws with."""
+        return np.asarray(self.plan.shares(epoch))
+
+    def stage_of(self, epoch: int) -> int:
+        """The schedule's stage of ``epoch`` (its first epoch or step)."""
+        return self.plan.schedule.stage_at(self.plan.position(epoch))

@@ -9,7 +9,7 @@ A batch's padded length is its longest size up to its rung, the sizes read from 
 (:func:`stream_sizes`): what the streamed sampler's batches carry (:mod:`varlen.batching.indices`).
 
 Shapes (:func:`row_shapes`): a window's cut is the greedy walk over its buckets, largest first, that
-:func:`~varlen.stream.plan.batch_counts` counts: a batch started in bucket b holds ``room_b`` samples and
+:func:`~varlen.stream.layout.batch_counts` counts: a batch started in bucket b holds ``room_b`` samples and
 pads to its rung, so a window's full batches take ``(room_b, rung_b)`` for the buckets batches start in,
 and its last batch, when short, is cut into powers of two (each padded to the rung its first sample is in).
 The few windows that split batches to equalise the ranks are cut exactly (:func:`cut_segment`). A packed plan's

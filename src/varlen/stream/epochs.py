@@ -1,4 +1,4 @@
-"""`StreamBatchPlan`: the streamed plan (:mod:`varlen.stream.plan`) behind a rank's epochs, with a small,
+"""`StreamBatchPlan`: the streamed plan (:mod:`varlen.stream.layout`) behind a rank's epochs, with a small,
 rank-independent state that resumes exactly on the same or another number of ranks and lanes.
 
 A rank's batches come in *lanes*, one per loader worker (:func:`~varlen.batching.resume.interleave`): a
@@ -22,7 +22,7 @@ be planned under the new settings), unless ``VARLEN_RESUME=next_epoch`` skips th
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,7 @@ from varlen.batching.plan import PlanSpec, split_largest
 from varlen.batching.resume import RESUME_VARIABLE, ResumableEpochs, changes
 from varlen.batching.shape_policy import Rungs
 from varlen.storage.cache import cache_key
-from varlen.stream.plan import (
+from varlen.stream.layout import (
     WINDOW_BATCHES,
     SizeIndexLike,
     StreamLayout,
@@ -42,7 +42,15 @@ from varlen.stream.plan import (
 )
 from varlen.stream.shape_policy import row_shapes
 
-__all__ = ["StreamBatchPlan", "plan_settings", "settings_refusal", "split_tail"]
+__all__ = [
+    "SPEC_ARGUMENTS",
+    "StreamBatchPlan",
+    "StreamEpochs",
+    "plan_settings",
+    "settings_refusal",
+    "split_tail",
+    "stream_spec",
+]
 
 
 def split_tail(batches: np.ndarray, count: int, bounds_of: Callable[[int], np.ndarray]) -> np.ndarray:
@@ -74,30 +82,34 @@ def split_tail(batches: np.ndarray, count: int, bounds_of: Callable[[int], np.nd
     return np.concatenate([tail[:first], out])
 
 
-def stream_spec(
-    batch_size,
-    max_tokens,
-    cost,
-    max_batch_size,
-    pad_to_multiple_of,
-    rank: int,
-    num_replicas: int,
-    lanes: int,
-    rungs: Sequence[int] | None = None,
-) -> PlanSpec:
-    """A streamed plan's spec (one budget axis; ``rungs``: the shape policy's padded lengths, grid edges), its
-    rank and lanes checked: what every streamed plan takes.
+#: a streamed plan's settings given one by one instead of a ``spec`` (as the sampler's own arguments)
+SPEC_ARGUMENTS = ("batch_size", "max_tokens", "cost", "max_batch_size", "pad_to_multiple_of", "rungs")
+
+
+def stream_spec(spec: PlanSpec | None = None, **settings: Any) -> PlanSpec:
+    """A streamed plan's spec: ``spec``, or one made of :data:`SPEC_ARGUMENTS` (``max_tokens`` an int: one budget
+    axis; ``rungs`` the shape policy's padded lengths, grid edges), in the one form its state's key is made of.
 
     Raises:
-        ValueError: a rank outside ``[0, num_replicas)`` or fewer than one lane.
+        TypeError: both a ``spec`` and settings, or a name that is not a plan setting.
     """
-    if not 0 <= rank < num_replicas:
-        raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
-    if int(lanes) < 1:
-        raise ValueError(f"lanes must be >= 1 (the loader's workers, 1 for none), got {lanes}")
-    tokens = None if max_tokens is None else (int(max_tokens),)
-    ladder = None if rungs is None else (Rungs(tuple(int(r) for r in rungs), pad_to_multiple_of),)
-    return PlanSpec(batch_size, tokens, cost, max_batch_size, None, pad_to_multiple_of, ladder)
+    unknown = set(settings) - set(SPEC_ARGUMENTS)
+    if unknown or (spec is not None and settings):
+        raise TypeError(f"give a spec or the plan settings {SPEC_ARGUMENTS}, got {sorted(settings)}")
+    if spec is None:
+        tokens, ladder = settings.get("max_tokens"), settings.get("rungs")
+        spec = PlanSpec(
+            settings.get("batch_size"), None if tokens is None else tuple(np.atleast_1d(tokens).tolist()),
+            settings.get("cost", "padded"), settings.get("max_batch_size"),
+            pad_to_multiple_of=settings.get("pad_to_multiple_of"),
+            rungs=None if ladder is None else (Rungs(tuple(int(r) for r in ladder)),),
+        )  # fmt: skip
+    if spec.rung_batch_sizes is not None:
+        raise ValueError("a streamed plan holds each batch to its budget: rung_batch_sizes are the in-memory plan's")
+    multiple = spec.pad_to_multiple_of
+    rungs = None if spec.rungs is None else (Rungs(tuple(int(r) for r in spec.rungs[0].lengths), multiple),)
+    tokens = None if spec.max_tokens is None else tuple(int(t) for t in spec.max_tokens)
+    return PlanSpec(spec.batch_size, tokens, spec.cost, spec.max_batch_size, spec.num_buckets, multiple, rungs)
 
 
 def settings_refusal(state: dict[str, Any], settings: dict[str, Any]) -> str:
@@ -128,57 +140,131 @@ def plan_settings(spec: PlanSpec, window_batches: int, axis: int) -> dict[str, A
     }
 
 
-class StreamBatchPlan(ResumableEpochs):
-    """A rank's batches of a streamed data set, epoch after epoch, from its size index.
+class StreamEpochs(ResumableEpochs):
+    """What every streamed plan does with its layouts: a rank's epochs served in lanes, read a unit (a window,
+    or a mixture's unit) at a time, and a state that names the plan's key, settings and size index(es).
 
     Args:
-        index: the size index (:class:`~varlen.stream.plan.SizeIndexLike`).
-        batch_size, max_tokens, cost, max_batch_size, pad_to_multiple_of: as for
-            :class:`~varlen.batching.BucketBatchSampler` (one budget axis: ``axis`` of the sizes).
+        indexes: the size indexes (:class:`~varlen.stream.index_checks.SizeIndexLike`), one per source.
+        spec: the plan's :class:`~varlen.batching.plan.PlanSpec` (one budget axis: ``axis`` of the sizes; its
+            rungs: the shape policy's padded lengths, edges of the size grid, see :func:`~varlen.stream.shape_policy.
+            histogram_rungs`), or its settings one by one (:data:`SPEC_ARGUMENTS`, ``max_tokens`` an int).
         seed: the run's seed (chunk order, pieces and windows; with the epoch, every order).
         num_replicas, rank: the world size and this rank.
         window_batches: a window's size in batches. A window's buckets hold fewer samples than the
             whole data set's: smaller windows pad more and re-mix less between epochs (at 40 batches,
             three quarters of the pairs batched together are again the next epoch; at 2000, a third).
         lanes: the loader's workers (``num_workers``, 1 for none): each reads its own windows.
-        rungs: the shape policy's padded lengths (edges of the size grid, :func:`~varlen.stream.shape_policy.
-            histogram_rungs`): the buckets, each batch the budget over its rung; None: the grid's buckets.
+
+    A subclass gives :meth:`layout_on`, :meth:`rank_rows`, :meth:`plain_length`, :meth:`unit_bounds` (a unit's
+    batches from its histogram), :meth:`reader` (an epoch's units read) and :meth:`shapes`.
     """
 
     state_name = "plan"
 
     def __init__(
         self,
-        index: SizeIndexLike,
+        indexes: Sequence[SizeIndexLike],
+        spec: PlanSpec | None = None,
         *,
-        batch_size: int | None = None,
-        max_tokens: int | None = None,
-        cost: str = "padded",
-        max_batch_size: int | None = None,
-        pad_to_multiple_of: int | None = None,
         seed: int = 0,
         num_replicas: int = 1,
         rank: int = 0,
         window_batches: int = WINDOW_BATCHES,
         axis: int = 0,
         lanes: int = 1,
-        rungs: Sequence[int] | None = None,
+        **settings: Any,
     ) -> None:
-        checked = (rank, num_replicas, lanes)
-        self.spec = stream_spec(batch_size, max_tokens, cost, max_batch_size, pad_to_multiple_of, *checked, rungs)
-        self.index, self.seed, self.rank, self.num_replicas = index, int(seed), int(rank), int(num_replicas)
+        if not 0 <= rank < num_replicas:
+            raise ValueError(f"rank {rank} is not in [0, {num_replicas})")
+        if int(lanes) < 1:
+            raise ValueError(f"lanes must be >= 1 (the loader's workers, 1 for none), got {lanes}")
+        self.spec = stream_spec(spec, **settings)
+        self.indexes, self.seed, self.rank, self.num_replicas = list(indexes), int(seed), int(rank), int(num_replicas)
         self.window_batches, self.axis, self.lanes = int(window_batches), int(axis), int(lanes)
-        self._layouts: dict[int, StreamLayout] = {}
-        self.layout = self.layout_on(num_replicas)
+        self._layouts: dict[int, Any] = {}
         self.epoch = 0
-        self._start_afresh()
 
-    def on_rank(self, rank: int) -> StreamBatchPlan:
+    def on_rank(self, rank: int) -> StreamEpochs:
         """This plan as rank ``rank``'s, from an epoch's start (its layouts shared, nothing read)."""
         plan = copy.copy(self)
         plan.rank = int(rank)
         plan._start_afresh()
         return plan
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = int(epoch)
+
+    def split_rows(self, rows: np.ndarray, count: int, epoch: int, world: int) -> np.ndarray:
+        return split_tail(rows, count, lambda unit: self.unit_bounds(unit, epoch, world))
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        """This epoch's batches for this rank, as global sample ids: a unit is read when its lane reaches it (up
+        to ``lanes + 1`` held, the least recently used out first)."""
+        loaded, read = {}, self.reader(self.epoch)
+        for world, (unit, batch, low, high) in self.positions():
+            if unit in loaded:
+                loaded[unit] = loaded.pop(unit)
+            else:
+                if len(loaded) > self.lanes:
+                    loaded.pop(next(iter(loaded)))
+                loaded[unit] = read(world, unit)
+            ids, bounds = loaded[unit]
+            samples = ids[bounds[batch, 0] : bounds[batch, 1]]
+            yield samples[low:] if high < 0 else samples[low:high]
+
+    def key_parts(self) -> tuple:
+        """What the state's ``plan`` key is made of: the spec, multiple, window and axis (and what a subclass adds)."""
+        spec = (self.spec.batch_size, self.spec.max_tokens, self.spec.cost, self.spec.max_batch_size)
+        return spec, self.spec.pad_to_multiple_of, self.window_batches, self.axis
+
+    def _key(self) -> str:
+        raise NotImplementedError
+
+    def settings(self) -> dict[str, Any]:
+        """The plan's settings as plain values (in its state, to name what a resume changed)."""
+        return plan_settings(self.spec, self.window_batches, self.axis)
+
+    def index_key(self) -> str | list[str]:
+        keys = [index.key for index in self.indexes]
+        return keys[0] if len(keys) == 1 else keys
+
+    def state_dict(self) -> dict[str, Any]:
+        """Rank-independent: every rank has served the same number of batches."""
+        mine = {"seed": self.seed, "index": self.index_key(), "plan": self._key(), "settings": self.settings()}
+        return self.position_state() | mine
+
+    def check_origin(self, state: Mapping[str, Any]) -> None:
+        """Refuse a state of other size indexes or another seed, naming which."""
+        for name, mine in (("index", self.index_key()), ("seed", self.seed)):
+            saved = state[name]
+            if (list(saved) if isinstance(saved, (list, tuple)) else saved) != mine:
+                raise ValueError(f"plan state was saved with {name} {saved!r}, this plan has {mine!r}")
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume mid-epoch on any number of ranks and lanes (see the module docstring).
+
+        Raises:
+            ValueError: the state is of other indexes or seed, or inconsistent; or, inside its epoch, of other
+                plan settings or draws (unless ``VARLEN_RESUME=next_epoch``).
+        """
+        state = dict(state)
+        self.check_origin(state)
+        if state["plan"] != self._key():
+            self.load_boundary(state, self.set_epoch, settings_refusal(state, self.settings()))
+        else:
+            self.load_position(state, self.set_epoch)
+
+
+class StreamBatchPlan(StreamEpochs):
+    """A rank's batches of a streamed data set, epoch after epoch, from its size index (``index``; the rest:
+    as for :class:`StreamEpochs`)."""
+
+    def __init__(self, index: SizeIndexLike, spec: PlanSpec | None = None, **options: Any) -> None:
+        super().__init__([index], spec, **options)
+        self.index = index
+        self.layout = self.layout_on(self.num_replicas)
+        self._start_afresh()
 
     def layout_on(self, num_replicas: int) -> StreamLayout:
         """The run laid out on ``num_replicas`` ranks (kept: an elastic resume needs the saved one)."""
@@ -189,17 +275,13 @@ class StreamBatchPlan(ResumableEpochs):
             )  # fmt: skip
         return self._layouts[num_replicas]
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
-
     def rank_rows(self, epoch: int, world: int, rank: int) -> np.ndarray:
         """Rank ``rank``'s descriptors ``[n, 4]`` of ``epoch`` on ``world`` ranks (window, batch, lo, hi;
         hi = -1: the batch's end), its windows one after the other."""
         return rank_batches(self.layout_on(world), rank, epoch, self.seed)
 
-    def split_rows(self, rows: np.ndarray, count: int, epoch: int, world: int) -> np.ndarray:
-        plan = self.layout_on(world)
-        return split_tail(rows, count, lambda window: window_bounds(plan, window, epoch, self.seed))
+    def unit_bounds(self, window: int, epoch: int, world: int) -> np.ndarray:
+        return window_bounds(self.layout_on(world), window, epoch, self.seed)
 
     def plain_length(self, epoch: int) -> int:
         return self.layout.batches_per_rank
@@ -215,20 +297,9 @@ class StreamBatchPlan(ResumableEpochs):
         for _, row in self.positions():
             yield tuple(row)
 
-    def __iter__(self) -> Iterator[np.ndarray]:
-        """This epoch's batches for this rank, as global sample ids: a window is read when its lane reaches
-        it (up to ``lanes + 1`` windows held, the least recently used out first)."""
-        epoch, loaded = self.epoch, {}
-        for world, (window, batch, low, high) in self.positions():
-            if window in loaded:
-                loaded[window] = loaded.pop(window)
-            else:
-                if len(loaded) > self.lanes:
-                    loaded.pop(next(iter(loaded)))
-                loaded[window] = read_window(self.index, self.layout_on(world), window, epoch, self.seed)
-            ids, bounds = loaded[window]
-            samples = ids[bounds[batch, 0] : bounds[batch, 1]]
-            yield samples[low:] if high < 0 else samples[low:high]
+    def reader(self, epoch: int) -> Callable[[int, int], tuple[np.ndarray, np.ndarray]]:
+        """Reads a window of ``epoch`` (on a world size): its ids and batches (:func:`read_window`)."""
+        return lambda world, window: read_window(self.index, self.layout_on(world), window, epoch, self.seed)
 
     def shapes(self, epoch: int | None = None) -> set[tuple[int, int]]:
         """The distinct ``(batch size, padded length)`` of ``epoch``'s batches on every rank (from the windows'
@@ -237,30 +308,5 @@ class StreamBatchPlan(ResumableEpochs):
         return row_shapes(plan.window_histograms, plan.window_splits, plan.rounded, plan.spec)
 
     def _key(self) -> str:
-        spec = (self.spec.batch_size, self.spec.max_tokens, self.spec.cost, self.spec.max_batch_size)
         rungs = () if self.spec.rungs is None else (self.spec.rungs[0].lengths,)  # old states keep their key
-        return cache_key(spec, self.spec.pad_to_multiple_of, self.window_batches, self.axis, *rungs, version="1")
-
-    def settings(self) -> dict[str, Any]:
-        """The plan's settings as plain values (in its state, to name what a resume changed)."""
-        return plan_settings(self.spec, self.window_batches, self.axis)
-
-    def state_dict(self) -> dict[str, Any]:
-        """Rank-independent: every rank has served the same number of batches."""
-        mine = {"seed": self.seed, "index": self.index.key, "plan": self._key(), "settings": self.settings()}
-        return self.position_state() | mine
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume mid-epoch on any number of ranks and lanes (see the module docstring).
-
-        Raises:
-            ValueError: the state is of another index or seed, or inconsistent; or, inside its epoch, of other
-                plan settings (unless ``VARLEN_RESUME=next_epoch``).
-        """
-        for name, mine in (("index", self.index.key), ("seed", self.seed)):
-            if state[name] != mine:
-                raise ValueError(f"plan state was saved with {name} {state[name]!r}, this plan has {mine!r}")
-        if state["plan"] != self._key():
-            self.load_boundary(state, self.set_epoch, settings_refusal(state, self.settings()))
-            return
-        self.load_position(state, self.set_epoch)
+        return cache_key(*self.key_parts(), *rungs, version="1")

@@ -13,7 +13,7 @@ window at a time:
    chunks at sample granularity (their sizes read). Cut at equal expected batch count
    (``sum(samples / room)``), pieces would differ by a few real batches each (a bucket's last batch is
    partial), and every rank serves the fullest one's count. So the cuts are walked from the first
-   piece on at real counts (:mod:`varlen.stream.pieces`).
+   piece on at real counts (:mod:`varlen.stream.piece_ends`).
 3. Windows: K consecutive chunks of a piece (about ``window_batches`` batches). A window's batch count
    follows from its bucket histogram alone (:func:`batch_counts`: the greedy cut only reads the sorted
    rounded sizes); its samples are ordered and cut exactly as the in-memory plan does
@@ -30,23 +30,22 @@ from ``(seed, epoch)``: pieces and windows are the same every epoch, so each ran
 reads it once). From ``(seed, epoch)``: the order of a rank's windows, the order of the samples inside
 each bucket of a window (so which samples share a batch) and the order of a window's batches. A rank
 serves a window's batches one after the other (in each of its lanes, one per loader worker: see
-:mod:`varlen.stream.plan_state`), so a reader loads each window once per epoch.
+:mod:`varlen.stream.epochs`), so a reader loads each window once per epoch.
 
 A served batch is a *descriptor* ``(window, batch, lo, hi)``: samples ``lo:hi`` of the window's batch
 (``hi = -1``: to its end); the main process never holds a per-sample array. :class:`StreamBatchPlan`
 wraps the plan with a rank-independent state that resumes exactly, on the same or another number of
-ranks (:mod:`varlen.stream.plan_state`).
+ranks (:mod:`varlen.stream.epochs`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
 
 import numpy as np
 
-import varlen.stream.pieces as pieces
+import varlen.stream.piece_ends as pieces
 from varlen.batching.padding import round_up
 from varlen.batching.plan import (
     PlanSpec,
@@ -59,7 +58,8 @@ from varlen.batching.plan import (
 )
 from varlen.batching.shape_policy import power_of_two_pieces
 from varlen.errors import DataError
-from varlen.stream.pieces import BLOCK
+from varlen.stream.index_checks import SizeIndexLike, checked_histograms, chunk_sizes, grid_bins
+from varlen.stream.piece_ends import BLOCK
 
 __all__ = [
     "WINDOW_BATCHES",
@@ -68,6 +68,7 @@ __all__ = [
     "batch_counts",
     "equalise_ranks",
     "chunk_sizes",
+    "group_windows",
     "layout",
     "order_and_cut",
     "rank_batches",
@@ -85,27 +86,6 @@ __all__ = [
 WINDOW_BATCHES = 2000
 # the random streams of a run: (seed, _CHUNKS); per epoch (seed, epoch, tag, rank or window)
 _CHUNKS, _WINDOWS, _SAMPLES, _BATCHES = 0, 1, 2, 3
-
-
-class SizeIndexLike(Protocol):
-    """What the plan reads of a size index (:class:`varlen.stream.size_index.SizeIndex` is one)."""
-
-    #: content key of the chunk list (a state saved on another index is refused)
-    key: str
-    #: the histograms' bin edges, ascending: a size ``s`` falls in the first bin whose edge is ``>= s``
-    edges: np.ndarray
-
-    @property
-    def num_chunks(self) -> int: ...
-
-    @property
-    def samples_per_chunk(self) -> np.ndarray: ...
-
-    def histograms(self, axis: int = 0) -> np.ndarray:
-        """``[chunks, bins]`` counts of each chunk's sizes on ``axis``."""
-
-    def sizes(self, chunk: int) -> np.ndarray:
-        """``[n, D]`` sizes of chunk ``chunk``'s samples, in the chunk's order."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -153,72 +133,6 @@ def check_spec(spec: PlanSpec) -> None:
         )
     if spec.num_buckets is not None:
         raise ValueError("a streamed plan's buckets come from the size index's grid: leave num_buckets None")
-
-
-def chunk_sizes(index: SizeIndexLike, chunk: int, axis: int, histograms: np.ndarray | None = None) -> np.ndarray:
-    """Chunk ``chunk``'s sizes on ``axis`` (int64), checked against its sample count and histogram.
-
-    Raises:
-        DataError: naming the chunk, when the sizes disagree with what the index lists for it.
-    """
-    return _checked_sizes(index, chunk, axis, histograms)[0]
-
-
-def _checked_sizes(index: SizeIndexLike, chunk: int, axis: int, histograms: np.ndarray | None):
-    """:func:`chunk_sizes` and each size's grid bin."""
-    sizes = np.asarray(index.sizes(chunk))
-    sizes = sizes[:, None] if sizes.ndim == 1 else sizes
-    listed = int(index.samples_per_chunk[chunk])
-    if sizes.ndim != 2 or len(sizes) != listed or not 0 <= axis < sizes.shape[1]:
-        raise DataError(
-            f"size index {index.key}: chunk {chunk} lists {listed} samples but holds sizes of shape {sizes.shape} "
-            f"(axis {axis} wanted); rebuild the size index"
-        )
-    column = sizes[:, axis].astype(np.int64)
-    grid_bins = np.searchsorted(index.edges, column)
-    counted = np.bincount(grid_bins, minlength=len(index.edges))
-    expected = (index.histograms(axis) if histograms is None else histograms)[chunk]
-    if len(counted) != len(expected) or not np.array_equal(counted, expected):
-        bins = np.flatnonzero(counted[: len(expected)] != expected[: len(counted)])
-        where = f"bin <= {int(index.edges[bins[0]])}: {counted[bins[0]]} sizes" if bins.size else "sizes over the grid"
-        raise DataError(
-            f"size index {index.key}: chunk {chunk}'s sizes do not match its histogram ({where}, "
-            f"histogram: {expected[bins[0]] if bins.size else 'none'}); rebuild the size index"
-        )
-    return column, grid_bins
-
-
-def _grid_bins(index: SizeIndexLike, axis: int, histograms: np.ndarray, chunk: int) -> np.ndarray:
-    """Chunk ``chunk``'s grid bin of each sample (its sizes read and checked)."""
-    return _checked_sizes(index, chunk, axis, histograms)[1]
-
-
-def checked_histograms(index: SizeIndexLike, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """The index's sample counts ``[C]`` and histograms ``[C, G]``, their shapes and sums checked."""
-    samples = np.asarray(index.samples_per_chunk, dtype=np.int64)
-    histograms = index.histograms(axis)
-    edges = np.asarray(index.edges)
-    if samples.shape != (index.num_chunks,) or histograms.shape != (index.num_chunks, len(edges)):
-        raise DataError(
-            f"size index {index.key}: {index.num_chunks} chunks, samples of shape {samples.shape}, histograms "
-            f"of shape {histograms.shape} over {len(edges)} bins: the index is inconsistent; rebuild it"
-        )
-    if len(edges) and np.any(np.diff(edges) <= 0):
-        raise DataError(f"size index {index.key}: its bin edges are not increasing; rebuild it")
-    if (samples < 0).any():
-        raise DataError(f"size index {index.key}: chunk {int(np.argmax(samples < 0))} lists a negative sample count")
-    for first in range(0, len(samples), BLOCK):
-        counted = histograms[first : first + BLOCK].sum(axis=1, dtype=np.int64)
-        wrong = np.flatnonzero(counted != samples[first : first + BLOCK])
-        if wrong.size:
-            chunk = first + int(wrong[0])
-            raise DataError(
-                f"size index {index.key}: chunk {chunk} lists {samples[chunk]} samples but its histogram counts "
-                f"{counted[wrong[0]]}: the index is inconsistent with its histograms; rebuild it"
-            )
-    if samples.sum() == 0:
-        raise DataError(f"size index {index.key}: no samples in {len(samples)} chunks")
-    return samples, histograms
 
 
 def buckets(total: np.ndarray, edges: np.ndarray, spec: PlanSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -329,24 +243,14 @@ def layout(
     order = np.random.default_rng([seed, _CHUNKS]).permutation(len(samples))
     starts = np.concatenate([[0], np.cumsum(samples[order])])
     count = partial(batch_counts, rounded=rounded, spec=spec)
-    read_bins = partial(_grid_bins, index, axis, histograms)
+    read_bins = partial(grid_bins, index, axis, histograms)
     run = pieces.Run(histograms, order, samples, expected, bin_bucket, per_bin, per_window, count, read_bins)
     bounds = pieces.piece_bounds(run, num_replicas)
     breaks = np.union1d(starts, bounds)
     position = np.searchsorted(starts, breaks[:-1], side="right") - 1
     seg_rank = np.searchsorted(bounds, breaks[:-1], side="right") - 1
     seg_chunk, seg_start, seg_stop = order[position], breaks[:-1] - starts[position], breaks[1:] - starts[position]
-    per_rank = np.bincount(seg_rank, minlength=num_replicas)
-    if (per_rank == 0).any():
-        raise ValueError(
-            f"rank {int(np.argmin(per_rank))} of {num_replicas} gets no samples ({int(samples.sum())} samples): "
-            "use fewer ranks or more data"
-        )
-    local = np.arange(len(seg_rank)) - np.searchsorted(seg_rank, np.arange(num_replicas))[seg_rank]
-    rank_windows = np.concatenate([[0], np.cumsum(-(-per_rank // per_window))])
-    seg_window = rank_windows[seg_rank] + local // per_window
-    window_segments = np.searchsorted(seg_window, np.arange(rank_windows[-1] + 1))
-    window_rank = np.repeat(np.arange(num_replicas), np.diff(rank_windows))
+    window_segments, window_rank, rank_windows = group_windows(seg_rank, per_window, num_replicas, samples)
     segments = (seg_chunk, seg_start, seg_stop)
     part = lambda s: np.bincount(run.read[int(seg_chunk[s])][seg_start[s] : seg_stop[s]], minlength=len(rounded))  # noqa: E731
     window_hist = window_totals(segments, window_segments, samples, histograms, bin_bucket, part, np.int32)
@@ -360,6 +264,26 @@ def layout(
         spec, axis, num_replicas, edges, rounded, bin_bucket, np.concatenate([[0], np.cumsum(samples)]),
         seg_chunk, seg_start, seg_stop, window_segments, window_rank, rank_windows, window_hist, counts, splits, most,
     )  # fmt: skip
+
+
+def group_windows(seg_rank: np.ndarray, per_window: int, num_replicas: int, samples: np.ndarray):
+    """Each rank's segments (in order, ``seg_rank`` their ranks) grouped ``per_window`` at a time into windows:
+    ``(window_segments [windows + 1], window_rank [windows], rank_windows [W + 1])``.
+
+    Raises:
+        ValueError: a rank without samples (of the ``samples`` per chunk).
+    """
+    per_rank = np.bincount(seg_rank, minlength=num_replicas)
+    if (per_rank == 0).any():
+        raise ValueError(
+            f"rank {int(np.argmin(per_rank))} of {num_replicas} gets no samples ({int(samples.sum())} samples): "
+            "use fewer ranks or more data"
+        )
+    local = np.arange(len(seg_rank)) - np.searchsorted(seg_rank, np.arange(num_replicas))[seg_rank]
+    rank_windows = np.concatenate([[0], np.cumsum(-(-per_rank // per_window))])
+    seg_window = rank_windows[seg_rank] + local // per_window
+    window_segments = np.searchsorted(seg_window, np.arange(rank_windows[-1] + 1))
+    return window_segments, np.repeat(np.arange(num_replicas), np.diff(rank_windows)), rank_windows
 
 
 def window_totals(segments, window_segments, samples, histograms, bin_bucket, part, dtype) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""`MixtureBatchPlan`: the streamed mixture plan (:mod:`varlen.stream.mixture`) behind a rank's epochs, with a
+"""`MixtureBatchPlan`: the streamed mixture plan (:mod:`varlen.stream.mixture_layout`) behind a rank's epochs, with a
 small, rank-independent state that resumes exactly on the same or another number of ranks and lanes.
 
 The layout of each world size is fixed for the run; an epoch's draw is a function of ``(seed, epoch,
@@ -15,17 +15,18 @@ with the data.
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from varlen.batching.resume import ResumableEpochs
+from varlen.batching.plan import PlanSpec
 from varlen.batching.schedule import MixtureSchedule
 from varlen.storage.cache import cache_key
 from varlen.stream.draw import index_weight_histograms, window_weights
-from varlen.stream.mixture import (
+from varlen.stream.epochs import StreamEpochs
+from varlen.stream.layout import SizeIndexLike
+from varlen.stream.mixture_layout import (
     MixtureEpoch,
     MixtureLayout,
     drawn_window,
@@ -35,8 +36,6 @@ from varlen.stream.mixture import (
     unit_bounds,
     unit_rows,
 )
-from varlen.stream.plan import WINDOW_BATCHES, SizeIndexLike
-from varlen.stream.plan_state import plan_settings, settings_refusal, split_tail, stream_spec
 from varlen.stream.shape_policy import row_shapes
 
 __all__ = ["MixtureBatchPlan"]
@@ -45,68 +44,48 @@ __all__ = ["MixtureBatchPlan"]
 _DRAWS = 8
 
 
-class MixtureBatchPlan(ResumableEpochs):
+class MixtureBatchPlan(StreamEpochs):
     """A rank's batches of streamed sources mixed (or of one source drawn by weight), epoch after epoch.
 
     Args:
-        indexes: each source's size index (:class:`~varlen.stream.plan.SizeIndexLike`); a weighted one
+        indexes: each source's size index (:class:`~varlen.stream.layout.SizeIndexLike`); a weighted one
             (``weight_histograms`` / ``weights``) draws its samples by weight.
+        spec, seed, num_replicas, rank, window_batches, axis, lanes (and the spec's settings one by one): as for
+            :class:`~varlen.stream.epochs.StreamEpochs`.
         names: the sources' names (default ``source0``, ...), for ``source_weights`` by name.
         source_weights: the sources' shares of every epoch (a list, a mapping by name, or a schedule:
             :class:`~varlen.batching.schedule.MixtureSchedule`); None: each source's samples.
         mix: ``within_batch`` (sources share batches) or ``per_source`` (each batch from one source).
         num_samples: samples an epoch serves (default: every source's samples).
-        batch_size, max_tokens, cost, max_batch_size, pad_to_multiple_of, seed, num_replicas, rank,
-            window_batches, axis, lanes: as for :class:`~varlen.stream.plan_state.StreamBatchPlan`.
     """
-
-    state_name = "plan"
 
     def __init__(
         self,
         indexes: Sequence[SizeIndexLike],
+        spec: PlanSpec | None = None,
         *,
         names: Sequence[str] | None = None,
         source_weights: Any = None,
         mix: str = "within_batch",
         num_samples: int | None = None,
-        batch_size: int | None = None,
-        max_tokens: int | None = None,
-        cost: str = "padded",
-        max_batch_size: int | None = None,
-        pad_to_multiple_of: int | None = None,
-        seed: int = 0,
-        num_replicas: int = 1,
-        rank: int = 0,
-        window_batches: int = WINDOW_BATCHES,
-        axis: int = 0,
-        lanes: int = 1,
-        rungs: Sequence[int] | None = None,
+        **options: Any,
     ) -> None:
-        checked = (rank, num_replicas, lanes)
-        self.spec = stream_spec(batch_size, max_tokens, cost, max_batch_size, pad_to_multiple_of, *checked, rungs)
-        self.indexes = list(indexes)
+        super().__init__(indexes, spec, **options)
         self.names = tuple(names) if names is not None else tuple(f"source{s}" for s in range(len(self.indexes)))
         if len(self.names) != len(self.indexes):
             raise ValueError(f"{len(self.names)} names for {len(self.indexes)} sources")
-        self.mix, self.seed, self.rank, self.num_replicas = mix, int(seed), int(rank), int(num_replicas)
-        self.window_batches, self.axis, self.lanes = int(window_batches), int(axis), int(lanes)
+        self.mix = mix
         sizes = np.asarray([int(np.sum(index.samples_per_chunk)) for index in self.indexes], np.float64)
-        self.schedule = (
-            MixtureSchedule.parse(source_weights, self.names, "MixtureBatchPlan")
-            if source_weights is not None
-            else MixtureSchedule.parse(list(sizes), self.names, "MixtureBatchPlan")
-        )
+        shares = list(sizes) if source_weights is None else source_weights
+        self.schedule = MixtureSchedule.parse(shares, self.names, "MixtureBatchPlan")
         self.num_samples = int(sizes.sum()) if num_samples is None else int(num_samples)
         if self.num_samples < 1:
             raise ValueError(f"num_samples must be >= 1, got {num_samples}")
         self._weights = [index_weight_histograms(index, self.axis) for index in self.indexes]
-        self._layouts: dict[int, tuple[MixtureLayout, list[np.ndarray | None]]] = {}
         self._draws: dict[tuple, MixtureEpoch] = {}
         self._anchor = (0, 0)  # (epoch, steps before it): where step positions are counted from
         self._steps: dict[int, int] = {}
         self.layout = self.layout_on(self.num_replicas)
-        self.epoch = 0
         self._start_afresh()
 
     # -- what a run fixes and what an epoch draws
@@ -172,52 +151,35 @@ class MixtureBatchPlan(ResumableEpochs):
             return before + len(rows)
         return self.plain_length(epoch)
 
-    # -- ResumableEpochs
-
-    def on_rank(self, rank: int) -> MixtureBatchPlan:
-        """This plan as rank ``rank``'s, from an epoch's start (its layouts and draws shared)."""
-        plan = copy.copy(self)
-        plan.rank = int(rank)
-        plan._start_afresh()
-        return plan
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = int(epoch)
+    # -- StreamEpochs
 
     def rank_rows(self, epoch: int, world: int, rank: int) -> np.ndarray:
         return unit_rows(self.layout_on(world), self.draw(epoch, world), rank, epoch, self.seed)
 
-    def split_rows(self, rows: np.ndarray, count: int, epoch: int, world: int) -> np.ndarray:
-        plan, draw = self.layout_on(world), self.draw(epoch, world)
-        return split_tail(rows, count, lambda unit: unit_bounds(plan, draw, unit, epoch, self.seed))
+    def unit_bounds(self, unit: int, epoch: int, world: int) -> np.ndarray:
+        return unit_bounds(self.layout_on(world), self.draw(epoch, world), unit, epoch, self.seed)
 
     def plain_length(self, epoch: int) -> int:
         return self.draw(epoch).batches_per_rank
 
-    def __iter__(self) -> Iterator[np.ndarray]:
-        """This epoch's batches for this rank, as global sample ids (a unit read when its lane reaches it;
-        up to ``lanes + 1`` units and a few drawn windows held)."""
-        epoch, loaded, windows = self.epoch, {}, {}
-        for world, (unit, batch, low, high) in self.positions():
-            if unit in loaded:
-                loaded[unit] = loaded.pop(unit)
-            else:
-                if len(loaded) > self.lanes:
-                    loaded.pop(next(iter(loaded)))
-                plan, draw = self.layout_on(world), self.draw(epoch, world)
+    def reader(self, epoch: int) -> Callable[[int, int], tuple[np.ndarray, np.ndarray]]:
+        """Reads a unit of ``epoch`` (on a world size): its ids and batches, a few drawn windows held."""
+        windows: dict[tuple[int, int, int], Any] = {}
 
-                def drawn(source: int, window: int, plan=plan, draw=draw, world=world):
-                    key = (world, source, window)
-                    if key not in windows:
-                        if len(windows) >= 2 * len(self.indexes) * (self.lanes + 1):
-                            del windows[next(iter(windows))]
-                        windows[key] = drawn_window(self.indexes[source], plan, draw, source, window, epoch, self.seed)
-                    return windows[key]
+        def read(world: int, unit: int):
+            plan, draw = self.layout_on(world), self.draw(epoch, world)
 
-                loaded[unit] = read_unit(self.indexes, plan, draw, unit, epoch, self.seed, drawn)
-            ids, bounds = loaded[unit]
-            samples = ids[bounds[batch, 0] : bounds[batch, 1]]
-            yield samples[low:] if high < 0 else samples[low:high]
+            def drawn(source: int, window: int):
+                key = (world, source, window)
+                if key not in windows:
+                    if len(windows) >= 2 * len(self.indexes) * (self.lanes + 1):
+                        del windows[next(iter(windows))]
+                    windows[key] = drawn_window(self.indexes[source], plan, draw, source, window, epoch, self.seed)
+                return windows[key]
+
+            return read_unit(self.indexes, plan, draw, unit, epoch, self.seed, drawn)
+
+        return read
 
     def shapes(self, epoch: int | None = None) -> set[tuple[int, int]]:
         """The distinct ``(batch size, padded length)`` of ``epoch``'s batches on every rank (its draw's units'
@@ -227,55 +189,35 @@ class MixtureBatchPlan(ResumableEpochs):
         plan, draw = self.layout_on(world), self.draw(epoch, world)
         return row_shapes(draw.unit_histograms, draw.unit_splits, plan.rounded, plan.spec)
 
+    def _sample_weights(self) -> list[str | None]:
+        return [getattr(index, "sample_weights", None) for index in self.indexes]
+
     def _key(self) -> str:
-        spec = (self.spec.batch_size, self.spec.max_tokens, self.spec.cost, self.spec.max_batch_size)
         rungs = () if self.spec.rungs is None else (self.spec.rungs[0].lengths,)  # old states keep their key
-        return cache_key(
-            spec, self.spec.pad_to_multiple_of, self.window_batches, self.axis, self.mix, self.num_samples,
-            repr(self.schedule), self.names, [getattr(i, "sample_weights", None) for i in self.indexes], *rungs,
-            version="mixture-2",  # each source's sample_weights: a state of another draw is refused
-        )  # fmt: skip
+        drawn = (self.mix, self.num_samples, repr(self.schedule), self.names, self._sample_weights())
+        return cache_key(*self.key_parts(), *drawn, *rungs, version="mixture-2")  # a state of another draw: refused
 
     def settings(self) -> dict[str, Any]:
         """The plan's settings and what it draws, as plain values (in its state, to name what a resume changed)."""
-        return plan_settings(self.spec, self.window_batches, self.axis) | {
+        return super().settings() | {
             "mix": self.mix,
             "num_samples": self.num_samples,
             "source_weights": self.schedule.describe(),
             "sources": list(self.names),
-            "sample_weights": [getattr(i, "sample_weights", None) for i in self.indexes],
+            "sample_weights": self._sample_weights(),
         }
 
     def state_dict(self) -> dict[str, Any]:
         """Rank-independent: every rank has served the same number of batches."""
-        state = self.position_state()
-        keys = [index.key for index in self.indexes]
-        return state | {
-            "seed": self.seed,
-            "index": keys[0] if len(keys) == 1 else keys,
-            "plan": self._key(),
-            "settings": self.settings(),
-            "steps_before": self.steps_before(int(state["epoch"])),
-        }
+        state = super().state_dict()
+        return state | {"steps_before": self.steps_before(int(state["epoch"]))}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume mid-epoch on any number of ranks and lanes.
-
-        Raises:
-            ValueError: the state is of other indexes or seed, or inconsistent; or, inside its epoch, of other plan
-                settings or draws (unless ``VARLEN_RESUME=next_epoch``).
-        """
-        keys = [index.key for index in self.indexes]
-        mine = {"index": keys[0] if len(keys) == 1 else keys, "seed": self.seed}
-        for name, value in mine.items():
-            saved = state[name]
-            if (list(saved) if isinstance(saved, (list, tuple)) else saved) != value:
-                raise ValueError(f"plan state was saved with {name} {saved!r}, this plan has {value!r}")
+        """Resume mid-epoch on any number of ranks and lanes (see :meth:`StreamEpochs.load_state_dict`), the
+        schedule's steps counted from the saved epoch's."""
+        self.check_origin(state)
         self._anchor = (int(state["epoch"]), int(state.get("steps_before", 0)))
         self._steps.clear()
         self._draws.clear()
-        if state["plan"] != self._key():
-            self.load_boundary(dict(state), self.set_epoch, settings_refusal(dict(state), self.settings()))
-        else:
-            self.load_position(dict(state), self.set_epoch)
+        super().load_state_dict(state)
         self._steps.clear()

@@ -1,5 +1,5 @@
 """Where each rank's piece of a streamed run ends: cut at real batch counts, so that the ranks need (almost)
-no batch split to serve equal counts (:func:`piece_bounds`, for :func:`varlen.stream.plan.layout`).
+no batch split to serve equal counts (:func:`piece_bounds`, for :func:`varlen.stream.layout.layout`).
 
 The run is the chunks in the plan's seeded order. Cut at equal expected batch count (``sum(samples /
 room)``), pieces would differ by a few real batches each (a bucket's last batch is partial), and every rank
@@ -164,20 +164,27 @@ class Run:
             if fx[-1] <= most:  # the whole window fits
                 done, window = int(fx[-1]), stop
                 continue
-            i = int(np.argmax(fx > most))
-            while x[i] - x[i - 1] > 1:  # narrow down (between them, positions of one chunk)
-                step = -(-(x[i] - x[i - 1]) // 256)
-                new = np.arange(x[i - 1] + step, x[i], step)
-                x, fx = np.concatenate([x, new]), np.concatenate([fx, self._batches(new, window, done, base, piece)])
-                order = np.argsort(x, kind="stable")
-                x, fx = x[order], fx[order]
-                i = int(np.argmax(fx > most))
+            x, fx, i = self._narrow(x, fx, most, (window, done, base, piece))
             # x[i - 1] is the last end of `most` batches; the consecutive ends of `most` before it, in its chunk
             breaks = np.flatnonzero((np.diff(x[:i]) != 1) | (fx[1:i] != fx[: i - 1]))
             in_chunk = int(np.searchsorted(x, self.starts[self.chunk_of(x[i - 1])]))
             j = max(int(breaks[-1]) + 1 if breaks.size else 0, in_chunk)
             return x[j:i], most - done - (float(self.expected_at(x[i - 1 : i])[0]) - before)
         return np.array([self.total]), None
+
+    def _narrow(self, x: np.ndarray, fx: np.ndarray, most: int, where: tuple) -> tuple[np.ndarray, np.ndarray, int]:
+        """Positions ``x`` (ascending) and their batches ``fx`` with more counted (:meth:`_batches` ``where``) until
+        the first of over ``most`` batches, ``x[i]``, is the neighbour of the last of ``most`` (between them,
+        positions of one chunk); and ``i``."""
+        i = int(np.argmax(fx > most))
+        while x[i] - x[i - 1] > 1:
+            step = -(-(x[i] - x[i - 1]) // 256)
+            new = np.arange(x[i - 1] + step, x[i], step)
+            x, fx = np.concatenate([x, new]), np.concatenate([fx, self._batches(new, *where)])
+            order = np.argsort(x, kind="stable")
+            x, fx = x[order], fx[order]
+            i = int(np.argmax(fx > most))
+        return x, fx, i
 
     def rest(self, ends: np.ndarray) -> np.ndarray:
         """The batches of the piece from each of ``ends`` (inside one chunk) to the run's end."""

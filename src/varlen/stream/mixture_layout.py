@@ -1,9 +1,9 @@
 """The batch plan of a mixture of streamed sources (or of one weighted streamed source), from their size
-indexes alone: pure functions of their inputs; :mod:`varlen.stream.mixture_state` keeps a rank's epochs.
+indexes alone: pure functions of their inputs; :mod:`varlen.stream.mixture_epochs` keeps a rank's epochs.
 
 What a run fixes (:func:`mixture_layout`): the buckets, from the sources' summed histograms (one set, so
 samples of several sources are costed and cut together), and each source's
-:class:`~varlen.stream.plan.StreamLayout` on those buckets (its chunks in a seeded order, cut into one
+:class:`~varlen.stream.layout.StreamLayout` on those buckets (its chunks in a seeded order, cut into one
 piece per rank at sample granularity, so every rank holds about 1 / W of every source, then into windows),
 unequalised. Then *units*, what a rank serves one after the other, each made of *parts* (a part is share
 ``index`` of ``of`` of a source window's drawn samples, bucket by bucket):
@@ -18,7 +18,7 @@ unequalised. Then *units*, what a rank serves one after the other, each made of 
 What an epoch draws (:func:`epoch_draw`, a function of the layout and the sources' shares alone): source s
 serves ``n_s`` of ``num_samples`` (its share, rounded along the sources), drawn per (window, bucket)
 stratum by :mod:`varlen.stream.draw` (with replacement when ``n_s`` is over its samples); a unit's
-histogram is the sum of its parts'; its batch count follows from it (:func:`~varlen.stream.plan.batch_counts`)
+histogram is the sum of its parts'; its batch count follows from it (:func:`~varlen.stream.layout.batch_counts`)
 and every rank serves the fullest rank's count, a shorter rank's units splitting their largest batches (as
 the plan's windows do). A served batch is a descriptor ``(unit, batch, lo, hi)``; its samples are global
 ids over the sources one after the other (source s's sample i is ``offsets[s] + i``, as
@@ -35,14 +35,14 @@ import numpy as np
 from varlen.batching.plan import PlanSpec, cut_segment
 from varlen.errors import DataError
 from varlen.stream.draw import draw_window, source_counts, stratum_draw
-from varlen.stream.plan import (
+from varlen.stream.index_checks import checked_histograms
+from varlen.stream.layout import (
     WINDOW_BATCHES,
     SizeIndexLike,
     StreamLayout,
     batch_counts,
     buckets,
     check_spec,
-    checked_histograms,
     equalise_ranks,
     layout,
     order_and_cut,
