@@ -11,6 +11,7 @@ from test_configs import SHARED  # configs whose data lie in $VARLEN_DATA (they 
 from toy import ToyDataModule
 
 from varlen.batching import BucketBatchSampler
+from varlen.batching.indices import Samples
 from varlen.cli import dispatch as cli
 from varlen.cli.inspection import summarize
 
@@ -39,10 +40,12 @@ def served(dm, split: str, world_size: int) -> list[list[list[int]]]:
 
 
 def padding(dm, dataset, batches: list[list[int]]) -> tuple[int, int]:
-    """Real and allocated elements of ``batches``, fetched and collated one by one."""
+    """Real and allocated elements of ``batches``, fetched one sample at a time and collated to the padded
+    lengths each batch carries from its sampler (the shape policy's rungs)."""
     real = allocated = 0
     for indices in batches:
-        stats = dm.batch_stats(dm.collate_fn([dataset[int(i)] for i in indices]))
+        samples = Samples([dataset[int(i)] for i in indices], getattr(indices, "widths", None))
+        stats = dm.batch_stats(dm.collate_fn(samples))
         real, allocated = real + stats.real, allocated + stats.padded
     return real, allocated
 
