@@ -10,12 +10,10 @@ import pyarrow as pa
 
 from varlen import notices
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
-from varlen.batching.shapes import DEFAULT_MAX_SHAPES
 from varlen.batching.telemetry import BatchStats, mask_stats
-from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
+from varlen.datamodules.base import VarLenDataModule
 from varlen.datamodules.packing import row_width
 from varlen.datamodules.shaping import check_max_tokens
-from varlen.datamodules.sources import Mix, SourceWeights
 from varlen.datamodules.weighting import BALANCED, check_sample_weights, checked_column
 from varlen.datasets.sequence.checks import RowRules, class_ids, usable_rows
 from varlen.datasets.sequence.collate import SequenceCollator
@@ -30,7 +28,7 @@ from varlen.datasets.sequence.store import cached_columns
 from varlen.datasets.sequence.synthetic import synthetic_sequences
 from varlen.datasets.sequence.transform import SampleTransform, transform_name
 from varlen.errors import DataError
-from varlen.prepare.report import SOURCE, OnBad
+from varlen.prepare.report import SOURCE
 from varlen.prepare.splits import check_fractions, random_split, stratified_split
 
 __all__ = ["COSTS", "SPLITS", "SequenceDataModule", "SplitData"]
@@ -107,7 +105,6 @@ class SequenceDataModule(VarLenDataModule):
         synthetic: samples of the synthetic set served without ``train``.
         sample_weights: None, ``"balanced"`` (inverse class frequency; classification) or a numeric column.
         cache_dir: where files' and Datasets' cache tables go (default: ``$VARLEN_CACHE``).
-        on_bad: ``"raise"`` at the first bad row (naming the source and row), or ``"skip"`` and count it.
         sampler_cost: what ``max_tokens`` counts of a batch: ``"padded"`` (``B x`` its longest size field, what
             the padded tensor holds) or ``"sum"`` (the sizes summed, as lhotse's ``max_duration``: a batch then
             allocates more than the budget; the shape policy's rungs need ``"padded"``).
@@ -117,11 +114,8 @@ class SequenceDataModule(VarLenDataModule):
             best-fit; one shape an epoch. In-memory data of one source; :class:`~varlen.models.SequenceModel`
             reads it.
 
-    The other arguments (``batch_size``, ``max_tokens``, ``shuffle``, ``seed``, ``num_buckets``,
-    ``pad_to_multiple_of``, ``max_shapes``, ``rung_batch_sizes``, ``num_workers``, ``pin_memory``,
-    ``persistent_workers``, ``prefetch_factor``, ``multiprocessing_context``, ``timeout``, ``predict_split``,
-    ``sources``, ``source_weights``, ``mix``, ``stream``) are the base's: see
-    :class:`~varlen.datamodules.base.VarLenDataModule`.
+    The base's arguments are :class:`~varlen.datamodules.base.VarLenDataModule`'s (``max_tokens``: one value per
+    size field, 8192 when neither it nor ``batch_size`` is set; ``on_bad`` meets a bad row, named by its source).
 
     Attributes (linked to the model): ``input_field`` (the first size field), ``feature_dim`` (values per
     element), ``vocab_size`` (integer ids one per element: the training source's largest id + 1, else None; past
@@ -151,82 +145,51 @@ class SequenceDataModule(VarLenDataModule):
         synthetic: int = 300,
         sample_weights: str | None = None,
         cache_dir: str | None = None,
-        on_bad: OnBad = "raise",
-        batch_size: int | None = None,
-        max_tokens: int | list[int] | None = None,
         sampler_cost: Literal["padded", "sum"] = "padded",
         layout: Literal["padded", "packed"] = "padded",
-        shuffle: bool = True,
-        seed: int = 0,
-        num_buckets: int | None = None,
-        pad_to_multiple_of: int | None = None,
-        max_shapes: int | None = DEFAULT_MAX_SHAPES,
-        rung_batch_sizes: dict[int, int] | None = None,
-        num_workers: int = 0,
-        pin_memory: bool | None = None,
-        persistent_workers: bool = False,
-        prefetch_factor: int | None = None,
-        multiprocessing_context: StartMethod = None,
-        timeout: float = LOADER_TIMEOUT,
-        predict_split: PredictSplit = "test",
-        sources: list[dict[str, Any]] | None = None,
-        source_weights: SourceWeights = None,
-        mix: Mix = "within_batch",
-        stream: str | dict[str, Any] | None = None,
+        **kwargs: Any,
     ) -> None:
         given = {"train": train, "val": val, "test": test, "predict": predict}
         # data held in memory (and a transform) stays out of the hyperparameters (checkpoints, loggers): they get
         # its description
         self.unsaved_arguments = tuple(k for k, v in given.items() if v is not None and not is_path(v))
         self.unsaved_arguments += ("transform",) if transform is not None else ()
-        owner = type(self).__name__
-        if sampler_cost not in COSTS:
-            raise ValueError(
-                f"{owner}: sampler_cost must be one of {COSTS}, got {sampler_cost!r}"
-                + (" ('packed' lays samples end to end, a layout SequenceDataModule has not)" if sampler_cost else "")
-            )
-        if transform is not None and stream is not None:
-            raise ValueError(f"{owner}: transform changes in-memory training samples; a streamed split has none yet")
-        if layout not in ("padded", "packed"):
-            raise ValueError(f"{owner}: layout must be 'padded' or 'packed', got {layout!r}")
-        if layout == "packed" and (max_tokens is None or stream is not None or sources):
-            raise ValueError(
-                f"{owner}: layout='packed' needs max_tokens (the row's length) and in-memory data of one source "
-                "(a stream or extra sources are padded only, for now)"
-            )
-        if sampler_cost == "sum" and rung_batch_sizes:
-            raise ValueError(f"{owner}: rung_batch_sizes are padded lengths, and sampler_cost='sum' pads nothing")
+        check_sequence_arguments(type(self).__name__, sampler_cost, layout, transform, kwargs)
         self.sampler_cost = "packed" if layout == "packed" else sampler_cost  # packed: summed, filled best-fit
         self.layout = layout
-        super().__init__(**base_args(locals()))
+        super().__init__(**kwargs)
         self.hparams.update({k: described(given[k]) for k in self.unsaved_arguments if k in given})
         if transform is not None:
             self.hparams["transform"] = transform_name(transform)
-        self.inputs = self._inputs(given, synthetic, seed)
+        self.inputs = self._inputs(given, synthetic, self.seed)
         self.tables = {split: s.read() for split, s in self.inputs.items() if s.in_memory}
-        self.cache_dir, self.label_field = cache_dir, label_field
+        self.cache_dir, self.label_field, self.synthetic = cache_dir, label_field, synthetic
         self._link(self._head(), fields, size_field, task, class_names, dtypes)
+        self._serve(pad_values, transform)
+        owner = type(self).__name__
+        self.sample_weights = check_sample_weights(sample_weights, owner, self.shuffle, columns=True)
+        if self.sample_weights == BALANCED and self.task != "classification":
+            raise ValueError(f"{owner}: sample_weights='balanced' balances classes: this data has none ({self.task})")
+        self.fractions = {"val": val_fraction if val is None else 0.0, "test": test_fraction if test is None else 0.0}
+        check_fractions({"train": 1 - sum(self.fractions.values()), **self.fractions})
+
+    def _serve(self, pad_values: dict[str, float] | None, transform: Callable | None) -> None:
+        """How samples are served: the budget's axes, each field's padding, the collate and the transform."""
+        owner = type(self).__name__
         check_max_tokens(self.max_tokens, self.size_axes, owner)  # one value per size field, said now
         unknown = sorted(set(pad_values or {}) - set(self.fields))
         if unknown:
             raise ValueError(f"{owner}: pad_values name {unknown}, which are no variable-length field {self.fields}")
         self.pad_values = {name: (pad_values or {}).get(name, 0) for name in self.fields}
-        if layout == "packed" and len(self.fields) != 1:
+        if self.layout == "packed" and len(self.fields) != 1:
             raise ValueError(f"{owner}: layout='packed' lays one variable-length field end to end; {self.fields}")
-        self.collate_fn = SequenceCollator(
-            self.fields, self.pad_values, pad_to_multiple_of, self.size_fields, self.dtypes
-        )
+        padding = (self.fields, self.pad_values, self.pad_to_multiple_of, self.size_fields, self.dtypes)
+        self.collate_fn = SequenceCollator(*padding)
         rules = OutputRules(self.specs, self.size_fields, self.task, self.num_classes)  # what a transform returns
         where = self.inputs["train"].where
-        self.transform = None if transform is None else SampleTransform(transform, seed, rules, where)
+        self.transform = None if transform is None else SampleTransform(transform, self.seed, rules, where)
         self._dtypes_told = False  # the float64 notice, said at the first batch
         self.host_fields: dict[str, BatchStats] | None = None  # each field's padding in the last training batch
-        self.sample_weights = check_sample_weights(sample_weights, owner, shuffle, columns=True)
-        if self.sample_weights == BALANCED and self.task != "classification":
-            raise ValueError(f"{owner}: sample_weights='balanced' balances classes: this data has none ({self.task})")
-        self.fractions = {"val": val_fraction if val is None else 0.0, "test": test_fraction if test is None else 0.0}
-        check_fractions({"train": 1 - sum(self.fractions.values()), **self.fractions})
-        self.synthetic = synthetic
 
     # -- what __init__ tells from the training source ---------------------------------------------
 
@@ -478,3 +441,26 @@ class SequenceDataModule(VarLenDataModule):
         if self.vocab_size is not None:
             state["vocab_size"] = self.vocab_size
         return state
+
+
+def check_sequence_arguments(
+    owner: str, sampler_cost: str, layout: str, transform: Any, base: Mapping[str, Any]
+) -> None:
+    """Refuse a sampler cost, layout or transform that the base's arguments (``base``, as given) contradict."""
+    if sampler_cost not in COSTS:
+        raise ValueError(
+            f"{owner}: sampler_cost must be one of {COSTS}, got {sampler_cost!r}"
+            + (" ('packed' lays samples end to end, a layout SequenceDataModule has not)" if sampler_cost else "")
+        )
+    stream = base.get("stream")
+    if transform is not None and stream is not None:
+        raise ValueError(f"{owner}: transform changes in-memory training samples; a streamed split has none yet")
+    if layout not in ("padded", "packed"):
+        raise ValueError(f"{owner}: layout must be 'padded' or 'packed', got {layout!r}")
+    if layout == "packed" and (base.get("max_tokens") is None or stream is not None or base.get("sources")):
+        raise ValueError(
+            f"{owner}: layout='packed' needs max_tokens (the row's length) and in-memory data of one source "
+            "(a stream or extra sources are padded only, for now)"
+        )
+    if sampler_cost == "sum" and base.get("rung_batch_sizes"):
+        raise ValueError(f"{owner}: rung_batch_sizes are padded lengths, and sampler_cost='sum' pads nothing")
