@@ -438,3 +438,13 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
     def predict_dataloader(self) -> VarLenLoader:
         """The ``predict`` split when the DataModule built one, else :attr:`predict_split` (in order)."""
         return self.loader("predict" if "predict" in self.datasets else self.predict_split)
+
+
+class _OneSource(VarLenDataModule):
+    """A DataModule of one source read whole: no other ``sources`` to mix, no ``stream`` (the base's values,
+    fixed). Private, so that the command line lists only the scenarios built on it."""
+
+    fixed_arguments = ("sources", "source_weights", "mix", "stream")
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(sources=None, source_weights=None, mix="within_batch", stream=None, **kwargs)
