@@ -214,24 +214,13 @@ class BearingDataModule(VarLenDataModule):
         **kwargs: Any,
     ) -> None:
         super().__init__(stream=None, **kwargs)  # the recordings are read whole, not streamed
-        check_bearing_arguments(locals())
         keep(self, locals(), self.kept_arguments)
-        self.sample_weights = check_sample_weights(sample_weights, type(self).__name__, self.shuffle, columns=False)
-        self.root = Path(root) if root is not None else None
-        self.test_conditions = [str(c) for c in test_conditions or []]
-        self.val_conditions = [str(c) for c in val_conditions] if val_conditions is not None else None
-        self.train_conditions = [str(c) for c in train_conditions] if train_conditions is not None else None
-        self.augment_args = (augment_shift, augment_scale, augment_noise, augment_speed)
-        WindowAugment(self.seed, augment_shift or 0, *self.augment_args[1:])  # refuse bad values now
-        self.simulated_seconds = tuple(simulated_seconds)
-        self.simulated_loads = None if simulated_loads is None else [int(x) for x in simulated_loads]
-        self._open_source(root, data_format, metadata, download, channels, class_names)
-        self.collate_fn = BearingCollator(self.pad_to_multiple_of)
-        self.recordings: list[Recording] = []
-        self.recording_names: list[str] = []
+        vars(self).update(bearing_arguments(locals(), type(self).__name__, self.seed, self.shuffle))
+        self._known_now(root, data_format, metadata, download, channels, class_names)
 
-    def _open_source(self, root, data_format, metadata, download, channels, class_names) -> None:
-        """The format, channels and classes, known here (the CLI links them), read cheaply."""
+    def _known_now(self, root, data_format, metadata, download, channels, class_names) -> None:
+        """What is known before any recording is read: the format, channels and classes (the CLI links them),
+        read cheaply, and the collate."""
         self.source = None if root is None else BearingSource.open(root, data_format, metadata, channels, class_names)
         self.data_format = "simulator" if self.source is None else self.source.data_format
         if download and self.data_format != "cwru":
@@ -240,6 +229,9 @@ class BearingDataModule(VarLenDataModule):
         self.class_names = self.source.class_names if self.source else list(class_names or CWRU_CLASSES)
         self.num_classes = len(self.class_names)
         self.in_channels = len(self.channels)
+        self.collate_fn = BearingCollator(self.pad_to_multiple_of)
+        self.recordings: list[Recording] = []  # read by setup
+        self.recording_names: list[str] = []
 
     # -- data -----------------------------------------------------------------------------------
 
@@ -427,11 +419,24 @@ class BearingDataModule(VarLenDataModule):
         return np.asarray(dataset.recording) if self.grouping == "recording" else None
 
 
-def check_bearing_arguments(given: Mapping[str, Any]) -> None:
-    """Refuse a bearing DataModule's split and rate arguments that contradict each other (``given``: its
-    ``__init__``'s locals)."""
+def bearing_arguments(given: Mapping[str, Any], owner: str, seed: int, shuffle: bool) -> dict[str, Any]:
+    """A bearing DataModule's arguments (``given``: its ``__init__``'s locals) that are checked together or kept
+    in another form: split and rate refused where they contradict, conditions as strings, augmentation checked."""
     names = ("split", "grouping", "test_fraction", "gap", "test_conditions", "val_conditions", "train_conditions")
     check_split_arguments(*(given[name] for name in names))
     rate = given["sampling_rate"]
     if rate is not None and rate_problem(rate):
         raise ValueError(f"sampling_rate={rate}: {rate_problem(rate)}")
+    shift, *augment = (given[name] for name in ("augment_shift", "augment_scale", "augment_noise", "augment_speed"))
+    WindowAugment(seed, shift or 0, *augment)  # refuse bad values now
+    conditions = {name: given[name] for name in ("val_conditions", "train_conditions")}
+    loads = given["simulated_loads"]
+    return {
+        "sample_weights": check_sample_weights(given["sample_weights"], owner, shuffle, columns=False),
+        "root": Path(given["root"]) if given["root"] is not None else None,
+        "test_conditions": [str(c) for c in given["test_conditions"] or []],
+        **{name: None if value is None else [str(c) for c in value] for name, value in conditions.items()},
+        "augment_args": (shift, *augment),
+        "simulated_seconds": tuple(given["simulated_seconds"]),
+        "simulated_loads": None if loads is None else [int(x) for x in loads],
+    }

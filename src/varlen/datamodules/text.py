@@ -28,7 +28,7 @@ from varlen.datasets.text.tokens import OVERFLOW, Tokenization, load_tokenizer
 from varlen.prepare.duplicates import count_duplicates
 from varlen.storage.cache import default_cache_dir, tokenizer_identity
 
-__all__ = ["LAYOUTS", "TextClassificationDataModule", "check_text_arguments"]
+__all__ = ["LAYOUTS", "TextClassificationDataModule", "check_text_arguments", "given_columns"]
 
 #: a text batch's layouts: a row per text, or the texts end to end in one row
 LAYOUTS = ("padded", "packed")
@@ -173,6 +173,12 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
         "max_train_samples",
     )
     size_axes = ("tokens",)
+    #: arguments kept as given, each an attribute of the same name
+    kept_arguments = (
+        "train_file val_file test_file predict_file dataset_name dataset_config_name split_column"
+        " tokenizer_name_or_path max_length overflow layout stride val_fraction max_train_samples synthetic_samples"
+        " synthetic cache_dir deduplicate"
+    )
 
     def __init__(
         self,
@@ -205,22 +211,15 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
         super().__init__(**kwargs)
         self._describe_tables(train_file=train_file, val_file=val_file, test_file=test_file, predict_file=predict_file)
         check_text_arguments(locals(), self.stream, self.max_tokens)
-        self.sample_weights = check_sample_weights(
-            sample_weights, type(self).__name__, self.shuffle, train_file is not None
-        )
+        owner, has_columns = type(self).__name__, train_file is not None
+        self.sample_weights = check_sample_weights(sample_weights, owner, self.shuffle, has_columns)
         self.report = TextReport(self.on_bad)  # the shared report, plus documents -> windows
-        keep(self, locals(), "train_file val_file test_file predict_file dataset_name dataset_config_name split_column")
-        keep(self, locals(), "tokenizer_name_or_path max_length overflow layout stride val_fraction max_train_samples")
-        keep(self, locals(), "synthetic_samples synthetic cache_dir deduplicate")
-        self.columns = (
-            TextColumns(text_column, text_pair_column, label_column)
-            if any(v is not None for v in (train_file, val_file, predict_file)) or dataset_name
-            else TextColumns("text", None, "label")  # the synthetic default's own
-        )
+        keep(self, locals(), self.kept_arguments)
+        self.columns = given_columns(locals())
         self._class_names, self._classes_read = (list(class_names) if class_names else None), False
         self._with_token_type_ids = with_token_type_ids
-        if layout == "packed":
-            self.sampler_cost = "packed"  # a row of max_tokens real tokens: summed sizes, filled best-fit
+        if layout == "packed":  # a row of max_tokens real tokens: summed sizes, filled best-fit
+            self.sampler_cost = "packed"
         self.splitter = TextSplit(val_fraction, max_train_samples, self.seed, split_column, deduplicate)
 
     @property
@@ -362,6 +361,14 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
             if "val" in self.report.windows:
                 self.report.window("test", *self.report.windows["val"])
         return datasets
+
+
+def given_columns(given: dict[str, Any]) -> TextColumns:
+    """The columns read: as ``given`` (``__init__``'s locals) where a table or a Hub dataset is, else the synthetic
+    reviews' own."""
+    if any(given[name] is not None for name in ("train_file", "val_file", "predict_file")) or given["dataset_name"]:
+        return TextColumns(given["text_column"], given["text_pair_column"], given["label_column"])
+    return TextColumns("text", None, "label")
 
 
 def check_text_arguments(given: dict[str, Any], stream: Any, max_tokens: Any) -> None:
