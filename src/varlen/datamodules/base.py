@@ -125,9 +125,8 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
             local folder or a store's URL (``s3://...``), or a mapping of ``url``, ``storage_options``
             (LitData's, e.g. ``endpoint_url``), ``cache_dir``, ``timeout`` (seconds a store read may
             take, 60) and ``verify`` (``always``: each chunk hashed at every read, not once per node): the
-            training split is read from it and
-            planned from its size index; val / test come from this DataModule's own sources (see
-            :mod:`varlen.datamodules.streaming`).
+            training split is read from it and planned from its size index; val / test come from this
+            DataModule's own sources (see :mod:`varlen.datamodules.streaming`).
 
     Attributes:
         report: :class:`~varlen.prepare.report.DataReport` of the last ``setup``: per split, samples kept,

@@ -179,25 +179,22 @@ class MoleculeDataModule(VarLenDataModule):
     ) -> None:
         # graphs are batched as they are: nothing padded, no shapes to fit (the base's values, fixed)
         super().__init__(pad_to_multiple_of=None, max_shapes=DEFAULT_MAX_SHAPES, rung_batch_sizes=None, **kwargs)
-        preset, self.split = check_molecule_arguments(locals())
         keep(self, locals(), self.kept_arguments)
-        self.fractions = fractions_of(val_fraction, test_fraction)
+        vars(self).update(molecule_arguments(locals()))
         self.sample_weights = check_sample_weights(sample_weights, type(self).__name__, self.shuffle, columns=True)
-        self.dataset_name = dataset
-        self.smiles_column = smiles_column or preset.smiles_column
-        self.target_columns = list(target_columns or preset.target_columns)
-        self.task = task or (preset.task if preset is not None else "regression")
-        if self.task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
         self.balance_index = self._balance_task(balance_task)
         self.split_seed = self.seed if split_seed is None else split_seed
         self.standardize = standardize and self.task == "regression"
         self.collate_fn = MoleculeCollator(follow_batch)
-        # linked to the model at instantiation (cli.LINKED): known without reading data
+        self._known_now()
+
+    def _known_now(self) -> None:
+        """What is known before any molecule is read: the sizes linked to the model at instantiation
+        (cli.LINKED), and the training split's statistics at their neutral values until setup."""
         self.num_tasks = len(self.target_columns)
         self.node_features, self.edge_features = ATOM_VOCAB, BOND_VOCAB
-        self.num_descriptors = NUM_DESCRIPTORS if descriptors else 0
-        self.target_mean = np.zeros(self.num_tasks, np.float32)  # the training split's, set by setup
+        self.num_descriptors = NUM_DESCRIPTORS if self.descriptors else 0
+        self.target_mean = np.zeros(self.num_tasks, np.float32)
         self.target_std = np.ones(self.num_tasks, np.float32)
         self.split_positions: dict[str, np.ndarray] = {}
 
@@ -383,9 +380,9 @@ class MoleculeDataModule(VarLenDataModule):
         return BatchStats(int(batch.num_graphs), nodes, nodes)
 
 
-def check_molecule_arguments(given: Mapping[str, Any]) -> tuple[Any, str]:
-    """The preset of ``given["dataset"]`` (None: a table of one's own) and the split mode, both checked with the
-    other arguments a molecule DataModule refuses (``given``: its ``__init__``'s locals)."""
+def molecule_arguments(given: Mapping[str, Any]) -> dict[str, Any]:
+    """A molecule DataModule's arguments (``given``: its ``__init__``'s locals) checked together, with the
+    preset's columns, task and split mode where they are not given."""
     dataset, path, split = given["dataset"], given["path"], given["split"]
     if dataset is not None and dataset not in MOLECULENET:
         raise ValueError(f"unknown dataset {dataset!r}; presets: {sorted(MOLECULENET)} (or None with path=)")
@@ -403,4 +400,15 @@ def check_molecule_arguments(given: Mapping[str, Any]) -> tuple[Any, str]:
         raise ValueError(f"max_atoms must be >= 1, got {given['max_atoms']}")
     if given["max_train_samples"] is not None and given["max_train_samples"] < 1:
         raise ValueError(f"max_train_samples must be >= 1, got {given['max_train_samples']}")
-    return preset, split
+    fractions = fractions_of(given["val_fraction"], given["test_fraction"])
+    task = given["task"] or (preset.task if preset is not None else "regression")
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    return {
+        "split": split,
+        "fractions": fractions,
+        "dataset_name": dataset,
+        "smiles_column": given["smiles_column"] or preset.smiles_column,
+        "target_columns": list(given["target_columns"] or preset.target_columns),
+        "task": task,
+    }

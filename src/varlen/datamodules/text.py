@@ -218,8 +218,7 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
         self.columns = given_columns(locals())
         self._class_names, self._classes_read = (list(class_names) if class_names else None), False
         self._with_token_type_ids = with_token_type_ids
-        if layout == "packed":  # a row of max_tokens real tokens: summed sizes, filled best-fit
-            self.sampler_cost = "packed"
+        self.sampler_cost = "packed" if layout == "packed" else self.sampler_cost  # packed: a row filled best-fit
         self.splitter = TextSplit(val_fraction, max_train_samples, self.seed, split_column, deduplicate)
 
     @property

@@ -200,18 +200,20 @@ class VideoTextDataModule(_OneSource):
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
         self.synthetic = {"num_videos": synthetic_videos, "num_steps": synthetic_steps, "dim": synthetic_dim}
         self.synthetic["noise"] = synthetic_noise
-        if frames:
-            self.mask_keys = ("frame_mask", "text_mask")
-        if layout == "packed":
-            self.mask_keys = ()  # nothing padded, no keep masks: batch_stats counts the packed rows
-        # linked to the model at instantiation: known now (feature sizes come from file headers)
+        if frames or layout == "packed":  # packed: nothing padded, no keep masks (batch_stats counts the rows)
+            self.mask_keys = () if layout == "packed" else ("frame_mask", "text_mask")
+        self._known_now(tokenizer_name_or_path, features, synthetic_dim, feature_dim)
+
+    def _known_now(self, tokenizer_name_or_path: str | None, features: str | None, synthetic_dim: int, feature_dim):
+        """What the model is linked to at instantiation, known now (feature sizes come from file headers), and
+        the collate."""
         self.tokenizer = tokenizer(tokenizer_name_or_path)
         self.vocab_size = len(self.tokenizer)
         self.pad_token_id = int(self.tokenizer.pad_token_id or 0)
-        self.store: FeatureStore | None = open_features(features, fps) if features else None
+        self.store: FeatureStore | None = open_features(features, self.fps) if features else None
         default_dim = self.store.dim if self.store is not None else synthetic_dim
         self.feature_dim = int(feature_dim) if feature_dim is not None else default_dim
-        self.collate_fn = VideoTextCollator(self.pad_token_id, self.pad_to_multiple_of, min_iou, layout)
+        self.collate_fn = VideoTextCollator(self.pad_token_id, self.pad_to_multiple_of, self.min_iou, self.layout)
 
     # -- data -------------------------------------------------------------------------------
 
