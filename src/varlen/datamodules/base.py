@@ -200,7 +200,11 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
         self.num_buckets, self.pad_to_multiple_of = num_buckets, pad_to_multiple_of
         self.max_shapes = check_max_shapes(max_shapes)
         self.rungs: tuple[Rungs, ...] | None = None  # the shape policy's, fitted by setup
-        self.num_workers, self.persistent_workers, self.prefetch_factor = loading[:3]
+        self.num_workers, self.persistent_workers, self.prefetch_factor = (
+            num_workers,
+            persistent_workers,
+            prefetch_factor,
+        )
         self.multiprocessing_context, self.timeout = multiprocessing_context, float(timeout)
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self.predict_split, self.on_bad, self.report = predict_split, on_bad, DataReport(on_bad)
