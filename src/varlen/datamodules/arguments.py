@@ -82,21 +82,16 @@ def keep(obj: object, arguments: Mapping[str, Any], names: str) -> None:
         setattr(obj, name, arguments[name])
 
 
-def check_loader_arguments(
-    num_workers: int,
-    persistent_workers: bool,
-    prefetch_factor: int | None,
-    multiprocessing_context: StartMethod,
-    timeout: float,
-    predict_split: str,
-) -> None:
-    """Refuse loader settings the loader would refuse later (at the first epoch, or in a worker)."""
-    if num_workers == 0 and (persistent_workers or prefetch_factor is not None):
+def check_loader_arguments(given: Mapping[str, Any]) -> None:
+    """Refuse loader settings (``given``: the base's ``__init__``'s locals) the loader would refuse later, at
+    the first epoch or in a worker."""
+    num_workers, context, timeout = given["num_workers"], given["multiprocessing_context"], given["timeout"]
+    if num_workers == 0 and (given["persistent_workers"] or given["prefetch_factor"] is not None):
         raise ValueError("persistent_workers and prefetch_factor need num_workers > 0")
     methods = multiprocessing.get_all_start_methods()
-    if multiprocessing_context is not None and multiprocessing_context not in methods:
-        raise ValueError(f"multiprocessing_context must be one of {methods} here, got {multiprocessing_context!r}")
+    if context is not None and context not in methods:
+        raise ValueError(f"multiprocessing_context must be one of {methods} here, got {context!r}")
     if not timeout >= 0:
         raise ValueError(f"timeout must be seconds >= 0 (0: wait forever), got {timeout!r}")
-    if predict_split not in ("train", "val", "test"):
-        raise ValueError(f"predict_split must be train, val or test, got {predict_split!r}")
+    if given["predict_split"] not in ("train", "val", "test"):
+        raise ValueError(f"predict_split must be train, val or test, got {given['predict_split']!r}")

@@ -194,18 +194,14 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
         if isinstance(max_tokens, (list, tuple)):
             max_tokens = tuple(int(t) for t in max_tokens)
         self._plan_spec(batch_size, max_tokens)  # refuses bad values now, not at the first loader
-        loading = (num_workers, persistent_workers, prefetch_factor, multiprocessing_context, timeout, predict_split)
-        check_loader_arguments(*loading)
+        check_loader_arguments(locals())
         self.batch_size, self.max_tokens, self.shuffle, self.seed = batch_size, max_tokens, shuffle, seed
         self.num_buckets, self.pad_to_multiple_of = num_buckets, pad_to_multiple_of
         self.max_shapes = check_max_shapes(max_shapes)
         self.rungs: tuple[Rungs, ...] | None = None  # the shape policy's, fitted by setup
-        self.num_workers, self.persistent_workers, self.prefetch_factor = (
-            num_workers,
-            persistent_workers,
-            prefetch_factor,
-        )
-        self.multiprocessing_context, self.timeout = multiprocessing_context, float(timeout)
+        self.num_workers, self.persistent_workers = num_workers, persistent_workers
+        self.prefetch_factor, self.multiprocessing_context = prefetch_factor, multiprocessing_context
+        self.timeout = float(timeout)
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
         self.predict_split, self.on_bad, self.report = predict_split, on_bad, DataReport(on_bad)
         self.datasets: dict[str, Dataset] = {}
