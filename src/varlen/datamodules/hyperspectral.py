@@ -162,12 +162,8 @@ class HyperspectralDataModule(_OneSource):
     def _scene_sources(self, given: Mapping[str, Any]) -> list[SceneSource]:
         """Each scene's files, and the classes linked to the model at instantiation (from label maps / the
         scene table, never the cubes); ``given``: ``__init__``'s locals."""
-        scenes, cube_path, train_map, test_map = (
-            given["scenes"],
-            given["cube_path"],
-            given["train_map"],
-            given["test_map"],
-        )
+        scenes, cube_path = given["scenes"], given["cube_path"]
+        train_map, test_map = given["train_map"], given["test_map"]
         self.scene_names = list(scenes) if scenes else (["custom"] if cube_path else ["synthetic"])
         if (train_map or test_map) and len(self.scene_names) != 1:
             raise ValueError("external train/test maps apply to a single scene")
@@ -175,11 +171,8 @@ class HyperspectralDataModule(_OneSource):
             raise ValueError(f"a scene is listed twice: {self.scene_names}")
         files = {name: given[name] for name in ("cube_path", "labels_path", "cube_key", "labels_key")}
         wavelengths = None if given["wavelengths"] is None else tuple(given["wavelengths"])
-        grid = {
-            "wavelengths": wavelengths,
-            "sensor": given["sensor"],
-            "removed_bands": tuple(given["removed_bands"] or ()),
-        }
+        removed = tuple(given["removed_bands"] or ())
+        grid = {"wavelengths": wavelengths, "sensor": given["sensor"], "removed_bands": removed}
         maps = {"layout": given["layout"], "train_map": train_map, "test_map": test_map}
         where = (given["root"], given["cache_dir"], given["download"])
         sources = [SceneSource(name, *where, **files, **grid, **maps) for name in self.scene_names]
