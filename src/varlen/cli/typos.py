@@ -34,11 +34,11 @@ def unknown_name(name: str, known: Iterable[str]) -> str:
 
 
 def _parameters(path: str) -> list[str]:
-    """The arguments a class's ``__init__`` takes (its own and, through ``**kwargs``, none more)."""
+    """The arguments a class takes: its own and those it hands on (a DataModule's signature lists the base's)."""
     module, _, name = path.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module), name)
-        return [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "args", "kwargs")]
+        return [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
     except (ImportError, AttributeError, TypeError, ValueError):
         return []
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import inspect
-import multiprocessing
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import lightning.pytorch as pl
 import numpy as np
@@ -18,17 +17,22 @@ from varlen.batching.pad_collate import PadCollate
 from varlen.batching.plan import PlanSpec
 from varlen.batching.shape_policy import DEFAULT_MAX_SHAPES, Rungs
 from varlen.batching.telemetry import BatchStats
+from varlen.datamodules.arguments import (
+    BASE_ARGS,
+    LOADER_TIMEOUT,
+    PredictSplit,
+    StartMethod,
+    base_args,
+    check_loader_arguments,
+    handed_on,
+)
 from varlen.datamodules.checkpoint import DataStateCheckpoint, plain
 from varlen.datamodules.contract import CheckedCollate, batch_stats_of, check_split, describe, with_stand_ins
 from varlen.datamodules.shaping import ShapePolicy, check_max_shapes, check_rung_batch_sizes
 from varlen.datamodules.sources import (
-    MAIN,
     Mix,
     SourceMixing,
     SourceWeights,
-    check_mix,
-    check_source_weights,
-    check_sources,
 )
 from varlen.datamodules.streaming import check_stream, stream_sampler, streamed_train
 from varlen.datamodules.weighting import BALANCED, weights_of
@@ -54,45 +58,6 @@ LINKED = (
     "num_descriptors",
     "input_field",
 )
-
-#: the arguments of :class:`VarLenDataModule`, which every scenario forwards with :func:`base_args`
-BASE_ARGS = (
-    "batch_size",
-    "max_tokens",
-    "shuffle",
-    "seed",
-    "num_buckets",
-    "pad_to_multiple_of",
-    "max_shapes",
-    "rung_batch_sizes",
-    "num_workers",
-    "pin_memory",
-    "persistent_workers",
-    "prefetch_factor",
-    "multiprocessing_context",
-    "timeout",
-    "predict_split",
-    "on_bad",
-    "sources",
-    "source_weights",
-    "mix",
-    "stream",
-)
-#: the split ``predict`` runs on, unless the DataModule built a ``predict`` split of its own
-PredictSplit = Literal["train", "val", "test"]
-#: how loader workers start (None: the platform's default)
-StartMethod = Literal["fork", "spawn", "forkserver"] | None
-#: seconds a loader worker's batch may take (``timeout``): far above any normal batch, a stuck worker's bound
-LOADER_TIMEOUT = 600.0
-
-
-def base_args(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """The base's arguments among a subclass's own (``super().__init__(**base_args(locals()))``).
-
-    Subclasses list every argument explicitly and typed (jsonargparse reads their signatures);
-    this forwards the shared ones without writing the same eleven lines in every scenario.
-    """
-    return {name: arguments[name] for name in BASE_ARGS if name in arguments}
 
 
 class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.LightningDataModule):
@@ -160,9 +125,8 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
             local folder or a store's URL (``s3://...``), or a mapping of ``url``, ``storage_options``
             (LitData's, e.g. ``endpoint_url``), ``cache_dir``, ``timeout`` (seconds a store read may
             take, 60) and ``verify`` (``always``: each chunk hashed at every read, not once per node): the
-            training split is read from it and
-            planned from its size index; val / test come from this DataModule's own sources (see
-            :mod:`varlen.datamodules.streaming`).
+            training split is read from it and planned from its size index; val / test come from this
+            DataModule's own sources (see :mod:`varlen.datamodules.streaming`).
 
     Attributes:
         report: :class:`~varlen.prepare.report.DataReport` of the last ``setup``: per split, samples kept,
@@ -190,6 +154,8 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
     ragged_keys: tuple[str, ...] = ()
     #: arguments kept out of the hyperparameters (in-memory data: a checkpoint and the loggers get no copy)
     unsaved_arguments: tuple[str, ...] = ()
+    #: base arguments the subclass sets itself, by name in its ``super().__init__``: not the caller's
+    fixed_arguments: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -218,17 +184,8 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
         # every subclass's arguments too, for the loggers and checkpoints; linked values are the model's
         self.save_hyperparameters(ignore=[*LINKED, *self.unsaved_arguments])
         owner = type(self).__name__
-        self.other_sources = check_sources(sources, owner)
-        names = [MAIN, *(name for name, _ in self.other_sources)] if self.other_sources else None
-        self.source_weights = check_source_weights(source_weights, owner, names)
-        self.mix = check_mix(mix, owner)
+        self._set_sources(owner, sources, source_weights, mix, inspect.currentframe())
         self.stream = check_stream(stream, owner, self.other_sources, shuffle)
-        # the subclass's own arguments (linked ones included): what a source's DataModule starts from
-        self._arguments = self._init_arguments(inspect.currentframe()) if self.other_sources else {}
-        self._source_modules: dict[str, VarLenDataModule] | None = None
-        self._mixture_owners: list[VarLenDataModule] = []  # the DataModule of each source of a mixture
-        self.served_steps: dict[int, int] = {}  # training batches per rank served in each epoch (a mixture's)
-        self.source_name: str | None = None  # set on a DataModule built as another's source
         self.rung_batch_sizes = check_rung_batch_sizes(rung_batch_sizes, owner, self.stream)
         if self.rung_batch_sizes and max_tokens is None:  # the table alone: a budget that never binds before it
             max_tokens = max(length * count for length, count in self.rung_batch_sizes.items())
@@ -237,32 +194,16 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
         if isinstance(max_tokens, (list, tuple)):
             max_tokens = tuple(int(t) for t in max_tokens)
         self._plan_spec(batch_size, max_tokens)  # refuses bad values now, not at the first loader
-        if num_workers == 0 and (persistent_workers or prefetch_factor is not None):
-            raise ValueError("persistent_workers and prefetch_factor need num_workers > 0")
-        methods = multiprocessing.get_all_start_methods()
-        if multiprocessing_context is not None and multiprocessing_context not in methods:
-            raise ValueError(f"multiprocessing_context must be one of {methods} here, got {multiprocessing_context!r}")
-        self.multiprocessing_context = multiprocessing_context
-        if not timeout >= 0:
-            raise ValueError(f"timeout must be seconds >= 0 (0: wait forever), got {timeout!r}")
-        self.timeout = float(timeout)
-        self.batch_size = batch_size
-        self.max_tokens = max_tokens
-        self.shuffle = shuffle
-        self.seed = seed
-        self.num_buckets = num_buckets
-        self.pad_to_multiple_of = pad_to_multiple_of
+        check_loader_arguments(locals())
+        self.batch_size, self.max_tokens, self.shuffle, self.seed = batch_size, max_tokens, shuffle, seed
+        self.num_buckets, self.pad_to_multiple_of = num_buckets, pad_to_multiple_of
         self.max_shapes = check_max_shapes(max_shapes)
         self.rungs: tuple[Rungs, ...] | None = None  # the shape policy's, fitted by setup
-        self.num_workers = num_workers
+        self.num_workers, self.persistent_workers = num_workers, persistent_workers
+        self.prefetch_factor, self.multiprocessing_context = prefetch_factor, multiprocessing_context
+        self.timeout = float(timeout)
         self.pin_memory = torch.cuda.is_available() if pin_memory is None else pin_memory
-        self.persistent_workers = persistent_workers
-        self.prefetch_factor = prefetch_factor
-        if predict_split not in ("train", "val", "test"):
-            raise ValueError(f"predict_split must be train, val or test, got {predict_split!r}")
-        self.predict_split = predict_split
-        self.on_bad = on_bad
-        self.report = DataReport(on_bad)
+        self.predict_split, self.on_bad, self.report = predict_split, on_bad, DataReport(on_bad)
         self.datasets: dict[str, Dataset] = {}
         self.collate_fn: Any = None
         self._checkpoint_state: dict[str, Any] | None = None  # loaded before setup: applied by setup
@@ -271,6 +212,13 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
         self._train_weights: tuple[Dataset, np.ndarray] | None = None  # (train dataset, its weights)
         self.host_stats: BatchStats | None = None  # the last training batch, counted before its transfer
         self.host_sources: np.ndarray | None = None  # its samples per source (a mixture's), likewise
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass that hands the base's arguments on with ``**kwargs`` shows them in its signature
+        (:func:`~varlen.datamodules.arguments.handed_on`), but those in its ``fixed_arguments``."""
+        super().__init_subclass__(**kwargs)
+        parent = next(c for c in cls.__mro__[1:] if issubclass(c, VarLenDataModule))
+        cls.__signature__ = handed_on(cls, parent, cls.__dict__.get("fixed_arguments", ()))
 
     # -- what subclasses implement or may override ------------------------------------------
 
@@ -489,3 +437,13 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
     def predict_dataloader(self) -> VarLenLoader:
         """The ``predict`` split when the DataModule built one, else :attr:`predict_split` (in order)."""
         return self.loader("predict" if "predict" in self.datasets else self.predict_split)
+
+
+class _OneSource(VarLenDataModule):
+    """A DataModule of one source read whole: no other ``sources`` to mix, no ``stream`` (the base's values,
+    fixed). Private, so that the command line lists only the scenarios built on it."""
+
+    fixed_arguments = ("sources", "source_weights", "mix", "stream")
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(sources=None, source_weights=None, mix="within_batch", stream=None, **kwargs)

@@ -37,9 +37,8 @@ from typing import Any, Literal
 import numpy as np
 
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
-from varlen.batching.shape_policy import DEFAULT_MAX_SHAPES
-from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
-from varlen.datamodules.sources import Mix, SourceWeights
+from varlen.datamodules.arguments import keep
+from varlen.datamodules.base import VarLenDataModule
 from varlen.datamodules.weighting import check_sample_weights
 from varlen.datasets.bearing.augment import WindowAugment
 from varlen.datasets.bearing.collate import BearingCollator
@@ -60,7 +59,7 @@ from varlen.datasets.bearing.synthetic import iter_simulated
 from varlen.datasets.bearing.window_tables import mapped_statistics, mapped_windows
 from varlen.datasets.bearing.windows import train_statistics
 from varlen.errors import DataError
-from varlen.prepare.report import SOURCE, DataReport, OnBad
+from varlen.prepare.report import SOURCE, DataReport
 from varlen.storage.cache import default_cache_dir
 
 __all__ = ["BearingDataModule"]
@@ -137,16 +136,6 @@ class BearingDataModule(VarLenDataModule):
             frequency of the training split, so each class (e.g. CWRU's normal recordings, longer
             than the fault ones) is served equally often per epoch; None: every window once.
             There is no per-window weight column here. Validation and test serve every window once.
-        on_bad: ``raise`` at the first bad recording (NaN/inf, shorter than one window, unknown
-            label, missing channel, corrupt file, empty) or ``skip`` it, counted in :attr:`report`.
-        sources: more training sources, each the arguments that differ for it and an optional
-            ``name`` (e.g. ``[{name: rig2, root: /data/rig2}]``; this DataModule's own is
-            ``main``; the data arguments are the source's own, the others inherited): their
-            training splits are served together; validation and test stay ``main``'s.
-        source_weights: each source's share of every epoch (a list, or a mapping by name; None:
-            as many as each holds); inside a source, samples are drawn by ``sample_weights``. Or a
-            schedule of stages (``until_epoch`` / ``until_step``; see :mod:`varlen.batching.schedule`).
-        mix: ``"within_batch"`` (sources share batches) or ``"per_source"`` (one source per batch).
         augment: augment training windows: random shifts within their block, speed changes,
             amplitude scaling, white noise, drawn from (seed, epoch, window) (evaluation is never
             augmented).
@@ -168,17 +157,26 @@ class BearingDataModule(VarLenDataModule):
             are written once and mapped from (None: ``$VARLEN_CACHE`` or ``~/.cache/varlen``; the
             files go in its ``bearing`` folder).
 
-    The other arguments (``batch_size``, ``max_tokens``, ``shuffle``, ``seed``, ``num_buckets``,
-    ``pad_to_multiple_of``, ``max_shapes``, ``rung_batch_sizes``, ``num_workers``, ``pin_memory``,
-    ``persistent_workers``, ``prefetch_factor``, ``multiprocessing_context``, ``timeout``, ``predict_split``) are
-    the base's: see :class:`~varlen.datamodules.base.VarLenDataModule` (``max_tokens`` budgets
-    ``windows x window length`` per batch); neither set: 64 windows per batch.
+    The base's arguments are :class:`~varlen.datamodules.base.VarLenDataModule`'s (``max_tokens`` budgets
+    ``windows x window length`` per batch; neither it nor ``batch_size`` set: 64 windows per batch; ``on_bad``
+    meets a bad recording: NaN/inf, shorter than one window, unknown label, missing channel, corrupt file,
+    empty). A source in ``sources`` (e.g. ``[{name: rig2, root: /data/rig2}]``) has its own data arguments
+    and inherits the others. Recordings are not streamed (no ``stream``).
     """
 
     mask_keys = ("mask",)
     source_arguments = ("root", "data_format", "metadata", "download", "simulated_per_class")
     default_batching = (64, None)
     size_axes = (UNIT,)  # a window's length, in samples of the signal
+    fixed_arguments = ("stream",)
+    #: arguments kept as given, each an attribute of the same name
+    kept_arguments = (
+        "metadata download sampling_rate window_length stride window_seconds stride_seconds drop_tail normalize split"
+        " val_fraction test_fraction gap augment grouping simulated_per_class cache_dir"
+    )
+    normalization: tuple[np.ndarray, np.ndarray] | None = None  # the training split's, set by setup
+    store: RecordingBuffer | None = None
+    windowing: WindowSplit | None = None  # the split in samples, once the rate is known (setup)
 
     def __init__(
         self,
@@ -204,7 +202,6 @@ class BearingDataModule(VarLenDataModule):
         train_conditions: list[str] | None = None,
         grouping: Literal["shuffle", "recording"] = "shuffle",
         sample_weights: Literal["balanced"] | None = None,
-        on_bad: OnBad = "raise",
         augment: bool = False,
         augment_shift: int | None = None,
         augment_scale: float = 0.1,
@@ -214,56 +211,16 @@ class BearingDataModule(VarLenDataModule):
         simulated_seconds: tuple[float, float] = (2.0, 20.0),
         simulated_loads: list[int] | None = None,
         cache_dir: str | None = None,
-        batch_size: int | None = None,
-        max_tokens: int | None = None,
-        shuffle: bool = True,
-        seed: int = 0,
-        num_buckets: int | None = None,
-        pad_to_multiple_of: int | None = None,
-        max_shapes: int | None = DEFAULT_MAX_SHAPES,
-        rung_batch_sizes: dict[int, int] | None = None,
-        num_workers: int = 0,
-        pin_memory: bool | None = None,
-        persistent_workers: bool = False,
-        prefetch_factor: int | None = None,
-        multiprocessing_context: StartMethod = None,
-        timeout: float = LOADER_TIMEOUT,
-        predict_split: PredictSplit = "test",
-        sources: list[dict[str, Any]] | None = None,
-        source_weights: SourceWeights = None,
-        mix: Mix = "within_batch",
+        **kwargs: Any,
     ) -> None:
-        super().__init__(**base_args(locals()))
-        check_split_arguments(split, grouping, test_fraction, gap, test_conditions, val_conditions, train_conditions)
-        if sampling_rate is not None and rate_problem(sampling_rate):
-            raise ValueError(f"sampling_rate={sampling_rate}: {rate_problem(sampling_rate)}")
-        self.sample_weights = check_sample_weights(sample_weights, type(self).__name__, shuffle, columns=False)
-        self.root = Path(root) if root is not None else None
-        self.metadata = metadata
-        self.download = download
-        self.sampling_rate = sampling_rate
-        self.window_length = window_length
-        self.stride = stride
-        self.window_seconds = window_seconds
-        self.stride_seconds = stride_seconds
-        self.drop_tail = drop_tail
-        self.normalize = normalize
-        self.split = split
-        self.val_fraction = val_fraction
-        self.test_fraction = test_fraction
-        self.gap = gap
-        self.test_conditions = [str(c) for c in test_conditions or []]
-        self.val_conditions = [str(c) for c in val_conditions] if val_conditions is not None else None
-        self.train_conditions = [str(c) for c in train_conditions] if train_conditions is not None else None
-        self.augment = augment
-        self.augment_args = (augment_shift, augment_scale, augment_noise, augment_speed)
-        WindowAugment(seed, augment_shift or 0, augment_scale, augment_noise, augment_speed)  # refuse bad values now
-        self.grouping = grouping
-        self.simulated_per_class = simulated_per_class
-        self.simulated_seconds = tuple(simulated_seconds)
-        self.simulated_loads = None if simulated_loads is None else [int(x) for x in simulated_loads]
-        self.cache_dir = cache_dir
-        # the format, channels and classes are known here (the CLI links them), read cheaply
+        super().__init__(stream=None, **kwargs)  # the recordings are read whole, not streamed
+        keep(self, locals(), self.kept_arguments)
+        vars(self).update(bearing_arguments(locals(), type(self).__name__, self.seed, self.shuffle))
+        self._known_now(root, data_format, metadata, download, channels, class_names)
+
+    def _known_now(self, root, data_format, metadata, download, channels, class_names) -> None:
+        """What is known before any recording is read: the format, channels and classes (the CLI links them),
+        read cheaply, and the collate."""
         self.source = None if root is None else BearingSource.open(root, data_format, metadata, channels, class_names)
         self.data_format = "simulator" if self.source is None else self.source.data_format
         if download and self.data_format != "cwru":
@@ -272,12 +229,9 @@ class BearingDataModule(VarLenDataModule):
         self.class_names = self.source.class_names if self.source else list(class_names or CWRU_CLASSES)
         self.num_classes = len(self.class_names)
         self.in_channels = len(self.channels)
-        self.collate_fn = BearingCollator(pad_to_multiple_of)
-        self.recordings: list[Recording] = []
+        self.collate_fn = BearingCollator(self.pad_to_multiple_of)
+        self.recordings: list[Recording] = []  # read by setup
         self.recording_names: list[str] = []
-        self.normalization: tuple[np.ndarray, np.ndarray] | None = None
-        self.store: RecordingBuffer | None = None
-        self.windowing: WindowSplit | None = None  # the split in samples, once the rate is known (setup)
 
     # -- data -----------------------------------------------------------------------------------
 
@@ -463,3 +417,26 @@ class BearingDataModule(VarLenDataModule):
     def sampler_groups(self, dataset: BearingWindows) -> np.ndarray | None:
         """With ``grouping="recording"``, the recording of every window: a batch then holds one recording."""
         return np.asarray(dataset.recording) if self.grouping == "recording" else None
+
+
+def bearing_arguments(given: Mapping[str, Any], owner: str, seed: int, shuffle: bool) -> dict[str, Any]:
+    """A bearing DataModule's arguments (``given``: its ``__init__``'s locals) that are checked together or kept
+    in another form: split and rate refused where they contradict, conditions as strings, augmentation checked."""
+    names = ("split", "grouping", "test_fraction", "gap", "test_conditions", "val_conditions", "train_conditions")
+    check_split_arguments(*(given[name] for name in names))
+    rate = given["sampling_rate"]
+    if rate is not None and rate_problem(rate):
+        raise ValueError(f"sampling_rate={rate}: {rate_problem(rate)}")
+    shift, *augment = (given[name] for name in ("augment_shift", "augment_scale", "augment_noise", "augment_speed"))
+    WindowAugment(seed, shift or 0, *augment)  # refuse bad values now
+    conditions = {name: given[name] for name in ("val_conditions", "train_conditions")}
+    loads = given["simulated_loads"]
+    return {
+        "sample_weights": check_sample_weights(given["sample_weights"], owner, shuffle, columns=False),
+        "root": Path(given["root"]) if given["root"] is not None else None,
+        "test_conditions": [str(c) for c in given["test_conditions"] or []],
+        **{name: None if value is None else [str(c) for c in value] for name, value in conditions.items()},
+        "augment_args": (shift, *augment),
+        "simulated_seconds": tuple(given["simulated_seconds"]),
+        "simulated_loads": None if loads is None else [int(x) for x in loads],
+    }

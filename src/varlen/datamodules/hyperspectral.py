@@ -27,15 +27,14 @@ from typing import Any, Literal
 import numpy as np
 
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
-from varlen.batching.shape_policy import DEFAULT_MAX_SHAPES
-from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
+from varlen.datamodules.arguments import keep
+from varlen.datamodules.base import _OneSource
 from varlen.datamodules.weighting import check_sample_weights
 from varlen.datasets.hyperspectral.collate import HyperspectralCollator
 from varlen.datasets.hyperspectral.dataset import HyperspectralPixels, band_statistics, random_band_counts, select_bands
 from varlen.datasets.hyperspectral.source import Scene, SceneSource, open_scene, prepare_scene, scene_class_names
 from varlen.datasets.hyperspectral.splits import PixelSplit
 from varlen.errors import DataError
-from varlen.prepare.report import OnBad
 
 __all__ = ["HyperspectralDataModule"]
 
@@ -51,7 +50,7 @@ def _check_band_arguments(min_bands: int | None, max_bands: int | None, train_ba
         raise ValueError("give random band counts (min_bands/max_bands) or a fixed train_bands list, not both")
 
 
-class HyperspectralDataModule(VarLenDataModule):
+class HyperspectralDataModule(_OneSource):
     """Pixels (spectra or ``P x P`` patches) of hyperspectral scenes, batched by band count.
 
     Batch:
@@ -102,16 +101,13 @@ class HyperspectralDataModule(VarLenDataModule):
             frequency of the training split (rare land covers served as often as common ones);
             None: every pixel once. There is no per-pixel weight column here. Validation and test
             serve every pixel once.
-        on_bad: a band holding NaN/inf, or a label value that is no class of the scene: ``raise``
-            a :class:`~varlen.errors.DataError` naming the file, band / value and pixel, or
-            ``skip`` it (the band is dropped, the value's pixels are left unlabelled) and count it
-            in ``dm.report``.
 
-    The other arguments (``batch_size``, ``max_tokens``, ``shuffle``, ``seed``, ``num_buckets``,
-    ``pad_to_multiple_of``, ``max_shapes``, ``rung_batch_sizes``, ``num_workers``, ``pin_memory``,
-    ``persistent_workers``, ``prefetch_factor``, ``multiprocessing_context``, ``timeout``, ``predict_split``) are
-    the base's: see :class:`~varlen.datamodules.base.VarLenDataModule`. ``max_tokens`` budgets
-    ``samples x max band count`` per batch; neither set: 64 pixels per batch.
+    The base's arguments are :class:`~varlen.datamodules.base.VarLenDataModule`'s: ``max_tokens`` budgets
+    ``samples x max band count`` per batch (neither it nor ``batch_size`` set: 64 pixels per batch); ``on_bad``
+    meets a band holding NaN/inf, or a label value that is no class of the scene: ``raise`` a
+    :class:`~varlen.errors.DataError` naming the file, band / value and pixel, or ``skip`` it (the band is
+    dropped, the value's pixels are left unlabelled) and count it in ``dm.report``. The scenes are one source,
+    read whole: no ``sources`` or ``stream``.
 
     Attributes:
         report: kept pixels per split; skipped bands and label values; labelled pixels that are no
@@ -151,53 +147,42 @@ class HyperspectralDataModule(VarLenDataModule):
         test_fraction: float = 0.35,
         check_values: bool = True,
         sample_weights: Literal["balanced"] | None = None,
-        batch_size: int | None = None,
-        max_tokens: int | None = None,
-        shuffle: bool = True,
-        seed: int = 0,
-        num_buckets: int | None = None,
-        pad_to_multiple_of: int | None = None,
-        max_shapes: int | None = DEFAULT_MAX_SHAPES,
-        rung_batch_sizes: dict[int, int] | None = None,
-        num_workers: int = 0,
-        pin_memory: bool | None = None,
-        persistent_workers: bool = False,
-        prefetch_factor: int | None = None,
-        multiprocessing_context: StartMethod = None,
-        timeout: float = LOADER_TIMEOUT,
-        predict_split: PredictSplit = "test",
-        on_bad: OnBad = "raise",
+        **kwargs: Any,
     ) -> None:
-        super().__init__(**base_args(locals()))
-        self.sample_weights = check_sample_weights(sample_weights, type(self).__name__, shuffle, columns=False)
-        self.pixel_split = PixelSplit(val_fraction, test_fraction, block_size, patch_size, buffer, seed)
+        super().__init__(**kwargs)
+        self.sample_weights = check_sample_weights(sample_weights, type(self).__name__, self.shuffle, columns=False)
+        self.pixel_split = PixelSplit(val_fraction, test_fraction, block_size, patch_size, buffer, self.seed)
         self.radius = self.pixel_split.radius
         _check_band_arguments(min_bands, max_bands, train_bands)
+        self.sources = self._scene_sources(locals())
+        keep(self, locals(), "patch_size min_bands max_bands train_bands eval_bands check_values")
+        self.root = Path(root)
+        self.collate_fn = HyperspectralCollator(self.pad_to_multiple_of)
+
+    def _scene_sources(self, given: Mapping[str, Any]) -> list[SceneSource]:
+        """Each scene's files, and the classes linked to the model at instantiation (from label maps / the
+        scene table, never the cubes); ``given``: ``__init__``'s locals."""
+        scenes, cube_path = given["scenes"], given["cube_path"]
+        train_map, test_map = given["train_map"], given["test_map"]
         self.scene_names = list(scenes) if scenes else (["custom"] if cube_path else ["synthetic"])
         if (train_map or test_map) and len(self.scene_names) != 1:
             raise ValueError("external train/test maps apply to a single scene")
         if len(set(self.scene_names)) != len(self.scene_names):
             raise ValueError(f"a scene is listed twice: {self.scene_names}")
-        files = {"cube_path": cube_path, "labels_path": labels_path, "cube_key": cube_key, "labels_key": labels_key}
-        wavelengths = None if wavelengths is None else tuple(wavelengths)
-        grid = {"wavelengths": wavelengths, "sensor": sensor, "removed_bands": tuple(removed_bands or ())}
-        maps = {"layout": layout, "train_map": train_map, "test_map": test_map}
-        self.sources = [
-            SceneSource(name, root, cache_dir, download, **files, **grid, **maps) for name in self.scene_names
-        ]
-        self.root = Path(root)
-        self.patch_size = patch_size
-        self.min_bands, self.max_bands = min_bands, max_bands
-        self.train_bands, self.eval_bands = train_bands, eval_bands
-        self.check_values = check_values
-        self.collate_fn = HyperspectralCollator(pad_to_multiple_of)
-        self.scenes: list[Scene] = []
+        files = {name: given[name] for name in ("cube_path", "labels_path", "cube_key", "labels_key")}
+        wavelengths = None if given["wavelengths"] is None else tuple(given["wavelengths"])
+        removed = tuple(given["removed_bands"] or ())
+        grid = {"wavelengths": wavelengths, "sensor": given["sensor"], "removed_bands": removed}
+        maps = {"layout": given["layout"], "train_map": train_map, "test_map": test_map}
+        where = (given["root"], given["cache_dir"], given["download"])
+        sources = [SceneSource(name, *where, **files, **grid, **maps) for name in self.scene_names]
+        self.scenes: list[Scene] = []  # opened by setup
         self.band_stats: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
-        # linked to the model at instantiation: from label maps / the scene table, never the cubes
-        self.scene_classes = {source.name: scene_class_names(source) for source in self.sources}
-        multi = len(self.sources) > 1
+        self.scene_classes = {source.name: scene_class_names(source) for source in sources}
+        multi = len(sources) > 1
         self.class_names = [f"{n}:{c}" if multi else c for n, names in self.scene_classes.items() for c in names]
         self.num_classes = len(self.class_names)
+        return sources
 
     def prepare_data(self) -> None:
         """Download (verified), convert ``.mat`` cubes and write the synthetic cube, once per node."""

@@ -8,9 +8,10 @@ from typing import Any, Literal
 
 import numpy as np
 
+from varlen.batching.shape_policy import DEFAULT_MAX_SHAPES
 from varlen.batching.telemetry import BatchStats
-from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
-from varlen.datamodules.sources import Mix, SourceWeights
+from varlen.datamodules.arguments import keep
+from varlen.datamodules.base import VarLenDataModule
 from varlen.datamodules.weighting import BALANCED, check_sample_weights, checked_column
 from varlen.datasets.molecules.classes import SINGLE_CLASS, SingleClass, check_classes
 from varlen.datasets.molecules.collate import MoleculeCollator
@@ -22,7 +23,7 @@ from varlen.datasets.molecules.scaffolds import cached_scaffolds
 from varlen.datasets.molecules.targets import TargetStore, open_targets, write_targets
 from varlen.errors import DataError
 from varlen.prepare.duplicates import count_duplicates, repeats
-from varlen.prepare.report import SOURCE, OnBad
+from varlen.prepare.report import SOURCE
 from varlen.prepare.splits import balanced_scaffold_split, fractions_of, keyed_split, scaffold_split, stratified_split
 
 __all__ = ["SPLIT_MODES", "MoleculeDataModule"]
@@ -112,9 +113,6 @@ class MoleculeDataModule(VarLenDataModule):
             the line). Needs ``shuffle``.
         balance_task: the target column ``"balanced"`` balances (default: the only one; several
             targets need it).
-        on_bad: ``"raise"`` stops at the first SMILES RDKit rejects or over ``max_atoms`` (naming
-            the file, line and SMILES); ``"skip"`` counts each such molecule in ``dm.report`` by
-            reason, with examples. Some MoleculeNet tables hold a few (7 in HIV): their configs set ``skip``.
         max_atoms: the most atoms (graph nodes: heavy atoms and any hydrogen written as an atom) a
             molecule may have; a larger one is bad input (``on_bad``), refused from its parsed SMILES
             before any featurisation (RDKit's passes grow much faster than a molecule: a
@@ -122,37 +120,36 @@ class MoleculeDataModule(VarLenDataModule):
             HIV's largest molecule; raise it for polymers or proteins.
         deduplicate: keep only the first line of each molecule (canonical SMILES); the others are
             counted as unused in ``dm.report``. Without it, copies stay together in one split.
-        sources: more training sources, each the arguments that differ for it and an optional
-            ``name`` (e.g. ``[{name: extra, path: more.csv}]``; this DataModule's own is
-            ``main``; the data arguments are the source's own, the others inherited): their
-            training splits are served together; validation and test stay ``main``'s.
-        source_weights: each source's share of every epoch (a list, or a mapping by name; None:
-            as many as each holds); inside a source, samples are drawn by ``sample_weights``. Or a
-            schedule of stages (``until_epoch`` / ``until_step``; see :mod:`varlen.batching.schedule`).
-        mix: ``"within_batch"`` (sources share batches) or ``"per_source"`` (one source per batch).
-        stream: a dataset written by ``varlen optimize`` from this configuration, a local folder or a
-            store's URL (``s3://...``; a mapping adds ``storage_options``, ``cache_dir``, ``timeout``): the training
-            split is read from its LitData chunks and planned from its size index (the ``stream``
-            extra); validation and test come from the sources above.
         cache_dir: where the graph and target tables are built and mapped from (default:
             ``$VARLEN_CACHE`` or ``~/.cache/varlen``); a folder that cannot be written is a ``DataError``.
         num_proc: processes for featurising big tables (small ones are done in-process).
         follow_batch: fields (of ``x``, ``edge_index``, ``edge_attr``, ``y``, ``y_mask``,
             ``descriptors``) that also get ``<name>_batch`` and ``<name>_ptr`` in the batch, as PyG's
             ``follow_batch``; another name raises ``ValueError``.
-        batch_size: molecules per batch; with ``max_tokens``, the most molecules in a batch.
-        max_tokens: budget on atoms + directed edges per batch (neither set: 1536).
 
-    The other arguments (``shuffle``, ``seed``, ``num_buckets``, ``num_workers``, ``pin_memory``,
-    ``persistent_workers``, ``prefetch_factor``, ``multiprocessing_context``, ``timeout``, ``predict_split``) are
-    the base's: see :class:`~varlen.datamodules.base.VarLenDataModule`. There is no ``pad_to_multiple_of``:
-    nothing is padded.
+    The base's arguments are :class:`~varlen.datamodules.base.VarLenDataModule`'s: ``batch_size`` counts
+    molecules, ``max_tokens`` budgets atoms + directed edges per batch (neither set: 1536); ``on_bad`` meets a
+    SMILES RDKit rejects or one over ``max_atoms`` (``raise`` names the file, line and SMILES; ``skip`` counts
+    each in ``dm.report`` by reason; some MoleculeNet tables hold a few, 7 in HIV: their configs set ``skip``).
+    A source in ``sources`` (e.g. ``[{name: extra, path: more.csv}]``) has its own data arguments and inherits
+    the others. Nothing is padded: there is no ``pad_to_multiple_of``, ``max_shapes`` or ``rung_batch_sizes``.
     """
 
     sampler_cost = "sum"
     default_batching = (None, 1536)
     size_axes = ("atoms + directed edges",)
     source_arguments = ("dataset", "path", "root", "download", "max_train_samples")
+    fixed_arguments = ("pad_to_multiple_of", "max_shapes", "rung_batch_sizes")
+    #: arguments kept as given, each an attribute of the same name
+    kept_arguments = (
+        "path root download max_train_samples single_class descriptors max_atoms deduplicate cache_dir num_proc"
+    )
+    # filled by setup()
+    source: Path | None = None
+    store: GraphStore | None = None
+    target_store: TargetStore | None = None
+    _table: MoleculeTable | None = None
+    descriptor_stats: tuple[np.ndarray, np.ndarray] | None = None
 
     def __init__(
         self,
@@ -173,83 +170,33 @@ class MoleculeDataModule(VarLenDataModule):
         descriptors: bool = False,
         sample_weights: str | None = None,
         balance_task: str | None = None,
-        on_bad: OnBad = "raise",
         max_atoms: int = MAX_ATOMS,
         deduplicate: bool = False,
         cache_dir: str | None = None,
         num_proc: int = 1,
         follow_batch: list[str] | None = None,
-        batch_size: int | None = None,
-        max_tokens: int | None = None,
-        shuffle: bool = True,
-        seed: int = 0,
-        num_buckets: int | None = None,
-        num_workers: int = 0,
-        pin_memory: bool | None = None,
-        persistent_workers: bool = False,
-        prefetch_factor: int | None = None,
-        multiprocessing_context: StartMethod = None,
-        timeout: float = LOADER_TIMEOUT,
-        predict_split: PredictSplit = "test",
-        sources: list[dict[str, Any]] | None = None,
-        source_weights: SourceWeights = None,
-        mix: Mix = "within_batch",
-        stream: str | dict[str, Any] | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(**base_args(locals()))
-        if dataset is not None and dataset not in MOLECULENET:
-            raise ValueError(f"unknown dataset {dataset!r}; presets: {sorted(MOLECULENET)} (or None with path=)")
-        preset = MOLECULENET[dataset] if dataset is not None else None
-        if preset is None and (path is None or smiles_column is None or not target_columns):
-            raise ValueError("without a dataset preset, give path, smiles_column and target_columns")
-        split = split or (preset.split if preset is not None else "random")
-        if split not in SPLIT_MODES:
-            raise ValueError(f"split must be one of {SPLIT_MODES}, got {split!r}")
-        if single_class not in SINGLE_CLASS:
-            raise ValueError(f"single_class must be one of {SINGLE_CLASS}, got {single_class!r}")
-        if not test_fraction > 0:
-            raise ValueError(f"test_fraction must be > 0, got {test_fraction}")
-        if max_atoms < 1:
-            raise ValueError(f"max_atoms must be >= 1, got {max_atoms}")
-        if max_train_samples is not None and max_train_samples < 1:
-            raise ValueError(f"max_train_samples must be >= 1, got {max_train_samples}")
-        self.fractions = fractions_of(val_fraction, test_fraction)
-        self.sample_weights = check_sample_weights(sample_weights, type(self).__name__, shuffle, columns=True)
-        self.dataset_name = dataset
-        self.path = path
-        self.root = root
-        self.download = download
-        self.smiles_column = smiles_column or preset.smiles_column
-        self.target_columns = list(target_columns or preset.target_columns)
-        self.task = task or (preset.task if preset is not None else "regression")
-        if self.task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}, got {self.task!r}")
+        # graphs are batched as they are: nothing padded, no shapes to fit (the base's values, fixed)
+        super().__init__(pad_to_multiple_of=None, max_shapes=DEFAULT_MAX_SHAPES, rung_batch_sizes=None, **kwargs)
+        keep(self, locals(), self.kept_arguments)
+        vars(self).update(molecule_arguments(locals()))
+        self.sample_weights = check_sample_weights(sample_weights, type(self).__name__, self.shuffle, columns=True)
         self.balance_index = self._balance_task(balance_task)
-        self.split = split
-        self.max_train_samples = max_train_samples
-        self.split_seed = seed if split_seed is None else split_seed
-        self.single_class = single_class
+        self.split_seed = self.seed if split_seed is None else split_seed
         self.standardize = standardize and self.task == "regression"
-        self.descriptors = descriptors
-        self.max_atoms = max_atoms
-        self.deduplicate = deduplicate
-        self.cache_dir = cache_dir
-        self.num_proc = num_proc
         self.collate_fn = MoleculeCollator(follow_batch)
-        # linked to the model at instantiation (cli.LINKED): known without reading data
+        self._known_now()
+
+    def _known_now(self) -> None:
+        """What is known before any molecule is read: the sizes linked to the model at instantiation
+        (cli.LINKED), and the training split's statistics at their neutral values until setup."""
         self.num_tasks = len(self.target_columns)
-        self.node_features = ATOM_VOCAB
-        self.edge_features = BOND_VOCAB
-        self.num_descriptors = NUM_DESCRIPTORS if descriptors else 0
-        # filled by setup()
-        self.source: Path | None = None
-        self.store: GraphStore | None = None
-        self.target_store: TargetStore | None = None
-        self._table: MoleculeTable | None = None
+        self.node_features, self.edge_features = ATOM_VOCAB, BOND_VOCAB
+        self.num_descriptors = NUM_DESCRIPTORS if self.descriptors else 0
         self.target_mean = np.zeros(self.num_tasks, np.float32)
         self.target_std = np.ones(self.num_tasks, np.float32)
         self.split_positions: dict[str, np.ndarray] = {}
-        self.descriptor_stats: tuple[np.ndarray, np.ndarray] | None = None
 
     def _balance_task(self, name: str | None) -> int | None:
         """The target column index ``sample_weights="balanced"`` balances (None: not balanced)."""
@@ -431,3 +378,37 @@ class MoleculeDataModule(VarLenDataModule):
         """Graphs, and atoms as both real and padded elements: graphs are never padded."""
         nodes = int(batch.num_nodes)
         return BatchStats(int(batch.num_graphs), nodes, nodes)
+
+
+def molecule_arguments(given: Mapping[str, Any]) -> dict[str, Any]:
+    """A molecule DataModule's arguments (``given``: its ``__init__``'s locals) checked together, with the
+    preset's columns, task and split mode where they are not given."""
+    dataset, path, split = given["dataset"], given["path"], given["split"]
+    if dataset is not None and dataset not in MOLECULENET:
+        raise ValueError(f"unknown dataset {dataset!r}; presets: {sorted(MOLECULENET)} (or None with path=)")
+    preset = MOLECULENET[dataset] if dataset is not None else None
+    if preset is None and (path is None or given["smiles_column"] is None or not given["target_columns"]):
+        raise ValueError("without a dataset preset, give path, smiles_column and target_columns")
+    split = split or (preset.split if preset is not None else "random")
+    if split not in SPLIT_MODES:
+        raise ValueError(f"split must be one of {SPLIT_MODES}, got {split!r}")
+    if given["single_class"] not in SINGLE_CLASS:
+        raise ValueError(f"single_class must be one of {SINGLE_CLASS}, got {given['single_class']!r}")
+    if not given["test_fraction"] > 0:
+        raise ValueError(f"test_fraction must be > 0, got {given['test_fraction']}")
+    if given["max_atoms"] < 1:
+        raise ValueError(f"max_atoms must be >= 1, got {given['max_atoms']}")
+    if given["max_train_samples"] is not None and given["max_train_samples"] < 1:
+        raise ValueError(f"max_train_samples must be >= 1, got {given['max_train_samples']}")
+    fractions = fractions_of(given["val_fraction"], given["test_fraction"])
+    task = given["task"] or (preset.task if preset is not None else "regression")
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    return {
+        "split": split,
+        "fractions": fractions,
+        "dataset_name": dataset,
+        "smiles_column": given["smiles_column"] or preset.smiles_column,
+        "target_columns": list(given["target_columns"] or preset.target_columns),
+        "task": task,
+    }

@@ -6,31 +6,27 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 import numpy as np
-import pyarrow as pa
 
 from varlen import notices
 from varlen.batching import BucketBatchSampler, EpochBatchSampler
-from varlen.batching.shape_policy import DEFAULT_MAX_SHAPES
 from varlen.batching.telemetry import BatchStats, mask_stats
-from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
+from varlen.datamodules.base import VarLenDataModule
 from varlen.datamodules.packing import row_width
+from varlen.datamodules.sequence_head import HEAD_ROWS, TrainingHead
 from varlen.datamodules.shaping import check_max_tokens
-from varlen.datamodules.sources import Mix, SourceWeights
 from varlen.datamodules.weighting import BALANCED, check_sample_weights, checked_column
 from varlen.datasets.sequence.checks import RowRules, class_ids, usable_rows
 from varlen.datasets.sequence.collate import SequenceCollator
 from varlen.datasets.sequence.columns import SequenceColumns, table_columns
 from varlen.datasets.sequence.dataset import SIZES, SequenceDataset
-from varlen.datasets.sequence.dtypes import check_dtypes, check_ranges, float64_notice, served_specs
-from varlen.datasets.sequence.fields import FieldSpec, field_specs, served_fields, vocab_size
-from varlen.datasets.sequence.labels import LabelSpec, label_spec
+from varlen.datasets.sequence.dtypes import check_ranges, float64_notice
+from varlen.datasets.sequence.fields import FieldSpec, field_specs
 from varlen.datasets.sequence.outputs import OutputRules
-from varlen.datasets.sequence.sources import Source, described, is_path, source_of
+from varlen.datasets.sequence.sources import described, is_path
 from varlen.datasets.sequence.store import cached_columns
-from varlen.datasets.sequence.synthetic import synthetic_sequences
 from varlen.datasets.sequence.transform import SampleTransform, transform_name
 from varlen.errors import DataError
-from varlen.prepare.report import SOURCE, OnBad
+from varlen.prepare.report import SOURCE
 from varlen.prepare.splits import check_fractions, random_split, stratified_split
 
 __all__ = ["COSTS", "SPLITS", "SequenceDataModule", "SplitData"]
@@ -39,15 +35,11 @@ SPLITS = ("train", "val", "test", "predict")
 #: a split's data: a Parquet / Arrow IPC path, a ``datasets.Dataset``, a ``pyarrow.Table`` or a mapping
 #: of column name -> values (typed ``Any`` so that jsonargparse keeps a path as a string and a mapping as one)
 SplitData = Any
-#: rows read from a file to tell its columns apart (a list of lists' element size)
-HEAD_ROWS = 64
-#: keys a batch holds besides the columns' own
-RESERVED = ("index", "label", "labels", SIZES)
 #: what ``sampler_cost`` may say: :data:`varlen.batching.plan.COST_MODES` but ``packed`` (a layout this has not)
 COSTS = ("padded", "sum")
 
 
-class SequenceDataModule(VarLenDataModule):
+class SequenceDataModule(TrainingHead, VarLenDataModule):
     """Batches of any variable-length data: each column a field, padded per batch, bucketed by a size field.
 
     Every split's data is a Parquet, Arrow IPC, CSV or JSON Lines file (``--data.train=PATH`` on the
@@ -107,7 +99,6 @@ class SequenceDataModule(VarLenDataModule):
         synthetic: samples of the synthetic set served without ``train``.
         sample_weights: None, ``"balanced"`` (inverse class frequency; classification) or a numeric column.
         cache_dir: where files' and Datasets' cache tables go (default: ``$VARLEN_CACHE``).
-        on_bad: ``"raise"`` at the first bad row (naming the source and row), or ``"skip"`` and count it.
         sampler_cost: what ``max_tokens`` counts of a batch: ``"padded"`` (``B x`` its longest size field, what
             the padded tensor holds) or ``"sum"`` (the sizes summed, as lhotse's ``max_duration``: a batch then
             allocates more than the budget; the shape policy's rungs need ``"padded"``).
@@ -117,11 +108,8 @@ class SequenceDataModule(VarLenDataModule):
             best-fit; one shape an epoch. In-memory data of one source; :class:`~varlen.models.SequenceModel`
             reads it.
 
-    The other arguments (``batch_size``, ``max_tokens``, ``shuffle``, ``seed``, ``num_buckets``,
-    ``pad_to_multiple_of``, ``max_shapes``, ``rung_batch_sizes``, ``num_workers``, ``pin_memory``,
-    ``persistent_workers``, ``prefetch_factor``, ``multiprocessing_context``, ``timeout``, ``predict_split``,
-    ``sources``, ``source_weights``, ``mix``, ``stream``) are the base's: see
-    :class:`~varlen.datamodules.base.VarLenDataModule`.
+    The base's arguments are :class:`~varlen.datamodules.base.VarLenDataModule`'s (``max_tokens``: one value per
+    size field, 8192 when neither it nor ``batch_size`` is set; ``on_bad`` meets a bad row, named by its source).
 
     Attributes (linked to the model): ``input_field`` (the first size field), ``feature_dim`` (values per
     element), ``vocab_size`` (integer ids one per element: the training source's largest id + 1, else None; past
@@ -151,156 +139,49 @@ class SequenceDataModule(VarLenDataModule):
         synthetic: int = 300,
         sample_weights: str | None = None,
         cache_dir: str | None = None,
-        on_bad: OnBad = "raise",
-        batch_size: int | None = None,
-        max_tokens: int | list[int] | None = None,
         sampler_cost: Literal["padded", "sum"] = "padded",
         layout: Literal["padded", "packed"] = "padded",
-        shuffle: bool = True,
-        seed: int = 0,
-        num_buckets: int | None = None,
-        pad_to_multiple_of: int | None = None,
-        max_shapes: int | None = DEFAULT_MAX_SHAPES,
-        rung_batch_sizes: dict[int, int] | None = None,
-        num_workers: int = 0,
-        pin_memory: bool | None = None,
-        persistent_workers: bool = False,
-        prefetch_factor: int | None = None,
-        multiprocessing_context: StartMethod = None,
-        timeout: float = LOADER_TIMEOUT,
-        predict_split: PredictSplit = "test",
-        sources: list[dict[str, Any]] | None = None,
-        source_weights: SourceWeights = None,
-        mix: Mix = "within_batch",
-        stream: str | dict[str, Any] | None = None,
+        **kwargs: Any,
     ) -> None:
         given = {"train": train, "val": val, "test": test, "predict": predict}
-        # data held in memory (and a transform) stays out of the hyperparameters (checkpoints, loggers): they get
-        # its description
+        # data held in memory (and a transform) stays out of the hyperparameters (checkpoints, loggers): described
         self.unsaved_arguments = tuple(k for k, v in given.items() if v is not None and not is_path(v))
         self.unsaved_arguments += ("transform",) if transform is not None else ()
-        owner = type(self).__name__
-        if sampler_cost not in COSTS:
-            raise ValueError(
-                f"{owner}: sampler_cost must be one of {COSTS}, got {sampler_cost!r}"
-                + (" ('packed' lays samples end to end, a layout SequenceDataModule has not)" if sampler_cost else "")
-            )
-        if transform is not None and stream is not None:
-            raise ValueError(f"{owner}: transform changes in-memory training samples; a streamed split has none yet")
-        if layout not in ("padded", "packed"):
-            raise ValueError(f"{owner}: layout must be 'padded' or 'packed', got {layout!r}")
-        if layout == "packed" and (max_tokens is None or stream is not None or sources):
-            raise ValueError(
-                f"{owner}: layout='packed' needs max_tokens (the row's length) and in-memory data of one source "
-                "(a stream or extra sources are padded only, for now)"
-            )
-        if sampler_cost == "sum" and rung_batch_sizes:
-            raise ValueError(f"{owner}: rung_batch_sizes are padded lengths, and sampler_cost='sum' pads nothing")
-        self.sampler_cost = "packed" if layout == "packed" else sampler_cost  # packed: summed, filled best-fit
-        self.layout = layout
-        super().__init__(**base_args(locals()))
+        check_sequence_arguments(type(self).__name__, sampler_cost, layout, transform, kwargs)
+        self.layout, self.sampler_cost = layout, "packed" if layout == "packed" else sampler_cost  # packed: best-fit
+        super().__init__(**kwargs)
         self.hparams.update({k: described(given[k]) for k in self.unsaved_arguments if k in given})
         if transform is not None:
             self.hparams["transform"] = transform_name(transform)
-        self.inputs = self._inputs(given, synthetic, seed)
+        self.inputs = self._inputs(given, synthetic, self.seed)
         self.tables = {split: s.read() for split, s in self.inputs.items() if s.in_memory}
-        self.cache_dir, self.label_field = cache_dir, label_field
+        self.cache_dir, self.label_field, self.synthetic = cache_dir, label_field, synthetic
         self._link(self._head(), fields, size_field, task, class_names, dtypes)
+        self._serve(pad_values, transform, sample_weights)
+        self.fractions = {"val": val_fraction if val is None else 0.0, "test": test_fraction if test is None else 0.0}
+        check_fractions({"train": 1 - sum(self.fractions.values()), **self.fractions})
+
+    def _serve(self, pad_values: dict[str, float] | None, transform: Callable | None, sample_weights: str | None):
+        """How samples are served: the budget's axes, each field's padding, the collate, the transform and the
+        training sampler's weights."""
+        owner = type(self).__name__
         check_max_tokens(self.max_tokens, self.size_axes, owner)  # one value per size field, said now
         unknown = sorted(set(pad_values or {}) - set(self.fields))
         if unknown:
             raise ValueError(f"{owner}: pad_values name {unknown}, which are no variable-length field {self.fields}")
         self.pad_values = {name: (pad_values or {}).get(name, 0) for name in self.fields}
-        if layout == "packed" and len(self.fields) != 1:
+        if self.layout == "packed" and len(self.fields) != 1:
             raise ValueError(f"{owner}: layout='packed' lays one variable-length field end to end; {self.fields}")
-        self.collate_fn = SequenceCollator(
-            self.fields, self.pad_values, pad_to_multiple_of, self.size_fields, self.dtypes
-        )
+        padding = (self.fields, self.pad_values, self.pad_to_multiple_of, self.size_fields, self.dtypes)
+        self.collate_fn = SequenceCollator(*padding)
         rules = OutputRules(self.specs, self.size_fields, self.task, self.num_classes)  # what a transform returns
         where = self.inputs["train"].where
-        self.transform = None if transform is None else SampleTransform(transform, seed, rules, where)
+        self.transform = None if transform is None else SampleTransform(transform, self.seed, rules, where)
         self._dtypes_told = False  # the float64 notice, said at the first batch
         self.host_fields: dict[str, BatchStats] | None = None  # each field's padding in the last training batch
-        self.sample_weights = check_sample_weights(sample_weights, owner, shuffle, columns=True)
+        self.sample_weights = check_sample_weights(sample_weights, owner, self.shuffle, columns=True)
         if self.sample_weights == BALANCED and self.task != "classification":
             raise ValueError(f"{owner}: sample_weights='balanced' balances classes: this data has none ({self.task})")
-        self.fractions = {"val": val_fraction if val is None else 0.0, "test": test_fraction if test is None else 0.0}
-        check_fractions({"train": 1 - sum(self.fractions.values()), **self.fractions})
-        self.synthetic = synthetic
-
-    # -- what __init__ tells from the training source ---------------------------------------------
-
-    def _head(self) -> pa.Table:
-        """The training source's first rows (all of it in memory), refused without rows or label column."""
-        source = self.inputs["train"]
-        head = self.tables["train"] if "train" in self.tables else source.read(HEAD_ROWS)
-        if head.num_rows == 0:
-            raise DataError(f"{source.where}: holds no rows")
-        if self.label_field is not None and self.label_field not in head.column_names:
-            raise DataError(
-                f"{source.where}: no label column {self.label_field!r} (columns: {head.column_names}): name it with "
-                "label_field=..., or give label_field=None for data without labels"
-            )
-        return head
-
-    def _link(
-        self,
-        head: pa.Table,
-        fields: list[str] | None,
-        size_field: str | list[str] | None,
-        task: str | None,
-        class_names: list[str] | None,
-        dtypes: dict[str, str] | None = None,
-    ) -> None:
-        """The fields served (in their served dtypes) and budgeted, and what the model is linked to (known
-        without reading the data beyond its first rows, its label column and, for token ids, its largest id)."""
-        where = self.inputs["train"].where
-        label = {self.label_field} if self.label_field else set()
-        specs, self.unserved = served_fields(head, label, fields, where, RESERVED)
-        self.dtypes = check_dtypes(dtypes, specs, type(self).__name__)
-        self.specs = served_specs(specs, self.dtypes)
-        self.fields = tuple(name for name, spec in self.specs.items() if spec.ragged)
-        self.size_fields = self.size_axes = self._size_fields(size_field, where)
-        self.mask_keys = tuple(f"{name}_mask" for name in self.size_fields)
-        self.input_field = self.size_fields[0]
-        spec = self.specs[self.input_field]
-        self.feature_dim = spec.feature_dim
-        self.vocab_size = self._vocab_size(spec) if spec.token_ids else None
-        self.label_spec = self._label_spec(task, class_names)
-        self.task = self.label_spec.task if self.label_spec is not None else None
-        self.class_names = self.label_spec.class_names if self.label_spec is not None else None
-        self.num_classes = len(self.class_names) if self.class_names is not None else None
-
-    @staticmethod
-    def _inputs(given: Mapping[str, Any], synthetic: int, seed: int) -> dict[str, Source]:
-        inputs = {split: source_of(value, split) for split, value in given.items() if value is not None}
-        if "train" not in inputs:
-            if inputs:
-                raise ValueError(f"give train as well as {sorted(inputs)} (without train, every split is synthetic)")
-            inputs["train"] = Source(synthetic_sequences(synthetic, seed), "mapping", "synthetic sequences")
-        return inputs
-
-    def _size_fields(self, size_field: str | list[str] | None, where: str) -> tuple[str, ...]:
-        names = [self.fields[0]] if size_field is None else [size_field] if isinstance(size_field, str) else size_field
-        wrong = [name for name in names if name not in self.fields]
-        if wrong or not names:
-            raise ValueError(f"size_field {wrong or names} must name variable-length fields of {where}: {self.fields}")
-        return tuple(names)
-
-    def _vocab_size(self, spec: FieldSpec) -> int:
-        """The training source's largest id of ``spec`` + 1 (:func:`~varlen.datasets.sequence.fields.vocab_size`)."""
-        source = self.inputs["train"]
-        column = self.tables["train"].column(spec.name) if "train" in self.tables else source.column(spec.name)
-        return vocab_size(column, spec.name, source.where)
-
-    def _label_spec(self, task: str | None, class_names: list[str] | None) -> LabelSpec | None:
-        if self.label_field is None:
-            return None
-        source = self.inputs["train"]
-        table = self.tables.get("train")
-        column = table.column(self.label_field) if table is not None else source.column(self.label_field)
-        named = source.class_names(self.label_field)
-        return label_spec(column, self.label_field, task, class_names, named, source.where)
 
     # -- building -----------------------------------------------------------------------------
 
@@ -478,3 +359,26 @@ class SequenceDataModule(VarLenDataModule):
         if self.vocab_size is not None:
             state["vocab_size"] = self.vocab_size
         return state
+
+
+def check_sequence_arguments(
+    owner: str, sampler_cost: str, layout: str, transform: Any, base: Mapping[str, Any]
+) -> None:
+    """Refuse a sampler cost, layout or transform that the base's arguments (``base``, as given) contradict."""
+    if sampler_cost not in COSTS:
+        raise ValueError(
+            f"{owner}: sampler_cost must be one of {COSTS}, got {sampler_cost!r}"
+            + (" ('packed' lays samples end to end, a layout SequenceDataModule has not)" if sampler_cost else "")
+        )
+    stream = base.get("stream")
+    if transform is not None and stream is not None:
+        raise ValueError(f"{owner}: transform changes in-memory training samples; a streamed split has none yet")
+    if layout not in ("padded", "packed"):
+        raise ValueError(f"{owner}: layout must be 'padded' or 'packed', got {layout!r}")
+    if layout == "packed" and (base.get("max_tokens") is None or stream is not None or base.get("sources")):
+        raise ValueError(
+            f"{owner}: layout='packed' needs max_tokens (the row's length) and in-memory data of one source "
+            "(a stream or extra sources are padded only, for now)"
+        )
+    if sampler_cost == "sum" and base.get("rung_batch_sizes"):
+        raise ValueError(f"{owner}: rung_batch_sizes are padded lengths, and sampler_cost='sum' pads nothing")

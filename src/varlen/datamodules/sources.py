@@ -152,11 +152,23 @@ class SourceMixing:
             prepare_data._prepares_sources = True  # type: ignore[attr-defined]
             cls.prepare_data = prepare_data
 
+    def _set_sources(self, owner: str, sources: Any, source_weights: Any, mix: str, frame: Any) -> None:
+        """Check and keep the mixture's arguments (the base's ``__init__`` calls this with its ``frame``)."""
+        self.other_sources = check_sources(sources, owner)
+        names = [MAIN, *(name for name, _ in self.other_sources)] if self.other_sources else None
+        self.source_weights = check_source_weights(source_weights, owner, names)
+        self.mix = check_mix(mix, owner)
+        # every argument of every __init__ (linked ones included): what a source's DataModule starts from
+        self._arguments = self._init_arguments(frame) if self.other_sources else {}
+        self._source_modules = None
+        self._mixture_owners = []  # the DataModule of each source of a mixture
+        self.served_steps: dict[int, int] = {}  # training batches per rank served in each epoch (a mixture's)
+        self.source_name: str | None = None  # set on a DataModule built as another's source
+
     def _init_arguments(self, frame: Any) -> dict[str, Any]:
-        """The arguments of this instance's ``__init__`` calls, the outermost (most derived class)
-        winning: what the DataModule of another source starts from."""
+        """The arguments of this instance's ``__init__`` calls from the base's (``frame``) out, the outermost
+        (most derived class) winning: what the DataModule of another source starts from."""
         arguments: dict[str, Any] = {}
-        frame = frame.f_back
         while frame is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is self:
             code = frame.f_code
             names = code.co_varnames[1 : code.co_argcount + code.co_kwonlyargcount]

@@ -10,10 +10,9 @@ from typing import Any, Literal
 import numpy as np
 
 from varlen import notices
-from varlen.batching.shape_policy import DEFAULT_MAX_SHAPES
-from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
+from varlen.datamodules.arguments import keep
+from varlen.datamodules.base import VarLenDataModule
 from varlen.datamodules.packing import long_samples, row_width
-from varlen.datamodules.sources import Mix, SourceWeights
 from varlen.datamodules.text_tables import Table, TextTables
 from varlen.datamodules.weighting import check_sample_weights
 from varlen.datasets.text.collate import TextCollator
@@ -27,10 +26,9 @@ from varlen.datasets.text.store import TokenTables, load_tokens
 from varlen.datasets.text.synthetic import SYNTHETIC_KINDS
 from varlen.datasets.text.tokens import OVERFLOW, Tokenization, load_tokenizer
 from varlen.prepare.duplicates import count_duplicates
-from varlen.prepare.report import OnBad
 from varlen.storage.cache import default_cache_dir, tokenizer_identity
 
-__all__ = ["LAYOUTS", "TextClassificationDataModule"]
+__all__ = ["LAYOUTS", "TextClassificationDataModule", "check_text_arguments", "given_columns"]
 
 #: a text batch's layouts: a row per text, or the texts end to end in one row
 LAYOUTS = ("padded", "packed")
@@ -85,6 +83,17 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
     With ``overflow="windows"`` a batch also holds ``document_ids`` ([B] int64, the document each window
     comes from).
 
+    The base's arguments (see :class:`~varlen.datamodules.base.VarLenDataModule`) count tokens here:
+    ``batch_size`` is sentences per batch (neither it nor ``max_tokens`` set: 32 per batch); ``max_tokens``
+    a budget of padded tokens, ``len(batch) * longest <= max_tokens`` (packed, the row's length ``T``: the
+    texts of a batch hold at most as many tokens, end to end); ``seed`` also draws the held-out split and the
+    training subset; ``predict_split`` is read when no ``predict_file`` is given (``test``: the validation
+    set when no test source is given); ``on_bad`` meets a row with an empty text (blank, or nothing left once
+    tokenised but the special tokens: NUL bytes, characters the tokenizer drops) or a missing, non-finite or
+    unknown label. A source in ``sources`` (e.g. ``[{name: noisy, train_file: noisy.csv}]``) has its own
+    data arguments and inherits the others. With a ``stream`` (the ``stream`` extra), ``train_file`` may be
+    left out when ``val_file`` is given: the classes come from the chunks.
+
     Args:
         train_file: the training table: a path (CSV, TSV, JSON, JSONL, Parquet, ``.arrow``: Arrow IPC,
             stream or file format; a ``Dataset.save_to_disk`` folder) or a ``datasets.Dataset``.
@@ -136,10 +145,6 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
         cache_dir: where the tokenised tables are written (under ``text/``; None: ``$VARLEN_CACHE``,
             else ``~/.cache/varlen``). Shared safely by ranks, runs and processes: files are written
             atomically and keyed by content.
-        batch_size: sentences per batch; with ``max_tokens``, the most sentences in a batch (neither
-            set: 32 per batch).
-        max_tokens: budget of padded tokens per batch, ``len(batch) * longest <= max_tokens``; packed, the
-            row's length ``T``: the texts of a batch hold at most as many tokens, end to end.
         layout: ``"padded"`` (a row per text, padded to the batch's rung) or ``"packed"``: every batch one row
             ``[1, T]`` (``T`` = ``max_tokens`` rounded up to ``pad_to_multiple_of``; a longer text is bad input, see
             ``on_bad``), its texts end to end, filled best-fit at their real lengths from the plan, with
@@ -148,45 +153,10 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
             for short, skewed lengths on a GPU (bf16): the dense layers run on the real tokens only; not for
             lengths all near ``max_length`` or on a CPU (the model's attention runs per text there).
             :class:`~varlen.models.TextClassifier` attends over packed rows.
-        shuffle: reshuffle the training batches every epoch.
-        seed: seed of the batch plan, the held-out split and the training subset.
-        num_buckets: length buckets of the sampler (None: automatic).
-        pad_to_multiple_of: pad to a multiple of this many tokens (8 for tensor cores).
-        max_shapes: the most distinct (batch size, padded length) shapes an epoch takes (default 24; None:
-            exact length buckets): padded lengths on a ladder of rungs fitted to the training lengths, see
-            :class:`~varlen.datamodules.base.VarLenDataModule`.
-        rung_batch_sizes: padded length -> the most sentences a batch of it holds (``varlen tune --budget``
-            writes it; the lengths are then the rungs).
-        num_workers: loader worker processes.
-        pin_memory: pin batches (None: when CUDA is available).
-        persistent_workers: keep workers alive between epochs.
-        prefetch_factor: batches prefetched per worker.
-        multiprocessing_context: how workers start (``fork``, ``spawn``, ``forkserver``; None: the
-            platform's default).
-        timeout: seconds a loader worker's batch may take before the loader stops naming the worker (0:
-            forever).
-        predict_split: the split ``trainer.predict`` runs on when no ``predict_file`` is given (``test``:
-            the validation set when no test source is given, see ``test_file``).
-        on_bad: a row with an empty text (blank, or nothing left once tokenised but the special
-            tokens: NUL bytes, characters the tokenizer drops) or a missing, non-finite or unknown
-            label: ``"raise"`` (naming the file and row) or ``"skip"`` it and count it in ``report``.
         deduplicate: leave out every row whose exact text (and pair) an earlier row has: earlier in
             its file, or, for ``val_file`` / ``test_file``, in the training file (counted as unused
             rows in ``report``). Without it, copies of a text stay on one side of a carved
             validation split, and ``report`` counts each split's copies and its texts also in train.
-        sources: more training sources, each the arguments that differ for it and an optional
-            ``name`` (e.g. ``[{name: noisy, train_file: noisy.csv}]``; this DataModule's own is
-            ``main``; the data arguments are the source's own, the others inherited): their
-            training splits are served together; validation and test stay ``main``'s.
-        source_weights: each source's share of every epoch (a list, or a mapping by name; None:
-            as many as each holds); inside a source, samples are drawn by ``sample_weights``. Or a
-            schedule of stages (``until_epoch`` / ``until_step``; see :mod:`varlen.batching.schedule`).
-        mix: ``"within_batch"`` (sources share batches) or ``"per_source"`` (one source per batch).
-        stream: a dataset written by ``varlen optimize`` from this configuration, a local folder or a
-            store's URL (``s3://...``; a mapping adds ``storage_options``, ``cache_dir``, ``timeout``): the training
-            split is read from its LitData chunks and planned from its size index (the ``stream``
-            extra); validation and test come from the sources above. With a stream, ``train_file``
-            may be left out when ``val_file`` is given: the classes come from the chunks.
     """
 
     mask_keys = ("attention_mask",)
@@ -203,6 +173,12 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
         "max_train_samples",
     )
     size_axes = ("tokens",)
+    #: arguments kept as given, each an attribute of the same name
+    kept_arguments = (
+        "train_file val_file test_file predict_file dataset_name dataset_config_name split_column"
+        " tokenizer_name_or_path max_length overflow layout stride val_fraction max_train_samples synthetic_samples"
+        " synthetic cache_dir deduplicate"
+    )
 
     def __init__(
         self,
@@ -229,84 +205,21 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
         synthetic: Literal["reviews", "long_reviews"] = "reviews",
         sample_weights: str | None = None,
         cache_dir: str | None = None,
-        batch_size: int | None = None,
-        max_tokens: int | None = None,
-        shuffle: bool = True,
-        seed: int = 0,
-        num_buckets: int | None = None,
-        pad_to_multiple_of: int | None = None,
-        max_shapes: int | None = DEFAULT_MAX_SHAPES,
-        rung_batch_sizes: dict[int, int] | None = None,
-        num_workers: int = 0,
-        pin_memory: bool | None = None,
-        persistent_workers: bool = False,
-        prefetch_factor: int | None = None,
-        multiprocessing_context: StartMethod = None,
-        timeout: float = LOADER_TIMEOUT,
-        predict_split: PredictSplit = "test",
-        on_bad: OnBad = "raise",
         deduplicate: bool = False,
-        sources: list[dict[str, Any]] | None = None,
-        source_weights: SourceWeights = None,
-        mix: Mix = "within_batch",
-        stream: str | dict[str, Any] | None = None,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(**base_args(locals()))
+        super().__init__(**kwargs)
         self._describe_tables(train_file=train_file, val_file=val_file, test_file=test_file, predict_file=predict_file)
-        if train_file is None and (val_file is not None or test_file is not None):
-            if stream is None:
-                raise ValueError("val_file/test_file need a train_file (or a stream that serves the training split)")
-            if val_file is None:
-                raise ValueError("a stream without a train_file needs a val_file (none to carve validation from)")
-        if max_train_samples is not None and max_train_samples < 1:
-            raise ValueError(f"max_train_samples must be >= 1, got {max_train_samples}")
-        if max_length < 2:
-            raise ValueError(f"max_length must be >= 2 tokens (room for [CLS] and [SEP] at least), got {max_length}")
-        if overflow not in OVERFLOW:
-            raise ValueError(f"overflow must be one of {OVERFLOW}, got {overflow!r}")
-        if overflow == "windows" and text_pair_column:
-            raise ValueError("overflow='windows' takes single texts; sentence pairs need overflow='truncate'")
-        if stride < 0:
-            raise ValueError(f"stride must be >= 0, got {stride}")
-        if split_column and train_file is None and not dataset_name:
-            raise ValueError("split_column needs a train_file or a dataset_name (the synthetic reviews come split)")
-        if synthetic not in SYNTHETIC_KINDS:
-            raise ValueError(f"synthetic must be one of {SYNTHETIC_KINDS}, got {synthetic!r}")
-        has_columns = train_file is not None
-        self.sample_weights = check_sample_weights(sample_weights, type(self).__name__, shuffle, has_columns)
-        self.report = TextReport(on_bad)  # the shared report, plus documents -> windows
-        self.train_file = train_file
-        self.val_file = val_file
-        self.test_file = test_file
-        self.predict_file = predict_file
-        self.dataset_name = dataset_name
-        self.dataset_config_name = dataset_config_name
-        self.columns = (
-            TextColumns(text_column, text_pair_column, label_column)
-            if any(v is not None for v in (train_file, val_file, predict_file)) or dataset_name
-            else TextColumns("text", None, "label")  # the synthetic default's own
-        )
-        self.split_column = split_column
+        check_text_arguments(locals(), self.stream, self.max_tokens)
+        owner, has_columns = type(self).__name__, train_file is not None
+        self.sample_weights = check_sample_weights(sample_weights, owner, self.shuffle, has_columns)
+        self.report = TextReport(self.on_bad)  # the shared report, plus documents -> windows
+        keep(self, locals(), self.kept_arguments)
+        self.columns = given_columns(locals())
         self._class_names, self._classes_read = (list(class_names) if class_names else None), False
-        self.tokenizer_name_or_path = tokenizer_name_or_path
-        self.max_length = max_length
-        self.overflow = overflow
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-        if layout == "packed":
-            if self.max_tokens is None:
-                raise ValueError("layout='packed' needs max_tokens: the row's length in tokens (e.g. 4096)")
-            self.sampler_cost = "packed"  # a row of max_tokens real tokens: summed sizes, filled best-fit
-        self.layout = layout
-        self.stride = stride
         self._with_token_type_ids = with_token_type_ids
-        self.val_fraction = val_fraction
-        self.max_train_samples = max_train_samples
-        self.synthetic_samples = synthetic_samples
-        self.synthetic = synthetic
-        self.cache_dir = cache_dir
-        self.deduplicate = deduplicate
-        self.splitter = TextSplit(val_fraction, max_train_samples, seed, split_column, deduplicate)
+        self.sampler_cost = "packed" if layout == "packed" else self.sampler_cost  # packed: a row filled best-fit
+        self.splitter = TextSplit(val_fraction, max_train_samples, self.seed, split_column, deduplicate)
 
     @property
     def num_classes(self) -> int:
@@ -447,3 +360,41 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
             if "val" in self.report.windows:
                 self.report.window("test", *self.report.windows["val"])
         return datasets
+
+
+def given_columns(given: dict[str, Any]) -> TextColumns:
+    """The columns read: as ``given`` (``__init__``'s locals) where a table or a Hub dataset is, else the synthetic
+    reviews' own."""
+    if any(given[name] is not None for name in ("train_file", "val_file", "predict_file")) or given["dataset_name"]:
+        return TextColumns(given["text_column"], given["text_pair_column"], given["label_column"])
+    return TextColumns("text", None, "label")
+
+
+def check_text_arguments(given: dict[str, Any], stream: Any, max_tokens: Any) -> None:
+    """Refuse a text DataModule's arguments that contradict each other (``given``: its ``__init__``'s locals)."""
+    train_file, val_file, test_file = given["train_file"], given["val_file"], given["test_file"]
+    if train_file is None and (val_file is not None or test_file is not None):
+        if stream is None:
+            raise ValueError("val_file/test_file need a train_file (or a stream that serves the training split)")
+        if val_file is None:
+            raise ValueError("a stream without a train_file needs a val_file (none to carve validation from)")
+    if given["max_train_samples"] is not None and given["max_train_samples"] < 1:
+        raise ValueError(f"max_train_samples must be >= 1, got {given['max_train_samples']}")
+    if given["max_length"] < 2:
+        problem = "max_length must be >= 2 tokens (room for [CLS] and [SEP] at least)"
+        raise ValueError(f"{problem}, got {given['max_length']}")
+    overflow = given["overflow"]
+    if overflow not in OVERFLOW:
+        raise ValueError(f"overflow must be one of {OVERFLOW}, got {overflow!r}")
+    if overflow == "windows" and given["text_pair_column"]:
+        raise ValueError("overflow='windows' takes single texts; sentence pairs need overflow='truncate'")
+    if given["stride"] < 0:
+        raise ValueError(f"stride must be >= 0, got {given['stride']}")
+    if given["split_column"] and train_file is None and not given["dataset_name"]:
+        raise ValueError("split_column needs a train_file or a dataset_name (the synthetic reviews come split)")
+    if given["synthetic"] not in SYNTHETIC_KINDS:
+        raise ValueError(f"synthetic must be one of {SYNTHETIC_KINDS}, got {given['synthetic']!r}")
+    if given["layout"] not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {given['layout']!r}")
+    if given["layout"] == "packed" and max_tokens is None:
+        raise ValueError("layout='packed' needs max_tokens: the row's length in tokens (e.g. 4096)")

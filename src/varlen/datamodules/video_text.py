@@ -20,8 +20,10 @@ from typing import Any, Literal
 import numpy as np
 from torch.utils.data import Dataset
 
+from varlen.batching.shape_policy import DEFAULT_MAX_SHAPES
 from varlen.batching.telemetry import BatchStats, mask_stats
-from varlen.datamodules.base import LOADER_TIMEOUT, PredictSplit, StartMethod, VarLenDataModule, base_args
+from varlen.datamodules.arguments import keep
+from varlen.datamodules.base import _OneSource
 from varlen.datasets.video_text.captions import TEST_NAMES, VAL_NAMES, CaptionTable
 from varlen.datasets.video_text.collate import VideoTextCollator, budget_sizes
 from varlen.datasets.video_text.dataset import Segmentation, VideoTextDataset
@@ -33,7 +35,7 @@ from varlen.datasets.video_text.served import MappedVideoTextDataset, input_fing
 from varlen.datasets.video_text.source import SOURCES, open_source
 from varlen.datasets.video_text.tokenize import Tokenized, ids_problem, tokenize_captions, tokenizer
 from varlen.errors import DataError
-from varlen.prepare.report import DataReport, OnBad
+from varlen.prepare.report import DataReport
 from varlen.prepare.splits import random_split
 from varlen.storage.cache import cache_key, default_cache_dir, tokenizer_identity, writable_folder
 from varlen.storage.tables import MappedTable, open_table
@@ -46,7 +48,7 @@ DEFAULT_BUDGET = (128, 4096)
 SPLITS = ("train", "val", "test")
 
 
-class VideoTextDataModule(VarLenDataModule):
+class VideoTextDataModule(_OneSource):
     """Video-text alignment data: one sample per video, batched under a (video, text) budget.
 
     Sources: ``"synthetic"`` (the embedded default, offline: latent recipe steps whose segments
@@ -145,10 +147,9 @@ class VideoTextDataModule(VarLenDataModule):
         feature_dim: expected size of real features; None: the feature store's majority size
             (videos of another size are bad input).
 
-    The other arguments (``batch_size``, ``max_tokens``, ``shuffle``, ``seed``, ``num_buckets``,
-    ``pad_to_multiple_of``, ``num_workers``, ``pin_memory``, ``persistent_workers``, ``prefetch_factor``,
-    ``multiprocessing_context``, ``timeout``, ``predict_split``, ``on_bad``) are the base's: see
-    :class:`~varlen.datamodules.base.VarLenDataModule`.
+    The base's arguments are :class:`~varlen.datamodules.base.VarLenDataModule`'s (``max_tokens``: a budget per
+    size axis, video and text). One source, read whole: no ``sources`` or ``stream``; its padding follows the
+    batch (no ``max_shapes`` or ``rung_batch_sizes``).
     """
 
     mask_keys = ("video_mask", "text_mask")
@@ -157,6 +158,12 @@ class VideoTextDataModule(VarLenDataModule):
     # those padded products already, so the sampler must not round the whole product again
     sampler_rounds_sizes = False
     default_batching = (None, DEFAULT_BUDGET)
+    fixed_arguments = ("max_shapes", "rung_batch_sizes")
+    #: arguments kept as given, each an attribute of the same name
+    kept_arguments = (
+        "source annotations fps train_list test_pairs segmentation segment_duration min_iou frames"
+        " max_frames_per_segment tokenizer_name_or_path max_caption_tokens val_fraction limit_videos layout"
+    )
 
     def __init__(
         self,
@@ -182,56 +189,31 @@ class VideoTextDataModule(VarLenDataModule):
         synthetic_dim: int = 32,
         synthetic_noise: float = 1.0,
         feature_dim: int | None = None,
-        batch_size: int | None = None,
-        max_tokens: int | tuple[int, int] | None = None,
-        shuffle: bool = True,
-        seed: int = 0,
-        num_buckets: int | None = None,
-        pad_to_multiple_of: int | None = None,
-        num_workers: int = 0,
-        pin_memory: bool | None = None,
-        persistent_workers: bool = False,
-        prefetch_factor: int | None = None,
-        multiprocessing_context: StartMethod = None,
-        timeout: float = LOADER_TIMEOUT,
-        predict_split: PredictSplit = "test",
-        on_bad: OnBad = "raise",
+        **kwargs: Any,
     ) -> None:
-        super().__init__(**base_args(locals()))
-        if source not in SOURCES:
-            raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
-        if source != "synthetic" and annotations is None:
-            raise ValueError(f"source {source!r} needs annotations= (the caption file)")
-        if (train_list is not None or test_pairs is not None) and source != "msrvtt":
-            raise ValueError(f"train_list= and test_pairs= are MSR-VTT files (source='msrvtt'), got {source!r}")
-        if not 0.0 < val_fraction < 0.5:
-            raise ValueError(f"val_fraction must be in (0, 0.5), got {val_fraction}")
-        if layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-        self.layout = layout
+        super().__init__(max_shapes=DEFAULT_MAX_SHAPES, rung_batch_sizes=None, **kwargs)  # padded as each batch needs
+        check_video_text_arguments(locals())
+        keep(self, locals(), self.kept_arguments)
+        self.features_path = features
         if layout == "packed":
             self.sampler_cost = "sum"  # real elements, summed: nothing is padded
-        self.source, self.annotations, self.features_path, self.fps = source, annotations, features, fps
-        self.train_list, self.test_pairs = train_list, test_pairs
-        self.segmentation, self.segment_duration, self.min_iou = segmentation, segment_duration, min_iou
-        self.frames, self.max_frames_per_segment = frames, max_frames_per_segment
-        self.tokenizer_name_or_path, self.max_caption_tokens = tokenizer_name_or_path, max_caption_tokens
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
-        self.val_fraction, self.limit_videos = val_fraction, limit_videos
         self.synthetic = {"num_videos": synthetic_videos, "num_steps": synthetic_steps, "dim": synthetic_dim}
         self.synthetic["noise"] = synthetic_noise
-        if frames:
-            self.mask_keys = ("frame_mask", "text_mask")
-        if layout == "packed":
-            self.mask_keys = ()  # nothing padded, no keep masks: batch_stats counts the packed rows
-        # linked to the model at instantiation: known now (feature sizes come from file headers)
+        if frames or layout == "packed":  # packed: nothing padded, no keep masks (batch_stats counts the rows)
+            self.mask_keys = () if layout == "packed" else ("frame_mask", "text_mask")
+        self._known_now(tokenizer_name_or_path, features, synthetic_dim, feature_dim)
+
+    def _known_now(self, tokenizer_name_or_path: str | None, features: str | None, synthetic_dim: int, feature_dim):
+        """What the model is linked to at instantiation, known now (feature sizes come from file headers), and
+        the collate."""
         self.tokenizer = tokenizer(tokenizer_name_or_path)
         self.vocab_size = len(self.tokenizer)
         self.pad_token_id = int(self.tokenizer.pad_token_id or 0)
-        self.store: FeatureStore | None = open_features(features, fps) if features else None
+        self.store: FeatureStore | None = open_features(features, self.fps) if features else None
         default_dim = self.store.dim if self.store is not None else synthetic_dim
         self.feature_dim = int(feature_dim) if feature_dim is not None else default_dim
-        self.collate_fn = VideoTextCollator(self.pad_token_id, pad_to_multiple_of, min_iou, layout)
+        self.collate_fn = VideoTextCollator(self.pad_token_id, self.pad_to_multiple_of, self.min_iou, self.layout)
 
     # -- data -------------------------------------------------------------------------------
 
@@ -402,3 +384,19 @@ class VideoTextDataModule(VarLenDataModule):
         """Samples, real and allocated elements of both sides together (see :meth:`side_stats`)."""
         video, text = self.side_stats(batch).values()
         return BatchStats(video.samples, video.real + text.real, video.padded + text.padded)
+
+
+def check_video_text_arguments(given: Mapping[str, Any]) -> None:
+    """Refuse a video-text DataModule's source, split and layout arguments that contradict each other
+    (``given``: its ``__init__``'s locals)."""
+    source, val_fraction, layout = given["source"], given["val_fraction"], given["layout"]
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
+    if source != "synthetic" and given["annotations"] is None:
+        raise ValueError(f"source {source!r} needs annotations= (the caption file)")
+    if (given["train_list"] is not None or given["test_pairs"] is not None) and source != "msrvtt":
+        raise ValueError(f"train_list= and test_pairs= are MSR-VTT files (source='msrvtt'), got {source!r}")
+    if not 0.0 < val_fraction < 0.5:
+        raise ValueError(f"val_fraction must be in (0, 0.5), got {val_fraction}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
