@@ -1,6 +1,7 @@
 """The bring-your-own-data example (examples/sensor_sequences.py) passes varlen's own contract."""
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -17,8 +18,8 @@ DATA = ROOT / "examples" / "sensor.jsonl"
 
 @pytest.fixture(autouse=True)
 def importable_examples(monkeypatch) -> None:
-    """The DDP test's subprocesses import ``examples.*`` too."""
-    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    """The DDP test's subprocesses import ``examples.*`` too (and this checkout's varlen first)."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
 
 
 class TestSensorExampleContract(DataModuleContract):
