@@ -104,8 +104,9 @@ def test_each_variable_length_field_gets_its_own_padding_figure(tmp_path: Path, 
     dm = SequenceDataModule(train=two_fields(), size_field=["a", "b"], max_tokens=[200, 40], val_fraction=0.1)
     dm.setup("fit")
     summary = summarize(dm, "train")
-    plan = dm.batch_sampler("train", dm.shuffle, num_replicas=1, rank=0).global_plan(0)
-    expected = by_hand(dm, [plan.order[a:b].tolist() for a, b in plan.bounds.tolist()])
+    sampler = dm.batch_sampler("train", dm.shuffle, num_replicas=1, rank=0)
+    plan = sampler.global_plan(0)  # each batch as served: carrying the padded widths of its rungs
+    expected = by_hand(dm, [sampler.batch_of(plan.order[a:b].tolist(), 0) for a, b in plan.bounds.tolist()])
     assert [name for name, _ in summary.fields] == ["a", "b"]
     assert dict(summary.fields) == pytest.approx(expected) and abs(expected["a"] - expected["b"]) > 0.05
     assert f"    per field: a {expected['a']:.4f}, b {expected['b']:.4f}" in summary.lines()
