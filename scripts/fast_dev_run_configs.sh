@@ -2,7 +2,8 @@
 # Every shipped config through `varlen fit --trainer.fast_dev_run=true` (one batch of each loop), run in a
 # scratch folder: a table of exit status and wall seconds. A streamed config has its chunks written first
 # (`varlen optimize`, as its header says). Configs of $VARLEN_DATA files need the data folder; the MSR-VTT one
-# needs your own files (it ends in a one-line error naming them, exit 2).
+# needs your own files, and hyperspectral_pavia_u downloads its scene: offline, each ends in a one-line error
+# naming what is missing (exit 2).
 set -u
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$(mktemp -d)"
