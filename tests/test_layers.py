@@ -182,3 +182,16 @@ def test_each_package_imports_only_the_layers_below_it() -> None:
         if layer(name) is not None and layer(target) is not None and layer(target) > layer(name)
     )
     assert not offending, "\n".join(offending)
+
+
+def test_no_module_passes_450_lines_and_no_function_60() -> None:
+    """ARCHITECTURE.md's sizes: a module past them is split by job, not squeezed."""
+    long_modules, long_functions = [], []
+    for name, path in modules().items():
+        text = path.read_text(encoding="utf-8")
+        if len(text.splitlines()) > 450:
+            long_modules.append(f"{name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 60:
+                long_functions.append(f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert not long_modules and not long_functions, "\n".join(long_modules + long_functions)
