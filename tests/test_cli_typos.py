@@ -55,3 +55,28 @@ def test_an_unknown_option_names_the_closest_one(monkeypatch, capsys) -> None:
 def test_other_errors_keep_jsonargparses_words() -> None:
     assert one_line('Parser key "data": Expected a <class int>', "varlen fit") is None
     assert unknown_name("qqq", ["max_tokens"]) == "'qqq'"  # nothing close: no guess
+
+
+@pytest.mark.parametrize(
+    ("given", "line"),
+    [
+        (
+            "--trainer.max_epochs=x",
+            "varlen: error: --trainer.max_epochs: 'x' is not an int or None (varlen fit --help lists the options)",
+        ),
+        (
+            "--data.init_args.layout=squashed",
+            "varlen: error: TextClassificationDataModule's layout: 'squashed' is not one of 'padded', 'packed' "
+            "(varlen fit --data.help TextClassificationDataModule lists them)",
+        ),
+        (
+            "--data.class_path=Nope",
+            "varlen: error: --data: 'Nope' is not a class: give a class's name or its dotted path "
+            "(varlen fit --help lists the installed ones)",
+        ),
+    ],
+    ids=["type", "literal", "class"],
+)
+def test_a_wrong_value_is_one_line_naming_what_is_allowed(given, line, monkeypatch, capsys) -> None:
+    code, err = run(monkeypatch, capsys, "fit", "--config", str(ROOT / "configs/text_bert.yaml"), given)
+    assert code == 2 and err.strip().splitlines() == [line], err
