@@ -80,3 +80,11 @@ def test_other_errors_keep_jsonargparses_words() -> None:
 def test_a_wrong_value_is_one_line_naming_what_is_allowed(given, line, monkeypatch, capsys) -> None:
     code, err = run(monkeypatch, capsys, "fit", "--config", str(ROOT / "configs/text_bert.yaml"), given)
     assert code == 2 and err.strip().splitlines() == [line], err
+
+
+def test_a_models_mistyped_argument_is_matched_with_those_it_hands_on(monkeypatch, capsys) -> None:
+    """SequenceModel hands d_model, nhead... on to PooledEncoder with **kwargs: the hint knows them too."""
+    args = ["--config", str(ROOT / "configs/sequence.yaml"), "--model.init_args.d_modl", "16"]
+    code, err = run(monkeypatch, capsys, "fit", *args)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "SequenceModel takes no argument 'd_modl': did you mean 'd_model'?" in err

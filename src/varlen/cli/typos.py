@@ -52,9 +52,21 @@ def _parameters(path: str) -> list[str]:
     module, _, name = path.rpartition(".")
     try:
         cls = getattr(importlib.import_module(module), name)
-        return [p for p in inspect.signature(cls).parameters if p not in ("self", "args", "kwargs")]
+        return _handed_on(cls)
     except (ImportError, AttributeError, TypeError, ValueError):
         return []
+
+
+def _handed_on(cls: type) -> list[str]:
+    """A class's arguments: its signature's, and where that takes ``**kwargs`` (a model that hands its base's
+    on), its bases' ``__init__``'s too, as jsonargparse follows them."""
+    names: list[str] = []
+    for init in [cls, *(klass.__dict__["__init__"] for klass in cls.__mro__ if "__init__" in klass.__dict__)]:
+        parameters = inspect.signature(init).parameters
+        names += [p for p in parameters if p not in ("self", "args", "kwargs") and p not in names]
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+            break
+    return names
 
 
 def one_line(message: str, command: str, options: Iterable[str] = ()) -> str | None:
