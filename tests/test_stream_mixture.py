@@ -2,9 +2,12 @@
 share, with replacement only where weighted up past its size, equal counts on every rank, budgets, schedules,
 and every resume (mid-epoch, at a stage boundary, epoch 2, other ranks and lanes) equal to the uninterrupted run."""
 
+import warnings
+from collections import Counter
+
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from varlen.batching.plan import PlanSpec
@@ -244,6 +247,8 @@ def test_resume_at_a_stage_boundary_equals_the_uninterrupted_run(sources, unit):
     weighted=st.booleans(),
     seed=st.integers(0, 3),
 )
+# 61 samples resumed on 5 ranks with fewer left than ranks: the warned repeats (a CI run found it)
+@example(sizes=[61], weights=[1.0] * 3, world=2, resumed=5, stop=5, mix="within_batch", weighted=True, seed=3)
 def test_random_mixtures_resume_exactly(sizes, weights, world, resumed, stop, mix, weighted, seed):
     rng = np.random.default_rng(seed)
     indexes = []
@@ -261,11 +266,17 @@ def test_random_mixtures_resume_exactly(sizes, weights, world, resumed, stop, mi
     whole = run(first, 1)
     assert len({len(b) for b in whole}) == 1
     stop = min(stop, len(whole[0]))
-    before, after, _ = rest_after(indexes, world, resumed, 1, stop, **kwargs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        before, after, _ = rest_after(indexes, world, resumed, 1, stop, **kwargs)
     assert len({len(b) for b in after}) == 1
     if stop == 0 and resumed != world:  # nothing served: the epoch is the new world size's own draw
         whole = run(plans(indexes, resumed, **kwargs), 1)
-    np.testing.assert_array_equal(multiset(before + after), multiset(whole))
+    served, planned = Counter(multiset(before + after).tolist()), Counter(multiset(whole).tolist())
+    assert not planned - served  # every sample of the epoch served
+    repeats = [w for w in caught if "fewer samples left than ranks" in str(w.message)]
+    # beyond it only the warned repeats that give every rank a batch (fewer samples left than ranks), of the rest
+    assert not served - planned or (repeats and set(served - planned) <= set(multiset(after).tolist()))
 
 
 def test_a_state_of_other_sources_or_weights_is_refused(sources):
