@@ -4,8 +4,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from varlen.storage.paths import data_root
+
+# every property test draws the same examples each run (CI reproducible, as test_properties' own settings do);
+# VARLEN_HYPOTHESIS_RANDOM=1 explores new ones
+settings.register_profile("varlen", derandomize=os.environ.get("VARLEN_HYPOTHESIS_RANDOM") != "1")
+settings.load_profile("varlen")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
