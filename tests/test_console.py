@@ -11,6 +11,8 @@ from varlen.cli import dispatch as cli
 from varlen.cli.commands import SUMMARIES, TRAINER
 
 HEAVY = ("torch", "lightning", "transformers", "torch_geometric", "litdata", "rdkit", "jsonargparse")
+#: ``varlen ARGS`` in a fresh process: its status and the watched modules it imported (by name, or under a
+#: watched package)
 PROBE = """
 import json, sys
 sys.argv = ["varlen", *sys.argv[1:]]
@@ -19,17 +21,26 @@ try:
     varlen.cli.console.main()
 except SystemExit as exit_:
     code = exit_.code
-heavy = sorted({m.split(".")[0] for m in sys.modules} & set(json.loads(%r)))
-print(json.dumps({"code": code, "heavy": heavy}))
+watched = set(json.loads(%r))
+loaded = sorted({m for m in sys.modules if m in watched or m.split(".")[0] in watched})
+print(json.dumps({"code": code, "loaded": loaded}))
 """
 
 
-def probe(*args: str) -> tuple[dict, str]:
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE % json.dumps(HEAVY), *args], capture_output=True, text=True, check=True
-    )
+def run_probe(args, watched, env=None) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-c", PROBE % json.dumps(list(watched)), *args]
+    return subprocess.run(command, capture_output=True, text=True, check=True, env=env)
+
+
+def heavy_of(done: subprocess.CompletedProcess) -> tuple[dict, str]:
+    """The probe's status and the heavy packages it imported, and what it printed."""
     *printed, result = done.stdout.strip().splitlines()
-    return json.loads(result), "\n".join(printed)
+    found = json.loads(result)
+    return {"code": found["code"], "heavy": sorted({m.split(".")[0] for m in found["loaded"]})}, "\n".join(printed)
+
+
+def probe(*args: str) -> tuple[dict, str]:
+    return heavy_of(run_probe(args, HEAVY))
 
 
 def test_the_help_imports_nothing_heavy_and_lists_every_command() -> None:
@@ -54,13 +65,8 @@ def test_the_cli_runs_the_commands_the_help_lists() -> None:
 
 def test_a_mistyped_command_gets_the_closest_one_before_any_heavy_import() -> None:
     """``varlen fitt`` took 7 s and ended in argparse's "invalid choice" without the hint other typos get."""
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE % json.dumps(HEAVY), "fitt", "--config", "x.yaml"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    done = run_probe(["fitt", "--config", "x.yaml"], HEAVY)
+    result, _ = heavy_of(done)
     assert result == {"code": 2, "heavy": []}, result
     assert done.stderr.strip().splitlines() == [
         "varlen: error: no command 'fitt': did you mean 'fit'? (varlen --help lists the commands)"
@@ -82,31 +88,12 @@ def test_help_into_a_closed_pipe_ends_quietly() -> None:
 
 
 SCENARIO_MODULES = ("varlen.datamodules.text", "varlen.datamodules.molecules", "varlen.datamodules.sequence")
-NAMED = """
-import json, sys
-sys.argv = ["varlen", *sys.argv[1:]]
-import varlen.cli.console
-try:
-    varlen.cli.console.main()
-except SystemExit as exit_:
-    code = exit_.code
-watched = set(json.loads(%r))
-loaded = sorted({m for m in sys.modules if m in watched or m.split(".")[0] in watched})
-print(json.dumps({"code": code, "loaded": loaded}))
-"""
 
 
 def named_probe(tmp_path, *args: str) -> tuple[dict, str]:
     """``varlen ARGS`` in a fresh process with its own cache folder: its status, the watched modules it imported,
     and what it printed."""
-    watched = json.dumps([*HEAVY, *SCENARIO_MODULES])
-    done = subprocess.run(
-        [sys.executable, "-c", NAMED % watched, *args],
-        capture_output=True,
-        text=True,
-        check=True,
-        env={**os.environ, "VARLEN_CACHE": str(tmp_path)},
-    )
+    done = run_probe(args, [*HEAVY, *SCENARIO_MODULES], env={**os.environ, "VARLEN_CACHE": str(tmp_path)})
     *printed, result = done.stdout.strip().splitlines()
     return json.loads(result), "\n".join(printed)
 
