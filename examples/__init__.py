@@ -1,1 +1,1 @@
-"""Examples of varlen on your own data (importable as ``examples.*`` from the repository root)."""
+"""Examples of varlen on your own data (importable as `examples.*` from the repository root)."""

@@ -1,10 +1,10 @@
 """Bring your own data: variable-length sensor recordings in a JSON Lines file, on varlen.
 
-Each line is ``{"id": "...", "values": [float, ...], "label": "walk"}``. The DataModule is all a
-user writes: read and check the file (bad lines through ``self.report``), keep the values
-unpadded in one :class:`~varlen.batching.ragged.Ragged`, split with :mod:`varlen.prepare.splits`, pad a
+Each line is `{"id": "...", "values": [float, ...], "label": "walk"}`. The DataModule is all a
+user writes: read and check the file (bad lines through `self.report`), keep the values
+unpadded in one `Ragged`, split with `varlen.prepare.splits`, pad a
 whole batch in one gather. Bucketing by length, budgets, DDP, resume, the report and
-``varlen inspect`` come from the base class; ``tests/test_examples.py`` runs varlen's contract
+`varlen inspect` come from the base class; `tests/test_examples.py` runs varlen's contract
 tests on it.
 """
 
@@ -31,8 +31,8 @@ CLASSES = ("rest", "walk", "run")
 
 
 class SensorSequences(PadsToWidths, torch.utils.data.Dataset):
-    """Recordings as one flat array plus row spans; ``__getitems__`` pads a whole batch at once, to the
-    padded length its batch carries (``pad_to``: the DataModule's shape policy, few batch shapes)."""
+    """Recordings as one flat array plus row spans; `__getitems__` pads a whole batch at once, to the
+    padded length its batch carries (`pad_to`: the DataModule's shape policy, few batch shapes)."""
 
     def __init__(self, values: Ragged, labels: np.ndarray) -> None:
         self.values, self.labels, self.lengths = values, labels, values.lengths

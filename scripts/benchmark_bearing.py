@@ -8,28 +8,28 @@ effect, and accuracy across operating conditions.
         --splits recording,time_block,random_window
     python scripts/benchmark_bearing.py --part cross-condition --out plots   # simulator, loads 0-3
 
-Part ``memory``: the windowed datasets (50% overlap) over every recording, measured two ways:
+Part `memory`: the windowed datasets (50% overlap) over every recording, measured two ways:
 what the datasets refer to (the one flat signal store and each split's index arrays) and what
-``tracemalloc`` saw numpy allocate and keep during ``setup`` (after the raw ``.mat`` arrays were
-released); against a baseline that materialises every window as its own array (what ``np.stack``
+`tracemalloc` saw numpy allocate and keep during `setup` (after the raw `.mat` arrays were
+released); against a baseline that materialises every window as its own array (what `np.stack`
 of windows holds).
 
-Part ``loader``: loader windows/s over the train split (median of interleaved epochs, same batch
+Part `loader`: loader windows/s over the train split (median of interleaved epochs, same batch
 size, same process, 0 workers, one thread): the varlen loader (batched fetch: one gather of the
 batch's windows from the flat store, then the collate names the fields), the same loader with the
-core's generic ``Ragged.pad`` as the gather, and the baseline a user would write: every window
-copied out into one array, a ``DataLoader`` with ``default_collate``.
+core's generic `Ragged.pad` as the gather, and the baseline a user would write: every window
+copied out into one array, a `DataLoader` with `default_collate`.
 
-Part ``leakage``: the same WDCNN trained on the same recordings with the leak-free time-block
+Part `leakage`: the same WDCNN trained on the same recordings with the leak-free time-block
 split and with a random window split (overlapping windows of one recording on both sides);
 window-level and recording-level macro-F1 on each split's test windows.
 
-Part ``cross-condition``: for every train -> test pair of operating conditions (the simulator's
-motor loads 0-3, or the loads present under ``--root``), the reference WDCNN trained on the train
+Part `cross-condition`: for every train -> test pair of operating conditions (the simulator's
+motor loads 0-3, or the loads present under `--root`), the reference WDCNN trained on the train
 condition (validation carved from it by time blocks) and tested on the other, whole: window and
 recording accuracy and macro-F1 without adaptation and with AdaBN (batch-norm statistics of the
 unlabelled test windows). One training per train condition serves all its test conditions. With
-``--out``, a heat map of window accuracy per pair (diagonal: validation on the train condition).
+`--out`, a heat map of window accuracy per pair (diagonal: validation on the train condition).
 
 Prints markdown tables; ratios are against baselines measured in the same run.
 """
@@ -59,7 +59,7 @@ EPOCHS = 31  # one train epoch is only ~12 batches, too short to time alone on a
 
 
 class CopyPerWindow(Dataset):
-    """The baseline: every window copied out into one ``[N, C, W]`` array (tails zero-padded)."""
+    """The baseline: every window copied out into one `[N, C, W]` array (tails zero-padded)."""
 
     def __init__(self, windows: BearingWindows) -> None:
         n, width = len(windows), int(windows.lengths.max())
@@ -79,7 +79,7 @@ class CopyPerWindow(Dataset):
 
 
 class CorePadWindows(Dataset):
-    """The same windows fetched with the core's generic ``Ragged.pad`` (an index grid, then one read)."""
+    """The same windows fetched with the core's generic `Ragged.pad` (an index grid, then one read)."""
 
     def __init__(self, windows: BearingWindows) -> None:
         self.windows = windows
@@ -159,7 +159,7 @@ def memory(root: str | None) -> None:
 
 
 def epoch_rate(loader) -> float:
-    """Windows per second over one epoch of ``loader``."""
+    """Windows per second over one epoch of `loader`."""
     t0 = time.perf_counter()
     n = 0
     for batch in loader:
@@ -207,7 +207,7 @@ def loader(root: str | None) -> None:
 
 
 def leakage(root: str | None, epochs: int, seed: int, splits: list[str], with_recipe: bool = False) -> None:
-    """With ``with_recipe``: the models train with the cross-condition recipe (augmentation, AdaBN
+    """With `with_recipe`: the models train with the cross-condition recipe (augmentation, AdaBN
     before the test, the config's learning rate), to check that it keeps the time-block scores."""
     import lightning.pytorch as pl
 
@@ -268,7 +268,7 @@ def cross_recipe() -> tuple[dict, dict, int]:
 
 
 def conditions_under(root: str | None, simulated: list[str]) -> list[str]:
-    """The conditions of the recordings under ``root`` (read once), or the simulated loads."""
+    """The conditions of the recordings under `root` (read once), or the simulated loads."""
     if root is None:
         return simulated
     return sorted({r.condition for r in make_datamodule(root).load()})
@@ -291,7 +291,7 @@ def quiet_trainer(epochs: int = 1, limit_val_batches: float | None = 0):
 
 
 def train_on(root, condition: str, tests: list[str], args) -> dict:
-    """One model trained on ``condition``, tested on each of ``tests`` with and without AdaBN."""
+    """One model trained on `condition`, tested on each of `tests` with and without AdaBN."""
     import lightning.pytorch as pl
 
     from varlen.models.bearing import BearingClassifier

@@ -3,10 +3,10 @@
     python scripts/benchmark_budgets.py              # SST-2 from $VARLEN_DATA/text, else the synthetic reviews
     python scripts/benchmark_budgets.py --samples 3000 --worlds 2 4 8
 
-1. Packed rows (``layout="packed"``, ``max_tokens``) at ``pad_to_multiple_of`` 1 / 8 / 16 / 64: the real tokens over
+1. Packed rows (`layout="packed"`, `max_tokens`) at `pad_to_multiple_of` 1 / 8 / 16 / 64: the real tokens over
    the rows' tokens of epoch 0. Before, the plan costed each text at its rounded size (emulated here by planning
    the rounded lengths); now at its real size, and only the row is rounded.
-2. ``max_shapes`` with ``sample_weights="balanced"`` on 1-8 ranks: the most distinct (batch size, padded length)
+2. `max_shapes` with `sample_weights="balanced"` on 1-8 ranks: the most distinct (batch size, padded length)
    shapes an axis takes over the first epochs the weighted sampler serves. Before, the rungs were fitted on the
    unweighted epoch 0 (emulated: fitted by an unweighted sampler, served by the weighted one); now on the draw's.
 """
@@ -25,7 +25,7 @@ EPOCHS = 3
 
 
 def text_arguments(samples: int) -> tuple[str, dict]:
-    """SST-2 where ``$VARLEN_DATA/text`` holds it, else the embedded synthetic reviews."""
+    """SST-2 where `$VARLEN_DATA/text` holds it, else the embedded synthetic reviews."""
     text = Path(os.environ.get("VARLEN_DATA", "")) / "text"
     if (text / "sst2_train.tsv").is_file():
         files = {"train_file": text / "sst2_train.tsv", "val_file": text / "sst2_dev.tsv"}
@@ -55,7 +55,7 @@ def served(sampler) -> int:
 
 
 def weighted_shapes(data: dict, budget: int, limit: int, world: int) -> tuple[int, int, bool]:
-    """(shapes served before, now, whether now warned that the limit cannot hold) on ``world`` ranks."""
+    """(shapes served before, now, whether now warned that the limit cannot hold) on `world` ranks."""
     from varlen.batching import BucketBatchSampler
     from varlen.datamodules import TextClassificationDataModule
 

@@ -1,18 +1,18 @@
-"""What verifying a cache table's checksum costs a process that maps it first (``varlen.storage.checksums``).
+"""What verifying a cache table's checksum costs a process that maps it first (`varlen.storage.checksums`).
 
     python scripts/benchmark_checksums.py                          # builds both caches in a fresh folder
     python scripts/benchmark_checksums.py --cache-dir /tmp/bench   # reuses (or builds) the caches there
 
-Two real tables: SST-2's training token table (``$VARLEN_DATA/text/sst2_train.tsv``, the MiniLM
-tokenizer, ``max_length`` 128) and HIV's graph table (``$VARLEN_DATA/molecules/HIV.csv.gz``, 41,127
+Two real tables: SST-2's training token table (`$VARLEN_DATA/text/sst2_train.tsv`, the MiniLM
+tokenizer, `max_length` 128) and HIV's graph table (`$VARLEN_DATA/molecules/HIV.csv.gz`, 41,127
 molecules; building it featurises them all, about two minutes on one core). A row times the parts of
-one first map in a process, the median of ``--repeats``: ``map``, the file opened and made into what
-the scenario's ``setup`` and workers serve from it (``TokenizedTexts.mapped``, ``GraphStore``);
-``verify``, the checksum hashed and compared (this process's memo and the node's marker emptied
-first); ``check``, the values check ``open_table`` runs in ``setup`` (token ids inside the vocabulary;
-bonds inside their molecule); ``marker``, the verification of a process that finds the marker another
-one of the node left (what ranks and spawned workers pay). ``warm``: the file in the page cache (it
-is, right after a build); ``cold``: its pages dropped first (``posix_fadvise(DONTNEED)``), so the
+one first map in a process, the median of `--repeats`: `map`, the file opened and made into what
+the scenario's `setup` and workers serve from it (`TokenizedTexts.mapped`, `GraphStore`);
+`verify`, the checksum hashed and compared (this process's memo and the node's marker emptied
+first); `check`, the values check `open_table` runs in `setup` (token ids inside the vocabulary;
+bonds inside their molecule); `marker`, the verification of a process that finds the marker another
+one of the node left (what ranks and spawned workers pay). `warm`: the file in the page cache (it
+is, right after a build); `cold`: its pages dropped first (`posix_fadvise(DONTNEED)`), so the
 hash reads the whole file from disk where a map reads only what it serves.
 """
 
@@ -38,8 +38,8 @@ SST2, HIV = SHARED / "text" / "sst2_train.tsv", SHARED / "molecules" / "HIV.csv.
 
 
 def build(cache: Path) -> dict[str, tuple[Path, Callable[[MappedTable], object], Callable[[MappedTable], object]]]:
-    """The two tables (built into ``cache`` when missing), each with what its scenario makes of it
-    and the values check its ``open_table`` runs."""
+    """The two tables (built into `cache` when missing), each with what its scenario makes of it
+    and the values check its `open_table` runs."""
     from varlen.datamodules.molecules import MoleculeDataModule
     from varlen.datamodules.text import TextClassificationDataModule
     from varlen.datasets.molecules.graphs import GraphStore, edge_problem
@@ -78,7 +78,7 @@ def drop_pages(path: Path) -> None:
 
 
 def first_map(path: Path, serve: Callable, check: Callable, cold: bool) -> dict[str, float]:
-    """Seconds of each part of one first map of ``path`` in this process (see the module docstring)."""
+    """Seconds of each part of one first map of `path` in this process (see the module docstring)."""
     forget(path)
     if cold:
         drop_pages(path)

@@ -1,15 +1,15 @@
 """Serving the rest of an epoch resumed on another number of ranks, against a plain epoch, and the streamed
 plan's set-up and split batches by world size.
 
-``--part rest``: a streamed sampler (lognormal(5, 1) token sizes, budget 8192, chunks of 8192 samples: a size
-index on disk, as ``varlen optimize`` writes it, under ``--dir``) saved on ``--saved`` ranks after ``--after``
-batches and resumed on ``--resumed`` ranks: rank 0's rest served (batches/s, the process's RSS growth),
-against rank 0 of a plain epoch on ``--resumed`` ranks; and the in-memory sampler's rest against its plain
-epoch. With ``--loader``, also the streamed loader itself (real LitData chunks of token ids, written once under
-``--dir``, read by ``StreamedDataset`` in the main process): there the rest decodes chunks. One fresh process
+`--part rest`: a streamed sampler (lognormal(5, 1) token sizes, budget 8192, chunks of 8192 samples: a size
+index on disk, as `varlen optimize` writes it, under `--dir`) saved on `--saved` ranks after `--after`
+batches and resumed on `--resumed` ranks: rank 0's rest served (batches/s, the process's RSS growth),
+against rank 0 of a plain epoch on `--resumed` ranks; and the in-memory sampler's rest against its plain
+epoch. With `--loader`, also the streamed loader itself (real LitData chunks of token ids, written once under
+`--dir`, read by `StreamedDataset` in the main process): there the rest decodes chunks. One fresh process
 per figure.
 
-``--part pieces``: per world size, the streamed plan's set-up (rank 0) and the batches split to give every rank
+`--part pieces`: per world size, the streamed plan's set-up (rank 0) and the batches split to give every rank
 the same count, with the pieces walked at real counts and cut at equal expected batches.
 
     python scripts/benchmark_elastic.py --part rest --samples 200000,2000000
@@ -41,7 +41,7 @@ def sizes_in_chunks(n: int) -> list[np.ndarray]:
 
 
 def written_once(folder, write) -> str:
-    """``folder``, its size index checked; ``write(folder)`` first when it holds none (or another)."""
+    """`folder`, its size index checked; `write(folder)` first when it holds none (or another)."""
     from varlen.stream import SizeIndex
 
     try:
@@ -53,7 +53,7 @@ def written_once(folder, write) -> str:
 
 
 def size_index_folder(root: str, n: int) -> str:
-    """A folder holding an ``index.json`` of ``n`` samples' chunks and their size index (the chunk files
+    """A folder holding an `index.json` of `n` samples' chunks and their size index (the chunk files
     themselves are not needed to plan): written once."""
     from pathlib import Path
 
@@ -83,7 +83,7 @@ def load_streaming_benchmark():
 
 
 def token_chunks(root: str, n: int) -> str:
-    """``n`` token sequences as LitData chunks with their size index (benchmark_streaming's), written once."""
+    """`n` token sequences as LitData chunks with their size index (benchmark_streaming's), written once."""
     from pathlib import Path
 
     return written_once(Path(root) / f"tokens-{n}", lambda folder: load_streaming_benchmark().write_tokens(folder, n))

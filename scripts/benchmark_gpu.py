@@ -5,26 +5,26 @@
     python scripts/benchmark_gpu.py --quick                # CPU, a tiny random BERT and synthetic texts: seconds
     python scripts/benchmark_gpu.py --json out.jsonl --out docs/images
 
-The model is varlen's ``TextClassifier`` (the offline MiniLM) fine-tuned on SST-2's training sentences
-(``$VARLEN_DATA/text``, the shipped ``configs/text_sst2.yaml`` data), one Lightning ``Trainer`` per row,
-``--steps`` timed training steps after ``--skip`` untimed ones, the loader in the loop (0 workers, as the
+The model is varlen's `TextClassifier` (the offline MiniLM) fine-tuned on SST-2's training sentences
+(`$VARLEN_DATA/text`, the shipped `configs/text_sst2.yaml` data), one Lightning `Trainer` per row,
+`--steps` timed training steps after `--skip` untimed ones, the loader in the loop (0 workers, as the
 measurements of issue 34), the device synchronised at the timing's ends only. Batchings, at about 38 and
 about 512 samples a batch:
 
-- ``varlen``: the DataModule as shipped: ``max_tokens`` 547 / 7,365, the shape policy (``max_shapes`` 24) and
-  :class:`~varlen.batching.warmup.WarmShapes` (its seconds in the ``warm-up s`` column, outside the timing);
-- ``varlen exact``: the same budget with exact buckets (``max_shapes=None``), no warm-up (varlen before);
-- ``varlen packed``: ``layout="packed"``: each batch one row of 547 / 7,365 tokens, the sentences end to end
+- `varlen`: the DataModule as shipped: `max_tokens` 547 / 7,365, the shape policy (`max_shapes` 24) and
+  `WarmShapes` (its seconds in the `warm-up s` column, outside the timing);
+- `varlen exact`: the same budget with exact buckets (`max_shapes=None`), no warm-up (varlen before);
+- `varlen packed`: `layout="packed"`: each batch one row of 547 / 7,365 tokens, the sentences end to end
   (one shape, no padding but the row's tail), attention within each sentence by torch's varlen kernel (its
   encoder's attention-probability dropout set to 0, as that kernel has none; the other rows keep 0.1);
-- ``longest``: random batches of 38 / 512 padded to their longest by transformers' ``DataCollatorWithPadding``;
-- ``max_length``: the same padded to ``max_length`` 128 (``padding="max_length"``);
-- ``grouped``: transformers' ``LengthGroupedSampler`` (``group_by_length``) with ``DataCollatorWithPadding``.
+- `longest`: random batches of 38 / 512 padded to their longest by transformers' `DataCollatorWithPadding`;
+- `max_length`: the same padded to `max_length` 128 (`padding="max_length"`);
+- `grouped`: transformers' `LengthGroupedSampler` (`group_by_length`) with `DataCollatorWithPadding`.
 
 Each row runs in a fresh process (a fork server's child, torch imported once): cuDNN keeps the plans it
-built for a shape for the life of a process, so a row must not find another's. Precisions ``bf16-mixed``
-and ``32-true``; attention with torch's default backends (cuDNN first on Hopper in bf16) and with cuDNN's
-off (``torch.backends.cuda.enable_cudnn_sdp(False)``). Columns: samples/s and real tokens/s over the timed
+built for a shape for the life of a process, so a row must not find another's. Precisions `bf16-mixed`
+and `32-true`; attention with torch's default backends (cuDNN first on Hopper in bf16) and with cuDNN's
+off (`torch.backends.cuda.enable_cudnn_sdp(False)`). Columns: samples/s and real tokens/s over the timed
 steps, real / allocated tokens, distinct batch shapes met, the share of the time waiting for the loader,
 peak device memory, the warm-up's seconds, and each varlen row's samples/s over the best peer's of its
 group (same size, precision and backends).
@@ -74,7 +74,7 @@ class Row:
 
 
 def rows_of(kind: str, sizes: list[int]) -> list[Row]:
-    """``core``: bf16 with default backends for every batching, and varlen with cuDNN off; ``all``: also
+    """`core`: bf16 with default backends for every batching, and varlen with cuDNN off; `all`: also
     every batching with cuDNN off and every batching in fp32."""
     rows = [Row(b, s, "bf16-mixed", True) for s in sizes for b in BATCHINGS]
     rows += [Row("varlen", s, "bf16-mixed", False) for s in sizes]
@@ -121,7 +121,7 @@ def peer_loader(row: Row, dm, settings: dict):
 
 
 def measure(row: Row, settings: dict) -> dict:
-    """One row: a Trainer's ``skip + steps`` training steps, the last ``steps`` timed."""
+    """One row: a Trainer's `skip + steps` training steps, the last `steps` timed."""
     from varlen.batching.warmup import WarmShapes
     from varlen.models import TextClassifier
 
@@ -149,7 +149,7 @@ def measure(row: Row, settings: dict) -> dict:
 
 
 class Timer(pl.Callback):
-    """Times training steps after ``skip`` (the device synchronised at both ends only), and counts each timed
+    """Times training steps after `skip` (the device synchronised at both ends only), and counts each timed
     batch's samples, real and allocated tokens (summed on the device: no step waits for them), its shape and
     the host's wait for the loader (from one step's end to the next one's start)."""
 
@@ -209,7 +209,7 @@ def child(row: Row, settings: dict, out) -> None:
 
 def run_isolated(rows: list[Row], settings: dict, timeout: float, keep) -> list[dict]:
     """Each row in a child of one fork server (torch, Lightning and transformers imported once, no CUDA
-    state shared), at most ``timeout`` seconds each; ``keep(row, result)`` as each ends."""
+    state shared), at most `timeout` seconds each; `keep(row, result)` as each ends."""
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(
         ["torch", "lightning.pytorch", "transformers", "varlen.datamodules", "varlen.models"]
@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> list[tuple[Row, dict]]:
 
 
 def read_rows(path: Path) -> list[tuple[Row, dict]]:
-    """The rows a ``--json`` file kept."""
+    """The rows a `--json` file kept."""
     found = []
     for line in path.read_text().splitlines():
         if line.strip():

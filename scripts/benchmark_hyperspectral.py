@@ -1,11 +1,11 @@
 """Hyperspectral benchmarks and acceptance figures; prints markdown tables.
 
-Parts (``--parts``, default all but ``accuracy``):
+Parts (`--parts`, default all but `accuracy`):
 
-* ``memory``: resident memory of a 2-worker loader over a memory-mapped cube vs the cube's size on
+* `memory`: resident memory of a 2-worker loader over a memory-mapped cube vs the cube's size on
   disk, at two sizes: a small cube (500 x 400 x 224 float32, 171 MiB), also against the same
   loader when every worker loads the cube itself (the mistake to avoid), and realistically large
-  ones (``--large-gib``, default 1.5 and 3 GiB, written once to a temporary folder). Resident
+  ones (`--large-gib`, default 1.5 and 3 GiB, written once to a temporary folder). Resident
   memory is the proportional set size (PSS) summed over the main process and its workers, minus
   the main process before the loader existed: pages shared by several processes (the page-cache
   pages of the mapped cube) count once. It is split into the PSS of the cube file's mappings and
@@ -13,20 +13,20 @@ Parts (``--parts``, default all but ``accuracy``):
   grows with the number of labelled pixels, not with the cube's bands. One full garbage collection
   runs in each worker as it starts and in the main process after 20 batches, as the allocations
   of a long training run trigger them; the second row shows what the loader's GC freeze
-  (:class:`varlen.batching.loader.VarLenLoader`) saves then. The large cube reads the first
-  ``--large-batches`` (400) batches of the epoch: the train-only statistics of ``setup`` have
+  (`varlen.batching.loader.VarLenLoader`) saves then. The large cube reads the first
+  `--large-batches` (400) batches of the epoch: the train-only statistics of `setup` have
   mapped the training pixels' spectra by then, and the rest stops growing after a few batches.
   Summed RSS, which counts a shared page once per process, is shown too, as is the size of the
   dataset pickled to a worker (the cube travels as its path). About 6 minutes on 2 cores.
-* ``throughput``: patches/s of the loader (0 and 2 workers), and, in the same run on the same
-  batches, the batched gather (one ``Ragged`` band draw and one read of the cube per batch)
-  against the per-sample path it replaced (a ``Generator`` per sample for its bands, one patch
+* `throughput`: patches/s of the loader (0 and 2 workers), and, in the same run on the same
+  batches, the batched gather (one `Ragged` band draw and one read of the cube per batch)
+  against the per-sample path it replaced (a `Generator` per sample for its bands, one patch
   copied per sample in the collate), for training (random bands) and evaluation (all bands).
-* ``padding``: padding efficiency (real / padded band slots) of band-count batching against
+* `padding`: padding efficiency (real / padded band slots) of band-count batching against
   random batching, same batch size and same token budget.
-* ``accuracy``: trains the SpectralTransformer on the embedded default (spatially disjoint split)
+* `accuracy`: trains the SpectralTransformer on the embedded default (spatially disjoint split)
   with random band subsets and reports test OA / AA / kappa evaluated with 25, 50, 100 and all
-  bands; ``--compare-fixed`` also trains on all bands only, as the baseline.
+  bands; `--compare-fixed` also trains on all bands only, as the baseline.
 
     python scripts/benchmark_hyperspectral.py                       # memory, throughput, padding
     python scripts/benchmark_hyperspectral.py --parts accuracy --compare-fixed
@@ -53,7 +53,7 @@ from varlen.datasets.hyperspectral.synthetic import generate_field_layout, share
 
 
 def smaps(pid: int, mapped: Path) -> dict[str, int]:
-    """``Pss``, ``Pss_Anon`` (rollup) and the PSS of the mappings of file ``mapped``, in bytes."""
+    """`Pss`, `Pss_Anon` (rollup) and the PSS of the mappings of file `mapped`, in bytes."""
     out = {"Pss": 0, "Pss_Anon": 0, "Pss_mapped": 0}
     with open(f"/proc/{pid}/smaps_rollup") as f:
         for line in f:
@@ -130,7 +130,7 @@ def full_collection(worker_id: int) -> None:
 
 
 def epoch_memory(loader, mapped: Path, max_batches: int | None = None) -> tuple[int, np.ndarray]:
-    """Iterate one epoch (or its first ``max_batches``); return (patches, peak of each :func:`tree_memory`
+    """Iterate one epoch (or its first `max_batches`); return (patches, peak of each `tree_memory`
     figure, sampled about once a second)."""
     peak, patches, last = np.zeros(5), 0, 0.0
     for n, batch in enumerate(loader):
@@ -151,9 +151,9 @@ def bench_memory(
     """One table for one cube size: the varlen loader (and, if asked, the whole-cube-per-worker mistake).
 
     The split holds out only 5% + 5% of the labelled pixels, so the training centres cover most
-    of the cube: the train-only band statistics of ``setup`` read (map) all of their spectra, and
+    of the cube: the train-only band statistics of `setup` read (map) all of their spectra, and
     the workers then read patches around them (the worst case for resident memory). The NaN scan
-    is off so that the figure is the loader's alone. ``max_batches`` stops the epoch early (the
+    is off so that the figure is the loader's alone. `max_batches` stops the epoch early (the
     large cube: a full epoch of ~1.4 M patches takes long on 2 cores, and neither the cube pages,
     mapped by the statistics already, nor the rest grow after the first batches).
     """
@@ -273,7 +273,7 @@ def todays_collate(samples: list[dict]) -> dict[str, torch.Tensor]:
 
 
 def patches_per_second(make_batch, batches, repeats: int = 3) -> float:
-    """Patches/s of ``make_batch(b)`` over ``batches``: the best of ``repeats`` passes (a pass is only
+    """Patches/s of `make_batch(b)` over `batches`: the best of `repeats` passes (a pass is only
     ever slowed down by other processes; every path gets the same rule)."""
     best = min(_timed(make_batch, batches) for _ in range(repeats))
     return sum(len(b) for b in batches) / best

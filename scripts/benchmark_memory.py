@@ -1,23 +1,23 @@
 """Memory of loader workers under every start method, and the cost of building data once per node.
 
-Parts (``--parts``, comma-separated; default all):
+Parts (`--parts`, comma-separated; default all):
 
-``workers``
-  Unique memory (USS: pages no other process shares) of each loader worker after ``--batches``
-  training batches, ``--workers`` workers, under ``fork``, ``spawn`` and ``forkserver``, for a
-  small and a large corpus of each scenario: text (5,000 synthetic reviews against ``--large-texts``,
-  default 2 million, written once as Parquet; SST-2's 67k beside them when ``$VARLEN_DATA`` has
-  it), molecules (ESOL's 1,128 against HIV's 41,127 when the shared data has ``HIV.csv.gz``, else
+`workers`
+  Unique memory (USS: pages no other process shares) of each loader worker after `--batches`
+  training batches, `--workers` workers, under `fork`, `spawn` and `forkserver`, for a
+  small and a large corpus of each scenario: text (5,000 synthetic reviews against `--large-texts`,
+  default 2 million, written once as Parquet; SST-2's 67k beside them when `$VARLEN_DATA` has
+  it), molecules (ESOL's 1,128 against HIV's 41,127 when the shared data has `HIV.csv.gz`, else
   ESOL repeated) and bearing (the simulator at 4 against 40 recordings per class). Each case runs in
-  a fresh process; the caches are built first (``prepare_data``), outside the measure. The large
+  a fresh process; the caches are built first (`prepare_data`), outside the measure. The large
   corpus should cost a worker no more than the small one: the data are mapped, not copied. USS
   also counts the pages of a mapped cache file that only this worker has read so far (clean page
   cache, shared with the next process that reads them, dropped under memory pressure): those are
   reported apart, and the comparison is made on the rest (the worker's heap and libraries).
-``setup``
-  ``setup`` of SST-2 train (67k) in a new process with the cache the first one built, against the
+`setup`
+  `setup` of SST-2 train (67k) in a new process with the cache the first one built, against the
   first (tokenising) one.
-``tokenise``
+`tokenise`
   The peak memory of tokenising the large synthetic corpus against the token ids it stores.
 
     python scripts/benchmark_memory.py                          # about 30 min on 2 cores
@@ -50,7 +50,7 @@ MIB = 2**20
 
 
 def synthetic_parquet(path: Path, rows: int, chunk: int = 100_000) -> Path:
-    """``rows`` synthetic reviews as a Parquet table written a chunk at a time (kept for later runs)."""
+    """`rows` synthetic reviews as a Parquet table written a chunk at a time (kept for later runs)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -68,7 +68,7 @@ def synthetic_parquet(path: Path, rows: int, chunk: int = 100_000) -> Path:
 
 
 def datamodule(case: str, work: Path, **loader):
-    """The DataModule of ``case``, its caches under ``work / "cache"``."""
+    """The DataModule of `case`, its caches under `work / "cache"`."""
     cache = str(work / "cache")
     if case.startswith("text"):
         from varlen.datamodules import TextClassificationDataModule
@@ -99,7 +99,7 @@ def datamodule(case: str, work: Path, **loader):
 
 
 def repeated_esol(work: Path, times: int) -> Path:
-    """ESOL's table ``times`` over (a larger table of real molecules when HIV is not at hand)."""
+    """ESOL's table `times` over (a larger table of real molecules when HIV is not at hand)."""
     from varlen.datasets.molecules.readers import packaged_esol
 
     path = work / f"esol_x{times}.csv"
@@ -113,7 +113,7 @@ def repeated_esol(work: Path, times: int) -> Path:
 
 
 def measure_workers(case: str, method: str, work: Path, workers: int, batches: int) -> dict:
-    """USS of each worker after ``batches`` training batches (the caches already built)."""
+    """USS of each worker after `batches` training batches (the caches already built)."""
     import psutil
 
     dm = datamodule(case, work, num_workers=workers, multiprocessing_context=method, persistent_workers=True)
@@ -141,7 +141,7 @@ def unique_memory(pid: int, cache: Path) -> tuple[int, int]:
 
 
 def measure_setup(case: str, work: Path) -> dict:
-    """Seconds of ``prepare_data`` + ``setup`` (whatever the cache holds), this process's peak RSS, and
+    """Seconds of `prepare_data` + `setup` (whatever the cache holds), this process's peak RSS, and
     its peak anonymous memory (RSS less the pages of mapped files: what building holds of its own)."""
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     dm = datamodule(case, work)
@@ -163,7 +163,7 @@ def measure_setup(case: str, work: Path) -> dict:
 
 
 class AnonymousPeak:
-    """The largest ``RssAnon`` of this process while the block runs, sampled every 10 ms by a thread
+    """The largest `RssAnon` of this process while the block runs, sampled every 10 ms by a thread
     (the kernel keeps a peak of the whole RSS only, which counts mapped file pages too)."""
 
     def __enter__(self) -> AnonymousPeak:

@@ -1,15 +1,15 @@
 """Streamed mixtures side by side (issue 28), printed as markdown tables.
 
 Three streamed sources of token sequences (lognormal(5, 1) lengths in [1, 1024]), of 1,000,000,
-100,000 and 10,000 samples by default (``--scale`` shrinks them), written as LitData chunks with
-``litdata.optimize`` and indexed with ``write_size_index``; weights 0.6 / 0.3 / 0.1.
+100,000 and 10,000 samples by default (`--scale` shrinks them), written as LitData chunks with
+`litdata.optimize` and indexed with `write_size_index`; weights 0.6 / 0.3 / 0.1.
 
-* varlen: the streamed mixture plan (:class:`~varlen.stream.mixture_epochs.MixtureBatchPlan`) on ``--world``
-  simulated ranks under a budget of ``--budget`` padded tokens: each epoch's served share per source
+* varlen: the streamed mixture plan (`MixtureBatchPlan`) on `--world`
+  simulated ranks under a budget of `--budget` padded tokens: each epoch's served share per source
   (every rank's batches), real / padded tokens, the set-up of rank 0 (seconds, RSS added, peak traced
   allocation) and a restore in the middle of epoch 2 with its first batch, checked against the
   uninterrupted run.
-* LitData: ``CombinedStreamingDataset(weights=...)`` + ``StreamingDataLoader`` at varlen's mean batch
+* LitData: `CombinedStreamingDataset(weights=...)` + `StreamingDataLoader` at varlen's mean batch
   size, one process (LitData splits by its own ranks; its shares do not depend on them): each epoch's
   served share per source and samples, real / padded tokens (each batch padded to its longest), and
   whether a loader restored half way through epoch 2 serves the uninterrupted run's samples.
@@ -42,14 +42,14 @@ LENGTHS = {
 
 
 def item(key: tuple[int, int]) -> dict:
-    """Sample ``i`` of source ``s`` (module level: LitData's writer workers import it)."""
+    """Sample `i` of source `s` (module level: LitData's writer workers import it)."""
     source, i = key
     length = int(LENGTHS[NAMES[source]][i])
     return {"source": source, "index": i, "input_ids": np.arange(length, dtype=np.int32) % 30000}
 
 
 def write_source(folder: Path, source: int, n: int) -> Path:
-    """Source ``source``'s first ``n`` samples as LitData chunks in ``folder``, with their size index."""
+    """Source `source`'s first `n` samples as LitData chunks in `folder`, with their size index."""
     import litdata
 
     from varlen.stream import write_size_index
@@ -72,7 +72,7 @@ def row(*cells) -> str:
 
 
 def binomial_band(share: float, n: int) -> float:
-    """Half width of a 99% normal-approximation interval of a share over ``n`` draws."""
+    """Half width of a 99% normal-approximation interval of a share over `n` draws."""
     return 2.576 * (share * (1 - share) / max(n, 1)) ** 0.5
 
 

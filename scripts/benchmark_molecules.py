@@ -1,26 +1,26 @@
 """Molecular graphs: loader throughput against PyG's loaders, and MoleculeNet regression accuracy.
 
-Two commands, each printing markdown tables (``--out DIR`` also saves the main figure as a PNG):
+Two commands, each printing markdown tables (`--out DIR` also saves the main figure as a PNG):
 
-``python scripts/benchmark_molecules.py throughput [--csv PATH] [--max-tokens 2048] [--out DIR]``
-    Training epochs through (a) varlen's ``MoleculeDataModule`` loader (node + edge budget),
-    (b) PyG's ``DataLoader`` with a fixed batch size giving the same number of batches (+-5%) and
-    (c) PyG's ``DynamicBatchSampler`` with a node budget giving about as many batches, all over
+`python scripts/benchmark_molecules.py throughput [--csv PATH] [--max-tokens 2048] [--out DIR]`
+    Training epochs through (a) varlen's `MoleculeDataModule` loader (node + edge budget),
+    (b) PyG's `DataLoader` with a fixed batch size giving the same number of batches (+-5%) and
+    (c) PyG's `DynamicBatchSampler` with a node budget giving about as many batches, all over
     the same featurised graphs, measured in the same run (rounds interleave the loaders): graphs/s
     through the loader alone and through a GINE train step, each as a ratio to (b), the largest
     nodes and nodes + edges of any batch, and whether the budget held. Default table:
-    Lipophilicity from ``$VARLEN_DATA/molecules/lipo.csv`` when present, else packaged ESOL.
-    Figure: ``molecules_throughput.png``, graphs/s of each loader (loader only, train step).
+    Lipophilicity from `$VARLEN_DATA/molecules/lipo.csv` when present, else packaged ESOL.
+    Figure: `molecules_throughput.png`, graphs/s of each loader (loader only, train step).
 
-``python scripts/benchmark_molecules.py accuracy [--datasets esol freesolv lipo] [--splits ...] [--out DIR]``
-    ESOL, FreeSolv and Lipophilicity (``$VARLEN_DATA/molecules``; ESOL falls back to the
-    packaged copy), 80/10/10, for each split (``random``, ``scaffold``, ``scaffold_balanced``) and
+`python scripts/benchmark_molecules.py accuracy [--datasets esol freesolv lipo] [--splits ...] [--out DIR]`
+    ESOL, FreeSolv and Lipophilicity (`$VARLEN_DATA/molecules`; ESOL falls back to the
+    packaged copy), 80/10/10, for each split (`random`, `scaffold`, `scaffold_balanced`) and
     seed (the seed draws the split where it is random, and the model's initialisation): the
-    reference ``MoleculeGNN`` with the model and data settings of ``configs/molecules_<name>.yaml``
+    reference `MoleculeGNN` with the model and data settings of `configs/molecules_<name>.yaml`
     (descriptors where the config has them; its quick-run trainer limits are not used), trained
-    up to ``--epochs`` with early stopping on val RMSE (``--patience``), the best validation
+    up to `--epochs` with early stopping on val RMSE (`--patience`), the best validation
     checkpoint tested. Prints test RMSE mean +- std per dataset and split beside MoleculeNet's
-    published MPNN figures (:data:`PUBLISHED`). Figure: ``molecules_accuracy.png``.
+    published MPNN figures (`PUBLISHED`). Figure: `molecules_accuracy.png`.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def make_datamodule(csv: Path | None, max_tokens: int, cache_dir: str | None) ->
 
 
 def run_epoch(loader, model: MoleculeGNN | None, optimizer) -> dict[str, float]:
-    """One pass over ``loader``: graphs, time, the largest batch, and optional train steps."""
+    """One pass over `loader`: graphs, time, the largest batch, and optional train steps."""
     graphs, largest_nodes, largest_cost, batches = 0, 0, 0, 0
     start = time.perf_counter()
     for batch in loader:
@@ -86,7 +86,7 @@ def run_epoch(loader, model: MoleculeGNN | None, optimizer) -> dict[str, float]:
 
 
 def pyg_graphs(train) -> list:
-    """PyG's usual in-memory dataset: a list of ``Data`` over the same featurised graphs."""
+    """PyG's usual in-memory dataset: a list of `Data` over the same featurised graphs."""
     from torch_geometric.data import Data
 
     graphs = []
@@ -141,7 +141,7 @@ def throughput(args: argparse.Namespace) -> None:
 
 
 def plot_throughput(load: dict, step: dict, peer: str, table: str, out: Path) -> Path:
-    """Graphs/s of each loader, loading only and through a train step, with the ratio to ``peer`` on each bar."""
+    """Graphs/s of each loader, loading only and through a train step, with the ratio to `peer` on each bar."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -196,7 +196,7 @@ def measure(loaders: dict, repeats: int, step_repeats: int) -> tuple[dict, dict]
 
 
 def print_throughput(load: dict, step: dict, peer: str, args: argparse.Namespace) -> None:
-    """The markdown table: graphs/s and their ratio to ``peer``, largest batches, whether the budget held."""
+    """The markdown table: graphs/s and their ratio to `peer`, largest batches, whether the budget held."""
     base_load, base_step = load[peer]["graphs_per_s"], step[peer]["graphs_per_s"]
     print("| loader | batches | loader graphs/s | vs PyG DataLoader | train-step graphs/s | vs PyG DataLoader ", end="")
     print("| largest nodes/batch | largest nodes+edges/batch | budget held |")
@@ -243,7 +243,7 @@ TABLES = {"esol": "delaney-processed.csv", "freesolv": "SAMPL.csv", "lipo": "lip
 
 
 def config_settings(name: str) -> tuple[dict, dict]:
-    """The model and data ``init_args`` of ``configs/molecules_<name>.yaml``."""
+    """The model and data `init_args` of `configs/molecules_<name>.yaml`."""
     import yaml
 
     config = yaml.safe_load((ROOT / "configs" / f"molecules_{name}.yaml").read_text())
@@ -298,7 +298,7 @@ def train_and_test(name: str, split: str, seed: int, args: argparse.Namespace) -
 
 
 def epochs_for(name: str, epochs: list[str]) -> int:
-    """The most epochs for dataset ``name`` from ``--epochs`` items ``N`` (every dataset) and ``name=N``."""
+    """The most epochs for dataset `name` from `--epochs` items `N` (every dataset) and `name=N`."""
     chosen = {k: int(v) for k, _, v in (item.rpartition("=") for item in epochs)}
     return chosen.get(name, chosen.get("", 60))
 

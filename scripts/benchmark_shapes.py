@@ -1,14 +1,14 @@
 """What the shape policy costs and gives on SST-2's training split: an epoch's distinct batch shapes against
-its padding, with exact buckets and with ``max_shapes`` rungs, at the budgets measured on the GPU.
+its padding, with exact buckets and with `max_shapes` rungs, at the budgets measured on the GPU.
 
     python scripts/benchmark_shapes.py                      # SST-2 from $VARLEN_DATA/text
     python scripts/benchmark_shapes.py --limits 16 24 32 --worlds 1 8
 
 One row per (budget, world size, max_shapes): the rungs fitted, the epoch's distinct (batch size, padded
 length) shapes, real / allocated tokens (real over batch size x padded length, every rank's batches of
-epoch 0; packed, ``layout="packed"``: over the rows of ``max_tokens``, one shape), batches per epoch, and
+epoch 0; packed, `layout="packed"`: over the rows of `max_tokens`, one shape), batches per epoch, and
 the seconds the DataModule's set-up spent fitting the rungs. Nothing is
-timed on a device: what a shape costs there is ``scripts/benchmark_gpu.py``'s.
+timed on a device: what a shape costs there is `scripts/benchmark_gpu.py`'s.
 """
 
 from __future__ import annotations

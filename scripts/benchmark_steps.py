@@ -5,13 +5,13 @@
     python scripts/benchmark_steps.py --quick               # tiny data, a few steps (the test runs this)
     python scripts/benchmark_steps.py --out docs/images     # also a figure: steps_<device>.png
 
-Each scenario runs its shipped YAML (so the batches are the ones ``varlen fit`` trains on: shuffled,
-bucketed, under the config's budget) through a plain Lightning ``Trainer`` on one device, and the
+Each scenario runs its shipped YAML (so the batches are the ones `varlen fit` trains on: shuffled,
+bucketed, under the config's budget) through a plain Lightning `Trainer` on one device, and the
 steps after the warm-up are timed with the device synchronised. Where a scenario offers several
-batch layouts (video-text: ``padded`` and ``packed``), each is a row of its table.
+batch layouts (video-text: `padded` and `packed`), each is a row of its table.
 
 Columns: median step time (forward, backward, optimizer); real elements per second (what the
-DataModule's ``batch_stats`` counts: tokens, window samples, atoms, segments + tokens, bands);
+DataModule's `batch_stats` counts: tokens, window samples, atoms, segments + tokens, bands);
 real / allocated elements of the batches; the largest batch's tensors; peak memory (CUDA: the
 allocator's peak during the timed steps; CPU: the process's peak resident set during the timed
 steps, model and data included, as the CPU allocator keeps no statistics: Linux's high-water
@@ -58,17 +58,17 @@ SCENARIOS = {
 
 
 def tensor_bytes(batch) -> int:
-    """Bytes of the tensors a batch holds (a dict, or a PyG ``Batch``)."""
+    """Bytes of the tensors a batch holds (a dict, or a PyG `Batch`)."""
     values = batch.values() if isinstance(batch, dict) else (v for _, v in batch)
     return sum(v.numel() * v.element_size() for v in values if torch.is_tensor(v))
 
 
 class StepTimer(pl.Callback):
-    """Times training steps after ``warmup`` with the device synchronised, and counts their elements.
+    """Times training steps after `warmup` with the device synchronised, and counts their elements.
 
-    The device is the one the steps run on, read when training starts: after ``fit`` Lightning has
+    The device is the one the steps run on, read when training starts: after `fit` Lightning has
     moved the model back to the CPU, so the model's device then names the wrong one. The row's
-    label, the synchronisation and the peak memory's source all come from ``self.device``.
+    label, the synchronisation and the peak memory's source all come from `self.device`.
     """
 
     def __init__(self, warmup: int) -> None:
@@ -114,7 +114,7 @@ class StepTimer(pl.Callback):
 
 
 def reset_peak(device: torch.device) -> None:
-    """Start the peak memory of ``device`` afresh: the CUDA allocator's, or the process's RSS."""
+    """Start the peak memory of `device` afresh: the CUDA allocator's, or the process's RSS."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     else:
@@ -122,14 +122,14 @@ def reset_peak(device: torch.device) -> None:
 
 
 def peak_mib(device: torch.device) -> float:
-    """Peak memory (MiB) since :func:`reset_peak` on the same ``device``."""
+    """Peak memory (MiB) since `reset_peak` on the same `device`."""
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
     return peak_rss_kib() / 1024
 
 
 def reset_peak_rss() -> None:
-    """Reset the process's resident high-water mark (Linux: ``5`` into ``/proc/self/clear_refs``)."""
+    """Reset the process's resident high-water mark (Linux: `5` into `/proc/self/clear_refs`)."""
     try:
         Path("/proc/self/clear_refs").write_text("5")
     except OSError:
@@ -137,7 +137,7 @@ def reset_peak_rss() -> None:
 
 
 def peak_rss_kib() -> int:
-    """The resident high-water mark in KiB (``VmHWM``; ``ru_maxrss`` where there is no /proc)."""
+    """The resident high-water mark in KiB (`VmHWM`; `ru_maxrss` where there is no /proc)."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -148,7 +148,7 @@ def peak_rss_kib() -> int:
 
 
 def measure(name: str, layout: str | None, steps: int, warmup: int, quick: bool, workdir: Path) -> dict:
-    """One row: the scenario's config (with ``layout``), ``steps`` timed training steps."""
+    """One row: the scenario's config (with `layout`), `steps` timed training steps."""
     from varlen.cli.dispatch import main
 
     config, _, tiny = SCENARIOS[name]

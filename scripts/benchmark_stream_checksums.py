@@ -1,17 +1,17 @@
-"""What verifying a stream's checksums costs (``varlen.stream.integrity``), on LitData chunks on local disk.
+"""What verifying a stream's checksums costs (`varlen.stream.integrity`), on LitData chunks on local disk.
 
     python scripts/benchmark_stream_checksums.py                      # ~300 MiB of chunks in a fresh folder
     python scripts/benchmark_stream_checksums.py --mib 300 --dir /tmp/s   # keeps (or reuses) them there
 
 The chunks hold token sequences (uint16 ids, lognormal(7, 1) lengths in [1, 16384]: a few KiB a sample) written with
-``litdata.optimize`` (64 MB chunks, as ``varlen optimize`` writes them) and their size index with
-``write_size_index``. A row, the median of ``--repeats``: ``write``, the checksums ``write_size_index``
-records (every chunk hashed once, the files just written so in the page cache); ``epoch``, one pass over
-every sample through a ``StreamedDataset`` (each chunk decoded once), with verification off (no checksum
+`litdata.optimize` (64 MB chunks, as `varlen optimize` writes them) and their size index with
+`write_size_index`. A row, the median of `--repeats`: `write`, the checksums `write_size_index`
+records (every chunk hashed once, the files just written so in the page cache); `epoch`, one pass over
+every sample through a `StreamedDataset` (each chunk decoded once), with verification off (no checksum
 recorded) and at a node's first open (this process's memo and the node's markers emptied first);
-``hash``, the chunks' hashing alone; ``marker``, the epoch of a later process of the node (the markers
-there). ``warm``: the files in the page cache; ``cold``: their pages dropped first
-(``posix_fadvise(DONTNEED)``), so the hash reads each chunk from the disk before LitData does.
+`hash`, the chunks' hashing alone; `marker`, the epoch of a later process of the node (the markers
+there). `warm`: the files in the page cache; `cold`: their pages dropped first
+(`posix_fadvise(DONTNEED)`), so the hash reads each chunk from the disk before LitData does.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def sizes_of(samples: list) -> np.ndarray:
 
 
 def write(folder: Path, mib: int) -> Path:
-    """About ``mib`` MiB of chunks (lengths average about 1,800 tokens, 2 bytes each) and their size index."""
+    """About `mib` MiB of chunks (lengths average about 1,800 tokens, 2 bytes each) and their size index."""
     import litdata
 
     if not (folder / "index.json").is_file():

@@ -1,41 +1,41 @@
 """Benchmarks of streamed data (issue 20), printed as markdown tables.
 
-``--part plan``: the batch plan computed from a size index (:mod:`varlen.stream.layout`), on lognormal(5, 1)
+`--part plan`: the batch plan computed from a size index (`varlen.stream.layout`), on lognormal(5, 1)
 token counts in [1, 8192] under a budget of 8192 padded tokens, chunks of 8192 samples:
 
 * plan set-up per rank (seconds; RSS added, and the peak tracemalloc traces) and per-epoch planning, at
   10 M samples (real per-chunk arrays in memory), 100 M and 1 B (a simulated index: histograms only,
-  a chunk's sizes drawn when read), against today's in-memory ``BucketBatchSampler`` where it fits;
+  a chunk's sizes drawn when read), against today's in-memory `BucketBatchSampler` where it fits;
 * restore mid-epoch + the first batch (one window read);
 * equal counts at W = 1, 2, 3, 8, 64, 512 on the 10 M index, every sample served once checked, and the
   batches added to equalise them;
 * real / padded tokens against the global in-memory plan, random batches at varlen's mean batch size
-  (LitData's batching) and lhotse's ``DynamicBucketingSampler`` at the same budget (on a subset: lhotse
+  (LitData's batching) and lhotse's `DynamicBucketingSampler` at the same budget (on a subset: lhotse
   holds a Python object per sample).
 
-``--part disk``: the same figures from real LitData chunks on local disk (``--disk-samples`` token
-sequences of lognormal(5, 1) lengths in [1, 8192], uint16 ids, written with ``litdata.optimize`` and
-their size index with ``write_size_index``; ``--disk-dir`` keeps them for a re-run). Each figure is
-taken in a fresh process: a rank's ``StreamBatchSampler`` set-up from the folder (seconds, RSS added),
-its per-epoch planning and a restore mid-epoch + first batch, against today's ``BucketBatchSampler``
+`--part disk`: the same figures from real LitData chunks on local disk (`--disk-samples` token
+sequences of lognormal(5, 1) lengths in [1, 8192], uint16 ids, written with `litdata.optimize` and
+their size index with `write_size_index`; `--disk-dir` keeps them for a re-run). Each figure is
+taken in a fresh process: a rank's `StreamBatchSampler` set-up from the folder (seconds, RSS added),
+its per-epoch planning and a restore mid-epoch + first batch, against today's `BucketBatchSampler`
 over the same sizes (read from the index, as a DataModule holds them).
 
-``--part loader``: loader throughput over the same LitData chunks on local disk (``--loader-samples``
-token sequences, lognormal(5, 1) lengths in [1, 1024], written with ``litdata.optimize`` and indexed
-with ``write_size_index``), 2 workers each, one epoch: varlen's ``StreamBatchSampler`` +
-``StreamedDataset`` in a ``VarLenLoader`` (budget ``--loader-budget`` padded tokens) against LitData's
-``StreamingDataLoader(StreamingDataset(shuffle=True))`` at varlen's mean batch size; both pad each
+`--part loader`: loader throughput over the same LitData chunks on local disk (`--loader-samples`
+token sequences, lognormal(5, 1) lengths in [1, 1024], written with `litdata.optimize` and indexed
+with `write_size_index`), 2 workers each, one epoch: varlen's `StreamBatchSampler` +
+`StreamedDataset` in a `VarLenLoader` (budget `--loader-budget` padded tokens) against LitData's
+`StreamingDataLoader(StreamingDataset(shuffle=True))` at varlen's mean batch size; both pad each
 batch to its longest sequence. Samples/s, real tokens/s and real / padded tokens: the median of
-``--repeats`` epochs, each loader new and the two taken in turn (the machine's load moves between
+`--repeats` epochs, each loader new and the two taken in turn (the machine's load moves between
 runs). Both serve the same samples, so the loader alone gives the same ratio of samples/s and of
 real tokens/s; the second table feeds each batch to a stand-in of a training step whose cost follows
-the padded tokens (an embedding and a linear layer over the padded batch, ``--step-widths`` wide, one
+the padded tokens (an embedding and a linear layer over the padded batch, `--step-widths` wide, one
 thread), as a model's does: there the real tokens/s a step sees tell the padding apart.
 
-``--part restore``: on the loader part's chunks, a loader's state half way through an epoch restored
-into a new loader, to its first batch: varlen's (``StreamBatchSampler`` state through the
-``VarLenLoader``), LitData's ``StreamingDataLoader`` (its own state), and lhotse's
-``DynamicBucketingSampler.load_state_dict`` on the same lengths (the sampler alone: lhotse replays it).
+`--part restore`: on the loader part's chunks, a loader's state half way through an epoch restored
+into a new loader, to its first batch: varlen's (`StreamBatchSampler` state through the
+`VarLenLoader`), LitData's `StreamingDataLoader` (its own state), and lhotse's
+`DynamicBucketingSampler.load_state_dict` on the same lengths (the sampler alone: lhotse replays it).
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def rss_mb() -> float:
 
 
 def measured(make):
-    """``make()``'s result, seconds, RSS added (MB) and its peak traced allocation (MB, a second run)."""
+    """`make()`'s result, seconds, RSS added (MB) and its peak traced allocation (MB, a second run)."""
     gc.collect()
     before = rss_mb()
     start = time.perf_counter()
@@ -162,8 +162,8 @@ def counts_table(index, sizes: np.ndarray, worlds: list[int]) -> dict[int, tuple
 
 
 def lhotse_batches(lengths: np.ndarray, budget: int) -> list[np.ndarray] | None:
-    """lhotse's ``DynamicBucketingSampler`` (``max_duration`` = budget, durations = token counts), as
-    ``scripts/benchmark_text.py`` calls it; None without lhotse."""
+    """lhotse's `DynamicBucketingSampler` (`max_duration` = budget, durations = token counts), as
+    `scripts/benchmark_text.py` calls it; None without lhotse."""
     try:
         from lhotse import CutSet, MonoCut
         from lhotse.dataset import DynamicBucketingSampler
@@ -232,7 +232,7 @@ def plan_part(args: argparse.Namespace) -> None:
 
 
 def token_item(i: int) -> dict:
-    """Sample ``i`` of the loader benchmark (a module-level function: LitData's writers import it)."""
+    """Sample `i` of the loader benchmark (a module-level function: LitData's writers import it)."""
     length = int(LOADER_LENGTHS[i])
     return {"index": i, "input_ids": np.arange(length, dtype=np.int32) % 30000}
 
@@ -256,8 +256,8 @@ LOADER_LENGTHS = np.clip(np.random.default_rng(0).lognormal(5.0, 1.0, 2_000_000)
 
 
 def timed_epoch(loader, step=None) -> tuple[float, int, int, int]:
-    """Seconds, samples, real and padded tokens of one pass over ``loader`` (each batch's ids given to
-    ``step``, if any)."""
+    """Seconds, samples, real and padded tokens of one pass over `loader` (each batch's ids given to
+    `step`, if any)."""
     start, samples, real, padded = time.perf_counter(), 0, 0, 0
     for ids, tokens in loader:
         samples, real, padded = samples + ids.shape[0], real + tokens, padded + ids.numel()
@@ -268,7 +268,7 @@ def timed_epoch(loader, step=None) -> tuple[float, int, int, int]:
 
 def padded_step(width: int):
     """A stand-in for a model's training step: its cost follows the padded tokens (an embedding and a
-    linear layer, ``width`` wide)."""
+    linear layer, `width` wide)."""
     import torch
 
     torch.manual_seed(0)
@@ -282,7 +282,7 @@ def padded_step(width: int):
 
 
 def write_tokens(folder, n: int):
-    """The loader benchmark's ``n`` token sequences as LitData chunks in ``folder``, with their size index."""
+    """The loader benchmark's `n` token sequences as LitData chunks in `folder`, with their size index."""
     import litdata
 
     from varlen.stream import write_size_index
@@ -295,7 +295,7 @@ def write_tokens(folder, n: int):
 
 
 def varlen_loader(folder, budget: int):
-    """varlen's loader over ``folder``: the streamed plan at ``budget`` padded tokens, 2 forked workers."""
+    """varlen's loader over `folder`: the streamed plan at `budget` padded tokens, 2 forked workers."""
     from varlen.batching.loader import VarLenLoader
     from varlen.stream.dataset import StreamedDataset
     from varlen.stream.sampler import StreamBatchSampler
@@ -306,7 +306,7 @@ def varlen_loader(folder, budget: int):
 
 
 def litdata_loader(folder, batch_size: int):
-    """LitData's loader over ``folder``: its shuffled order at a fixed batch size, 2 workers."""
+    """LitData's loader over `folder`: its shuffled order at a fixed batch size, 2 workers."""
     import litdata
 
     dataset = litdata.StreamingDataset(str(folder), shuffle=True, seed=0)
@@ -314,7 +314,7 @@ def litdata_loader(folder, batch_size: int):
 
 
 def first_batch_after(make, state) -> float:
-    """Seconds from a new loader (``make()``) through ``load_state_dict(state)`` to its first batch."""
+    """Seconds from a new loader (`make()`) through `load_state_dict(state)` to its first batch."""
     start = time.perf_counter()
     loader = make()
     loader.load_state_dict(state)
@@ -323,7 +323,7 @@ def first_batch_after(make, state) -> float:
 
 
 def state_at_half(loader, batches: int):
-    """``loader``'s state after ``batches`` batches of an epoch."""
+    """`loader`'s state after `batches` batches of an epoch."""
     iterator = iter(loader)
     for _ in range(batches):
         next(iterator)
@@ -420,8 +420,8 @@ def loader_part(args: argparse.Namespace) -> None:
 
 
 def disk_items(span: tuple[int, int]):
-    """Samples ``start..end`` of the disk benchmark (module level: LitData's forked writers run it, with
-    the lengths :func:`write_disk` drew)."""
+    """Samples `start..end` of the disk benchmark (module level: LitData's forked writers run it, with
+    the lengths `write_disk` drew)."""
     for i in range(*span):
         yield {"index": i, "input_ids": np.zeros(int(DISK_LENGTHS[0][i]), np.uint16)}
 
@@ -430,7 +430,7 @@ DISK_LENGTHS: list[np.ndarray] = []
 
 
 def write_disk(folder, n: int) -> None:
-    """``n`` samples as LitData chunks in ``folder`` with their size index (kept when already there)."""
+    """`n` samples as LitData chunks in `folder` with their size index (kept when already there)."""
     import litdata
 
     from varlen.stream import SizeIndex, write_size_index
@@ -451,7 +451,7 @@ def write_disk(folder, n: int) -> None:
 
 
 def disk_measure(folder: str, what: str, world: int) -> dict:
-    """One figure, in this (fresh) process: see :func:`disk_part`."""
+    """One figure, in this (fresh) process: see `disk_part`."""
     from varlen.stream import SizeIndex
     from varlen.stream.sampler import StreamBatchSampler
 

@@ -5,38 +5,38 @@ lhotse; long documents as windows against truncation.
     python scripts/benchmark_text.py --part budget --out plots/      # the padding figure only
     python scripts/benchmark_text.py --part long [--long-docs 400 --long-epochs 1]   # about 20-40 CPU minutes
 
-Parts (``--part``, comma-separated; default ``sst2,budget``), each printing markdown tables:
+Parts (`--part`, comma-separated; default `sst2,budget`), each printing markdown tables:
 
-``sst2``
+`sst2`
   1. Padding efficiency (real / padded tokens) and collate microseconds per batch for random
-     batches, HF ``LengthGroupedSampler`` + ``DataCollatorWithPadding`` (the ``group_by_length``
+     batches, HF `LengthGroupedSampler` + `DataCollatorWithPadding` (the `group_by_length`
      recipe), and varlen's sampler at the same mean batch size and under a token budget. Each
      batching is collated by both HF's collator and varlen on the very same batches: HF's from the
-     per-sample dicts a ``datasets`` table yields (fetched beforehand, not timed), varlen's whole
-     path from its storage: the batched fetch (``__getitems__``: one gather of the ``Ragged`` ids,
-     padded) and the collate (naming the fields). The last column collates ``dataset[i]`` dicts.
-  2. Time to build one epoch's plan for 1M lengths: varlen vs ``LengthGroupedSampler``.
+     per-sample dicts a `datasets` table yields (fetched beforehand, not timed), varlen's whole
+     path from its storage: the batched fetch (`__getitems__`: one gather of the `Ragged` ids,
+     padded) and the collate (naming the fields). The last column collates `dataset[i]` dicts.
+  2. Time to build one epoch's plan for 1M lengths: varlen vs `LengthGroupedSampler`.
   3. CPU training throughput (real tokens/s) of the reference MiniLM classifier, random vs
      varlen batches, same model, same steps.
-``budget``
-  Padding efficiency against the budget (``max_tokens``) on SST-2 lengths: varlen's
-  ``BucketBatchSampler`` under ``max_tokens`` (padded tokens), lhotse's ``DynamicBucketingSampler``
-  under ``max_duration`` = the same number (its budget counts real tokens: a length is a
-  "duration"), and HF ``group_by_length`` and random batches at varlen's mean batch size for that
-  budget (a fixed batch size is their only knob). With ``--out DIR``: ``text_padding_budget.png``.
+`budget`
+  Padding efficiency against the budget (`max_tokens`) on SST-2 lengths: varlen's
+  `BucketBatchSampler` under `max_tokens` (padded tokens), lhotse's `DynamicBucketingSampler`
+  under `max_duration` = the same number (its budget counts real tokens: a length is a
+  "duration"), and HF `group_by_length` and random batches at varlen's mean batch size for that
+  budget (a fixed batch size is their only knob). With `--out DIR`: `text_padding_budget.png`.
   Re-mixing of the same batchings: the share of pairs batched together in one epoch that are
-  together again in the next, on all lengths and on a ``--subset`` of them (a small dataset).
-``weights``
-  Padding efficiency of weighted draws (``weights=``: random uniform and lognormal weights, a
+  together again in the next, on all lengths and on a `--subset` of them (a small dataset).
+`weights`
+  Padding efficiency of weighted draws (`weights=`: random uniform and lognormal weights, a
   mean over 3 epochs) against the unweighted plan at each budget, and the time to build the
   sampler and one epoch's plan, weighted or not, on the SST-2 lengths and on 1M of them.
-``mixture``
-  SST-2 and ``--long-reviews`` synthetic long reviews as two sources, ``source_weights`` 3:1, under
-  each ``mix``: the share each source served per epoch (acceptance: 0.75 / 0.25 +- 0.01), padding
+`mixture`
+  SST-2 and `--long-reviews` synthetic long reviews as two sources, `source_weights` 3:1, under
+  each `mix`: the share each source served per epoch (acceptance: 0.75 / 0.25 +- 0.01), padding
   efficiency, and fetch + collate time per batch (a batch of two sources is joined: a second pad).
-``long``
+`long`
   Document-level accuracy on long texts (the synthetic IMDB-like reviews: median about 300
-  tokens, opinions few and mostly late), the same MiniLM, ``max_length`` and learning rate:
+  tokens, opinions few and mostly late), the same MiniLM, `max_length` and learning rate:
   truncation to the first window (for the same epochs, and for as many epochs as give it the
   optimizer steps of the windows run) against every window (log-probabilities summed per
   document), beside the vote of the opinion words a reader of the first window / the whole
@@ -66,7 +66,7 @@ def efficiency(batches: list[list[int]], lengths: np.ndarray) -> float:
 
 
 def best_us(run, batches, repeats: int) -> float:
-    """Microseconds per batch of ``run(b)`` over ``batches``: the best of ``repeats`` passes (other
+    """Microseconds per batch of `run(b)` over `batches`: the best of `repeats` passes (other
     processes on a shared machine only ever slow a pass down; every contender gets the same rule)."""
     passes = []
     for _ in range(repeats):
@@ -78,7 +78,7 @@ def best_us(run, batches, repeats: int) -> float:
 
 
 def time_collate(collate, batches, fetch, repeats: int = 5) -> float:
-    """Microseconds per batch to collate what ``fetch(batch)`` returned (fetched beforehand, not timed)."""
+    """Microseconds per batch to collate what `fetch(batch)` returned (fetched beforehand, not timed)."""
     chosen = [fetch(b) for b in batches]
     return best_us(collate, chosen, repeats)
 
@@ -98,7 +98,7 @@ def sst2(data: str):
 
 
 def sst2_part(args: argparse.Namespace, dm) -> None:
-    """Tables 1-3 of part ``sst2``: padding and collate speed, plan time, training throughput."""
+    """Tables 1-3 of part `sst2`: padding and collate speed, plan time, training throughput."""
     from transformers import DataCollatorWithPadding
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
@@ -204,8 +204,8 @@ def sst2_part(args: argparse.Namespace, dm) -> None:
 
 
 def lhotse_batches(lengths: np.ndarray, budget: int, epoch: int = 0) -> list[list[int]] | None:
-    """lhotse's ``DynamicBucketingSampler`` over cuts whose duration is a text's token count
-    (``max_duration`` = ``budget``: its budget counts real tokens); None without lhotse."""
+    """lhotse's `DynamicBucketingSampler` over cuts whose duration is a text's token count
+    (`max_duration` = `budget`: its budget counts real tokens); None without lhotse."""
     try:
         from lhotse import CutSet, MonoCut
         from lhotse.dataset import DynamicBucketingSampler
@@ -223,7 +223,7 @@ NAMES = ("varlen max_tokens", "lhotse DynamicBucketingSampler", "HF group_by_len
 
 
 def batchings(lengths: np.ndarray, budget: int, epoch: int) -> dict[str, list[list[int]] | None]:
-    """One epoch of each batching at ``budget`` (the others at varlen's mean batch size)."""
+    """One epoch of each batching at `budget` (the others at varlen's mean batch size)."""
     from transformers.trainer_pt_utils import LengthGroupedSampler
 
     from varlen.batching import BucketBatchSampler
@@ -244,7 +244,7 @@ def batchings(lengths: np.ndarray, budget: int, epoch: int) -> dict[str, list[li
 
 
 def pairs_kept(first: list[list[int]], second: list[list[int]], n: int) -> float:
-    """Share of the sample pairs batched together in ``first`` that are together again in ``second``."""
+    """Share of the sample pairs batched together in `first` that are together again in `second`."""
     ids = [np.empty(n, np.int64) for _ in range(2)]
     for out, batches in zip(ids, (first, second), strict=True):
         for k, batch in enumerate(batches):
@@ -256,10 +256,10 @@ def pairs_kept(first: list[list[int]], second: list[list[int]], n: int) -> float
 
 
 def budget_part(lengths: np.ndarray, budgets: list[int], out: Path | None, subset: int) -> None:
-    """Padding efficiency and re-mixing of each batching at each budget: tables, and the figure with ``--out``.
+    """Padding efficiency and re-mixing of each batching at each budget: tables, and the figure with `--out`.
 
     Re-mixing: the share of pairs of samples batched together in epoch 0 that are together again
-    in epoch 1 (lower: batches change more), on every length and on a seeded subset of ``subset``
+    in epoch 1 (lower: batches change more), on every length and on a seeded subset of `subset`
     (a small dataset, where buckets hold few samples).
     """
     small = lengths[np.random.default_rng(0).permutation(len(lengths))[:subset]]
@@ -298,7 +298,7 @@ def budget_part(lengths: np.ndarray, budgets: list[int], out: Path | None, subse
 
 
 def plot_budget(budgets: list[int], results: dict[str, list[float]], out: Path) -> Path:
-    """``text_padding_budget.png``: padding efficiency against the budget, one line per batching."""
+    """`text_padding_budget.png`: padding efficiency against the budget, one line per batching."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -377,8 +377,8 @@ def weights_part(lengths: np.ndarray, budgets: list[int], epochs: int = 3) -> No
 
 
 def mixture_part(args: argparse.Namespace, epochs: int = 3, budget: int = 4096) -> None:
-    """SST-2 and the synthetic long reviews (``--long-reviews`` of them) mixed 3:1 under each
-    ``mix``: the share each source served per epoch, padding efficiency, and fetch + collate time
+    """SST-2 and the synthetic long reviews (`--long-reviews` of them) mixed 3:1 under each
+    `mix`: the share each source served per epoch, padding efficiency, and fetch + collate time
     of 200 batches (joined batches of two sources cost a second pad)."""
     from varlen.datamodules import TextClassificationDataModule
 
@@ -422,7 +422,7 @@ def mixture_part(args: argparse.Namespace, epochs: int = 3, budget: int = 4096) 
 
 
 def fit_long(overflow: str, epochs: int, args: argparse.Namespace) -> dict[str, float]:
-    """Train the MiniLM classifier on the long synthetic reviews with ``overflow``; document metrics."""
+    """Train the MiniLM classifier on the long synthetic reviews with `overflow`; document metrics."""
     import lightning.pytorch as pl
 
     from varlen.datamodules import TextClassificationDataModule
@@ -465,7 +465,7 @@ def fit_long(overflow: str, epochs: int, args: argparse.Namespace) -> dict[str, 
 
 
 def long_part(args: argparse.Namespace) -> None:
-    """Document accuracy with windows against truncation at the same ``max_length``."""
+    """Document accuracy with windows against truncation at the same `max_length`."""
     from varlen.datasets.text import synthetic_tables
     from varlen.datasets.text.synthetic import opinion_votes
 

@@ -1,13 +1,13 @@
-"""How a worker's batch reaches the main process: one shared buffer a batch (``VarLenLoader``, packed by
-``varlen.batching.transfer``) against PyTorch's hand-over of one shared-memory file a tensor (the same
-loader with ``VarLenLoader.pack_batches = False``: what every ``DataLoader`` does), in the same run.
+"""How a worker's batch reaches the main process: one shared buffer a batch (`VarLenLoader`, packed by
+`varlen.batching.transfer`) against PyTorch's hand-over of one shared-memory file a tensor (the same
+loader with `VarLenLoader.pack_batches = False`: what every `DataLoader` does), in the same run.
 
     python scripts/benchmark_transfer.py                     # every scenario's shipped config
     python scripts/benchmark_transfer.py --scenarios text --batches 400 --repeats 5
 
-Each scenario's DataModule comes from its shipped YAML (the batches ``varlen fit`` trains on), with
-``num_workers`` forked workers; a row times ``--batches`` training batches after the first (the
-workers' start left out), the median of ``--repeats`` runs, each loader new and the two hand-overs
+Each scenario's DataModule comes from its shipped YAML (the batches `varlen fit` trains on), with
+`num_workers` forked workers; a row times `--batches` training batches after the first (the
+workers' start left out), the median of `--repeats` runs, each loader new and the two hand-overs
 taken in turn. The in-process loader (no workers) is the floor: what the batches cost to fetch and
 collate without any hand-over.
 """

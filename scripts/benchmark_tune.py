@@ -4,14 +4,14 @@
     python scripts/benchmark_tune.py grid --config configs/molecules_esol.yaml
     python scripts/benchmark_tune.py overhead --config configs/text_bert.yaml --steps 30
 
-``grid`` measures the config's training loader twice over the same grid: as ``varlen tune`` does
+`grid` measures the config's training loader twice over the same grid: as `varlen tune` does
 (each setting until its rate is settled, slow starts cut at the best run's time), then exhaustively
-(each setting to its batch or time limit, starts up to ``--start-seconds``). It prints both tables,
+(each setting to its batch or time limit, starts up to `--start-seconds`). It prints both tables,
 their wall times, and the exhaustive run's figure for tune's pick against the exhaustive best: how
-much tune's early stop loses. Any other argument goes to ``varlen tune`` (``--workers``, ``--with-model``...).
+much tune's early stop loses. Any other argument goes to `varlen tune` (`--workers`, `--with-model`...).
 
-``overhead`` fits the config's model for ``--steps`` steps with and without
-:class:`~varlen.batching.data_wait.DataWait` (a CSV logger writing every step), alternating, and
+`overhead` fits the config's model for `--steps` steps with and without
+`DataWait` (a CSV logger writing every step), alternating, and
 prints the steps/s of each and the time spent inside the callback's hooks per step (timed around
 each hook: the figure the steps/s difference is too noisy to show on a busy machine).
 """
@@ -33,7 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def build(rest: list[str], with_model: bool):
-    """The config's DataModule (set up for fit) and model, as ``varlen fit`` builds them."""
+    """The config's DataModule (set up for fit) and model, as `varlen fit` builds them."""
     from varlen.cli.dispatch import DataOnlyCLI, VarLenCLI, main
 
     made = main(list(rest), run=False, cli_class=VarLenCLI if with_model else DataOnlyCLI)
@@ -86,7 +86,7 @@ def short(s) -> str:
 
 def timed_callback():
     """DataWait with the time inside its per-step hooks (the fetch wrappers' own work included) summed in
-    ``spent["step"]``, and its epoch end's (the gather over ranks, the epoch's log) in ``spent["epoch"]``."""
+    `spent["step"]`, and its epoch end's (the gather over ranks, the epoch's log) in `spent["epoch"]`."""
     from varlen.batching.data_wait import DataWait
 
     class Timed(DataWait):
@@ -112,7 +112,7 @@ def timed_callback():
 
 
 class StepClock(pl.Callback):
-    """Step ends after the first ``warmup`` steps."""
+    """Step ends after the first `warmup` steps."""
 
     def __init__(self, warmup: int) -> None:
         self.warmup, self.ends = warmup, []

@@ -1,45 +1,45 @@
 """Benchmark: video-text batches on YouCook2's real shapes, padded and packed, and the aligner's step on them.
 
 The shapes are real: every YouCook2 train+val video's number of segments, each segment's
-duration (frames at ``--fps``, at most ``--max-frames`` per segment) and each sentence's token
-count under the default tokenizer. Features are synthetic (YouCook2 ships none), ``--dim`` wide.
+duration (frames at `--fps`, at most `--max-frames` per segment) and each sentence's token
+count under the default tokenizer. Features are synthetic (YouCook2 ships none), `--dim` wide.
 Every table compares methods in the same run (ratios, not absolute times, are the result).
 
-``--part padding``: real / allocated elements on each side over one epoch, and the time to
+`--part padding`: real / allocated elements on each side over one epoch, and the time to
 assemble a batch, of
 
-- ``varlen padded``: the DataModule's padded sampler (:func:`~varlen.datasets.video_text.budget_sizes`:
-  a 2-D budget that bounds the padded ``[B, S_v, F]`` and ``[B, S_t, L]`` tensors, one
-  segment-count class per batch) and collate, fetched with ``dataset.__getitems__``;
-- ``varlen packed``: ``layout="packed"``: the sampler sums real frames and tokens, the collate
+- `varlen padded`: the DataModule's padded sampler (`budget_sizes`:
+  a 2-D budget that bounds the padded `[B, S_v, F]` and `[B, S_t, L]` tensors, one
+  segment-count class per batch) and collate, fetched with `dataset.__getitems__`;
+- `varlen packed`: `layout="packed"`: the sampler sums real frames and tokens, the collate
   lays them back to back (nothing allocated that is not real);
 - the padded sampler on *total* sizes; random batches of the same mean size with the padded
-  collate (what the sampler alone buys); per-sample dicts (``dataset[i]``, loaded beforehand)
+  collate (what the sampler alone buys); per-sample dicts (`dataset[i]`, loaded beforehand)
   through the same collate; and random batches padded to the dataset-wide maxima, filled segment
   by segment (the usual first implementation; it builds no alignment mask).
 
 Efficiency = real elements / elements the batch tensors hold, per side: video frames
-(``frame_mask``, or the rows of the packed ``video``) and text tokens. Assembly time: from the
+(`frame_mask`, or the rows of the packed `video`) and text tokens. Assembly time: from the
 stored fields (or the loaded dicts) to the batch dict, alignment included.
 
-``--part steps``: the aligner's CPU train step (forward, backward, AdamW) on batches of both
+`--part steps`: the aligner's CPU train step (forward, backward, AdamW) on batches of both
 layouts under the same budget: step time, real elements per second and the epoch it implies.
 
-``--part attention``: the packed aligner with each attention mechanism (rows padded for the
+`--part attention`: the packed aligner with each attention mechanism (rows padded for the
 attention alone, nested jagged tensors, SDPA with a block-diagonal mask, compiled flex_attention
 with a block mask) on the same packed batches: train-step and forward time, and the largest
 difference from the padded layout's outputs.
 
-``--part msrvtt``: MSR-VTT's 9k-train / 1k-A-test protocol, run through
-``configs/video_text_msrvtt.yaml`` on generated MSR-VTT-shaped files (the four files of
-CLIP4Clip's ``msrvtt_data.zip`` and per-video features,
-:func:`~varlen.datasets.video_text.synthetic.write_msrvtt_files`):
+`--part msrvtt`: MSR-VTT's 9k-train / 1k-A-test protocol, run through
+`configs/video_text_msrvtt.yaml` on generated MSR-VTT-shaped files (the four files of
+CLIP4Clip's `msrvtt_data.zip` and per-video features,
+`write_msrvtt_files`):
 text-to-video and video-to-text R@1/5/10 and median rank on the 1,000 test pairs, untrained and
 trained, with features that match the captions and, as a control, shuffled among the videos.
-Not part of ``all`` (several minutes of training on CPU).
+Not part of `all` (several minutes of training on CPU).
 
-``--out DIR`` saves the main figure of ``--part padding`` there: real / allocated elements per
-side (video frames, text tokens) of every method, padded against packed (``video_text_padding.png``).
+`--out DIR` saves the main figure of `--part padding` there: real / allocated elements per
+side (video frames, text tokens) of every method, padded against packed (`video_text_padding.png`).
 
     python scripts/benchmark_video_text.py [--part padding|steps|attention|msrvtt|all] [--annotations PATH]
         [--out DIR]
@@ -83,7 +83,7 @@ def _heads_first(x: torch.Tensor) -> torch.Tensor:  # [N, H, dh] -> [1, H, N, dh
 
 
 def block_diagonal_attention(q, k, v, rows: Rows, dropout_p: float) -> torch.Tensor:
-    """SDPA over the whole packed sequence with a block-diagonal ``[N, N]`` keep-mask."""
+    """SDPA over the whole packed sequence with a block-diagonal `[N, N]` keep-mask."""
     same = rows.ids[:, None] == rows.ids[None, :]
     out = F.scaled_dot_product_attention(_heads_first(q), _heads_first(k), _heads_first(v), same, dropout_p)
     return out[0].transpose(0, 1)
@@ -97,7 +97,7 @@ def compiled_flex():
 
 
 def flex_block_attention(q, k, v, rows: Rows, dropout_p: float) -> torch.Tensor:
-    """Compiled ``flex_attention`` with a block mask of the rows (no dropout; torch 2.13 has no CPU backward).
+    """Compiled `flex_attention` with a block mask of the rows (no dropout; torch 2.13 has no CPU backward).
 
     The sequence is padded to a multiple of flex's 128-element block, at least two (a padding row
     of its own): inductor's dynamic-shape CPU kernel fails to build for a single block.
@@ -186,7 +186,7 @@ def random_batches(n: int, batch_size: int, seed: int) -> list[list[int]]:
 
 
 def fill(batches: list[list[int]], assemble, dm: VideoTextDataModule, dim: int) -> dict:
-    """Real and allocated elements on each side over one epoch of ``batches``."""
+    """Real and allocated elements on each side over one epoch of `batches`."""
     totals = np.zeros((2, 2), np.int64)  # (video, text) x (real, allocated)
     largest = np.zeros(2, np.int64)
     for batch in batches:
@@ -367,7 +367,7 @@ def part_steps(dm: VideoTextDataModule, ds: VideoTextDataset, batches: dict, arg
 
 
 def mechanism_times(model: VideoTextAligner, inputs: list[dict], expected: list, train: bool, repeats: int) -> tuple:
-    """(mean forward s, mean train-step s or None, largest output difference) over ``inputs``."""
+    """(mean forward s, mean train-step s or None, largest output difference) over `inputs`."""
     forward = np.full(len(inputs), np.inf)
     diff = 0.0
     with torch.no_grad():
@@ -426,7 +426,7 @@ def part_attention(dm: VideoTextDataModule, ds: VideoTextDataset, batches: dict,
 
 
 def protocol_run(paths: dict[str, Path], args, root: Path) -> dict[str, dict[str, float]]:
-    """Test metrics of the msrvtt config on ``paths``: before training and after ``--msrvtt-epochs``."""
+    """Test metrics of the msrvtt config on `paths`: before training and after `--msrvtt-epochs`."""
     overrides = [f"--data.init_args.{k}={v}" for k, v in paths.items()]
     overrides += [f"--model.init_args.{k}={args.d_model}" for k in ("d_model", "embed_dim")]
     overrides += [f"--trainer.max_epochs={args.msrvtt_epochs}", f"--trainer.default_root_dir={root}"]

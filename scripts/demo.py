@@ -4,11 +4,11 @@
     python scripts/demo.py text bearing    # some of them
     python scripts/demo.py --max-epochs 1 --max-batches 2   # a quick look (the tests run this)
 
-Each scenario runs its shipped YAML through the ``varlen`` CLI (so this is exactly what
-``varlen fit --config configs/<scenario>.yaml`` does), printing one line per epoch (its
+Each scenario runs its shipped YAML through the `varlen` CLI (so this is exactly what
+`varlen fit --config configs/<scenario>.yaml` does), printing one line per epoch (its
 validation metrics, padding efficiency and samples/s); the final table reports its main
 validation metric, the padding efficiency of its batches, its training throughput and the share of
-its last epoch's training time spent waiting for data (``DataWait``).
+its last epoch's training time spent waiting for data (`DataWait`).
 """
 
 from __future__ import annotations

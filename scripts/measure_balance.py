@@ -1,17 +1,17 @@
-"""HIV with ``sample_weights: balanced``: the actives' share of the served training samples, and
+"""HIV with `sample_weights: balanced`: the actives' share of the served training samples, and
 test ROC-AUC with and without balance after a short training.
 
-``python scripts/measure_balance.py share [--epochs 5]``
+`python scripts/measure_balance.py share [--epochs 5]`
     Per epoch, the actives' share of the molecules the training sampler serves (from the plan,
     which may repeat a molecule) and, for epoch 0, of the molecules the loader's batches hold.
     Acceptance (issue 19): 0.50 +- 0.02 per epoch.
 
-``python scripts/measure_balance.py auc [--seeds 0 1 2] [--epochs 3]``
-    The reference ``MoleculeGNN`` (a small one: ``--hidden``, ``--layers``) trained ``--epochs``
+`python scripts/measure_balance.py auc [--seeds 0 1 2] [--epochs 3]`
+    The reference `MoleculeGNN` (a small one: `--hidden`, `--layers`) trained `--epochs`
     epochs with and without balance, the last epoch's model tested (ROC-AUC on the balanced
     scaffold test split). A short training: a figure to report, not a tuned result.
 
-HIV: ``$VARLEN_DATA/molecules/HIV.csv.gz`` (preset ``hiv``; 7 unreadable SMILES skipped).
+HIV: `$VARLEN_DATA/molecules/HIV.csv.gz` (preset `hiv`; 7 unreadable SMILES skipped).
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Resumes with batching settings changed at random (issue 40, item 1): the table of the closing note.
 
-``python scripts/resume_changes.py [--cases 600] [--seed 0]``
+`python scripts/resume_changes.py [--cases 600] [--seed 0]`
 
 Each case: random sizes (8-400 samples), a random run (batch size or budget with cost padded/sum/packed, cap,
 multiple, buckets, the shape policy's rungs and their batch sizes; 1-4 ranks; weights or groups sometimes),
 served to a random batch of a random epoch, saved, and resumed under settings changed at random (one setting,
 or all redrawn; a quarter of the cases resumed a second time under third settings). Every case is checked by
-``tests/test_resume_changes.py``'s :func:`resumed_epoch` (samples served 0 and 2+ times against the epoch's
-draw, budgets, equal counts, ``len()``, the next epoch the new settings' own). One row per setting changed
+`tests/test_resume_changes.py`'s `resumed_epoch` (samples served 0 and 2+ times against the epoch's
+draw, budgets, equal counts, `len()`, the next epoch the new settings' own). One row per setting changed
 alone (between the saved run and the last resumed one), one for several at once; a line the user saw (the
 shortest).
 """
@@ -54,7 +54,7 @@ def run_of(rng: np.random.Generator) -> dict:
 
 
 def changed_one(rng: np.random.Generator, old: dict) -> dict:
-    """``old`` with one setting changed (the budget halved or doubled, another world size, ...)."""
+    """`old` with one setting changed (the budget halved or doubled, another world size, ...)."""
     new = dict(old)
     name = rng.choice(["world", "budget", "pad_to_multiple_of", "num_buckets", "max_shapes", "cost", "cap", "caps"])
     if name == "world":

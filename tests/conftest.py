@@ -45,8 +45,8 @@ SIGINT_HANDLER = signal.getsignal(signal.SIGINT)
 
 @pytest.fixture(autouse=True)
 def sigint_handler_kept():
-    """``litdata.optimize`` run in this process (a test's or a module fixture's) leaves LitData's SIGINT handler
-    behind (``os._exit(0)``, never restored): a test that interrupts itself would end the test process. Every
+    """`litdata.optimize` run in this process (a test's or a module fixture's) leaves LitData's SIGINT handler
+    behind (`os._exit(0)`, never restored): a test that interrupts itself would end the test process. Every
     test starts and ends with Python's own."""
     signal.signal(signal.SIGINT, SIGINT_HANDLER)
     yield

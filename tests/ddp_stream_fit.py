@@ -2,7 +2,7 @@
 DataModule whose training split streams from a store (moto's S3 on 127.0.0.1 in the tests).
 
 Usage: ddp_stream_fit.py OUT_DIR DATA_JSON SAMPLES CHECKPOINT_EVERY [RESUME_FROM]: DATA_JSON holds the
-DataModule's streaming arguments (``stream``, and ``sources``, ``source_weights``, ``mix`` for a streamed
+DataModule's streaming arguments (`stream`, and `sources`, `source_weights`, `mix` for a streamed
 mixture); every N-th step is
 saved to OUT_DIR/ckpt; with RESUME_FROM the fit resumes from that checkpoint. Each rank writes the
 batches it trained on, with their epochs, to OUT_DIR/batches<rank>.json.

@@ -1,6 +1,6 @@
 """Run by test_lightning_integration: `Trainer(strategy="ddp", devices=2)` with default flags.
 
-Usage: ddp_toy_fit.py OUT_DIR MAX_TOKENS [CHECKPOINT_EVERY RESUME_FROM [DEVICES [EPOCHS]]] (MAX_TOKENS ``bN``:
+Usage: ddp_toy_fit.py OUT_DIR MAX_TOKENS [CHECKPOINT_EVERY RESUME_FROM [DEVICES [EPOCHS]]] (MAX_TOKENS `bN`:
 batches of N samples instead; EPOCHS: 2 by default): with a checkpoint
 interval, every N-th step is saved to OUT_DIR/ckpt; with RESUME_FROM, the fit resumes from that
 checkpoint; DEVICES processes (default 2).

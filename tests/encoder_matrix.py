@@ -1,5 +1,5 @@
 """Tiny random encoders of every family the installed transformers has, and how a packed row of texts compares
-with the same texts padded: the matrix ``tests/test_packed_encoders.py`` asserts. ``python tests/encoder_matrix.py``
+with the same texts padded: the matrix `tests/test_packed_encoders.py` asserts. `python tests/encoder_matrix.py`
 prints it as a table (one row per family: exact, with the largest differences, or refused, with the message)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from varlen.datasets.text.collate import TextCollator
 from varlen.models import packed_text
 from varlen.models.packed_text import packed_logits
 
-#: the encoder families the matrix covers (``config.model_type``), where transformers has them
+#: the encoder families the matrix covers (`config.model_type`), where transformers has them
 FAMILIES = (
     "bert", "roberta", "xlm-roberta", "electra", "camembert", "albert", "distilbert", "modernbert",
     "deberta", "deberta-v2", "mpnet", "ibert", "longformer",
@@ -32,14 +32,14 @@ EXTRA = {
 
 
 def installed() -> list[str]:
-    """The families of :data:`FAMILIES` the installed transformers builds as sequence classifiers."""
+    """The families of `FAMILIES` the installed transformers builds as sequence classifiers."""
     from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES as names
 
     return [kind for kind in FAMILIES if kind in names]
 
 
 def tiny_encoder(kind: str, **overrides) -> torch.nn.Module:
-    """A random sequence classifier of ``kind`` (hidden 32, 2 layers, 99 tokens, 3 classes), dropout off."""
+    """A random sequence classifier of `kind` (hidden 32, 2 layers, 99 tokens, 3 classes), dropout off."""
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     sizes = {"vocab_size": VOCAB, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4}
@@ -57,7 +57,7 @@ def samples() -> list[dict]:
 
 
 def padded_logits(model: torch.nn.Module, batch: dict) -> torch.Tensor:
-    """What ``TextClassifier`` computes on a padded batch."""
+    """What `TextClassifier` computes on a padded batch."""
     return model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
 
 
@@ -80,7 +80,7 @@ class Row(NamedTuple):
 
 
 def compare(model: torch.nn.Module, name: str | None = None) -> Row:
-    """``model``'s row: packed against padded (logits, gradients) and each text packed alone, or its refusal."""
+    """`model`'s row: packed against padded (logits, gradients) and each text packed alone, or its refusal."""
     name = name or model.config.model_type
     pack = TextCollator(PAD, False, packing=(WIDTH, 0))
     try:
@@ -96,7 +96,7 @@ def compare(model: torch.nn.Module, name: str | None = None) -> Row:
 
 
 def attention_calls(model: torch.nn.Module) -> int:
-    """How often varlen's packed attention runs in one forward of ``model`` forced onto it (refusal bypassed):
+    """How often varlen's packed attention runs in one forward of `model` forced onto it (refusal bypassed):
     0 means the model computes attention itself, and a packed row's texts would attend to each other."""
     calls = []
     original = packed_text.packed_attention

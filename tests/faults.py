@@ -18,7 +18,7 @@ from varlen.batching import Ragged
 
 
 def flip_bytes(path: Path, count: int = 16, at: float = 0.5) -> None:
-    """Invert ``count`` bytes of ``path`` in place, from ``at`` of its size (the middle): what a bad
+    """Invert `count` bytes of `path` in place, from `at` of its size (the middle): what a bad
     disk, a faulty copy or a stray write does. Its modification time changes, as a write's does."""
     start = int(path.stat().st_size * at)
     with open(path, "r+b") as handle:
@@ -29,8 +29,8 @@ def flip_bytes(path: Path, count: int = 16, at: float = 0.5) -> None:
 
 
 def rewrite(path: Path, **changes: Callable[[Any], Any]) -> None:
-    """Write the varlen table at ``path`` again, as a build would (the same version and key; a valid
-    checksum where tables record one), with ``changes[name](column)`` in place of column ``name``:
+    """Write the varlen table at `path` again, as a build would (the same version and key; a valid
+    checksum where tables record one), with `changes[name](column)` in place of column `name`:
     what a build with a bug would have written."""
     table = tables.MappedTable(path)
     columns = {}
@@ -42,16 +42,16 @@ def rewrite(path: Path, **changes: Callable[[Any], Any]) -> None:
 
 
 def with_value(rows: Ragged, position: int, value: int) -> Ragged:
-    """``rows`` with its values' element ``position`` (the first of a trailing row) set to ``value``."""
+    """`rows` with its values' element `position` (the first of a trailing row) set to `value`."""
     values = np.array(rows.values)
     values.reshape(len(values), -1)[position, 0] = value
     return Ragged(values, rows.starts, rows.lengths, rows.groups)
 
 
 class FullDisk:
-    """A disk with ``room`` bytes left for the cache's writes (a table's scratch files, opened with
-    ``open`` in :mod:`varlen.storage.tables`, and the table itself, written through ``pyarrow.OSFile``): the
-    write that would pass it writes what fits and raises ``OSError(ENOSPC)``, as a full disk does."""
+    """A disk with `room` bytes left for the cache's writes (a table's scratch files, opened with
+    `open` in `varlen.storage.tables`, and the table itself, written through `pyarrow.OSFile`): the
+    write that would pass it writes what fits and raises `OSError(ENOSPC)`, as a full disk does."""
 
     def __init__(self, room: int) -> None:
         self.room = room
@@ -67,7 +67,7 @@ class FullDisk:
 
 
 class _Filling:
-    """A file on a :class:`FullDisk`."""
+    """A file on a `FullDisk`."""
 
     def __init__(self, handle: Any, disk: FullDisk) -> None:
         self.handle, self.disk = handle, disk

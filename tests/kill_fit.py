@@ -1,24 +1,24 @@
 """Run by test_kill_resume: a short fit that records each trained batch as it goes and may SIGKILL itself.
 
-Usage: ``kill_fit.py JOB`` runs one job (a JSON object) in this process; ``kill_fit.py serve`` imports
+Usage: `kill_fit.py JOB` runs one job (a JSON object) in this process; `kill_fit.py serve` imports
 torch, Lightning and the scenarios once, then reads one job a line from stdin, runs each in a process
 forked for it (a fresh process: the kill ends it, not the server) and answers its exit status
-(``{"rc": ..}``, -9 for SIGKILL) a line. The imports cost 4-5 s a process on 2 cores, the fits 1-3 s.
+(`{"rc": ..}`, -9 for SIGKILL) a line. The imports cost 4-5 s a process on 2 cores, the fits 1-3 s.
 
-A job: ``{"scenario": "text" | "hyperspectral", "out": folder, "workers": n, "every": steps,
+A job: `{"scenario": "text" | "hyperspectral", "out": folder, "workers": n, "every": steps,
 "epochs": n, "kill": null | ["checkpoint", k] | ["epoch", e], "resume": checkpoint | null,
-"drop_loader_state": bool, "root": hyperspectral scene folder, "cli": bool}``. Every ``every`` steps a checkpoint
+"drop_loader_state": bool, "root": hyperspectral scene folder, "cli": bool}`. Every `every` steps a checkpoint
 goes to OUT/ckpt/step=S.ckpt; the training loader's worker count to OUT/loader.json. Each batch, at
-its start, appends a line ``{"epoch", "step", "index", "bands"}`` (``bands``: the hyperspectral
+its start, appends a line `{"epoch", "step", "index", "bands"}` (`bands`: the hyperspectral
 batch's band subsets, -1 where padded) to OUT/batches.jsonl, flushed, so a killed process leaves its
-record. ``kill``: SIGKILL at the start of the first batch after the k-th checkpoint was saved (its
+record. `kill`: SIGKILL at the start of the first batch after the k-th checkpoint was saved (its
 file complete: the save runs at the previous batch's end), or at the start of epoch e's first batch;
-that batch is not recorded. ``kill: ["signal", "SIGINT" | "SIGTERM", s]`` sends the signal at the start of
-step s's batch, which is recorded (the fit is meant to finish that step). ``drop_loader_state``: the
+that batch is not recorded. `kill: ["signal", "SIGINT" | "SIGTERM", s]` sends the signal at the start of
+step s's batch, which is recorded (the fit is meant to finish that step). `drop_loader_state`: the
 checkpoint's loader state and the DataModule's training position (the sampler's place in the epoch) are removed
-before the resume, to show what an exact resume needs. ``cli``: the text fit runs as ``varlen fit --config
-OUT/fit.yaml`` (``varlen.cli.dispatch.console``: its own checkpoints, none every ``every`` steps; ``resume``: the
-arguments after ``varlen``), its exit status the command's. The job's output goes to OUT/log.txt.
+before the resume, to show what an exact resume needs. `cli`: the text fit runs as `varlen fit --config
+OUT/fit.yaml` (`varlen.cli.dispatch.console`: its own checkpoints, none every `every` steps; `resume`: the
+arguments after `varlen`), its exit status the command's. The job's output goes to OUT/log.txt.
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class KillAndRecord(pl.Callback):
 
 
 def without_loader_state(checkpoint: str, out: Path) -> str:
-    """A copy of ``checkpoint`` that holds the sampler's place in the epoch nowhere: neither in the fit loop's
+    """A copy of `checkpoint` that holds the sampler's place in the epoch nowhere: neither in the fit loop's
     state of the training loader nor in the DataModule's training position."""
     state = torch.load(checkpoint, weights_only=False)
     loop = state["loops"]["fit_loop"]["state_dict"]
@@ -99,8 +99,8 @@ def without_loader_state(checkpoint: str, out: Path) -> str:
 
 
 def run_cli(job: dict) -> None:
-    """The text scenario as ``varlen fit --config OUT/fit.yaml`` (``job["resume"]``: the arguments after
-    ``varlen`` instead), KillAndRecord listed in the config."""
+    """The text scenario as `varlen fit --config OUT/fit.yaml` (`job["resume"]`: the arguments after
+    `varlen` instead), KillAndRecord listed in the config."""
     out = Path(job["out"])
     model = {"pretrained": False, "config_overrides": TINY_BERT}
     data = {"synthetic_samples": 96, "batch_size": 8, "num_workers": job["workers"]}
@@ -146,7 +146,7 @@ def run(job: dict) -> None:
 
 
 def forked(job: dict) -> int:
-    """Runs ``job`` in a forked process, its output in OUT/log.txt; its exit status (-N: signal N)."""
+    """Runs `job` in a forked process, its output in OUT/log.txt; its exit status (-N: signal N)."""
     Path(job["out"]).mkdir(parents=True, exist_ok=True)
     pid = os.fork()
     if pid == 0:

@@ -12,7 +12,7 @@ BATCHES = 12  # batches an epoch of SleepyData
 
 
 class SleepySequences(ToySequences):
-    """Toy sequences whose batch fetch sleeps ``fetch_s``."""
+    """Toy sequences whose batch fetch sleeps `fetch_s`."""
 
     def __init__(self, n: int, seed: int, fetch_s: float) -> None:
         super().__init__(n, seed)
@@ -24,7 +24,7 @@ class SleepySequences(ToySequences):
 
 
 class SleepyData(ToyDataModule):
-    """Batches of 16 toy sequences, ``batches`` an epoch, whose fetch sleeps ``fetch_s``."""
+    """Batches of 16 toy sequences, `batches` an epoch, whose fetch sleeps `fetch_s`."""
 
     def __init__(self, fetch_s: float, num_workers: int = 0, batches: int = BATCHES) -> None:
         super().__init__(num_samples=16 * batches, batch_size=16, num_workers=num_workers)
@@ -36,7 +36,7 @@ class SleepyData(ToyDataModule):
 
 
 class SleepyStep(pl.LightningModule):
-    """A model whose training step takes ``step_s`` (a sleep) and nothing else."""
+    """A model whose training step takes `step_s` (a sleep) and nothing else."""
 
     def __init__(self, step_s: float) -> None:
         super().__init__()

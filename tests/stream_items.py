@@ -1,5 +1,5 @@
 """Items and size functions for tests/test_stream_index.py: importable by module name, as LitData's
-writer processes and ``varlen index-sizes --size-fn module:function`` need."""
+writer processes and `varlen index-sizes --size-fn module:function` need."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def rows_of(i: int) -> int:
 
 
 def make_item(i: int) -> dict:
-    """Item ``i``: ``3 + (i * 13) % 40`` tokens, ``rows_of(i)`` rows of 2 values."""
+    """Item `i`: `3 + (i * 13) % 40` tokens, `rows_of(i)` rows of 2 values."""
     return {
         "index": i,
         "tokens": np.arange(3 + (i * 13) % 40, dtype=np.int32),
@@ -47,7 +47,7 @@ def negative_size(item: dict) -> int:
 
 
 def label_of(item: dict) -> int | None:
-    """Item ``i``'s class: ``i % 3``, none (None) for every seventh item."""
+    """Item `i`'s class: `i % 3`, none (None) for every seventh item."""
     return None if item["index"] % 7 == 0 else item["index"] % 3
 
 
@@ -60,11 +60,11 @@ def bad_label(item: dict) -> int:
 
 
 def labelled_item(i: int) -> dict:
-    """Item ``i`` with its class ``label_of(i)`` (-1: none) as its ``label``."""
+    """Item `i` with its class `label_of(i)` (-1: none) as its `label`."""
     label = label_of({"index": i})
     return make_item(i) | {"label": -1 if label is None else label}
 
 
 def sizes_of(samples: list) -> np.ndarray:
-    """Decoded items' sizes ``[n, 2]`` (a ``StreamedDataset``'s ``sample_sizes``)."""
+    """Decoded items' sizes `[n, 2]` (a `StreamedDataset`'s `sample_sizes`)."""
     return np.array([item_sizes(item) for item in samples], dtype=np.int64).reshape(-1, 2)

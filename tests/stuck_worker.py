@@ -1,15 +1,15 @@
 """Run by test_lightning_integration: loader workers that stop for good (SIGSTOP) at a chosen moment, met
 round after round by one process, which must then be able to exit.
 
-Usage: ``stuck_worker.py CASE ROUNDS``. ``CASE``: ``before_put`` (two workers; sample 2 stops worker 1
-while it fetches its first batch: nothing of it is in the result pipe, or on its way) or ``after_put``
+Usage: `stuck_worker.py CASE ROUNDS`. `CASE`: `before_put` (two workers; sample 2 stops worker 1
+while it fetches its first batch: nothing of it is in the result pipe, or on its way) or `after_put`
 (one worker, which stops once its second batch has been written whole to the result pipe). Each round
 iterates an epoch of a fresh loader (forked workers): the first batch, then, once the worker is seen
-stopped, the rest with the iterator's timeout cut to :data:`TIMEOUT` (the loader's own,
-:data:`HEALTHY_TIMEOUT`, bounds the waits for healthy workers, however busy the machine). So each round
-meets its case whatever the timing: in ``after_put`` the main process unpickles a batch whose sender is
+stopped, the rest with the iterator's timeout cut to `TIMEOUT` (the loader's own,
+`HEALTHY_TIMEOUT`, bounds the waits for healthy workers, however busy the machine). So each round
+meets its case whatever the timing: in `after_put` the main process unpickles a batch whose sender is
 already stopped. It expects the loader's error naming the stopped worker, shuts the workers down, checks
-that none is left and prints a line ``round N SECONDS``. Each round starts with a line ``stuck PID`` (the
+that none is left and prints a line `round N SECONDS`. Each round starts with a line `stuck PID` (the
 worker that stops). The last round leaves the error uncaught: the process ends with it (exit status 1)
 only if nothing joins the stopped worker forever at exit.
 """
@@ -34,7 +34,7 @@ TIMEOUT = 0.1
 HEALTHY_TIMEOUT = 20.0
 
 
-#: in a worker: its result queue, kept at its first put (see :func:`keep_results`)
+#: in a worker: its result queue, kept at its first put (see `keep_results`)
 RESULTS: list[multiprocessing.queues.Queue] = []
 
 
@@ -58,7 +58,7 @@ class StopsItsWorker(torch.utils.data.Dataset):
 
 
 def keep_results(worker_id: int) -> None:
-    """worker_init_fn: keep this worker's result queue in :data:`RESULTS` at its first put."""
+    """worker_init_fn: keep this worker's result queue in `RESULTS` at its first put."""
     put = multiprocessing.queues.Queue.put
 
     def put_and_keep(queue, item, *args, **kwargs) -> None:
@@ -78,7 +78,7 @@ def stop_once_sent(worker_id: int) -> None:
     """worker_init_fn: this worker stops (SIGSTOP) once its second batch is in the result pipe, whole.
 
     The worker's result queue hands each message to a feeder thread that pickles and writes it; the put
-    of batch 1 (``(1, (batch, worker, state))``) closes the queue and joins that thread, which returns
+    of batch 1 (`(1, (batch, worker, state))`) closes the queue and joins that thread, which returns
     once everything put is written."""
     put = multiprocessing.queues.Queue.put
 
@@ -110,7 +110,7 @@ def loader(case: str) -> VarLenLoader:
 
 
 def wait_until_stopped(pid: int) -> None:
-    """Return once process ``pid`` is stopped by a signal (state T), within :data:`HEALTHY_TIMEOUT`."""
+    """Return once process `pid` is stopped by a signal (state T), within `HEALTHY_TIMEOUT`."""
     deadline = time.monotonic() + HEALTHY_TIMEOUT
     while True:
         with open(f"/proc/{pid}/stat") as stat:
@@ -121,7 +121,7 @@ def wait_until_stopped(pid: int) -> None:
 
 
 def meet(epoch, received: list) -> None:
-    """Iterate ``epoch`` (appending its batches' indices to ``received``) into its stopped worker."""
+    """Iterate `epoch` (appending its batches' indices to `received`) into its stopped worker."""
     received.append(next(epoch)["index"].tolist())
     wait_until_stopped(epoch._workers[-1].pid)
     epoch._timeout = TIMEOUT

@@ -1,4 +1,4 @@
-"""Each DataModule's docstring lists its batch (a ``Batch:`` section); the first training batch has exactly
+"""Each DataModule's docstring lists its batch (a `Batch:` section); the first training batch has exactly
 those keys, with those dtypes and dimensions, so the documentation cannot go stale.
 
 The section's format, one key per line (a deeper-indented line continues the one above)::
@@ -7,7 +7,7 @@ The section's format, one key per line (a deeper-indented line continues the one
         signals: [B, C, L] float32, what it holds
         num_nodes: int, a Python value rather than a tensor
 
-A dimension that is a name (``B``) must have one size across the batch, a number that size.
+A dimension that is a name (`B`) must have one size across the batch, a number that size.
 """
 
 import inspect
@@ -45,7 +45,7 @@ BUILD = {
 
 
 def batch_section(cls: type) -> dict[str, tuple[list[str] | None, str]]:
-    """``key -> (dimensions, or None for a Python value; dtype)`` from the ``Batch:`` section of ``cls``'s docstring."""
+    """`key -> (dimensions, or None for a Python value; dtype)` from the `Batch:` section of `cls`'s docstring."""
     lines = (inspect.getdoc(cls) or "").splitlines()
     assert "Batch:" in lines, f"{cls.__name__}'s docstring has no 'Batch:' section"
     entries, indent = {}, None
@@ -66,7 +66,7 @@ def batch_section(cls: type) -> dict[str, tuple[list[str] | None, str]]:
 
 
 def check_batch(cls: type, batch) -> None:
-    """``batch`` (a dict of tensors or a PyG ``Batch``) against ``cls``'s Batch section."""
+    """`batch` (a dict of tensors or a PyG `Batch`) against `cls`'s Batch section."""
     documented = batch_section(cls)
     keys = set(batch.keys())
     assert keys == set(documented), (

@@ -73,7 +73,7 @@ def uncovered(dm: BearingDataModule) -> int:
 
 
 def held_after_setup(dm: BearingDataModule) -> int:
-    """Bytes that ``dm.setup()`` allocates and keeps (tracemalloc; transient arrays are freed)."""
+    """Bytes that `dm.setup()` allocates and keeps (tracemalloc; transient arrays are freed)."""
     gc.collect()
     tracemalloc.start()
     try:
@@ -85,7 +85,7 @@ def held_after_setup(dm: BearingDataModule) -> int:
 
 
 def assert_windows_are_views(ds) -> None:
-    """Every window ``ds`` serves is a view of its recording's buffer (no copy per window) or, when the
+    """Every window `ds` serves is a view of its recording's buffer (no copy per window) or, when the
     dataset standardizes, that view standardized (a copy made for the one sample served)."""
     for i in range(len(ds)):
         sample = ds[i]

@@ -98,7 +98,7 @@ def test_the_default_simulator_output_is_unchanged():
 
 
 def envelope_peak(signal: np.ndarray, rate: float, low: float, high: float) -> float:
-    """The strongest frequency of the signal's envelope between ``low`` and ``high`` Hz."""
+    """The strongest frequency of the signal's envelope between `low` and `high` Hz."""
     envelope = np.abs(scipy.signal.hilbert(signal - signal.mean()))
     spectrum = np.abs(np.fft.rfft(envelope - envelope.mean()))
     freqs = np.fft.rfftfreq(len(envelope), 1 / rate)
@@ -148,7 +148,7 @@ def test_augmented_windows_are_drawn_per_seed_epoch_and_window():
 
 
 def lanczos(signal: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    """``signal`` at fractional ``positions``: Lanczos-3 weights of the 6 nearest samples, normalized."""
+    """`signal` at fractional `positions`: Lanczos-3 weights of the 6 nearest samples, normalized."""
     taps = np.floor(positions)[:, None] + np.arange(-2, 4)
     weights = np.sinc(positions[:, None] - taps) * np.sinc((positions[:, None] - taps) / 3)
     return (signal[taps.astype(np.int64)] * weights).sum(1) / weights.sum(1)
@@ -242,7 +242,7 @@ def batches_of(samples, size: int, pad_to_multiple_of: int | None = None) -> lis
 
 
 def normalized_inputs(model: BearingClassifier, batch) -> list[torch.Tensor]:
-    """Per batch norm: its input over real positions, normalized with its running statistics ``[C, n]``."""
+    """Per batch norm: its input over real positions, normalized with its running statistics `[C, n]`."""
     seen = []
 
     def hook(norm, args, _output):

@@ -1,4 +1,4 @@
-"""scripts/benchmark_steps.py: every scenario and layout trains a few timed steps (``--quick``), and a
+"""scripts/benchmark_steps.py: every scenario and layout trains a few timed steps (`--quick`), and a
 row names the device its steps ran on and takes its peak memory from there."""
 
 import importlib.util

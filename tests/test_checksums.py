@@ -36,7 +36,7 @@ def columns(n: int = 400, seed: int = 0) -> dict:
 
 
 def read(path: Path) -> pa.Table:
-    """The table in ``path`` as it is now (a copy, not a map)."""
+    """The table in `path` as it is now (a copy, not a map)."""
     return pa.ipc.open_stream(path.read_bytes()).read_all()
 
 
@@ -146,7 +146,7 @@ def test_ids_outside_a_vocabulary_are_found_with_their_row() -> None:
 
 def test_varlen_verify_always_finds_a_flip_under_the_same_mtime(tmp_path: Path, monkeypatch, hashes) -> None:
     """Once verified, a table is not hashed again in the process (nor on the node, where it takes the marker):
-    bytes a failing disk flips under the same inode, size and mtime are served. ``VARLEN_VERIFY=always`` hashes
+    bytes a failing disk flips under the same inode, size and mtime are served. `VARLEN_VERIFY=always` hashes
     it at every open, in this process and in every process it starts."""
     path = write_table(tmp_path / "t.arrow", columns(), version="t1", key=KEY)
     assert open_table(path, version="t1", key=KEY) is not None and len(hashes) == 1

@@ -1,5 +1,5 @@
-"""What the ``varlen`` command shows: every command in its help, where a DataModule's arguments are,
-one line per epoch (plain text when stdout is no terminal), and data paths under ``VARLEN_DATA``."""
+"""What the `varlen` command shows: every command in its help, where a DataModule's arguments are,
+one line per epoch (plain text when stdout is no terminal), and data paths under `VARLEN_DATA`."""
 
 import logging
 import re
@@ -22,7 +22,7 @@ EPOCH_LINE = re.compile(r"^(\w+ )?epoch \d+/\d+: .*val/loss .*samples/s", re.M)
 
 
 def run_console(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    """``varlen ARGS`` in this process: exit status, stdout, stderr."""
+    """`varlen ARGS` in this process: exit status, stdout, stderr."""
     monkeypatch.setattr(sys, "argv", ["varlen", *args])
     code = 0
     try:
@@ -106,7 +106,7 @@ def test_fit_prints_one_line_per_epoch(extra, callbacks, lines, tmp_path, capsys
 
 
 def inspect_sst2(monkeypatch, capsys, data: Path) -> tuple[int, str, str]:
-    """``varlen inspect --config configs/text_sst2.yaml`` with VARLEN_DATA=data, started in ``data``."""
+    """`varlen inspect --config configs/text_sst2.yaml` with VARLEN_DATA=data, started in `data`."""
     monkeypatch.setenv("VARLEN_DATA", str(data))
     monkeypatch.chdir(data)  # not the checkout: the config's paths do not depend on where it runs
     return run_console(monkeypatch, capsys, "inspect", "--config", str(ROOT / "configs" / "text_sst2.yaml"))
@@ -166,9 +166,9 @@ def test_fit_times_the_wait_for_data_unless_told_not_to(off, tmp_path, capsys) -
 
 @pytest.mark.parametrize("arg", ["default", "--warm_shapes=always", "--warm_shapes=false"])
 def test_fit_warms_the_batch_shapes_where_they_cost_unless_told_not_to(arg, tmp_path, caplog) -> None:
-    """``varlen fit`` runs each batch shape of the first epoch through the model before training where a new
+    """`varlen fit` runs each batch shape of the first epoch through the model before training where a new
     shape has a first-time cost; on this CPU in eager mode it says in one line why it skips them;
-    ``--warm_shapes=always`` warms them there too (its line logged), ``--warm_shapes=false`` leaves it out."""
+    `--warm_shapes=always` warms them there too (its line logged), `--warm_shapes=false` leaves it out."""
     with caplog.at_level(logging.INFO, logger="varlen"):
         trainer = fit(tmp_path, *([] if arg == "default" else [arg])).trainer
     warms = [c for c in trainer.callbacks if isinstance(c, WarmShapes)]

@@ -1,5 +1,5 @@
-"""Which scenarios a command line names (:mod:`varlen.cli.named`) and which commands are a help to keep
-(:mod:`varlen.cli.saved_help`): pure functions of the arguments."""
+"""Which scenarios a command line names (`varlen.cli.named`) and which commands are a help to keep
+(`varlen.cli.saved_help`): pure functions of the arguments."""
 
 from __future__ import annotations
 

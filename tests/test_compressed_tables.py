@@ -1,8 +1,8 @@
 """Every table reader (text, molecules, captions) reads compressed files and still names a bad byte's line.
 
-Each test compresses the tiny test files into ``tmp_path`` (``.gz``, ``.bz2``, ``.xz``, and ``.zst``
+Each test compresses the tiny test files into `tmp_path` (`.gz`, `.bz2`, `.xz`, and `.zst`
 when pyarrow has the codec) and compares what the reader returns with the plain file's; the
-real ``HIV.csv.gz`` of MoleculeNet is read when ``$VARLEN_DATA`` holds it.
+real `HIV.csv.gz` of MoleculeNet is read when `$VARLEN_DATA` holds it.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ SUFFIXES = list(WRITERS)
 
 
 def compressed(source: Path | bytes, folder: Path, name: str, suffix: str) -> Path:
-    """``source`` (a file or its bytes) written to ``folder/name + suffix``, compressed."""
+    """`source` (a file or its bytes) written to `folder/name + suffix`, compressed."""
     data = source.read_bytes() if isinstance(source, Path) else source
     path = folder / f"{name}{suffix}"
     path.write_bytes(WRITERS[suffix](data))

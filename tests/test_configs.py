@@ -1,5 +1,5 @@
 """Every shipped YAML parses against the real signatures (class paths, argument names, types), and
-builds its DataModule and model with the links applied (as ``fit`` does, without running it)."""
+builds its DataModule and model with the links applied (as `fit` does, without running it)."""
 
 from pathlib import Path
 

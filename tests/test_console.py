@@ -1,4 +1,4 @@
-"""``varlen`` and ``varlen --help`` answer before torch, Lightning or any scenario is imported."""
+"""`varlen` and `varlen --help` answer before torch, Lightning or any scenario is imported."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from varlen.cli import dispatch as cli
 from varlen.cli.commands import SUMMARIES, TRAINER
 
 HEAVY = ("torch", "lightning", "transformers", "torch_geometric", "litdata", "rdkit", "jsonargparse")
-#: ``varlen ARGS`` in a fresh process: its status and the watched modules it imported (by name, or under a
+#: `varlen ARGS` in a fresh process: its status and the watched modules it imported (by name, or under a
 #: watched package)
 PROBE = """
 import json, sys
@@ -64,7 +64,7 @@ def test_the_cli_runs_the_commands_the_help_lists() -> None:
 
 
 def test_a_mistyped_command_gets_the_closest_one_before_any_heavy_import() -> None:
-    """``varlen fitt`` took 7 s and ended in argparse's "invalid choice" without the hint other typos get."""
+    """`varlen fitt` took 7 s and ended in argparse's "invalid choice" without the hint other typos get."""
     done = run_probe(["fitt", "--config", "x.yaml"], HEAVY)
     result, _ = heavy_of(done)
     assert result == {"code": 2, "heavy": []}, result
@@ -74,7 +74,7 @@ def test_a_mistyped_command_gets_the_closest_one_before_any_heavy_import() -> No
 
 
 def test_help_into_a_closed_pipe_ends_quietly() -> None:
-    """``varlen --help | head -1``: the reader is gone before the help is written; no BrokenPipeError traceback."""
+    """`varlen --help | head -1`: the reader is gone before the help is written; no BrokenPipeError traceback."""
     read, write = os.pipe()
     os.close(read)  # the reader has already gone: every write fails with EPIPE
     try:
@@ -91,7 +91,7 @@ SCENARIO_MODULES = ("varlen.datamodules.text", "varlen.datamodules.molecules", "
 
 
 def named_probe(tmp_path, *args: str) -> tuple[dict, str]:
-    """``varlen ARGS`` in a fresh process with its own cache folder: its status, the watched modules it imported,
+    """`varlen ARGS` in a fresh process with its own cache folder: its status, the watched modules it imported,
     and what it printed."""
     done = run_probe(args, [*HEAVY, *SCENARIO_MODULES], env={**os.environ, "VARLEN_CACHE": str(tmp_path)})
     *printed, result = done.stdout.strip().splitlines()
@@ -99,7 +99,7 @@ def named_probe(tmp_path, *args: str) -> tuple[dict, str]:
 
 
 def test_a_datamodules_help_imports_its_scenario_only_then_is_printed_from_the_cache(tmp_path) -> None:
-    """``--data.help SequenceDataModule`` imported every scenario (transformers' tokenizers, PyG and RDKit) and
+    """`--data.help SequenceDataModule` imported every scenario (transformers' tokenizers, PyG and RDKit) and
     took 7 s; it needs its own, and the same help asked again needs neither Lightning nor torch."""
     first, text = named_probe(tmp_path, "fit", "--data.help", "SequenceDataModule")
     assert first["code"] == 0 and "--data.layout {padded,packed}" in text, text[-2000:]

@@ -15,7 +15,7 @@ RNG_LENGTHS = np.random.default_rng(0).integers(1, 9, 24)
 
 
 class Samples(Dataset):
-    """Dict samples of random-length ``x`` (only ``__getitem__``), a label, and optionally no ``index``."""
+    """Dict samples of random-length `x` (only `__getitem__`), a label, and optionally no `index`."""
 
     def __init__(self, lengths=RNG_LENGTHS, index: bool = True, sizes=None) -> None:
         self.sizes, self.index = np.asarray(lengths), index
@@ -31,7 +31,7 @@ class Samples(Dataset):
 
 
 class Custom(VarLenDataModule):
-    """A user's DataModule: ``build`` returns what :func:`custom` gives it, and no collate is set."""
+    """A user's DataModule: `build` returns what `custom` gives it, and no collate is set."""
 
     built = None
 
@@ -107,7 +107,7 @@ def test_a_collate_that_returns_unequal_tensors_names_the_field() -> None:
 
 
 def test_plain_samples_are_padded_by_the_default_collate() -> None:
-    """Only ``__getitem__``, no collate: ``x`` padded with its mask and lengths, numbers and text collated."""
+    """Only `__getitem__`, no collate: `x` padded with its mask and lengths, numbers and text collated."""
     dm = custom({"train": Samples(sizes=RNG_LENGTHS)}, batch_size=None, max_tokens=64)
     seen = []
     dm.setup("fit")

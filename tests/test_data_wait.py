@@ -1,7 +1,7 @@
 """DataWait: the logged wait for data against the share known costs give, and the advice line.
 
 A loader's fetch sleeps a known time per batch and the model's step another: the share of the
-epoch the loop must wait follows from those costs (:func:`simulated_share` plays the loader's
+epoch the loop must wait follows from those costs (`simulated_share` plays the loader's
 round-robin workers and prefetch against the steps), whatever the machine's speed, because sleeps
 do not compete for its cores. Epochs with workers are checked in their second epoch, with persistent
 workers: the first epoch's worker start-up is not a known cost.
@@ -41,8 +41,8 @@ class Recorded(Logger):
 
 
 def simulated_share(fetch: float, step: float, workers: int, prefetch: int, batches: int) -> float:
-    """The share of an epoch spent waiting when each batch costs ``fetch`` in a worker (round robin, at
-    most ``workers * prefetch`` batches asked ahead, one more each time one is taken) and ``step`` in
+    """The share of an epoch spent waiting when each batch costs `fetch` in a worker (round robin, at
+    most `workers * prefetch` batches asked ahead, one more each time one is taken) and `step` in
     the loop; every worker idle at the start. Without workers the loop fetches itself."""
     if workers == 0:
         return fetch / (fetch + step)
@@ -80,7 +80,7 @@ def fit(data, step_s: float, epochs: int, **trainer) -> DataWait:
 
 @pytest.fixture
 def advice_records():
-    """What the ``varlen`` logger says during a test (it may not propagate to the root logger)."""
+    """What the `varlen` logger says during a test (it may not propagate to the root logger)."""
     records: list[logging.LogRecord] = []
     handler = logging.Handler()
     handler.emit = records.append

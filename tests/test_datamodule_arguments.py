@@ -1,7 +1,7 @@
 """Every scenario hands the base's arguments on: each listed with the base's default, as the command line reads it.
 
-A scenario declares only its own arguments and passes the rest to ``VarLenDataModule.__init__`` with ``**kwargs``
-(``varlen.datamodules.arguments``); these tests read each one through jsonargparse, as ``varlen fit`` does, and
+A scenario declares only its own arguments and passes the rest to `VarLenDataModule.__init__` with `**kwargs`
+(`varlen.datamodules.arguments`); these tests read each one through jsonargparse, as `varlen fit` does, and
 fail for a subclass that stops handing them on or shadows a default.
 """
 
@@ -25,19 +25,19 @@ GIVEN = {"seed": 11, "num_buckets": 3, "timeout": 5.0, "predict_split": "val", "
 
 
 def fixed(cls: type) -> set[str]:
-    """The base arguments ``cls`` or a class between it and the base sets itself."""
+    """The base arguments `cls` or a class between it and the base sets itself."""
     return {name for klass in cls.__mro__ for name in vars(klass).get("fixed_arguments", ())}
 
 
 def parsed_defaults(cls: type) -> dict[str, Any]:
-    """The arguments jsonargparse (``varlen fit --data.help``) lists for ``cls``, with their defaults."""
+    """The arguments jsonargparse (`varlen fit --data.help`) lists for `cls`, with their defaults."""
     parser = ArgumentParser(exit_on_error=False)
     parser.add_class_arguments(cls, "data")
     return vars(parser.get_defaults()["data"])
 
 
 def handed_on_problems(cls: type) -> list[str]:
-    """What ``cls`` gets wrong about the base's arguments (empty: each listed with the base's default, or
+    """What `cls` gets wrong about the base's arguments (empty: each listed with the base's default, or
     fixed by the class; given values reach the base)."""
     base = {name: p.default for name, p in inspect.signature(VarLenDataModule).parameters.items()}
     listed, overrides, skipped = parsed_defaults(cls), OVERRIDES.get(cls.__name__, {}), fixed(cls)
@@ -72,7 +72,7 @@ def test_given_base_arguments_reach_the_base(name):
 
 
 class _Shadows(VarLenDataModule):
-    """Shadows ``seed``'s default.
+    """Shadows `seed`'s default.
 
     Args:
         seed: another default.
@@ -83,7 +83,7 @@ class _Shadows(VarLenDataModule):
 
 
 class _Drops(VarLenDataModule):
-    """Takes ``**kwargs`` but hands nothing on.
+    """Takes `**kwargs` but hands nothing on.
 
     Args:
         size: its own.
@@ -94,7 +94,7 @@ class _Drops(VarLenDataModule):
 
 
 class _Withholds(VarLenDataModule):
-    """Sets ``stream`` itself but says nothing of it."""
+    """Sets `stream` itself but says nothing of it."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(stream=None, **kwargs)

@@ -29,8 +29,8 @@ SPACE = r"No space left on device; [\d,.]+ MiB free; the cache needs about [\d,.
 
 
 def build(path: Path, count: int = 2000, **hint: int) -> Path:
-    """A table of ``count`` rows of 50 int32 tokens (400 kB for 2,000), built 100 rows at a time; ``hint``:
-    TableBuilder's ``rows``."""
+    """A table of `count` rows of 50 int32 tokens (400 kB for 2,000), built 100 rows at a time; `hint`:
+    TableBuilder's `rows`."""
     builder = TableBuilder(path, version="t1", key=KEY, ragged={"tokens": (np.int32, ())}, **hint)
     for start in range(0, count, 100):
         builder.append(tokens=[np.arange(50, dtype=np.int32)] * 100, label=np.arange(start, start + 100))

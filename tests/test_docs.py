@@ -1,8 +1,8 @@
-"""The documentation: the README stays short, the site builds with ``--strict`` (no broken link, anchor, page or API
+"""The documentation: the README stays short, the site builds with `--strict` (no broken link, anchor, page or API
 reference), its API reference covers every public DataModule and model, every link to a page (from the README,
-ARCHITECTURE.md, the code, the scripts) names one that exists, and every ``python`` block of the README and of
+ARCHITECTURE.md, the code, the scripts) names one that exists, and every `python` block of the README and of
 the site's pages runs as written, each in a fresh folder and namespace (blocks shown but not run, which need the
-network or a whole training, are ``py``)."""
+network or a whole training, are `py`)."""
 
 from __future__ import annotations
 
@@ -65,19 +65,42 @@ def test_the_site_builds_strict(tmp_path) -> None:
         assert f'id="varlen.datamodules.{varlen.datamodules.SCENARIOS.get(name, "base")}.{name}"' in datamodules, name
     for name in [*varlen.models.SCENARIOS, "VarLenModule"]:
         assert f'id="varlen.models.{varlen.models.SCENARIOS.get(name, "base")}.{name}"' in models, name
+    # the docstrings render: no Sphinx role or reST literal is left raw on any built page
+    raw = {
+        page.relative_to(site).as_posix(): RAW_ON_PAGE.findall(page.read_text())
+        for page in site.rglob("*.html")
+    }
+    assert not {page: found for page, found in raw.items() if found}
     # ARCHITECTURE.md stays at the root, included (not copied) by the site's page
     assert (DOCS / "architecture.md").read_text().strip() == '--8<-- "ARCHITECTURE.md"'
     assert "How a batch flows" in (site / "architecture" / "index.html").read_text()
 
 
-#: a page named by path anywhere outside the site: ``docs/<page>.md`` (optionally ``#anchor``)
+#: what a docstring written for Sphinx leaves on a page mkdocstrings built, or in `--data.help`: a role, a reST literal
+RAW_MARKUP = re.compile(r":(?:py:)?(?:attr|class|func|meth|mod|data|obj|exc|ref):`|(?<!`)``(?!`)")
+#: the same on a built page, where Markdown made the role's text a code span: ":class:<code>..."
+RAW_ON_PAGE = re.compile(r":(?:py:)?(?:attr|class|func|meth|mod|data|obj|exc|ref):(?:<code>|`)")
+
+
+def test_docstrings_are_markdown() -> None:
+    """One docstring syntax that the site and a terminal both render: Markdown code spans, never Sphinx's."""
+    found = [
+        f"{path.relative_to(ROOT)}:{n}"
+        for path in sorted((ROOT / "src" / "varlen").rglob("*.py"))
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if RAW_MARKUP.search(line)
+    ]
+    assert not found, found[:20]
+
+
+#: a page named by path anywhere outside the site: `docs/<page>.md` (optionally `#anchor`)
 PAGE_NAME = re.compile(r"\bdocs/([\w/-]+\.md)")
 #: a Markdown link of the README or ARCHITECTURE.md to a file of the repository
 LINK = re.compile(r"\]\((?!https?://|#)([^)#\s]+)(?:#[^)\s]*)?\)")
 
 
 def test_every_page_named_exists() -> None:
-    """The README's and ARCHITECTURE.md's links, and any ``docs/<page>.md`` a module, script, test or config
+    """The README's and ARCHITECTURE.md's links, and any `docs/<page>.md` a module, script, test or config
     names (an error message pointing to the documentation), point to a file there is."""
     named: list[tuple[str, Path]] = []
     for doc in (README, ROOT / "ARCHITECTURE.md"):

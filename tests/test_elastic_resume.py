@@ -33,7 +33,7 @@ def samplers(kind: str, world_size: int, epoch: int) -> list[BucketBatchSampler]
 
 
 def serve(ranks: list[BucketBatchSampler], batches: int | None = None) -> list[list[list[int]]]:
-    """Each rank's next ``batches`` batches (None: the rest of the epoch), as the ranks serve them."""
+    """Each rank's next `batches` batches (None: the rest of the epoch), as the ranks serve them."""
     iterators = [iter(sampler) for sampler in ranks]
     if batches is None:
         return [list(it) for it in iterators]
@@ -170,7 +170,7 @@ def test_a_state_saved_mid_elastic_epoch_by_an_older_version_resumes_at_the_next
 
 @pytest.mark.parametrize("left", [4, 0])
 def test_a_late_state_loads_on_more_ranks_than_its_rest_can_feed(left: int) -> None:
-    """100 samples in batches of 2, saved on 2 ranks with ``left`` samples to go, loaded on 8: every rank
+    """100 samples in batches of 2, saved on 2 ranks with `left` samples to go, loaded on 8: every rank
     gets the same number of batches (a sample repeated where fewer are left than ranks, with a warning
     that counts it), every sample of the epoch is served, and the next epoch is 8 ranks' own."""
     lengths = np.arange(1, 101)

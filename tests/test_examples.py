@@ -18,7 +18,7 @@ DATA = ROOT / "examples" / "sensor.jsonl"
 
 @pytest.fixture(autouse=True)
 def importable_examples(monkeypatch) -> None:
-    """The DDP test's subprocesses import ``examples.*`` too (and this checkout's varlen first)."""
+    """The DDP test's subprocesses import `examples.*` too (and this checkout's varlen first)."""
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
 
 

@@ -60,8 +60,8 @@ packages_distributions = cache(_packages_distributions)  # a scan of every insta
 
 
 def run_without(blocked: list[str], code: str) -> subprocess.CompletedProcess:
-    """``code`` in a fresh interpreter where ``blocked`` modules look uninstalled: importing one fails, and
-    neither ``importlib.util.find_spec`` nor ``importlib.metadata`` (which torchmetrics and Lightning ask
+    """`code` in a fresh interpreter where `blocked` modules look uninstalled: importing one fails, and
+    neither `importlib.util.find_spec` nor `importlib.metadata` (which torchmetrics and Lightning ask
     before they import transformers or pandas) finds it."""
     hidden = sorted({canonicalize_name(d) for m in blocked for d in packages_distributions().get(m, [m])})
     prelude = f"""
@@ -163,7 +163,7 @@ def test_require_raises_a_module_not_found_error(monkeypatch: pytest.MonkeyPatch
 
 
 def requirement_names(extra: str | None, seen: tuple[str, ...] = ()) -> set[str]:
-    """Distribution names of pyproject's dependencies (``extra=None``) or of an extra, self-references expanded."""
+    """Distribution names of pyproject's dependencies (`extra=None`) or of an extra, self-references expanded."""
     project = PYPROJECT["project"]
     specs = project["dependencies"] if extra is None else project["optional-dependencies"][extra]
     names = set()
@@ -197,7 +197,7 @@ def test_each_extra_installs_the_modules_its_scenario_requires() -> None:
 
 
 def test_a_feature_extra_is_outside_all_and_installs_what_it_imports() -> None:
-    """stream (litdata, which pulls torchvision) is no scenario's and not in ``all``: ``all`` installs on a CPU
+    """stream (litdata, which pulls torchvision) is no scenario's and not in `all`: `all` installs on a CPU
     machine as it is; the extra's distributions are those of the modules it imports (where installed)."""
     extras = PYPROJECT["project"]["optional-dependencies"]
     assert set(_extras.FEATURES) == {"stream"} and set(_extras.FEATURES) <= set(extras)
@@ -207,7 +207,7 @@ def test_a_feature_extra_is_outside_all_and_installs_what_it_imports() -> None:
 
 
 def imports(path: Path) -> tuple[set[str], set[str]]:
-    """Third-party top-level modules ``path`` imports: (at module level, inside functions)."""
+    """Third-party top-level modules `path` imports: (at module level, inside functions)."""
     top, lazy = set(), set()
 
     def visit(node: ast.AST, in_function: bool) -> None:
@@ -235,7 +235,7 @@ def scenario_of(path: Path) -> str | None:
 
 
 def feature_of(path: Path) -> str | None:
-    """The feature extra of a module of ``varlen/<extra>/`` (``varlen.stream``), if any."""
+    """The feature extra of a module of `varlen/<extra>/` (`varlen.stream`), if any."""
     parts = path.relative_to(ROOT / "src" / "varlen").parts
     return parts[0] if len(parts) > 1 and parts[0] in _extras.FEATURES else None
 

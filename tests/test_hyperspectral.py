@@ -356,7 +356,7 @@ def two_scene_dm() -> HyperspectralDataModule:
 @pytest.mark.parametrize("multiple", [None, 8])
 def test_gathered_batches_equal_todays_value_for_value(two_scene_dm, split: str, multiple: int | None) -> None:
     """Both scenes in one batch, random (train, epoch 2) or all bands (val): the batched fetch, the
-    collate of ``dataset[i]`` dicts and the old per-sample collate give the same tensors."""
+    collate of `dataset[i]` dicts and the old per-sample collate give the same tensors."""
     ds = two_scene_dm.dataset(split)
     first, second = np.flatnonzero(ds.scene_ids == 0), np.flatnonzero(ds.scene_ids == 1)
     picks = [int(i) for pair in zip(first[[3, 50, 7]], second[[0, 20, 9]], strict=True) for i in pair]

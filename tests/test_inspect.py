@@ -34,13 +34,13 @@ def run_inspect(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
 
 
 def served(dm, split: str, world_size: int) -> list[list[list[int]]]:
-    """Each rank's batches of epoch 0, as the DataModule's own sampler serves them on ``world_size`` ranks."""
+    """Each rank's batches of epoch 0, as the DataModule's own sampler serves them on `world_size` ranks."""
     shuffle = split == "train" and dm.shuffle
     return [list(dm.batch_sampler(split, shuffle, num_replicas=world_size, rank=r)) for r in range(world_size)]
 
 
 def padding(dm, dataset, batches: list[list[int]]) -> tuple[int, int]:
-    """Real and allocated elements of ``batches``, fetched one sample at a time and collated to the padded
+    """Real and allocated elements of `batches`, fetched one sample at a time and collated to the padded
     lengths each batch carries from its sampler (the shape policy's rungs)."""
     real = allocated = 0
     for indices in batches:
@@ -166,7 +166,7 @@ def test_inspect_bad_data_exits_2_with_the_message(tmp_path: Path, monkeypatch, 
 
 
 def test_a_plot_folder_that_is_a_file_is_one_line_before_any_work(tmp_path: Path, monkeypatch, capsys) -> None:
-    """``--out`` a file: a raw FileExistsError once the DataModule was built and summarised."""
+    """`--out` a file: a raw FileExistsError once the DataModule was built and summarised."""
     (tmp_path / "plots").write_text("a file")
     config = str(ROOT / "configs" / "sequence.yaml")
     code, _, err = run_inspect(monkeypatch, capsys, "--config", config, "--out", str(tmp_path / "plots" / "run"))
@@ -183,7 +183,7 @@ def test_more_ranks_than_samples_is_a_usage_error(monkeypatch, capsys) -> None:
 
 
 def test_a_data_error_raised_while_the_cli_builds_the_datamodule_exits_2(tmp_path, monkeypatch, capsys) -> None:
-    """jsonargparse wraps errors raised in ``__init__``; the CLI still finds the DataError in the chain."""
+    """jsonargparse wraps errors raised in `__init__`; the CLI still finds the DataError in the chain."""
     missing = tmp_path / "no_features.npz"
     config = str(ROOT / "configs" / "video_text.yaml")
     code, _, err = run_inspect(monkeypatch, capsys, "--config", config, "--data.init_args.source=jsonl",

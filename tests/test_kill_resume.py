@@ -1,4 +1,4 @@
-"""``kill -9`` during training, resumed from the last checkpoint: the uninterrupted run's batches, exactly.
+"""`kill -9` during training, resumed from the last checkpoint: the uninterrupted run's batches, exactly.
 
 Issue 29's fault run held these; they stay as tests. Each fit runs in a process of its own
 (tests/kill_fit.py, forked from one server that has done the imports), records every batch as it
@@ -6,7 +6,7 @@ starts (flushed, so a killed process leaves its record) and is killed with SIGKI
 could die: on the first batch after a checkpoint was written, or on an epoch's first batch. A new
 process resumes from the last checkpoint; what it trains from the checkpoint's step on must be the
 uninterrupted run's batches from that step on (sample indices, their order, their epoch and, for
-hyperspectral, each pixel's band subset of that epoch): no sample lost or repeated. ``varlen fit`` itself,
+hyperspectral, each pixel's band subset of that epoch): no sample lost or repeated. `varlen fit` itself,
 sent SIGINT or SIGTERM mid-step, saves last.ckpt at the step's end and prints the command that resumes it
 exactly.
 """
@@ -177,7 +177,7 @@ RESUME = re.compile(
 def test_an_interrupted_varlen_fit_saves_last_ckpt_and_its_printed_command_resumes_it(
     fits, reference, name, workers
 ) -> None:
-    """``varlen fit`` (its own checkpoints: none every few steps) signalled in the middle of step 5 of epoch 0:
+    """`varlen fit` (its own checkpoints: none every few steps) signalled in the middle of step 5 of epoch 0:
     the step ends, last.ckpt is written, the line names the command that resumes it and the status is 128 +
     the signal (Ctrl-C exited 1 and saved nothing; SIGTERM trained to the epoch's end and exited 0). That
     command, run as printed, trains the uninterrupted run's batches from step 6 on."""

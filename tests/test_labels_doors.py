@@ -1,10 +1,10 @@
 """Labels through every door (issue item "Labels through the new doors").
 
-Every way labels come in (a Python mapping, a ``pyarrow.Table``, a ``datasets.Dataset``, a Parquet or
-Arrow file, a ``save_to_disk`` folder, a saved ``DatasetDict``, a table of token ids) gets the checks of
-:mod:`varlen.prepare.labels`: a label column read as text that mixes numbers with words, or spells one number
+Every way labels come in (a Python mapping, a `pyarrow.Table`, a `datasets.Dataset`, a Parquet or
+Arrow file, a `save_to_disk` folder, a saved `DatasetDict`, a table of token ids) gets the checks of
+`varlen.prepare.labels`: a label column read as text that mixes numbers with words, or spells one number
 two ways, is refused naming rows; whole numbers written as floats are not silently a regression task;
-a Hugging Face ``ClassLabel``'s names are the classes (``class_names``), in id order, in both the
+a Hugging Face `ClassLabel`'s names are the classes (`class_names`), in id order, in both the
 sequence and the text DataModule.
 """
 
@@ -37,7 +37,7 @@ def sequence_columns(labels: list[Any]) -> dict[str, Any]:
 
 
 def as_door(columns: dict[str, Any], door: str, tmp_path: Path) -> tuple[Any, str]:
-    """``columns`` given to SequenceDataModule through ``door``, and how its messages name that source."""
+    """`columns` given to SequenceDataModule through `door`, and how its messages name that source."""
     table = pa.table({"values": pa.array(columns["values"]), "label": pa.array(columns["label"])})
     if door == "mapping":
         return columns, r"split 'train' \(in-memory columns\)"
@@ -94,7 +94,7 @@ def test_sequence_class_names_say_which_spellings_are_classes(tmp_path: Path) ->
 @pytest.mark.parametrize("door", SEQUENCE_DOORS)
 def test_sequence_whole_numbers_as_floats_are_no_silent_regression(door: str, tmp_path: Path) -> None:
     """Before: ints mixed with integral floats (1, 2.0, 3) became a float column, hence a regression task.
-    Now: refused without ``task``, naming rows; ``task`` says which it is."""
+    Now: refused without `task`, naming rows; `task` says which it is."""
     labels = [1, 2.0, 3] * 4
     given, where = as_door(sequence_columns(labels), door, tmp_path)
     message = (
@@ -132,7 +132,7 @@ def test_sequence_integral_floats_given_class_names_are_matched_as_numbers() -> 
 
 
 def named_dataset(n: int = 30, **extra: Any) -> Any:
-    """``n`` rows whose ``label`` is a ClassLabel of :data:`NAMES` (ids 0, 1, 2 in turn, then shuffled)."""
+    """`n` rows whose `label` is a ClassLabel of `NAMES` (ids 0, 1, 2 in turn, then shuffled)."""
     rng = np.random.default_rng(1)
     ids = rng.permutation([i % 3 for i in range(n)]).tolist()
     columns = {**sequence_columns(ids), **{k: v[:n] for k, v in extra.items()}}
@@ -253,7 +253,7 @@ def test_text_takes_a_classlabels_names_from_a_table_of_token_ids(tmp_path: Path
 
 
 def test_text_reads_classlabel_ids_as_names_and_no_name_matches_an_id_beyond_them() -> None:
-    """-1 (what ``datasets`` stores for no label) is no label; an id beyond the names matches no class."""
+    """-1 (what `datasets` stores for no label) is no label; an id beyond the names matches no class."""
     from varlen.datasets.text.labels import named_labels
 
     read = named_labels([0, 2, -1, None, 3], ["1", "2", "3"])

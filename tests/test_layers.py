@@ -1,18 +1,18 @@
 """The layers of ARCHITECTURE.md, checked on the source: no module of varlen reaches itself through
-imports, and what reads data (``varlen.datasets``) depends on no model, DataModule or command.
+imports, and what reads data (`varlen.datasets`) depends on no model, DataModule or command.
 
-The import graph is built statically (``ast`` over every module of the package), so a cycle is found
+The import graph is built statically (`ast` over every module of the package), so a cycle is found
 whether or not the import happens to run. Its edges:
 
-- ``import a.b.c`` and ``from a.b.c import name`` import module ``a.b.c``;
-- ``from a.b import c`` imports package ``a.b`` (its ``__init__``) and also module ``a.b.c`` when
-  ``c`` is a submodule: a submodule imported through its package runs the package's ``__init__``;
+- `import a.b.c` and `from a.b.c import name` import module `a.b.c`;
+- `from a.b import c` imports package `a.b` (its `__init__`) and also module `a.b.c` when
+  `c` is a submodule: a submodule imported through its package runs the package's `__init__`;
 - relative imports are resolved against the importing module;
 - imports inside functions count: a function-level import that closes a cycle only delays it, the
   two modules still cannot be understood (or moved) one without the other. Imports under
-  ``if TYPE_CHECKING:`` do not count: they never run.
+  `if TYPE_CHECKING:` do not count: they never run.
 
-A module's parent packages are not counted as imported by it: a package ``__init__`` that re-exports
+A module's parent packages are not counted as imported by it: a package `__init__` that re-exports
 its submodules would otherwise form a cycle with each of them.
 """
 
@@ -34,7 +34,7 @@ def module_name(path: Path) -> str:
 
 
 def modules() -> dict[str, Path]:
-    """Every module of varlen by dotted name (a package by its ``__init__.py``)."""
+    """Every module of varlen by dotted name (a package by its `__init__.py`)."""
     return {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 
@@ -44,7 +44,7 @@ def _type_checking_only(node: ast.AST) -> bool:
 
 
 def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    """Every import statement of a module, at any depth, except under ``if TYPE_CHECKING:``."""
+    """Every import statement of a module, at any depth, except under `if TYPE_CHECKING:`."""
     found, stack = [], [tree]
     while stack:
         node = stack.pop()
@@ -56,7 +56,7 @@ def _imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
 
 
 def imported_modules(name: str, path: Path, known: set[str]) -> set[str]:
-    """The modules of ``known`` that module ``name`` (at ``path``) imports (see the module docstring)."""
+    """The modules of `known` that module `name` (at `path`) imports (see the module docstring)."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     targets = set()
     for node in _imports(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
@@ -114,7 +114,7 @@ def test_a_submodule_imported_through_its_package_counts_the_package(tmp_path: P
 
 
 def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Cycles of ``graph``, each as ``[a, b, ..., a]`` where each module imports the next; one edge of each
+    """Cycles of `graph`, each as `[a, b, ..., a]` where each module imports the next; one edge of each
     cycle found is set aside before looking again, so every cycle is reported, not only the first."""
     graph = {name: set(targets) for name, targets in graph.items()}
     found = []

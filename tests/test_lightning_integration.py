@@ -73,9 +73,9 @@ def test_resume_from_mid_epoch_checkpoint_is_exact(tmp_path: Path, num_workers: 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_resume_at_an_epoch_boundary_is_exact(tmp_path: Path, num_workers: int) -> None:
-    """From the step checkpoint of an epoch's last batch, and from the epoch-end ``last.ckpt``:
+    """From the step checkpoint of an epoch's last batch, and from the epoch-end `last.ckpt`:
     the next epoch's plan, not a replay or an empty epoch. With workers, Lightning creates the
-    first iterator before ``set_epoch``, so this needs the loader's deferred prefetch."""
+    first iterator before `set_epoch`, so this needs the loader's deferred prefetch."""
     full = fit(tmp_path, checkpoint_every=1, num_workers=num_workers)
     steps_per_epoch = len(full) // 2
     resumed = fit(
@@ -379,7 +379,7 @@ def test_gc_frozen_in_workers_always_and_in_the_main_process_only_during_epochs(
 
 
 class CorruptAt(torch.utils.data.Dataset):
-    """Sample ``bad`` raises in the worker that reads it, as a corrupt file would."""
+    """Sample `bad` raises in the worker that reads it, as a corrupt file would."""
 
     def __init__(self, bad: int) -> None:
         self.bad = bad
@@ -501,7 +501,7 @@ def test_an_epoch_left_early_leaves_no_shared_memory_file_behind() -> None:
 
 
 def _process_state(pid: int) -> str | None:
-    """Process ``pid``'s state letter (T: stopped, Z: a zombie), None when there is no such process."""
+    """Process `pid`'s state letter (T: stopped, Z: a zombie), None when there is no such process."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except FileNotFoundError:

@@ -22,7 +22,7 @@ def test_every_scenario_has_a_model() -> None:
 
 @pytest.mark.parametrize("module", sorted(PAIRS))
 def test_linked_names_exist_on_both_sides(module: str) -> None:
-    """A model argument named in LINKED has its DataModule attribute (known after ``__init__``, with
+    """A model argument named in LINKED has its DataModule attribute (known after `__init__`, with
     default arguments), and a linked attribute of the DataModule has its model argument."""
     data_name, model_name = PAIRS[module]
     dm = getattr(varlen.datamodules, data_name)()

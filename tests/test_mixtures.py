@@ -16,7 +16,7 @@ from varlen.errors import DataError
 
 
 class TwoSources(VarLenDataModule):
-    """Bring-your-own data: a ``build`` that returns its training split as a mapping of sources."""
+    """Bring-your-own data: a `build` that returns its training split as a mapping of sources."""
 
     mask_keys = ("mask",)
 

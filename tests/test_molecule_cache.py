@@ -107,7 +107,7 @@ def test_the_graphs_are_keyed_by_the_featurizer_and_the_targets_by_their_columns
 
 
 class RunsCode:
-    """A pickle payload: unpickling it creates ``marker`` (what a hostile cache file could do)."""
+    """A pickle payload: unpickling it creates `marker` (what a hostile cache file could do)."""
 
     def __init__(self, marker: Path) -> None:
         self.marker = marker
@@ -117,7 +117,7 @@ class RunsCode:
 
 
 def damage(path: Path, how: str, marker: Path, tmp_path: Path) -> None:
-    """Put a bad file at ``path``: a new file (the one a live DataModule maps stays as it was, as
+    """Put a bad file at `path`: a new file (the one a live DataModule maps stays as it was, as
     after an atomic replace; truncating a mapped file in place would crash its readers)."""
     key = graphs.graph_key(DATA / "esol_tiny.csv", "smiles")
     content = path.read_bytes()

@@ -1,6 +1,6 @@
 """Molecule input that used to stall the build or bend the split without a word (issue 29).
 
-A molecule over ``max_atoms`` is refused (or counted) before any featurisation; scaffolds are
+A molecule over `max_atoms` is refused (or counted) before any featurisation; scaffolds are
 computed for scaffold splits only; copies of a molecule stay in one split and are counted.
 """
 
@@ -22,7 +22,7 @@ GOOD = ["CCO", "CCC", "CCN", "CCCl", "c1ccccc1", "CC(=O)O", "CCOC", "c1ccncc1", 
 
 
 def table(tmp_path: Path, smiles: list[str], **kwargs) -> MoleculeDataModule:
-    """A DataModule over a ``smiles,y`` table of ``smiles`` (line 2 is the first)."""
+    """A DataModule over a `smiles,y` table of `smiles` (line 2 is the first)."""
     path = tmp_path / "table.csv"
     path.write_text("smiles,y\n" + "".join(f"{s},{i / 10:.1f}\n" for i, s in enumerate(smiles)))
     kwargs = {"cache_dir": str(tmp_path / "cache"), "batch_size": 4, "split": "random", **kwargs}

@@ -1,6 +1,6 @@
 """Molecule splits for classification: the balanced scaffold split, one-class splits, NaN ROC-AUC.
 
-``tests/data/molecules/bbbp_order.csv`` (written by ``tests/data/molecules/data.py``) reproduces
+`tests/data/molecules/bbbp_order.csv` (written by `tests/data/molecules/data.py`) reproduces
 MoleculeNet's BBBP failure in 60 molecules: large scaffold sets of both classes, then singleton
 scaffolds, the positive ones last, so the deterministic scaffold split leaves positives only in
 val and test.

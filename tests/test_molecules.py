@@ -49,7 +49,7 @@ def tiny(name: str = "esol_tiny.csv", **kwargs) -> MoleculeDataModule:
 
 
 def own_table(path: Path, content: str | bytes, **extra) -> dict:
-    """DataModule arguments reading ``content`` written to ``path`` as a ``smiles,y`` table."""
+    """DataModule arguments reading `content` written to `path` as a `smiles,y` table."""
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
     return {"dataset": None, "path": str(path), "smiles_column": "smiles", "target_columns": ["y"], **extra}
 
@@ -364,7 +364,7 @@ def test_an_empty_split_is_refused(tmp_path: Path) -> None:
 
 
 def reference_batch(dataset, indices, follow_batch=None) -> Batch:
-    """What the collate built before it gathered: one ``Data`` per molecule and PyG's ``from_data_list``."""
+    """What the collate built before it gathered: one `Data` per molecule and PyG's `from_data_list`."""
     graphs = []
     for i in indices:
         s = dataset[i]
@@ -389,7 +389,7 @@ def assert_same_tensors(ours: dict, expected: dict) -> None:
 
 
 def assert_same_batch(ours: Batch, expected: Batch) -> None:
-    """Same class, keys (in order), values, dtypes, and the bookkeeping ``get_example`` reads."""
+    """Same class, keys (in order), values, dtypes, and the bookkeeping `get_example` reads."""
     assert type(ours) is type(expected) and ours.num_graphs == expected.num_graphs
     assert_same_tensors(ours.to_dict(), expected.to_dict())
     assert_same_tensors(ours._slice_dict, expected._slice_dict)
@@ -621,7 +621,7 @@ def _predictions(trainer_args: dict, model, dm, **kwargs) -> torch.Tensor:
 def test_predict_from_a_checkpoint_with_another_table_keeps_the_training_units(tmp_path: Path) -> None:
     """Fit on one table; predict from the checkpoint with a DataModule over a table whose targets
     have other statistics (the same molecules, in the same splits): the predictions are the trained
-    model's, both through ``load_from_checkpoint`` and through ``ckpt_path``."""
+    model's, both through `load_from_checkpoint` and through `ckpt_path`."""
     args = {"accelerator": "cpu", "logger": False, "enable_progress_bar": False, "enable_model_summary": False}
     trained = tiny(descriptors=True)
     torch.manual_seed(0)

@@ -1,6 +1,6 @@
 """MSR-VTT's retrieval protocols: the four files users have, their bad rows, and the 1k-A metrics.
 
-The tiny files in ``tests/data/video_text/msrvtt/`` (written by ``tests/data/video_text/data.py``):
+The tiny files in `tests/data/video_text/msrvtt/` (written by `tests/data/video_text/data.py`):
 13 videos, the JSON's split train 0-6 / validate 7 / test 8-12, three captions each; the 9k list
 is video0-8, the 7k list video0-6, the test pairs one sentence for each of video9-12. Every frame
 of a video is the indicator of its three topic words and every caption holds each of them once,
@@ -44,7 +44,7 @@ NINE_K, SEVEN_K = "MSRVTT_train.9k.csv", "MSRVTT_train.7k.csv"
 
 
 def files(folder: Path = MSRVTT, train: str | None = NINE_K, pairs: str | None = PAIRS, **kwargs) -> dict:
-    """DataModule arguments over the MSR-VTT files in ``folder``."""
+    """DataModule arguments over the MSR-VTT files in `folder`."""
     args = {"source": "msrvtt", "annotations": str(folder / JSON), "features": str(folder / FEATURES)}
     args |= {"train_list": train and str(folder / train), "test_pairs": pairs and str(folder / pairs)}
     return {**args, "batch_size": 4, "max_tokens": None, **kwargs}
@@ -313,7 +313,7 @@ def test_caption_embeddings_do_not_depend_on_the_order_of_gathered_shards() -> N
 
 
 def bag_of_words(texts: list[str]) -> torch.Tensor:
-    """``[N, 16]`` counts of the topic words: what the tiny features are built to equal."""
+    """`[N, 16]` counts of the topic words: what the tiny features are built to equal."""
     words = {w: k for k, w in enumerate(DATA.TOPIC_WORDS)}
     out = torch.zeros(len(texts), len(words))
     for i, text in enumerate(texts):

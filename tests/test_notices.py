@@ -41,7 +41,7 @@ def test_a_warning_of_a_users_datamodule_names_its_line(tmp_path) -> None:
 
 
 def test_a_warning_of_varlen_in_a_lightning_hook_names_the_users_line(tmp_path) -> None:
-    """Not Lightning's ``trainer/call.py``: the user's ``trainer.validate`` line."""
+    """Not Lightning's `trainer/call.py`: the user's `trainer.validate` line."""
     small = {"simulated_per_class": 1, "simulated_seconds": (1.0, 2.0), "window_length": 256}
     dm = BearingDataModule(**small, split="random_window")
     model = BearingClassifier(num_classes=dm.num_classes, in_channels=dm.in_channels)

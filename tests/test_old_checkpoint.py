@@ -2,14 +2,14 @@
 
 tests/data/eab78fa/ holds what that commit's own code wrote (tests/data/make_eab78fa_checkpoint.py says how):
 for each case, SequenceDataModule's synthetic set under a token budget (bucketed, padded to the shape policy's
-rungs; ``mixture``: two sources drawn half and half, balanced sample weights; ``cli``: run by ``varlen fit``)
+rungs; `mixture`: two sources drawn half and half, balanced sample weights; `cli`: run by `varlen fit`)
 saved at step 7 of a 2-epoch fit, and every batch of the uninterrupted run. The current code, given the same
-arguments, resumes each checkpoint (through a Trainer; ``cli``'s also through ``varlen fit --ckpt_path``) and
+arguments, resumes each checkpoint (through a Trainer; `cli`'s also through `varlen fit --ckpt_path`) and
 must serve the batches from step 7 on: the same samples in the same order, in the same epochs, padded to the
 same shapes.
 
-A checkpoint of a model built outside LightningCLI (``bucketed``, ``mixture``) holds no class path in its
-hyperparameters, and LightningCLI's ``--ckpt_path`` then fails to parse them (at eab78fa as now): such a one is
+A checkpoint of a model built outside LightningCLI (`bucketed`, `mixture`) holds no class path in its
+hyperparameters, and LightningCLI's `--ckpt_path` then fails to parse them (at eab78fa as now): such a one is
 resumed through a Trainer only.
 """
 
@@ -35,7 +35,7 @@ CASES, LINKED, MODEL, TRAINER, Served = maker.CASES, maker.LINKED, maker.MODEL, 
 
 
 class ServedTo(Served):
-    """:class:`Served`, its record written to ``path`` (JSON) when training ends: for ``varlen fit``'s config."""
+    """`Served`, its record written to `path` (JSON) when training ends: for `varlen fit`'s config."""
 
     def __init__(self, path: str) -> None:
         super().__init__()
@@ -88,7 +88,7 @@ def test_an_eab78fa_checkpoint_resumes_to_its_batches(case, tmp_path, one_thread
 
 
 def test_varlen_fit_resumes_an_eab78fa_checkpoint_to_its_batches(tmp_path, one_thread) -> None:
-    """``varlen fit --config ... --ckpt_path`` on the checkpoint eab78fa's ``varlen fit`` wrote (its model's
+    """`varlen fit --config ... --ckpt_path` on the checkpoint eab78fa's `varlen fit` wrote (its model's
     hyperparameters read back by LightningCLI, the command's own callbacks added): the batches that commit served."""
     from varlen.cli.dispatch import main
 

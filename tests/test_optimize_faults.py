@@ -1,10 +1,10 @@
-"""``varlen optimize`` on a disk without room, interrupted, or pointed at a file: one DataError naming the folder
+"""`varlen optimize` on a disk without room, interrupted, or pointed at a file: one DataError naming the folder
 (its free space and the need), nothing running afterwards, nothing partial under the output's name, and the
-same write run again works. Before: a raw RuntimeError around ``OSError 28``, partial chunks in the output
+same write run again works. Before: a raw RuntimeError around `OSError 28`, partial chunks in the output
 (which the next run refused), and a writer's child blocked in a pipe read for good (or the whole command hung).
 
-The disk here is a fake with ``room`` bytes (made in a test without root): LitData's chunk writes, in its
-writer processes, fail with ENOSPC past it, and ``shutil.disk_usage`` says what is left; both count the bytes
+The disk here is a fake with `room` bytes (made in a test without root): LitData's chunk writes, in its
+writer processes, fail with ENOSPC past it, and `shutil.disk_usage` says what is left; both count the bytes
 really under the test's folder, so what a failed write removes is free again.
 """
 
@@ -41,7 +41,7 @@ def used(folder: Path) -> int:
 
 
 class FakeDisk:
-    """A disk of ``room`` bytes under ``folder`` (see the module docstring)."""
+    """A disk of `room` bytes under `folder` (see the module docstring)."""
 
     def __init__(self, folder: Path, room: int) -> None:
         self.folder, self.room = folder, room
@@ -140,7 +140,7 @@ def test_a_disk_that_fills_up_while_writing_is_a_data_error_and_leaves_nothing(
 
 class SlowSequences(ToySequences):
     """Toy sequences read slowly in LitData's writers (not here, where the split is set up and estimated); the
-    writer that reads sample ``interrupt_at`` sends this process SIGINT, as a Ctrl-C mid-write would."""
+    writer that reads sample `interrupt_at` sends this process SIGINT, as a Ctrl-C mid-write would."""
 
     def __init__(self, n: int, seed: int, parent: int, interrupt_at: int) -> None:
         super().__init__(n, seed)
@@ -198,7 +198,7 @@ def test_a_write_interrupted_after_litdata_wrote_runs_again(tmp_path, monkeypatc
 
 def test_the_pieces_an_interrupted_write_left_are_replaced(tmp_path, recwarn) -> None:
     """An output that a LitData write of two writers left before merging its writers' indexes (chunks and
-    ``0.index.json``, ``1.index.json``, no ``index.json``) is written again whole by one writer: not refused,
+    `0.index.json`, `1.index.json`, no `index.json`) is written again whole by one writer: not refused,
     and not merged with the stale second writer's chunks (which made a dataset of more samples than the split);
     a folder of other files is still refused."""
     out = tmp_path / "out"

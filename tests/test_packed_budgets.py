@@ -1,6 +1,6 @@
-"""Packed rows keep their budget: the plan fills a row at the texts' real sizes whatever ``pad_to_multiple_of``
-(which pads the row, never each text), a row is never wider than ``max_tokens`` (a sample longer than it is bad
-input: ``on_bad`` raises naming it, or skips and counts it), and a streamed packed split says one shape."""
+"""Packed rows keep their budget: the plan fills a row at the texts' real sizes whatever `pad_to_multiple_of`
+(which pads the row, never each text), a row is never wider than `max_tokens` (a sample longer than it is bad
+input: `on_bad` raises naming it, or skips and counts it), and a streamed packed split says one shape."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def fill(dm) -> float:
 
 def test_pad_to_multiple_of_pads_the_row_and_leaves_the_fill_alone() -> None:
     """The plan fills each row at the real sizes: 0.98 without a multiple stays 0.98 at 8, 16 and 64 (was
-    0.88 / 0.79 / 0.40: each text costed at its rounded size); the row is ``max_tokens`` rounded up."""
+    0.88 / 0.79 / 0.40: each text costed at its rounded size); the row is `max_tokens` rounded up."""
     plain = fill(packed_text())
     assert plain > 0.95
     for multiple in (8, 16, 64):
@@ -49,9 +49,9 @@ def test_pad_to_multiple_of_pads_the_row_and_leaves_the_fill_alone() -> None:
 
 
 def test_a_text_longer_than_the_packed_row_is_refused_by_name_or_skipped_and_counted() -> None:
-    """``max_length`` 512 over ``max_tokens`` 256 widened every row to 512 (fill 0.6, one warning). Now the row
-    is 256: under ``on_bad='raise'`` the first longer text is a DataError naming its row and both settings;
-    under ``'skip'`` every longer text is left out and counted (the report's one warning says so)."""
+    """`max_length` 512 over `max_tokens` 256 widened every row to 512 (fill 0.6, one warning). Now the row
+    is 256: under `on_bad='raise'` the first longer text is a DataError naming its row and both settings;
+    under `'skip'` every longer text is left out and counted (the report's one warning says so)."""
     settings = {"synthetic": "long_reviews", "synthetic_samples": 60, "max_length": 512, "max_tokens": 256}
     with pytest.raises(DataError, match=r"row \d+.*max_tokens=256.*max_length=512"):
         packed_text(**settings)
@@ -88,7 +88,7 @@ def token_table(count: int = 120, longest: int = 40) -> dict:
 
 
 def test_a_sequence_longer_than_the_packed_row_is_refused_by_name_or_skipped_and_counted() -> None:
-    """The sequence DataModule's packed row was as wide as its longest sample; now it is ``max_tokens``."""
+    """The sequence DataModule's packed row was as wide as its longest sample; now it is `max_tokens`."""
     table = token_table()
     longer = int(sum(len(t) > 32 for t in table["tokens"]))
     assert longer > 0
@@ -131,7 +131,7 @@ def streamed(stream: Path, **kwargs) -> TextClassificationDataModule:
 
 
 def test_a_streamed_packed_split_takes_one_shape(text_stream: Path) -> None:
-    """Every streamed packed batch is ``[1, T]``: the shape count, and the warm-up's batches, say one (was 10)."""
+    """Every streamed packed batch is `[1, T]`: the shape count, and the warm-up's batches, say one (was 10)."""
     dm = streamed(text_stream)
     sampler = dm.train_dataloader().batch_sampler
     assert sampler.shape_count(0) == 1
@@ -141,7 +141,7 @@ def test_a_streamed_packed_split_takes_one_shape(text_stream: Path) -> None:
 
 
 def test_a_stream_holding_a_text_longer_than_the_row_is_refused_whatever_on_bad(text_stream: Path) -> None:
-    """A stream cannot leave a sample out: one longer than ``max_tokens`` is refused at setup, by name."""
+    """A stream cannot leave a sample out: one longer than `max_tokens` is refused at setup, by name."""
     longest = int(text_stream_sizes(text_stream).max())
     assert longest > 40
     for on_bad in ("raise", "skip"):

@@ -1,6 +1,6 @@
 """Packed text with every encoder family: exact (the padded batch's logits and gradients, a text among others
 the same as alone) or refused by name before the first step, never a silent mix of texts. The matrix is
-``tests/encoder_matrix.py`` (``python tests/encoder_matrix.py`` prints it); the docs' list is checked against it."""
+`tests/encoder_matrix.py` (`python tests/encoder_matrix.py` prints it); the docs' list is checked against it."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def cases() -> list[tuple[str, dict]]:
 @pytest.mark.parametrize(("kind", "overrides"), cases(), ids=lambda case: str(case or ""))
 def test_every_family_is_exact_packed_or_refused_by_name(kind: str, overrides: dict) -> None:
     """The exact families: logits, gradients and a text alone vs among others within 1e-5 (fp32, CPU). The
-    rest: one ``ValueError`` naming the family and ``layout: padded``, and proof that the refusal is needed
+    rest: one `ValueError` naming the family and `layout: padded`, and proof that the refusal is needed
     (forced onto the packed attention, the model never calls it: its texts would attend to each other)."""
     model = tiny_encoder(kind, **overrides)
     row = compare(model)
@@ -43,7 +43,7 @@ def test_every_family_is_exact_packed_or_refused_by_name(kind: str, overrides: d
 
 
 def test_the_capability_list_is_the_matrix_and_the_docs_say_it() -> None:
-    """``PACKED_FAMILIES`` holds exactly the families held exact above, and the docs' list of packed families
+    """`PACKED_FAMILIES` holds exactly the families held exact above, and the docs' list of packed families
     is the same list."""
     from varlen.models.packed_text import PACKED_FAMILIES
 
@@ -90,7 +90,7 @@ def test_a_roberta_given_a_bert_tokenizer_numbers_its_own_positions(tmp_path) ->
 
 
 def test_a_refused_encoder_stops_the_fit_before_the_first_step(tmp_path, monkeypatch) -> None:
-    """MPNet with a packed DataModule: the fit ends in the one ``ValueError`` at setup; no batch reaches it."""
+    """MPNet with a packed DataModule: the fit ends in the one `ValueError` at setup; no batch reaches it."""
     import lightning.pytorch as pl
 
     from varlen.datamodules.text import TextClassificationDataModule

@@ -1,5 +1,5 @@
 """The generic sequence model and the spectral transformer take packed batches (the samples' elements end to
-end, with ``cu_seqlens``) through the one attention helper, with the padded batches' logits and gradients."""
+end, with `cu_seqlens`) through the one attention helper, with the padded batches' logits and gradients."""
 
 from __future__ import annotations
 
@@ -143,7 +143,7 @@ def test_a_transformed_training_batch_is_packed_after_its_transform() -> None:
 
 @pytest.mark.parametrize("norm_first", [True, False], ids=["pre-norm", "post-norm"])
 def test_packed_encoder_equals_the_padded_encoder_pre_and_post_norm(norm_first: bool) -> None:
-    """``packed_encoder`` over torch's ``nn.TransformerEncoder``: the padded encoder's output on the real
+    """`packed_encoder` over torch's `nn.TransformerEncoder`: the padded encoder's output on the real
     positions, for pre-norm layers and for post-norm ones (torch's default)."""
     from varlen.models.attention import Rows, packed_encoder
 

@@ -1,4 +1,4 @@
-"""Packed text (``layout="packed"``): every batch one row of ``T`` tokens, the texts end to end with their
+"""Packed text (`layout="packed"`): every batch one row of `T` tokens, the texts end to end with their
 offsets and positions; the classifier's logits and gradients on it equal the padded batches' (fp32, CPU,
 where the attention is the exact per-text fallback of the varlen kernel)."""
 
@@ -123,7 +123,7 @@ def packed_dm(**kwargs) -> TextClassificationDataModule:
 
 
 def check_packed(batch: dict, width: int, lengths: np.ndarray) -> None:
-    """One row of ``width``; offsets, positions, mask and max_seqlen agree with the texts' lengths."""
+    """One row of `width`; offsets, positions, mask and max_seqlen agree with the texts' lengths."""
     cu = batch["cu_seqlens"]
     assert batch["input_ids"].shape == batch["position_ids"].shape == batch["attention_mask"].shape == (1, width)
     assert cu.dtype == torch.int32 and len(cu) == len(batch["index"]) + 1 and int(cu[0]) == 0
@@ -153,8 +153,8 @@ def test_every_training_text_once_an_epoch_in_rows_of_one_shape_filled_to_the_bu
 
 
 def test_the_row_is_max_tokens_wide_and_a_layout_is_checked() -> None:
-    """``T`` is ``max_tokens`` whatever ``max_length`` (a longer text is bad input: tests/test_packed_budgets.py);
-    packed needs ``max_tokens``."""
+    """`T` is `max_tokens` whatever `max_length` (a longer text is bad input: tests/test_packed_budgets.py);
+    packed needs `max_tokens`."""
     assert packed_dm(max_tokens=64, max_length=128, synthetic_samples=60, on_bad="skip").packing == (64, 0)
     with pytest.raises(ValueError, match="layout='packed' needs max_tokens"):
         TextClassificationDataModule(synthetic_samples=60, layout="packed")

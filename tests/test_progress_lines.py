@@ -1,5 +1,5 @@
-"""Off a terminal a fit says it is alive: a line every ``every`` seconds (step of total, samples/s, waiting share,
-time left); ``varlen fit`` adds it where no progress bar shows."""
+"""Off a terminal a fit says it is alive: a line every `every` seconds (step of total, samples/s, waiting share,
+time left); `varlen fit` adds it where no progress bar shows."""
 
 from __future__ import annotations
 
@@ -81,6 +81,6 @@ def test_a_resumed_epoch_is_timed_from_the_resume(tmp_path, capsys) -> None:
 
 
 def _seconds(duration: str) -> int:
-    """``2m10s`` -> 130 (what :func:`_duration` wrote)."""
+    """`2m10s` -> 130 (what `_duration` wrote)."""
     parts = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?", duration)
     return 3600 * int(parts[1] or 0) + 60 * int(parts[2] or 0) + int(parts[3] or 0)

@@ -3,9 +3,9 @@
 groups, mixtures, stop points anywhere in an epoch (the last batch too) and W -> W' -> W'' resumes.
 
 Properties: every sample (or every drawn index) once per epoch, equal batch counts per rank, budgets held
-(with the shape policy on and off; on: within ``max_shapes`` distinct shapes, the same ones every epoch),
+(with the shape policy on and off; on: within `max_shapes` distinct shapes, the same ones every epoch),
 the same batches in a new process, a resume equal to the uninterrupted run, and served shares within a 99%
-interval of the requested ones over many epochs. Example counts are bounded (``VARLEN_HYPOTHESIS_EXAMPLES``
+interval of the requested ones over many epochs. Example counts are bounded (`VARLEN_HYPOTHESIS_EXAMPLES`
 scales them) so that the suite stays within its time; failing examples found are kept as regression tests
 (beside the tests of what they broke, each naming that hypothesis found it).
 """
@@ -37,7 +37,7 @@ RANDOM = bool(os.environ.get("VARLEN_HYPOTHESIS_RANDOM"))
 
 
 def bounded(examples: int):
-    """Settings of a property: ``examples`` examples (scaled) and a generous deadline per example."""
+    """Settings of a property: `examples` examples (scaled) and a generous deadline per example."""
     return settings(
         max_examples=max(1, int(examples * SCALE)),
         deadline=20_000,
@@ -64,7 +64,7 @@ def budgets(draw) -> dict:
 
 
 def sizes_of(draw, n: int) -> np.ndarray:
-    """``n`` sizes: lognormal-like around a drawn scale, some over any budget, some zero."""
+    """`n` sizes: lognormal-like around a drawn scale, some over any budget, some zero."""
     scale = draw(st.floats(1.0, 8.0))
     seed = draw(st.integers(0, 2**16))
     rng = np.random.default_rng(seed)
@@ -96,8 +96,8 @@ def sampler_cases(draw) -> dict:
 
 
 def make_sampler(case: dict, world: int, rank: int, rungs=None) -> BucketBatchSampler:
-    """The case's sampler of ``rank`` on ``world`` ranks; with ``rungs`` (a run's, resumed on another world
-    size), cut for them instead of fitting its own to ``max_shapes``."""
+    """The case's sampler of `rank` on `world` ranks; with `rungs` (a run's, resumed on another world
+    size), cut for them instead of fitting its own to `max_shapes`."""
     extra = {k: case[k] for k in ("weights", "replacement", "num_samples", "groups", "max_shapes") if k in case}
     return BucketBatchSampler(
         case["sizes"], num_replicas=world, rank=rank, seed=case["seed"], rungs=rungs, **case["budget"], **extra
@@ -116,7 +116,7 @@ def within_budget(batch: list[int], sizes: np.ndarray, budget: dict) -> bool:
 
 
 def epoch_of(samplers, epoch: int | None, stop: int | None = None) -> list[list[list[int]]]:
-    """Each rank's batches of ``epoch`` (None: the one a loaded state set), its first ``stop`` (the next is
+    """Each rank's batches of `epoch` (None: the one a loaded state set), its first `stop` (the next is
     not taken, so a state names them)."""
     out = []
     for sampler in samplers:
@@ -137,7 +137,7 @@ def flat(per_rank) -> Counter:
 
 
 def serve_moves(make, steps, state: dict, epoch: int) -> tuple[Counter, list | None, int]:
-    """An epoch saved in ``state`` served on by each of ``steps`` (``(args of make, share)``: the plans of a
+    """An epoch saved in `state` served on by each of `steps` (`(args of make, share)`: the plans of a
     world size, and the share of the batches left each serves before it is saved again; the last serves the
     rest). Every part has equal counts per rank. Returns what the parts served, the first part's batches
     when it was the only one, and the last state's batches served (the epoch's end when it ran)."""

@@ -1,12 +1,12 @@
-"""Each scenario package (``varlen.datasets.<scenario>``) exports what users call, and only that.
+"""Each scenario package (`varlen.datasets.<scenario>`) exports what users call, and only that.
 
-A package's ``__all__`` is a curated list: the Dataset, the Collator, the readers of the real
+A package's `__all__` is a curated list: the Dataset, the Collator, the readers of the real
 formats and the presets a user passes, the synthetic generator, the split policy... Helpers stay
 in the submodule that defines them. The list is written out here so that a new helper is not
 re-exported by accident: widening the public API is a decision, made in both places.
 
-Imports are checked statically (``ast``), every import at any depth: inside ``varlen/`` a module
-imports from the submodule that defines a name, never through a scenario package's ``__init__``
+Imports are checked statically (`ast`), every import at any depth: inside `varlen/` a module
+imports from the submodule that defines a name, never through a scenario package's `__init__`
 (the import graph of tests/test_layers.py then sees the real dependency); in tests, scripts and
 examples a name imported through a package must be one it exports.
 """
@@ -119,7 +119,7 @@ SCENARIOS = sorted(PUBLIC)
 
 
 def declared_all(scenario: str) -> list[str]:
-    """The ``__all__`` a scenario's ``__init__.py`` declares, read from the source (no import, no extra)."""
+    """The `__all__` a scenario's `__init__.py` declares, read from the source (no import, no extra)."""
     tree = ast.parse((DATASETS / scenario / "__init__.py").read_text(encoding="utf-8"))
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
@@ -173,12 +173,12 @@ def _scenario(module: str) -> str | None:
 
 
 def through_packages(path: Path, root: Path = ROOT) -> list[tuple[int, str, str]]:
-    """``(line, scenario, name)`` of every name ``path`` takes from a scenario package's ``__init__``.
+    """`(line, scenario, name)` of every name `path` takes from a scenario package's `__init__`.
 
-    Counted: ``from varlen.datasets.<s> import name`` (relative forms too) and ``alias.name`` where
-    ``alias`` is bound to the package (``import varlen.datasets.<s> as alias``,
-    ``from varlen.datasets import <s>``), or the dotted ``varlen.datasets.<s>.name``. Submodules are
-    not names of the package's ``__init__`` and are never reported.
+    Counted: `from varlen.datasets.<s> import name` (relative forms too) and `alias.name` where
+    `alias` is bound to the package (`import varlen.datasets.<s> as alias`,
+    `from varlen.datasets import <s>`), or the dotted `varlen.datasets.<s>.name`. Submodules are
+    not names of the package's `__init__` and are never reported.
     """
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     rel = path.relative_to(root)
@@ -259,8 +259,8 @@ def test_the_import_check_sees_every_way_through_a_package(tmp_path: Path) -> No
 
 
 def test_a_clone_beside_the_users_scripts_does_not_shadow_the_installed_package(tmp_path: Path) -> None:
-    """A clone named ``varlen`` in the working folder is a folder without ``__init__.py``: with the package
-    under ``src/`` it is not found as a namespace package in place of the installed one."""
+    """A clone named `varlen` in the working folder is a folder without `__init__.py`: with the package
+    under `src/` it is not found as a namespace package in place of the installed one."""
     (tmp_path / "varlen" / "tests").mkdir(parents=True)
     code = "import varlen; print(varlen.__file__, varlen.write_arrays.__name__)"
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)

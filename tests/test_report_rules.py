@@ -90,7 +90,7 @@ def test_an_unserved_column_is_named_with_why() -> None:
 
 
 def by_hand(dm: SequenceDataModule, batches: list[list[int]]) -> dict[str, float]:
-    """Each field's real over allocated elements of ``batches``, from the padded batches' own masks."""
+    """Each field's real over allocated elements of `batches`, from the padded batches' own masks."""
     dataset, counts = dm.dataset("train"), {"a": [0, 0], "b": [0, 0]}
     for indices in batches:
         batch = dm.collate_fn(dataset.__getitems__(indices))

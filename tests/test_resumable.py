@@ -1,4 +1,4 @@
-"""``varlen fit`` keeps a resumable ``last.ckpt``: every few minutes of training as well as at each epoch's end,
+"""`varlen fit` keeps a resumable `last.ckpt`: every few minutes of training as well as at each epoch's end,
 renamed into place from its own folder (never a torn file under its name, on any file system), next to a
 ModelCheckpoint the config lists without adding a second one; and the folders a fit writes are checked before
 it starts (a file or a read-only folder there: one line naming it, status 2). The interruptions themselves
@@ -43,7 +43,7 @@ def _config_folder(tmp_path_factory, monkeypatch) -> None:
 
 
 def run_fit(monkeypatch, capsys, root: Path, *extra: str, callbacks: str = "") -> tuple[int, str]:
-    """``varlen fit`` of the toy config in this process, into ``root``: its status and stderr."""
+    """`varlen fit` of the toy config in this process, into `root`: its status and stderr."""
     config = Path(os.environ["PYTEST_TMP"]) / "toy.yaml"
     config.write_text(CONFIG.format(callbacks=callbacks))
     args = ["fit", "--config", str(config), f"--trainer.default_root_dir={root}", "--warm_shapes=false", *extra]

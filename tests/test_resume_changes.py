@@ -1,11 +1,11 @@
 """Resuming with other batching settings (issue 40, item 1): a checkpoint saved inside an epoch and resumed with
-another ``max_tokens``, ``batch_size``, cost (text ``layout``), rungs (``max_shapes``, ``rung_batch_sizes``),
-``num_buckets`` or ``pad_to_multiple_of``, on any world size: the rest of the epoch is planned again over exactly
+another `max_tokens`, `batch_size`, cost (text `layout`), rungs (`max_shapes`, `rung_batch_sizes`),
+`num_buckets` or `pad_to_multiple_of`, on any world size: the rest of the epoch is planned again over exactly
 the samples not yet served, under the new settings, said in one warning; every sample of the epoch is served
 once, and the next epoch is the new settings' own plan. What cannot be planned again (another draw, other
 groups, a streamed plan's settings) is refused inside an epoch, naming the setting and both ways out.
 
-:func:`resumed_epoch` is the property's body; ``scripts/resume_changes.py`` runs it over many random cases and
+`resumed_epoch` is the property's body; `scripts/resume_changes.py` runs it over many random cases and
 prints the table of the closing note.
 """
 
@@ -51,8 +51,8 @@ LINE = re.compile(r"resuming epoch \d+ at batch \d+ with .*: the [\d,]+ samples?
 
 
 def ranks_of(sizes: np.ndarray, run: dict, extra: dict) -> list[BucketBatchSampler]:
-    """Every rank of a run (its settings, ``world``; ``max_shapes`` fits rungs, once, as a DataModule does;
-    ``caps`` gives each rung a batch size: ``rung_batch_sizes``), with the case's seed, weights or groups."""
+    """Every rank of a run (its settings, `world`; `max_shapes` fits rungs, once, as a DataModule does;
+    `caps` gives each rung a batch size: `rung_batch_sizes`), with the case's seed, weights or groups."""
     plain = {k: v for k, v in run.items() if k not in ("world", "caps", "max_shapes")}
     rungs = caps = None
     if "max_shapes" in run:
@@ -68,7 +68,7 @@ def ranks_of(sizes: np.ndarray, run: dict, extra: dict) -> list[BucketBatchSampl
 
 
 def serve(samplers: list[BucketBatchSampler], stop: int | None = None) -> list[list[list[int]]]:
-    """Each rank's batches of its current epoch from where it stands (its first ``stop`` of them)."""
+    """Each rank's batches of its current epoch from where it stands (its first `stop` of them)."""
     out = []
     for sampler in samplers:
         batches, iterator = [], iter(sampler)
@@ -101,7 +101,7 @@ def within_budget(batch: list[int], sizes: np.ndarray, run: dict) -> bool:
 
 
 def load(samplers: list[BucketBatchSampler], state: dict) -> list[str]:
-    """Load ``state`` into every rank; the warnings said."""
+    """Load `state` into every rank; the warnings said."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for sampler in samplers:
@@ -110,14 +110,14 @@ def load(samplers: list[BucketBatchSampler], state: dict) -> list[str]:
 
 
 def draw_of(sampler: BucketBatchSampler, epoch: int) -> tuple[Counter, int]:
-    """``epoch``'s draw (every sample once, unweighted) and the repeats its own plan makes to feed every rank."""
+    """`epoch`'s draw (every sample once, unweighted) and the repeats its own plan makes to feed every rank."""
     plan = sampler.global_plan(epoch)
     return Counter(plan.order.tolist()), int((plan.bounds[:, 1] - plan.bounds[:, 0]).sum()) - len(plan.order)
 
 
 def resumed_epoch(case: dict) -> dict:
-    """An epoch of ``case["old"]`` settings served to ``case["stop"]`` batches per rank, saved, resumed under
-    ``case["new"]`` (and, with ``case["third"]``, saved again after ``case["stop2"]`` more and resumed under it);
+    """An epoch of `case["old"]` settings served to `case["stop"]` batches per rank, saved, resumed under
+    `case["new"]` (and, with `case["third"]`, saved again after `case["stop2"]` more and resumed under it);
     the counts of samples served 0 and 2+ times against the saved epoch's draw (beyond the repeats a warning
     counts), whether every check held, and the lines said. Raises AssertionError where a check fails."""
     sizes, epoch = case["sizes"], case["epoch"]
@@ -352,7 +352,7 @@ def changes(draw) -> dict:
 
 @st.composite
 def one_change(draw, old: dict) -> dict:
-    """``old`` with one setting changed (the common resume: a lower budget, another world size...)."""
+    """`old` with one setting changed (the common resume: a lower budget, another world size...)."""
     new = dict(old)
     names = ["world", "budget", "pad_to_multiple_of", "num_buckets", "max_shapes", "cost", "cap", "caps"]
     name = draw(st.sampled_from(names))
@@ -482,7 +482,7 @@ class Labelled(ToySequences):
 
 
 class Weighted(Sequences):
-    """Toy sequences drawn by ``sample_weights`` (balanced classes) or not."""
+    """Toy sequences drawn by `sample_weights` (balanced classes) or not."""
 
     def __init__(self, weighted: bool = False) -> None:
         super().__init__()

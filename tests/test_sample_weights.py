@@ -1,5 +1,5 @@
-"""``sample_weights`` on the classification DataModules: class balance, weight columns, the
-unweighted evaluation splits, bad values, DDP, checkpoints and ``varlen inspect``."""
+"""`sample_weights` on the classification DataModules: class balance, weight columns, the
+unweighted evaluation splits, bad values, DDP, checkpoints and `varlen inspect`."""
 
 import csv
 import re
@@ -30,8 +30,8 @@ def write_csv(path: Path, rows: list[dict]) -> str:
 
 
 def reviews(tmp_path: Path, n: int = 300, weight=lambda i, label: 1.0) -> str:
-    """``n`` distinct texts of varied length (copies would share a split), one in ten of class ``b``, with a
-    weight column ``w``."""
+    """`n` distinct texts of varied length (copies would share a split), one in ten of class `b`, with a
+    weight column `w`."""
     rows = []
     for i in range(n):
         label = "b" if i % 10 == 0 else "a"
@@ -49,7 +49,7 @@ SMILES = (
 
 
 def molecules(tmp_path: Path, n: int = 200, weight=lambda i: 1.0) -> str:
-    """``n`` molecules, one in six active in ``active``; ``logp`` a regression target, ``w`` a weight."""
+    """`n` molecules, one in six active in `active`; `logp` a regression target, `w` a weight."""
     rows = [
         {"smiles": SMILES[i % len(SMILES)], "active": int(i % 6 == 0), "logp": i / 10, "w": weight(i)} for i in range(n)
     ]
@@ -57,7 +57,7 @@ def molecules(tmp_path: Path, n: int = 200, weight=lambda i: 1.0) -> str:
 
 
 def served_shares(dm, epochs: int = EPOCHS, num_replicas: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """Each class's share of the training samples served over ``epochs``, and of the split."""
+    """Each class's share of the training samples served over `epochs`, and of the split."""
     labels = dm.class_labels(dm.dataset("train"))
     sampler = dm.batch_sampler("train", True, num_replicas=num_replicas, rank=0)
     counts = np.zeros(labels.max() + 1)

@@ -264,7 +264,7 @@ def test_weighted_draw_counts_do_not_depend_on_the_epoch() -> None:
 def test_a_source_thin_over_many_buckets_keeps_its_share_when_batches_mix_sources() -> None:
     """Found by hypothesis: 180 samples of a source asked for 1.5% of 200 (3.08 an epoch), spread thin over
     the size buckets, were served 2.03 an epoch on average when sources share batches (each bucket's fixed
-    count rounded the same way); with the sources as ``shares`` of the draw, 3 every epoch."""
+    count rounded the same way); with the sources as `shares` of the draw, 3 every epoch."""
     sizes = np.clip(np.rint(np.random.default_rng(0).lognormal(1.5, 1.0, 200)), 0, 6000).astype(int)
     sources = np.repeat([0, 1], [20, 180])
     weights = np.array([0.98461538, 0.01538462])[sources] / np.array([20, 180])[sources]

@@ -1,6 +1,6 @@
 """Mixture schedules in memory: each epoch draws with its stage's shares and has its own length (Lightning
 reloads the loader every epoch), every rank agrees, every resume is exact, and the report, telemetry and
-``varlen inspect`` show each stage's served share against its scheduled one."""
+`varlen inspect` show each stage's served share against its scheduled one."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ EXAMPLES = int(os.environ.get("SCHED_EXAMPLES", 0))
 
 
 def sampler_of(value, sizes, sources, world: int = 1, rank: int = 0, **extra) -> BucketBatchSampler:
-    """A training sampler whose sources' shares follow ``value`` (samples of source s: ``sources == s``)."""
+    """A training sampler whose sources' shares follow `value` (samples of source s: `sources == s`)."""
     schedule = MixtureSchedule.parse(value, NAMES[: int(sources.max()) + 1], "test")
     weights = ScheduledWeights.build(schedule, sources, None)
     return BucketBatchSampler(sizes, max_tokens=200, weights=weights, shares=sources, num_replicas=world, rank=rank,
@@ -39,7 +39,7 @@ def sampler_of(value, sizes, sources, world: int = 1, rank: int = 0, **extra) ->
 
 
 def epoch_of(samplers: list[BucketBatchSampler], epoch: int) -> list[list[list[int]]]:
-    """Every rank's batches of ``epoch`` (each checked to be as many as its ``len()`` said)."""
+    """Every rank's batches of `epoch` (each checked to be as many as its `len()` said)."""
     out = []
     for sampler in samplers:
         sampler.set_epoch(epoch)
@@ -80,7 +80,7 @@ def schedules(draw, sources: int):
     data_=st.data(),
 )
 def test_every_epoch_serves_its_stages_shares_in_equal_counts_on_every_rank(seed, counts, world, data_) -> None:
-    """Per epoch: every rank serves ``len()`` batches, the same count; the shares are the schedule's at the
+    """Per epoch: every rank serves `len()` batches, the same count; the shares are the schedule's at the
     epoch's first position, counted here from the served epochs (steps: batches per rank of the earlier
     epochs); an epoch no stage ends inside serves every source its share within one sample, and one a stage
     ends inside changes shares at that step: each piece serves no source its stage gives no share."""
@@ -115,7 +115,7 @@ def test_every_epoch_serves_its_stages_shares_in_equal_counts_on_every_rank(seed
     data_=st.data(),
 )
 def test_a_resume_anywhere_on_any_world_size_serves_what_the_uninterrupted_run_does(seed, counts, worlds, data_):
-    """Saved after ``k`` batches of epoch ``e`` on W ranks, loaded on W' ranks: the rest of the epoch is every
+    """Saved after `k` batches of epoch `e` on W ranks, loaded on W' ranks: the rest of the epoch is every
     sample the W-rank epoch had not served (drawn with its W-rank shares; the very batches on W' = W), equal
     counts on every rank; the next epoch, or an epoch not begun, is the W'-rank run's own."""
     value = data_.draw(schedules(len(counts)))
@@ -224,7 +224,7 @@ def test_a_state_of_another_schedule_is_refused_naming_both() -> None:
 
 
 class Lengths(torch.utils.data.Dataset):
-    """Samples of ``low .. high - 1`` tokens: short and long sources make epochs of different lengths."""
+    """Samples of `low .. high - 1` tokens: short and long sources make epochs of different lengths."""
 
     def __init__(self, n: int, low: int, high: int, seed: int) -> None:
         self.lengths = np.random.default_rng(seed).integers(low, high, n)
@@ -372,7 +372,7 @@ def test_inspect_shows_each_stages_first_epoch_served_against_scheduled() -> Non
 
 def test_the_sampler_lightning_rebuilds_under_ddp_keeps_the_schedule_and_the_epoch(monkeypatch) -> None:
     """Under DDP Lightning re-creates a reloaded loader's batch sampler from its saved arguments with a fresh
-    DistributedSampler (epoch 0), then reads ``len()``: the epoch is an argument, so the length is epoch 2's."""
+    DistributedSampler (epoch 0), then reads `len()`: the epoch is an argument, so the length is epoch 2's."""
     from lightning.fabric.utilities.data import _replace_dunder_methods
     from lightning.pytorch.utilities.data import _update_dataloader
     from torch.utils.data import BatchSampler, DataLoader, DistributedSampler
@@ -397,7 +397,7 @@ def test_the_sampler_lightning_rebuilds_under_ddp_keeps_the_schedule_and_the_epo
 
 def test_varlen_inspect_takes_a_schedule_from_the_command_line(monkeypatch, capsys, tmp_path) -> None:
     """The list of stages goes through jsonargparse (the DataModules' type hint) to the DataModule, whose
-    stages' first epochs ``varlen inspect`` shows; a bad stage is refused as the DataModule is made, naming it."""
+    stages' first epochs `varlen inspect` shows; a bad stage is refused as the DataModule is made, naming it."""
     import sys
     from pathlib import Path
 
@@ -459,7 +459,7 @@ def test_a_scheduled_sampler_pickles_and_serves_the_same_batches() -> None:
 
 
 def test_a_stage_that_ends_inside_an_epoch_changes_the_shares_at_its_step() -> None:
-    """One long epoch: ``until_step: 5`` serves source 0 alone for 5 batches per rank, then source 1 alone,
+    """One long epoch: `until_step: 5` serves source 0 alone for 5 batches per rank, then source 1 alone,
     on every rank; the epoch's length is the second stage's plan's."""
     sizes, sources = data(3, [200, 200])
     value = [{"weights": [1, 0], "until_step": 5}, {"weights": [0, 1]}]
@@ -472,7 +472,7 @@ def test_a_stage_that_ends_inside_an_epoch_changes_the_shares_at_its_step() -> N
 
 
 def test_until_step_counts_the_steps_the_trainer_took() -> None:
-    """``limit_train_batches=5`` of stage 0's 7-batch epochs: two epochs are 10 steps, so ``until_step: 10`` ends
+    """`limit_train_batches=5` of stage 0's 7-batch epochs: two epochs are 10 steps, so `until_step: 10` ends
     stage 0 where epoch 2 starts (counted from the plans, epoch 1 would start at step 7 and change shares at its
     fourth batch)."""
     value = [{"weights": {"short": 1, "long": 0}, "until_step": 10}, {"weights": {"short": 0, "long": 1}}]
@@ -498,7 +498,7 @@ def test_the_step_table_is_in_the_checkpoint_and_a_resume_places_the_stage_as_th
 
 
 def test_a_linear_schedule_reloads_in_constant_time_when_the_steps_are_known() -> None:
-    """The sampler of epoch 40 under a linear ``until_step`` schedule, given where the epoch starts, counts
+    """The sampler of epoch 40 under a linear `until_step` schedule, given where the epoch starts, counts
     no earlier epoch's plan (it counted all 40 of them at every reload)."""
     sizes, sources = data(4, [150, 150])
     value = {"stages": [{"weights": [1, 0], "until_step": 10_000}, {"weights": [0, 1]}], "interpolate": "linear"}

@@ -1,4 +1,4 @@
-"""``varlen verify PATH`` (issue 40, item 5): every chunk, sidecar, size index and cache table hashed against the
+"""`varlen verify PATH` (issue 40, item 5): every chunk, sidecar, size index and cache table hashed against the
 checksum recorded when it was written, the once-per-node marker ignored and nothing rebuilt: a table of files, a
 summary line, exit 0 when every file is ok, 1 on any other, 2 on a bad path. Needs litdata for the stream."""
 
@@ -41,7 +41,7 @@ KEY = cache_key("inputs", version="t1")
 
 
 def varlen_verify(*args: str) -> tuple[int, str, str]:
-    """``varlen verify ARGS`` as the console script runs it, in a new process: status, stdout (less the probe's
+    """`varlen verify ARGS` as the console script runs it, in a new process: status, stdout (less the probe's
     line), stderr; the probe fails the test if the command imported Lightning, a scenario's library or litdata."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
@@ -61,7 +61,7 @@ def keep_mtime_flip(path: Path, count: int = 4) -> None:
 
 
 def attributes(path: Path) -> list[str]:
-    """The extended attributes of ``path`` (none where the file system keeps none)."""
+    """The extended attributes of `path` (none where the file system keeps none)."""
     try:
         return os.listxattr(path)
     except (AttributeError, OSError):
@@ -69,7 +69,7 @@ def attributes(path: Path) -> list[str]:
 
 
 def row(out: str, name: str) -> list[str]:
-    """The table row of file ``name``, split into its cells."""
+    """The table row of file `name`, split into its cells."""
     return next(re.split(r"\s{2,}", line.strip()) for line in out.splitlines() if line.split(None, 1)[0] == name)
 
 

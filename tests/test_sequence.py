@@ -26,7 +26,7 @@ CONFIG = ROOT / "configs" / "sequence.yaml"
 
 
 def write_parquet(path: Path, rows: int = 60, seed: int = 0, **changes) -> Path:
-    """The synthetic set of ``rows`` as a Parquet file, with ``changes`` (column -> {row: value}) applied."""
+    """The synthetic set of `rows` as a Parquet file, with `changes` (column -> {row: value}) applied."""
     data = synthetic_sequences(rows, seed)
     columns = {"values": [v.tolist() for v in data["values"]], "label": list(data["label"])}
     for column, edits in changes.items():
@@ -95,7 +95,7 @@ class TestSequenceContract(DataModuleContract):
 
 
 def user_columns(rows: int = 30, seed: int = 3) -> dict:
-    """A user's data: ``values`` [T] and ``xyz`` [T // 2 + 1, 3] float32, a fixed ``scale``, a text label."""
+    """A user's data: `values` [T] and `xyz` [T // 2 + 1, 3] float32, a fixed `scale`, a text label."""
     rng = np.random.default_rng(seed)
     lengths = rng.integers(2, 40, rows)
     return {
@@ -107,7 +107,7 @@ def user_columns(rows: int = 30, seed: int = 3) -> dict:
 
 
 def arrow_table(columns: dict, nested: bool = False) -> pa.Table:
-    """``columns`` as pyarrow builds them: lists, and ``xyz`` as fixed-size lists (or lists of lists)."""
+    """`columns` as pyarrow builds them: lists, and `xyz` as fixed-size lists (or lists of lists)."""
     inner = pa.list_(pa.float32()) if nested else pa.list_(pa.float32(), 3)
     return pa.table(
         {
@@ -300,7 +300,7 @@ def test_sources_share_batches_padded_with_the_fields_pad_values() -> None:
 
 
 def test_streamed_samples_carry_their_sizes() -> None:
-    """``sample_sizes`` of single samples (what varlen optimize writes) are the sampler's sizes."""
+    """`sample_sizes` of single samples (what varlen optimize writes) are the sampler's sizes."""
     dm = SequenceDataModule(train=user_columns(20), size_field=["xyz", "values"])
     dm.setup("fit")
     dataset = dm.dataset("train")

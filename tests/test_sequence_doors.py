@@ -17,7 +17,7 @@ from varlen.errors import DataError
 
 
 def arrays(rows: int = 40, seed: int = 0) -> dict:
-    """One of each kind: float32 ``[T, 3]``, float16 ``[T, 2]``, int64 ``[T]``, float32 ``[T]``, int labels."""
+    """One of each kind: float32 `[T, 3]`, float16 `[T, 2]`, int64 `[T]`, float32 `[T]`, int labels."""
     rng = np.random.default_rng(seed)
     lengths = rng.integers(1, 30, rows)
     return {
@@ -141,7 +141,7 @@ def scale_globally(sample: dict) -> dict:
 
 
 def epoch_batches(dm: SequenceDataModule, epoch: int, split: str = "train", skip: int = 0, state=None) -> dict:
-    """``index -> sample's tensors`` of one epoch (after ``skip`` batches, or from a loader's ``state``)."""
+    """`index -> sample's tensors` of one epoch (after `skip` batches, or from a loader's `state`)."""
     loader = dm.train_dataloader() if split == "train" else dm.loader(split)
     loader.batch_sampler.set_epoch(epoch)
     if state is not None:
@@ -231,7 +231,7 @@ def test_a_transform_may_crop_a_size_field_never_lengthen_it_and_must_reach_spaw
 
 
 def write_lines(columns: dict, folder: Path) -> tuple[Path, Path]:
-    """``columns`` as a CSV (each variable-length cell a JSON list) and as JSON Lines (a blank line between)."""
+    """`columns` as a CSV (each variable-length cell a JSON list) and as JSON Lines (a blank line between)."""
     import csv
     import json
 
@@ -315,7 +315,7 @@ def test_sampler_cost_says_what_max_tokens_counts_and_is_checked() -> None:
     ],
 )
 def test_a_bad_rung_batch_sizes_entry_is_named_with_the_expected_form(table: dict, told: str) -> None:
-    """Before: ``{'a': 3}`` was a bare ``int()`` error (invalid literal for int() with base 10)."""
+    """Before: `{'a': 3}` was a bare `int()` error (invalid literal for int() with base 10)."""
     with pytest.raises(ValueError, match=told + r".*padded length: batch size.*e\.g\. \{16: 512\}"):
         SequenceDataModule(train=arrays(20), rung_batch_sizes=table)
 

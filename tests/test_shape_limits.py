@@ -1,5 +1,5 @@
-"""``max_shapes`` holds for every epoch a sampler serves, weighted draws included, on any number of ranks, or a
-warning says why not; a ``rung_batch_sizes`` table whose top rung is below a training sample is refused."""
+"""`max_shapes` holds for every epoch a sampler serves, weighted draws included, on any number of ranks, or a
+warning says why not; a `rung_batch_sizes` table whose top rung is below a training sample is refused."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ EPOCHS = 3
 
 
 class Sized(torch.utils.data.Dataset):
-    """Samples of random lengths and two classes, one rarer (``balanced`` weights differ)."""
+    """Samples of random lengths and two classes, one rarer (`balanced` weights differ)."""
 
     def __init__(self, n: int, seed: int, rare: float) -> None:
         rng = np.random.default_rng(seed)
@@ -50,7 +50,7 @@ class Weighted(VarLenDataModule):
 
 
 def served_shapes(sampler: BucketBatchSampler) -> int:
-    """The most distinct ``(batch size, padded length)`` pairs of an axis over the first epochs' plans."""
+    """The most distinct `(batch size, padded length)` pairs of an axis over the first epochs' plans."""
     shapes = np.concatenate([sampler.shapes(epoch) for epoch in range(EPOCHS)])
     return max(len(np.unique(shapes[:, [0, d]], axis=0)) for d in range(1, shapes.shape[1]))
 

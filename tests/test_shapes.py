@@ -1,5 +1,5 @@
-"""The shape policy (``max_shapes``: rungs fitted to the training lengths, batches cut for and padded to them)
-and the warm-up of every shape before training (``WarmShapes``)."""
+"""The shape policy (`max_shapes`: rungs fitted to the training lengths, batches cut for and padded to them)
+and the warm-up of every shape before training (`WarmShapes`)."""
 
 from __future__ import annotations
 
@@ -206,7 +206,7 @@ def test_a_text_datamodule_pads_every_split_to_the_rungs_fitted_on_training(tmp_
 
 
 def pads_to(dm: VarLenDataModule, rungs: Rungs | None) -> bool:
-    """Whether every training batch carries the length ``rungs`` pad its longest sample to (None: carries none)."""
+    """Whether every training batch carries the length `rungs` pad its longest sample to (None: carries none)."""
     lengths = np.asarray(dm.dataset("train").lengths)
     want = lambda batch: None if rungs is None else (rungs.round(int(lengths[batch].max())),)  # noqa: E731
     return all(widths_of(batch) == want(batch) for batch in dm.batch_sampler("train", True))
@@ -379,7 +379,7 @@ def test_the_warm_up_of_a_resumed_fit_changes_nothing(tmp_path) -> None:
 
 def test_the_shapes_read_off_histograms_are_those_of_the_cut_rows() -> None:
     """Random rows of bucket counts (padded budgets, caps, fixed batch sizes, equalising splits): the shapes
-    :func:`row_shapes` reads off the histograms are exactly those of the rows cut one by one."""
+    `row_shapes` reads off the histograms are exactly those of the rows cut one by one."""
     from varlen.batching.plan import cut_segment, split_to_multiple
     from varlen.stream.shape_policy import row_shapes
 
@@ -508,7 +508,7 @@ def test_inspect_shows_the_rungs_and_what_they_cost_against_exact_buckets(tmp_pa
 
 
 def test_the_gpu_side_by_side_runs_quick_on_a_cpu(tmp_path, capsys) -> None:
-    """``scripts/benchmark_gpu.py --quick``: every batching trains a few steps; the table has each row, each
+    """`scripts/benchmark_gpu.py --quick`: every batching trains a few steps; the table has each row, each
     varlen row its ratio to the best peer; the rows kept as JSON lines make the same table again."""
     import importlib.util
     from pathlib import Path

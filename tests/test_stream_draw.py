@@ -1,5 +1,5 @@
-"""What a weighted draw needs of a streamed split, written beside its size index (``varlen optimize``,
-``varlen index-sizes --label-fn / --weight-fn``) and read as a weighted size index (``weighted_index``)."""
+"""What a weighted draw needs of a streamed split, written beside its size index (`varlen optimize`,
+`varlen index-sizes --label-fn / --weight-fn`) and read as a weighted size index (`weighted_index`)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def litdata():
 
 
 def reviews(folder: Path, n: int = 150) -> str:
-    """``n`` texts of varied length, classes a / b / c (one in ten c), weight columns ``w`` and ``v``."""
+    """`n` texts of varied length, classes a / b / c (one in ten c), weight columns `w` and `v`."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "reviews.csv"
     with open(path, "w", newline="") as f:
@@ -46,7 +46,7 @@ def reviews(folder: Path, n: int = 150) -> str:
 
 @pytest.fixture(scope="module")
 def written(litdata, tmp_path_factory):
-    """A text DataModule drawing by column ``w``, its training split written as chunks (with column ``v`` too)."""
+    """A text DataModule drawing by column `w`, its training split written as chunks (with column `v` too)."""
     from varlen.datamodules.text import TextClassificationDataModule
     from varlen.stream.write import write_split
 
@@ -62,7 +62,7 @@ def written(litdata, tmp_path_factory):
 
 
 def cells(index: SizeIndex, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """Each sample's chunk and size bin on ``axis``."""
+    """Each sample's chunk and size bin on `axis`."""
     chunk_of = np.repeat(np.arange(index.num_chunks), index.samples_per_chunk)
     sizes = np.concatenate([index.sizes(c) for c in range(index.num_chunks)])[:, axis]
     return chunk_of, np.searchsorted(SIZE_GRID, sizes, side="left")
@@ -131,7 +131,7 @@ def test_the_weighted_index_draws_as_the_in_memory_datamodule(written) -> None:
 
 
 def fake_dataset(folder: Path, samples: list[int]) -> Path:
-    """A LitData ``index.json`` listing chunks of ``samples`` items (no chunk files: the indexes read none)."""
+    """A LitData `index.json` listing chunks of `samples` items (no chunk files: the indexes read none)."""
     chunks = [{"filename": f"chunk-0-{c}.bin", "chunk_size": n, "chunk_bytes": 100 * n} for c, n in enumerate(samples)]
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "index.json").write_text(json.dumps({"chunks": chunks, "config": {}}))
@@ -235,7 +235,7 @@ def test_index_sizes_writes_classes_and_weights_from_functions(litdata, tmp_path
 
 @pytest.mark.parametrize("weights", ["balanced", "v"])
 def test_a_streamed_split_is_drawn_by_its_sample_weights(written, weights) -> None:
-    """``sample_weights`` on a stream: each class (or each weight column value) served in its weight's share,
+    """`sample_weights` on a stream: each class (or each weight column value) served in its weight's share,
     as the in-memory DataModule serves it, from the sidecar (the size index's chunks never read to plan)."""
     from varlen.datamodules.text import TextClassificationDataModule
 

@@ -1,9 +1,9 @@
-"""The stream extra's first step: LitData chunks written from a config (``varlen optimize``), the size index
-beside them (per chunk: sizes, histograms over the plan's grid, the chunk list's key), ``varlen index-sizes``
+"""The stream extra's first step: LitData chunks written from a config (`varlen optimize`), the size index
+beside them (per chunk: sizes, histograms over the plan's grid, the chunk list's key), `varlen index-sizes`
 for chunks written elsewhere, and the refusals: a changed dataset, a bad size function, an untested litdata.
 
-Tests that write or read chunks need litdata (the ``stream`` extra) and skip without it; writers start with
-``fork`` here, where the platform has it (LitData's default, spawn, re-imports varlen in each writer)."""
+Tests that write or read chunks need litdata (the `stream` extra) and skip without it; writers start with
+`fork` here, where the platform has it (LitData's default, spawn, re-imports varlen in each writer)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def litdata():
 
 
 def fake_dataset(folder: Path, samples: list[int]) -> Path:
-    """A LitData ``index.json`` listing chunks of ``samples`` items (no chunk files: the size index reads none)."""
+    """A LitData `index.json` listing chunks of `samples` items (no chunk files: the size index reads none)."""
     chunks = [
         {"filename": f"chunk-0-{c}.bin", "chunk_size": n, "chunk_bytes": 100 * n + c} for c, n in enumerate(samples)
     ]
@@ -45,7 +45,7 @@ def fake_dataset(folder: Path, samples: list[int]) -> Path:
 
 
 def varlen(monkeypatch: pytest.MonkeyPatch, *argv: str) -> None:
-    """The ``varlen`` console script, in this process."""
+    """The `varlen` console script, in this process."""
     from varlen.cli.dispatch import console
 
     monkeypatch.setattr(sys, "argv", ["varlen", *argv])
@@ -260,7 +260,7 @@ def test_varlen_optimize_writes_molecules(litdata, tmp_path, monkeypatch, capsys
 
 @pytest.fixture
 def plain_dataset(litdata, tmp_path: Path) -> Path:
-    """50 items written by plain ``litdata.optimize`` (7 chunks of 8 and one of 2)."""
+    """50 items written by plain `litdata.optimize` (7 chunks of 8 and one of 2)."""
 
     out = tmp_path / "plain"
     litdata.optimize(stream_items.make_item, list(range(50)), str(out), chunk_size=8, num_workers=1, start_method=START)

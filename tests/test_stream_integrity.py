@@ -1,7 +1,7 @@
 """Streamed bytes checked against what the size index recorded when it was written: a chunk changed after
-``varlen optimize`` (same size), a draw sidecar of other class ids, or with ids, weights it cannot hold, is
+`varlen optimize` (same size), a draw sidecar of other class ids, or with ids, weights it cannot hold, is
 refused naming the file and the command that writes it again; each file is hashed once per node; a size
-index written before checksums were recorded opens with one warning. Needs litdata (the ``stream`` extra)."""
+index written before checksums were recorded opens with one warning. Needs litdata (the `stream` extra)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ ITEMS = 60
 
 @pytest.fixture(scope="module")
 def written(tmp_path_factory) -> Path:
-    """60 labelled items in 8 chunks (7 of 8, one of 4), their size index and draw sidecar (classes, ``w``)."""
+    """60 labelled items in 8 chunks (7 of 8, one of 4), their size index and draw sidecar (classes, `w`)."""
     out = tmp_path_factory.mktemp("integrity") / "plain"
     litdata.optimize(stream_items.labelled_item, list(range(ITEMS)), str(out), chunk_size=8, num_workers=1,
                      start_method=START)  # fmt: skip
@@ -107,7 +107,7 @@ def test_a_sidecar_of_other_class_ids_is_refused_naming_it_and_the_command(copy:
 
 
 def rewrite_draw(folder: Path, column: str, chunk: int, item: int, value: float) -> None:
-    """``draw.arrow`` written again with ``column``'s ``item`` in ``chunk`` set to ``value`` (its schema and
+    """`draw.arrow` written again with `column`'s `item` in `chunk` set to `value` (its schema and
     key kept), and recorded in the size index: what a tool that rewrote both would leave."""
     path = folder / FOLDER / DRAW
     reader = pa.ipc.open_file(pa.memory_map(str(path), "r"))
@@ -223,7 +223,7 @@ def test_an_index_written_before_checksums_opens_with_one_warning(copy: Path) ->
 
 
 def keep_mtime_flip(path: Path, count: int = 1) -> None:
-    """Bytes of ``path`` flipped in place under its old modification time: what a failing disk does, which
+    """Bytes of `path` flipped in place under its old modification time: what a failing disk does, which
     the once-per-node marker (inode, size, mtime) cannot tell from the file it verified."""
     before = path.stat()
     flip_bytes(path, count=count)
@@ -233,7 +233,7 @@ def keep_mtime_flip(path: Path, count: int = 1) -> None:
 
 @pytest.fixture
 def compressed(tmp_path: Path) -> Path:
-    """The 60 items written by ``litdata.optimize(compression="zstd")`` (its default: each chunk compressed
+    """The 60 items written by `litdata.optimize(compression="zstd")` (its default: each chunk compressed
     inside its file, read in place), with their size index."""
     pytest.importorskip("zstd", reason="LitData's zstd compression needs the zstd package")
     out = tmp_path / "zstd"
@@ -260,7 +260,7 @@ def test_a_compressed_chunk_changed_after_it_was_written_is_refused_naming_it(co
 
 def test_verify_always_finds_a_flip_under_the_same_mtime_after_the_first_check(copy: Path, hashed) -> None:
     """Once verified, a file is not hashed again in the process (nor on the node, where it takes the marker):
-    a flip that keeps its inode, size and mtime is served. A stream's ``verify: always`` hashes each chunk at
+    a flip that keeps its inode, size and mtime is served. A stream's `verify: always` hashes each chunk at
     every read from disk, and the size index and sidecar at every open."""
     from varlen.stream.source import StreamSource
 
@@ -285,7 +285,7 @@ def test_verify_always_finds_a_flip_under_the_same_mtime_after_the_first_check(c
 
 
 def test_chunks_compressed_whole_are_refused_naming_the_way_out(tmp_path: Path) -> None:
-    """LitData decompresses a chunk compressed whole (``compression_level="chunk"``) beside itself and removes the
+    """LitData decompresses a chunk compressed whole (`compression_level="chunk"`) beside itself and removes the
     file as written, so it cannot be checked against what was written: refused before any is read, the folder
     left as it is."""
     pytest.importorskip("zstd", reason="LitData's zstd compression needs the zstd package")
@@ -306,7 +306,7 @@ def test_chunks_compressed_whole_are_refused_naming_the_way_out(tmp_path: Path) 
 
 
 def test_varlen_optimize_compression_writes_chunks_checked_as_written(tmp_path: Path, capsys) -> None:
-    """``varlen optimize --compression zstd``: chunks compressed inside their files, whose checksums the size index
+    """`varlen optimize --compression zstd`: chunks compressed inside their files, whose checksums the size index
     records as written; they stream as the uncompressed ones, and one changed since is refused."""
     pytest.importorskip("zstd", reason="LitData's zstd compression needs the zstd package")
     import json

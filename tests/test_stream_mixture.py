@@ -159,8 +159,8 @@ def test_a_schedule_by_step_changes_at_the_first_epoch_past_its_end(sources):
 
 
 def rest_after(indexes, saved_world, resumed_world, epoch, stop, lanes=(1, 1), **kwargs):
-    """Every rank's batches of ``epoch`` served up to ``stop`` on ``saved_world``, then the rest on
-    ``resumed_world`` from the saved state (and the next epoch there)."""
+    """Every rank's batches of `epoch` served up to `stop` on `saved_world`, then the rest on
+    `resumed_world` from the saved state (and the next epoch there)."""
     stopped = plans(indexes, saved_world, lanes[0], **kwargs)
     for e in range(epoch):
         run(stopped, e)

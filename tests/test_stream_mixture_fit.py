@@ -1,5 +1,5 @@
-"""Streamed sources mixed in a DataModule: two text streams written by ``varlen optimize``, served as one
-training split by a Lightning fit of two epochs, each source's share served, ``per_source`` batches from one
+"""Streamed sources mixed in a DataModule: two text streams written by `varlen optimize`, served as one
+training split by a Lightning fit of two epochs, each source's share served, `per_source` batches from one
 source each; a mixture of streamed and in-memory sources refused by name. Needs litdata (skipped without)."""
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def test_a_schedule_of_streamed_sources_serves_each_stages_shares_in_a_fit(strea
 
 
 def test_one_optimize_writes_every_streamed_source_of_a_config(tmp_path, monkeypatch) -> None:
-    """``varlen optimize --config C`` writes the main source and each extra one where C reads them; the
+    """`varlen optimize --config C` writes the main source and each extra one where C reads them; the
     DataModule of C then serves them both (no per-source command with its three nulls)."""
     import yaml
     from test_stream_read import STARTS

@@ -29,7 +29,7 @@ def sizes_of(index) -> np.ndarray:
 
 
 def served(index, plan, rank: int, epoch: int, seed: int) -> list[np.ndarray]:
-    """Rank ``rank``'s batches of ``epoch`` through the pure functions (one window read at a time)."""
+    """Rank `rank`'s batches of `epoch` through the pure functions (one window read at a time)."""
     out, loaded = [], {}
     for window, batch, _, _ in rank_batches(plan, rank, epoch, seed).tolist():
         if window not in loaded:

@@ -1,7 +1,7 @@
-"""The stream extra's reading step: a DataModule's training split read from chunks ``varlen optimize`` wrote
-(``stream:``), its items equal to the DataModule's samples, streamed epochs that serve every sample once within
+"""The stream extra's reading step: a DataModule's training split read from chunks `varlen optimize` wrote
+(`stream:`), its items equal to the DataModule's samples, streamed epochs that serve every sample once within
 the budget (with and without workers), a Lightning fit that resumes mid-epoch exactly, and the refusals: a
-tampered size index, a folder without one. Needs litdata (the ``stream`` extra): skipped without it."""
+tampered size index, a folder without one. Needs litdata (the `stream` extra): skipped without it."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ ESOL = ["--config", "configs/molecules_esol.yaml"]
 
 
 def optimize(out: Path, *argv: str) -> Path:
-    """``varlen optimize`` (the console script, in this process) into ``out``."""
+    """`varlen optimize` (the console script, in this process) into `out`."""
     from varlen.cli.dispatch import console
 
     with pytest.MonkeyPatch.context() as patch:
@@ -49,7 +49,7 @@ def text_stream(tmp_path_factory) -> Path:
 
 
 def text_dm(stream: Path | dict | None, **kwargs):
-    """The config's text DataModule (the synthetic reviews), streamed from ``stream`` (a folder, or a
+    """The config's text DataModule (the synthetic reviews), streamed from `stream` (a folder, or a
     mapping with a URL) or not, set up."""
     from varlen.datamodules.text import TextClassificationDataModule
 
@@ -67,7 +67,7 @@ def same_sample(a: dict, b: dict) -> bool:
 
 
 def test_streamed_items_are_the_datamodules_samples(text_stream: Path) -> None:
-    """Every item, read one at a time and as a batch across chunks in any order, is ``dataset[i]``; the
+    """Every item, read one at a time and as a batch across chunks in any order, is `dataset[i]`; the
     dataset pickles as its folder; val stays the DataModule's own."""
     plain, streamed = text_dm(None), text_dm(text_stream)
     train, read = plain.dataset("train"), streamed.dataset("train")
@@ -108,7 +108,7 @@ def test_a_streamed_epoch_serves_every_sample_once_within_the_budget(text_stream
 
 @pytest.mark.skipif(START != "fork", reason="the decode recorder reaches workers by fork")
 def test_each_loader_worker_decodes_only_the_chunks_of_its_own_windows(text_stream: Path, monkeypatch) -> None:
-    """With ``num_workers=2`` the plan serves a rank's batches in two lanes, one per worker: every chunk is
+    """With `num_workers=2` the plan serves a rank's batches in two lanes, one per worker: every chunk is
     decoded by one worker, but for the window the lanes' boundary cuts (each worker decoded every chunk
     before); the batches are the plan's."""
     from torch.utils.data import DataLoader, get_worker_info
@@ -386,7 +386,7 @@ def test_a_streamed_epoch_takes_at_most_max_shapes_each_batch_padded_to_its_rung
 
 
 def test_a_streamed_epoch_packs_each_batch_in_one_row(text_stream: Path) -> None:
-    """``layout="packed"`` on a stream: every sample once an epoch, each batch one row of ``max_tokens`` with
+    """`layout="packed"` on a stream: every sample once an epoch, each batch one row of `max_tokens` with
     its texts' offsets, positions restarting at each text."""
     dm = text_dm(text_stream, layout="packed")
     width = dm.packing[0]

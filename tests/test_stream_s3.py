@@ -1,9 +1,9 @@
 """Streaming from object storage, offline: a moto S3 server on 127.0.0.1 (a free port, started and
-stopped by a fixture) holds chunks ``varlen optimize`` wrote; a DataModule streams them through
+stopped by a fixture) holds chunks `varlen optimize` wrote; a DataModule streams them through
 LitData's S3 reader. Its samples and batches are the local folder's, a store rewritten under its size
 index or lacking one is refused by name, and a 2-process DDP fit that stops mid-epoch resumes with
 the batches of an uninterrupted run on every rank. A store that cannot be reached fails within the
-stream's timeout, ``AWS_ENDPOINT_URL`` serves as ``storage_options.endpoint_url``, an index rebuilt in
+stream's timeout, `AWS_ENDPOINT_URL` serves as `storage_options.endpoint_url`, an index rebuilt in
 the store is fetched again, a damaged chunk is said to be so at once, and nothing of LitData's or
 botocore's reaches stderr. Needs litdata and moto (the stream and dev extras)."""
 
@@ -36,7 +36,7 @@ SMALL = 40
 
 @pytest.fixture(scope="module")
 def s3() -> dict:
-    """A moto S3 server on a free loopback port with one bucket: LitData's ``storage_options`` for it."""
+    """A moto S3 server on a free loopback port with one bucket: LitData's `storage_options` for it."""
     import boto3
     from moto.server import ThreadedMotoServer
 
@@ -57,7 +57,7 @@ def s3() -> dict:
 
 
 def upload(options: dict, folder: Path, prefix: str, skip: tuple[str, ...] = ()) -> str:
-    """Copy a local dataset folder to ``s3://BUCKET/prefix`` (as ``aws s3 cp --recursive`` would); its URL."""
+    """Copy a local dataset folder to `s3://BUCKET/prefix` (as `aws s3 cp --recursive` would); its URL."""
     import boto3
 
     client = boto3.client("s3", **options)
@@ -216,7 +216,7 @@ def test_retries_in_loader_workers_are_counted_in_the_report(
     s3: dict, text_url: str, tmp_path: Path, monkeypatch
 ) -> None:
     """A forked loader worker's retry (the store's GET of chunk 0 fails once in it) reaches
-    ``dm.report``: the count is shared by the dataset and the workers started with it."""
+    `dm.report`: the count is shared by the dataset and the workers started with it."""
     from varlen.stream import store
 
     if "fork" not in __import__("multiprocessing").get_all_start_methods():
@@ -272,8 +272,8 @@ def test_an_unreachable_store_fails_within_its_timeout_naming_the_url_and_the_en
 def test_aws_endpoint_url_serves_as_the_mappings_endpoint_without_third_party_output(
     s3: dict, text_url: str, text_local: Path, tmp_path: Path, monkeypatch, capfd
 ) -> None:
-    """MinIO and moto users set ``AWS_ENDPOINT_URL``: the store is read through it as through
-    ``storage_options.endpoint_url``, the batches are the local folder's, and nothing of LitData's,
+    """MinIO and moto users set `AWS_ENDPOINT_URL`: the store is read through it as through
+    `storage_options.endpoint_url`, the batches are the local folder's, and nothing of LitData's,
     botocore's or obstore's reaches stderr."""
     monkeypatch.setenv("AWS_ENDPOINT_URL", s3["endpoint_url"])
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3["aws_access_key_id"])
@@ -395,7 +395,7 @@ def test_a_damaged_copy_of_the_size_index_or_a_chunk_in_the_cache_is_fetched_aga
 
 
 def test_third_party_debug_logs_stay_off_a_console_logging_at_debug(s3: dict, text_url: str, tmp_path: Path) -> None:
-    """A script that logs everything at DEBUG to stderr (``logging.basicConfig``) keeps its own lines,
+    """A script that logs everything at DEBUG to stderr (`logging.basicConfig`) keeps its own lines,
     and gets none of botocore's, urllib3's or LitData's: their loggers are set to WARNING, not the root."""
     script = f"""
 import logging

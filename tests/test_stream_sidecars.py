@@ -1,5 +1,5 @@
-"""The files beside a dataset's chunks written in one pass from one chunk list (``varlen.stream.sidecars``): each
-written once, ``histograms.arrow`` last, recording the checksums of the others, which open verified."""
+"""The files beside a dataset's chunks written in one pass from one chunk list (`varlen.stream.sidecars`): each
+written once, `histograms.arrow` last, recording the checksums of the others, which open verified."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ NAMES, SAMPLES = ("chunk-0-0.bin", "chunk-0-1.bin"), (3, 2)
 
 
 def dataset(folder: Path) -> Path:
-    """A LitData dataset's ``index.json`` and two chunk files (bytes nobody decodes here)."""
+    """A LitData dataset's `index.json` and two chunk files (bytes nobody decodes here)."""
     listed = [{"filename": name, "chunk_size": n, "chunk_bytes": 10} for name, n in zip(NAMES, SAMPLES, strict=True)]
     (folder / "index.json").write_text(json.dumps({"chunks": listed}))
     for name in NAMES:

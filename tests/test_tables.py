@@ -204,7 +204,7 @@ def test_the_files_open_in_hugging_face_datasets(tmp_path: Path) -> None:
 
 def test_mapping_a_table_imports_no_pandas(tmp_path: Path) -> None:
     """What a new worker does with a table (open it, read its columns) costs no pandas import
-    (pyarrow's ``to_numpy`` imports it for a list's offsets: a second and ~30 MiB per worker)."""
+    (pyarrow's `to_numpy` imports it for a list's offsets: a second and ~30 MiB per worker)."""
     path = write_table(tmp_path / "t.arrow", columns(50), version="t1", key=KEY)
     code = (
         "import sys; from varlen.storage.tables import MappedTable; "

@@ -55,7 +55,7 @@ class TestTextContract(DataModuleContract):
 
     def test_ddp_fit_covers_all_and_metrics_equal_one_process(self, tmp_path: Path, monkeypatch) -> None:
         """The contract's 2-process fit, from an empty cache, tokenises each source once between the
-        two ranks: each build logs one ``tokenised <source>`` line (the ``varlen`` logger, printed on
+        two ranks: each build logs one `tokenised <source>` line (the `varlen` logger, printed on
         stderr by every rank), and the cache holds one token table and one bad-rows table per source."""
         outputs = []
         run_cli = varlen.testing.runs.run_cli
@@ -161,8 +161,8 @@ def todays_batch(dataset, picks: list[int], pad_id: int, multiple: int | None) -
 
 @pytest.mark.parametrize("multiple", [None, 8])
 def test_gathered_batches_equal_todays(tmp_path: Path, multiple: int | None) -> None:
-    """Pairs, a pad id that is not 0, ``pad_to_multiple_of``: the same keys, dtypes and values as before,
-    from the batched fetch, from ``dataset[i]`` dicts and from the loader."""
+    """Pairs, a pad id that is not 0, `pad_to_multiple_of`: the same keys, dtypes and values as before,
+    from the batched fetch, from `dataset[i]` dicts and from the loader."""
     rows = [{"a": "word " * (1 + i % 9), "b": "other " * (1 + i % 4), "label": i % 2} for i in range(40)]
     dm = TextClassificationDataModule(
         train_file=str(write_csv(tmp_path / "pairs.csv", rows)),
@@ -188,7 +188,7 @@ def test_gathered_batches_equal_todays(tmp_path: Path, multiple: int | None) -> 
 
 @pytest.mark.parametrize("multiple", [None, 8])
 def test_pad_texts_equals_the_core_gather(multiple: int | None) -> None:
-    """The text fast path gives what ``Ragged.pad`` gives (empty rows and the last row included)."""
+    """The text fast path gives what `Ragged.pad` gives (empty rows and the last row included)."""
     rng = np.random.default_rng(0)
     arrays = [rng.integers(0, 1000, int(n)).astype(np.int32) for n in rng.integers(0, 20, 30)]
     arrays[-1] = np.arange(7, dtype=np.int32)  # the last row: its tail reads past the end of the values
@@ -460,7 +460,7 @@ def test_resume_through_a_lightning_checkpoint_with_a_warmup_schedule(tmp_path: 
 
 
 def test_hub_style_dataset_folder_and_two_workers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``dataset_name`` goes through ``datasets.load_dataset``: a local folder takes the same path."""
+    """`dataset_name` goes through `datasets.load_dataset`: a local folder takes the same path."""
     import datasets
 
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "hf_cache")  # read at each load

@@ -32,7 +32,7 @@ COLUMNS = TextColumns("text", None, "label")
 
 
 def corpus(n: int, seed: int = 0) -> list[dict]:
-    """``n`` rows, labels ``neg`` / ``pos`` alternating, every fifth text long (60 to 90 words)."""
+    """`n` rows, labels `neg` / `pos` alternating, every fifth text long (60 to 90 words)."""
     rng = np.random.default_rng(seed)
     rows = []
     for i in range(n):
@@ -246,8 +246,8 @@ def test_the_key_covers_the_content_the_tokenizer_and_the_settings(tmp_path: Pat
 
 
 def in_memory(dm: TextClassificationDataModule, path: Path, split: str, tokenizer):
-    """``split`` tokenised in memory from the file (the path before issue 18): the texts of the split's
-    rows, in the split's order, through ``tokenize_table``."""
+    """`split` tokenised in memory from the file (the path before issue 18): the texts of the split's
+    rows, in the split's order, through `tokenize_table`."""
     served = dm.dataset(split)
     table, labels = encode_rows(read_table(path, COLUMNS), dm.class_names, COLUMNS)
     first = np.sort(np.unique(served.rows, return_index=True)[1])  # each row once, in the split's order
@@ -398,7 +398,7 @@ def test_the_report_is_the_same_whether_the_cache_was_built_or_mapped(tmp_path: 
 
 
 def cut_short(path: Path, size: int | None = None) -> None:
-    """A new, shorter file at ``path`` (a live DataModule's mapping of the old one stays valid)."""
+    """A new, shorter file at `path` (a live DataModule's mapping of the old one stays valid)."""
     content = path.read_bytes()
     path.unlink()
     path.write_bytes(content[: size if size is not None else len(content) // 2])

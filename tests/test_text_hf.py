@@ -1,7 +1,7 @@
-"""Hugging Face datasets and Arrow tables as text sources (issue 26): a ``Dataset`` in memory, its
-``save_to_disk`` folder and its ``.arrow`` file serve what a CSV of the same rows serves; tables of token
-ids; caches keyed by fingerprint or content; ``max_train_samples`` tokenising only what it keeps; one
-row-numbering convention in every text reader's messages; ``predict_file``."""
+"""Hugging Face datasets and Arrow tables as text sources (issue 26): a `Dataset` in memory, its
+`save_to_disk` folder and its `.arrow` file serve what a CSV of the same rows serves; tables of token
+ids; caches keyed by fingerprint or content; `max_train_samples` tokenising only what it keeps; one
+row-numbering convention in every text reader's messages; `predict_file`."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ WORDS = "the movie was good bad long short plot actor scene music dull bright".s
 
 
 def rows(n: int, seed: int = 0) -> list[dict]:
-    """``n`` reviews of 3 to 30 words, labels ``neg`` / ``pos`` (two in three ``neg``)."""
+    """`n` reviews of 3 to 30 words, labels `neg` / `pos` (two in three `neg`)."""
     rng = np.random.default_rng(seed)
     return [
         {"text": " ".join(rng.choice(WORDS, int(rng.integers(3, 30)))), "label": ["neg", "pos"][i % 3 == 0]}
@@ -54,7 +54,7 @@ def assert_same_batches(a: dict[str, list[dict]], b: dict[str, list[dict]]) -> N
 
 
 def write_arrow_file(table, path: Path) -> Path:
-    """``table`` in the Arrow IPC *file* format (``datasets`` writes the stream format)."""
+    """`table` in the Arrow IPC *file* format (`datasets` writes the stream format)."""
     import pyarrow as pa
 
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
@@ -64,7 +64,7 @@ def write_arrow_file(table, path: Path) -> Path:
 
 @pytest.fixture
 def builds(monkeypatch) -> dict[str, list[str]]:
-    """Every token table built in this test (``sources``: their names) and every text tokenised (``texts``)."""
+    """Every token table built in this test (`sources`: their names) and every text tokenised (`texts`)."""
     made: dict[str, list[str]] = {"sources": [], "texts": []}
     build, encode = store.build_tokens, store.encode_texts
 
@@ -130,7 +130,7 @@ def test_a_saved_dataset_dict_is_a_dataset_name_keyed_by_its_content(tmp_path: P
 
 
 def test_a_dataset_is_saved_among_the_hyperparameters_as_plain_text(tmp_path: Path) -> None:
-    """A checkpoint holds plain values: ``torch.load(weights_only=True)`` reads it, and it holds no rows."""
+    """A checkpoint holds plain values: `torch.load(weights_only=True)` reads it, and it holds no rows."""
     dataset = datasets.Dataset.from_pandas(pd.DataFrame(rows(30)))
     dm = TextClassificationDataModule(train_file=dataset, cache_dir=str(tmp_path))
     buffer = io.BytesIO()

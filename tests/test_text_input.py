@@ -21,7 +21,7 @@ def write_csv(path: Path, rows: list[dict]) -> str:
 
 
 def reviews(n: int, start: int = 0) -> list[dict]:
-    """``n`` distinct texts labelled 0 / 1 in turn."""
+    """`n` distinct texts labelled 0 / 1 in turn."""
     return [{"text": f"review number {i} is {'good' if i % 2 else 'bad'}", "label": i % 2} for i in range(start, n)]
 
 
@@ -34,7 +34,7 @@ def mixed_labels(tmp_path: Path, labels: list) -> str:
 
 
 def test_a_label_column_mixing_numbers_and_words_is_refused_naming_rows(tmp_path: Path) -> None:
-    """Before: ``0, 1, 1.0, true, positive`` became the five classes ['0', '1', '1.0', 'positive', 'true']."""
+    """Before: `0, 1, 1.0, true, positive` became the five classes ['0', '1', '1.0', 'positive', 'true']."""
     path = mixed_labels(tmp_path, ["0", "1", "1.0", "true", "positive"])
     dm = TextClassificationDataModule(train_file=path)
     message = (
@@ -46,7 +46,7 @@ def test_a_label_column_mixing_numbers_and_words_is_refused_naming_rows(tmp_path
 
 
 def test_a_number_spelt_two_ways_is_refused(tmp_path: Path) -> None:
-    """Labels written as strings (JSON, Parquet, the Hub) keep their spelling: ``1`` and ``1.0``, two classes."""
+    """Labels written as strings (JSON, Parquet, the Hub) keep their spelling: `1` and `1.0`, two classes."""
     rows = [{"text": f"t{i}", "label": label} for i, label in enumerate(["0", "1", "1.0", "0.0", "2"] * 3)]
     path = tmp_path / "spelt.jsonl"
     pd.DataFrame(rows).to_json(path, orient="records", lines=True)
@@ -77,7 +77,7 @@ def test_a_numeric_label_column_is_still_read_as_numbers(tmp_path: Path) -> None
 
 
 def test_a_text_of_nul_bytes_is_refused_as_an_empty_text(tmp_path: Path) -> None:
-    """Before: it was kept as ``[CLS] [SEP]``, though an empty text is refused."""
+    """Before: it was kept as `[CLS] [SEP]`, though an empty text is refused."""
     rows = reviews(20)
     rows[3]["text"] = "\x00\x00\x00"
     rows[7]["text"] = "\u200b\u200b"  # zero-width spaces: the tokenizer drops them too

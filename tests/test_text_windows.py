@@ -85,7 +85,7 @@ def windowed() -> TextClassificationDataModule:
 
 
 def test_windows_cover_each_document_with_the_stride_shared(windowed: TextClassificationDataModule) -> None:
-    """Window k + 1 starts with the last ``stride`` text tokens of window k; together they are the text."""
+    """Window k + 1 starts with the last `stride` text tokens of window k; together they are the text."""
     train, tokenizer = windowed.dataset("train"), windowed.tokenizer
     table = windowed.tables["train"]
     assert train.lengths.max() == 64 and len(train) > 2 * train.num_documents  # long texts: several windows each

@@ -19,7 +19,7 @@ class TestToyContract(DataModuleContract):
 
 
 def test_predict_runs_on_the_named_split() -> None:
-    """``predict_split`` names the split trainer.predict reads (no silent fall back), in order."""
+    """`predict_split` names the split trainer.predict reads (no silent fall back), in order."""
     dm = ToyDataModule(num_samples=50, predict_split="train")
     dm.setup("predict")
     loader = dm.predict_dataloader()

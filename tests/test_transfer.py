@@ -22,12 +22,12 @@ START = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
 
 
 def handed_over(batch):
-    """``batch`` as the main process receives it from a worker: packed, pickled across, unpacked."""
+    """`batch` as the main process receives it from a worker: packed, pickled across, unpacked."""
     return unpack(ForkingPickler.loads(ForkingPickler.dumps(pack(batch))))
 
 
 def storages(batch, least: int = 0) -> set[int]:
-    """The storages of ``batch``'s tensors of at least ``least`` bytes."""
+    """The storages of `batch`'s tensors of at least `least` bytes."""
     leaves = batch.values() if isinstance(batch, dict) else batch
     big = [t for t in leaves if isinstance(t, torch.Tensor) and t.numel() * t.element_size() >= least]
     return {t.untyped_storage().data_ptr() for t in big}
@@ -64,7 +64,7 @@ def test_every_tensor_arrives_equal_the_large_ones_views_of_one_buffer():
 
 
 def outside(tensor: torch.Tensor, buffer: torch.Tensor) -> bool:
-    """Whether ``tensor`` holds storage of its own, none of ``buffer``'s: keeping it keeps none of the batch."""
+    """Whether `tensor` holds storage of its own, none of `buffer`'s: keeping it keeps none of the batch."""
     start, storage = buffer.untyped_storage().data_ptr(), tensor.untyped_storage()
     inside = start <= storage.data_ptr() < start + buffer.untyped_storage().nbytes()
     return not inside and storage.nbytes() == tensor.numel() * tensor.element_size()
@@ -147,7 +147,7 @@ def pad(samples: list[dict]) -> dict:
 @pytest.mark.parametrize("packed", [True, False])
 def test_a_loader_with_workers_serves_the_in_process_batches(packed, monkeypatch):
     """Batches from 2 workers equal the in-process loader's; packed, a batch's large tensors share one
-    storage (with ``pack_batches = False``, one each, as torch hands them over)."""
+    storage (with `pack_batches = False`, one each, as torch hands them over)."""
     monkeypatch.setattr(VarLenLoader, "pack_batches", packed)
     here = list(VarLenLoader(Ragged(), batch_size=6, collate_fn=pad))
     loader = VarLenLoader(Ragged(), batch_size=6, collate_fn=pad, num_workers=2, multiprocessing_context=START)

@@ -1,6 +1,6 @@
-"""A transform's output is data too (issue 40, item 4): what a per-sample ``transform`` returns is checked as what
-is read, and a wrong sample is a ``DataError`` naming the split, the sample, the field and the transform, never a
-raw shape error at the model or a ``nan`` trained on."""
+"""A transform's output is data too (issue 40, item 4): what a per-sample `transform` returns is checked as what
+is read, and a wrong sample is a `DataError` naming the split, the sample, the field and the transform, never a
+raw shape error at the model or a `nan` trained on."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from varlen.errors import DataError
 
 
 def columns(rows: int = 24, regression: bool = False) -> dict:
-    """``signal`` float32 ``[T, 3]``, ``half`` float16 ``[T]``, a fixed ``xyz`` ``[3]``, three classes (or targets)."""
+    """`signal` float32 `[T, 3]`, `half` float16 `[T]`, a fixed `xyz` `[3]`, three classes (or targets)."""
     rng = np.random.default_rng(0)
     lengths = rng.integers(2, 12, rows)
     label = rng.normal(size=rows).tolist() if regression else [int(k) for k in rng.integers(0, 3, rows)]
@@ -138,7 +138,7 @@ def test_a_good_transform_is_served_cast_back_to_the_served_dtypes() -> None:
     assert torch.isfinite(batch["signal"]).all() and int(batch["signal_lengths"].min()) >= 1
 
 
-#: what :func:`scaled_crop` does, set by each example (one DataModule serves them all: loaders without workers)
+#: what `scaled_crop` does, set by each example (one DataModule serves them all: loaders without workers)
 SCALED_CROP = {"keep": 1, "scale": 1.0, "label": 0}
 
 

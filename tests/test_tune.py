@@ -268,8 +268,8 @@ def test_each_rung_gets_its_largest_batch_of_its_own_padded_length(tmp_path) -> 
 
 
 def test_budget_under_the_shape_policy_prints_the_table_a_config_takes(tmp_path, monkeypatch, capsys) -> None:
-    """``varlen tune --budget`` with a DataModule that has rungs searches each one (a fake device here: a
-    memory model) and prints the ``rung_batch_sizes`` table, which a DataModule then takes as it is."""
+    """`varlen tune --budget` with a DataModule that has rungs searches each one (a fake device here: a
+    memory model) and prints the `rung_batch_sizes` table, which a DataModule then takes as it is."""
     import types
 
     import varlen.tune.command as command

@@ -68,7 +68,7 @@ def small_model(dm: VideoTextDataModule, **kwargs) -> VideoTextAligner:
 
 
 def in_memory(datamodule: VideoTextDataModule, split: str) -> VideoTextDataset:
-    """``split`` indexed from the source in memory, its features read from the store (what the tables hold)."""
+    """`split` indexed from the source in memory, its features read from the store (what the tables hold)."""
     table, store = datamodule.open(DataReport("skip"))
     names = ("segmentation", "segment_duration", "frames", "max_frames_per_segment", "feature_dim")
     settings = {name: getattr(datamodule, name) for name in names}
@@ -169,7 +169,7 @@ class TestVideoTextContract(DataModuleContract):
 
 
 class TestVideoTextPackedContract(TestVideoTextContract):
-    """The whole contract again with ``layout="packed"``: invariance, budget (on real elements), resume, DDP."""
+    """The whole contract again with `layout="packed"`: invariance, budget (on real elements), resume, DDP."""
 
     cli_overrides = [*SMALL_CLI, "--data.init_args.layout=packed"]
 
@@ -284,7 +284,7 @@ def test_pad_segments_rejects_inconsistent_counts() -> None:
 
 @pytest.fixture(scope="module")
 def packed() -> dict[str, VideoTextDataModule]:
-    """Packed twins of ``dm`` and ``fixed_dm`` (same corpus, same splits)."""
+    """Packed twins of `dm` and `fixed_dm` (same corpus, same splits)."""
     out = {}
     fixed = {"segmentation": "fixed", "segment_duration": 8.0, "frames": True}
     for which, extra in (("annotated", {}), ("fixed", fixed)):
@@ -334,7 +334,7 @@ def test_the_padded_batch_is_what_it_was(overrides) -> None:
 
 @pytest.mark.parametrize("which", ["annotated", "fixed"])
 def test_getitems_serves_what_the_feature_store_holds(which, dm, fixed_dm) -> None:
-    """The batch fetch and ``dataset[i]`` serve the mapped table; ``dataset[i]`` of the in-memory
+    """The batch fetch and `dataset[i]` serve the mapped table; `dataset[i]` of the in-memory
     dataset it was written from reads the feature store: the same samples."""
     datamodule = dm if which == "annotated" else fixed_dm
     ds, from_store = datamodule.dataset("val"), in_memory(datamodule, "val")

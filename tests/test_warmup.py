@@ -1,4 +1,4 @@
-"""``WarmShapes`` gives back everything its warm-up touched (parameters and buffers by name, reassigned ones
+"""`WarmShapes` gives back everything its warm-up touched (parameters and buffers by name, reassigned ones
 too, plain attributes, optimizer and scheduler state, the AMP scaler, every generator) and runs where a new
 batch shape has a first-time cost; the shape advice is given there only, naming only a knob that exists."""
 
@@ -25,7 +25,7 @@ from varlen.models.base import VarLenModule
 
 
 class PaddedToys(VarLenDataModule):
-    """Toy sequences padded to the rungs by the default collate (a DataModule that takes ``max_shapes``)."""
+    """Toy sequences padded to the rungs by the default collate (a DataModule that takes `max_shapes`)."""
 
     ragged_keys = ("ids",)
     mask_keys = ("ids_mask",)
@@ -220,7 +220,7 @@ def test_the_shape_advice_counts_epochs_as_the_epoch_line_does(tmp_path, capsys)
 
 
 def test_the_shape_advice_names_max_shapes_only_where_the_datamodule_takes_it(tmp_path, capsys) -> None:
-    """PaddedToys takes ``max_shapes`` (its value is named); the toy DataModule, like the molecules' and
+    """PaddedToys takes `max_shapes` (its value is named); the toy DataModule, like the molecules' and
     video-text's, has no such argument: the line says so and advises no knob it lacks."""
     said = advice(PaddedToys(), tmp_path, capsys, advise_shapes=True)[0]
     assert "with PaddedToys's max_shapes (6 here)" in said and "WarmShapes" in said

@@ -1,8 +1,8 @@
 """varlen: Lightning DataModules for variable-length data, batched by size, padded by the batch.
 
 Heavy modules (Lightning, transformers, RDKit, PyG) load only when you import the scenario
-that needs them: ``from varlen.datamodules import TextClassificationDataModule``. The one function
-here, :func:`varlen.write_arrays` (your arrays as a Parquet or Arrow file, each field in its dtype),
+that needs them: `from varlen.datamodules import TextClassificationDataModule`. The one function
+here, `varlen.write_arrays` (your arrays as a Parquet or Arrow file, each field in its dtype),
 is imported when first used.
 """
 
@@ -14,7 +14,7 @@ from varlen import _moved
 __version__ = "0.1.0"
 __all__ = ["__version__", "write_arrays"]
 
-#: names imported when first asked for (``import varlen`` stays light), as varlen._lazy does for scenarios
+#: names imported when first asked for (`import varlen` stays light), as varlen._lazy does for scenarios
 _LAZY = {"write_arrays": "varlen.datasets.sequence.writer"}
 
 

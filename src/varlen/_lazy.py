@@ -13,10 +13,10 @@ __all__ = ["lazy_scenarios"]
 def lazy_scenarios(
     package: str, names: Mapping[str, str]
 ) -> tuple[Callable[..., dict[str, MissingExtraError]], Callable[[str], object]]:
-    """``import_all`` (the scenario modules whose extra is installed, for the CLI) and a module ``__getattr__``.
+    """`import_all` (the scenario modules whose extra is installed, for the CLI) and a module `__getattr__`.
 
-    ``import_all(only)`` imports the modules of the public names in ``only`` (None: every module), and returns
-    the modules left out, each with the :class:`~varlen._extras.MissingExtraError` that names its extra; asking
+    `import_all(only)` imports the modules of the public names in `only` (None: every module), and returns
+    the modules left out, each with the `MissingExtraError` that names its extra; asking
     for one of their classes raises that error again.
     """
 

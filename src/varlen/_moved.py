@@ -1,5 +1,5 @@
-"""Modules that moved in 0.2 (grouped into ``cli``, ``callbacks``, ``storage`` and ``prepare``; the streamed
-plan's and the schedule's draws renamed): the old dotted names still import, with a ``DeprecationWarning``
+"""Modules that moved in 0.2 (grouped into `cli`, `callbacks`, `storage` and `prepare`; the streamed
+plan's and the schedule's draws renamed): the old dotted names still import, with a `DeprecationWarning`
 naming the new one, for one release."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class _Alias(importlib.abc.Loader):
 
 
 class MovedFinder(importlib.abc.MetaPathFinder):
-    """Finds an old name's spec whose module is the new one (``varlen.cache is varlen.storage.cache``)."""
+    """Finds an old name's spec whose module is the new one (`varlen.cache is varlen.storage.cache`)."""
 
     def find_spec(self, fullname, path=None, target=None):
         return importlib.util.spec_from_loader(fullname, _Alias()) if fullname in MOVED else None

@@ -1,14 +1,14 @@
 """The one error family of varlen's data layer.
 
 Every reader and DataModule raises one of these for bad or missing input, never a bare
-``KeyError``, ``FileNotFoundError`` or a library's traceback. Each message names the file,
-row or sample and says what is wrong; ``varlen`` (the CLI) prints a :class:`DataError` as that
+`KeyError`, `FileNotFoundError` or a library's traceback. Each message names the file,
+row or sample and says what is wrong; `varlen` (the CLI) prints a `DataError` as that
 message alone and exits with status 2.
 
-* :class:`DataError` (a ``ValueError``): input that cannot be used.
-* :class:`DatasetNotFoundError` (also a ``FileNotFoundError``): what is missing, where it was
+* `DataError` (a `ValueError`): input that cannot be used.
+* `DatasetNotFoundError` (also a `FileNotFoundError`): what is missing, where it was
   looked for, and how to get it, as torchgeo's error of the same name does.
-* :class:`DownloadError` (also an ``OSError``): a download that failed, with the URL, the file
+* `DownloadError` (also an `OSError`): a download that failed, with the URL, the file
   it was meant for, and where to put a copy fetched by hand.
 """
 
@@ -28,9 +28,9 @@ class DatasetNotFoundError(DataError, FileNotFoundError):
     """A dataset is not where it was looked for.
 
     Args:
-        what: what is missing, e.g. ``"CWRU recordings (*.mat)"``.
+        what: what is missing, e.g. `"CWRU recordings (*.mat)"`.
         looked: where it was looked for (a path, or several).
-        fetch: how to get it, e.g. ``"pass download=True"`` or ``"download <URL> into <folder>"``.
+        fetch: how to get it, e.g. `"pass download=True"` or `"download <URL> into <folder>"`.
     """
 
     def __init__(self, what: str, looked: str | Path | Sequence[str | Path], fetch: str) -> None:

@@ -2,10 +2,10 @@
 
 Under DDP every rank builds its data, so a notice raised while building would be printed once per
 rank; here it is said by rank zero only (Lightning sets the rank before any hook runs; plain
-``torchrun`` sets ``RANK``). A warning raised inside a Lightning hook would otherwise name a line
-of Lightning's (``trainer/call.py``); :func:`warn` names the first line outside varlen and the
+`torchrun` sets `RANK`). A warning raised inside a Lightning hook would otherwise name a line
+of Lightning's (`trainer/call.py`); `warn` names the first line outside varlen and the
 libraries it runs under (the user's script), or varlen's own line when there is none (the
-``varlen`` command).
+`varlen` command).
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ def is_rank_zero() -> bool:
 
 
 def _stacklevel() -> int:
-    """The ``stacklevel`` of the first frame outside varlen and its runners, counted from
-    :func:`warn`'s caller; that caller's own line when every frame is inside them."""
+    """The `stacklevel` of the first frame outside varlen and its runners, counted from
+    `warn`'s caller; that caller's own line when every frame is inside them."""
     inside = _package_dirs()
     frame = sys._getframe(2)  # the caller of warn()
     level = 2
@@ -66,12 +66,12 @@ def _stacklevel() -> int:
 
 
 def warn(message: str, category: type[Warning] = UserWarning) -> None:
-    """``warnings.warn`` by rank zero only, at the user's line (see the module's docstring)."""
+    """`warnings.warn` by rank zero only, at the user's line (see the module's docstring)."""
     if is_rank_zero():
         warnings.warn(message, category, stacklevel=_stacklevel())
 
 
 def info(logger: logging.Logger, message: str, *args: object) -> None:
-    """``logger.info`` by rank zero only."""
+    """`logger.info` by rank zero only."""
     if is_rank_zero():
         logger.info(message, *args)

@@ -2,17 +2,17 @@
 
 Not run by the suite: tests/test_old_checkpoint.py resumes the checkpoint with the current code and compares
 what it serves with the batches recorded here. It was run with that commit's own code (its package was at
-``varlen/``, not ``src/varlen/``), from the repository root::
+`varlen/`, not `src/varlen/`), from the repository root::
 
     git archive eab78fa | tar -x -C /tmp/eab
     PYTHONPATH=/tmp/eab HF_HUB_OFFLINE=1 python tests/data/make_eab78fa_checkpoint.py tests/data/eab78fa
 
-Each of ``CASES`` is a 2-epoch fit of SequenceDataModule's synthetic set under a token budget (the bucketed
-sampler, the shape policy's rungs), seeded, through a Trainer: ``bucketed`` one source; ``mixture`` two sources
-drawn half and half with balanced sample weights (the weighted draw, the mixture's state). ``cli`` is
-``bucketed`` run by that commit's ``varlen fit`` (its checkpoint holds what LightningCLI adds: the classes'
-paths, the command's callbacks). Each checkpoint at step ``CHECKPOINT_STEP`` (mid epoch 0) goes to
-``<case>.ckpt``, every batch of the uninterrupted run to ``batches.json``. The old code's own resume of each
+Each of `CASES` is a 2-epoch fit of SequenceDataModule's synthetic set under a token budget (the bucketed
+sampler, the shape policy's rungs), seeded, through a Trainer: `bucketed` one source; `mixture` two sources
+drawn half and half with balanced sample weights (the weighted draw, the mixture's state). `cli` is
+`bucketed` run by that commit's `varlen fit` (its checkpoint holds what LightningCLI adds: the classes'
+paths, the command's callbacks). Each checkpoint at step `CHECKPOINT_STEP` (mid epoch 0) goes to
+`<case>.ckpt`, every batch of the uninterrupted run to `batches.json`. The old code's own resume of each
 checkpoint is checked against them before anything is written, so the fixture records what eab78fa itself did.
 """
 
@@ -67,7 +67,7 @@ class Served(pl.Callback):
 
 
 class SaveAt(pl.Callback):
-    """Saves the checkpoint once ``step`` optimizer steps are done (as ModelCheckpoint's every_n_train_steps)."""
+    """Saves the checkpoint once `step` optimizer steps are done (as ModelCheckpoint's every_n_train_steps)."""
 
     def __init__(self, step: int, path: str) -> None:
         self.step, self.path = step, path
@@ -78,7 +78,7 @@ class SaveAt(pl.Callback):
 
 
 def trainer_fit(data: dict, checkpoint: Path | None = None, ckpt_path: Path | None = None) -> list[dict]:
-    """The batches of a fit through a Trainer (a checkpoint saved at ``CHECKPOINT_STEP`` where given)."""
+    """The batches of a fit through a Trainer (a checkpoint saved at `CHECKPOINT_STEP` where given)."""
     from varlen.datamodules import SequenceDataModule
     from varlen.models import SequenceModel
 
@@ -94,7 +94,7 @@ def trainer_fit(data: dict, checkpoint: Path | None = None, ckpt_path: Path | No
 
 
 def cli_config(data: dict, root: Path, callbacks: list[dict]) -> dict:
-    """``varlen fit``'s config of the fit: ``data``, the model, the Trainer's settings and ``callbacks``."""
+    """`varlen fit`'s config of the fit: `data`, the model, the Trainer's settings and `callbacks`."""
     trainer = {k: v for k, v in TRAINER.items() if k != "enable_checkpointing"}  # the command keeps last.ckpt
     return {
         "trainer": trainer | {"default_root_dir": str(root), "callbacks": callbacks},
@@ -104,7 +104,7 @@ def cli_config(data: dict, root: Path, callbacks: list[dict]) -> dict:
 
 
 def cli_fit(data: dict, checkpoint: Path | None = None, ckpt_path: Path | None = None) -> list[dict]:
-    """The batches of the same fit run by eab78fa's ``varlen fit`` (its ``varlen.cli.main``), in this process."""
+    """The batches of the same fit run by eab78fa's `varlen fit` (its `varlen.cli.main`), in this process."""
     from varlen.cli import main
 
     pl.seed_everything(0, verbose=False)
@@ -118,7 +118,7 @@ def cli_fit(data: dict, checkpoint: Path | None = None, ckpt_path: Path | None =
 
 
 def record_case(name: str, data: dict, out: Path) -> list[dict]:
-    """Fits ``data`` once with a checkpoint at ``CHECKPOINT_STEP`` (written to OUT/NAME.ckpt) and once resumed
+    """Fits `data` once with a checkpoint at `CHECKPOINT_STEP` (written to OUT/NAME.ckpt) and once resumed
     from it; the first fit's batches, after checking that the resume served its batches from that step on."""
     fit = cli_fit if name == "cli" else trainer_fit
     with tempfile.TemporaryDirectory() as scratch:

@@ -1,25 +1,25 @@
 """`DataWait`: how long the training loop waits for its next batch, its share of the run, and its likely cause.
 
 Where the wait is timed. Lightning's fit loop fetches each batch through a data fetcher that calls
-two hooks of the training epoch loop right around ``next()`` on the loader (what its profilers
-report as ``[_TrainingEpochLoop].train_dataloader_next``). The callback wraps those two hooks on
+two hooks of the training epoch loop right around `next()` on the loader (what its profilers
+report as `[_TrainingEpochLoop].train_dataloader_next`). The callback wraps those two hooks on
 the loop for the fit (and restores them after), so the time measured is the main process blocked
-in ``next()``: workers not ready, the hand-over of a worker's batch, or with ``num_workers=0`` the
+in `next()`: workers not ready, the hand-over of a worker's batch, or with `num_workers=0` the
 fetch and collate themselves. That holds for any loader and any fetcher (Lightning's prefetching
-one, and a ``training_step`` that takes the ``dataloader_iter`` and fetches itself), and nothing
+one, and a `training_step` that takes the `dataloader_iter` and fetches itself), and nothing
 runs on the device: the batch is on the host, nothing is synchronised. Timing between
-``on_train_batch_end`` and the next ``on_train_batch_start`` instead would count the logging and
+`on_train_batch_end` and the next `on_train_batch_start` instead would count the logging and
 progress-bar work after a step (which waits for the device at every metric read) as data wait. A
 Lightning without those hooks gets that gap timing as a fallback.
 
 Each step's time is from its fetch's start to the next fetch's start, so the epoch's time is the
 training loop's wall time; a gap in which validation ran is left out (its loader is not this one).
 
-What the wait most likely comes from (:func:`read_cause`, in the advice line) is read from what was measured:
+What the wait most likely comes from (`read_cause`, in the advice line) is read from what was measured:
 the epoch's wait and step times, the first batch's share of the wait, the loader's settings, the node's cores
 per device, and a few batches' fetch and collate timed apart in the main process once the advice is due
-(:func:`~varlen.batching.loader_rate.fetch_collate_times`). The workers can make at most ``workers / (fetch +
-collate)`` batches a second; the loop asks for one per step's compute time. Below that demand the workers are
+(`fetch_collate_times`). The workers can make at most `workers / (fetch +
+collate)` batches a second; the loop asks for one per step's compute time. Below that demand the workers are
 the bottleneck (busy in whichever part dominates, or short of cores); above it, the batches are made in time
 and lost on their way: the hand-over to the main process, or in a first epoch perhaps the files read cold (a
 probe after the epoch reads them warm, so the two are told apart only by the next epoch).
@@ -53,31 +53,31 @@ log = logging.getLogger("varlen")
 class DataWait(pl.Callback):
     """Logs the training loop's wait for data (see the module docstring for where it is timed).
 
-    Per step, to the loggers every ``log_every_n_steps`` (as Lightning's own step metrics, written
-    straight to them, so no value goes to the device): ``data/wait_ms``, the mean wait per step since
-    the last write. Per epoch, through ``LightningModule.log`` and synced over ranks:
-    ``data/wait_share`` (all ranks' wait over all ranks' training time), ``data/wait_share_max`` (the
+    Per step, to the loggers every `log_every_n_steps` (as Lightning's own step metrics, written
+    straight to them, so no value goes to the device): `data/wait_ms`, the mean wait per step since
+    the last write. Per epoch, through `LightningModule.log` and synced over ranks:
+    `data/wait_share` (all ranks' wait over all ranks' training time), `data/wait_share_max` (the
     slowest rank's share: one rank waiting stalls every other at the next collective),
-    ``data/batches_per_s`` and ``data/real_elements_per_s`` (all ranks' batches and real elements over
+    `data/batches_per_s` and `data/real_elements_per_s` (all ranks' batches and real elements over
     the slowest rank's training time; real elements need a varlen DataModule, or one with
-    ``batch_stats``). :attr:`epochs` keeps them per epoch, the same on every rank.
+    `batch_stats`). `epochs` keeps them per epoch, the same on every rank.
 
-    When an epoch's slowest-rank share passes ``advise_above``, rank zero logs one line, once per
-    run, on the ``varlen`` logger: the share, the likely cause read from what was measured
-    (:func:`read_cause`) and the ``varlen tune`` command to run.
+    When an epoch's slowest-rank share passes `advise_above`, rank zero logs one line, once per
+    run, on the `varlen` logger: the share, the likely cause read from what was measured
+    (`read_cause`) and the `varlen tune` command to run.
 
-    What the batch shapes cost (:mod:`varlen.batching.shape_cost`), per epoch: ``data/shapes``, the
-    distinct shapes served, and ``data/new_shape_ms``, the steps that met a shape for the first time, in
-    ms over the epoch's typical step (the slowest rank's). When that passes ``advise_above`` of the
-    epoch and ``shape_floor_s`` in all, rank zero logs one line, once per run: the count, the cost and
+    What the batch shapes cost (`varlen.batching.shape_cost`), per epoch: `data/shapes`, the
+    distinct shapes served, and `data/new_shape_ms`, the steps that met a shape for the first time, in
+    ms over the epoch's typical step (the slowest rank's). When that passes `advise_above` of the
+    epoch and `shape_floor_s` in all, rank zero logs one line, once per run: the count, the cost and
     the fix (the floor keeps a busy CPU's noise on a short epoch from reading as a cost), where a new shape
-    has a first-time cost (:func:`~varlen.batching.shape_cost.first_time_cost`: a compiled model, a device
+    has a first-time cost (`first_time_cost`: a compiled model, a device
     other than a CPU); on a CPU in eager mode a step's time follows its size, and a slow first step is load.
 
     Args:
         advise_above: the share of an epoch's time waiting that gets the advice (None: never).
-        command: the command the advice names (default: ``varlen tune`` with this run's ``--config``
-            and ``--data.*`` arguments, read from ``sys.argv``).
+        command: the command the advice names (default: `varlen tune` with this run's `--config`
+            and `--data.*` arguments, read from `sys.argv`).
         shape_floor_s: the seconds new shapes must cost in an epoch before the shape advice is given.
         advise_shapes: give the shape advice where a new shape has a first-time cost (None), always (True:
             a cost simulated on a CPU) or never (False).
@@ -251,7 +251,7 @@ class DataWait(pl.Callback):
                 log.warning(self.advice)
 
     def _advise_shapes(self, trainer: pl.Trainer, figures: torch.Tensor, elapsed: float) -> None:
-        """One line, once per run, when steps on new shapes took over ``advise_above`` of the epoch."""
+        """One line, once per run, when steps on new shapes took over `advise_above` of the epoch."""
         distinct, new, extra = int(figures[4]), int(figures[5]), float(figures[6])
         share = extra / max(elapsed, 1e-9)
         if self.advise_above is None or self._shapes_advised or share <= self.advise_above:
@@ -286,7 +286,7 @@ class DataWait(pl.Callback):
 
 
 def _should_log(trainer: pl.Trainer) -> bool:
-    """Lightning's own rule for writing step metrics (``log_every_n_steps``), as its callbacks read it."""
+    """Lightning's own rule for writing step metrics (`log_every_n_steps`), as its callbacks read it."""
     connector = getattr(trainer, "_logger_connector", None)
     if connector is not None and hasattr(connector, "should_update_logs"):
         return bool(connector.should_update_logs)
@@ -386,8 +386,8 @@ def read_cause(f: WaitFigures) -> str:
 
 
 def advice_line(f: WaitFigures, command: str) -> str:
-    """The one line :class:`DataWait` logs (its epoch counted from 1, as the epoch
-    lines count; ``f.epoch`` is Lightning's, from 0)."""
+    """The one line `DataWait` logs (its epoch counted from 1, as the epoch
+    lines count; `f.epoch` is Lightning's, from 0)."""
     slowest = f"; slowest rank {f.share_max:.0%}" if f.share_max > f.share + 0.005 else ""
     return (
         f"varlen: the training loop waited for data {f.share:.0%} of epoch {f.epoch + 1} "
@@ -397,8 +397,8 @@ def advice_line(f: WaitFigures, command: str) -> str:
 
 
 def tune_command_line(argv: Sequence[str]) -> str:
-    """``varlen tune`` with the ``--config`` and ``--data.*`` arguments of a ``varlen fit`` command line
-    (``sys.argv``); ``--config CONFIG`` where it names none."""
+    """`varlen tune` with the `--config` and `--data.*` arguments of a `varlen fit` command line
+    (`sys.argv`); `--config CONFIG` where it names none."""
     args = list(argv[1:])
     if args[:1] == ["fit"]:
         args = args[1:]

@@ -12,7 +12,7 @@ __all__ = ["deal", "repeat_to_multiple", "split_largest", "split_to_multiple"]
 
 
 def split_largest(bounds: np.ndarray, count: int) -> np.ndarray:
-    """``bounds`` with its largest batch split in two, ``count`` times (fewer when every batch is down to
+    """`bounds` with its largest batch split in two, `count` times (fewer when every batch is down to
     one sample), each half where the batch was: every sample once, every budget held. Of equally large
     batches, the one that starts first in the plan's order is split, whatever the epoch's batch order: the
     same places every epoch, so the halves add the same shapes (the shape policy counts them once)."""
@@ -31,7 +31,7 @@ def split_largest(bounds: np.ndarray, count: int) -> np.ndarray:
 
 
 def split_to_multiple(bounds: np.ndarray, multiple: int) -> np.ndarray:
-    """Split the largest batches in two until the count is a multiple of ``multiple``.
+    """Split the largest batches in two until the count is a multiple of `multiple`.
 
     Keeps every sample exactly once and every budget held; raises if there are fewer samples
     than needed for one non-empty batch per rank.
@@ -49,9 +49,9 @@ def split_to_multiple(bounds: np.ndarray, multiple: int) -> np.ndarray:
 
 
 def deal(bounds: np.ndarray, num_replicas: int, drop_last: bool) -> np.ndarray:
-    """``bounds`` made to divide over ``num_replicas`` ranks: the surplus dropped, or batches split; where
+    """`bounds` made to divide over `num_replicas` ranks: the surplus dropped, or batches split; where
     the samples are too few to split into a multiple of the ranks (3 samples too large to share a batch, on
-    2 ranks), a few batches repeat a sample (fewer than the ranks; warned about, as ``DistributedSampler``
+    2 ranks), a few batches repeat a sample (fewer than the ranks; warned about, as `DistributedSampler`
     pads its ranks), since a rank without a batch would hang the others.
 
     Raises:
@@ -76,7 +76,7 @@ def deal(bounds: np.ndarray, num_replicas: int, drop_last: bool) -> np.ndarray:
 
 
 def repeat_to_multiple(rows: np.ndarray, multiple: int) -> tuple[np.ndarray, int]:
-    """``rows`` with its first rows repeated (in turn) until their count is a multiple of ``multiple``, and
+    """`rows` with its first rows repeated (in turn) until their count is a multiple of `multiple`, and
     how many were: what gives every rank a batch when the samples are too few to split further."""
     repeated = -len(rows) % multiple if len(rows) else 0
     if repeated:

@@ -10,7 +10,7 @@ __all__ = ["EpochBatchSampler", "EpochIndices"]
 
 
 class EpochBatchSampler(BucketBatchSampler):
-    """:class:`BucketBatchSampler` (same arguments, plan and state) whose batches are :class:`EpochIndices`."""
+    """`BucketBatchSampler` (same arguments, plan and state) whose batches are `EpochIndices`."""
 
     def batch_of(self, indices: list[int], epoch: int) -> EpochIndices:
         return EpochIndices(indices, epoch, self.widths(indices))

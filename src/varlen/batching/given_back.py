@@ -1,14 +1,14 @@
 """`given_back`: everything a warm-up's training steps touch, kept on entry and put back on exit.
 
-Why by name, not by tensor: a forward may reassign a buffer (``self.ema = 0.9 * self.ema + 0.1 * x``:
-``nn.Module.__setattr__`` puts a new tensor under the name), so copying values back into the tensors seen on
+Why by name, not by tensor: a forward may reassign a buffer (`self.ema = 0.9 * self.ema + 0.1 * x`:
+`nn.Module.__setattr__` puts a new tensor under the name), so copying values back into the tensors seen on
 entry would leave the new one registered. Each module's parameters, buffers, submodules and plain attributes
 are put back under their names, each the object it was on entry (the one an optimizer holds) holding its
 entry values. The same for each optimizer (its hyperparameters, a learning rate decayed in place, and its
 state: Adam's moments on a resumed fit), each LR scheduler, the AMP scaler and every random generator.
 
 Values are kept on the host, so the device holds nothing more during the warm-up than training does.
-A torchmetrics state updated in place (``self.tp += tp``) is kept as a deep copy.
+A torchmetrics state updated in place (`self.tp += tp`) is kept as a deep copy.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ __all__ = ["given_back"]
 def given_back(
     module: torch.nn.Module, optimizers: Iterable[Any] = (), schedulers: Iterable[Any] = (), scaler: Any = None
 ) -> Iterator[None]:
-    """Inside, anything may change ``module``, ``optimizers``, ``schedulers`` (their ``state_dict``), the AMP
-    ``scaler`` and the Python, numpy, torch, CUDA and MPS generators; on exit each is as it was on entry."""
+    """Inside, anything may change `module`, `optimizers`, `schedulers` (their `state_dict`), the AMP
+    `scaler` and the Python, numpy, torch, CUDA and MPS generators; on exit each is as it was on entry."""
     modules = [(m, _ModuleState(m)) for m in module.modules()]
     optimizers = [(o, _OptimizerState(o)) for o in optimizers]
     schedulers = [(s, copy.deepcopy(s.state_dict())) for s in schedulers]
@@ -81,7 +81,7 @@ REGISTRIES = ("_parameters", "_buffers", "_non_persistent_buffers_set", "_module
 
 class _ModuleState:
     """A module's own attributes, parameters (with gradients), buffers (and which are not saved) and
-    submodules, by name; a torchmetrics ``Metric``'s states and update bookkeeping."""
+    submodules, by name; a torchmetrics `Metric`'s states and update bookkeeping."""
 
     def __init__(self, module: torch.nn.Module) -> None:
         self.attributes = dict(module.__dict__)

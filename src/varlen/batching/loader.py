@@ -1,8 +1,8 @@
 """`VarLenLoader`: torchdata's resumable loader, with the two behaviours varlen relies on.
 
-It overrides private methods of torchdata's multi-process iterator (``_reset``, ``_next_data``,
-``_try_put_index``, ``_shutdown_workers``). Those can change in any release, so pyproject caps
-torchdata at the newest version tested (:data:`TESTED_TORCHDATA`), and :func:`check_torchdata`
+It overrides private methods of torchdata's multi-process iterator (`_reset`, `_next_data`,
+`_try_put_index`, `_shutdown_workers`). Those can change in any release, so pyproject caps
+torchdata at the newest version tested (`TESTED_TORCHDATA`), and `check_torchdata`
 (run when the first multi-process iterator is built, and by the test suite) refuses a torchdata
 whose private API differs, with a message that says so, instead of resuming wrongly.
 """
@@ -34,7 +34,7 @@ from varlen.batching.transfer import PackingCollate, unpack
 
 __all__ = ["TESTED_TORCHDATA", "VarLenLoader", "check_torchdata"]
 
-#: torchdata releases whose private iterator API :class:`VarLenLoader` was tested against
+#: torchdata releases whose private iterator API `VarLenLoader` was tested against
 TESTED_TORCHDATA = ("0.10", "0.11")
 #: seconds a shutdown waits for a worker that outlived torch's SIGTERM before it kills the worker (SIGKILL)
 END_GRACE_S = 1.0
@@ -79,33 +79,33 @@ _WORKERS_SAID: set[tuple[int, int]] = set()
 class VarLenLoader(StatefulDataLoader):
     """A resumable loader whose workers are started with care for what varlen relies on.
 
-    * The first batches of an epoch are requested from the sampler at the first ``next()``,
+    * The first batches of an epoch are requested from the sampler at the first `next()`,
       not when the iterator is created (torchdata, like torch, prefetches at creation). Lightning
-      creates the first iterator of a run *before* it calls ``set_epoch``, so with workers a
+      creates the first iterator of a run *before* it calls `set_epoch`, so with workers a
       resumed run would otherwise plan that epoch with the previous epoch's number.
     * Forked workers share the main process's memory until a garbage collector walks the
       inherited objects: it writes into each object's header, which copies the page, in the
       worker that walks it or, when the main process walks, once in the main process
       (~100 MiB of interpreter state; pytorch/pytorch#13246). So the collector is frozen
-      (``gc.freeze``, as CPython's documentation advises before a fork) across the fork, which
+      (`gc.freeze`, as CPython's documentation advises before a fork) across the fork, which
       the workers keep for their lifetime, and in the main process while an epoch is being
       iterated: from its first batch to its end (an error, or the workers' shutdown), so nothing stays
       uncollectable between epochs or after a fit. A loop of your own that leaves an epoch
       early keeps that freeze until the next epoch starts or the workers stop: call
-      :meth:`shutdown_workers` (Lightning shuts them down itself). Skipped when the application
-      froze objects itself, or with ``VarLenLoader.freeze_gc = False``.
+      `shutdown_workers` (Lightning shuts them down itself). Skipped when the application
+      froze objects itself, or with `VarLenLoader.freeze_gc = False`.
     * A worker's batch reaches the main process as one shared buffer with its tensors in it
-      (:mod:`varlen.batching.transfer`), not a shared-memory file per tensor: each file costs the
+      (`varlen.batching.transfer`), not a shared-memory file per tensor: each file costs the
       main process a round trip to a thread of the busy worker. A batch's inputs are then
-      views of that buffer, the rest (labels, indices) copies. Off with ``VarLenLoader.pack_batches = False``.
+      views of that buffer, the rest (labels, indices) copies. Off with `VarLenLoader.pack_batches = False`.
     * A state saved with another number of workers is refused by name when it is loaded (torchdata's
       state is per worker; it would fail later on a bare assertion).
-    * A spawned worker ends the way a forked one does (``os._exit`` once its loop has returned),
+    * A spawned worker ends the way a forked one does (`os._exit` once its loop has returned),
       without the interpreter's finalisation: there, an extension library's threads or static
       objects can abort the process after its last batch, which the main process reports as a
       worker killed by a signal (seen once in CI; fork and forkserver workers never finalise).
-    * A stuck worker cannot hang the main process past the loader's ``timeout``
-      (:class:`_WorkerIterator`): the workers share tensors by name (``file_system``), so receiving a
+    * A stuck worker cannot hang the main process past the loader's `timeout`
+      (`_WorkerIterator`): the workers share tensors by name (`file_system`), so receiving a
       batch never waits on its worker, and a worker a timeout named, or any still alive after torch's
       SIGTERM (a stopped one ignores it), is killed at the shutdown and at the process's exit.
     """
@@ -119,7 +119,7 @@ class VarLenLoader(StatefulDataLoader):
             super().__init__(*args, **kwargs)
 
     def check_worker_number_rationality(self) -> None:
-        """torch's check of ``num_workers`` against the cores (it speaks at each loader and iterator), said once
+        """torch's check of `num_workers` against the cores (it speaks at each loader and iterator), said once
         a process, by varlen, with the setting to change."""
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         if self.num_workers <= cores or (self.num_workers, cores) in _WORKERS_SAID:
@@ -135,7 +135,7 @@ class VarLenLoader(StatefulDataLoader):
         """Resume from a state of this loader's number of workers (see the class docstring).
 
         Raises:
-            ValueError: the state was saved by a loader with another ``num_workers``, naming both.
+            ValueError: the state was saved by a loader with another `num_workers`, naming both.
         """
         saved = _saved_workers(state_dict)
         if saved is not None and saved != self.num_workers:
@@ -146,7 +146,7 @@ class VarLenLoader(StatefulDataLoader):
         super().load_state_dict(state_dict)
 
     def shutdown_workers(self) -> None:
-        """Stop the workers now (and release the main process's collector); the next ``iter()`` starts new ones."""
+        """Stop the workers now (and release the main process's collector); the next `iter()` starts new ones."""
         if isinstance(self._iterator, _StatefulMultiProcessingDataLoaderIter):
             self._iterator._shutdown_workers()
         self._iterator = None
@@ -197,7 +197,7 @@ class VarLenLoader(StatefulDataLoader):
 
 
 def _saved_workers(state: dict[str, Any]) -> int | None:
-    """The ``num_workers`` of the loader that saved ``state`` (None when the state does not say)."""
+    """The `num_workers` of the loader that saved `state` (None when the state does not say)."""
     snapshot = state.get("_snapshot") if state else None
     if isinstance(snapshot, dict):  # a multi-process iterator's state
         workers = snapshot.get("_main_snapshot", {}).get("_num_workers")
@@ -206,21 +206,21 @@ def _saved_workers(state: dict[str, Any]) -> int | None:
 
 
 def _start_worker(worker_init_fn, spawned: bool, manager: tuple | None, worker_id: int) -> None:
-    """Run in each worker at its start, before ``worker_init_fn``: the worker shares tensors by name
-    (``file_system``; the main process keeps its own strategy) through the main process's shared-memory
-    manager (:func:`_manager`; without one, torch's sharing stays); at its exit it waits up to
-    :data:`FLUSH_S` for its result queue to write what was put; a spawned worker then skips the
+    """Run in each worker at its start, before `worker_init_fn`: the worker shares tensors by name
+    (`file_system`; the main process keeps its own strategy) through the main process's shared-memory
+    manager (`_manager`; without one, torch's sharing stays); at its exit it waits up to
+    `FLUSH_S` for its result queue to write what was put; a spawned worker then skips the
     interpreter's finalisation (multiprocessing has already flushed the streams and joined its threads
     when the exit handlers run).
 
-    Under torch's default ``file_descriptor`` sharing the main process, unpickling a batch, asks a thread
+    Under torch's default `file_descriptor` sharing the main process, unpickling a batch, asks a thread
     of the worker for each file's descriptor, with no timeout: a worker stopped once its batch was in the
-    pipe hung the main process forever, the loader's ``timeout`` covering only the wait for the message.
+    pipe hung the main process forever, the loader's `timeout` covering only the wait for the message.
     By name the main process opens the file itself. A file is unlinked when its last holder closes it;
     the sender holds one for the receiver from pickling to unpickling, so a file a killed worker held, or
     one of a message never read, stays until torch_shm_manager (in a session of its own: a signal to the
     loader's process group spares it) sees its last client leave, at the end of the main process. Hence
-    the flush at exit, and the shutdown's unpickling of what is left in the pipe (:func:`_drop_unread`)."""
+    the flush at exit, and the shutdown's unpickling of what is left in the pipe (`_drop_unread`)."""
     if manager is not None:
         torch.multiprocessing.set_sharing_strategy("file_system")
         _WORKER_MANAGER.append(torch.UntypedStorage._new_shared_filename_cpu(*manager))
@@ -231,14 +231,14 @@ def _start_worker(worker_init_fn, spawned: bool, manager: tuple | None, worker_i
         worker_init_fn(worker_id)
 
 
-#: in a worker, the main process's anchor file opened: its manager is the worker's (see :func:`_manager`)
+#: in a worker, the main process's anchor file opened: its manager is the worker's (see `_manager`)
 _WORKER_MANAGER: list[torch.UntypedStorage] = []
 
 
 @functools.cache
 def _manager() -> tuple[bytes, bytes, int] | None:
     """The main process's shared-memory manager: a one-byte file shared by name, kept for the process's
-    life, as ``(manager, file, size)``, which a worker opens to join that manager. None off POSIX, or when
+    life, as `(manager, file, size)`, which a worker opens to join that manager. None off POSIX, or when
     torch_shm_manager cannot start (a warning says so): the workers then keep torch's sharing.
 
     A worker otherwise starts a torch_shm_manager of its own unless it inherited one (a forked worker),
@@ -266,7 +266,7 @@ _MAIN_ANCHOR: list[torch.UntypedStorage] = []
 
 
 def _flush_results(within: float = FLUSH_S) -> None:
-    """At a worker's exit: wait up to ``within`` s for its queues' feeder threads to write what was put
+    """At a worker's exit: wait up to `within` s for its queues' feeder threads to write what was put
     (torch's worker loop cancels that wait, for a pipe nobody reads): a batch pickled and not written
     would keep its shared-memory file until the main process ends."""
     deadline = time.monotonic() + within
@@ -282,9 +282,9 @@ def _exit_now() -> None:
 
 
 class _WorkerIterator(_StatefulMultiProcessingDataLoaderIter):
-    """torchdata's multi-process iterator, priming its prefetch at the first ``next()``, holding the
+    """torchdata's multi-process iterator, priming its prefetch at the first `next()`, holding the
     main process's collector frozen while an epoch is iterated, unpacking packed batches, and ending its
-    workers in bounded time (:meth:`_shutdown_workers`, and at exit :func:`_end_at_exit`)."""
+    workers in bounded time (`_shutdown_workers`, and at exit `_end_at_exit`)."""
 
     holders = 0  # iterators in the middle of an epoch, over all loaders
 
@@ -318,7 +318,7 @@ class _WorkerIterator(_StatefulMultiProcessingDataLoaderIter):
             raise
 
     def _timed_out(self) -> str:
-        """Which worker gave no batch within the loader's ``timeout``, and what to do about it; the worker is
+        """Which worker gave no batch within the loader's `timeout`, and what to do about it; the worker is
         marked stuck (the shutdown kills it without waiting for it)."""
         worker = self._task_info.get(self._rcvd_idx, (None,))[0]
         pid = self._workers[worker].pid if worker is not None else None
@@ -333,7 +333,7 @@ class _WorkerIterator(_StatefulMultiProcessingDataLoaderIter):
     def _shutdown_workers(self, _utils=torch_loader_utils) -> None:
         """torch's shutdown, bounded: a worker a timeout named is killed first (a stopped one would hold up
         torch's join for 5 s, then ignore its SIGTERM), any still alive after torch's SIGTERM and
-        :data:`END_GRACE_S` is killed, and the messages left in the pipe are unpickled and dropped."""
+        `END_GRACE_S` is killed, and the messages left in the pipe are unpickled and dropped."""
         exiting = _utils.python_exit_status is not False  # torch's shutdown does nothing then (None: modules emptied)
         if getattr(self, "_shutdown", True) or exiting:
             super()._shutdown_workers()
@@ -372,7 +372,7 @@ class _WorkerIterator(_StatefulMultiProcessingDataLoaderIter):
 
     def _release_gc(self, _finalizing=sys.is_finalizing) -> None:
         """Drop this iterator's hold (the last one unfreezes). Not at interpreter exit: an iterator
-        collected then may find the module's globals already None, so ``sys`` is bound here."""
+        collected then may find the module's globals already None, so `sys` is bound here."""
         if getattr(self, "_holds_gc", False) and not _finalizing():
             self._holds_gc = False
             _WorkerIterator.holders -= 1
@@ -381,7 +381,7 @@ class _WorkerIterator(_StatefulMultiProcessingDataLoaderIter):
 
 
 def _end_workers(workers: list, grace: float = END_GRACE_S) -> None:
-    """End ``workers``: SIGTERM, then SIGKILL for any still alive ``grace`` s later (a stopped process
+    """End `workers`: SIGTERM, then SIGKILL for any still alive `grace` s later (a stopped process
     ignores SIGTERM until it is continued, and a join of it never returns)."""
     alive = [worker for worker in workers if worker.is_alive()]
     for worker in alive:
@@ -396,8 +396,8 @@ def _end_workers(workers: list, grace: float = END_GRACE_S) -> None:
 
 
 def _end_at_exit(workers: list, iterator: int, pid: int) -> None:
-    """At the main process ``pid``'s exit (multiprocessing's, before it joins its children; torch's shutdown
-    does nothing then): end the workers of the iterator (its ``id``) that no shutdown ended."""
+    """At the main process `pid`'s exit (multiprocessing's, before it joins its children; torch's shutdown
+    does nothing then): end the workers of the iterator (its `id`) that no shutdown ended."""
     if os.getpid() != pid:
         return
     try:
@@ -408,11 +408,11 @@ def _end_at_exit(workers: list, iterator: int, pid: int) -> None:
 
 
 def _drop_unread(fd: int) -> None:
-    """Unpickle and drop each whole message left in the result pipe (read end ``fd``) once its writers are
+    """Unpickle and drop each whole message left in the result pipe (read end `fd`) once its writers are
     gone (a batch prefetched for an epoch left early): a batch's shared-memory file is unlinked when its
     receiver closes it, so unread it would last until the main process ends. Reads what is there without
     blocking (a killed writer may have left half a message, which stays), framed as
-    ``multiprocessing.connection`` frames a message."""
+    `multiprocessing.connection` frames a message."""
     data = bytearray()
     os.set_blocking(fd, False)  # (the pipe's, shared with the queue's own read end)
     try:

@@ -1,10 +1,10 @@
 """How fast a loader serves batches: a steady rate measured until it is settled.
 
-:class:`RateMeter` turns batch arrival times into a steady rate and says when more batches would not
+`RateMeter` turns batch arrival times into a steady rate and says when more batches would not
 change it (the relative standard error of block times under a tolerance), or when a batch or time
-limit is reached; :func:`measure_loader` drives it over a loader, :func:`loader_rate` over a set-up
-DataModule's training loader with its own settings (what ``varlen inspect`` prints), and
-``varlen tune`` over every setting of its grid. :func:`fetch_collate_times` times a few batches'
+limit is reached; `measure_loader` drives it over a loader, `loader_rate` over a set-up
+DataModule's training loader with its own settings (what `varlen inspect` prints), and
+`varlen tune` over every setting of its grid. `fetch_collate_times` times a few batches'
 fetch and collate apart, in this process: what a loader worker spends on each.
 """
 
@@ -31,10 +31,10 @@ __all__ = [
 class LoaderRate:
     """A loader's (or a training loop's) measured figures.
 
-    ``start_s`` is the time from ``iter()`` (or the epoch's start) to the first batch: worker start-up
-    and the first fetch. ``batches_per_s`` and ``real_per_s`` are steady rates, measured after the
-    start's burst; ``rel_error`` is the relative standard error of the rate; ``stopped`` says why the
-    measure ended (``settled``, ``batches``, ``time`` or ``exhausted``)."""
+    `start_s` is the time from `iter()` (or the epoch's start) to the first batch: worker start-up
+    and the first fetch. `batches_per_s` and `real_per_s` are steady rates, measured after the
+    start's burst; `rel_error` is the relative standard error of the rate; `stopped` says why the
+    measure ended (`settled`, `batches`, `time` or `exhausted`)."""
 
     start_s: float
     batches: int
@@ -44,7 +44,7 @@ class LoaderRate:
     stopped: str
 
     def line(self, settings: str = "") -> str:
-        """One line for a terminal, e.g. ``varlen inspect``'s."""
+        """One line for a terminal, e.g. `varlen inspect`'s."""
         real = f", {self.real_per_s:,.0f} real elements/s" if self.real_per_s is not None else ""
         where = f" ({settings})" if settings else ""
         return (
@@ -57,11 +57,11 @@ class LoaderRate:
 class RateMeter:
     """Arrival times in, a steady rate out, with the rule that says it is settled.
 
-    The first ``burst`` batches after a start (a worker each, ready together) are not timed: the
-    rate is taken over the intervals after them. Intervals are summed in blocks of ``block``; the
-    rate is settled when at least ``min_batches`` intervals in 4 blocks or more give a relative
-    standard error of the mean block time below ``rel_tol``. ``settle=False`` measures until
-    ``max_batches`` or ``max_seconds`` (of timed intervals) whatever the spread: the exhaustive run.
+    The first `burst` batches after a start (a worker each, ready together) are not timed: the
+    rate is taken over the intervals after them. Intervals are summed in blocks of `block`; the
+    rate is settled when at least `min_batches` intervals in 4 blocks or more give a relative
+    standard error of the mean block time below `rel_tol`. `settle=False` measures until
+    `max_batches` or `max_seconds` (of timed intervals) whatever the spread: the exhaustive run.
     """
 
     max_batches: int = 300
@@ -82,12 +82,12 @@ class RateMeter:
 
     @classmethod
     def for_workers(cls, workers: int, **limits: Any) -> RateMeter:
-        """A meter for a loader of ``workers`` workers: their first batches (ready together) untimed, blocks
+        """A meter for a loader of `workers` workers: their first batches (ready together) untimed, blocks
         of whole rounds (4 batches a worker)."""
         return cls(burst=max(workers, 1), block=4 * max(workers, 1), **limits)
 
     def start(self, now: float) -> None:
-        """The loader's ``iter()`` (or the epoch's start): the reference of :attr:`LoaderRate.start_s`."""
+        """The loader's `iter()` (or the epoch's start): the reference of `LoaderRate.start_s`."""
         self._started, self._untimed = now, self.burst
 
     def restart(self) -> None:
@@ -95,7 +95,7 @@ class RateMeter:
         self._last, self._untimed = None, self.burst
 
     def tick(self, now: float, real: float | None = None) -> bool:
-        """A batch arrived at ``now`` (holding ``real`` elements); True when the measure is done."""
+        """A batch arrived at `now` (holding `real` elements); True when the measure is done."""
         if self._first is None:
             self._first = now
         if self._untimed > 0 or self._last is None:
@@ -154,11 +154,11 @@ def measure_loader(
     count: Callable[[Any], float | None] | None = None,
     on_batch: Callable[[RateMeter], None] | None = None,
 ) -> LoaderRate:
-    """Iterate ``loader`` (again from its start when an epoch ends before the meter is done; the new
-    epoch's start is not timed) until ``meter`` is done; ``count(batch)`` gives its real elements.
+    """Iterate `loader` (again from its start when an epoch ends before the meter is done; the new
+    epoch's start is not timed) until `meter` is done; `count(batch)` gives its real elements.
 
-    A loader's workers are stopped before returning (``shutdown_workers`` of a
-    :class:`~varlen.batching.loader.VarLenLoader`; a plain loader's iterator is dropped)."""
+    A loader's workers are stopped before returning (`shutdown_workers` of a
+    `VarLenLoader`; a plain loader's iterator is dropped)."""
     meter.start(time.perf_counter())
     served = 0
     try:
@@ -183,10 +183,10 @@ def measure_loader(
 
 def loader_rate(dm: Any, max_batches: int = 200, max_seconds: float = 5.0) -> LoaderRate:
     """The training loader's batches/s and real elements/s with the DataModule's own settings (its
-    ``num_workers``, ``prefetch_factor``, ... as configured): the figure ``varlen inspect`` prints.
+    `num_workers`, `prefetch_factor`, ... as configured): the figure `varlen inspect` prints.
 
     Args:
-        dm: a set-up varlen DataModule (``train_dataloader()`` and ``batch_stats(batch)``).
+        dm: a set-up varlen DataModule (`train_dataloader()` and `batch_stats(batch)`).
         max_batches: stop after this many timed batches, settled or not.
         max_seconds: stop after this many seconds of timed batches.
     """
@@ -198,13 +198,13 @@ def loader_rate(dm: Any, max_batches: int = 200, max_seconds: float = 5.0) -> Lo
 
 
 def loader_settings(dm: Any) -> str:
-    """The DataModule's loader arguments, as :meth:`LoaderRate.line` names them."""
+    """The DataModule's loader arguments, as `LoaderRate.line` names them."""
     names = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "multiprocessing_context")
     return ", ".join(f"{name}={getattr(dm, name, None)}" for name in names)
 
 
 def probe_batches(loader: Any, batches: int) -> list[list[int]]:
-    """Up to ``batches`` batches of indices the loader would serve, read without moving its sampler:
+    """Up to `batches` batches of indices the loader would serve, read without moving its sampler:
     a varlen sampler's plan of epoch 0 (a pure function of its seed), else the first indices in order
     at the loader's batch size; none for a loader without either (an iterable dataset)."""
     sampler = getattr(loader, "batch_sampler", None)
@@ -221,9 +221,9 @@ def probe_batches(loader: Any, batches: int) -> list[list[int]]:
 
 
 def fetch_collate_times(loader: Any, batches: int = 3, max_seconds: float = 2.0) -> tuple[float, float] | None:
-    """Seconds a batch takes to fetch (the dataset's ``__getitems__``, else one ``dataset[i]`` per
-    sample) and to collate, each a mean over up to ``batches`` batches (fewer past ``max_seconds``),
-    timed in this process; None where the loader's batches cannot be read apart (see :func:`probe_batches`)."""
+    """Seconds a batch takes to fetch (the dataset's `__getitems__`, else one `dataset[i]` per
+    sample) and to collate, each a mean over up to `batches` batches (fewer past `max_seconds`),
+    timed in this process; None where the loader's batches cannot be read apart (see `probe_batches`)."""
     dataset, collate = getattr(loader, "dataset", None), getattr(loader, "collate_fn", None)
     indices = probe_batches(loader, batches)
     if dataset is None or collate is None or not indices:

@@ -1,10 +1,10 @@
 """`PadCollate`: dict samples collated key by key, variable-length arrays padded, never stacked unequal.
 
 The base DataModule's collate when a subclass sets none, and the collate of
-:class:`~varlen.datamodules.sequence.SequenceDataModule`'s single samples. A key whose arrays differ
+`SequenceDataModule`'s single samples. A key whose arrays differ
 along their first axis (or that is declared ragged) is padded to the batch's longest (or to the length the
-batch carries: :func:`~varlen.batching.indices.pad_to`) with its pad value
-and gets ``<key>_mask`` (True = real) and ``<key>_lengths``; arrays of one shape are stacked; numbers
+batch carries: `pad_to`) with its pad value
+and gets `<key>_mask` (True = real) and `<key>_lengths`; arrays of one shape are stacked; numbers
 become a tensor (ints int64, floats float64, as torch's own collate); anything else stays a list.
 """
 
@@ -34,20 +34,20 @@ def _sample_name(sample: Mapping[str, Any], position: int) -> str:
 
 
 class PadCollate(PadsToWidths):
-    """Collate a list of sample dicts (``{"index": i, "x": array, "label": 3}``) into one batch dict.
+    """Collate a list of sample dicts (`{"index": i, "x": array, "label": 3}`) into one batch dict.
 
     Args:
         ragged: keys always padded with a mask and lengths, even when a batch's samples happen to be
             of one length (declare every key whose length can vary: a model then always finds its mask).
         pad_values: the value written where a key's sample has no data (default 0).
         pad_to_multiple_of: round the padded length up to this multiple (a batch that carries its padded
-            lengths, :mod:`varlen.batching.indices`, pads to them).
+            lengths, `varlen.batching.indices`, pads to them).
         key_axes: the size axis whose carried length each padded key pads to (default: every key, axis 0);
-            a key not named pads to its longest, up to ``pad_to_multiple_of``.
+            a key not named pads to its longest, up to `pad_to_multiple_of`.
 
     Raises:
         DataError: samples that are not dicts, that miss a key another sample has, whose arrays differ
-            beyond their first axis, or a key whose ``_mask`` / ``_lengths`` name a sample key already.
+            beyond their first axis, or a key whose `_mask` / `_lengths` name a sample key already.
     """
 
     def __init__(

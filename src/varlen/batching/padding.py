@@ -1,7 +1,7 @@
 """Collate helpers: pad ragged arrays to the batch maximum in one preallocated tensor.
 
 The common case (arrays that differ only along their first axis: token ids, frames, signal
-windows, spectra) is one ``np.concatenate`` and one masked scatter, with no Python loop over
+windows, spectra) is one `np.concatenate` and one masked scatter, with no Python loop over
 tokens. Arrays ragged along several axes (segments x tokens) are copied with one slice
 assignment per sample.
 """
@@ -34,10 +34,10 @@ class Padded(NamedTuple):
     """A padded batch.
 
     Attributes:
-        values: ``[B, *max_shape]`` tensor, pad value where there is no data.
-        lengths: ``[B]`` (first-axis lengths) or ``[B, ndim]`` (ragged along several axes).
-        mask: ``[B, *max_shape[:ragged]]`` bool, True where there is real data (the "keep"
-            convention; see :func:`blocked_mask` / :func:`additive_mask` for attention masks).
+        values: `[B, *max_shape]` tensor, pad value where there is no data.
+        lengths: `[B]` (first-axis lengths) or `[B, ndim]` (ragged along several axes).
+        mask: `[B, *max_shape[:ragged]]` bool, True where there is real data (the "keep"
+            convention; see `blocked_mask` / `additive_mask` for attention masks).
     """
 
     values: torch.Tensor
@@ -62,7 +62,7 @@ def pad_sequences(
     dtype: torch.dtype | None = None,
     ragged_dims: int = 1,
 ) -> Padded:
-    """Pad CPU arrays that differ in their leading ``ragged_dims`` axes into one tensor.
+    """Pad CPU arrays that differ in their leading `ragged_dims` axes into one tensor.
 
     The work is done in numpy on one preallocated buffer that becomes the tensor without a
     copy: short samples (token ids) are joined and scattered through the mask in one step,
@@ -72,13 +72,13 @@ def pad_sequences(
         arrays: one array per sample; trailing axes after the ragged ones must agree.
         pad_value: value written where a sample has no data (e.g. the tokenizer's pad id).
         pad_to_multiple_of: round the innermost ragged axis up to this multiple (tensor cores), or to
-            its rung (:class:`~varlen.batching.shape_policy.Rungs`, the shape policy).
+            its rung (`Rungs`, the shape policy).
         dtype: output dtype; default: that of the first array.
         ragged_dims: how many leading axes vary between samples (1 for sequences, 2 for
             segments x tokens).
 
     Returns:
-        :class:`Padded` with values, lengths and a keep-mask over the ragged axes.
+        `Padded` with values, lengths and a keep-mask over the ragged axes.
     """
     if len(arrays) == 0:
         raise ValueError("cannot pad an empty list of arrays")
@@ -122,17 +122,17 @@ def pad_flat(
     pad_to_multiple_of: PadTo = None,
     dtype: torch.dtype | None = None,
 ) -> Padded:
-    """Pad samples stored back to back (``values`` = their concatenation) in one scatter.
+    """Pad samples stored back to back (`values` = their concatenation) in one scatter.
 
     The fast path for ragged storage (token ids kept as one flat array plus offsets): no
     per-sample work at all.
 
     Args:
-        values: ``[sum(lengths), *trailing]``, the samples one after another.
-        lengths: ``[B]`` length of each sample.
+        values: `[sum(lengths), *trailing]`, the samples one after another.
+        lengths: `[B]` length of each sample.
         pad_value: value written where a sample has no data.
-        pad_to_multiple_of: round the padded length up to this multiple, or to its rung (:class:`Rungs`).
-        dtype: output dtype; default: that of ``values``.
+        pad_to_multiple_of: round the padded length up to this multiple, or to its rung (`Rungs`).
+        dtype: output dtype; default: that of `values`.
     """
     lengths = np.asarray(lengths, dtype=np.int64)
     if len(lengths) == 0:
@@ -149,24 +149,24 @@ def pad_flat(
 
 
 def lengths_to_mask(lengths: torch.Tensor, max_length: int | None = None) -> torch.Tensor:
-    """Keep-mask ``[B, max_length]`` (True = real) from lengths ``[B]``."""
+    """Keep-mask `[B, max_length]` (True = real) from lengths `[B]`."""
     max_length = int(lengths.max()) if max_length is None else max_length
     return torch.arange(max_length, device=lengths.device)[None, :] < lengths[:, None]
 
 
 def blocked_mask(keep: torch.Tensor) -> torch.Tensor:
-    """Bool mask in the convention of ``nn.MultiheadAttention``: True = *blocked* (not attended).
+    """Bool mask in the convention of `nn.MultiheadAttention`: True = *blocked* (not attended).
 
-    ``keep`` is a keep-mask (True = real / allowed), as every varlen batch carries.
+    `keep` is a keep-mask (True = real / allowed), as every varlen batch carries.
     """
     return ~keep.bool()
 
 
 def additive_mask(keep: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Float mask added to attention scores: 0 where allowed, ``-inf`` where blocked.
+    """Float mask added to attention scores: 0 where allowed, `-inf` where blocked.
 
-    The form ``scaled_dot_product_attention`` and ``nn.MultiheadAttention`` accept as a float
-    ``attn_mask``. A query row with nothing allowed yields NaN there; mask such rows out.
+    The form `scaled_dot_product_attention` and `nn.MultiheadAttention` accept as a float
+    `attn_mask`. A query row with nothing allowed yields NaN there; mask such rows out.
     """
     out = torch.zeros(keep.shape, dtype=dtype, device=keep.device)
     return out.masked_fill_(~keep.bool(), float("-inf"))

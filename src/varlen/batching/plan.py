@@ -12,10 +12,10 @@ fresh random order inside each bucket every epoch, and the batch cuts are comput
 batches) are too, while which samples fill each batch is reshuffled. Budgets hold because a
 real size never exceeds its rounded size.
 
-With a :class:`~varlen.batching.weights.WeightedDraw`, the epoch's samples are drawn first (a fixed
-count per bucket, see :mod:`varlen.batching.weights`) and the drawn ones are planned as above:
+With a `WeightedDraw`, the epoch's samples are drawn first (a fixed
+count per bucket, see `varlen.batching.weights`) and the drawn ones are planned as above:
 the rounded sequence, so the cuts, stay the same every epoch. An interrupted epoch's rest on another
-number of ranks is :mod:`varlen.batching.resume`'s.
+number of ranks is `varlen.batching.resume`'s.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def index_dtype(n: int) -> type[np.signedinteger]:
 
 def as_size_matrix(lengths) -> np.ndarray:
     """Sizes as an integer matrix [N, D] (D = 1 for plain lengths; int32 when the values allow,
-    see :func:`index_dtype`); rejects negatives, fractions and NaN."""
+    see `index_dtype`); rejects negatives, fractions and NaN."""
     sizes = np.asarray(lengths)
     if sizes.ndim == 1:
         sizes = sizes[:, None]
@@ -116,7 +116,7 @@ def bucketize(sizes: np.ndarray, spec: PlanSpec) -> tuple[np.ndarray, np.ndarray
 
     With few distinct sizes each gets its own bucket (no rounding at all). Otherwise bucket
     edges are count quantiles (so every bucket has samples to mix) joined with a geometric grid
-    of ratio :data:`GROWTH` (so the sparse long tail is not lumped into one wide bucket).
+    of ratio `GROWTH` (so the sparse long tail is not lumped into one wide bucket).
     """
     num_buckets = spec.num_buckets or auto_buckets(sizes, spec)
     sizes = round_up(sizes, spec.size_multiple)
@@ -148,23 +148,23 @@ def bucketize(sizes: np.ndarray, spec: PlanSpec) -> tuple[np.ndarray, np.ndarray
 
 
 def geometric_edges(low: int, high: int) -> np.ndarray:
-    """Sizes from ``max(low, 1)`` up to at least ``high``, each about :data:`GROWTH` times the last and
-    whole: every size while a 5% step is under one, then 5% steps. The grid behind :func:`bucketize`
-    and, from 1 to the int32 limit, :data:`SIZE_GRID`."""
+    """Sizes from `max(low, 1)` up to at least `high`, each about `GROWTH` times the last and
+    whole: every size while a 5% step is under one, then 5% steps. The grid behind `bucketize`
+    and, from 1 to the int32 limit, `SIZE_GRID`."""
     low = max(int(low), 1)
     steps = int(np.ceil(np.log(max(high, low) / low) / np.log(GROWTH))) + 1
     return np.unique(np.floor(low * GROWTH ** np.arange(steps)).astype(np.int64))
 
 
-#: the fixed fine grid of every size an int32 holds: 0, then :func:`geometric_edges` from 1; a size
-#: ``s`` falls in bin ``searchsorted(SIZE_GRID, s)`` (the first edge ``>= s``), so each bin's edge is
+#: the fixed fine grid of every size an int32 holds: 0, then `geometric_edges` from 1; a size
+#: `s` falls in bin `searchsorted(SIZE_GRID, s)` (the first edge `>= s`), so each bin's edge is
 #: its size rounded up. Histograms over it (varlen.stream's size index) are comparable across data sets.
 SIZE_GRID = np.concatenate([[0], geometric_edges(1, 2**31 - 1)])
 SIZE_GRID.flags.writeable = False
 
 
 def batch_room(sizes: np.ndarray, spec: PlanSpec, dim: int) -> np.ndarray:
-    """About how many samples of each size fit one batch (on size axis ``dim``)."""
+    """About how many samples of each size fit one batch (on size axis `dim`)."""
     if spec.batch_size is not None:
         return np.full(len(sizes), spec.batch_size)
     room = np.maximum(1, spec.max_tokens[dim] // np.maximum(sizes, 1))
@@ -175,8 +175,8 @@ def batch_room(sizes: np.ndarray, spec: PlanSpec, dim: int) -> np.ndarray:
 
 
 def populated_edges(ordered: np.ndarray, edges: np.ndarray, spec: PlanSpec, dim: int) -> np.ndarray:
-    """The candidate ``edges`` (sorted) that close a bucket of at least :data:`MIX_BATCHES` batches'
-    worth of the sizes ``ordered`` (sorted); a sparser bucket joins the one above it.
+    """The candidate `edges` (sorted) that close a bucket of at least `MIX_BATCHES` batches'
+    worth of the sizes `ordered` (sorted); a sparser bucket joins the one above it.
 
     Only samples of one bucket trade places between epochs, so a bucket of a few samples would
     give the same batches every epoch (a long tail, or a small dataset). Joining the bucket above
@@ -186,7 +186,7 @@ def populated_edges(ordered: np.ndarray, edges: np.ndarray, spec: PlanSpec, dim:
 
 
 def keep_populated(edges: np.ndarray, at_or_below: np.ndarray, spec: PlanSpec, dim: int) -> np.ndarray:
-    """:func:`populated_edges` from counts: ``at_or_below[i]`` samples have sizes ``<= edges[i]``
+    """`populated_edges` from counts: `at_or_below[i]` samples have sizes `<= edges[i]`
     (a size histogram gives them without the sizes: the streaming plan's case)."""
     at_or_below = np.asarray(at_or_below).tolist()
     need = np.ceil(MIX_BATCHES * batch_room(edges.astype(np.int64), spec, dim)).tolist()
@@ -199,9 +199,9 @@ def keep_populated(edges: np.ndarray, at_or_below: np.ndarray, spec: PlanSpec, d
 
 
 def rungs_of(sizes: np.ndarray, spec: PlanSpec, count: int) -> tuple[Rungs, ...]:
-    """``count`` rungs per size axis for ``sizes`` [N, D] (rounded up to the spec's multiple), placed where
-    they pad least (:func:`~varlen.batching.shape_policy.ladder`), then those too sparse to mix merged up as
-    :func:`populated_edges` merges buckets (the largest size is always a rung)."""
+    """`count` rungs per size axis for `sizes` [N, D] (rounded up to the spec's multiple), placed where
+    they pad least (`ladder`), then those too sparse to mix merged up as
+    `populated_edges` merges buckets (the largest size is always a rung)."""
     sizes = round_up(as_size_matrix(sizes), spec.pad_to_multiple_of)
     if spec.max_tokens is not None and len(spec.max_tokens) == 1:  # one budget for every axis, as the sampler's
         spec = replace(spec, max_tokens=spec.max_tokens * sizes.shape[1])
@@ -219,8 +219,8 @@ def rungs_of(sizes: np.ndarray, spec: PlanSpec, count: int) -> tuple[Rungs, ...]
 def fit_rungs(
     sizes: np.ndarray, spec: PlanSpec, max_shapes: int, shapes_of: Callable[[tuple[Rungs, ...]], int]
 ) -> tuple[tuple[Rungs, ...], int]:
-    """The rungs (:func:`rungs_of`) of the most rungs per axis whose epoch takes at most ``max_shapes``
-    shapes, as ``shapes_of(rungs)`` counts them (an epoch's plan on the world's ranks), and that count:
+    """The rungs (`rungs_of`) of the most rungs per axis whose epoch takes at most `max_shapes`
+    shapes, as `shapes_of(rungs)` counts them (an epoch's plan on the world's ranks), and that count:
     over the limit only where even one rung exceeds it (many groups' short batches)."""
     count = fit_count(lambda k: shapes_of(rungs_of(sizes, spec, k)), max_shapes, max_shapes)
     rungs = rungs_of(sizes, spec, count)
@@ -228,7 +228,7 @@ def fit_rungs(
 
 
 def order_samples(bucket_ids: np.ndarray, rng: np.random.Generator | None, sizes: np.ndarray) -> np.ndarray:
-    """Indices sorted by bucket, largest first; random inside a bucket when ``rng`` is given, else
+    """Indices sorted by bucket, largest first; random inside a bucket when `rng` is given, else
     by size (first axis), largest first."""
     n, dims = bucket_ids.shape
     base = rng.permutation(n) if rng is not None else np.argsort(-sizes[:, 0], kind="stable")
@@ -247,7 +247,7 @@ def order_samples(bucket_ids: np.ndarray, rng: np.random.Generator | None, sizes
 def cut_batches(rounded: np.ndarray, spec: PlanSpec) -> np.ndarray:
     """Batch start offsets into a sequence sorted largest-first (the sizes are rounded sizes).
 
-    Returns the starts plus the final end, so batch ``k`` is ``[starts[k], starts[k + 1])``.
+    Returns the starts plus the final end, so batch `k` is `[starts[k], starts[k + 1])`.
     A sample over the budget on its own gets a batch of its own.
     """
     n = len(rounded)
@@ -299,9 +299,9 @@ def cut_batches(rounded: np.ndarray, spec: PlanSpec) -> np.ndarray:
 def cut_order(
     order: np.ndarray, rounded: np.ndarray, spec: PlanSpec, segment: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Samples ``order`` (largest first) and their batch starts: :func:`cut_segment`'s cut (a group's: a
-    ``segment``; else :func:`cut_batches`'), or under ``cost="packed"`` (one axis) the order rearranged so that
-    each best-fit batch (:func:`best_fit`) is a run."""
+    """Samples `order` (largest first) and their batch starts: `cut_segment`'s cut (a group's: a
+    `segment`; else `cut_batches`'), or under `cost="packed"` (one axis) the order rearranged so that
+    each best-fit batch (`best_fit`) is a run."""
     if spec.cost != "packed" or rounded.shape[1] != 1 or spec.max_tokens is None:
         return order, (cut_segment if segment else cut_batches)(rounded[order], spec)
     perm, starts = best_fit(rounded[order, 0], int(spec.max_tokens[0]), spec.max_batch_size or len(order))
@@ -309,9 +309,9 @@ def cut_order(
 
 
 def best_fit(sizes: np.ndarray, budget: int, cap: int) -> tuple[np.ndarray, np.ndarray]:
-    """Batches of summed ``sizes`` (largest first) within ``budget`` tokens and ``cap`` samples: each takes the
+    """Batches of summed `sizes` (largest first) within `budget` tokens and `cap` samples: each takes the
     largest samples left while they fit, then fills what remains with the smallest left (first-fit
-    decreasing from both ends), so a row of ``budget`` tokens holds few empty ones. Returns the permutation
+    decreasing from both ends), so a row of `budget` tokens holds few empty ones. Returns the permutation
     that makes every batch a run, and the batches' starts (plus the end). A sample over the budget alone gets
     a batch of its own. One step per batch; a function of the sizes alone, so the same every epoch."""
     n = len(sizes)
@@ -332,7 +332,7 @@ def best_fit(sizes: np.ndarray, budget: int, cap: int) -> tuple[np.ndarray, np.n
 
 
 def cut_segment(rounded: np.ndarray, spec: PlanSpec) -> np.ndarray:
-    """:func:`cut_batches` of one segment's samples (a group's, a streamed window's: each leaves a short
+    """`cut_batches` of one segment's samples (a group's, a streamed window's: each leaves a short
     batch); with the shape policy's rungs, its short batch (the first under a fixed batch size, else the
     last) cut into powers of two, so that the segments' short batches take few shapes."""
     starts = cut_batches(rounded, spec)
@@ -346,7 +346,7 @@ def cut_segment(rounded: np.ndarray, spec: PlanSpec) -> np.ndarray:
 
 @dataclass(frozen=True)
 class Plan:
-    """One epoch's global batches: batch ``k`` is ``order[bounds[k, 0]:bounds[k, 1]]``."""
+    """One epoch's global batches: batch `k` is `order[bounds[k, 0]:bounds[k, 1]]`."""
 
     order: np.ndarray
     bounds: np.ndarray
@@ -370,11 +370,11 @@ def build_plan(
 ) -> Plan:
     """The global batches of one epoch, the same on every rank.
 
-    Rank ``r`` takes batches ``r, r + num_replicas, ...``. With ``drop_last=False`` the count is
-    made a multiple of ``num_replicas`` by splitting batches (no sample dropped or repeated);
-    with ``drop_last=True`` the surplus batches are dropped instead. With ``groups`` (one int
+    Rank `r` takes batches `r, r + num_replicas, ...`. With `drop_last=False` the count is
+    made a multiple of `num_replicas` by splitting batches (no sample dropped or repeated);
+    with `drop_last=True` the surplus batches are dropped instead. With `groups` (one int
     per sample), a batch only holds samples of one group: e.g. the windows of one recording.
-    With ``draw``, the batches hold the indices it draws for ``(seed, epoch)`` (an index may
+    With `draw`, the batches hold the indices it draws for `(seed, epoch)` (an index may
     repeat) instead of every sample once.
     """
     ids, rounded_sizes = rounded if rounded is not None else bucketize(sizes, spec)

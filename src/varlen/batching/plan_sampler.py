@@ -1,12 +1,12 @@
 """`PlanSampler`: what every batch sampler of varlen is to Lightning, whatever its plan reads the sizes from.
 
-Two size sources plan an epoch: the sizes in memory (:class:`~varlen.batching.BucketBatchSampler`, its own
-plan) or a streamed data set's size index (:class:`~varlen.stream.sampler.StreamBatchSampler`, whose plan
-reads the index's histograms). Around either, the sampler is the same: Lightning calls ``set_epoch`` on
-``batch_sampler.sampler`` (an :class:`EpochTracker`, or the ``DistributedSampler`` it injects under DDP, which
-also gives the ranks), rebuilds the sampler under DDP from its ``__init__`` arguments, reads ``len()`` once,
-and saves and loads ``state_dict`` through torchdata's ``StatefulDataLoader``; every batch leaves through
-:meth:`PlanSampler.batch_of`, the one place where a plan's indices become what the loader fetches.
+Two size sources plan an epoch: the sizes in memory (`BucketBatchSampler`, its own
+plan) or a streamed data set's size index (`StreamBatchSampler`, whose plan
+reads the index's histograms). Around either, the sampler is the same: Lightning calls `set_epoch` on
+`batch_sampler.sampler` (an `EpochTracker`, or the `DistributedSampler` it injects under DDP, which
+also gives the ranks), rebuilds the sampler under DDP from its `__init__` arguments, reads `len()` once,
+and saves and loads `state_dict` through torchdata's `StatefulDataLoader`; every batch leaves through
+`PlanSampler.batch_of`, the one place where a plan's indices become what the loader fetches.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ __all__ = ["EpochTracker", "PlanSampler", "resolve_ranks"]
 
 
 class EpochTracker(Sampler[int]):
-    """The batch sampler's ``.sampler``: a sequential sampler that remembers its epoch.
+    """The batch sampler's `.sampler`: a sequential sampler that remembers its epoch.
 
-    Lightning calls ``set_epoch`` only on ``batch_sampler.sampler``; this is where it lands when
-    no ``DistributedSampler`` was injected.
+    Lightning calls `set_epoch` only on `batch_sampler.sampler`; this is where it lands when
+    no `DistributedSampler` was injected.
     """
 
     def __init__(self, num_samples: int) -> None:
@@ -59,17 +59,17 @@ def resolve_ranks(num_replicas: int | None, rank: int | None, sampler: Sampler |
 
 class PlanSampler(BatchSampler):
     """The part of a batch sampler that Lightning sees (see the module docstring). A subclass calls
-    :meth:`_serve_on` first and :meth:`_start` last in its ``__init__``, and gives :meth:`_rank_batches` (this
-    rank's batches of the current epoch, as index lists) and the plan's ``len()`` and state."""
+    `_serve_on` first and `_start` last in its `__init__`, and gives `_rank_batches` (this
+    rank's batches of the current epoch, as index lists) and the plan's `len()` and state."""
 
     def _serve_on(self, num_samples: int, sampler: Sampler | None, num_replicas: int | None, rank: int | None) -> None:
-        """The sampler Lightning sets the epoch on (its injected one, else an :class:`EpochTracker`) and the ranks."""
+        """The sampler Lightning sets the epoch on (its injected one, else an `EpochTracker`) and the ranks."""
         # BatchSampler.__init__ is not called: it insists on a sampler and an int batch size.
         self.sampler = sampler if sampler is not None else EpochTracker(num_samples)
         self.num_replicas, self.rank = resolve_ranks(num_replicas, rank, sampler)
 
     def _start(self, epoch: int, state: dict[str, Any] | None) -> None:
-        """Stand at ``epoch`` (what ``len()`` describes until ``set_epoch``), a saved ``state`` loaded at once."""
+        """Stand at `epoch` (what `len()` describes until `set_epoch`), a saved `state` loaded at once."""
         if epoch:
             self.set_epoch(epoch)
         self.state = state
@@ -85,12 +85,12 @@ class PlanSampler(BatchSampler):
         self.sampler.set_epoch(epoch)
 
     def batch_of(self, indices: list[int], epoch: int) -> Sequence[int]:
-        """``indices`` as this sampler serves a batch of ``epoch`` (a plain list here): every batch served,
+        """`indices` as this sampler serves a batch of `epoch` (a plain list here): every batch served,
         warm-up batches too, is made here."""
         return indices
 
     def _begin(self) -> None:
-        """What ``iter()`` fixes at once, before the first batch (nothing here)."""
+        """What `iter()` fixes at once, before the first batch (nothing here)."""
 
     def _rank_batches(self) -> Iterator[list[int]]:
         """This rank's batches of the current epoch, as index lists, from where a loaded state stood."""
@@ -99,7 +99,7 @@ class PlanSampler(BatchSampler):
     def __iter__(self) -> Iterator[Sequence[int]]:
         """This epoch's batches for this rank (resuming where a loaded state left off).
 
-        The epoch is read again at the first ``next()``, so a ``set_epoch`` between ``iter()``
+        The epoch is read again at the first `next()`, so a `set_epoch` between `iter()`
         and the first batch still counts (Lightning calls it after creating its first iterator).
         """
         self._begin()

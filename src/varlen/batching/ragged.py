@@ -1,18 +1,18 @@
 """`Ragged`: samples of different sizes kept in one array, and a whole batch gathered at once.
 
-Storage is one ``values`` array ``[total, *trailing]`` plus, per *row*, where it starts and how
+Storage is one `values` array `[total, *trailing]` plus, per *row*, where it starts and how
 long it is. A row is a sample (one ragged level: token ids, a window of a signal, a molecule's
-atoms) or, with ``groups``, a segment of a sample (two ragged levels: the segments of a video
+atoms) or, with `groups`, a segment of a sample (two ragged levels: the segments of a video
 and their frames, the captions of a video and their tokens). Rows may overlap (sliding windows
 are spans of one recording buffer: the signal is stored once).
 
-A batch of sample indices is gathered with index arithmetic only (``np.repeat``, ``arange``,
-one ``np.take`` read, several times faster than fancy indexing for rows of a 2-D array), never a
+A batch of sample indices is gathered with index arithmetic only (`np.repeat`, `arange`,
+one `np.take` read, several times faster than fancy indexing for rows of a 2-D array), never a
 Python loop per sample, token, frame or window, into either
 
-* :meth:`Ragged.pad`: ``[B, L, *trailing]`` or ``[B, S, L, *trailing]`` with the pad value,
+* `Ragged.pad`: `[B, L, *trailing]` or `[B, S, L, *trailing]` with the pad value,
   lengths and keep masks (True = real), the ragged axis moved where the model wants it; or
-* :meth:`Ragged.pack`: the rows back to back ``[sum, *trailing]`` with ``cu_seqlens`` (row
+* `Ragged.pack`: the rows back to back `[sum, *trailing]` with `cu_seqlens` (row
   offsets), the sample offsets over rows (two levels) and segment ids: no padding at all.
 """
 
@@ -32,7 +32,7 @@ __all__ = ["PackedBatch", "PaddedBatch", "Ragged", "concat_ranges"]
 
 
 def concat_ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """``concatenate([arange(s, s + n) for s, n in zip(starts, lengths)])`` without the loop."""
+    """`concatenate([arange(s, s + n) for s, n in zip(starts, lengths)])` without the loop."""
     starts = np.asarray(starts, dtype=np.int64)
     lengths = np.asarray(lengths, dtype=np.int64)
     ends = np.cumsum(lengths)
@@ -44,12 +44,12 @@ class PaddedBatch(NamedTuple):
     """A padded batch of one ragged field.
 
     Attributes:
-        values: ``[B, L, *trailing]`` (one level) or ``[B, S, L, *trailing]`` (two levels), the
-            ragged axis moved to ``axis`` when asked; the pad value where there is no data.
-        lengths: ``[B]`` row lengths (one level) or ``[B, S]`` (two levels, 0 on padded rows).
-        mask: keep mask over the ragged axes, ``[B, L]`` or ``[B, S, L]`` (True = real).
-        rows: ``[B]`` rows per sample (two levels), else None.
-        row_mask: ``[B, S]`` keep mask of real rows (two levels), else None.
+        values: `[B, L, *trailing]` (one level) or `[B, S, L, *trailing]` (two levels), the
+            ragged axis moved to `axis` when asked; the pad value where there is no data.
+        lengths: `[B]` row lengths (one level) or `[B, S]` (two levels, 0 on padded rows).
+        mask: keep mask over the ragged axes, `[B, L]` or `[B, S, L]` (True = real).
+        rows: `[B]` rows per sample (two levels), else None.
+        row_mask: `[B, S]` keep mask of real rows (two levels), else None.
     """
 
     values: torch.Tensor
@@ -63,10 +63,10 @@ class PackedBatch(NamedTuple):
     """A packed batch of one ragged field: its rows back to back, nothing padded.
 
     Attributes:
-        values: ``[sum of row lengths, *trailing]``.
-        cu_seqlens: ``[R + 1]`` int32 offsets of the ``R`` rows in ``values`` (FlashAttention's name).
-        segment_ids: ``[sum]`` int64 row of each element.
-        sample_rows: ``[B + 1]`` offsets of each sample's rows (two levels), else None.
+        values: `[sum of row lengths, *trailing]`.
+        cu_seqlens: `[R + 1]` int32 offsets of the `R` rows in `values` (FlashAttention's name).
+        segment_ids: `[sum]` int64 row of each element.
+        sample_rows: `[B + 1]` offsets of each sample's rows (two levels), else None.
         max_len: the longest row (what varlen attention kernels ask for).
     """
 
@@ -92,11 +92,11 @@ class Ragged:
     """Rows of different lengths stored in one array (see the module docstring).
 
     Attributes:
-        values: ``[total, *trailing]``.
-        starts: ``[R]`` int64 first element of each row in ``values``.
-        lengths: ``[R]`` int64 elements of each row.
-        groups: ``[N + 1]`` int64 offsets of each sample's rows (two levels), or None (one
-            level: row ``i`` is sample ``i``).
+        values: `[total, *trailing]`.
+        starts: `[R]` int64 first element of each row in `values`.
+        lengths: `[R]` int64 elements of each row.
+        groups: `[N + 1]` int64 offsets of each sample's rows (two levels), or None (one
+            level: row `i` is sample `i`).
     """
 
     values: np.ndarray
@@ -125,7 +125,7 @@ class Ragged:
 
     @classmethod
     def from_offsets(cls, values: np.ndarray, offsets: np.ndarray, groups: np.ndarray | None = None) -> Ragged:
-        """Rows stored back to back: row ``r`` is ``values[offsets[r]:offsets[r + 1]]``."""
+        """Rows stored back to back: row `r` is `values[offsets[r]:offsets[r + 1]]`."""
         offsets = np.asarray(offsets, np.int64)
         return cls(values, offsets[:-1], np.diff(offsets), groups)
 
@@ -147,12 +147,12 @@ class Ragged:
 
     @property
     def rows_per_sample(self) -> np.ndarray:
-        """``[N]`` rows of each sample (1 with one level)."""
+        """`[N]` rows of each sample (1 with one level)."""
         return np.ones(len(self), np.int64) if self.groups is None else np.diff(self.groups)
 
     @property
     def sizes(self) -> np.ndarray:
-        """``[N]`` elements of each sample (summed over its rows)."""
+        """`[N]` elements of each sample (summed over its rows)."""
         if self.groups is None:
             return self.lengths
         total = np.concatenate([[0], np.cumsum(self.lengths)])
@@ -160,7 +160,7 @@ class Ragged:
 
     @property
     def longest_row(self) -> np.ndarray:
-        """``[N]`` length of each sample's longest row (0 for a sample with no rows)."""
+        """`[N]` length of each sample's longest row (0 for a sample with no rows)."""
         if self.groups is None:
             return self.lengths
         out = np.zeros(len(self), np.int64)
@@ -170,7 +170,7 @@ class Ragged:
         return out
 
     def _rows_of(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Row indices of ``indices``' samples back to back, and each sample's row count."""
+        """Row indices of `indices`' samples back to back, and each sample's row count."""
         if self.groups is None:
             return indices, np.ones(len(indices), np.int64)
         counts = self.groups[indices + 1] - self.groups[indices]
@@ -179,18 +179,18 @@ class Ragged:
     # -- gathering ------------------------------------------------------------------------------
 
     def element_ids(self, indices: Sequence[int] | np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Positions in ``values`` of the samples ``indices``' elements, back to back, with their rows.
+        """Positions in `values` of the samples `indices`' elements, back to back, with their rows.
 
-        Returns ``(ids, rows, rows_per_sample)``: ``values[ids]`` is the batch packed; arrays that
-        share these rows (e.g. ``edge_index [2, E]`` beside ``edge_attr [E, 4]``) are read with the
-        same ``ids`` along their own ragged axis.
+        Returns `(ids, rows, rows_per_sample)`: `values[ids]` is the batch packed; arrays that
+        share these rows (e.g. `edge_index [2, E]` beside `edge_attr [E, 4]`) are read with the
+        same `ids` along their own ragged axis.
         """
         indices = np.asarray(indices, np.int64)
         rows, counts = self._rows_of(indices)
         return concat_ranges(self.starts[rows], self.lengths[rows]), rows, counts
 
     def take(self, indices: Sequence[int] | np.ndarray) -> Ragged:
-        """A compact copy holding only ``indices`` (values gathered once; rows renumbered)."""
+        """A compact copy holding only `indices` (values gathered once; rows renumbered)."""
         ids, rows, counts = self.element_ids(indices)
         values = np.take(self.values, ids, axis=0)
         lengths = self.lengths[rows]
@@ -205,16 +205,16 @@ class Ragged:
         dtype: torch.dtype | None = None,
         axis: int = 1,
     ) -> PaddedBatch:
-        """The samples ``indices`` padded to the batch's longest row (and most rows): one gather.
+        """The samples `indices` padded to the batch's longest row (and most rows): one gather.
 
         Args:
             indices: sample indices (the batch).
             pad_value: written where there is no data.
-            pad_to_multiple_of: round the row length ``L`` up to this multiple, or to its rung.
+            pad_to_multiple_of: round the row length `L` up to this multiple, or to its rung.
             dtype: output dtype (default: the values').
-            axis: where the row axis ``L`` goes in the output: ``1`` (``[B, L, *trailing]``, or
-                ``[B, S, L, ...]`` with two levels, after ``S``) or ``-1`` (last, e.g. signals
-                ``[B, C, L]``). The result is contiguous.
+            axis: where the row axis `L` goes in the output: `1` (`[B, L, *trailing]`, or
+                `[B, S, L, ...]` with two levels, after `S`) or `-1` (last, e.g. signals
+                `[B, C, L]`). The result is contiguous.
         """
         indices = np.asarray(indices, np.int64)
         if len(indices) == 0:
@@ -244,7 +244,7 @@ class Ragged:
         return PaddedBatch(tensor(out), tensor(row_lengths), tensor(mask), tensor(rows), tensor(row_mask))
 
     def _read(self, source: np.ndarray, mask: np.ndarray, pad_value, dtype: torch.dtype | None) -> np.ndarray:
-        """``values[source]`` with ``pad_value`` where ``mask`` is False, in the output dtype."""
+        """`values[source]` with `pad_value` where `mask` is False, in the output dtype."""
         out_dtype = numpy_dtype(dtype) if dtype is not None else self.values.dtype
         if len(self.values) == 0:
             return np.full((*source.shape, *self.values.shape[1:]), pad_value, dtype=out_dtype)
@@ -255,7 +255,7 @@ class Ragged:
         return out
 
     def pack(self, indices: Sequence[int] | np.ndarray, dtype: torch.dtype | None = None) -> PackedBatch:
-        """The rows of ``indices`` back to back with their offsets: nothing padded."""
+        """The rows of `indices` back to back with their offsets: nothing padded."""
         ids, rows, counts = self.element_ids(indices)
         lengths = self.lengths[rows]
         values = np.take(self.values, ids, axis=0)

@@ -1,14 +1,14 @@
-"""An epoch resumed under other settings: the part of :class:`~varlen.batching.BucketBatchSampler` that plans the
-rest of a saved epoch again when the run resumes with another ``batch_size``, ``max_tokens``, ``cost``, rungs,
-``num_buckets``, ``pad_to_multiple_of``... (a lower budget after an out-of-memory error, most often).
+"""An epoch resumed under other settings: the part of `BucketBatchSampler` that plans the
+rest of a saved epoch again when the run resumes with another `batch_size`, `max_tokens`, `cost`, rungs,
+`num_buckets`, `pad_to_multiple_of`... (a lower budget after an out-of-memory error, most often).
 
-Why not refuse: the state names the settings its epoch was planned under (:meth:`PlanChanges.settings`), so the
-saved plan is rebuilt exactly (a copy of the sampler under those settings, :meth:`PlanChanges.under`), which
-fixes the samples served; the others are planned again under the new settings (:meth:`PlanChanges.sub_plan`:
+Why not refuse: the state names the settings its epoch was planned under (`PlanChanges.settings`), so the
+saved plan is rebuilt exactly (a copy of the sampler under those settings, `PlanChanges.under`), which
+fixes the samples served; the others are planned again under the new settings (`PlanChanges.sub_plan`:
 the new settings' buckets, cut and shuffled as an epoch is) and dealt over the ranks in equal counts
-(:func:`~varlen.batching.resume.rest_of_epoch`). Every sample of the epoch is served once; the next epoch is
+(`rest_of_epoch`). Every sample of the epoch is served once; the next epoch is
 the new settings' own. What cannot be rebuilt from the state (a weighted draw of other weights, other groups,
-another schedule) is refused inside an epoch, naming both ways out (:meth:`PlanChanges.refusal`).
+another schedule) is refused inside an epoch, naming both ways out (`PlanChanges.refusal`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ __all__ = ["PlanChanges", "row_positions", "spec_of"]
 
 
 def spec_of(settings: dict[str, Any]) -> PlanSpec:
-    """The :class:`~varlen.batching.plan.PlanSpec` of a state's plain settings."""
+    """The `PlanSpec` of a state's plain settings."""
     rungs = settings.get("rungs")
     multiple = settings.get("pad_to_multiple_of")
     tokens, caps = settings.get("max_tokens"), settings.get("rung_batch_sizes")
@@ -46,7 +46,7 @@ def spec_of(settings: dict[str, Any]) -> PlanSpec:
 
 
 def row_positions(rows: np.ndarray) -> np.ndarray:
-    """The positions ``[lo, hi)`` of every row (``[n, 2]`` bounds), one after the other."""
+    """The positions `[lo, hi)` of every row (`[n, 2]` bounds), one after the other."""
     rows = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
     lengths = rows[:, 1] - rows[:, 0]
     offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]])
@@ -54,10 +54,10 @@ def row_positions(rows: np.ndarray) -> np.ndarray:
 
 
 class PlanChanges:
-    """What :class:`~varlen.batching.BucketBatchSampler` adds to resume an epoch under other settings (see the
-    module docstring). The sampler sets ``sizes``, ``groups``, ``spec``, ``shuffle``, ``drop_last``, ``seed``,
-    ``num_replicas``, ``_buckets``, ``_weighing`` (its ``weights, num_samples, replacement``), ``_steps_anchor``
-    and ``_clones`` (a copy per saved settings)."""
+    """What `BucketBatchSampler` adds to resume an epoch under other settings (see the
+    module docstring). The sampler sets `sizes`, `groups`, `spec`, `shuffle`, `drop_last`, `seed`,
+    `num_replicas`, `_buckets`, `_weighing` (its `weights, num_samples, replacement`), `_steps_anchor`
+    and `_clones` (a copy per saved settings)."""
 
     def settings(self) -> dict[str, Any]:
         """The settings this sampler's plan depends on, as plain values (saved in its state)."""
@@ -95,7 +95,7 @@ class PlanChanges:
         return self.settings() | {"rungs": state.get("rungs")}
 
     def under(self, key: str) -> Any:
-        """This sampler under the settings ``key`` (:func:`~varlen.batching.resume.canonical`): the same samples,
+        """This sampler under the settings `key` (`canonical`): the same samples,
         groups, weights and seed, planned as that run planned them (itself where they are its own)."""
         if key == self.settings_key():
             return self
@@ -116,8 +116,8 @@ class PlanChanges:
         return self._clones[key]
 
     def sub_plan(self, samples: np.ndarray, epoch: int) -> Plan:
-        """``samples`` (indices, a drawn epoch's repeats included) planned as one epoch of this sampler's settings
-        on one rank: its buckets, cuts and ``(seed, epoch)`` order; the order holds sample indices."""
+        """`samples` (indices, a drawn epoch's repeats included) planned as one epoch of this sampler's settings
+        on one rank: its buckets, cuts and `(seed, epoch)` order; the order holds sample indices."""
         ids, rounded = self._buckets
         groups = None if self.groups is None else self.groups[samples]
         plan = build_plan(
@@ -127,8 +127,8 @@ class PlanChanges:
         return Plan(samples[plan.order], plan.bounds)
 
     def rest_rows(self, epoch: int, segments: tuple[Segment, ...]) -> tuple[list[np.ndarray], int, np.ndarray]:
-        """Every rank's rows of ``epoch``'s rest after ``segments``: the first part's plan rebuilt under its
-        settings, and where the settings change, the rows not served planned again (:meth:`sub_plan`) and dealt
+        """Every rank's rows of `epoch`'s rest after `segments`: the first part's plan rebuilt under its
+        settings, and where the settings change, the rows not served planned again (`sub_plan`) and dealt
         over the next part's ranks. Rows are bounds into the returned order (the plans' orders one after the
         other)."""
         world, first = segments[0][0], self.under(segments[0][3])
@@ -163,7 +163,7 @@ class PlanChanges:
         warn_once(line)
 
     def refusal(self, state: dict[str, Any], saved: dict[str, Any]) -> str | None:
-        """Why the epoch of ``state`` (saved under ``saved`` settings) cannot be planned again here, naming what
+        """Why the epoch of `state` (saved under `saved` settings) cannot be planned again here, naming what
         differs and both ways out; None where it can."""
         epoch = int(state["epoch"])
         ways = (

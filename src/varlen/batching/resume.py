@@ -1,32 +1,32 @@
 """Where a rank stands in an epoch, the state that names it, and its resume on any world size: one state
-machine for the in-memory sampler (:class:`~varlen.batching.BucketBatchSampler`) and the streamed plan
-(:class:`~varlen.stream.epochs.StreamBatchPlan`).
+machine for the in-memory sampler (`BucketBatchSampler`) and the streamed plan
+(`StreamBatchPlan`).
 
 An epoch's batches are *rows* (bounds into the plan's sample order, or a streamed plan's descriptors): a
 plan gives every rank its rows on a world size, in the order they are laid out (a streamed rank's windows
-one after the other). A rank serves its rows in ``lanes`` (:func:`interleave`: one contiguous stretch per
+one after the other). A rank serves its rows in `lanes` (`interleave`: one contiguous stretch per
 loader worker, dealt in turn; one lane for the in-memory plan), and all ranks serve the same number.
 
 So a state names the epoch, the batches each rank served, the world size and lanes it served them on,
-and the *segments*: ``(world size, batches per rank, lanes)`` of the epoch's parts served before on other
-world sizes or lanes. That fixes which rows were served: of each rank's rows, the first ``served`` in its
+and the *segments*: `(world size, batches per rank, lanes)` of the epoch's parts served before on other
+world sizes or lanes. That fixes which rows were served: of each rank's rows, the first `served` in its
 lane order. Resumed on another world size or lanes, the rows not served are taken rank after rank, each
 rank's in its laid-out order (so a window's rows stay together), split until they divide evenly, and cut
-into one contiguous stretch per new rank (:func:`rest_of_epoch`): every remaining sample once, the same
+into one contiguous stretch per new rank (`rest_of_epoch`): every remaining sample once, the same
 number of batches on every rank, and a streamed rank reads each window of its stretch once.
 
 When fewer samples are left than the new ranks (a late checkpoint resumed on more GPUs), some rows are
-served twice so that every rank gets a batch, as ``DistributedSampler`` pads its ranks: a rank without a
+served twice so that every rank gets a batch, as `DistributedSampler` pads its ranks: a rank without a
 batch would leave the others waiting in their first collective. Nothing is lost; the repeats are warned
 about with their count.
 
-A part may also have been served under other *settings* (a plan's ``batch_size``, ``max_tokens``, rungs...:
+A part may also have been served under other *settings* (a plan's `batch_size`, `max_tokens`, rungs...:
 a run resumed with a lower budget after an out-of-memory error). A segment then carries its settings, and
 where they change the rows not served are turned into their samples and planned again under the next
-part's settings (the plan's ``replan``), dealt over its ranks as above: every sample of the epoch once, and
+part's settings (the plan's `replan`), dealt over its ranks as above: every sample of the epoch once, and
 the next epoch is the new settings' own. A state whose epoch cannot be planned again here (its weighted draw,
 or a streamed plan's settings) resumes at its epoch's start or end, and is refused inside it, unless
-``VARLEN_RESUME=next_epoch`` (:data:`RESUME_VARIABLE`) asks to skip the rest of that epoch.
+`VARLEN_RESUME=next_epoch` (`RESUME_VARIABLE`) asks to skip the rest of that epoch.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ __all__ = [
     "warn_once",
 ]
 
-#: (world size, batches served per rank, lanes, settings) of a part of an epoch; settings: :func:`canonical`
+#: (world size, batches served per rank, lanes, settings) of a part of an epoch; settings: `canonical`
 #: of the plan's settings it was served under (None for a plan whose settings never change on resume)
 Segment = tuple[int, int, int, str | None]
 #: the environment variable that makes a checkpoint saved inside an epoch resume at the next epoch's start
@@ -70,15 +70,15 @@ _SAID: set[str] = set()
 
 
 def warn_once(message: str) -> None:
-    """:func:`varlen.notices.warn` a resume's line once in this process, however many times its state loads."""
+    """`varlen.notices.warn` a resume's line once in this process, however many times its state loads."""
     if message not in _SAID:
         _SAID.add(message)
         notices.warn(message)
 
 
 def interleave(rows: np.ndarray, lanes: int) -> np.ndarray:
-    """``rows`` cut into ``lanes`` contiguous stretches (the first ``len(rows) % lanes`` a row longer),
-    dealt in turn: row t of the result is the next row of stretch ``t % lanes``."""
+    """`rows` cut into `lanes` contiguous stretches (the first `len(rows) % lanes` a row longer),
+    dealt in turn: row t of the result is the next row of stretch `t % lanes`."""
     lanes = max(1, min(int(lanes), len(rows)))
     if lanes == 1:
         return rows
@@ -89,18 +89,18 @@ def interleave(rows: np.ndarray, lanes: int) -> np.ndarray:
 
 
 def unserved(rows: np.ndarray, served: int, lanes: int) -> np.ndarray:
-    """The ``rows`` (laid out in order) not among the first ``served`` of their ``lanes`` order, in order."""
+    """The `rows` (laid out in order) not among the first `served` of their `lanes` order, in order."""
     keep = np.ones(len(rows), dtype=bool)
     keep[interleave(np.arange(len(rows)), lanes)[:served]] = False
     return rows[keep]
 
 
 def deal(rows: np.ndarray, world: int, split: Callable[[np.ndarray, int], np.ndarray], drop_last: bool = False):
-    """``rows`` as ``world`` contiguous stretches of one length, and how many rows were repeated for it.
+    """`rows` as `world` contiguous stretches of one length, and how many rows were repeated for it.
 
-    ``split(rows, n)`` splits up to ``n`` of them (as many as their samples allow), keeping each piece
-    where its row was. With ``drop_last``, the surplus rows are cut instead; else, when too few samples
-    are left to split into a multiple of ``world`` rows, the first rows are repeated (counted).
+    `split(rows, n)` splits up to `n` of them (as many as their samples allow), keeping each piece
+    where its row was. With `drop_last`, the surplus rows are cut instead; else, when too few samples
+    are left to split into a multiple of `world` rows, the first rows are repeated (counted).
     """
     if drop_last:
         rows = rows[: len(rows) - len(rows) % world]
@@ -119,10 +119,10 @@ def rest_of_epoch(
     settings: str | None = None,
     replan: Callable[[np.ndarray, int, str | None], tuple[list[np.ndarray], int]] | None = None,
 ) -> tuple[list[np.ndarray], int]:
-    """Each of ``num_replicas`` ranks' rows of an epoch whose parts ``segments`` were served, from every
-    rank's laid-out rows on the first segment's world size and settings (``ranks``); and the rows repeated to
-    give every rank a batch (see the module docstring). Where the next part's settings (the last: ``settings``)
-    differ, ``replan(rows not served, its world size, its settings)`` gives its ranks' rows."""
+    """Each of `num_replicas` ranks' rows of an epoch whose parts `segments` were served, from every
+    rank's laid-out rows on the first segment's world size and settings (`ranks`); and the rows repeated to
+    give every rank a batch (see the module docstring). Where the next part's settings (the last: `settings`)
+    differ, `replan(rows not served, its world size, its settings)` gives its ranks' rows."""
     repeated = 0
     nexts = [(world, key) for world, _, _, key in segments[1:]] + [(num_replicas, settings)]
     for (_, served, lanes, key), (next_world, next_key) in zip(segments, nexts, strict=True):
@@ -143,8 +143,8 @@ def canonical(settings: Mapping[str, Any] | None) -> str | None:
 
 
 def changes(saved: Mapping[str, Any], mine: Mapping[str, Any]) -> str:
-    """``name saved -> new`` of each setting that differs, e.g. ``max_tokens 512 -> 1024, rungs [12 values] ->
-    [7 values]``."""
+    """`name saved -> new` of each setting that differs, e.g. `max_tokens 512 -> 1024, rungs [12 values] ->
+    [7 values]`."""
     said = []
     for name in sorted(set(saved) | set(mine)):
         before, after = saved.get(name), mine.get(name)
@@ -171,7 +171,7 @@ def mid_epoch(state: Mapping[str, Any]) -> bool:
 
 
 def skip_requested() -> bool:
-    """Whether ``VARLEN_RESUME=next_epoch`` asks a checkpoint saved inside an epoch to resume at the next one.
+    """Whether `VARLEN_RESUME=next_epoch` asks a checkpoint saved inside an epoch to resume at the next one.
 
     Raises:
         ValueError: another value, naming the variable and the values it takes.
@@ -188,9 +188,9 @@ def skip_requested() -> bool:
 def saved_position(
     state: dict, num_replicas: int, lanes: int, what: str, settings: str | None = None, saved: str | None = None
 ) -> tuple[int, int, tuple[Segment, ...]]:
-    """A saved state's ``(epoch, batches served per rank, segments)`` on ``num_replicas`` ranks in
-    ``lanes`` under ``settings``: the saved world size's own part is a segment when it served something on
-    another world size, lanes or settings (``saved``: the state's, :func:`canonical`). ``what`` names the
+    """A saved state's `(epoch, batches served per rank, segments)` on `num_replicas` ranks in
+    `lanes` under `settings`: the saved world size's own part is a segment when it served something on
+    another world size, lanes or settings (`saved`: the state's, `canonical`). `what` names the
     state in errors.
 
     Raises:
@@ -217,8 +217,8 @@ def _segment(part: Sequence[Any], what: str, saved: str | None) -> Segment:
 
 
 def plain_segments(segments: Sequence[Segment], settings: str | None) -> list[list[Any]]:
-    """Segments as a state holds them: ``[world, count, lanes]``, and the settings where they are not
-    ``settings`` (the state's own)."""
+    """Segments as a state holds them: `[world, count, lanes]`, and the settings where they are not
+    `settings` (the state's own)."""
     return [[w, c, n] if key == settings else [w, c, n, json.loads(key)] for w, c, n, key in segments]
 
 
@@ -231,9 +231,9 @@ class ResumableEpochs:
     """The stateful part every plan shares: the position in the current epoch, a loaded state not yet
     iterated, and the segments of an epoch resumed on other world sizes, lanes or settings.
 
-    A subclass sets ``num_replicas``, ``rank``, ``epoch`` and ``lanes``, and gives :meth:`rank_rows` (a
-    rank's laid-out rows of an epoch on a world size) and :meth:`split_rows`; one that plans an epoch's rest
-    under other settings gives :meth:`settings_key` and :meth:`rest_rows`.
+    A subclass sets `num_replicas`, `rank`, `epoch` and `lanes`, and gives `rank_rows` (a
+    rank's laid-out rows of an epoch on a world size) and `split_rows`; one that plans an epoch's rest
+    under other settings gives `settings_key` and `rest_rows`.
     """
 
     num_replicas: int
@@ -252,20 +252,20 @@ class ResumableEpochs:
         self._rest: tuple[tuple, list[np.ndarray], Any] | None = None
 
     def rank_rows(self, epoch: int, world: int, rank: int) -> np.ndarray:
-        """Rank ``rank``'s rows of ``epoch`` on ``world`` ranks, laid out in order (before lanes)."""
+        """Rank `rank`'s rows of `epoch` on `world` ranks, laid out in order (before lanes)."""
         raise NotImplementedError
 
     def split_rows(self, rows: np.ndarray, count: int, epoch: int, world: int) -> np.ndarray:
-        """``rows`` of ``epoch``'s plan on ``world`` ranks with up to ``count`` of them split in two (as
+        """`rows` of `epoch`'s plan on `world` ranks with up to `count` of them split in two (as
         many as their samples allow), each piece where its row was."""
         raise NotImplementedError
 
     def settings_key(self) -> str | None:
-        """:func:`canonical` of the settings this plan cuts by (None: a plan whose settings a resume never changes)."""
+        """`canonical` of the settings this plan cuts by (None: a plan whose settings a resume never changes)."""
         return None
 
     def rest_rows(self, epoch: int, segments: tuple[Segment, ...]) -> tuple[list[np.ndarray], int, Any]:
-        """Every rank's rows of the rest of ``epoch`` after ``segments`` on this world size, the rows repeated
+        """Every rank's rows of the rest of `epoch` after `segments` on this world size, the rows repeated
         to feed every rank, and what the rows index (here: the world size whose plan they belong to)."""
         world = segments[0][0]
         first = [self.rank_rows(epoch, world, rank) for rank in range(world)]
@@ -278,11 +278,11 @@ class ResumableEpochs:
         return len(self.rank_rows(epoch, self.num_replicas, self.rank))
 
     def segments(self, epoch: int) -> tuple[Segment, ...]:
-        """``epoch``'s parts served on other world sizes, lanes or settings before this one (usually none)."""
+        """`epoch`'s parts served on other world sizes, lanes or settings before this one (usually none)."""
         return self._elastic[1] if self._elastic is not None and self._elastic[0] == epoch else ()
 
     def saved_segments(self, epoch: int) -> list[list[Any]]:
-        """``epoch``'s segments as a state holds them (:func:`plain_segments`)."""
+        """`epoch`'s segments as a state holds them (`plain_segments`)."""
         return plain_segments(self.segments(epoch), self.settings_key())
 
     def resumed_epoch(self) -> bool:
@@ -292,7 +292,7 @@ class ResumableEpochs:
         return skipped or bool(self.segments(self.epoch))
 
     def epoch_rows(self, epoch: int) -> tuple[np.ndarray, int, Any]:
-        """This rank's rows of ``epoch`` in serving order, the batches per rank served before them (on other
+        """This rank's rows of `epoch` in serving order, the batches per rank served before them (on other
         world sizes, lanes or settings), and what the rows index (the world size whose plan they belong to)."""
         if self._skipped is not None and self._skipped[0] == epoch:
             return np.zeros((0, 2), dtype=np.int64), self._skipped[1], self.num_replicas
@@ -320,12 +320,12 @@ class ResumableEpochs:
         return before + len(rows)
 
     def first_batch(self, epoch: int) -> int:
-        """Where ``epoch`` starts on this rank: a loaded state's position in that epoch, else 0."""
+        """Where `epoch` starts on this rank: a loaded state's position in that epoch, else 0."""
         return self._resume[1] if self._resume is not None and self._resume[0] == epoch else 0
 
     def positions(self) -> Iterator[tuple[Any, tuple[int, ...]]]:
-        """This epoch's rows for this rank, from a loaded state's position: ``(source, row)`` each, what the
-        row indexes (:meth:`epoch_rows`); the position advances as they are taken."""
+        """This epoch's rows for this rank, from a loaded state's position: `(source, row)` each, what the
+        row indexes (`epoch_rows`); the position advances as they are taken."""
         epoch = self.epoch
         rows, before, source = self.epoch_rows(epoch)
         start = self.first_batch(epoch)
@@ -338,7 +338,7 @@ class ResumableEpochs:
                 yield source, row
 
     def position_state(self) -> dict[str, Any]:
-        """Rank-independent: every rank has served the same number of batches. ``epoch_batches`` is the
+        """Rank-independent: every rank has served the same number of batches. `epoch_batches` is the
         epoch's length, so that a resume tells a finished epoch from one in progress without planning it."""
         epoch, served = self._resume or self._position
         if epoch != self.epoch:  # the epoch moved on and nothing of the new one was served yet
@@ -353,9 +353,9 @@ class ResumableEpochs:
         }
 
     def load_position(self, state: dict[str, Any], set_epoch: Callable[[int], None], saved: str | None = None) -> None:
-        """Resume where ``state`` stood, on this world size, lanes and settings (see the module docstring); a
+        """Resume where `state` stood, on this world size, lanes and settings (see the module docstring); a
         state of a finished epoch resumes at the next one's start, and one inside its epoch too where
-        ``VARLEN_RESUME=next_epoch``. ``set_epoch`` moves the plan's epoch; ``saved`` is :func:`canonical`
+        `VARLEN_RESUME=next_epoch`. `set_epoch` moves the plan's epoch; `saved` is `canonical`
         of the settings the state was saved under (None: this plan's)."""
         settings = self.settings_key()
         saved = settings if saved is None else saved
@@ -389,11 +389,11 @@ class ResumableEpochs:
 
     def load_boundary(self, state: dict[str, Any], set_epoch: Callable[[int], None], refusal: str) -> None:
         """Resume a state whose epoch this plan cannot plan again (its draw, or a streamed plan's settings,
-        differ): at its epoch's start, or at the next one's when it was finished or ``VARLEN_RESUME=next_epoch``
+        differ): at its epoch's start, or at the next one's when it was finished or `VARLEN_RESUME=next_epoch`
         skips its rest.
 
         Raises:
-            ValueError: ``refusal``, for a state inside its epoch without ``VARLEN_RESUME=next_epoch``.
+            ValueError: `refusal`, for a state inside its epoch without `VARLEN_RESUME=next_epoch`.
         """
         if mid_epoch(state):
             if not skip_requested():

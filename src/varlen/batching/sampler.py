@@ -1,15 +1,15 @@
 """`BucketBatchSampler`: length-bucketed, budgeted, distributed-safe and resumable batches.
 
-`EpochBatchSampler` is the same sampler whose batches are :class:`EpochIndices`: index lists that
-carry the epoch they were planned for, into the dataset's ``__getitems__`` in whichever process
-runs it, for per-epoch draws of ``(seed, epoch, index)`` (:mod:`varlen.prepare.draws`).
+`EpochBatchSampler` is the same sampler whose batches are `EpochIndices`: index lists that
+carry the epoch they were planned for, into the dataset's `__getitems__` in whichever process
+runs it, for per-epoch draws of `(seed, epoch, index)` (`varlen.prepare.draws`).
 
 A state saved on W ranks resumes exactly on W' ranks: the state names the epoch, the world size
 and the batches each rank served (and, after an earlier such resume, the same for each earlier
 part of the epoch), which fixes exactly which of the epoch's global batches were served; the
-rest are dealt to the W' ranks (:mod:`varlen.batching.resume`, shared with the streamed plan). The
-state also names the plan's settings, so a sampler of other settings (``max_tokens``, rungs...) plans
-the rest of the saved epoch again under its own (:mod:`varlen.batching.replan`).
+rest are dealt to the W' ranks (`varlen.batching.resume`, shared with the streamed plan). The
+state also names the plan's settings, so a sampler of other settings (`max_tokens`, rungs...) plans
+the rest of the saved epoch again under its own (`varlen.batching.replan`).
 """
 
 from __future__ import annotations
@@ -39,75 +39,75 @@ __all__ = ["BucketBatchSampler", "EpochTracker"]
 class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
     """Batches of similar-size samples, under a fixed batch size or a token budget.
 
-    One global plan per (lengths, seed, epoch) is built on every rank, and rank ``r`` takes
-    every ``num_replicas``-th batch, so all ranks get the same number of batches (unequal counts
-    hang DDP) and, with ``drop_last=False``, every sample is served exactly once per epoch.
-    The number of batches is the same every epoch (see :mod:`varlen.batching.plan`), which is
-    what Lightning assumes after reading ``len()`` once; only an epoch resumed on another number
+    One global plan per (lengths, seed, epoch) is built on every rank, and rank `r` takes
+    every `num_replicas`-th batch, so all ranks get the same number of batches (unequal counts
+    hang DDP) and, with `drop_last=False`, every sample is served exactly once per epoch.
+    The number of batches is the same every epoch (see `varlen.batching.plan`), which is
+    what Lightning assumes after reading `len()` once; only an epoch resumed on another number
     of ranks has its own (the batches each rank served before, plus its share of the rest), and
-    under a schedule of shares (``weights`` a :class:`~varlen.batching.schedule_draws.ScheduledWeights`)
-    each epoch has the length of its shares' draw: ``set_epoch``, then ``len()``.
+    under a schedule of shares (`weights` a `ScheduledWeights`)
+    each epoch has the length of its shares' draw: `set_epoch`, then `len()`.
 
     Args:
-        lengths: size of each sample, ``[N]`` or ``[N, D]`` for costs over several axes
+        lengths: size of each sample, `[N]` or `[N, D]` for costs over several axes
             (e.g. video frames and text tokens).
         batch_size: fixed samples per batch.
-        max_tokens: budget per batch (an int, or one int per size dimension); see ``cost``.
+        max_tokens: budget per batch (an int, or one int per size dimension); see `cost`.
         shuffle: new random batches every epoch (seeded); if False, batches are sorted by size,
             largest first, in a fixed order (good for evaluation: an OOM shows up at once).
-        seed: base seed; the plan depends on ``(seed, epoch)`` only.
+        seed: base seed; the plan depends on `(seed, epoch)` only.
         drop_last: drop the last partial batch (fixed size) and the batches that do not divide
             evenly over ranks. Off by default: nothing is dropped.
-        num_replicas: number of ranks; defaults to the injected ``DistributedSampler``, then to
-            ``torch.distributed`` when initialised, else 1.
+        num_replicas: number of ranks; defaults to the injected `DistributedSampler`, then to
+            `torch.distributed` when initialised, else 1.
         rank: this rank, defaulted the same way.
-        cost: ``"padded"`` (``len(batch) * max(size) <= max_tokens``) or ``"sum"``
-            (``sum(size) <= max_tokens``, for graphs where nothing is padded).
+        cost: `"padded"` (`len(batch) * max(size) <= max_tokens`) or `"sum"`
+            (`sum(size) <= max_tokens`, for graphs where nothing is padded).
         max_batch_size: optional cap on samples per batch under a token budget.
         num_buckets: size buckets per dimension; default: enough that each bucket holds about
             four batches (sizes with few distinct values get one bucket each, so no padding).
         pad_to_multiple_of: cost sizes rounded up to this multiple, to match the collate.
-        rungs: the shape policy's padded lengths, one :class:`~varlen.batching.shape_policy.Rungs` per size axis
-            (a DataModule fits them with :func:`fit_rungs`): buckets are the rungs, each batch holds the
+        rungs: the shape policy's padded lengths, one `Rungs` per size axis
+            (a DataModule fits them with `fit_rungs`): buckets are the rungs, each batch holds the
             budget over its rung, and the collate pads to the rung, so an epoch takes few batch shapes.
-        max_shapes: without ``rungs``, fit them here: the most rungs whose epochs (every one served, weighted
-            draws included: :meth:`served_shape_count`, on these ranks) take at most this many distinct
-            ``(batch size, padded length)`` shapes on each size axis (where even one rung takes more, a warning).
-            Pad your collate to :attr:`rungs` (``pad_to_multiple_of=sampler.rungs[0]`` of varlen's collates).
-        rung_batch_sizes: with ``rungs`` (one axis) and ``max_tokens``, the most samples a batch of each rung
-            holds (``varlen tune --budget`` measures them), on top of the budget.
+        max_shapes: without `rungs`, fit them here: the most rungs whose epochs (every one served, weighted
+            draws included: `served_shape_count`, on these ranks) take at most this many distinct
+            `(batch size, padded length)` shapes on each size axis (where even one rung takes more, a warning).
+            Pad your collate to `rungs` (`pad_to_multiple_of=sampler.rungs[0]` of varlen's collates).
+        rung_batch_sizes: with `rungs` (one axis) and `max_tokens`, the most samples a batch of each rung
+            holds (`varlen tune --budget` measures them), on top of the budget.
         groups: optional group id per sample; a batch then holds samples of one group only
             (e.g. the windows of one recording), and groups mix through the batch order.
         weights: optional weight per sample (>= 0, not all zero): each epoch serves
-            ``num_samples`` indices drawn in proportion to them, from ``(seed, epoch)`` only
-            (stratified by size bucket and group so that ``len()`` never moves; see
-            :mod:`varlen.batching.weights`). A weight of 0 is never served. Needs ``shuffle``.
-            A :class:`~varlen.batching.schedule_draws.ScheduledWeights` draws each epoch with the shares
-            its schedule gives that epoch's first position (:mod:`varlen.batching.schedule_draws`).
+            `num_samples` indices drawn in proportion to them, from `(seed, epoch)` only
+            (stratified by size bucket and group so that `len()` never moves; see
+            `varlen.batching.weights`). A weight of 0 is never served. Needs `shuffle`.
+            A `ScheduledWeights` draws each epoch with the shares
+            its schedule gives that epoch's first position (`varlen.batching.schedule_draws`).
         num_samples: indices drawn per epoch (default: the number of samples); given without
-            ``weights``, every sample weighs the same.
-        replacement: with ``weights`` or ``num_samples``, whether an index may be drawn more than once in an
+            `weights`, every sample weighs the same.
+        replacement: with `weights` or `num_samples`, whether an index may be drawn more than once in an
             epoch (False: at most the number of nonzero weights). None (the default): per source (each id of
-            ``shares``, or the whole split), with replacement where its samples are weighted (their weights
+            `shares`, or the whole split), with replacement where its samples are weighted (their weights
             differ) or it serves more than it holds, without otherwise
-            (:func:`~varlen.batching.weights.draws_with_replacement`, as a streamed plan decides).
+            (`draws_with_replacement`, as a streamed plan decides).
         shares: optional id per sample (a mixture's source) whose weighted count every epoch is fixed at
-            its weights' share, within one sample, while batches still mix ids (``groups`` keeps them
+            its weights' share, within one sample, while batches still mix ids (`groups` keeps them
             apart): without it, a source's count in a mixed batch is random around its share, and the
             fixed counts per size bucket can bias it.
-        epoch: the epoch ``len()`` describes until ``set_epoch`` (Lightning reads ``len()`` of a loader it
+        epoch: the epoch `len()` describes until `set_epoch` (Lightning reads `len()` of a loader it
             reloads before it sets the epoch; its length depends on the epoch under a schedule).
-        steps_before: under a schedule of steps, the batches per rank the trainer took before ``epoch``
+        steps_before: under a schedule of steps, the batches per rank the trainer took before `epoch`
             (a DataModule counts them); None: counted from the plans of the epochs before it.
-        sampler: set by Lightning, which injects a ``DistributedSampler`` under DDP; only its
-            ``num_replicas``, ``rank`` and ``epoch`` are read. Leave it None yourself.
-        state: a saved state to resume from at once (:meth:`load_state_dict`). Lightning reads
-            ``len()`` before it loads the loader's state, and ends an epoch when its count of batches
+        sampler: set by Lightning, which injects a `DistributedSampler` under DDP; only its
+            `num_replicas`, `rank` and `epoch` are read. Leave it None yourself.
+        state: a saved state to resume from at once (`load_state_dict`). Lightning reads
+            `len()` before it loads the loader's state, and ends an epoch when its count of batches
             reaches that length: a DataModule passes the position its checkpoint recorded, so that an
             epoch resumed on another number of ranks has its own length when Lightning reads it.
-        spec: the plan's settings as one :class:`~varlen.batching.plan.PlanSpec`, instead of ``batch_size``,
-            ``max_tokens``, ``cost``, ``max_batch_size``, ``num_buckets``, ``pad_to_multiple_of``, ``rungs`` and
-            ``rung_batch_sizes`` one by one (as the streamed samplers take it).
+        spec: the plan's settings as one `PlanSpec`, instead of `batch_size`,
+            `max_tokens`, `cost`, `max_batch_size`, `num_buckets`, `pad_to_multiple_of`, `rungs` and
+            `rung_batch_sizes` one by one (as the streamed samplers take it).
     """
 
     def __init__(
@@ -168,7 +168,7 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
         self._start(epoch, state)
 
     def _per_sample(self, values, name: str) -> np.ndarray | None:
-        """``values`` (``groups`` or ``shares``: one id per sample, or None) as an array, checked."""
+        """`values` (`groups` or `shares`: one id per sample, or None) as an array, checked."""
         values = None if values is None else np.asarray(values)
         if values is not None and values.shape != (len(self.sizes),):
             raise ValueError(f"{name} must have one id per sample ({len(self.sizes)}), got shape {values.shape}")
@@ -176,8 +176,8 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
 
     @classmethod
     def _fit_rungs(cls, arguments: dict[str, Any]) -> tuple[Rungs, ...]:
-        """The rungs ``max_shapes`` allows for these ``__init__`` arguments (:func:`~varlen.batching.plan.fit_rungs`),
-        each count of rungs probed by a sampler of them on rank 0 (:meth:`served_shape_count`)."""
+        """The rungs `max_shapes` allows for these `__init__` arguments (`fit_rungs`),
+        each count of rungs probed by a sampler of them on rank 0 (`served_shape_count`)."""
         arguments = {k: v for k, v in arguments.items() if k not in ("self", "__class__", "state", "epoch", "spec")}
         limit = arguments.pop("max_shapes")
         probe = lambda rungs: cls(**arguments | {"rungs": rungs, "rank": 0}).served_shape_count()  # noqa: E731
@@ -220,19 +220,19 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
         return self.draw_of(self.epoch, self.num_replicas)
 
     def draw_of(self, epoch: int, world: int) -> WeightedDraw | None:
-        """``epoch``'s draw on ``world`` ranks (under a schedule of steps, the world size decides its shares)."""
+        """`epoch`'s draw on `world` ranks (under a schedule of steps, the world size decides its shares)."""
         return self._draw if self.scheduled is None else self.scheduled.draw(epoch, world)
 
     def shares_of(self, epoch: int) -> np.ndarray | None:
-        """The sources' shares ``epoch`` draws with on this world size (None: not scheduled)."""
+        """The sources' shares `epoch` draws with on this world size (None: not scheduled)."""
         return None if self.scheduled is None else self.scheduled.shares(epoch, self.num_replicas)
 
     def stage_of(self, epoch: int) -> int:
-        """The schedule's stage of ``epoch`` on this world size (0 when not scheduled)."""
+        """The schedule's stage of `epoch` on this world size (0 when not scheduled)."""
         return 0 if self.scheduled is None else self.scheduled.stage(epoch, self.num_replicas)
 
     def _count(self, draw: WeightedDraw, world: int) -> int:
-        """Batches per rank of an epoch of ``draw`` on ``world`` ranks: a draw fixes every stratum's count,
+        """Batches per rank of an epoch of `draw` on `world` ranks: a draw fixes every stratum's count,
         so the cuts, and the count, are those of any epoch of it (epoch 0's plan)."""
         plan = build_plan(self.sizes, self.spec, shuffle=self.shuffle, seed=self.seed, epoch=0, num_replicas=world,
                           drop_last=self.drop_last, rounded=self._buckets, groups=self.groups, draw=draw)  # fmt: skip
@@ -253,7 +253,7 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
         return count
 
     def global_plan(self, epoch: int | None = None) -> Plan:
-        """All ranks' batches for ``epoch`` (default: the current one), in serving order."""
+        """All ranks' batches for `epoch` (default: the current one), in serving order."""
         return self._plan_on(self.epoch if epoch is None else epoch, self.num_replicas)
 
     def _plan_on(self, epoch: int, num_replicas: int) -> Plan:
@@ -283,10 +283,10 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
         )
 
     def shapes(self, epoch: int | None = None) -> np.ndarray:
-        """``[batches, 1 + D]`` of ``epoch``'s global plan (default: the current one), in serving order: each
+        """`[batches, 1 + D]` of `epoch`'s global plan (default: the current one), in serving order: each
         batch's size and the length it pads to on each size axis (its longest sample, up to its rung or
-        ``pad_to_multiple_of``); packed (``cost="packed"``), every batch one row of the budget: ``[1, max_tokens]``
-        (rounded up to ``pad_to_multiple_of``)."""
+        `pad_to_multiple_of`); packed (`cost="packed"`), every batch one row of the budget: `[1, max_tokens]`
+        (rounded up to `pad_to_multiple_of`)."""
         return self._shapes_of(self.global_plan(epoch))
 
     def _shapes_of(self, plan: Plan) -> np.ndarray:
@@ -299,8 +299,8 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
         return shapes
 
     def served_shape_count(self) -> int:
-        """The most distinct ``(batch size, padded length)`` pairs any size axis takes over every epoch this
-        sampler serves on its ranks (what ``max_shapes`` limits). A draw fixes every stratum's count, so each
+        """The most distinct `(batch size, padded length)` pairs any size axis takes over every epoch this
+        sampler serves on its ranks (what `max_shapes` limits). A draw fixes every stratum's count, so each
         epoch of it is cut as its epoch 0 (unweighted: as epoch 0); under a schedule, every stage's draw counts
         (an epoch cut in pieces takes its batches from them). The epochs between the stages of a linear
         schedule draw other counts: they are not counted (a DataModule warns)."""
@@ -311,17 +311,17 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
         return max(distinct_shapes(shapes), default=0)
 
     def batch_of(self, indices: list[int], epoch: int) -> list[int]:
-        """``indices`` as this sampler serves a batch of ``epoch``: with rungs, carrying its padded lengths."""
+        """`indices` as this sampler serves a batch of `epoch`: with rungs, carrying its padded lengths."""
         widths = self.widths(indices)
         return indices if widths is None else BatchIndices(indices, widths)
 
     def widths(self, indices: list[int]) -> tuple[int, ...] | None:
-        """The padded length of each size axis of the batch of ``indices`` (None without rungs: its longest)."""
+        """The padded length of each size axis of the batch of `indices` (None without rungs: its longest)."""
         return None if self.rungs is None else batch_widths(self.sizes[indices], self.rungs)
 
     def shape_batches(self, epoch: int | None = None) -> list[list[int]]:
-        """One batch of ``epoch`` (every rank's plan) for each of its distinct shapes, as it is served, the
-        widest first (the most memory first): what :class:`~varlen.batching.warmup.WarmShapes` runs."""
+        """One batch of `epoch` (every rank's plan) for each of its distinct shapes, as it is served, the
+        widest first (the most memory first): what `WarmShapes` runs."""
         epoch = self.epoch if epoch is None else int(epoch)
         shapes, plan = self.shapes(epoch), self.global_plan(epoch)
         _, first = np.unique(shapes, axis=0, return_index=True)
@@ -329,11 +329,11 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
         return [self.batch_of(plan.order[slice(*plan.bounds[k])].tolist(), epoch) for k in first.tolist()]
 
     def shape_count(self, epoch: int | None = None) -> int:
-        """The most distinct ``(batch size, padded length)`` pairs any size axis takes in ``epoch``."""
+        """The most distinct `(batch size, padded length)` pairs any size axis takes in `epoch`."""
         return max(distinct_shapes(self.shapes(epoch)), default=0)
 
     def rank_rows(self, epoch: int, world: int, rank: int) -> np.ndarray:
-        """Rank ``rank``'s batches of ``epoch`` on ``world`` ranks: ``[n, 2]`` bounds into the plan's order."""
+        """Rank `rank`'s batches of `epoch` on `world` ranks: `[n, 2]` bounds into the plan's order."""
         return self._plan_on(epoch, world).bounds[rank::world]
 
     def split_rows(self, rows: np.ndarray, count: int, epoch: int, world: int) -> np.ndarray:
@@ -358,9 +358,9 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
     def state_dict(self) -> dict[str, Any]:
         """Rank-independent position: all ranks have served the same number of batches.
 
-        ``batches_served`` counts each rank's batches of the epoch; ``segments`` lists the
-        ``[world size, batches per rank, lanes]`` of the epoch's parts served on other world sizes (and their
-        settings, where not ``settings``: the plan's, see :meth:`settings`).
+        `batches_served` counts each rank's batches of the epoch; `segments` lists the
+        `[world size, batches per rank, lanes]` of the epoch's parts served on other world sizes (and their
+        settings, where not `settings`: the plan's, see `settings`).
         """
         schedule = {} if self.scheduled is None else {"schedule": self.scheduled.schedule.describe()}
         if self.scheduled is not None and self.scheduled.schedule.unit == "step":
@@ -390,16 +390,16 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
 
         On the saved number of ranks and settings, the next iteration yields exactly what an uninterrupted run
         would. On another, the batches the saved ranks had not served are dealt to these ranks
-        (split until they divide evenly, or cut with ``drop_last``; a sample repeated when fewer are
+        (split until they divide evenly, or cut with `drop_last`; a sample repeated when fewer are
         left than ranks): every remaining sample once, the same number of batches on every rank; the
-        next epoch is this world size's own (see :mod:`varlen.batching.resume`). Under other settings
-        (``max_tokens``, ``batch_size``, rungs, ``cost``...), the samples not served are planned again under
-        these, said in one warning (:mod:`varlen.batching.replan`). A state saved before ``segments``,
-        ``draw`` and ``settings`` were recorded loads as one without them.
+        next epoch is this world size's own (see `varlen.batching.resume`). Under other settings
+        (`max_tokens`, `batch_size`, rungs, `cost`...), the samples not served are planned again under
+        these, said in one warning (`varlen.batching.replan`). A state saved before `segments`,
+        `draw` and `settings` were recorded loads as one without them.
 
         Raises:
             ValueError: a state of other data or seed; or, inside its epoch, of other weights, groups or
-                schedule (at an epoch's start or end it resumes there), unless ``VARLEN_RESUME=next_epoch``.
+                schedule (at an epoch's start or end it resumes there), unless `VARLEN_RESUME=next_epoch`.
         """
         if state["num_samples"] != len(self.sizes):
             raise ValueError(f"sampler state is for {state['num_samples']} samples, this dataset has {len(self.sizes)}")

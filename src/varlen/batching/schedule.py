@@ -1,20 +1,20 @@
 """`MixtureSchedule`: the sources' shares of each epoch, constant or changing over training in stages.
 
-``source_weights`` is either one set of weights (a list in source order, or a mapping by source name)
-or a schedule: a list of stages, each ``{"weights": ..., "until_epoch": E}`` (or ``"until_step": S``),
-optionally wrapped as ``{"stages": [...], "interpolate": "linear"}``. Stage k holds from the previous
+`source_weights` is either one set of weights (a list in source order, or a mapping by source name)
+or a schedule: a list of stages, each `{"weights": ..., "until_epoch": E}` (or `"until_step": S`),
+optionally wrapped as `{"stages": [...], "interpolate": "linear"}`. Stage k holds from the previous
 stage's end up to its own (exclusive); the last stage may leave its end out (it holds to the run's end).
 
-``interpolate`` says what happens inside a stage:
+`interpolate` says what happens inside a stage:
 
-* ``step`` (the default): stage k's shares hold through it, and jump to stage k + 1's at its end;
-* ``linear``: the shares move from stage k's (at its start) to stage k + 1's (reached at its end), in
+* `step` (the default): stage k's shares hold through it, and jump to stage k + 1's at its end;
+* `linear`: the shares move from stage k's (at its start) to stage k + 1's (reached at its end), in
   proportion to the position in the stage; the last stage holds its own.
 
-A position is an epoch (``until_epoch``) or a step (``until_step``: a step is one training batch per rank
+A position is an epoch (`until_epoch`) or a step (`until_step`: a step is one training batch per rank
 the trainer took, counted by the DataModule and kept in its checkpoint; a sampler used alone counts its
-plans' batches instead). An epoch draws with the shares at its first position; with ``until_step`` a stage
-that ends inside an epoch changes the shares at that step (:mod:`varlen.batching.schedule_draws`: the epoch's
+plans' batches instead). An epoch draws with the shares at its first position; with `until_step` a stage
+that ends inside an epoch changes the shares at that step (`varlen.batching.schedule_draws`: the epoch's
 rest comes from the next stage's plan).
 
 Shares are the weights normalised per stage (a stage's weights need not sum to 1). The spec is frozen
@@ -38,7 +38,7 @@ UNITS = ("until_epoch", "until_step")
 
 
 def is_schedule(value: Any) -> bool:
-    """Whether a ``source_weights`` value is a schedule (stages), not one set of weights."""
+    """Whether a `source_weights` value is a schedule (stages), not one set of weights."""
     if isinstance(value, Mapping):
         return "stages" in value and not isinstance(value["stages"], (int, float))
     return isinstance(value, Sequence) and not isinstance(value, str) and any(isinstance(v, Mapping) for v in value)
@@ -56,7 +56,7 @@ class Stage:
 class MixtureSchedule:
     """The sources' shares over training (see the module docstring).
 
-    Build it with :meth:`parse`; ``names`` are the sources in order, ``unit`` ``"epoch"`` or ``"step"``.
+    Build it with `parse`; `names` are the sources in order, `unit` `"epoch"` or `"step"`.
     """
 
     names: tuple[str, ...]
@@ -66,7 +66,7 @@ class MixtureSchedule:
 
     @classmethod
     def parse(cls, value: Any, names: Sequence[str], owner: str) -> MixtureSchedule:
-        """``value`` (weights, or stages) for sources ``names``, checked.
+        """`value` (weights, or stages) for sources `names`, checked.
 
         Raises:
             ValueError: naming the stage and what is wrong: an unknown or missing key, weights that do not
@@ -122,14 +122,14 @@ class MixtureSchedule:
         return len({s.shares for s in self.stages}) == 1
 
     def stage_at(self, position: int) -> int:
-        """The stage that holds at ``position`` (an epoch or a step)."""
+        """The stage that holds at `position` (an epoch or a step)."""
         for k, stage in enumerate(self.stages):
             if stage.until is None or position < stage.until:
                 return k
         return len(self.stages) - 1  # past the last end: the last stage holds
 
     def shares_at(self, position: int) -> np.ndarray:
-        """The sources' shares at ``position`` (float64, summing to 1, in source order)."""
+        """The sources' shares at `position` (float64, summing to 1, in source order)."""
         k = self.stage_at(position)
         stage = self.stages[k]
         shares = np.asarray(stage.shares)
@@ -140,7 +140,7 @@ class MixtureSchedule:
         return shares / shares.sum()
 
     def describe(self) -> str:
-        """One line a report or a log can show, e.g. ``until epoch 2: a 0.9, b 0.1; then: a 0.5, b 0.5``."""
+        """One line a report or a log can show, e.g. `until epoch 2: a 0.9, b 0.1; then: a 0.5, b 0.5`."""
         parts = []
         for stage in self.stages:
             when = f"until {self.unit} {stage.until}" if stage.until is not None else "then"
@@ -150,7 +150,7 @@ class MixtureSchedule:
 
 
 def _shares(weights: Any, names: tuple[str, ...], where: str) -> tuple[float, ...]:
-    """``weights`` (a list in source order, or a mapping by name) as shares summing to 1, checked."""
+    """`weights` (a list in source order, or a mapping by name) as shares summing to 1, checked."""
     if isinstance(weights, Mapping):
         missing, unknown = sorted(set(names) - set(weights)), sorted(set(weights) - set(names))
         if missing or unknown:

@@ -1,17 +1,17 @@
-"""A sampler's draws when the sources' shares follow a :class:`~varlen.batching.schedule.MixtureSchedule`.
+"""A sampler's draws when the sources' shares follow a `MixtureSchedule`.
 
-:class:`ScheduledWeights` is what a DataModule passes as the sampler's ``weights``: per-sample weights for
-any share vector (each source's share, spread inside it by its own weights). :class:`ScheduledDraws` is
-the sampler's side: epoch ``e`` on ``W`` ranks draws with the shares at its first position (the epoch, or
-the steps before it), one :class:`~varlen.batching.weights.WeightedDraw` per distinct share vector.
+`ScheduledWeights` is what a DataModule passes as the sampler's `weights`: per-sample weights for
+any share vector (each source's share, spread inside it by its own weights). `ScheduledDraws` is
+the sampler's side: epoch `e` on `W` ranks draws with the shares at its first position (the epoch, or
+the steps before it), one `WeightedDraw` per distinct share vector.
 
 Steps are the batches per rank the trainer took: a DataModule counts them as it serves them and hands each
-epoch's start to its sampler (:meth:`ScheduledDraws.know`; in its checkpoint, so a resume knows them too),
-so ``limit_train_batches`` or an epoch left early count what was trained. Where none is known (a sampler
+epoch's start to its sampler (`ScheduledDraws.know`; in its checkpoint, so a resume knows them too),
+so `limit_train_batches` or an epoch left early count what was trained. Where none is known (a sampler
 used alone), an epoch's start is the plans' counts of the epochs before it, counted once per world size.
 
-Under ``until_step`` a stage may end inside an epoch: the epoch is then served in *pieces*
-(:meth:`ScheduledDraws.pieces`), each from the plan of its own shares (the first k batches per rank from
+Under `until_step` a stage may end inside an epoch: the epoch is then served in *pieces*
+(`ScheduledDraws.pieces`), each from the plan of its own shares (the first k batches per rank from
 the first stage's plan, the next from the following stage's plan, from its batch k on), and its length is
 its last piece's plan's. A draw fixes every stratum's count, so a plan's length depends on its shares only:
 lengths are cached per (shares, world size).
@@ -38,9 +38,9 @@ KEPT_DRAWS = 4
 
 @dataclass(frozen=True, eq=False)
 class ScheduledWeights:
-    """Per-sample weights under ``schedule``: ``sources`` is each sample's source (an index into the
-    schedule's names), ``within`` its weight inside its source (each source's summing to 1, or all 0).
-    :meth:`at` gives the weights of one share vector. Build it with :meth:`build`."""
+    """Per-sample weights under `schedule`: `sources` is each sample's source (an index into the
+    schedule's names), `within` its weight inside its source (each source's summing to 1, or all 0).
+    `at` gives the weights of one share vector. Build it with `build`."""
 
     schedule: MixtureSchedule
     sources: np.ndarray
@@ -48,14 +48,14 @@ class ScheduledWeights:
 
     @classmethod
     def build(cls, schedule: MixtureSchedule, sources: np.ndarray, within: np.ndarray | None) -> ScheduledWeights:
-        """``within`` (None: equal weights) normalised inside each of the ``sources``."""
+        """`within` (None: equal weights) normalised inside each of the `sources`."""
         sources = np.asarray(sources, dtype=np.int64)
         values = np.ones(len(sources)) if within is None else np.asarray(within, dtype=np.float64)
         totals = np.bincount(sources, values, minlength=len(schedule.names))[sources]
         return cls(schedule, sources, np.divide(values, totals, out=np.zeros(len(values)), where=totals > 0))
 
     def at(self, shares: Sequence[float]) -> np.ndarray:
-        """Per-sample weights giving source ``s`` the share ``shares[s]`` of an epoch."""
+        """Per-sample weights giving source `s` the share `shares[s]` of an epoch."""
         return np.asarray(shares, dtype=np.float64)[self.sources] * self.within
 
     def __len__(self) -> int:
@@ -67,7 +67,7 @@ class ScheduledDraws:
 
     Args:
         weights: the schedule and the per-sample weights of any shares.
-        build: the sampler's draw of per-sample weights (its strata, ``num_samples``, ``replacement``).
+        build: the sampler's draw of per-sample weights (its strata, `num_samples`, `replacement`).
         count: batches per rank of an epoch drawn by a draw, on a world size (a plan's count).
     """
 
@@ -87,26 +87,26 @@ class ScheduledDraws:
         self._key: str | None = None
 
     def know(self, epoch: int, steps: int) -> None:
-        """The trainer took ``steps`` batches per rank before ``epoch`` (the DataModule counted them)."""
+        """The trainer took `steps` batches per rank before `epoch` (the DataModule counted them)."""
         self.known[int(epoch)] = int(steps)
 
     def position(self, epoch: int, world: int) -> int:
-        """Where ``epoch`` starts in the schedule's unit: the epoch, or the steps before it on ``world`` ranks."""
+        """Where `epoch` starts in the schedule's unit: the epoch, or the steps before it on `world` ranks."""
         return epoch if self.schedule.unit == "epoch" else self.steps_before(epoch, world)
 
     def shares(self, epoch: int, world: int) -> np.ndarray:
-        """The sources' shares ``epoch`` draws with on ``world`` ranks."""
+        """The sources' shares `epoch` draws with on `world` ranks."""
         return self.schedule.shares_at(self.position(epoch, world))
 
     def stage(self, epoch: int, world: int) -> int:
-        """The stage that holds at ``epoch``'s first position."""
+        """The stage that holds at `epoch`'s first position."""
         return self.schedule.stage_at(self.position(epoch, world))
 
     def draw(self, epoch: int, world: int) -> WeightedDraw:
         return self.draw_for(self.shares(epoch, world))
 
     def draw_for(self, shares: Sequence[float]) -> WeightedDraw:
-        """The draw of one share vector (the last :data:`KEPT_DRAWS` are kept)."""
+        """The draw of one share vector (the last `KEPT_DRAWS` are kept)."""
         key = tuple(float(s) for s in shares)
         if key in self._draws:
             self._draws.move_to_end(key)
@@ -117,15 +117,15 @@ class ScheduledDraws:
         return self._draws[key]
 
     def plan_length(self, shares: Sequence[float], world: int) -> int:
-        """Batches per rank of a whole epoch of ``shares``'s draw on ``world`` ranks."""
+        """Batches per rank of a whole epoch of `shares`'s draw on `world` ranks."""
         key = (tuple(float(s) for s in shares), world)
         if key not in self._lengths:
             self._lengths[key] = self._count(self.draw_for(key[0]), world)
         return self._lengths[key]
 
     def pieces(self, epoch: int, world: int) -> list[tuple[int, tuple[float, ...]]]:
-        """``epoch``'s pieces on ``world`` ranks: ``(first batch per rank, shares)``, the shares changing where
-        a stage ends inside the epoch (``until_step`` only; one piece otherwise)."""
+        """`epoch`'s pieces on `world` ranks: `(first batch per rank, shares)`, the shares changing where
+        a stage ends inside the epoch (`until_step` only; one piece otherwise)."""
         return self._pieces_from(self.position(epoch, world), world)
 
     def _pieces_from(self, start: int, world: int) -> list[tuple[int, tuple[float, ...]]]:
@@ -142,7 +142,7 @@ class ScheduledDraws:
         return out
 
     def length(self, epoch: int, world: int) -> int:
-        """Batches per rank of ``epoch`` served from its start on ``world`` ranks."""
+        """Batches per rank of `epoch` served from its start on `world` ranks."""
         return self._length_from(self.position(epoch, world), world)
 
     def _length_from(self, start: int, world: int) -> int:
@@ -151,7 +151,7 @@ class ScheduledDraws:
         return max(first, self.plan_length(shares, world))
 
     def steps_before(self, epoch: int, world: int) -> int:
-        """Batches per rank before ``epoch``: as the trainer took them where known, else counted from the plans
+        """Batches per rank before `epoch`: as the trainer took them where known, else counted from the plans
         of the epochs since the last known one (from epoch 0: counted once per world size)."""
         if epoch in self.known:
             return self.known[epoch]
@@ -172,8 +172,8 @@ class ScheduledDraws:
 
 
 def join_pieces(plans: list[Plan], firsts: list[int], num_replicas: int) -> Plan:
-    """One epoch from pieces of several plans: plan j's batches from ``firsts[j]`` per rank up to where the next
-    piece starts (the last: to its end), in serving order (each rank's t-th batch is batch ``t * W + r``)."""
+    """One epoch from pieces of several plans: plan j's batches from `firsts[j]` per rank up to where the next
+    piece starts (the last: to its end), in serving order (each rank's t-th batch is batch `t * W + r`)."""
     if len(plans) == 1:
         return plans[0]
     orders, rows, offset = [], [], 0

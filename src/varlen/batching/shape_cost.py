@@ -1,13 +1,13 @@
 """What batch shapes cost a run: the distinct shapes an epoch served, and the time of the steps that met one
-for the first time (read by :class:`~varlen.batching.data_wait.DataWait`).
+for the first time (read by `DataWait`).
 
-Why: a GPU pays once for each new batch shape (cuDNN attention builds a plan per ``(batch, length)`` in
+Why: a GPU pays once for each new batch shape (cuDNN attention builds a plan per `(batch, length)` in
 bf16; torch.compile and CUDA graphs record one), on the host, inside the step that first meets it. So a
 step's host time says it without synchronising the device: a step on a new shape takes longer than the
 later steps of the same shape. The extra time of those first steps, over their shapes' later median, is
-what the shapes cost; past a tenth of the epoch it gets one line of advice: fewer shapes (``max_shapes``, named
-only for a DataModule that takes it), paid before training (:class:`~varlen.batching.warmup.WarmShapes`). Only
-where a shape has a first-time cost (:func:`first_time_cost`: a compiled model, a device other than a CPU): on a
+what the shapes cost; past a tenth of the epoch it gets one line of advice: fewer shapes (`max_shapes`, named
+only for a DataModule that takes it), paid before training (`WarmShapes`). Only
+where a shape has a first-time cost (`first_time_cost`: a compiled model, a device other than a CPU): on a
 CPU in eager mode a slow first step is the machine's load, not its shape.
 """
 
@@ -26,8 +26,8 @@ __all__ = ["ShapeCost", "first_time_cost", "shape_advice", "shape_key", "takes_m
 
 
 def shape_key(batch: Any, mask_keys: tuple[str, ...] = ()) -> tuple:
-    """The shapes of a batch's tensors, by name: a dict's, a dataclass's, or what ``to_dict()`` gives (a PyG
-    ``Batch``); a plain tensor's own. With a DataModule's ``mask_keys`` (all in the batch), those alone: the
+    """The shapes of a batch's tensors, by name: a dict's, a dataclass's, or what `to_dict()` gives (a PyG
+    `Batch`); a plain tensor's own. With a DataModule's `mask_keys` (all in the batch), those alone: the
     padded shapes (a packed row's is one shape, whatever its labels' count). Metadata only: nothing is read
     from the device."""
     if mask_keys and isinstance(batch, Mapping) and all(k in batch for k in mask_keys):
@@ -63,7 +63,7 @@ class ShapeCost:
         return list(self.first.values())
 
     def step(self, key: tuple, seconds: float) -> None:
-        """A training step on a batch of shapes ``key`` that took ``seconds`` on the host."""
+        """A training step on a batch of shapes `key` that took `seconds` on the host."""
         self.shapes.add(key)
         if key not in self.seen:
             self.seen.add(key)
@@ -85,7 +85,7 @@ class ShapeCost:
 
 
 def first_time_cost(module: torch.nn.Module) -> str | None:
-    """Why a batch shape new to ``module`` costs extra the first time it runs: a compiled part (torch.compile
+    """Why a batch shape new to `module` costs extra the first time it runs: a compiled part (torch.compile
     records a graph per shape), else its device when not a CPU (cuDNN plans, CUDA graphs, MPS kernels); None
     where it costs nothing extra: eager on a CPU, where a step's time follows its size alone."""
     from torch._dynamo import OptimizedModule  # as Lightning's own check (it imports it already)
@@ -102,7 +102,7 @@ def first_time_cost(module: torch.nn.Module) -> str | None:
 
 
 def takes_max_shapes(datamodule: Any) -> bool:
-    """Whether ``datamodule`` has a ``max_shapes`` argument (the DataModules whose batches pad to rungs)."""
+    """Whether `datamodule` has a `max_shapes` argument (the DataModules whose batches pad to rungs)."""
     try:
         return "max_shapes" in inspect.signature(type(datamodule)).parameters
     except (TypeError, ValueError):
@@ -112,8 +112,8 @@ def takes_max_shapes(datamodule: Any) -> bool:
 def shape_advice(
     epoch: int, distinct: int, new: int, extra_s: float, share: float, datamodule: Any = None, cost: str | None = None
 ) -> str:
-    """The line rank zero logs when steps on new shapes took over a tenth of an epoch; ``epoch`` counted from
-    1 as the epoch lines count it, ``cost`` what :func:`first_time_cost` said. It names ``max_shapes`` only for
+    """The line rank zero logs when steps on new shapes took over a tenth of an epoch; `epoch` counted from
+    1 as the epoch lines count it, `cost` what `first_time_cost` said. It names `max_shapes` only for
     a DataModule that takes it."""
     line = (
         f"varlen: {new} steps of epoch {epoch} met a batch shape for the first time and took {extra_s:.1f} s more "

@@ -1,6 +1,6 @@
 """`PlanSpec`: how a plan cuts batches (a fixed batch size or a token budget, its cost, buckets, rungs), the one
-value every plan takes, the in-memory one (:mod:`varlen.batching.plan`) and the streamed one
-(:mod:`varlen.stream.layout`); and the spec of a sampler's settings given one by one."""
+value every plan takes, the in-memory one (`varlen.batching.plan`) and the streamed one
+(`varlen.stream.layout`); and the spec of a sampler's settings given one by one."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from varlen.batching.shape_policy import Rungs
 __all__ = ["COST_MODES", "MAX_BUCKETS", "SUMMED", "PlanSpec", "sizes_spec", "spec_settings"]
 
 COST_MODES = ("padded", "sum", "packed")
-#: costs that sum the sizes (nothing padded): ``packed`` is ``sum`` whose in-memory plan fills batches best-fit
+#: costs that sum the sizes (nothing padded): `packed` is `sum` whose in-memory plan fills batches best-fit
 SUMMED = ("sum", "packed")
 #: with the geometric edges (at most ~450 for int32 sizes), bucket ids stay within int16
 MAX_BUCKETS = 16384
@@ -23,28 +23,28 @@ MAX_BUCKETS = 16384
 
 @dataclass(frozen=True)
 class PlanSpec:
-    """How to cut batches. Exactly one of ``batch_size`` and ``max_tokens`` is set.
+    """How to cut batches. Exactly one of `batch_size` and `max_tokens` is set.
 
     Attributes:
         batch_size: fixed number of samples per batch.
-        max_tokens: budget per batch, one value per size dimension. With ``cost="padded"`` the
-            cost of a batch is ``len(batch) * max(size)`` (what a padded tensor holds); with
-            ``cost="sum"`` it is ``sum(size)`` (graphs: nothing is padded).
-        cost: ``"padded"``, ``"sum"``, or ``"packed"`` (``sum`` for samples laid end to end in a row of
-            ``max_tokens``: the in-memory plan fills each batch best-fit, see :func:`~varlen.batching.plan.best_fit`).
+        max_tokens: budget per batch, one value per size dimension. With `cost="padded"` the
+            cost of a batch is `len(batch) * max(size)` (what a padded tensor holds); with
+            `cost="sum"` it is `sum(size)` (graphs: nothing is padded).
+        cost: `"padded"`, `"sum"`, or `"packed"` (`sum` for samples laid end to end in a row of
+            `max_tokens`: the in-memory plan fills each batch best-fit, see `best_fit`).
         max_batch_size: optional cap on samples per batch under a token budget.
         num_buckets: size buckets per dimension; more buckets, less padding, less mixing.
-            None: about four batches' worth of samples per bucket (see :func:`~varlen.batching.plan.auto_buckets`).
+            None: about four batches' worth of samples per bucket (see `auto_buckets`).
         pad_to_multiple_of: sizes are rounded up to this multiple before costing, so the budget
             also holds for collates that pad to a multiple of 8; packed, the row is padded, never a sample
-            (:attr:`size_multiple`).
-        rungs: the shape policy's padded lengths, one :class:`~varlen.batching.shape_policy.Rungs` per size
-            axis (see :mod:`varlen.batching.shape_policy`): they are the buckets, a sample is costed at its
+            (`size_multiple`).
+        rungs: the shape policy's padded lengths, one `Rungs` per size
+            axis (see `varlen.batching.shape_policy`): they are the buckets, a sample is costed at its
             rung (what the collate pads its batch to), and a group's short last batch is cut into
             powers of two. None: buckets from the sizes, costed at their largest.
-        rung_batch_sizes: with one axis of ``rungs`` and a token budget, the most samples a batch of each
-            rung holds (what ``varlen tune --budget`` measures per rung: each rung's largest batch that fits
-            the device), on top of ``max_tokens`` and ``max_batch_size``.
+        rung_batch_sizes: with one axis of `rungs` and a token budget, the most samples a batch of each
+            rung holds (what `varlen tune --budget` measures per rung: each rung's largest batch that fits
+            the device), on top of `max_tokens` and `max_batch_size`.
     """
 
     batch_size: int | None = None
@@ -89,8 +89,8 @@ class PlanSpec:
 
     @property
     def size_multiple(self) -> int | None:
-        """What a sample's size is rounded up to before it is costed: ``pad_to_multiple_of``, but packed nothing
-        (the samples lie end to end at their real sizes; only the row is padded, to ``max_tokens`` rounded up)."""
+        """What a sample's size is rounded up to before it is costed: `pad_to_multiple_of`, but packed nothing
+        (the samples lie end to end at their real sizes; only the row is padded, to `max_tokens` rounded up)."""
         return None if self.cost == "packed" else self.pad_to_multiple_of
 
 
@@ -105,8 +105,8 @@ def sizes_spec(
     rungs: Sequence[Rungs] | None = None,
     rung_batch_sizes: Sequence[int] | None = None,
 ) -> PlanSpec:
-    """The :class:`PlanSpec` of :class:`~varlen.batching.BucketBatchSampler`'s arguments for sizes of ``axes``
-    size axes (``max_tokens`` an int: the same budget on every axis)."""
+    """The `PlanSpec` of `BucketBatchSampler`'s arguments for sizes of `axes`
+    size axes (`max_tokens` an int: the same budget on every axis)."""
     if isinstance(max_tokens, (int, np.integer)):
         max_tokens = (int(max_tokens),) * axes
     return PlanSpec(
@@ -122,8 +122,8 @@ def sizes_spec(
 
 
 def spec_settings(spec: PlanSpec, given: dict[str, Any]) -> tuple:
-    """``spec``'s settings one by one, in :class:`PlanSpec`'s order, for a sampler whose
-    arguments (``given``) set none of them.
+    """`spec`'s settings one by one, in `PlanSpec`'s order, for a sampler whose
+    arguments (`given`) set none of them.
 
     Raises:
         TypeError: a setting given beside the spec.

@@ -22,7 +22,7 @@ class BatchStats(NamedTuple):
 
 def mask_stats(batch: Mapping[str, Any], mask_keys: Sequence[str]) -> BatchStats:
     """Batch stats from keep-masks (True = real): real = sum over masks, padded = their sizes; samples are the
-    batch's ``index`` entries where it has one (a packed row's mask has one row for many samples)."""
+    batch's `index` entries where it has one (a packed row's mask has one row for many samples)."""
     masks = [batch[k] for k in mask_keys]
     if not masks:
         raise ValueError("mask_stats needs at least one mask key")
@@ -34,7 +34,7 @@ def mask_stats(batch: Mapping[str, Any], mask_keys: Sequence[str]) -> BatchStats
 
 def training_batch_stats(trainer: pl.Trainer, batch: Any) -> BatchStats | None:
     """A training batch's counts: those its varlen DataModule took on the host before the transfer
-    (``host_stats``), else the DataModule's ``batch_stats`` of the batch, else None."""
+    (`host_stats`), else the DataModule's `batch_stats` of the batch, else None."""
     datamodule = getattr(trainer, "datamodule", None)
     stats = getattr(datamodule, "host_stats", None)
     if stats is None and hasattr(datamodule, "batch_stats"):
@@ -44,33 +44,33 @@ def training_batch_stats(trainer: pl.Trainer, batch: Any) -> BatchStats | None:
 
 def training_field_stats(trainer: pl.Trainer) -> dict[str, BatchStats] | None:
     """A training batch's counts per variable-length field, where its DataModule serves several and took
-    them on the host (``host_fields``: e.g. ``SequenceDataModule``'s ``field_stats``), else None."""
+    them on the host (`host_fields`: e.g. `SequenceDataModule`'s `field_stats`), else None."""
     return getattr(getattr(trainer, "datamodule", None), "host_fields", None) or None
 
 
 class PaddingTelemetry(pl.Callback):
     """Logs padding efficiency (real / padded elements), real elements per second and batch size.
 
-    Per training step (this rank's batch): ``telemetry/padding_efficiency``,
-    ``telemetry/real_per_s`` and ``telemetry/batch_size``. Per epoch, over every rank's batches:
-    ``telemetry/epoch_padding_efficiency``, ``telemetry/epoch_samples_per_s``,
-    ``telemetry/epoch_real_per_s`` (samples and elements summed over ranks, divided by the
+    Per training step (this rank's batch): `telemetry/padding_efficiency`,
+    `telemetry/real_per_s` and `telemetry/batch_size`. Per epoch, over every rank's batches:
+    `telemetry/epoch_padding_efficiency`, `telemetry/epoch_samples_per_s`,
+    `telemetry/epoch_real_per_s` (samples and elements summed over ranks, divided by the
     slowest rank's time), for a DataModule of several variable-length fields each one's
-    ``telemetry/epoch_padding_efficiency_<field>`` (:func:`training_field_stats`), and for a training
-    split of several sources ``telemetry/served_<source>`` (its
-    samples served, over ranks) beside ``telemetry/scheduled_<source>`` (the samples its share of the epoch,
-    as ``source_weights`` or their schedule set it for this epoch, asks of the same total), kept in
-    :attr:`epochs` as well, the same on every rank. Rates use the
+    `telemetry/epoch_padding_efficiency_<field>` (`training_field_stats`), and for a training
+    split of several sources `telemetry/served_<source>` (its
+    samples served, over ranks) beside `telemetry/scheduled_<source>` (the samples its share of the epoch,
+    as `source_weights` or their schedule set it for this epoch, asks of the same total), kept in
+    `epochs` as well, the same on every rank. Rates use the
     wall time between batch starts, so they include data loading. Works with any logger (it logs
-    through ``LightningModule.log``).
+    through `LightningModule.log`).
 
     A varlen DataModule counts each training batch while it is still on the host
-    (``on_before_batch_transfer``: :attr:`VarLenDataModule.host_stats`), so counting never waits
-    for the device; with ``mask_keys``, or another DataModule, the masks are counted where they are.
+    (`on_before_batch_transfer`: `VarLenDataModule.host_stats`), so counting never waits
+    for the device; with `mask_keys`, or another DataModule, the masks are counted where they are.
 
     Args:
         mask_keys: batch keys of keep-masks to count. Default: the DataModule's counts
-            (``datamodule.batch_stats(batch)``), which every varlen DataModule provides.
+            (`datamodule.batch_stats(batch)`), which every varlen DataModule provides.
     """
 
     def __init__(self, mask_keys: Sequence[str] | None = None) -> None:

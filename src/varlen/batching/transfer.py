@@ -5,15 +5,15 @@ moves the storage to shared memory, and the main process fetches the file descri
 of the worker, which must first get the worker's GIL (the worker is busy collating the next batch).
 That costs about 0.7 ms a tensor on 2 cores: a text batch of five tensors spent 2.8 ms in the
 hand-over and 0.03 ms in its collate (measured with torch's sharing by file descriptor; VarLenLoader's
-workers share by name, :mod:`varlen.batching.loader`, where each file costs the worker and the main process
-a round trip to torch_shm_manager instead). :class:`PackingCollate` copies a batch's plain CPU tensors into
+workers share by name, `varlen.batching.loader`, where each file costs the worker and the main process
+a round trip to torch_shm_manager instead). `PackingCollate` copies a batch's plain CPU tensors into
 one shared buffer in the worker and pickles the rest of the batch beside it (with torch's reducers,
-so any other tensor still travels in shared memory); :func:`unpack` rebuilds the batch in the main
-process. Any structure pickles (dicts, dataclasses, PyG's ``Batch``).
+so any other tensor still travels in shared memory); `unpack` rebuilds the batch in the main
+process. Any structure pickles (dicts, dataclasses, PyG's `Batch`).
 
 In the main process a view of the buffer keeps the whole buffer alive, so only a batch's inputs are
-views: a tensor of two dimensions or more that holds at least :data:`VIEW_SHARE` of the buffer (and
-:data:`VIEW_BYTES`). Any other is a copy, whatever its size: a 0-D or 1-D tensor (labels, indices,
+views: a tensor of two dimensions or more that holds at least `VIEW_SHARE` of the buffer (and
+`VIEW_BYTES`). Any other is a copy, whatever its size: a 0-D or 1-D tensor (labels, indices,
 lengths; the index of a 4,096-sample batch is 32 KiB of a 90 MiB buffer) or a small part of the batch
 (multi-task targets), so holding those past the batch (for an epoch's metric) holds nothing else, and
 holding a view holds at most four times its bytes. Copying a 1-D input (a packed batch's values) costs
@@ -43,7 +43,7 @@ VIEW_SHARE = 0.25
 
 
 class SharedBatch:
-    """A batch as one shared ``uint8`` buffer, each plain tensor's place in it, and the rest pickled."""
+    """A batch as one shared `uint8` buffer, each plain tensor's place in it, and the rest pickled."""
 
     __slots__ = ("buffer", "payload", "places")
 
@@ -69,7 +69,7 @@ def _packable(obj: Any) -> bool:
 
 
 class _Collector(ForkingPickler):
-    """Pickles a batch with each plain CPU tensor left out, its id the tensor's index in :attr:`tensors`;
+    """Pickles a batch with each plain CPU tensor left out, its id the tensor's index in `tensors`;
     other tensors go by torch's reducers (shared memory), as the loader's queue would send them."""
 
     def __init__(self, file: io.BytesIO) -> None:
@@ -88,7 +88,7 @@ class _Collector(ForkingPickler):
 
 
 def pack(batch: Any) -> Any:
-    """``batch`` as a :class:`SharedBatch` (its plain tensors copied into one shared buffer), or as it is
+    """`batch` as a `SharedBatch` (its plain tensors copied into one shared buffer), or as it is
     when it holds fewer than two (one tensor already travels in one file)."""
     file = io.BytesIO()
     collector = _Collector(file)
@@ -110,7 +110,7 @@ def pack(batch: Any) -> Any:
 
 
 def _input(tensor: torch.Tensor, nbytes: int, buffer_bytes: int) -> bool:
-    """Whether ``tensor`` is served as a view of the batch's buffer (see the module docstring)."""
+    """Whether `tensor` is served as a view of the batch's buffer (see the module docstring)."""
     return tensor.dim() >= 2 and nbytes >= max(VIEW_BYTES, VIEW_SHARE * buffer_bytes)
 
 
@@ -130,12 +130,12 @@ class _Rebuilder(pickle.Unpickler):
 
 
 def unpack(data: Any) -> Any:
-    """The batch a :class:`SharedBatch` holds (see the module docstring); anything else as it is."""
+    """The batch a `SharedBatch` holds (see the module docstring); anything else as it is."""
     return _Rebuilder(data).load() if isinstance(data, SharedBatch) else data
 
 
 class PackingCollate:
-    """``collate_fn`` whose batches leave the worker packed (:func:`pack`); it pickles as ``collate_fn`` does."""
+    """`collate_fn` whose batches leave the worker packed (`pack`); it pickles as `collate_fn` does."""
 
     def __init__(self, collate_fn: Callable[[Any], Any]) -> None:
         self.collate_fn = collate_fn

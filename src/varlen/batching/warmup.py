@@ -1,23 +1,23 @@
 """`WarmShapes`: every batch shape of the coming epoch run once through the model before training.
 
-Why: a GPU pays once for each new batch shape (cuDNN attention builds a plan per ``(batch, length)``
+Why: a GPU pays once for each new batch shape (cuDNN attention builds a plan per `(batch, length)`
 in bf16, torch.compile and CUDA graphs record per shape), and a bucketed epoch would otherwise pay
 each one in the middle of training, where under DDP the other ranks wait for it. The shape policy
-(``max_shapes``, :mod:`varlen.batching.shape_policy`) keeps the shapes few; this pays them up front. Where a
-shape costs nothing extra (:func:`~varlen.batching.shape_cost.first_time_cost`: eager on a CPU) the
+(`max_shapes`, `varlen.batching.shape_policy`) keeps the shapes few; this pays them up front. Where a
+shape costs nothing extra (`first_time_cost`: eager on a CPU) the
 warm-up would only spend time (52 s of a 539 s text fit), so by default it runs on another device or
 for a compiled model only, and says in one line why it skips elsewhere.
 
 How it stays invisible to training: before the first training step of a fit (fresh or resumed), one
 real batch of each distinct shape of the epoch's plan (every rank's, so every rank warms the same
 shapes) is fetched and collated as the loader would, moved to the device, and run through the
-module's ``training_step`` and a backward pass under the trainer's precision, with logging silenced.
+module's `training_step` and a backward pass under the trainer's precision, with logging silenced.
 No optimizer steps; what a step may still change (a buffer its forward reassigns, a plain attribute,
 gradients, a learning rate set in place, torchmetrics states, the AMP scaler, every random generator)
-is given back by name (:func:`~varlen.batching.given_back.given_back`), so a run with the warm-up
+is given back by name (`given_back`), so a run with the warm-up
 trains bit for bit as one without it. The module is called directly, not through the DDP wrapper: no
 collective runs, so ranks need not agree on the count. A module with manual optimization (its
-``training_step`` steps optimizers) is skipped.
+`training_step` steps optimizers) is skipped.
 """
 
 from __future__ import annotations
@@ -44,25 +44,25 @@ WHEN = ("auto", "always")
 
 
 def shape_batches(sampler: Any, epoch: int) -> list[list[int]]:
-    """One batch of ``epoch`` for each distinct shape of ``sampler``'s plan, as it serves them (varlen's
-    samplers: ``shape_batches``), the widest first; [] for a sampler that cannot tell its shapes."""
+    """One batch of `epoch` for each distinct shape of `sampler`'s plan, as it serves them (varlen's
+    samplers: `shape_batches`), the widest first; [] for a sampler that cannot tell its shapes."""
     shape_batches_of = getattr(sampler, "shape_batches", None)
     return [] if shape_batches_of is None else list(shape_batches_of(epoch))
 
 
 class WarmShapes(pl.Callback):
     """Run each batch shape of the coming epoch once before the first training step (see the module
-    docstring); ``varlen fit`` adds it (``--warm_shapes=false`` leaves it out). Your own Trainer:
-    ``Trainer(callbacks=[WarmShapes()])``.
+    docstring); `varlen fit` adds it (`--warm_shapes=false` leaves it out). Your own Trainer:
+    `Trainer(callbacks=[WarmShapes()])`.
 
-    It logs on the ``varlen`` logger how many shapes it ran, on which device and in how long, and keeps
-    them in :attr:`shapes` and :attr:`seconds`; or, skipped, why.
+    It logs on the `varlen` logger how many shapes it ran, on which device and in how long, and keeps
+    them in `shapes` and `seconds`; or, skipped, why.
 
     Args:
         max_batches: warm at most this many shapes (the widest first); None: all of them (at most as many as
-            the epoch's training steps, under ``limit_train_batches``).
-        when: ``"auto"``: where a new shape has a first-time cost (a device other than a CPU, a compiled
-            model); ``"always"``: on a CPU in eager mode too.
+            the epoch's training steps, under `limit_train_batches`).
+        when: `"auto"`: where a new shape has a first-time cost (a device other than a CPU, a compiled
+            model); `"always"`: on a CPU in eager mode too.
     """
 
     def __init__(self, max_batches: int | None = None, when: Literal["auto", "always"] = "auto") -> None:
@@ -120,14 +120,14 @@ def _training_state(trainer: pl.Trainer) -> tuple[list[Any], list[Any], Any]:
 
 
 def fetch(loader: Any, indices: list[int]) -> Any:
-    """The collated batch of ``indices``, fetched as the loader's workers would (its batched fetch when
-    the dataset has one, else a list of samples) and collated by its ``collate_fn``."""
+    """The collated batch of `indices`, fetched as the loader's workers would (its batched fetch when
+    the dataset has one, else a list of samples) and collated by its `collate_fn`."""
     return loader.collate_fn(fetch_batch(loader.dataset, indices))
 
 
 @contextlib.contextmanager
 def silenced(module: pl.LightningModule) -> Iterator[None]:
-    """``module.log`` and ``log_dict`` do nothing inside (a warm-up step logs no metric)."""
+    """`module.log` and `log_dict` do nothing inside (a warm-up step logs no metric)."""
     module.log = module.log_dict = lambda *args, **kwargs: None
     try:
         yield

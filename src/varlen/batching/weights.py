@@ -1,33 +1,33 @@
 """Weighted draws of an epoch's samples, stratified so that the plan's shape never moves.
 
-An epoch of a weighted sampler serves ``num_samples`` indices drawn in proportion to per-sample
-``weights``. A plain multinomial draw would change how many samples land in each size bucket
-from one epoch to the next, so the batch cuts, and ``len()``, would move (Lightning reads
-``len()`` once; ranks must agree on it). So the draw is stratified: a *stratum* is a size bucket
+An epoch of a weighted sampler serves `num_samples` indices drawn in proportion to per-sample
+`weights`. A plain multinomial draw would change how many samples land in each size bucket
+from one epoch to the next, so the batch cuts, and `len()`, would move (Lightning reads
+`len()` once; ranks must agree on it). So the draw is stratified: a *stratum* is a size bucket
 (and a group, when batches keep groups apart, and a share id, a mixture's source, when batches mix them),
 and each stratum's count is fixed once, from the
-weights: ``num_samples * stratum weight / total weight``, rounded along the strata in their order
+weights: `num_samples * stratum weight / total weight`, rounded along the strata in their order
 (a group's buckets one after the other, groups in order) so that every run of consecutive strata,
 a group or a source made of groups, gets its own share within one sample, and the counts sum to
-``num_samples``. Only *which* samples fill each stratum is drawn every epoch:
+`num_samples`. Only *which* samples fill each stratum is drawn every epoch:
 
-* with replacement: each of a stratum's draws picks a sample with probability ``w / stratum
-  weight`` (inverse-CDF on the stratum's cumulative weights), so a sample's expected count per
-  epoch is ``num_samples * w / total``, as in a multinomial draw;
-* without replacement: the stratum's ``count`` samples of smallest ``E / w`` (``E`` a standard
+* with replacement: each of a stratum's draws picks a sample with probability `w / stratum
+  weight` (inverse-CDF on the stratum's cumulative weights), so a sample's expected count per
+  epoch is `num_samples * w / total`, as in a multinomial draw;
+* without replacement: the stratum's `count` samples of smallest `E / w` (`E` a standard
   exponential draw per sample), which is successive weighted sampling without replacement
-  (Efraimidis and Spirakis), what torch's ``WeightedRandomSampler(replacement=False)`` does.
+  (Efraimidis and Spirakis), what torch's `WeightedRandomSampler(replacement=False)` does.
   Counts are then capped at the stratum's number of nonzero weights and the excess shared out
-  over the other strata in proportion to their weight, so ``num_samples`` equal to the nonzero
+  over the other strata in proportion to their weight, so `num_samples` equal to the nonzero
   weights serves every one of them once.
 
-Which one (:func:`draws_with_replacement`, one rule for the in-memory and the streamed plans): a *source*
+Which one (`draws_with_replacement`, one rule for the in-memory and the streamed plans): a *source*
 (a mixture's, or the whole split) is drawn with replacement when its samples are weighted (their nonzero
 weights differ: a weight is then a sample's expected count, which only repeats can give) or when it serves
 more samples than it holds; otherwise without, so a source served its own size serves each sample once.
-:func:`draw_strata` draws the samples of every stratum, for both plans.
+`draw_strata` draws the samples of every stratum, for both plans.
 
-Every random number is a counter-based draw of ``(seed, epoch, slot)`` (:mod:`varlen.prepare.draws`):
+Every random number is a counter-based draw of `(seed, epoch, slot)` (`varlen.prepare.draws`):
 the draw is a pure, vectorised function of the weights, the counts, the seed and the epoch, so a
 resumed run, any rank and any world size see the same samples. The price of fixed counts: a
 stratum's, a group's or a source's count departs from its share by less than one sample per
@@ -50,7 +50,7 @@ __all__ = ["WeightedDraw", "check_weights", "draw_strata", "draws_with_replaceme
 
 
 def check_weights(weights, num_items: int) -> np.ndarray:
-    """``weights`` as float64 ``[num_items]``, or ValueError naming the first offending index."""
+    """`weights` as float64 `[num_items]`, or ValueError naming the first offending index."""
     values = np.asarray(weights, dtype=np.float64)
     if values.ndim != 1:
         raise ValueError(f"weights must be one value per sample, got shape {values.shape}")
@@ -66,7 +66,7 @@ def check_weights(weights, num_items: int) -> np.ndarray:
 
 
 def strata_of(bucket_ids: np.ndarray, groups: np.ndarray | None = None, shares: np.ndarray | None = None) -> np.ndarray:
-    """Stratum ``0 .. S - 1`` of each sample: its bucket ids ``[N, D]``, group and share id (a mixture's
+    """Stratum `0 .. S - 1` of each sample: its bucket ids `[N, D]`, group and share id (a mixture's
     source), numbered in sorted order (group, then share id, then bucket), so that a group's or a share id's
     strata are consecutive and their rounded counts add up to their share within one sample."""
     keys = bucket_ids.astype(np.int64)
@@ -81,13 +81,13 @@ def strata_of(bucket_ids: np.ndarray, groups: np.ndarray | None = None, shares: 
 
 
 def stratum_counts(totals: np.ndarray, num_samples: int, caps: np.ndarray | None = None) -> np.ndarray:
-    """How many of ``num_samples`` each stratum gives, in proportion to its weight ``totals``; at most
-    ``caps`` each when given (a capped stratum's excess is shared out over the others in proportion to
+    """How many of `num_samples` each stratum gives, in proportion to its weight `totals`; at most
+    `caps` each when given (a capped stratum's excess is shared out over the others in proportion to
     their weight).
 
-    The shares are rounded along the strata: the counts of strata ``0..k`` are the rounded sum of
+    The shares are rounded along the strata: the counts of strata `0..k` are the rounded sum of
     their shares, so any run of consecutive strata (a group's buckets, a source's groups) gets its
-    summed share within one sample, and each stratum ``floor`` or ``ceil`` of its own (never over
+    summed share within one sample, and each stratum `floor` or `ceil` of its own (never over
     its cap, never one of zero weight)."""
     share = num_samples * totals / totals.sum()
     if caps is not None:
@@ -111,14 +111,14 @@ def stratum_counts(totals: np.ndarray, num_samples: int, caps: np.ndarray | None
 
 
 def draws_with_replacement(count: int, size: int, weighted: bool) -> bool:
-    """Whether a source serving ``count`` samples of its ``size`` (nonzero weight) is drawn with replacement:
-    when its samples are ``weighted`` (unequal weights: expected counts need repeats) or ``count`` is over
-    ``size``; otherwise without, so every sample comes at most once."""
+    """Whether a source serving `count` samples of its `size` (nonzero weight) is drawn with replacement:
+    when its samples are `weighted` (unequal weights: expected counts need repeats) or `count` is over
+    `size`; otherwise without, so every sample comes at most once."""
     return bool(weighted) or int(count) > int(size)
 
 
 def unequal(weights: np.ndarray) -> bool:
-    """Whether the nonzero ``weights`` differ (a source's samples weighted, not merely included)."""
+    """Whether the nonzero `weights` differ (a source's samples weighted, not merely included)."""
     positive = np.asarray(weights, np.float64)
     positive = positive[positive > 0]
     return bool(len(positive)) and not np.allclose(positive, positive[0], rtol=1e-12, atol=0)
@@ -136,10 +136,10 @@ def draw_strata(
     epoch: int,
     salt: int = 0,
 ) -> np.ndarray:
-    """Positions into the samples (their ``ids``, ``strata``, draw ``weights``) of the ``counts[s]`` drawn
-    from each stratum ``s``, by stratum, ascending: with ``replacement[s]``, inverse-CDF draws over its
-    members' cumulative weights (random numbers of ``(name, seed, epoch, salt, slot)``); without, its
-    ``counts[s]`` members of smallest ``E / w`` (``E`` of ``(name, seed, epoch, id)``: a sample's key is the
+    """Positions into the samples (their `ids`, `strata`, draw `weights`) of the `counts[s]` drawn
+    from each stratum `s`, by stratum, ascending: with `replacement[s]`, inverse-CDF draws over its
+    members' cumulative weights (random numbers of `(name, seed, epoch, salt, slot)`); without, its
+    `counts[s]` members of smallest `E / w` (`E` of `(name, seed, epoch, id)`: a sample's key is the
     same wherever it is drawn). Weight 0 is never drawn."""
     ids = np.asarray(ids, np.int64)
     strata = np.asarray(strata, np.int64)
@@ -162,7 +162,7 @@ def draw_strata(
 
 
 def _with_replacement(members, starts, strata, values, counts, name, seed, epoch, salt) -> np.ndarray:
-    """Each stratum's ``counts[s]`` inverse-CDF draws over its members' normalised cumulative weights."""
+    """Each stratum's `counts[s]` inverse-CDF draws over its members' normalised cumulative weights."""
     totals = np.bincount(strata, values, minlength=len(counts))
     slot_stratum = np.repeat(np.arange(len(counts)), counts)
     if (totals[slot_stratum] <= 0).any():
@@ -180,7 +180,7 @@ def _with_replacement(members, starts, strata, values, counts, name, seed, epoch
 
 
 def _without_replacement(ids, strata, values, counts, name, seed, epoch) -> np.ndarray:
-    """Each stratum's ``counts[s]`` members of smallest exponential key ``E / w`` (weight 0: never)."""
+    """Each stratum's `counts[s]` members of smallest exponential key `E / w` (weight 0: never)."""
     bits = counter_bits(f"{name} without replacement", seed, epoch, ids, np.zeros(1))
     keys = np.divide(-np.log1p(-unit_floats(bits[:, 0])), values, out=np.full(len(ids), np.inf), where=values > 0)
     order = np.lexsort((keys, strata))
@@ -193,14 +193,14 @@ def _without_replacement(ids, strata, values, counts, name, seed, epoch) -> np.n
 class WeightedDraw:
     """One epoch's weighted, stratified draw of sample indices (see the module docstring).
 
-    Build it with :meth:`build`; :meth:`sample` gives the indices of ``(seed, epoch)``.
+    Build it with `build`; `sample` gives the indices of `(seed, epoch)`.
 
     Attributes:
-        weights: ``[N]`` validated weights.
-        strata: ``[N]`` stratum of each sample (0 .. S - 1).
-        counts: ``[S]`` samples each stratum gives every epoch (they sum to ``num_samples``).
-        replacement: ``[S]`` whether each stratum is drawn with replacement (a sample may come back within
-            an epoch): its source's, by :func:`draws_with_replacement` unless the caller chose.
+        weights: `[N]` validated weights.
+        strata: `[N]` stratum of each sample (0 .. S - 1).
+        counts: `[S]` samples each stratum gives every epoch (they sum to `num_samples`).
+        replacement: `[S]` whether each stratum is drawn with replacement (a sample may come back within
+            an epoch): its source's, by `draws_with_replacement` unless the caller chose.
     """
 
     weights: np.ndarray
@@ -217,11 +217,11 @@ class WeightedDraw:
         replacement: bool | None = None,
         sources: np.ndarray | None = None,
     ) -> WeightedDraw:
-        """Validate ``weights`` (one per sample) and fix each stratum's count.
+        """Validate `weights` (one per sample) and fix each stratum's count.
 
-        ``num_samples`` defaults to the number of samples. ``replacement``: None decides it per source
-        (``sources``: a mixture's source of each sample; None: one source) by :func:`draws_with_replacement`
-        on the source's share of ``num_samples``; True or False for every stratum. Without replacement a
+        `num_samples` defaults to the number of samples. `replacement`: None decides it per source
+        (`sources`: a mixture's source of each sample; None: one source) by `draws_with_replacement`
+        on the source's share of `num_samples`; True or False for every stratum. Without replacement a
         stratum gives at most its samples of nonzero weight.
         """
         values = check_weights(weights, len(strata))
@@ -243,7 +243,7 @@ class WeightedDraw:
 
     @staticmethod
     def _replacement(values, strata, num_samples: int, chosen, sources, count: int) -> np.ndarray:
-        """``[S]``: each stratum's replacement, ``chosen`` or its source's by the rule."""
+        """`[S]`: each stratum's replacement, `chosen` or its source's by the rule."""
         if chosen is not None:
             return np.full(count, bool(chosen))
         sources = np.zeros(len(values), np.int64) if sources is None else np.unique(sources, return_inverse=True)[1]
@@ -270,7 +270,7 @@ class WeightedDraw:
         return digest.hexdigest()
 
     def sample(self, seed: int, epoch: int) -> np.ndarray:
-        """The ``num_samples`` indices drawn for ``epoch``, grouped by stratum (unordered inside)."""
+        """The `num_samples` indices drawn for `epoch`, grouped by stratum (unordered inside)."""
         ids = np.arange(len(self.weights))
         return draw_strata(
             ids, self.strata, self.weights, self.counts, self.replacement, name="weighted draw", seed=seed, epoch=epoch

@@ -3,20 +3,20 @@
 Lightning's progress bar redraws a line many times a second, which is unreadable in a log (the CLI
 shows it on a terminal only). This callback prints one line when an epoch ends (after its
 validation): the epoch, the chosen metrics, the padding efficiency of the epoch's training batches
-(and of each variable-length field, where a DataModule serves several: ``padding 0.720 (signal 0.810,
-events 0.550)``),
+(and of each variable-length field, where a DataModule serves several: `padding 0.720 (signal 0.810,
+events 0.550)`),
 the training samples per second (data loading included) and, where a
-:class:`~varlen.batching.data_wait.DataWait` listed before it timed the epoch, the share of it spent
-waiting for data. ``varlen fit`` adds one (after its DataWait) unless
-``--epoch_lines=false``; a progress bar that shows prints the line above itself, not inside it.
+`DataWait` listed before it timed the epoch, the share of it spent
+waiting for data. `varlen fit` adds one (after its DataWait) unless
+`--epoch_lines=false`; a progress bar that shows prints the line above itself, not inside it.
 Plain text: no terminal codes.
 
 `StepProgress`: off a terminal, where no progress bar shows, a line every 30 s while an epoch trains (the
 step of the epoch's total, samples/s, the share spent waiting for data, the time left in the epoch), so a
-run in a log file or under a scheduler says it is alive. ``varlen fit`` adds it there (``--progress_every``).
+run in a log file or under a scheduler says it is alive. `varlen fit` adds it there (`--progress_every`).
 
 Both clocks start when an epoch starts, or when training starts: an epoch resumed from a mid-epoch checkpoint
-(Lightning then calls no ``on_train_epoch_start``) is timed from the resume, its rate and time left from the
+(Lightning then calls no `on_train_epoch_start`) is timed from the resume, its rate and time left from the
 steps trained since, and its epoch line says where it resumed.
 """
 
@@ -34,11 +34,11 @@ __all__ = ["EpochProgress", "StepProgress"]
 
 
 class EpochProgress(pl.Callback):
-    """Prints ``<name> epoch 2/6: val/loss 0.41 | padding 0.981 | 2,904 samples/s | waiting 2.1% | 3.1 s``
+    """Prints `<name> epoch 2/6: val/loss 0.41 | padding 0.981 | 2,904 samples/s | waiting 2.1% | 3.1 s`
     per epoch.
 
     Args:
-        metrics: logged metrics to show (default: every ``val/`` metric that was logged).
+        metrics: logged metrics to show (default: every `val/` metric that was logged).
         name: a prefix naming the run (e.g. the scenario).
     """
 
@@ -106,7 +106,7 @@ def _wait_share(trainer: pl.Trainer) -> float | None:
 
 
 class StepProgress(pl.Callback):
-    """Prints ``epoch 1/3 step 120/640 (19%) | 38 samples/s | waiting 2.1% | 2m10s left`` every ``every`` seconds
+    """Prints `epoch 1/3 step 120/640 (19%) | 38 samples/s | waiting 2.1% | 2m10s left` every `every` seconds
     of training (rank zero; the rate and wait are this rank's, since the epoch began).
 
     Args:
@@ -140,7 +140,7 @@ class StepProgress(pl.Callback):
 
     @rank_zero_only
     def _say(self, trainer: pl.Trainer, step: int, elapsed: float) -> None:
-        """The line for ``step`` of the epoch, ``elapsed`` seconds after this run's first step of it began."""
+        """The line for `step` of the epoch, `elapsed` seconds after this run's first step of it began."""
         total = trainer.num_training_batches
         known = isinstance(total, int) and total > 0
         epochs = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
@@ -163,7 +163,7 @@ def _waited(trainer: pl.Trainer) -> float | None:
 
 
 def _duration(seconds: float) -> str:
-    """``45s``, ``2m10s``, ``1h05m``."""
+    """`45s`, `2m10s`, `1h05m`."""
     seconds = int(round(seconds))
     if seconds < 60:
         return f"{seconds}s"

@@ -1,17 +1,17 @@
-"""A fit that an interruption costs nothing: ``last.ckpt`` kept fresh, written whole, and a clean stop.
+"""A fit that an interruption costs nothing: `last.ckpt` kept fresh, written whole, and a clean stop.
 
-``varlen fit`` adds these to its Trainer (any Trainer can):
+`varlen fit` adds these to its Trainer (any Trainer can):
 
-* :class:`Resumable` keeps ``last.ckpt`` in the checkpoint folder (the first ModelCheckpoint's, where
-  Lightning's epoch-end checkpoints go) every ``every_min`` minutes of training, and on SIGINT (Ctrl-C) or
-  SIGTERM (a scheduler's pre-emption) stops the fit at the end of the step being trained: ``last.ckpt`` is
-  saved there, where the training position is exact (a DataModule's ``train_position``), then Lightning's own
-  interruption runs (its ``KeyboardInterrupt`` and ``SIGTERMException`` paths). A second Ctrl-C stops at
+* `Resumable` keeps `last.ckpt` in the checkpoint folder (the first ModelCheckpoint's, where
+  Lightning's epoch-end checkpoints go) every `every_min` minutes of training, and on SIGINT (Ctrl-C) or
+  SIGTERM (a scheduler's pre-emption) stops the fit at the end of the step being trained: `last.ckpt` is
+  saved there, where the training position is exact (a DataModule's `train_position`), then Lightning's own
+  interruption runs (its `KeyboardInterrupt` and `SIGTERMException` paths). A second Ctrl-C stops at
   once, saving nothing. Lightning alone saves nothing on Ctrl-C and, on SIGTERM, trains to the epoch's end and
-  exits 0: a scheduler reads a pre-empted run as finished. :attr:`Resumable.stop` says what happened, and
-  :meth:`Stop.line` the command that resumes it; ``varlen fit`` prints it and exits ``128 + the signal``
+  exits 0: a scheduler reads a pre-empted run as finished. `Resumable.stop` says what happened, and
+  `Stop.line` the command that resumes it; `varlen fit` prints it and exits `128 + the signal`
   (130, 143), as a shell reports a process a signal ended.
-* :class:`AtomicCheckpointIO` writes each checkpoint under a temporary name in its own folder, then renames
+* `AtomicCheckpointIO` writes each checkpoint under a temporary name in its own folder, then renames
   it: a kill or a full disk mid-write never leaves a torn file under the final name (Lightning's IO writes
   through the system's temporary folder, and moves from another file system by copying into place).
 """
@@ -53,8 +53,8 @@ CHECKPOINT_ADVICE = "give --trainer.default_root_dir (or the ModelCheckpoint's d
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Lightning's checkpoint IO, a local checkpoint written under a temporary name in its folder and renamed
-    into place (:func:`varlen.storage.cache.atomic_write`: a full or read-only folder is a DataError naming it);
-    a URL (``s3://``) goes through Lightning's own."""
+    into place (`varlen.storage.cache.atomic_write`: a full or read-only folder is a DataError naming it);
+    a URL (`s3://`) goes through Lightning's own."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
         if storage_options is not None or "://" in str(path):
@@ -66,7 +66,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 @dataclass(frozen=True)
 class Stop:
     """How a fit was interrupted: the signal, the epoch (from 0) and global step it stopped at, and the
-    checkpoint saved there (None: none saved at that step) or, failing that, an earlier one (``earlier``)."""
+    checkpoint saved there (None: none saved at that step) or, failing that, an earlier one (`earlier`)."""
 
     signal: int
     epoch: int
@@ -80,8 +80,8 @@ class Stop:
         return 128 + self.signal
 
     def line(self, argv: Sequence[str] | None) -> str:
-        """The one line a user reads: where the fit stopped and the command that resumes it (``argv``: the
-        command's arguments after ``varlen``; None: unknown, the checkpoint alone is named)."""
+        """The one line a user reads: where the fit stopped and the command that resumes it (`argv`: the
+        command's arguments after `varlen`; None: unknown, the checkpoint alone is named)."""
         where = f"varlen: interrupted ({signal.Signals(self.signal).name}) at epoch {self.epoch + 1} step {self.step}"
         path = self.checkpoint or self.earlier
         if path is None:
@@ -92,7 +92,7 @@ class Stop:
 
 
 def resume_command(argv: Sequence[str], checkpoint: str) -> str:
-    """``varlen`` and ``argv`` with ``--ckpt_path checkpoint`` in place of any ``--ckpt_path`` it had."""
+    """`varlen` and `argv` with `--ckpt_path checkpoint` in place of any `--ckpt_path` it had."""
     kept, skip = [], False
     for arg in argv:
         if skip:
@@ -108,8 +108,8 @@ class Resumable(pl.Callback):
     """Keeps a fit resumable (see the module docstring).
 
     Args:
-        every_min: minutes of training between two saves of ``last.ckpt`` (at a step's end); 0: only at an
-            interruption (and where the ModelCheckpoint saves it: ``save_last``).
+        every_min: minutes of training between two saves of `last.ckpt` (at a step's end); 0: only at an
+            interruption (and where the ModelCheckpoint saves it: `save_last`).
     """
 
     def __init__(self, every_min: float = 15.0) -> None:
@@ -159,8 +159,8 @@ class Resumable(pl.Callback):
         self._restore()
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        """Records an interruption (:attr:`stop`); a SIGTERM that Lightning stopped at an epoch's end or
-        between validation batches (a whole step's state) saves ``last.ckpt`` there too."""
+        """Records an interruption (`stop`); a SIGTERM that Lightning stopped at an epoch's end or
+        between validation batches (a whole step's state) saves `last.ckpt` there too."""
         if not isinstance(exception, KeyboardInterrupt | SIGTERMException):
             self._restore()
             return
@@ -185,8 +185,8 @@ class Resumable(pl.Callback):
 
 
 def _last_path(trainer: pl.Trainer) -> str | None:
-    """Where this run keeps ``last.ckpt``: the first ModelCheckpoint's ``last_model_path`` (a resumed run's
-    own), else ``last.ckpt`` in its folder, versioned as Lightning versions it (``last-v1.ckpt``) where another
+    """Where this run keeps `last.ckpt`: the first ModelCheckpoint's `last_model_path` (a resumed run's
+    own), else `last.ckpt` in its folder, versioned as Lightning versions it (`last-v1.ckpt`) where another
     run's is there; None without a ModelCheckpoint (checkpointing off)."""
     callback = trainer.checkpoint_callback
     if not isinstance(callback, ModelCheckpoint) or callback.dirpath is None:
@@ -203,7 +203,7 @@ def _last_path(trainer: pl.Trainer) -> str | None:
 
 
 def check_output_folders(trainer: pl.Trainer) -> None:
-    """Before a fit: the folders it will write (``default_root_dir``, the ModelCheckpoint's ``dirpath``, the
+    """Before a fit: the folders it will write (`default_root_dir`, the ModelCheckpoint's `dirpath`, the
     loggers') made and checked writable, so that a file or a read-only folder there is one DataError naming it
     and the setting, not a traceback minutes later."""
     callback = trainer.checkpoint_callback
@@ -219,9 +219,9 @@ def check_output_folders(trainer: pl.Trainer) -> None:
 
 
 def with_resumable(callbacks: Sequence[pl.Callback], every_min: float, checkpointing: bool) -> list[pl.Callback]:
-    """``callbacks`` with one :class:`Resumable` and, where ``checkpointing`` is on and none is listed,
-    Lightning's default ModelCheckpoint (each epoch's end) with ``save_last``: ``last.ckpt`` then follows every
-    save. A listed ModelCheckpoint keeps its settings (``last.ckpt`` goes to its folder)."""
+    """`callbacks` with one `Resumable` and, where `checkpointing` is on and none is listed,
+    Lightning's default ModelCheckpoint (each epoch's end) with `save_last`: `last.ckpt` then follows every
+    save. A listed ModelCheckpoint keeps its settings (`last.ckpt` goes to its folder)."""
     callbacks = list(callbacks)
     if not any(isinstance(c, Resumable) for c in callbacks):
         callbacks.append(Resumable(every_min))
@@ -231,9 +231,9 @@ def with_resumable(callbacks: Sequence[pl.Callback], every_min: float, checkpoin
 
 
 def fit_resumably(trainer: pl.Trainer, model: pl.LightningModule, argv: Sequence[str] | None, **kwargs: Any) -> None:
-    """``trainer.fit(model, **kwargs)`` once the folders it writes are checked (:func:`check_output_folders`);
-    a fit a :class:`Resumable` saw interrupted prints :meth:`Stop.line` (``argv``: the command's arguments) and
-    exits with :attr:`Stop.status` (130, 143), never 0 (Lightning's after SIGTERM) or 1 (after Ctrl-C)."""
+    """`trainer.fit(model, **kwargs)` once the folders it writes are checked (`check_output_folders`);
+    a fit a `Resumable` saw interrupted prints `Stop.line` (`argv`: the command's arguments) and
+    exits with `Stop.status` (130, 143), never 0 (Lightning's after SIGTERM) or 1 (after Ctrl-C)."""
     check_output_folders(trainer)
     try:
         trainer.fit(model, **kwargs)

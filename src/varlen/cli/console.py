@@ -1,7 +1,7 @@
-"""The ``varlen`` command's entry: ``varlen``, ``varlen --help``, a mistyped command (``varlen fitt``) and a
-command's help seen before (:mod:`varlen.cli.saved_help`) answer from here, before torch, Lightning or any scenario
-is imported (under a second); every other call goes to :func:`varlen.cli.dispatch.console`.
-Output into a pipe whose reader has gone (``varlen --help | head -1``) ends quietly."""
+"""The `varlen` command's entry: `varlen`, `varlen --help`, a mistyped command (`varlen fitt`) and a
+command's help seen before (`varlen.cli.saved_help`) answer from here, before torch, Lightning or any scenario
+is imported (under a second); every other call goes to `varlen.cli.dispatch.console`.
+Output into a pipe whose reader has gone (`varlen --help | head -1`) ends quietly."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ __all__ = ["main", "usage"]
 
 
 def usage() -> str:
-    """What ``varlen --help`` prints: the commands, and where each says more."""
+    """What `varlen --help` prints: the commands, and where each says more."""
     width = max(map(len, SUMMARIES))
     lines = [
         "usage: varlen COMMAND [--config CONFIG] [--NAME VALUE ...]",
@@ -35,7 +35,7 @@ def usage() -> str:
 
 
 def main() -> None:
-    """``varlen`` alone (the commands, status 2), ``varlen --help`` (status 0) and an unknown command (its closest,
+    """`varlen` alone (the commands, status 2), `varlen --help` (status 0) and an unknown command (its closest,
     status 2) here; the rest in varlen.cli.dispatch."""
     try:
         try:

@@ -1,15 +1,15 @@
-"""The ``varlen`` command: Lightning's CLI (:mod:`varlen.cli.lightning_cli`) over the scenarios' DataModules and
-models (those the command line or its config names: :mod:`varlen.cli.named`), and varlen's own commands.
+"""The `varlen` command: Lightning's CLI (`varlen.cli.lightning_cli`) over the scenarios' DataModules and
+models (those the command line or its config names: `varlen.cli.named`), and varlen's own commands.
 
-Its commands are the rows of :data:`COMMANDS` (``varlen --help`` lists them from there):
-``varlen fit --config configs/text_bert.yaml`` (also ``validate``, ``test``, ``predict``), and
-``varlen inspect --config ...`` (the batches a config will make, no training:
-:func:`inspect_command` builds the DataModule, :mod:`varlen.cli.inspection` measures its batches),
-``varlen optimize --config ... --output DIR`` (the training split as LitData chunks with its size
-index: :func:`optimize_command`) and ``varlen index-sizes DIR --size-fn module:function`` (the size
-index of chunks written elsewhere: :func:`index_sizes_command`); both need the ``stream`` extra.
+Its commands are the rows of `COMMANDS` (`varlen --help` lists them from there):
+`varlen fit --config configs/text_bert.yaml` (also `validate`, `test`, `predict`), and
+`varlen inspect --config ...` (the batches a config will make, no training:
+`inspect_command` builds the DataModule, `varlen.cli.inspection` measures its batches),
+`varlen optimize --config ... --output DIR` (the training split as LitData chunks with its size
+index: `optimize_command`) and `varlen index-sizes DIR --size-fn module:function` (the size
+index of chunks written elsewhere: `index_sizes_command`); both need the `stream` extra.
 The CLI keeps its output to what matters: Lightning's cloud-service tips and known third-party deprecation
-warnings are silenced (:func:`quiet`), never varlen's own warnings.
+warnings are silenced (`quiet`), never varlen's own warnings.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ __all__ = [
 
 
 def main(args: ArgsType = None, run: bool = True, cli_class: type[VarLenCLI] = VarLenCLI) -> LightningCLI:
-    """Build (and with ``run=True`` run) the CLI; returns it, e.g. for ``cli.datamodule``."""
+    """Build (and with `run=True` run) the CLI; returns it, e.g. for `cli.datamodule`."""
     quiet()
     argv = sys.argv[1:] if args is None else args
     scenarios = [*varlen.datamodules.SCENARIOS, *varlen.models.SCENARIOS]
@@ -87,8 +87,8 @@ def main(args: ArgsType = None, run: bool = True, cli_class: type[VarLenCLI] = V
 
 
 def _set_up(rest: Sequence[str], stage: str, cli_class: type[VarLenCLI] = DataOnlyCLI) -> LightningCLI:
-    """The config parsed as ``fit`` parses it, its DataModule prepared and set up for ``stage`` (with
-    :class:`DataOnlyCLI`, no model and no trainer are made)."""
+    """The config parsed as `fit` parses it, its DataModule prepared and set up for `stage` (with
+    `DataOnlyCLI`, no model and no trainer are made)."""
     made = main(list(rest), run=False, cli_class=cli_class)
     made.datamodule.prepare_data()
     made.datamodule.setup(stage)
@@ -96,11 +96,11 @@ def _set_up(rest: Sequence[str], stage: str, cli_class: type[VarLenCLI] = DataOn
 
 
 def _datamodule(rest: Sequence[str], stage: str):
-    """The config's DataModule built and set up as ``fit`` would, with no model and no trainer."""
+    """The config's DataModule built and set up as `fit` would, with no model and no trainer."""
     return _set_up(rest, stage).datamodule
 
 
-#: ``varlen inspect``'s own options (the rest are ``fit``'s), as ``add_argument`` takes them
+#: `varlen inspect`'s own options (the rest are `fit`'s), as `add_argument` takes them
 INSPECT_OPTIONS = {
     "--split": dict(default="train", help="the split to inspect (default: train)"),
     "--world-size": dict(type=int, default=1, help="ranks to plan the batches for"),
@@ -108,7 +108,7 @@ INSPECT_OPTIONS = {
     "--max-batches": dict(type=int, default=None, help="collate at most this many batches"),
     "--rate": dict(action="store_true", help="also the training loader's batches/s with the config's own settings"),
 }
-#: ``varlen optimize``'s own options (the rest are ``fit``'s)
+#: `varlen optimize`'s own options (the rest are `fit`'s)
 OPTIMIZE_OPTIONS = {
     "--output": dict(
         default=None,
@@ -133,7 +133,7 @@ OPTIMIZE_OPTIONS = {
         "package; default: none)",
     ),
 }
-#: what each command that reads a config says of itself in its ``--help``
+#: what each command that reads a config says of itself in its `--help`
 DESCRIPTIONS = {
     "inspect": "Set up a config's DataModule (no training) and show what its batches look like. "
     "Every other argument is the one `varlen fit` takes (--config, --data.init_args.*).",
@@ -143,7 +143,7 @@ DESCRIPTIONS = {
 
 
 def _own_options(command: str, options: dict[str, dict]) -> argparse.ArgumentParser:
-    """The parser of a command's own options; what it does not know, ``fit``'s parser reads."""
+    """The parser of a command's own options; what it does not know, `fit`'s parser reads."""
     parser = argparse.ArgumentParser(prog=f"varlen {command}", description=DESCRIPTIONS[command])
     for flag, settings in options.items():
         parser.add_argument(flag, **settings)
@@ -151,11 +151,11 @@ def _own_options(command: str, options: dict[str, dict]) -> argparse.ArgumentPar
 
 
 def inspect_command(argv: Sequence[str]) -> SplitSummary:
-    """``varlen inspect``: its own options, then the config and ``--data.*`` arguments ``fit`` takes.
+    """`varlen inspect`: its own options, then the config and `--data.*` arguments `fit` takes.
 
-    The DataModule is built and set up exactly as ``varlen fit`` would (same YAML, same overrides);
-    no model and no trainer are made. Prints the summary (:func:`varlen.cli.inspection.summarize`) and,
-    with ``--out``, writes its plots there.
+    The DataModule is built and set up exactly as `varlen fit` would (same YAML, same overrides);
+    no model and no trainer are made. Prints the summary (`varlen.cli.inspection.summarize`) and,
+    with `--out`, writes its plots there.
     """
     parser = _own_options("inspect", INSPECT_OPTIONS)
     options, rest = parser.parse_known_args(list(argv))
@@ -179,7 +179,7 @@ def inspect_command(argv: Sequence[str]) -> SplitSummary:
 
 
 def optimize_command(argv: Sequence[str]) -> None:
-    """``varlen optimize``: a config's training split written as LitData chunks, with its size index."""
+    """`varlen optimize`: a config's training split written as LitData chunks, with its size index."""
     parser = _own_options("optimize", OPTIMIZE_OPTIONS)
     options, rest = parser.parse_known_args(list(argv))
     if options.num_workers is not None and options.num_workers < 1:
@@ -216,21 +216,21 @@ def optimize_command(argv: Sequence[str]) -> None:
 
 
 def index_sizes_command(argv: Sequence[str]) -> None:
-    """``varlen index-sizes``: the size index of a LitData dataset made elsewhere, from a size function."""
+    """`varlen index-sizes`: the size index of a LitData dataset made elsewhere, from a size function."""
     from varlen.stream.index_sizes import main as index_sizes
 
     index_sizes(argv)
 
 
 def _tune_build(rest: Sequence[str], with_model: bool) -> tuple[Any, Any]:
-    """The config's DataModule set up for fitting, and its model when ``--with-model`` asks (else None)."""
+    """The config's DataModule set up for fitting, and its model when `--with-model` asks (else None)."""
     made = _set_up(rest, "fit", VarLenCLI if with_model else DataOnlyCLI)
     return made.datamodule, (made.model if with_model else None)
 
 
 def tune_command(argv: Sequence[str]) -> int:
-    """``varlen tune``: the loader settings (``--budget``: the largest ``max_tokens``) measured on this machine
-    (:mod:`varlen.tune`); exits with its status."""
+    """`varlen tune`: the loader settings (`--budget`: the largest `max_tokens`) measured on this machine
+    (`varlen.tune`); exits with its status."""
     from varlen.tune import tune_command as run
 
     status = run(argv, _tune_build)
@@ -240,7 +240,7 @@ def tune_command(argv: Sequence[str]) -> int:
 
 
 def verify_command(argv: Sequence[str]) -> int:
-    """``varlen verify PATH`` (:mod:`varlen.cli.scrub`; the console runs it before importing this module); exits with
+    """`varlen verify PATH` (`varlen.cli.scrub`; the console runs it before importing this module); exits with
     its status."""
     from varlen.cli.scrub import main as verify
 
@@ -252,7 +252,7 @@ def verify_command(argv: Sequence[str]) -> int:
 
 @dataclass(frozen=True)
 class Command:
-    """A ``varlen`` command: its line in ``varlen --help``, and what runs it (None: LightningCLI runs the
+    """A `varlen` command: its line in `varlen --help`, and what runs it (None: LightningCLI runs the
     Trainer method of its name)."""
 
     summary: str
@@ -267,15 +267,15 @@ RUNS = {
     "tune": tune_command,
     "verify": verify_command,
 }
-#: every ``varlen`` command, in the order ``varlen --help`` lists them (:data:`varlen.cli.commands.SUMMARIES`)
+#: every `varlen` command, in the order `varlen --help` lists them (`varlen.cli.commands.SUMMARIES`)
 COMMANDS: dict[str, Command] = {name: Command(summary, RUNS.get(name)) for name, summary in SUMMARIES.items()}
 
 
 def console() -> None:
-    """The ``varlen`` console script: the commands of :data:`COMMANDS` (none given: their list, status
+    """The `varlen` console script: the commands of `COMMANDS` (none given: their list, status
     2); bad data ends it with its message and status 2.
 
-    A :class:`~varlen.errors.DataError` says which file, row or sample is wrong and what to do:
+    A `DataError` says which file, row or sample is wrong and what to do:
     its traceback would only bury that, so it is printed alone.
     """
     show_varlen_logs()
@@ -303,7 +303,7 @@ def console() -> None:
 
 
 def _print_help() -> None:
-    """``varlen`` alone: the commands' list (``varlen --help``), then status 2 (no command ran)."""
+    """`varlen` alone: the commands' list (`varlen --help`), then status 2 (no command ran)."""
     try:
         main(["--help"])
     except SystemExit:
@@ -312,7 +312,7 @@ def _print_help() -> None:
 
 
 def _data_error_in(error: BaseException | None) -> DataError | None:
-    """The :class:`~varlen.errors.DataError` that ``error`` is or was raised from, if any."""
+    """The `DataError` that `error` is or was raised from, if any."""
     seen = set()
     while error is not None and id(error) not in seen:
         if isinstance(error, DataError):

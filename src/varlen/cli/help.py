@@ -1,10 +1,10 @@
-"""What ``varlen --help`` and ``varlen fit --help`` say first: the parser arguments (LightningCLI's
-``parser_kwargs``) that name the commands, where a DataModule's and a model's arguments are
-(``--data.help CLASS``), the classes installed, the epoch lines and the data folder.
+"""What `varlen --help` and `varlen fit --help` say first: the parser arguments (LightningCLI's
+`parser_kwargs`) that name the commands, where a DataModule's and a model's arguments are
+(`--data.help CLASS`), the classes installed, the epoch lines and the data folder.
 
-Without them ``varlen fit --help`` opens with some 70 lines of Trainer usage and never names a
-DataModule. The classes are read from the scenario tables of :mod:`varlen.datamodules` and
-:mod:`varlen.models`, so a scenario added there is listed here too.
+Without them `varlen fit --help` opens with some 70 lines of Trainer usage and never names a
+DataModule. The classes are read from the scenario tables of `varlen.datamodules` and
+`varlen.models`, so a scenario added there is listed here too.
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ class HelpFormatter(DefaultHelpFormatter, argparse.RawDescriptionHelpFormatter):
 
 
 def installed(table: Mapping[str, str], missing: Mapping[str, Exception]) -> list[str]:
-    """The names of ``table`` (a package's ``SCENARIOS``) whose scenario module imported."""
+    """The names of `table` (a package's `SCENARIOS`) whose scenario module imported."""
     return [name for name, module in table.items() if module not in missing]
 
 
 def main_parser_kwargs(**kwargs) -> dict:
-    """The ``varlen`` parser's arguments: its name, what it is, and how to go on."""
+    """The `varlen` parser's arguments: its name, what it is, and how to go on."""
     return {
         "prog": "varlen",
         "description": "PyTorch Lightning DataModules for variable-length data: Lightning's CLI over every\n"

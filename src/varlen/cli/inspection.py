@@ -1,15 +1,15 @@
-"""What the batches of a set-up DataModule look like, before any training (``varlen inspect``).
+"""What the batches of a set-up DataModule look like, before any training (`varlen inspect`).
 
-:func:`summarize` takes one split's batches of epoch 0 from the plan that ``world_size`` ranks are
+`summarize` takes one split's batches of epoch 0 from the plan that `world_size` ranks are
 served (the plan splits batches until every rank gets as many), fetches and collates them as the
 loader does, and measures them: what setup kept, skipped, truncated or left unused
-(``dm.report``), the size quantiles of each budget axis, the batches per epoch and per rank,
+(`dm.report`), the size quantiles of each budget axis, the batches per epoch and per rank,
 samples per batch, padding efficiency and budget use, the distinct padded shapes and the largest
 batch; under a schedule of source shares, each stage's first epoch's served share per source against its
-scheduled one. :func:`plot_summary` draws three PNGs: the size histogram with the sampler's bucket edges
+scheduled one. `plot_summary` draws three PNGs: the size histogram with the sampler's bucket edges
 (bins from the observed sizes, a log count axis when a short tail would not show beside the mass),
 the padding efficiency of every batch, and samples per batch against padded size. The command
-line (``varlen inspect --config ...``) is in :mod:`varlen.cli.dispatch`.
+line (`varlen inspect --config ...`) is in `varlen.cli.dispatch`.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ QUANTILES = (0.0, 0.5, 0.9, 0.99, 1.0)
 
 
 def tensor_bytes(batch: Any) -> int:
-    """Bytes of the tensors a collated batch holds (a dict of tensors, or a PyG ``Batch``)."""
+    """Bytes of the tensors a collated batch holds (a dict of tensors, or a PyG `Batch`)."""
     values = batch.values() if isinstance(batch, Mapping) else (v for _, v in batch)
     return sum(v.numel() * v.element_size() for v in values if torch.is_tensor(v))
 
@@ -59,7 +59,7 @@ def padded_shape(batch: Any, keys: Sequence[str]) -> tuple:
 
 @dataclass
 class SplitSummary:
-    """What one split's batches look like (see :func:`summarize`)."""
+    """What one split's batches look like (see `summarize`)."""
 
     name: str
     split: str
@@ -81,11 +81,11 @@ class SplitSummary:
     padded_size: np.ndarray
     shapes: int
     largest_bytes: int
-    #: a weighted split's ``sample_weights`` setting and, per class, (name, served share over the
+    #: a weighted split's `sample_weights` setting and, per class, (name, served share over the
     #: planned epoch, share of the split's samples); empty when the split is not weighted
     weighting: str | None = None
     served: list[tuple[str, float, float]] = field(default_factory=list)
-    #: a split drawn from several sources: ``mix`` and, per source, (name, served share, share of the split)
+    #: a split drawn from several sources: `mix` and, per source, (name, served share, share of the split)
     mix: str | None = None
     sources: list[tuple[str, float, float]] = field(default_factory=list)
     #: under a schedule: its description and, per stage an epoch starts in, (stage, its first epoch, per source
@@ -99,7 +99,7 @@ class SplitSummary:
     policy: tuple[tuple[int, float], tuple[int, float]] | None = None
     #: packed batches (every batch one row of the budget): the row's length in tokens, else None
     packed_row: int | None = None
-    #: a DataModule of several variable-length fields (its ``field_stats``): (field, padding efficiency) each
+    #: a DataModule of several variable-length fields (its `field_stats`): (field, padding efficiency) each
     fields: list[tuple[str, float]] = field(default_factory=list)
     plots: list[Path] = field(default_factory=list)
 
@@ -221,14 +221,14 @@ def budget_value(values: Sequence[int]) -> int | tuple[int, ...]:
 def summarize(
     dm: VarLenDataModule, split: str = "train", world_size: int = 1, max_batches: int | None = None
 ) -> SplitSummary:
-    """Every rank's batches of ``split`` for epoch 0, as the loaders build them (one batched fetch and
-    collate each), in serving order (rank ``r`` is served batches ``r, r + world_size, ...``).
+    """Every rank's batches of `split` for epoch 0, as the loaders build them (one batched fetch and
+    collate each), in serving order (rank `r` is served batches `r, r + world_size, ...`).
 
     Args:
-        dm: a DataModule after ``setup``.
+        dm: a DataModule after `setup`.
         split: the split to look at.
         world_size: ranks to plan for: the plan, and so every count and measure, is the one that
-            ``world_size`` ranks get (batches are split until the count divides evenly).
+            `world_size` ranks get (batches are split until the count divides evenly).
         max_batches: collate at most this many batches (the first in serving order) for the
             measured efficiency, padded shapes and largest batch (None: all).
     """
@@ -312,7 +312,7 @@ def _bucket_edges(sampler, axes: int) -> list[np.ndarray]:
 
 def _stages(dataset, sampler, world_size: int) -> tuple[str | None, list]:
     """A scheduled sampler's schedule and, per stage an epoch starts in, its first epoch's served share per
-    source (from that epoch's plan on the sampler's ``world_size`` ranks) against its scheduled share."""
+    source (from that epoch's plan on the sampler's `world_size` ranks) against its scheduled share."""
     scheduled = getattr(sampler, "scheduled", None)
     if scheduled is None or not isinstance(dataset, SourceMixture):
         return None, []
@@ -332,7 +332,7 @@ def _stages(dataset, sampler, world_size: int) -> tuple[str | None, list]:
 
 
 def _served(dm: VarLenDataModule, dataset, sampler, order: np.ndarray) -> tuple[str | None, list]:
-    """A weighted sampler's setting and, per class, its served share in ``order`` (which may
+    """A weighted sampler's setting and, per class, its served share in `order` (which may
     repeat indices) against the split's share; nothing for an unweighted one."""
     if sampler.draw is None:
         return None, []
@@ -355,8 +355,8 @@ LOG_RATIO = 20
 
 
 def size_bins(sizes: np.ndarray, most: int = MOST_BINS) -> np.ndarray:
-    """Histogram edges over the observed sizes: numpy's ``"auto"`` width (Freedman-Diaconis or
-    Sturges), widened to whole sizes and to at most ``most`` bins, each bin centred on whole sizes."""
+    """Histogram edges over the observed sizes: numpy's `"auto"` width (Freedman-Diaconis or
+    Sturges), widened to whole sizes and to at most `most` bins, each bin centred on whole sizes."""
     sizes = np.asarray(sizes)
     if not len(sizes):
         return np.array([-0.5, 0.5])
@@ -373,7 +373,7 @@ def log_counts(counts: np.ndarray) -> bool:
 
 
 def draw_sizes(ax, sizes: np.ndarray, edges: np.ndarray, axis: str) -> None:
-    """One axis's size histogram (:func:`size_bins`, a log count axis where :func:`log_counts` says)
+    """One axis's size histogram (`size_bins`, a log count axis where `log_counts` says)
     with the sampler's bucket edges (red; at most about 40 drawn)."""
     counts, _, _ = ax.hist(sizes, bins=size_bins(sizes), color="#4472c4")
     if log_counts(counts):
@@ -386,7 +386,7 @@ def draw_sizes(ax, sizes: np.ndarray, edges: np.ndarray, axis: str) -> None:
 
 
 def plot_summary(summary: SplitSummary, out: str | Path) -> list[Path]:
-    """Three PNGs in ``out``: sizes with bucket edges, efficiency per batch, samples against padded size."""
+    """Three PNGs in `out`: sizes with bucket edges, efficiency per batch, samples against padded size."""
     import matplotlib
 
     matplotlib.use("Agg")

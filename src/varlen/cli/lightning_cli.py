@@ -1,8 +1,8 @@
-"""LightningCLI as ``varlen`` runs it: its parser lists varlen's commands beside Lightning's and says a mistyped
-name in one line (:class:`VarLenParser`); :class:`VarLenCLI` links the data's values to the model
-(:data:`~varlen.datamodules.base.LINKED`), expands ``${VARLEN_DATA}`` in data paths and adds a fit's callbacks
-(epoch lines, data wait, shape warm-up, timed and interrupted saves); :class:`DataOnlyCLI` builds a config's
-DataModule alone. :mod:`varlen.cli.dispatch` builds and runs them."""
+"""LightningCLI as `varlen` runs it: its parser lists varlen's commands beside Lightning's and says a mistyped
+name in one line (`VarLenParser`); `VarLenCLI` links the data's values to the model
+(`LINKED`), expands `${VARLEN_DATA}` in data paths and adds a fit's callbacks
+(epoch lines, data wait, shape warm-up, timed and interrupted saves); `DataOnlyCLI` builds a config's
+DataModule alone. `varlen.cli.dispatch` builds and runs them."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ __all__ = ["DataOnlyCLI", "VarLenCLI", "VarLenParser"]
 
 
 class _Commands(ActionSubCommands):
-    """jsonargparse's subcommands, each listed with its line of ``varlen --help`` (not the Trainer's docstring)."""
+    """jsonargparse's subcommands, each listed with its line of `varlen --help` (not the Trainer's docstring)."""
 
     def add_subcommand(self, name: str, parser: ArgumentParser, **kwargs) -> ArgumentParser:
         kwargs["help"] = SUMMARIES[name]
@@ -37,13 +37,13 @@ class _Commands(ActionSubCommands):
 
 
 class VarLenParser(LightningArgumentParser):
-    """Lightning's parser whose subcommands are :class:`_Commands`, kept as :attr:`commands` so that
-    :class:`VarLenCLI` can list varlen's own commands after Lightning's."""
+    """Lightning's parser whose subcommands are `_Commands`, kept as `commands` so that
+    `VarLenCLI` can list varlen's own commands after Lightning's."""
 
     commands: ActionSubCommands | None = None
 
     def error(self, message: str, ex: Exception | None = None):
-        """A mistyped name in one line (:mod:`varlen.cli.typos`), status 2; other errors as jsonargparse says them."""
+        """A mistyped name in one line (`varlen.cli.typos`), status 2; other errors as jsonargparse says them."""
         if self.exit_on_error:
             command = self.prog.replace(" [options]", "")
             named = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in SUMMARIES else None  # inspect, tune...
@@ -60,12 +60,12 @@ class VarLenParser(LightningArgumentParser):
 
 
 class VarLenCLI(LightningCLI):
-    """LightningCLI with varlen's commands (:mod:`varlen.cli.commands`), the data-to-model links of :data:`LINKED`,
-    ``${VARLEN_DATA}`` data paths, and a fit's epoch lines (``--epoch_lines``)."""
+    """LightningCLI with varlen's commands (`varlen.cli.commands`), the data-to-model links of `LINKED`,
+    `${VARLEN_DATA}` data paths, and a fit's epoch lines (`--epoch_lines`)."""
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
-        """The Trainer methods varlen runs (:data:`~varlen.cli.commands.TRAINER`), with the arguments Lightning skips
+        """The Trainer methods varlen runs (`TRAINER`), with the arguments Lightning skips
         for each."""
         lightning = LightningCLI.subcommands()
         return {name: lightning[name] for name in TRAINER}
@@ -126,7 +126,7 @@ class VarLenCLI(LightningCLI):
         )
 
     def before_instantiate_classes(self) -> None:
-        """``${VARLEN_DATA}`` in a data argument becomes the data folder (:func:`varlen.storage.paths.data_root`)."""
+        """`${VARLEN_DATA}` in a data argument becomes the data folder (`varlen.storage.paths.data_root`)."""
         data = self._get(self.config, "data")
         for key, value in list(data.items()) if data is not None else ():
             expanded = expand_data_paths(value)
@@ -134,12 +134,12 @@ class VarLenCLI(LightningCLI):
                 data[key] = expanded
 
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
-        """The Trainer with one :class:`DataWait`, one :class:`WarmShapes` and one :class:`EpochProgress` (of the
-        metrics ``--epoch_lines`` lists), each left out where its option is false, one
-        :class:`~varlen.callbacks.resumable.Resumable` (``--checkpoint_every_min``; with Lightning's ModelCheckpoint
-        keeping ``last.ckpt`` where none is listed), checkpoints written whole
-        (:class:`~varlen.callbacks.resumable.AtomicCheckpointIO`), and without Lightning's progress bar when stdout
-        is no terminal, unless ``trainer.enable_progress_bar`` is set: its redraws (carriage returns) would fill a
+        """The Trainer with one `DataWait`, one `WarmShapes` and one `EpochProgress` (of the
+        metrics `--epoch_lines` lists), each left out where its option is false, one
+        `Resumable` (`--checkpoint_every_min`; with Lightning's ModelCheckpoint
+        keeping `last.ckpt` where none is listed), checkpoints written whole
+        (`AtomicCheckpointIO`), and without Lightning's progress bar when stdout
+        is no terminal, unless `trainer.enable_progress_bar` is set: its redraws (carriage returns) would fill a
         log with partial lines."""
         settings = {**self._get(self.config_init, "trainer", default={}), **kwargs}
         callbacks = settings.get("callbacks") or []
@@ -171,13 +171,13 @@ class VarLenCLI(LightningCLI):
         super().parse_arguments(parser, args)
 
     def fit(self, model: pl.LightningModule, **kwargs: Any) -> None:
-        """``trainer.fit``, its folders checked first; interrupted, the line that resumes it and status 128 + the
-        signal (:func:`varlen.callbacks.resumable.fit_resumably`)."""
+        """`trainer.fit`, its folders checked first; interrupted, the line that resumes it and status 128 + the
+        signal (`varlen.callbacks.resumable.fit_resumably`)."""
         fit_resumably(self.trainer, model, self.argv, **kwargs)
 
 
 def _one(callbacks: list, kind: type, setting: object, make: Callable[[], object]) -> list:
-    """``callbacks`` without any ``kind`` where ``setting`` is False, else with one (``make()``) where none is
+    """`callbacks` without any `kind` where `setting` is False, else with one (`make()`) where none is
     listed (a listed one replaces varlen's)."""
     if setting is False:
         return [c for c in callbacks if not isinstance(c, kind)]
@@ -185,8 +185,8 @@ def _one(callbacks: list, kind: type, setting: object, make: Callable[[], object
 
 
 class DataOnlyCLI(VarLenCLI):
-    """Parses a config exactly as ``fit`` does (every ``--data.*`` override), but builds its DataModule
-    only: ``varlen inspect`` loads (or downloads) no model weights and makes no trainer."""
+    """Parses a config exactly as `fit` does (every `--data.*` override), but builds its DataModule
+    only: `varlen inspect` loads (or downloads) no model weights and makes no trainer."""
 
     def instantiate_classes(self) -> None:
         parser = ArgumentParser()

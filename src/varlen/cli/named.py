@@ -1,4 +1,4 @@
-"""The scenarios a command line names, so that ``varlen fit`` imports only those: each brings its own heavy
+"""The scenarios a command line names, so that `varlen fit` imports only those: each brings its own heavy
 packages (transformers, PyTorch Geometric with RDKit, pandas with SciPy), and a command that names the text
 DataModule, or a config that does, needs none of the others'."""
 
@@ -15,8 +15,8 @@ MOST_BYTES = 1 << 20
 
 
 def named_scenarios(argv: Sequence[str], classes: Iterable[str]) -> set[str] | None:
-    """The names of ``classes`` (the scenario tables of :mod:`varlen.datamodules` and :mod:`varlen.models`) that
-    ``argv`` or a file it gives (a config) writes; None: every scenario is needed, for a full help (it lists every
+    """The names of `classes` (the scenario tables of `varlen.datamodules` and `varlen.models`) that
+    `argv` or a file it gives (a config) writes; None: every scenario is needed, for a full help (it lists every
     DataModule), or where none is named (jsonargparse may look a short class name up among them)."""
     if any(arg in ("-h", "--help") for arg in argv):
         return None
@@ -26,7 +26,7 @@ def named_scenarios(argv: Sequence[str], classes: Iterable[str]) -> set[str] | N
 
 
 def _read(value: str) -> str:
-    """The text of the file ``value`` names, if it is one (a config), else nothing."""
+    """The text of the file `value` names, if it is one (a config), else nothing."""
     try:
         path = Path(value)
         if not path.is_file() or path.stat().st_size > MOST_BYTES:

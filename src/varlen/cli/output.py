@@ -1,4 +1,4 @@
-"""What the ``varlen`` console prints besides a command's own output: third-party noise left out (deprecations a
+"""What the `varlen` console prints besides a command's own output: third-party noise left out (deprecations a
 user cannot act on, Lightning's cloud tips, terminal codes and progress bars off a terminal) and varlen's own
 log lines on stderr."""
 
@@ -49,7 +49,7 @@ class _PlainText(logging.Filter):
 
 
 def quiet() -> None:
-    """Silence Lightning's cloud tips and :data:`THIRD_PARTY_NOISE`; off a terminal, keep terminal codes
+    """Silence Lightning's cloud tips and `THIRD_PARTY_NOISE`; off a terminal, keep terminal codes
     and Hugging Face's progress bars (redrawn with carriage returns) out of the output (idempotent)."""
     for name, kind in [*((n, _NoCloudTips) for n in CLOUD_TIP_LOGGERS), *((n, _PlainText) for n in STYLED_LOGGERS)]:
         logger = logging.getLogger(name)
@@ -65,7 +65,7 @@ def quiet() -> None:
 
 
 class _StderrHandler(logging.StreamHandler):
-    """A handler that writes to ``sys.stderr`` as it is when a record comes, not as it was when the
+    """A handler that writes to `sys.stderr` as it is when a record comes, not as it was when the
     handler was made (a later redirection, or a test's capture, must not leave it a closed stream)."""
 
     @property
@@ -78,7 +78,7 @@ class _StderrHandler(logging.StreamHandler):
 
 
 def show_varlen_logs() -> None:
-    """Print the ``varlen`` logger's INFO messages (the data report) on stderr, once."""
+    """Print the `varlen` logger's INFO messages (the data report) on stderr, once."""
     logger = logging.getLogger("varlen")
     if not logger.handlers:
         handler = _StderrHandler()

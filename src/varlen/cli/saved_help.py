@@ -1,4 +1,4 @@
-"""A command's help (``varlen fit --help``, ``varlen fit --data.help CLASS``) printed from the cache folder.
+"""A command's help (`varlen fit --help`, `varlen fit --data.help CLASS`) printed from the cache folder.
 
 Building it takes LightningCLI, and Lightning's import alone (torchmetrics, transformers and SciPy behind it)
 takes seconds; the text is the same as long as the installed packages, varlen's own files, the terminal's width
@@ -27,7 +27,7 @@ _ENVIRONMENT = ("VARLEN_", "JSONARGPARSE_", "COLUMNS", "LINES")
 
 
 def is_help(argv: Sequence[str]) -> bool:
-    """``COMMAND -h``, ``COMMAND --help`` or ``COMMAND --GROUP.help CLASS``, and nothing else: an answer that
+    """`COMMAND -h`, `COMMAND --help` or `COMMAND --GROUP.help CLASS`, and nothing else: an answer that
     depends on nothing but the installed packages (a config or another argument could change it)."""
     if len(argv) < 2 or argv[0] not in SUMMARIES or argv[0] in LIGHT:
         return False
@@ -40,7 +40,7 @@ def is_help(argv: Sequence[str]) -> bool:
 
 
 def printed(argv: Sequence[str]) -> bool:
-    """Print the saved answer to ``argv``, if there is one (True)."""
+    """Print the saved answer to `argv`, if there is one (True)."""
     try:
         text = _path(argv).read_text(encoding="utf-8")
     except (OSError, RuntimeError, UnicodeDecodeError):  # none saved, or no home folder to find the cache in
@@ -52,7 +52,7 @@ def printed(argv: Sequence[str]) -> bool:
 @contextlib.contextmanager
 def recorded(argv: Sequence[str]) -> Iterator[None]:
     """Run the command as ever, its output written through, and save what it printed if it ended with status 0
-    (a help exits: ``SystemExit(0)``)."""
+    (a help exits: `SystemExit(0)`)."""
     copy = io.StringIO()
     stdout = sys.stdout
     sys.stdout = _Tee(stdout, copy)
@@ -91,7 +91,7 @@ class _Tee(io.TextIOBase):
 
 
 def _save(argv: Sequence[str], text: str) -> None:
-    """Keep ``text`` as the answer to ``argv``; a cache folder that cannot be written keeps nothing, silently."""
+    """Keep `text` as the answer to `argv`; a cache folder that cannot be written keeps nothing, silently."""
     with contextlib.suppress(OSError, RuntimeError):
         path = _path(argv)
         for other in path.parent.parent.glob("*"):  # the answers of other installs or sources: never read again
@@ -104,7 +104,7 @@ def _save(argv: Sequence[str], text: str) -> None:
 
 
 def _path(argv: Sequence[str]) -> Path:
-    """``<cache folder>/help/<install>/<request>.txt``."""
+    """`<cache folder>/help/<install>/<request>.txt`."""
     from varlen.storage.cache import default_cache_dir
     from varlen.storage.paths import data_root
 
@@ -115,8 +115,8 @@ def _path(argv: Sequence[str]) -> Path:
 
 
 def _install(*place: object) -> str:
-    """A key of this Python, the packages installed on its path (their ``*.dist-info`` folders name their
-    versions), varlen's own source files (an edit in a checkout changes a help) and ``place``."""
+    """A key of this Python, the packages installed on its path (their `*.dist-info` folders name their
+    versions), varlen's own source files (an edit in a checkout changes a help) and `place`."""
     digest = hashlib.sha256(f"{sys.version}\0{sys.executable}\0{place}".encode())
     for folder in sys.path:
         with contextlib.suppress(OSError):

@@ -1,17 +1,17 @@
-"""``varlen verify PATH``: every stored byte of a stream or a cache hashed against the checksum recorded when
+"""`varlen verify PATH`: every stored byte of a stream or a cache hashed against the checksum recorded when
 it was written, markers ignored and nothing rebuilt or refreshed (a scrub).
 
-A read checks each file once per node (:mod:`varlen.storage.checksums`): bytes a failing disk changes under the
+A read checks each file once per node (`varlen.storage.checksums`): bytes a failing disk changes under the
 same inode, size and modification time are served after that first check. This command reads every byte
 again, whenever it is run (after a disk error, a copy, before a long job):
 
-* a stream folder (LitData's ``index.json``, its chunks, ``varlen_sizes/``): the size index against its own
-  checksum, each file it recorded (``sizes.arrow``, the draw sidecar), each chunk against the checksum and
-  (uncompressed, or compressed inside its file) the bytes ``index.json`` gives, and ``index.json``'s chunk
+* a stream folder (LitData's `index.json`, its chunks, `varlen_sizes/`): the size index against its own
+  checksum, each file it recorded (`sizes.arrow`, the draw sidecar), each chunk against the checksum and
+  (uncompressed, or compressed inside its file) the bytes `index.json` gives, and `index.json`'s chunk
   list against the one the size index was written for;
-* a cache folder (``$VARLEN_CACHE``, a DataModule's ``cache_dir``): every varlen table in it, and every size
+* a cache folder (`$VARLEN_CACHE`, a DataModule's `cache_dir`): every varlen table in it, and every size
   index (a store's fetched copy: its chunks are checked as they are read);
-* one varlen table (``.arrow``), or one file of a size index (the size index and every file it recorded).
+* one varlen table (`.arrow`), or one file of a size index (the size index and every file it recorded).
 
 It prints a row per file (file, kind, bytes, status: ok, MISMATCH, missing, unreadable, or unrecorded: no
 checksum to compare, written by an older varlen or by something else) and a summary line, and exits 0
@@ -65,7 +65,7 @@ def _compared(found: str, recorded: str) -> tuple[str, str]:
 
 
 def _file_row(path: Path, name: str, kind: str, recorded: str | None, nbytes: int | None = None) -> Row:
-    """``path`` hashed against ``recorded`` (None or empty: nothing recorded), its size against ``nbytes``."""
+    """`path` hashed against `recorded` (None or empty: nothing recorded), its size against `nbytes`."""
     if not path.is_file():
         return Row(name, kind, None, MISSING, "recorded but not there" if recorded else "")
     size = path.stat().st_size
@@ -104,7 +104,7 @@ def table_row(path: Path, name: str) -> Row | None:
 
 
 def size_index_rows(folder: Path, prefix: str) -> tuple[list[Row], pa.RecordBatch | None]:
-    """The size index in ``folder/varlen_sizes`` against its own checksum and each file it recorded against
+    """The size index in `folder/varlen_sizes` against its own checksum and each file it recorded against
     theirs; with its table where it is readable and records checksums (None: no chunk can be checked)."""
     path, name = folder / FOLDER / HISTOGRAMS, f"{prefix}{FOLDER}/{HISTOGRAMS}"
     if not path.is_file():
@@ -126,7 +126,7 @@ def size_index_rows(folder: Path, prefix: str) -> tuple[list[Row], pa.RecordBatc
 
 
 def stream_rows(folder: Path) -> list[Row]:
-    """A stream folder's size index, the files it recorded, ``index.json``'s chunk list and every chunk."""
+    """A stream folder's size index, the files it recorded, `index.json`'s chunk list and every chunk."""
     rows, table = size_index_rows(folder, "")
     try:
         listed = read_index_json(folder)
@@ -153,7 +153,7 @@ def stream_rows(folder: Path) -> list[Row]:
 
 
 def cache_rows(folder: Path) -> tuple[list[Row], list[str]]:
-    """Every varlen table under ``folder`` and every size index (without chunks: a store's copy); the files
+    """Every varlen table under `folder` and every size index (without chunks: a store's copy); the files
     that hold no checksum varlen recorded (LitData's chunk cache, JSON, arrays, scratch), not checked."""
     rows: list[Row] = []
     skipped: list[str] = []
@@ -176,11 +176,11 @@ def cache_rows(folder: Path) -> tuple[list[Row], list[str]]:
 
 
 def scrub(path: str | Path) -> tuple[list[Row], list[str]]:
-    """The rows of every file under ``path`` that records a checksum (see the module docstring), and the files
+    """The rows of every file under `path` that records a checksum (see the module docstring), and the files
     not checked (nothing recorded of them).
 
     Raises:
-        ValueError: ``path`` is no stream folder, cache folder or varlen table (naming it).
+        ValueError: `path` is no stream folder, cache folder or varlen table (naming it).
     """
     if "://" in str(path):
         raise ValueError(f"{path}: give a local folder or file (a store's copy: verify the folder it was copied from)")
@@ -211,7 +211,7 @@ def scrub(path: str | Path) -> tuple[list[Row], list[str]]:
 
 
 def render(rows: Sequence[Row], quiet: bool = False) -> list[str]:
-    """The table's lines: a header and a row per file (with ``quiet``, the files that are not ok)."""
+    """The table's lines: a header and a row per file (with `quiet`, the files that are not ok)."""
     shown = [row for row in rows if not quiet or row.status != OK]
     if not shown:
         return []
@@ -246,7 +246,7 @@ def summary(path: Path, rows: Sequence[Row], skipped: Iterable[str], seconds: fl
 
 
 def main(argv: Sequence[str]) -> int:
-    """``varlen verify PATH``: the table and summary printed; 0 when every file is ok, 1 otherwise, 2 on a bad
+    """`varlen verify PATH`: the table and summary printed; 0 when every file is ok, 1 otherwise, 2 on a bad
     path (one line on stderr)."""
     parser = argparse.ArgumentParser(
         prog="varlen verify",

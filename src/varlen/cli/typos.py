@@ -1,11 +1,11 @@
 """A mistyped argument or config key answered in one line: the class, the unknown name and the closest valid
 one, instead of jsonargparse's account of every type a value could have been.
 
-``varlen fit --data.init_args.max_token 100`` (or ``size_feld:`` in a config) reads
-``varlen: error: TextClassificationDataModule takes no argument 'max_token': did you mean 'max_tokens'?
-(varlen fit --data.help TextClassificationDataModule lists them)``, status 2, for every command the parser
+`varlen fit --data.init_args.max_token 100` (or `size_feld:` in a config) reads
+`varlen: error: TextClassificationDataModule takes no argument 'max_token': did you mean 'max_tokens'?
+(varlen fit --data.help TextClassificationDataModule lists them)`, status 2, for every command the parser
 reads (fit, validate, test, predict, inspect, tune, optimize). So is a value of the wrong kind: a Literal's
-choices, an option's types (``--trainer.max_epochs: 'x' is not an int or None``), a class path naming no class.
+choices, an option's types (`--trainer.max_epochs: 'x' is not an int or None`), a class path naming no class.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ _UNION = re.compile(
 
 
 def unknown_name(name: str, known: Iterable[str]) -> str:
-    """``'name'``, and the closest of ``known`` where one is close: ``: did you mean 'x'?``."""
+    """`'name'`, and the closest of `known` where one is close: `: did you mean 'x'?`."""
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
     return f"{name!r}" + (f": did you mean {close[0]!r}?" if close else "")
 
@@ -58,8 +58,8 @@ def _parameters(path: str) -> list[str]:
 
 
 def _handed_on(cls: type) -> list[str]:
-    """A class's arguments: its signature's, and where that takes ``**kwargs`` (a model that hands its base's
-    on), its bases' ``__init__``'s too, as jsonargparse follows them."""
+    """A class's arguments: its signature's, and where that takes `**kwargs` (a model that hands its base's
+    on), its bases' `__init__`'s too, as jsonargparse follows them."""
     names: list[str] = []
     for init in [cls, *(klass.__dict__["__init__"] for klass in cls.__mro__ if "__init__" in klass.__dict__)]:
         parameters = inspect.signature(init).parameters
@@ -70,12 +70,12 @@ def _handed_on(cls: type) -> list[str]:
 
 
 def one_line(message: str, command: str, options: Iterable[str] = ()) -> str | None:
-    """The one line for jsonargparse's ``message`` (None: not a mistyped name; the message stands as it is).
+    """The one line for jsonargparse's `message` (None: not a mistyped name; the message stands as it is).
 
     Args:
-        message: what jsonargparse would print after ``error:``.
-        command: the command line's start, e.g. ``varlen fit`` (the help it points to).
-        options: the options the parser knows (``--trainer.max_epochs``), for unrecognised ones.
+        message: what jsonargparse would print after `error:`.
+        command: the command line's start, e.g. `varlen fit` (the help it points to).
+        options: the options the parser knows (`--trainer.max_epochs`), for unrecognised ones.
     """
     found = _CLASS_OPTION.search(message)
     if found is not None:

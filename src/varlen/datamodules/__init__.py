@@ -1,4 +1,4 @@
-"""One DataModule per scenario, and one for any ragged data, on the shared :class:`VarLenDataModule` base (imported
+"""One DataModule per scenario, and one for any ragged data, on the shared `VarLenDataModule` base (imported
 lazily)."""
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The base's arguments, written once: their names, how a scenario hands them on, the loader's checked.
 
-A scenario declares only its own arguments and hands the rest to the base with ``**kwargs``
-(jsonargparse follows them into the base's signature, so ``varlen fit --data.help`` and the configs
+A scenario declares only its own arguments and hands the rest to the base with `**kwargs`
+(jsonargparse follows them into the base's signature, so `varlen fit --data.help` and the configs
 list them with the base's defaults). A base argument a scenario sets itself is passed by name
-(``super().__init__(stream=None, **kwargs)``) and listed in its ``fixed_arguments``: then neither the
-command line nor a Python caller can set it. :func:`handed_on` gives each such class the signature
-its callers see, so ``inspect.signature`` (the typo hints, a source's arguments) lists them all.
+(`super().__init__(stream=None, **kwargs)`) and listed in its `fixed_arguments`: then neither the
+command line nor a Python caller can set it. `handed_on` gives each such class the signature
+its callers see, so `inspect.signature` (the typo hints, a source's arguments) lists them all.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ __all__ = [
     "keep",
 ]
 
-#: the arguments of :class:`~varlen.datamodules.base.VarLenDataModule`, which every scenario hands on
+#: the arguments of `VarLenDataModule`, which every scenario hands on
 BASE_ARGS = (
     "batch_size",
     "max_tokens",
@@ -49,23 +49,23 @@ BASE_ARGS = (
     "mix",
     "stream",
 )
-#: the split ``predict`` runs on, unless the DataModule built a ``predict`` split of its own
+#: the split `predict` runs on, unless the DataModule built a `predict` split of its own
 PredictSplit = Literal["train", "val", "test"]
 #: how loader workers start (None: the platform's default)
 StartMethod = Literal["fork", "spawn", "forkserver"] | None
-#: seconds a loader worker's batch may take (``timeout``): far above any normal batch, a stuck worker's bound
+#: seconds a loader worker's batch may take (`timeout`): far above any normal batch, a stuck worker's bound
 LOADER_TIMEOUT = 600.0
 
 
 def base_args(arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """The base's arguments among a subclass's own (``super().__init__(**base_args(locals()))``), for a
-    subclass that lists every argument itself rather than handing them on with ``**kwargs``."""
+    """The base's arguments among a subclass's own (`super().__init__(**base_args(locals()))`), for a
+    subclass that lists every argument itself rather than handing them on with `**kwargs`."""
     return {name: arguments[name] for name in BASE_ARGS if name in arguments}
 
 
 def handed_on(cls: type, parent: type, fixed: tuple[str, ...]) -> inspect.Signature | None:
-    """The signature callers of ``cls`` see: its own arguments, then ``parent``'s it hands on through
-    ``**kwargs`` (keyword-only, ``fixed`` left out); None where ``cls.__init__`` takes no ``**kwargs``."""
+    """The signature callers of `cls` see: its own arguments, then `parent`'s it hands on through
+    `**kwargs` (keyword-only, `fixed` left out); None where `cls.__init__` takes no `**kwargs`."""
     own = list(inspect.signature(cls.__init__).parameters.values())[1:]
     if not own or own[-1].kind is not inspect.Parameter.VAR_KEYWORD:
         return None
@@ -76,14 +76,14 @@ def handed_on(cls: type, parent: type, fixed: tuple[str, ...]) -> inspect.Signat
 
 
 def keep(obj: object, arguments: Mapping[str, Any], names: str) -> None:
-    """Each of ``names`` (separated by spaces) an attribute of ``obj`` holding the argument as given:
-    ``keep(self, locals(), "root download cache_dir")``."""
+    """Each of `names` (separated by spaces) an attribute of `obj` holding the argument as given:
+    `keep(self, locals(), "root download cache_dir")`."""
     for name in names.split():
         setattr(obj, name, arguments[name])
 
 
 def check_loader_arguments(given: Mapping[str, Any]) -> None:
-    """Refuse loader settings (``given``: the base's ``__init__``'s locals) the loader would refuse later, at
+    """Refuse loader settings (`given`: the base's `__init__`'s locals) the loader would refuse later, at
     the first epoch or in a worker."""
     num_workers, context, timeout = given["num_workers"], given["multiprocessing_context"], given["timeout"]
     if num_workers == 0 and (given["persistent_workers"] or given["prefetch_factor"] is not None):

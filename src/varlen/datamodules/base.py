@@ -63,98 +63,98 @@ LINKED = (
 class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.LightningDataModule):
     """Base of every varlen DataModule: the loaders, their bucketing sampler, the report.
 
-    A subclass implements :meth:`build`, which returns its datasets by split (each with a
-    ``lengths`` array and samples that carry an ``index``: checked, see
-    :mod:`varlen.datamodules.contract`), sets ``self.collate_fn`` (left None: dict samples are padded
-    key by key, :class:`~varlen.batching.pad_collate.PadCollate`), and lists its keep-mask keys in
-    ``mask_keys`` (or overrides :meth:`batch_stats`; none: the batch's ``<key>_mask``). Files are read and
-    checked by readers in :mod:`varlen.datasets`; splits come from :mod:`varlen.prepare.splits`; caches
-    are written in ``prepare_data`` and only read in :meth:`build`. Bad input goes through
-    ``self.report.bad(...)``: raised, or counted under ``on_bad="skip"``. Everything else, the
-    loaders (:class:`~varlen.batching.loader.VarLenLoader`, resumable through Lightning
-    checkpoints) and the :class:`~varlen.batching.BucketBatchSampler` (DDP-safe), comes from here.
+    A subclass implements `build`, which returns its datasets by split (each with a
+    `lengths` array and samples that carry an `index`: checked, see
+    `varlen.datamodules.contract`), sets `self.collate_fn` (left None: dict samples are padded
+    key by key, `PadCollate`), and lists its keep-mask keys in
+    `mask_keys` (or overrides `batch_stats`; none: the batch's `<key>_mask`). Files are read and
+    checked by readers in `varlen.datasets`; splits come from `varlen.prepare.splits`; caches
+    are written in `prepare_data` and only read in `build`. Bad input goes through
+    `self.report.bad(...)`: raised, or counted under `on_bad="skip"`. Everything else, the
+    loaders (`VarLenLoader`, resumable through Lightning
+    checkpoints) and the `BucketBatchSampler` (DDP-safe), comes from here.
 
-    Batch sizes compose the same way in every scenario (as lhotse's ``max_duration`` and
-    ``max_cuts``): ``batch_size`` alone gives batches of that many samples; ``max_tokens`` alone
-    a budget; both, the budget with at most ``batch_size`` samples per batch. With neither, the
-    scenario's :attr:`default_batching` applies.
+    Batch sizes compose the same way in every scenario (as lhotse's `max_duration` and
+    `max_cuts`): `batch_size` alone gives batches of that many samples; `max_tokens` alone
+    a budget; both, the budget with at most `batch_size` samples per batch. With neither, the
+    scenario's `default_batching` applies.
 
     Args:
-        batch_size: samples per batch; with ``max_tokens``, the most samples in a batch.
-        max_tokens: budget per batch on the padded size (or summed size, see ``sampler_cost``);
+        batch_size: samples per batch; with `max_tokens`, the most samples in a batch.
+        max_tokens: budget per batch on the padded size (or summed size, see `sampler_cost`);
             one value per size axis for multi-axis sizes.
-        shuffle: reshuffle training batches every epoch (seeded by ``seed``).
+        shuffle: reshuffle training batches every epoch (seeded by `seed`).
         seed: seed of the batch plan and of the splits.
         num_buckets: size buckets of the sampler (None: automatic).
         pad_to_multiple_of: pad the ragged axis to a multiple of this (8 for tensor cores).
         max_shapes: the most distinct (batch size, padded length) shapes an epoch takes per size axis (the
-            shape policy, :mod:`varlen.datamodules.shaping`): padded lengths (rungs) fitted on the training
+            shape policy, `varlen.datamodules.shaping`): padded lengths (rungs) fitted on the training
             split where they pad least, every split cut for and padded to them. A GPU pays once per new
-            shape (cuDNN attention plans in bf16); :class:`~varlen.batching.warmup.WarmShapes` pays them
+            shape (cuDNN attention plans in bf16); `WarmShapes` pays them
             before training. None: exact buckets (least padding, as many shapes as the sizes give).
-        rung_batch_sizes: padded length -> the most samples a batch of it holds (``varlen tune --budget``
-            writes it): these lengths are the rungs, each batch within its count and ``max_tokens``.
+        rung_batch_sizes: padded length -> the most samples a batch of it holds (`varlen tune --budget`
+            writes it): these lengths are the rungs, each batch within its count and `max_tokens`.
         num_workers: loader worker processes.
         pin_memory: pin batches for fast host-to-GPU copies (None: when CUDA is available).
-        persistent_workers: keep workers between epochs (needs ``num_workers > 0``).
-        prefetch_factor: batches prefetched per worker (needs ``num_workers > 0``).
-        multiprocessing_context: how workers start: ``"fork"``, ``"spawn"``, ``"forkserver"`` (None:
-            the platform's default; Python 3.14 on Linux starts with ``forkserver``). Under any of
+        persistent_workers: keep workers between epochs (needs `num_workers > 0`).
+        prefetch_factor: batches prefetched per worker (needs `num_workers > 0`).
+        multiprocessing_context: how workers start: `"fork"`, `"spawn"`, `"forkserver"` (None:
+            the platform's default; Python 3.14 on Linux starts with `forkserver`). Under any of
             them a worker maps the data files again, so it holds no copy of the data.
         timeout: seconds a loader worker's batch may take; past it the loader stops with an error naming
             the worker (a stuck worker would otherwise block training forever). 0 waits forever. Only
-            with ``num_workers > 0``.
-        predict_split: the split ``trainer.predict`` runs on (``train``, ``val`` or ``test``, in
+            with `num_workers > 0`.
+        predict_split: the split `trainer.predict` runs on (`train`, `val` or `test`, in
             a fixed order, every sample once); a DataModule that reads a source of its own for
-            prediction builds a ``predict`` split, which wins.
-        on_bad: ``"raise"`` at the first bad input (a :class:`~varlen.errors.DataError` naming
-            the file, row or sample), or ``"skip"`` it and count it in :attr:`report`.
-        sources: more training sources (see :mod:`varlen.datamodules.sources`): each a mapping of
-            this DataModule's arguments that differ for it, and an optional ``name`` (this
-            DataModule's own source is ``main``). Their training splits are served together;
+            prediction builds a `predict` split, which wins.
+        on_bad: `"raise"` at the first bad input (a `DataError` naming
+            the file, row or sample), or `"skip"` it and count it in `report`.
+        sources: more training sources (see `varlen.datamodules.sources`): each a mapping of
+            this DataModule's arguments that differ for it, and an optional `name` (this
+            DataModule's own source is `main`). Their training splits are served together;
             validation and test are the main source's (the others' are counted as unused). A
-            subclass whose ``build`` returns ``train`` as a mapping name -> dataset mixes those.
+            subclass whose `build` returns `train` as a mapping name -> dataset mixes those.
         source_weights: each source's share of every epoch (a list in source order, or a mapping
             by name); None: as many as each holds. Inside a source, samples are drawn by
-            ``sample_weights`` where the DataModule has them, else equally. Or a schedule: a list of
-            stages ``{weights: ..., until_epoch: E}`` (or ``until_step``), optionally
-            ``{stages: [...], interpolate: linear}`` (see :mod:`varlen.batching.schedule`).
-        mix: ``"within_batch"`` (sources share batches) or ``"per_source"`` (each batch holds one
+            `sample_weights` where the DataModule has them, else equally. Or a schedule: a list of
+            stages `{weights: ..., until_epoch: E}` (or `until_step`), optionally
+            `{stages: [...], interpolate: linear}` (see `varlen.batching.schedule`).
+        mix: `"within_batch"` (sources share batches) or `"per_source"` (each batch holds one
             source's samples).
-        stream: a dataset written by ``varlen optimize`` (LitData chunks and their size index), a
-            local folder or a store's URL (``s3://...``), or a mapping of ``url``, ``storage_options``
-            (LitData's, e.g. ``endpoint_url``), ``cache_dir``, ``timeout`` (seconds a store read may
-            take, 60) and ``verify`` (``always``: each chunk hashed at every read, not once per node): the
+        stream: a dataset written by `varlen optimize` (LitData chunks and their size index), a
+            local folder or a store's URL (`s3://...`), or a mapping of `url`, `storage_options`
+            (LitData's, e.g. `endpoint_url`), `cache_dir`, `timeout` (seconds a store read may
+            take, 60) and `verify` (`always`: each chunk hashed at every read, not once per node): the
             training split is read from it and planned from its size index; val / test come from this
-            DataModule's own sources (see :mod:`varlen.datamodules.streaming`).
+            DataModule's own sources (see `varlen.datamodules.streaming`).
 
     Attributes:
-        report: :class:`~varlen.prepare.report.DataReport` of the last ``setup``: per split, samples kept,
+        report: `DataReport` of the last `setup`: per split, samples kept,
             skipped (by reason, with examples), truncated and data left unused.
     """
 
     mask_keys: tuple[str, ...] = ()
-    #: what each column of ``sampler_lengths`` counts (for ``varlen inspect`` and messages)
+    #: what each column of `sampler_lengths` counts (for `varlen inspect` and messages)
     size_axes: tuple[str, ...] = ("size",)
     sampler_cost: str = "padded"
-    #: the sampler rounds sizes up to ``pad_to_multiple_of``; False when ``sampler_lengths``
+    #: the sampler rounds sizes up to `pad_to_multiple_of`; False when `sampler_lengths`
     #: already holds padded sizes (e.g. products of several padded axes)
     sampler_rounds_sizes: bool = True
-    #: ``(batch_size, max_tokens)`` when the user sets neither: the scenario's sensible default
+    #: `(batch_size, max_tokens)` when the user sets neither: the scenario's sensible default
     default_batching: tuple[int | None, int | tuple[int, ...] | None] = (32, None)
-    #: the training sampler's weights: None, ``"balanced"`` (:meth:`class_labels`) or a column
-    #: (:meth:`weight_column`); a classification DataModule takes it as its ``sample_weights`` argument
+    #: the training sampler's weights: None, `"balanced"` (`class_labels`) or a column
+    #: (`weight_column`); a classification DataModule takes it as its `sample_weights` argument
     sample_weights: str | None = None
     #: the arguments that say where a source's data is (files, roots, a synthetic set): an entry of
-    #: ``sources`` has its own or their defaults, never the main source's
+    #: `sources` has its own or their defaults, never the main source's
     source_arguments: tuple[str, ...] = ()
     #: a streamed training split's window in batches (None: the plan's default)
     stream_window_batches: int | None = None
-    #: keys the default collate pads (with ``<key>_mask``) even in a batch of equal lengths
+    #: keys the default collate pads (with `<key>_mask`) even in a batch of equal lengths
     ragged_keys: tuple[str, ...] = ()
     #: arguments kept out of the hyperparameters (in-memory data: a checkpoint and the loggers get no copy)
     unsaved_arguments: tuple[str, ...] = ()
-    #: base arguments the subclass sets itself, by name in its ``super().__init__``: not the caller's
+    #: base arguments the subclass sets itself, by name in its `super().__init__`: not the caller's
     fixed_arguments: tuple[str, ...] = ()
 
     def __init__(
@@ -214,8 +214,8 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
         self.host_sources: np.ndarray | None = None  # its samples per source (a mixture's), likewise
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A subclass that hands the base's arguments on with ``**kwargs`` shows them in its signature
-        (:func:`~varlen.datamodules.arguments.handed_on`), but those in its ``fixed_arguments``."""
+        """A subclass that hands the base's arguments on with `**kwargs` shows them in its signature
+        (`handed_on`), but those in its `fixed_arguments`."""
         super().__init_subclass__(**kwargs)
         parent = next(c for c in cls.__mro__[1:] if issubclass(c, VarLenDataModule))
         cls.__signature__ = handed_on(cls, parent, cls.__dict__.get("fixed_arguments", ()))
@@ -223,16 +223,16 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
     # -- what subclasses implement or may override ------------------------------------------
 
     def build(self, stage: str | None) -> dict[str, Dataset]:
-        """The datasets by split (``train``, ``val``, ``test``, optionally ``predict``)."""
+        """The datasets by split (`train`, `val`, `test`, optionally `predict`)."""
         raise NotImplementedError
 
     def sampler_lengths(self, dataset: Dataset) -> np.ndarray:
-        """Per-sample sizes the sampler batches by (default: the dataset's ``lengths``)."""
+        """Per-sample sizes the sampler batches by (default: the dataset's `lengths`)."""
         return np.asarray(dataset.lengths)
 
     @staticmethod
     def sample_sizes(samples: list[Any]) -> np.ndarray:
-        """The sizes of decoded samples (``dataset[i]`` dicts), ``[n, D]``: what :meth:`sampler_lengths`
+        """The sizes of decoded samples (`dataset[i]` dicts), `[n, D]`: what `sampler_lengths`
         gives for them, checked against a stream's size index. Static, so loader workers receive it by
         name; a DataModule that streams implements it."""
         raise NotImplementedError("this DataModule cannot check streamed samples: implement sample_sizes")
@@ -242,13 +242,13 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
         return None
 
     def class_labels(self, dataset: Dataset) -> np.ndarray | None:
-        """Class id per sample (-1: no label), for ``sample_weights="balanced"`` and ``varlen
-        inspect``; None where there are no classes. Default: the dataset's ``labels``, if any."""
+        """Class id per sample (-1: no label), for `sample_weights="balanced"` and `varlen
+        inspect`; None where there are no classes. Default: the dataset's `labels`, if any."""
         labels = getattr(dataset, "labels", None)
         return None if labels is None else np.asarray(labels, dtype=np.int64)
 
     def weight_column(self, dataset: Dataset, column: str) -> np.ndarray:
-        """Per-sample weights read from the data's ``column`` (checked, naming the row)."""
+        """Per-sample weights read from the data's `column` (checked, naming the row)."""
         raise DataError(f"{type(self).__name__} reads no weight column ({column!r}): use sample_weights={BALANCED!r}")
 
     def batch_stats(self, batch: Mapping[str, Any]) -> BatchStats:
@@ -256,10 +256,10 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
         return batch_stats_of(batch, self.mask_keys)
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """Count a training batch while it is on the host (:attr:`host_stats`, read by
-        :class:`~varlen.batching.telemetry.PaddingTelemetry`): counted on the device, every step
-        would wait for it. A mixture's samples are counted per source too (:attr:`host_sources`,
-        and per epoch in :attr:`report`)."""
+        """Count a training batch while it is on the host (`host_stats`, read by
+        `PaddingTelemetry`): counted on the device, every step
+        would wait for it. A mixture's samples are counted per source too (`host_sources`,
+        and per epoch in `report`)."""
         trainer = self.trainer
         if trainer is not None and trainer.training:
             self.host_stats = self.batch_stats(batch)
@@ -277,7 +277,7 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
     def _plan_spec(
         batch_size: int | None, max_tokens: int | tuple[int, ...] | None, pad_to_multiple_of: int | None = None
     ) -> PlanSpec:
-        """The sampler's spec of these two: a budget capped at ``batch_size`` samples, or fixed batches."""
+        """The sampler's spec of these two: a budget capped at `batch_size` samples, or fixed batches."""
         if max_tokens is None:
             return PlanSpec(batch_size=batch_size, pad_to_multiple_of=pad_to_multiple_of)
         budget = tuple(int(t) for t in np.atleast_1d(max_tokens))
@@ -312,17 +312,17 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
             self.load_state_dict(state)
 
     def __repr__(self) -> str:
-        """Its class, split sizes (or "not set up") and batching, e.g. ``Name(train=1,200 val=240 | max_tokens=2048,
-        batch_size=None, shuffle=True)``."""
+        """Its class, split sizes (or "not set up") and batching, e.g. `Name(train=1,200 val=240 | max_tokens=2048,
+        batch_size=None, shuffle=True)`."""
         return describe(self)
 
-    #: ``print(dm)`` too: Lightning's ``__str__`` builds every loader to print their lengths
+    #: `print(dm)` too: Lightning's `__str__` builds every loader to print their lengths
     __str__ = __repr__
 
     # -- loaders ----------------------------------------------------------------------------
 
     def dataset(self, split: str) -> Dataset:
-        """The dataset of ``split``, with a clear error when ``setup`` did not build it."""
+        """The dataset of `split`, with a clear error when `setup` did not build it."""
         if split not in self.datasets:
             raise RuntimeError(
                 f"{type(self).__name__} has no {split!r} split (built: {sorted(self.datasets)}); "
@@ -332,25 +332,25 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
 
     def train_weights(self) -> np.ndarray | None:
         """The training sampler's per-sample weights (None: unweighted), computed once per training
-        split: from :attr:`sample_weights` (inverse class frequency, or the weight column) and, for
-        several sources, their ``source_weights``."""
+        split: from `sample_weights` (inverse class frequency, or the weight column) and, for
+        several sources, their `source_weights`."""
         dataset = self.dataset("train")
         if self._train_weights is None or self._train_weights[0] is not dataset:
             self._train_weights = (dataset, weights_of(self, dataset))
         return self._train_weights[1]
 
     def sampler_class(self, split: str) -> type[BucketBatchSampler]:
-        """The batch sampler class of ``split``; a subclass may carry extra per-batch state."""
+        """The batch sampler class of `split`; a subclass may carry extra per-batch state."""
         return BucketBatchSampler
 
     def batch_sampler(
         self, split: str, shuffle: bool, num_replicas: int | None = None, rank: int | None = None
     ) -> BucketBatchSampler:
-        """The bucketing batch sampler of ``split`` (ranks default to torch.distributed's); the
-        shuffled training split's draws by :meth:`train_weights`, every other split serves each
+        """The bucketing batch sampler of `split` (ranks default to torch.distributed's); the
+        shuffled training split's draws by `train_weights`, every other split serves each
         sample once. The weights are an argument of the sampler, so the sampler Lightning
         rebuilds under DDP (with its saved arguments) keeps them. A streamed training split's is a
-        :class:`~varlen.stream.sampler.StreamBatchSampler`."""
+        `StreamBatchSampler`."""
         if split != "train":
             return self._new_sampler(split, shuffle, num_replicas, rank, self.rungs)
         streamed = self.stream is not None
@@ -374,8 +374,8 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
         resume: bool = False,
         weighted: bool = True,
     ) -> BucketBatchSampler:
-        """The in-memory batch sampler of ``split`` (see :meth:`batch_sampler`), cut for ``rungs``; with
-        ``resume``, at the epoch Lightning is about to serve and the position its checkpoint recorded."""
+        """The in-memory batch sampler of `split` (see `batch_sampler`), cut for `rungs`; with
+        `resume`, at the epoch Lightning is about to serve and the position its checkpoint recorded."""
         spec = self._plan_spec(self.batch_size, self.max_tokens)
         weights = self.train_weights() if split == "train" and shuffle and weighted else None
         dataset = self.dataset(split)
@@ -400,7 +400,7 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
         )
 
     def _fit_epoch(self) -> int:
-        """The epoch a fitting trainer is about to serve (0 outside a fit): what a training sampler's ``len()``
+        """The epoch a fitting trainer is about to serve (0 outside a fit): what a training sampler's `len()`
         describes when Lightning reads it, before it sets the epoch."""
         trainer = self.trainer
         if trainer is None or trainer.state.fn != "fit":
@@ -408,7 +408,7 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
         return int(trainer.fit_loop.epoch_progress.current.processed)
 
     def loader(self, split: str, shuffle: bool = False) -> VarLenLoader:
-        """A resumable loader over ``split``, batched by :meth:`batch_sampler`."""
+        """A resumable loader over `split`, batched by `batch_sampler`."""
         extra: dict[str, Any] = {}
         if self.num_workers > 0:
             extra = {"persistent_workers": self.persistent_workers, "prefetch_factor": self.prefetch_factor}
@@ -435,12 +435,12 @@ class VarLenDataModule(SourceMixing, ShapePolicy, DataStateCheckpoint, pl.Lightn
         return self.loader("test")
 
     def predict_dataloader(self) -> VarLenLoader:
-        """The ``predict`` split when the DataModule built one, else :attr:`predict_split` (in order)."""
+        """The `predict` split when the DataModule built one, else `predict_split` (in order)."""
         return self.loader("predict" if "predict" in self.datasets else self.predict_split)
 
 
 class _OneSource(VarLenDataModule):
-    """A DataModule of one source read whole: no other ``sources`` to mix, no ``stream`` (the base's values,
+    """A DataModule of one source read whole: no other `sources` to mix, no `stream` (the base's values,
     fixed). Private, so that the command line lists only the scenarios built on it."""
 
     fixed_arguments = ("sources", "source_weights", "mix", "stream")

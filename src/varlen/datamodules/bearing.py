@@ -8,23 +8,23 @@ The two mistakes this DataModule makes impossible by default:
   has one recording), by whole recording, or by operating condition. The leaky random window
   split exists only to measure the effect, and warns.
 - *Copies*: windows are spans of one flat buffer holding every recording
-  (:class:`~varlen.datasets.bearing.storage.RecordingBuffer`; each recording's signal is a view of it),
+  (`RecordingBuffer`; each recording's signal is a view of it),
   so 50%-overlapping windows hold the signal once, not twice, and a batch is one gather.
 
-Where the data lives: ``prepare_data`` (one process per node) reads and resamples the recordings
-once into an Arrow table in ``cache_dir/bearing``, named by the content of the files and settings
-(:mod:`~varlen.datasets.bearing.recordings`); ``setup`` in every rank maps it, splits it, and maps
+Where the data lives: `prepare_data` (one process per node) reads and resamples the recordings
+once into an Arrow table in `cache_dir/bearing`, named by the content of the files and settings
+(`recordings`); `setup` in every rank maps it, splits it, and maps
 each split's windows and the train statistics from small tables beside it
-(:mod:`~varlen.datasets.bearing.window_tables`). A loader worker, under any start method, maps the
+(`window_tables`). A loader worker, under any start method, maps the
 same files: nothing is copied per process, and batches are standardized as they are gathered.
 
-Across operating conditions (``split="condition"``: train on one motor load, test on another),
-validation is carved from the train conditions by time blocks unless ``val_conditions`` are
-given, and the test conditions stay whole; ``augment`` shifts, resamples (speed), scales and
+Across operating conditions (`split="condition"`: train on one motor load, test on another),
+validation is carved from the train conditions by time blocks unless `val_conditions` are
+given, and the test conditions stay whole; `augment` shifts, resamples (speed), scales and
 noises training windows (drawn from (seed, epoch, window), so a resumed run replays them).
 
-Reading and checking files is :class:`~varlen.datasets.bearing.BearingSource`'s job; splits
-come from :mod:`varlen.prepare.splits`; this module wires them.
+Reading and checking files is `BearingSource`'s job; splits
+come from `varlen.prepare.splits`; this module wires them.
 """
 
 from __future__ import annotations
@@ -71,13 +71,13 @@ ITEM = "recording"
 class BearingDataModule(VarLenDataModule):
     """Windows of vibration recordings (CWRU, Paderborn, a folder, or the built-in simulator).
 
-    ``prepare_data`` loads the recordings and resamples them to one rate (polyphase) into the
-    cache; ``build`` maps them, splits them without leakage, standardizes every channel with
+    `prepare_data` loads the recordings and resamples them to one rate (polyphase) into the
+    cache; `build` maps them, splits them without leakage, standardizes every channel with
     statistics of the train split only (as batches are gathered), and builds one
-    :class:`~varlen.datasets.bearing.BearingWindows` per split over the same flat buffer. Samples no
-    window covers are counted in :attr:`report` per split (unit ``"signal samples"``): gaps
+    `BearingWindows` per split over the same flat buffer. Samples no
+    window covers are counted in `report` per split (unit `"signal samples"`): gaps
     between split blocks, samples between windows when the stride exceeds the window, tails
-    dropped by ``drop_tail``.
+    dropped by `drop_tail`.
 
     Batch:
         signals: [B, C, L] float32, the windows (C channels, train-standardized), zeros after each one's length
@@ -90,49 +90,49 @@ class BearingDataModule(VarLenDataModule):
         index: [B] int64, each window's position in its split
 
     Args:
-        root: data folder; None runs the built-in simulator (offline, deterministic in ``seed``).
-        data_format: ``auto`` (Paderborn names -> paderborn, a metadata CSV -> folder, else
-            cwru), ``cwru``, ``paderborn`` or ``folder``.
-        metadata: CSV in ``root`` (or absolute) with ``path,label`` and optional
-            ``sampling_rate,recording_id,condition``; its labels override file-name labels.
-        download: fetch the standard 10-class CWRU files into ``root`` (MD5-checked; CWRU only).
-        channels: channels to read (CWRU ``DE``/``FE``/``BA``, Paderborn ``vibration_1``, CSV
-            column names, ``.npy`` column numbers); default: DE, vibration_1, all columns.
+        root: data folder; None runs the built-in simulator (offline, deterministic in `seed`).
+        data_format: `auto` (Paderborn names -> paderborn, a metadata CSV -> folder, else
+            cwru), `cwru`, `paderborn` or `folder`.
+        metadata: CSV in `root` (or absolute) with `path,label` and optional
+            `sampling_rate,recording_id,condition`; its labels override file-name labels.
+        download: fetch the standard 10-class CWRU files into `root` (MD5-checked; CWRU only).
+        channels: channels to read (CWRU `DE`/`FE`/`BA`, Paderborn `vibration_1`, CSV
+            column names, `.npy` column numbers); default: DE, vibration_1, all columns.
         class_names: the classes, in label-index order; default: the 10 CWRU classes, the 4
             Paderborn classes, or the sorted labels of the metadata CSV (refused when they mix
             numbers with words or spell one number two ways). Other labels are bad input.
         sampling_rate: common rate every recording is resampled to; None: keep the rates (they
             must all agree). It, and every recording's own rate, must lie in 1 kHz..1 MHz
-            (:data:`~varlen.datasets.bearing.rates.RATE_RANGE`: a rate in kHz is refused, a
+            (`RATE_RANGE`: a rate in kHz is refused, a
             recording's as bad input); a recording resampled by a factor more than 4x away from the
             others' median factor is warned about.
-        window_length: window length in samples (at ``sampling_rate``).
+        window_length: window length in samples (at `sampling_rate`).
         stride: hop between windows in samples; default half a window (50% overlap).
-        window_seconds: window length in seconds (overrides ``window_length``).
-        stride_seconds: hop in seconds (overrides ``stride``).
+        window_seconds: window length in seconds (overrides `window_length`).
+        stride_seconds: hop in seconds (overrides `stride`).
         drop_tail: drop each segment's last, shorter window (default: keep it, padded, so no
-            signal is lost); the dropped samples are counted in :attr:`report`.
+            signal is lost); the dropped samples are counted in `report`.
         normalize: standardize every channel with the train split's mean and std.
-        split: ``time_block`` (default; blocks of each recording), ``recording`` (whole
-            recordings, stratified), ``condition`` (``test_conditions`` held out) or
-            ``random_window`` (LEAKY: overlapping windows of one recording land in several
+        split: `time_block` (default; blocks of each recording), `recording` (whole
+            recordings, stratified), `condition` (`test_conditions` held out) or
+            `random_window` (LEAKY: overlapping windows of one recording land in several
             splits; for measuring the leakage effect only).
         val_fraction: share of each recording (time_block) or of the recordings (recording) for
             validation.
         test_fraction: the same for test.
         gap: samples left out between two blocks of different splits (default: one window);
-            counted in :attr:`report`.
-        test_conditions: conditions held out for test with ``split="condition"`` (e.g. ``["3"]``
+            counted in `report`.
+        test_conditions: conditions held out for test with `split="condition"` (e.g. `["3"]`
             for CWRU load 3).
         val_conditions: conditions for validation, taken from the recordings not held out for
-            test (they must not overlap ``test_conditions``); default: the last time block of
-            each train recording (``val_fraction`` of it, after a gap), the test recordings whole.
-        train_conditions: conditions to train on with ``split="condition"`` (default: every
+            test (they must not overlap `test_conditions`); default: the last time block of
+            each train recording (`val_fraction` of it, after a gap), the test recordings whole.
+        train_conditions: conditions to train on with `split="condition"` (default: every
             condition not held out); recordings of other conditions are left out, counted in
-            :attr:`report` (``source``, unit ``"signal samples"``).
-        grouping: ``shuffle`` (windows of all recordings mixed) or ``recording`` (every batch
+            `report` (`source`, unit `"signal samples"`).
+        grouping: `shuffle` (windows of all recordings mixed) or `recording` (every batch
             holds windows of one recording only, batches in random order).
-        sample_weights: ``"balanced"``: the training sampler draws windows by inverse class
+        sample_weights: `"balanced"`: the training sampler draws windows by inverse class
             frequency of the training split, so each class (e.g. CWRU's normal recordings, longer
             than the fault ones) is served equally often per epoch; None: every window once.
             There is no per-window weight column here. Validation and test serve every window once.
@@ -140,28 +140,28 @@ class BearingDataModule(VarLenDataModule):
             amplitude scaling, white noise, drawn from (seed, epoch, window) (evaluation is never
             augmented).
         augment_shift: most samples a training window moves either way (default: one stride).
-        augment_scale: amplitude factors uniform in ``[1 - augment_scale, 1 + augment_scale]``.
+        augment_scale: amplitude factors uniform in `[1 - augment_scale, 1 + augment_scale]`.
         augment_noise: largest standard deviation of the added noise, drawn per window in
-            ``[0, augment_noise]`` (units of the normalized signal).
+            `[0, augment_noise]` (units of the normalized signal).
         augment_speed: training windows are read resampled at a speed factor uniform in
-            ``[1 - augment_speed, 1 + augment_speed]``, so every frequency scales as with another
+            `[1 - augment_speed, 1 + augment_speed]`, so every frequency scales as with another
             shaft speed (CWRU's loads 0-3 HP span 3.7%).
         simulated_per_class: simulator recordings per class (per class and load with
-            ``simulated_loads``).
+            `simulated_loads`).
         simulated_seconds: simulator duration range in seconds.
         simulated_loads: None (default): each simulated recording at a random load 0-3 that sets
-            its speed only; a list (e.g. ``[0, 1, 2, 3]``): every class under every load, with
+            its speed only; a list (e.g. `[0, 1, 2, 3]`): every class under every load, with
             what a load changes (speed, impact and shaft amplitudes, noise, resonance), for
             cross-condition splits.
         cache_dir: where the recordings at the common rate, the windows and the train statistics
-            are written once and mapped from (None: ``$VARLEN_CACHE`` or ``~/.cache/varlen``; the
-            files go in its ``bearing`` folder).
+            are written once and mapped from (None: `$VARLEN_CACHE` or `~/.cache/varlen`; the
+            files go in its `bearing` folder).
 
-    The base's arguments are :class:`~varlen.datamodules.base.VarLenDataModule`'s (``max_tokens`` budgets
-    ``windows x window length`` per batch; neither it nor ``batch_size`` set: 64 windows per batch; ``on_bad``
+    The base's arguments are `VarLenDataModule`'s (`max_tokens` budgets
+    `windows x window length` per batch; neither it nor `batch_size` set: 64 windows per batch; `on_bad`
     meets a bad recording: NaN/inf, shorter than one window, unknown label, missing channel, corrupt file,
-    empty). A source in ``sources`` (e.g. ``[{name: rig2, root: /data/rig2}]``) has its own data arguments
-    and inherits the others. Recordings are not streamed (no ``stream``).
+    empty). A source in `sources` (e.g. `[{name: rig2, root: /data/rig2}]`) has its own data arguments
+    and inherits the others. Recordings are not streamed (no `stream`).
     """
 
     mask_keys = ("mask",)
@@ -237,11 +237,11 @@ class BearingDataModule(VarLenDataModule):
 
     @property
     def cache_folder(self) -> Path:
-        """Where this scenario's tables are: ``<cache_dir>/bearing``."""
+        """Where this scenario's tables are: `<cache_dir>/bearing`."""
         return Path(self.cache_dir or default_cache_dir()) / "bearing"
 
     def prepare_data(self) -> None:
-        """Fetch the CWRU files when ``download=True``, then build the recordings table unless it is
+        """Fetch the CWRU files when `download=True`, then build the recordings table unless it is
         there (Lightning calls this once per node, before setup)."""
         if self.download and self.source is not None:
             self.source.download()
@@ -266,7 +266,7 @@ class BearingDataModule(VarLenDataModule):
 
     def _read(self, report: DataReport) -> Iterable[Recording]:
         """The raw recordings, one at a time: simulated, or read and validated by the source (bad ones to
-        ``report``). What :func:`~varlen.datasets.bearing.recordings.build_recordings` stores."""
+        `report`). What `build_recordings` stores."""
         if self.source is None:
             seconds, loads = self.simulated_seconds, self.simulated_loads
             return iter_simulated(
@@ -275,7 +275,7 @@ class BearingDataModule(VarLenDataModule):
         return self.source.iter_load(report)
 
     def load(self) -> list[Recording]:
-        """The raw recordings, read now (not the cache), at their own rates (bad ones to :attr:`report`)."""
+        """The raw recordings, read now (not the cache), at their own rates (bad ones to `report`)."""
         return list(self._read(self.report))
 
     def build(self, stage: str | None) -> dict[str, BearingWindows]:
@@ -317,7 +317,7 @@ class BearingDataModule(VarLenDataModule):
 
     def _usable(self, table: RecordingTable, every: list[Recording]) -> list[Recording]:
         """The recordings the split can use. The bad ones found while the table was built are replayed
-        into the report (raised or counted under this DataModule's ``on_bad``), then those of other
+        into the report (raised or counted under this DataModule's `on_bad`), then those of other
         conditions and those too short for the split are left out (counted).
 
         Raises:
@@ -384,7 +384,7 @@ class BearingDataModule(VarLenDataModule):
         return WindowAugment(self.seed, self.hop if shift is None else int(shift), scale, noise, speed)
 
     def _of_conditions(self, recordings: list[Recording]) -> list[Recording]:
-        """With ``train_conditions``, only the recordings of a named condition (the others counted as unused)."""
+        """With `train_conditions`, only the recordings of a named condition (the others counted as unused)."""
         if self.train_conditions is None:
             return recordings
         present = sorted({r.condition for r in recordings})
@@ -411,16 +411,16 @@ class BearingDataModule(VarLenDataModule):
     # -- sampler --------------------------------------------------------------------------------
 
     def sampler_class(self, split: str) -> type[BucketBatchSampler]:
-        """With ``augment``, training batches carry their epoch (for the draws); evaluation uses the plain sampler."""
+        """With `augment`, training batches carry their epoch (for the draws); evaluation uses the plain sampler."""
         return EpochBatchSampler if self.augment and split == "train" else BucketBatchSampler
 
     def sampler_groups(self, dataset: BearingWindows) -> np.ndarray | None:
-        """With ``grouping="recording"``, the recording of every window: a batch then holds one recording."""
+        """With `grouping="recording"`, the recording of every window: a batch then holds one recording."""
         return np.asarray(dataset.recording) if self.grouping == "recording" else None
 
 
 def bearing_arguments(given: Mapping[str, Any], owner: str, seed: int, shuffle: bool) -> dict[str, Any]:
-    """A bearing DataModule's arguments (``given``: its ``__init__``'s locals) that are checked together or kept
+    """A bearing DataModule's arguments (`given`: its `__init__`'s locals) that are checked together or kept
     in another form: split and rate refused where they contradict, conditions as strings, augmentation checked."""
     names = ("split", "grouping", "test_fraction", "gap", "test_conditions", "val_conditions", "train_conditions")
     check_split_arguments(*(given[name] for name in names))

@@ -1,14 +1,14 @@
 """What a DataModule puts in every checkpoint and takes back: its data state and the training position.
 
-:class:`DataStateCheckpoint` is the part of :class:`~varlen.datamodules.base.VarLenDataModule` that
-Lightning's ``state_dict`` / ``load_state_dict`` reach: what the data taught the model (class names,
+`DataStateCheckpoint` is the part of `VarLenDataModule` that
+Lightning's `state_dict` / `load_state_dict` reach: what the data taught the model (class names,
 training statistics, the tokenizer...) as plain values, refused or restored when a checkpoint is loaded,
-and the training sampler's position while fitting. The base sets ``datasets``, ``trainer``,
-``_train_sampler``, ``_checkpoint_state``, ``_resume_position`` and ``rungs`` (the shape policy's, saved
+and the training sampler's position while fitting. The base sets `datasets`, `trainer`,
+`_train_sampler`, `_checkpoint_state`, `_resume_position` and `rungs` (the shape policy's, saved
 with the data state and the settings they were fitted for: a run resumed on another number of ranks keeps
 its rungs, so its batches; one resumed with other batching settings fits its own, and its sampler plans the
-rest of the saved epoch again under them). A mid-epoch checkpoint whose draw changed (``sample_weights``,
-``source_weights``, ``mix``) is refused by name, with both ways out.
+rest of the saved epoch again under them). A mid-epoch checkpoint whose draw changed (`sample_weights`,
+`source_weights`, `mix`) is refused by name, with both ways out.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ DRAWN = ("sample_weights", "source_weights", "mix")
 
 
 def plain(value: Any) -> Any:
-    """``value`` as JSON-like Python values (arrays and tuples as lists, numpy scalars as Python
-    ones): what a checkpoint can hold and ``torch.load(weights_only=True)`` reads back."""
+    """`value` as JSON-like Python values (arrays and tuples as lists, numpy scalars as Python
+    ones): what a checkpoint can hold and `torch.load(weights_only=True)` reads back."""
     if isinstance(value, Mapping):
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, np.ndarray)):
@@ -58,34 +58,34 @@ class DataStateCheckpoint:
     rung_batch_sizes: dict[int, int] | None
     pad_to_multiple_of: int | None
     sampler_cost: str
-    #: the trainer's ``reload_dataloaders_every_n_epochs`` while a resumed epoch of its own length runs (the
+    #: the trainer's `reload_dataloaders_every_n_epochs` while a resumed epoch of its own length runs (the
     #: next epoch's loader is reloaded once, so that Lightning reads its length), put back at that reload
     _reload_was: int | None = None
 
     def rungs_of(self, lengths: list[list[int]] | None) -> Any:
-        """Rungs of these lengths (:meth:`~varlen.datamodules.shaping.ShapePolicy.rungs_of`)."""
+        """Rungs of these lengths (`rungs_of`)."""
 
     # -- what the data taught the model: saved in every checkpoint ----------------------------
 
-    #: keys of :meth:`data_state` whose change a checkpoint refuses: a model trained on other
+    #: keys of `data_state` whose change a checkpoint refuses: a model trained on other
     #: classes (or classes in another order, or another vocabulary) is another model
     state_must_match: tuple[str, ...] = ("class_names",)
-    #: keys of :meth:`data_state` computed from the training split: a checkpoint's values replace
-    #: the rebuilt ones (:meth:`restore_data_state`), so a model meets data in its training units
+    #: keys of `data_state` computed from the training split: a checkpoint's values replace
+    #: the rebuilt ones (`restore_data_state`), so a model meets data in its training units
     state_restored: tuple[str, ...] = ()
 
     def data_state(self) -> dict[str, Any]:
         """What the model's outputs depend on that the data taught it or was chosen for it (class
-        names in id order, training-split statistics, the tokenizer...), known after ``setup``.
-        Default: ``class_names`` where the DataModule has them."""
+        names in id order, training-split statistics, the tokenizer...), known after `setup`.
+        Default: `class_names` where the DataModule has them."""
         names = getattr(self, "class_names", None)
         return {"class_names": list(names)} if names is not None else {}
 
     def restore_data_state(self, state: Mapping[str, Any]) -> None:
-        """Put a checkpoint's :attr:`state_restored` values in place of the rebuilt ones."""
+        """Put a checkpoint's `state_restored` values in place of the rebuilt ones."""
 
     def _saved_state(self) -> dict[str, Any]:
-        """:meth:`data_state`, how the training samples were drawn (a change warns; inside an epoch it is
+        """`data_state`, how the training samples were drawn (a change warns; inside an epoch it is
         refused: its rest cannot be drawn again), the rungs and the settings they were fitted for."""
         drawn = {name: getattr(self, name) for name in DRAWN}
         rungs = {"rungs": None if self.rungs is None else [list(r.lengths) for r in self.rungs]}
@@ -97,12 +97,12 @@ class DataStateCheckpoint:
         return {name: getattr(self, name, None) for name in names}
 
     def plain_data_state(self) -> dict[str, Any]:
-        """:meth:`data_state` as plain values (lists, Python numbers)."""
+        """`data_state` as plain values (lists, Python numbers)."""
         return plain(self.data_state())
 
     def state_dict(self) -> dict[str, Any]:
-        """Lightning saves this in every checkpoint: :meth:`data_state` as plain values, while fitting the
-        training sampler's position (see :meth:`resume_position`), and a mixture's training batches per rank
+        """Lightning saves this in every checkpoint: `data_state` as plain values, while fitting the
+        training sampler's position (see `resume_position`), and a mixture's training batches per rank
         served in each epoch (where a schedule of steps starts the next one)."""
         if not self.datasets:
             return {}
@@ -135,10 +135,10 @@ class DataStateCheckpoint:
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Check a checkpoint's data state against the rebuilt one and restore its statistics.
 
-        Lightning calls this after ``setup``; called before, it is applied when ``setup`` runs.
+        Lightning calls this after `setup`; called before, it is applied when `setup` runs.
 
         Raises:
-            DataError: a :attr:`state_must_match` value changed, or (inside an epoch) how the training samples
+            DataError: a `state_must_match` value changed, or (inside an epoch) how the training samples
                 are drawn: each names both values and the ways out.
         """
         self._resume_position = state_dict.get("train_position")
@@ -206,7 +206,7 @@ class DataStateCheckpoint:
             trainer.reload_dataloaders_every_n_epochs = 1
 
     def _reloaded(self) -> None:
-        """The trainer's own ``reload_dataloaders_every_n_epochs`` back, once the reload after a resumed epoch came."""
+        """The trainer's own `reload_dataloaders_every_n_epochs` back, once the reload after a resumed epoch came."""
         if self._reload_was is not None and self.trainer is not None:
             self.trainer.reload_dataloaders_every_n_epochs = self._reload_was
         self._reload_was = None

@@ -1,13 +1,13 @@
 """The dataset contract of a DataModule, checked where it is first relied on, and how a DataModule shows itself.
 
-A split's dataset must be map-style (``len`` and ``dataset[i]``), give one size per sample (``lengths``
-``[N]``, or ``[N, D]`` with one column per :attr:`~varlen.datamodules.base.VarLenDataModule.size_axes`,
-whole numbers >= 0), and its collated batches must carry ``index`` (each sample's position in its
-split). :func:`check_split` checks the sizes when ``setup`` records the split; :class:`CheckedCollate`
-checks ``index`` on the first batch a process collates, and turns a collate that stacks tensors of
-unequal sizes into a :class:`~varlen.errors.DataError` naming the field. Every message says how to
-supply what is missing. :func:`with_stand_ins` applies the one rule for a split ``build`` did not give
-(:data:`varlen.prepare.splits.STANDS_IN`: test is the validation split) and says it in the report.
+A split's dataset must be map-style (`len` and `dataset[i]`), give one size per sample (`lengths`
+`[N]`, or `[N, D]` with one column per `size_axes`,
+whole numbers >= 0), and its collated batches must carry `index` (each sample's position in its
+split). `check_split` checks the sizes when `setup` records the split; `CheckedCollate`
+checks `index` on the first batch a process collates, and turns a collate that stacks tensors of
+unequal sizes into a `DataError` naming the field. Every message says how to
+supply what is missing. `with_stand_ins` applies the one rule for a split `build` did not give
+(`varlen.prepare.splits.STANDS_IN`: test is the validation split) and says it in the report.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ UNEQUAL = ("stack expects each tensor to be equal size", "each element in list o
 
 
 def with_stand_ins(built: Mapping[str, Any], report: DataReport) -> dict[str, Any]:
-    """``build``'s datasets with each missing held-out split stood in for (test: the validation split), every
-    split that is another recorded in ``report`` (:meth:`~varlen.prepare.report.DataReport.stand_in`)."""
+    """`build`'s datasets with each missing held-out split stood in for (test: the validation split), every
+    split that is another recorded in `report` (`stand_in`)."""
     datasets = dict(built)
     for split, other in stand_ins(datasets).items():
         datasets[split] = datasets[other]
@@ -44,8 +44,8 @@ def check_split(dm: Any, split: str, dataset: Any) -> None:
     """Refuse a split's dataset that breaks the contract (see the module docstring).
 
     Raises:
-        TypeError: the dataset is not map-style (no ``len``).
-        DataError: no ``lengths``, or lengths of the wrong shape, count or values; each message names
+        TypeError: the dataset is not map-style (no `len`).
+        DataError: no `lengths`, or lengths of the wrong shape, count or values; each message names
             the DataModule, the split, what is wrong and how to give it.
     """
     owner, kind = type(dm).__name__, type(dataset).__name__
@@ -105,9 +105,9 @@ def _unequal_field(fetched: Any) -> str:
 class CheckedCollate:
     """A DataModule's collate as its loaders run it (pickled to workers with it).
 
-    The first batch each process collates is checked for ``index`` and for a field left as a list of
-    arrays of unequal sizes; a collate that stacks tensors of unequal sizes (torch's ``stack expects
-    each tensor to be equal size``) is a :class:`DataError` naming the field and the fix.
+    The first batch each process collates is checked for `index` and for a field left as a list of
+    arrays of unequal sizes; a collate that stacks tensors of unequal sizes (torch's `stack expects
+    each tensor to be equal size`) is a `DataError` naming the field and the fix.
     """
 
     def __init__(self, collate: Callable[[Any], Any], owner: str, split: str) -> None:
@@ -163,8 +163,8 @@ class CheckedCollate:
 
 
 def batch_stats_of(batch: Any, mask_keys: Sequence[str]) -> BatchStats:
-    """Samples, real and allocated elements of a batch by its keep masks: ``mask_keys``, else every
-    ``<field>_mask`` of the default collate; a batch without masks pads nothing."""
+    """Samples, real and allocated elements of a batch by its keep masks: `mask_keys`, else every
+    `<field>_mask` of the default collate; a batch without masks pads nothing."""
     keys = list(mask_keys) or [k for k in batch if isinstance(k, str) and k.endswith("_mask")]
     if keys:
         return mask_stats(batch, keys)
@@ -177,7 +177,7 @@ def _count(n: int) -> str:
 
 
 def describe(dm: Any) -> str:
-    """``Name(train=1,200 val=240 test=240 | max_tokens=2048, batch_size=None, shuffle=True)``."""
+    """`Name(train=1,200 val=240 test=240 | max_tokens=2048, batch_size=None, shuffle=True)`."""
     if dm.datasets:
         order = ["train", "val", "test", "predict"]
         splits = sorted(dm.datasets, key=lambda s: (order.index(s) if s in order else len(order), s))

@@ -3,18 +3,18 @@
 The sampler batches by *band count*: a training sample's length is the number of bands it will
 carry. How random band subsets stay compatible with a fixed batch plan and exact resumption:
 
-* each training pixel gets its band count ``k_i`` once, from the named stream
-  ``stream(seed, "band counts")``, so ``lengths`` is known up front and is the same every epoch
-  (the sampler's plan, and ``len(loader)``, never change);
-* *which* ``k_i`` bands it gets is drawn from ``(seed, epoch, i)``: the train batch sampler
-  (:class:`~varlen.batching.EpochBatchSampler`) hands each batch to the dataset as an
-  :class:`~varlen.batching.EpochIndices` list that carries its epoch, so every worker, every
+* each training pixel gets its band count `k_i` once, from the named stream
+  `stream(seed, "band counts")`, so `lengths` is known up front and is the same every epoch
+  (the sampler's plan, and `len(loader)`, never change);
+* *which* `k_i` bands it gets is drawn from `(seed, epoch, i)`: the train batch sampler
+  (`EpochBatchSampler`) hands each batch to the dataset as an
+  `EpochIndices` list that carries its epoch, so every worker, every
   rank and a resumed run draw the same bands for the same (epoch, sample), and a new epoch draws
   new ones.
 
-Evaluation uses a fixed, configurable band set (all usable bands, ``k`` evenly spaced ones, or an
+Evaluation uses a fixed, configurable band set (all usable bands, `k` evenly spaced ones, or an
 explicit list), so validation numbers are comparable between epochs and runs. Files are opened
-and checked in :mod:`varlen.datasets.hyperspectral`; this module wires scenes, splits, sampler
+and checked in `varlen.datasets.hyperspectral`; this module wires scenes, splits, sampler
 and collate.
 """
 
@@ -51,7 +51,7 @@ def _check_band_arguments(min_bands: int | None, max_bands: int | None, train_ba
 
 
 class HyperspectralDataModule(_OneSource):
-    """Pixels (spectra or ``P x P`` patches) of hyperspectral scenes, batched by band count.
+    """Pixels (spectra or `P x P` patches) of hyperspectral scenes, batched by band count.
 
     Batch:
         spectra: [B, K] float32, each pixel's K bands (train-standardized), zeros where padded; [B, K, P, P] for patches
@@ -65,28 +65,28 @@ class HyperspectralDataModule(_OneSource):
         index: [B] int64, each pixel's position in its split
 
     Args:
-        scenes: scene names: ``synthetic`` (the embedded default: a synthetic AVIRIS-like cube over
+        scenes: scene names: `synthetic` (the embedded default: a synthetic AVIRIS-like cube over
             the Indian Pines label map when the shared data folder is present, a generated field
-            layout otherwise), ``synthetic_rosis`` (103 ROSIS-like bands), ``indian_pines``,
-            ``pavia_u``, ``salinas``, ``salinas_a``, or ``custom`` (the files below). Several
+            layout otherwise), `synthetic_rosis` (103 ROSIS-like bands), `indian_pines`,
+            `pavia_u`, `salinas`, `salinas_a`, or `custom` (the files below). Several
             scenes (even from different sensors) are combined: their classes are kept apart
-            (``scene:class``). Default: ``custom`` when ``cube_path`` is set, else ``synthetic``.
-        root: folder of the public scenes' files (``root/<scene>/``).
+            (`scene:class`). Default: `custom` when `cube_path` is set, else `synthetic`.
+        root: folder of the public scenes' files (`root/<scene>/`).
         download: fetch missing public scenes from the EHU site (MD5-checked where known).
-        cache_dir: where ``.mat`` cubes are converted to memory-mappable ``.npy`` and the synthetic
-            cube is written (default ``root/cache``).
-        cube_path: a custom cube: ``.mat`` (v5/v7.3), ``.npy`` or ENVI ``.hdr``, ``[H, W, B]``.
-        labels_path: its label map (``.mat``/``.npy``, 0 = unlabelled, 1..C classes).
-        cube_key: ``.mat`` variable of the cube (default: the only 3-D one).
-        labels_key: ``.mat`` variable of the labels (default: the only 2-D one).
-        wavelengths: band centres in nm of the custom cube (default: the ENVI header's, else ``sensor``'s).
-        sensor: nominal grid for a custom cube without wavelengths: ``aviris`` or ``rosis``.
+        cache_dir: where `.mat` cubes are converted to memory-mappable `.npy` and the synthetic
+            cube is written (default `root/cache`).
+        cube_path: a custom cube: `.mat` (v5/v7.3), `.npy` or ENVI `.hdr`, `[H, W, B]`.
+        labels_path: its label map (`.mat`/`.npy`, 0 = unlabelled, 1..C classes).
+        cube_key: `.mat` variable of the cube (default: the only 3-D one).
+        labels_key: `.mat` variable of the labels (default: the only 2-D one).
+        wavelengths: band centres in nm of the custom cube (default: the ENVI header's, else `sensor`'s).
+        sensor: nominal grid for a custom cube without wavelengths: `aviris` or `rosis`.
         removed_bands: 0-based channels of the sensor's full grid missing from the custom cube.
-        train_map: external train label map (e.g. ``TRpaviaU.mat``) of the single scene.
-        test_map: external test label map (e.g. ``TSpaviaU.mat``); needs ``train_map``.
-        layout: label layout of the ``synthetic`` scene: ``auto``, ``generated`` or a label-map file.
+        train_map: external train label map (e.g. `TRpaviaU.mat`) of the single scene.
+        test_map: external test label map (e.g. `TSpaviaU.mat`); needs `train_map`.
+        layout: label layout of the `synthetic` scene: `auto`, `generated` or a label-map file.
         patch_size: odd patch side P; 1 = spectra only.
-        min_bands: smallest band count of a training sample (with ``max_bands``: random subsets).
+        min_bands: smallest band count of a training sample (with `max_bands`: random subsets).
         max_bands: largest band count (default: all usable bands).
         train_bands: a fixed list of band indices for training instead of random subsets.
         eval_bands: bands for val/test/predict: None (all), a count (evenly spaced) or a list.
@@ -97,23 +97,23 @@ class HyperspectralDataModule(_OneSource):
         test_fraction: share for testing (0: none carved, the validation split is the test split, said in the
             report; ignored with external maps).
         check_values: scan each cube once for bands holding NaN/inf (turn off for huge cubes you trust).
-        sample_weights: ``"balanced"``: the training sampler draws pixels by inverse class
+        sample_weights: `"balanced"`: the training sampler draws pixels by inverse class
             frequency of the training split (rare land covers served as often as common ones);
             None: every pixel once. There is no per-pixel weight column here. Validation and test
             serve every pixel once.
 
-    The base's arguments are :class:`~varlen.datamodules.base.VarLenDataModule`'s: ``max_tokens`` budgets
-    ``samples x max band count`` per batch (neither it nor ``batch_size`` set: 64 pixels per batch); ``on_bad``
-    meets a band holding NaN/inf, or a label value that is no class of the scene: ``raise`` a
-    :class:`~varlen.errors.DataError` naming the file, band / value and pixel, or ``skip`` it (the band is
-    dropped, the value's pixels are left unlabelled) and count it in ``dm.report``. The scenes are one source,
-    read whole: no ``sources`` or ``stream``.
+    The base's arguments are `VarLenDataModule`'s: `max_tokens` budgets
+    `samples x max band count` per batch (neither it nor `batch_size` set: 64 pixels per batch); `on_bad`
+    meets a band holding NaN/inf, or a label value that is no class of the scene: `raise` a
+    `DataError` naming the file, band / value and pixel, or `skip` it (the band is
+    dropped, the value's pixels are left unlabelled) and count it in `dm.report`. The scenes are one source,
+    read whole: no `sources` or `stream`.
 
     Attributes:
         report: kept pixels per split; skipped bands and label values; labelled pixels that are no
             patch centre, per split and reason (image border, split buffer, overlap with another
-            split's patches), in the unit ``"labelled pixels"``.
-        scenes: the opened scenes (after ``setup``).
+            split's patches), in the unit `"labelled pixels"`.
+        scenes: the opened scenes (after `setup`).
     """
 
     mask_keys = ("band_mask",)
@@ -161,7 +161,7 @@ class HyperspectralDataModule(_OneSource):
 
     def _scene_sources(self, given: Mapping[str, Any]) -> list[SceneSource]:
         """Each scene's files, and the classes linked to the model at instantiation (from label maps / the
-        scene table, never the cubes); ``given``: ``__init__``'s locals."""
+        scene table, never the cubes); `given`: `__init__`'s locals."""
         scenes, cube_path = given["scenes"], given["cube_path"]
         train_map, test_map = given["train_map"], given["test_map"]
         self.scene_names = list(scenes) if scenes else (["custom"] if cube_path else ["synthetic"])
@@ -185,7 +185,7 @@ class HyperspectralDataModule(_OneSource):
         return sources
 
     def prepare_data(self) -> None:
-        """Download (verified), convert ``.mat`` cubes and write the synthetic cube, once per node."""
+        """Download (verified), convert `.mat` cubes and write the synthetic cube, once per node."""
         for source in self.sources:
             prepare_scene(source)
 

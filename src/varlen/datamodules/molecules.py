@@ -35,13 +35,13 @@ SPLITS = ("train", "val", "test")
 class MoleculeDataModule(VarLenDataModule):
     """MoleculeNet-style molecules as graphs, batched by a budget on atoms + bonds per batch.
 
-    Each molecule is featurised once per node with RDKit, in ``prepare_data``, into an Arrow
-    table in ``cache_dir`` (see :mod:`varlen.datasets.molecules.graphs`), and the targets are
-    written beside it (:mod:`~varlen.datasets.molecules.targets`); ``setup`` in every rank and
+    Each molecule is featurised once per node with RDKit, in `prepare_data`, into an Arrow
+    table in `cache_dir` (see `varlen.datasets.molecules.graphs`), and the targets are
+    written beside it (`targets`); `setup` in every rank and
     every loader worker only map both files. A molecule's size is atoms + directed edges, and the
-    sampler's ``cost="sum"`` keeps the *sum* of sizes in a batch under ``max_tokens`` (graphs are
+    sampler's `cost="sum"` keeps the *sum* of sizes in a batch under `max_tokens` (graphs are
     concatenated, not padded), so a batch's memory is bounded whatever the molecule sizes.
-    Molecules RDKit cannot use are skipped and counted in ``dm.report`` (the default) or raise;
+    Molecules RDKit cannot use are skipped and counted in `dm.report` (the default) or raise;
     a broken table (no file, undecodable, empty, a bad target) raises under either policy.
 
     Default: the ESOL table packaged with varlen (offline, 1,128 real molecules).
@@ -57,82 +57,82 @@ class MoleculeDataModule(VarLenDataModule):
         num_nodes: int, the batch's atoms (N)
         index: [B] int64, each molecule's position in its split
 
-    A PyG ``Batch`` (graphs concatenated, nothing padded); ``descriptors=True`` adds ``descriptors``
-    ``[B, 10]`` float32 (train-standardized) and ``follow_batch`` ``<name>_batch`` / ``<name>_ptr``.
+    A PyG `Batch` (graphs concatenated, nothing padded); `descriptors=True` adds `descriptors`
+    `[B, 10]` float32 (train-standardized) and `follow_batch` `<name>_batch` / `<name>_ptr`.
 
     Args:
-        dataset: a MoleculeNet preset (``esol``, ``freesolv``, ``lipo``, ``hiv``, ``bbbp``,
-            ``qm9``) giving the default columns, task and download URL; None for your own table.
-        path: CSV file to read (default: the preset's file: packaged for ESOL, else under ``root``).
-        root: folder of downloaded presets (default: ``<cache_dir>/molecules/raw``).
+        dataset: a MoleculeNet preset (`esol`, `freesolv`, `lipo`, `hiv`, `bbbp`,
+            `qm9`) giving the default columns, task and download URL; None for your own table.
+        path: CSV file to read (default: the preset's file: packaged for ESOL, else under `root`).
+        root: folder of downloaded presets (default: `<cache_dir>/molecules/raw`).
         download: fetch the preset's file from the DeepChem bucket (checksum-verified) if absent.
         smiles_column: SMILES column (default: the preset's).
         target_columns: target columns, several for multi-task (default: the preset's).
-        task: ``"regression"`` or ``"classification"`` (default: the preset's, else regression).
-        split: ``"random"`` (seeded), ``"scaffold"`` or ``"scaffold_balanced"`` (default: the
-            preset's: ``scaffold_balanced`` for the classification presets ``bbbp`` and ``hiv``,
-            else ``random``). Both scaffold splits keep every Bemis-Murcko scaffold set in one
-            split, so test molecules have scaffolds never trained on. ``scaffold`` is
+        task: `"regression"` or `"classification"` (default: the preset's, else regression).
+        split: `"random"` (seeded), `"scaffold"` or `"scaffold_balanced"` (default: the
+            preset's: `scaffold_balanced` for the classification presets `bbbp` and `hiv`,
+            else `random`). Both scaffold splits keep every Bemis-Murcko scaffold set in one
+            split, so test molecules have scaffolds never trained on. `scaffold` is
             MoleculeNet's deterministic one: the largest sets fill train and whatever sets come
             last fill val and test; on BBBP in its file order these are singletons of one class,
-            and val and test held positives only. ``scaffold_balanced`` is the balanced scaffold
+            and val and test held positives only. `scaffold_balanced` is the balanced scaffold
             split of chemprop (Yang et al. 2019, "Analyzing Learned Molecular Representations for
-            Property Prediction", J. Chem. Inf. Model.; ``split_type="scaffold_balanced"``) and
+            Property Prediction", J. Chem. Inf. Model.; `split_type="scaffold_balanced"`) and
             astartes: sets larger than half of the val (or test) size go to train, the others
-            are shuffled with ``split_seed`` and dealt in that order, so val and test look like
-            the whole table. See :func:`varlen.prepare.splits.balanced_scaffold_split`. Scaffolds are
+            are shuffled with `split_seed` and dealt in that order, so val and test look like
+            the whole table. See `varlen.prepare.splits.balanced_scaffold_split`. Scaffolds are
             computed for the scaffold splits only (once per node, beside the graph table). Every
-            split keeps the copies of a molecule (the same canonical SMILES) together; ``dm.report``
+            split keeps the copies of a molecule (the same canonical SMILES) together; `dm.report`
             counts each split's duplicates.
         val_fraction: share of the molecules for validation.
         test_fraction: share for testing (the rest trains).
         max_train_samples: keep a stratified, seeded subset of this many training molecules (a quick
-            run, a learning curve): drawn from the training split with ``split_seed``, within each class of
-            ``balance_task`` (the first target when unset; one stratum for regression), the others
-            counted as unused in ``dm.report``; validation and test stay whole. Every molecule is still
+            run, a learning curve): drawn from the training split with `split_seed`, within each class of
+            `balance_task` (the first target when unset; one stratum for regression), the others
+            counted as unused in `dm.report`; validation and test stay whole. Every molecule is still
             featurised, once per node and cached by the file alone (every subset shares that cache):
             a split needs every molecule's canonical SMILES (copies stay together; scaffolds come from it).
-        split_seed: seed of the random and balanced scaffold splits and of the training subset (default: ``seed``).
+        split_seed: seed of the random and balanced scaffold splits and of the training subset (default: `seed`).
         single_class: for classification, a val or test split holding one class only for some
-            task has no ROC-AUC: ``"raise"`` (the default) stops with a ``DataError`` naming the
-            split, the target column and the count of each class; ``"warn"`` goes on with a
+            task has no ROC-AUC: `"raise"` (the default) stops with a `DataError` naming the
+            split, the target column and the count of each class; `"warn"` goes on with a
             warning (the model logs that ROC-AUC as NaN, never 0).
         standardize: regression targets standardized with train statistics (the model gets
-            ``target_mean`` / ``target_std`` and reports metrics in the original units).
+            `target_mean` / `target_std` and reports metrics in the original units).
         descriptors: add RDKit graph-level descriptors (logP, weight, TPSA, H donors/acceptors,
             rotatable bonds, rings, sp3 fraction, heavy atoms, aromatic proportion; see
-            :data:`~varlen.datasets.molecules.features.DESCRIPTORS`) to every sample, standardized with
+            `DESCRIPTORS`) to every sample, standardized with
             train statistics; the model concatenates them to the pooled graph embedding
-            (``num_descriptors`` is linked to it; the ESOL config uses them: docs/benchmarks.md).
+            (`num_descriptors` is linked to it; the ESOL config uses them: docs/benchmarks.md).
         sample_weights: how the training sampler draws each epoch (validation, test and predict
-            serve every molecule once): None (each molecule once), ``"balanced"`` (inverse class
-            frequency of ``balance_task`` in the training split: actives served as often as
+            serve every molecule once): None (each molecule once), `"balanced"` (inverse class
+            frequency of `balance_task` in the training split: actives served as often as
             inactives, e.g. HIV's 3.5%; molecules missing that task's target keep their share;
             classification only) or the name of a numeric column of the CSV holding each
-            molecule's weight (a missing, negative or non-finite weight is a ``DataError`` naming
-            the line). Needs ``shuffle``.
-        balance_task: the target column ``"balanced"`` balances (default: the only one; several
+            molecule's weight (a missing, negative or non-finite weight is a `DataError` naming
+            the line). Needs `shuffle`.
+        balance_task: the target column `"balanced"` balances (default: the only one; several
             targets need it).
         max_atoms: the most atoms (graph nodes: heavy atoms and any hydrogen written as an atom) a
-            molecule may have; a larger one is bad input (``on_bad``), refused from its parsed SMILES
+            molecule may have; a larger one is bad input (`on_bad`), refused from its parsed SMILES
             before any featurisation (RDKit's passes grow much faster than a molecule: a
             10,000-atom chain did not finish in 10 minutes). The default, 1000, is 4.5 times
             HIV's largest molecule; raise it for polymers or proteins.
         deduplicate: keep only the first line of each molecule (canonical SMILES); the others are
-            counted as unused in ``dm.report``. Without it, copies stay together in one split.
+            counted as unused in `dm.report`. Without it, copies stay together in one split.
         cache_dir: where the graph and target tables are built and mapped from (default:
-            ``$VARLEN_CACHE`` or ``~/.cache/varlen``); a folder that cannot be written is a ``DataError``.
+            `$VARLEN_CACHE` or `~/.cache/varlen`); a folder that cannot be written is a `DataError`.
         num_proc: processes for featurising big tables (small ones are done in-process).
-        follow_batch: fields (of ``x``, ``edge_index``, ``edge_attr``, ``y``, ``y_mask``,
-            ``descriptors``) that also get ``<name>_batch`` and ``<name>_ptr`` in the batch, as PyG's
-            ``follow_batch``; another name raises ``ValueError``.
+        follow_batch: fields (of `x`, `edge_index`, `edge_attr`, `y`, `y_mask`,
+            `descriptors`) that also get `<name>_batch` and `<name>_ptr` in the batch, as PyG's
+            `follow_batch`; another name raises `ValueError`.
 
-    The base's arguments are :class:`~varlen.datamodules.base.VarLenDataModule`'s: ``batch_size`` counts
-    molecules, ``max_tokens`` budgets atoms + directed edges per batch (neither set: 1536); ``on_bad`` meets a
-    SMILES RDKit rejects or one over ``max_atoms`` (``raise`` names the file, line and SMILES; ``skip`` counts
-    each in ``dm.report`` by reason; some MoleculeNet tables hold a few, 7 in HIV: their configs set ``skip``).
-    A source in ``sources`` (e.g. ``[{name: extra, path: more.csv}]``) has its own data arguments and inherits
-    the others. Nothing is padded: there is no ``pad_to_multiple_of``, ``max_shapes`` or ``rung_batch_sizes``.
+    The base's arguments are `VarLenDataModule`'s: `batch_size` counts
+    molecules, `max_tokens` budgets atoms + directed edges per batch (neither set: 1536); `on_bad` meets a
+    SMILES RDKit rejects or one over `max_atoms` (`raise` names the file, line and SMILES; `skip` counts
+    each in `dm.report` by reason; some MoleculeNet tables hold a few, 7 in HIV: their configs set `skip`).
+    A source in `sources` (e.g. `[{name: extra, path: more.csv}]`) has its own data arguments and inherits
+    the others. Nothing is padded: there is no `pad_to_multiple_of`, `max_shapes` or `rung_batch_sizes`.
     """
 
     sampler_cost = "sum"
@@ -199,7 +199,7 @@ class MoleculeDataModule(VarLenDataModule):
         self.split_positions: dict[str, np.ndarray] = {}
 
     def _balance_task(self, name: str | None) -> int | None:
-        """The target column index ``sample_weights="balanced"`` balances (None: not balanced)."""
+        """The target column index `sample_weights="balanced"` balances (None: not balanced)."""
         if self.sample_weights != BALANCED:
             if name is not None:
                 raise ValueError(f"balance_task={name!r} needs sample_weights='balanced'")
@@ -220,11 +220,11 @@ class MoleculeDataModule(VarLenDataModule):
         return self.target_columns.index(name)
 
     def resolve_path(self, download: bool = False) -> Path:
-        """The CSV to read: ``path``, the packaged ESOL, or the preset's file under ``root``."""
+        """The CSV to read: `path`, the packaged ESOL, or the preset's file under `root`."""
         return table_path(self.dataset_name, self.path, self.root, download, self.cache_dir)
 
     def _stores(self, download: bool) -> tuple[Path, GraphStore, TargetStore]:
-        """The table's graphs and targets mapped from ``cache_dir``; the CSV is read (and checked) only
+        """The table's graphs and targets mapped from `cache_dir`; the CSV is read (and checked) only
         when one of them is missing, to build it."""
         source = self.resolve_path(download)
         args = (source, self.smiles_column)
@@ -247,9 +247,9 @@ class MoleculeDataModule(VarLenDataModule):
 
     @property
     def table(self) -> MoleculeTable | None:
-        """The table as read (SMILES, targets, line numbers), from the mapped stores; None before ``setup``.
+        """The table as read (SMILES, targets, line numbers), from the mapped stores; None before `setup`.
 
-        Its SMILES list is made when first asked (``setup`` does not need it).
+        Its SMILES list is made when first asked (`setup` does not need it).
         """
         if self._table is None and self.store is not None:
             targets = self.target_store
@@ -259,7 +259,7 @@ class MoleculeDataModule(VarLenDataModule):
 
     @staticmethod
     def sample_sizes(samples: list[Any]) -> np.ndarray:
-        """Atoms + directed edges of each decoded molecule (what ``lengths`` counts), ``[n, 1]``."""
+        """Atoms + directed edges of each decoded molecule (what `lengths` counts), `[n, 1]`."""
         return np.array([[len(s["x"]) + len(s["edge_attr"])] for s in samples], dtype=np.int64).reshape(-1, 1)
 
     def build(self, stage: str | None) -> dict[str, MoleculeGraphs]:
@@ -313,8 +313,8 @@ class MoleculeDataModule(VarLenDataModule):
                 dataset.descriptor_stats = stats
 
     def _split(self, source: Path, store: GraphStore, targets: np.ndarray, valid: np.ndarray) -> dict[str, np.ndarray]:
-        """Table positions per split (random: stream ``"molecule split"``, copies of a molecule together;
-        scaffold: deterministic; balanced: stream ``"molecule scaffold split"``), checked to hold both
+        """Table positions per split (random: stream `"molecule split"`, copies of a molecule together;
+        scaffold: deterministic; balanced: stream `"molecule scaffold split"`), checked to hold both
         classes where classified."""
         if len(valid) < len(SPLITS):
             raise DataError(f"{source}: only {len(valid)} usable molecule(s); need at least 3 to split")
@@ -339,7 +339,7 @@ class MoleculeDataModule(VarLenDataModule):
         return positions
 
     def _training_subset(self, train: np.ndarray, targets: np.ndarray) -> np.ndarray:
-        """``max_train_samples`` of the training positions (stream ``"training subset"``, within each class
+        """`max_train_samples` of the training positions (stream `"training subset"`, within each class
         of the balanced task, missing targets a class of their own); the rest counted as unused."""
         if self.max_train_samples is None or self.max_train_samples >= len(train):
             return train
@@ -354,15 +354,15 @@ class MoleculeDataModule(VarLenDataModule):
         return train[parts["kept"]]
 
     def class_labels(self, dataset: MoleculeGraphs) -> np.ndarray | None:
-        """The 0/1 class of each molecule in ``balance_task`` (-1: missing); None for regression."""
+        """The 0/1 class of each molecule in `balance_task` (-1: missing); None for regression."""
         if self.task != "classification":
             return None
         targets = dataset.targets[dataset.positions, self.balance_index or 0]
         return np.where(np.isnan(targets), -1, targets).astype(np.int64)
 
     def weight_column(self, dataset: MoleculeGraphs, column: str) -> np.ndarray:
-        """Each molecule's weight: its line's value in ``column`` of the CSV (read as targets are:
-        an empty cell is missing, text a ``DataError`` naming the line)."""
+        """Each molecule's weight: its line's value in `column` of the CSV (read as targets are:
+        an empty cell is missing, text a `DataError` naming the line)."""
         try:
             table = read_table(self.source, self.smiles_column, [column])
         except DataError as error:  # it names the line; say what the column was read for
@@ -381,7 +381,7 @@ class MoleculeDataModule(VarLenDataModule):
 
 
 def molecule_arguments(given: Mapping[str, Any]) -> dict[str, Any]:
-    """A molecule DataModule's arguments (``given``: its ``__init__``'s locals) checked together, with the
+    """A molecule DataModule's arguments (`given`: its `__init__`'s locals) checked together, with the
     preset's columns, task and split mode where they are not given."""
     dataset, path, split = given["dataset"], given["path"], given["split"]
     if dataset is not None and dataset not in MOLECULENET:

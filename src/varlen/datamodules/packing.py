@@ -1,12 +1,12 @@
-"""What a packed layout promises of its rows: every row ``max_tokens`` wide (rounded up to ``pad_to_multiple_of``),
+"""What a packed layout promises of its rows: every row `max_tokens` wide (rounded up to `pad_to_multiple_of`),
 whatever the samples, and every sample whole in one row.
 
 Why: a packed row's width is the step's memory and its one shape. Widening every row to the longest sample (or to
-``max_length``) for the sake of a few long ones cost 4x the memory and filled a row to a quarter. So a sample
-longer than ``max_tokens`` is bad input, found at ``setup`` before the first step: ``on_bad="raise"`` names it,
-both settings and the way out; ``"skip"`` leaves it out and counts it in the report (cutting it would change what
-the model reads: a text's last token is its ``[SEP]``). A streamed split cannot leave samples out: one that holds
-any is refused by name whatever ``on_bad``.
+`max_length`) for the sake of a few long ones cost 4x the memory and filled a row to a quarter. So a sample
+longer than `max_tokens` is bad input, found at `setup` before the first step: `on_bad="raise"` names it,
+both settings and the way out; `"skip"` leaves it out and counts it in the report (cutting it would change what
+the model reads: a text's last token is its `[SEP]`). A streamed split cannot leave samples out: one that holds
+any is refused by name whatever `on_bad`.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ def long_samples(
     item: str = "sample",
     unit: str = "elements",
 ) -> np.ndarray | None:
-    """The positions of ``lengths`` that fit a packed row of ``limit`` (None: every one); each longer one goes
-    through ``report`` (raised, or skipped and counted under ``split``), named by ``where(positions)``, told ``fix``.
+    """The positions of `lengths` that fit a packed row of `limit` (None: every one); each longer one goes
+    through `report` (raised, or skipped and counted under `split`), named by `where(positions)`, told `fix`.
 
     Raises:
-        DataError: under ``on_bad="raise"``, at the first longer sample.
+        DataError: under `on_bad="raise"`, at the first longer sample.
     """
     lengths = np.asarray(lengths)
     longer = np.flatnonzero(lengths > limit)
@@ -54,8 +54,8 @@ def long_samples(
 
 
 def check_streamed_rows(index, limit: int, stream: str, fix: str) -> None:
-    """Refuse a streamed split whose size index holds a sample longer than ``limit`` (its first size axis): a
-    stream serves every sample it holds. Reads the sizes of the chunks whose histograms reach past ``limit`` only.
+    """Refuse a streamed split whose size index holds a sample longer than `limit` (its first size axis): a
+    stream serves every sample it holds. Reads the sizes of the chunks whose histograms reach past `limit` only.
 
     Raises:
         DataError: naming the stream, how many samples, the longest and the way out.

@@ -32,37 +32,37 @@ from varlen.prepare.splits import check_fractions, random_split, stratified_spli
 __all__ = ["COSTS", "SPLITS", "SequenceDataModule", "SplitData"]
 
 SPLITS = ("train", "val", "test", "predict")
-#: a split's data: a Parquet / Arrow IPC path, a ``datasets.Dataset``, a ``pyarrow.Table`` or a mapping
-#: of column name -> values (typed ``Any`` so that jsonargparse keeps a path as a string and a mapping as one)
+#: a split's data: a Parquet / Arrow IPC path, a `datasets.Dataset`, a `pyarrow.Table` or a mapping
+#: of column name -> values (typed `Any` so that jsonargparse keeps a path as a string and a mapping as one)
 SplitData = Any
-#: what ``sampler_cost`` may say: :data:`varlen.batching.plan.COST_MODES` but ``packed`` (a layout this has not)
+#: what `sampler_cost` may say: `varlen.batching.plan.COST_MODES` but `packed` (a layout this has not)
 COSTS = ("padded", "sum")
 
 
 class SequenceDataModule(TrainingHead, VarLenDataModule):
     """Batches of any variable-length data: each column a field, padded per batch, bucketed by a size field.
 
-    Every split's data is a Parquet, Arrow IPC, CSV or JSON Lines file (``--data.train=PATH`` on the
-    command line; :func:`varlen.write_arrays` writes your arrays as Parquet; a CSV cell of a variable-length
-    field holds a JSON list, ``"[[0.1, 0.2], [0.3, 0.4]]"``), a Hugging Face ``datasets.Dataset``, a
-    ``pyarrow.Table`` or a mapping of column name -> values (one array per sample, of any length along its
-    first axis and one shape beyond it, e.g. ``[T, 3]``). A
-    column of lists is a variable-length field (a :class:`~varlen.batching.Ragged` over the Arrow list's
-    own buffers), served in the dtype it is stored in (``dtypes`` casts; a float64 field meeting a float32
+    Every split's data is a Parquet, Arrow IPC, CSV or JSON Lines file (`--data.train=PATH` on the
+    command line; `varlen.write_arrays` writes your arrays as Parquet; a CSV cell of a variable-length
+    field holds a JSON list, `"[[0.1, 0.2], [0.3, 0.4]]"`), a Hugging Face `datasets.Dataset`, a
+    `pyarrow.Table` or a mapping of column name -> values (one array per sample, of any length along its
+    first axis and one shape beyond it, e.g. `[T, 3]`). A
+    column of lists is a variable-length field (a `Ragged` over the Arrow list's
+    own buffers), served in the dtype it is stored in (`dtypes` casts; a float64 field meeting a float32
     model is said once); a column of numbers or fixed-size lists is a fixed field; the label column makes the
     task (integer, boolean or string labels: classification, classes from the sorted labels, numbers by number; floats:
-    regression; a Hugging Face ``ClassLabel``: its names). String labels that mix numbers with words or
-    spell one number two ways, and floats that are all whole numbers (``1, 2.0, 3``) without ``task``, are
-    refused naming rows (:mod:`~varlen.datasets.sequence.labels`). Files and Datasets are converted once
-    per node into an Arrow IPC cache table (``prepare_data``, keyed by the file's content or the Dataset's
+    regression; a Hugging Face `ClassLabel`: its names). String labels that mix numbers with words or
+    spell one number two ways, and floats that are all whole numbers (`1, 2.0, 3`) without `task`, are
+    refused naming rows (`labels`). Files and Datasets are converted once
+    per node into an Arrow IPC cache table (`prepare_data`, keyed by the file's content or the Dataset's
     fingerprint) that every rank and worker maps; tables and mappings are held in memory as given (a
-    spawned worker gets a pickled copy). Without ``val``, ``val_fraction`` of ``train`` is carved out
-    (stratified by class); without ``test``, the validation split is the test split (the report says so),
-    unless ``test_fraction`` carves one from ``train`` (:data:`varlen.prepare.splits.STANDS_IN`, every DataModule's
-    rule). ``transform`` (a callable sample -> sample) changes training samples in the loader's workers,
-    its draws a function of ``(seed, epoch, index)`` (:mod:`~varlen.datasets.sequence.transform`).
-    Without ``train``: a small synthetic set
-    (:func:`~varlen.datasets.sequence.synthetic_sequences`). Bad rows (a missing value, an empty size
+    spawned worker gets a pickled copy). Without `val`, `val_fraction` of `train` is carved out
+    (stratified by class); without `test`, the validation split is the test split (the report says so),
+    unless `test_fraction` carves one from `train` (`varlen.prepare.splits.STANDS_IN`, every DataModule's
+    rule). `transform` (a callable sample -> sample) changes training samples in the loader's workers,
+    its draws a function of `(seed, epoch, index)` (`transform`).
+    Without `train`: a small synthetic set
+    (`synthetic_sequences`). Bad rows (a missing value, an empty size
     field, a non-finite number, an unknown label) raise, or are skipped and counted.
 
     Batch:
@@ -74,47 +74,47 @@ class SequenceDataModule(TrainingHead, VarLenDataModule):
         labels: [B] int64 or float32, class ids (classification) or targets (regression); with a label column only
 
     Args:
-        train: the training data (None: synthetic sequences, ``synthetic`` of them).
-        val: validation data (None: ``val_fraction`` of ``train``).
-        test: test data (None: ``test_fraction`` of ``train`` when above 0, else the validation split).
-        predict: data to predict (None: ``predict_split``).
+        train: the training data (None: synthetic sequences, `synthetic` of them).
+        val: validation data (None: `val_fraction` of `train`).
+        test: test data (None: `test_fraction` of `train` when above 0, else the validation split).
+        predict: data to predict (None: `predict_split`).
         size_field: the variable-length field whose length is a sample's size (None: the first); a list
-            of fields budgets each (``max_tokens`` then one value per field).
+            of fields budgets each (`max_tokens` then one value per field).
         label_field: the label column (None: no labels).
-        task: ``classification`` or ``regression`` (None: told from the labels' type; floats that are all
-            whole numbers need it: ``classification`` makes them integer classes).
+        task: `classification` or `regression` (None: told from the labels' type; floats that are all
+            whole numbers need it: `classification` makes them integer classes).
         class_names: the classes in id order, each label matched as written (None: the training labels,
-            sorted, or a ``ClassLabel``'s names in id order; over a ``ClassLabel``, some of its names).
+            sorted, or a `ClassLabel`'s names in id order; over a `ClassLabel`, some of its names).
         fields: the columns to serve (None: every numeric column; others are counted as unused).
         pad_values: per variable-length field, the value padding writes (default 0).
-        dtypes: field -> the dtype it is served in (e.g. ``{"signal": "float32"}``; default: as stored).
-        transform: a callable ``sample -> sample`` (``sample, rng -> sample`` to get a numpy Generator) that
+        dtypes: field -> the dtype it is served in (e.g. `{"signal": "float32"}`; default: as stored).
+        transform: a callable `sample -> sample` (`sample, rng -> sample` to get a numpy Generator) that
             changes each training sample as its batch is fetched (augmentation; validation and test are served
-            as stored): its randomness comes from ``(seed, epoch, index)``, so a resumed run, any worker count
+            as stored): its randomness comes from `(seed, epoch, index)`, so a resumed run, any worker count
             and any rank draw the same; it may shorten a size field, not lengthen it; a module-level function
-            (``--data.transform=my_module.augment``) reaches spawned workers.
-        val_fraction: share of ``train`` carved for validation when ``val`` is not given.
-        test_fraction: share carved for testing when ``test`` is not given (0: none carved, the validation
+            (`--data.transform=my_module.augment`) reaches spawned workers.
+        val_fraction: share of `train` carved for validation when `val` is not given.
+        test_fraction: share carved for testing when `test` is not given (0: none carved, the validation
             split is the test split).
-        synthetic: samples of the synthetic set served without ``train``.
-        sample_weights: None, ``"balanced"`` (inverse class frequency; classification) or a numeric column.
-        cache_dir: where files' and Datasets' cache tables go (default: ``$VARLEN_CACHE``).
-        sampler_cost: what ``max_tokens`` counts of a batch: ``"padded"`` (``B x`` its longest size field, what
-            the padded tensor holds) or ``"sum"`` (the sizes summed, as lhotse's ``max_duration``: a batch then
-            allocates more than the budget; the shape policy's rungs need ``"padded"``).
-        layout: ``"padded"`` or ``"packed"``: the one variable-length field's samples end to end in one row of
-            ``max_tokens`` elements (rounded up to ``pad_to_multiple_of``; a longer sample is bad input, see
-            ``on_bad``), ``<field>_cu_seqlens`` where each starts (:mod:`~varlen.datasets.sequence.packed`), filled
-            best-fit; one shape an epoch. In-memory data of one source; :class:`~varlen.models.SequenceModel`
+        synthetic: samples of the synthetic set served without `train`.
+        sample_weights: None, `"balanced"` (inverse class frequency; classification) or a numeric column.
+        cache_dir: where files' and Datasets' cache tables go (default: `$VARLEN_CACHE`).
+        sampler_cost: what `max_tokens` counts of a batch: `"padded"` (`B x` its longest size field, what
+            the padded tensor holds) or `"sum"` (the sizes summed, as lhotse's `max_duration`: a batch then
+            allocates more than the budget; the shape policy's rungs need `"padded"`).
+        layout: `"padded"` or `"packed"`: the one variable-length field's samples end to end in one row of
+            `max_tokens` elements (rounded up to `pad_to_multiple_of`; a longer sample is bad input, see
+            `on_bad`), `<field>_cu_seqlens` where each starts (`packed`), filled
+            best-fit; one shape an epoch. In-memory data of one source; `SequenceModel`
             reads it.
 
-    The base's arguments are :class:`~varlen.datamodules.base.VarLenDataModule`'s (``max_tokens``: one value per
-    size field, 8192 when neither it nor ``batch_size`` is set; ``on_bad`` meets a bad row, named by its source).
+    The base's arguments are `VarLenDataModule`'s (`max_tokens`: one value per
+    size field, 8192 when neither it nor `batch_size` is set; `on_bad` meets a bad row, named by its source).
 
-    Attributes (linked to the model): ``input_field`` (the first size field), ``feature_dim`` (values per
-    element), ``vocab_size`` (integer ids one per element: the training source's largest id + 1, else None; past
-    :data:`~varlen.datasets.sequence.fields.MAX_VOCAB` refused: values read as ids, ``dtypes`` serves them as features),
-    ``task``, ``num_classes`` (None for regression), ``class_names``.
+    Attributes (linked to the model): `input_field` (the first size field), `feature_dim` (values per
+    element), `vocab_size` (integer ids one per element: the training source's largest id + 1, else None; past
+    `MAX_VOCAB` refused: values read as ids, `dtypes` serves them as features),
+    `task`, `num_classes` (None for regression), `class_names`.
     """
 
     default_batching = (None, 8192)
@@ -192,7 +192,7 @@ class SequenceDataModule(TrainingHead, VarLenDataModule):
                 cached_columns(source, self._split_specs(split), self._label_of(split), self.cache_dir)
 
     def _label_of(self, split: str) -> str | None:
-        """The label column where the split's source has it (a ``predict`` source may have none)."""
+        """The label column where the split's source has it (a `predict` source may have none)."""
         if self.label_field is None:
             return None
         source = self.inputs[split]
@@ -204,7 +204,7 @@ class SequenceDataModule(TrainingHead, VarLenDataModule):
         return None
 
     def _split_specs(self, split: str) -> dict[str, FieldSpec]:
-        """The served columns of ``split``'s source: the training source's, with the same shapes."""
+        """The served columns of `split`'s source: the training source's, with the same shapes."""
         if split == "train":
             return self.specs
         source = self.inputs[split]
@@ -298,7 +298,7 @@ class SequenceDataModule(TrainingHead, VarLenDataModule):
 
     @staticmethod
     def sample_sizes(samples: list[Any]) -> np.ndarray:
-        """Decoded samples' sizes ``[n, D]``: the ``sizes`` each sample carries (its size fields' lengths)."""
+        """Decoded samples' sizes `[n, D]`: the `sizes` each sample carries (its size fields' lengths)."""
         if samples and SIZES not in samples[0]:
             raise DataError(
                 f"streamed samples carry no {SIZES!r}: write the chunks from a SequenceDataModule (varlen optimize)"
@@ -308,26 +308,26 @@ class SequenceDataModule(TrainingHead, VarLenDataModule):
         )
 
     def sampler_class(self, split: str) -> type[BucketBatchSampler]:
-        """With a ``transform`` (here or in a source), training batches carry their epoch (its draws')."""
+        """With a `transform` (here or in a source), training batches carry their epoch (its draws')."""
         transforms = self.transform is not None or any(a.get("transform") for _, a in self.other_sources)
         return EpochBatchSampler if split == "train" and transforms else BucketBatchSampler
 
     def loader(self, split: str, shuffle: bool = False) -> Any:
-        """The base's loader; a ``transform`` that spawned workers cannot receive is refused first."""
+        """The base's loader; a `transform` that spawned workers cannot receive is refused first."""
         if split == "train" and self.transform is not None:
             owner = type(self).__name__
             self.transform.check_picklable(owner, self.num_workers, self.multiprocessing_context)
         return super().loader(split, shuffle)
 
     def field_stats(self, batch: Mapping[str, Any]) -> dict[str, BatchStats]:
-        """Each variable-length field's samples, real and allocated elements in ``batch`` (its ``<field>_mask``):
-        the padding of each, where :meth:`batch_stats` counts the size fields' together."""
+        """Each variable-length field's samples, real and allocated elements in `batch` (its `<field>_mask`):
+        the padding of each, where `batch_stats` counts the size fields' together."""
         return {name: mask_stats(batch, (f"{name}_mask",)) for name in self.fields if f"{name}_mask" in batch}
 
     def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
-        """The base's counts, each field's padding on the host (``host_fields``, what the epoch line and
+        """The base's counts, each field's padding on the host (`host_fields`, what the epoch line and
         telemetry show per field when there are several), and once a notice of float64 fields meeting a model
-        of lower precision (naming the ``dtypes`` that casts them)."""
+        of lower precision (naming the `dtypes` that casts them)."""
         trainer = self.trainer
         if not self._dtypes_told:
             self._dtypes_told = True
@@ -364,7 +364,7 @@ class SequenceDataModule(TrainingHead, VarLenDataModule):
 def check_sequence_arguments(
     owner: str, sampler_cost: str, layout: str, transform: Any, base: Mapping[str, Any]
 ) -> None:
-    """Refuse a sampler cost, layout or transform that the base's arguments (``base``, as given) contradict."""
+    """Refuse a sampler cost, layout or transform that the base's arguments (`base`, as given) contradict."""
     if sampler_cost not in COSTS:
         raise ValueError(
             f"{owner}: sampler_cost must be one of {COSTS}, got {sampler_cost!r}"

@@ -1,4 +1,4 @@
-"""What a :class:`~varlen.datamodules.SequenceDataModule` tells from its training source in ``__init__``: the
+"""What a `SequenceDataModule` tells from its training source in `__init__`: the
 fields served and budgeted, and the task and classes the model is linked to (from the first rows, the label
 column and, for token ids, the largest id; never the whole data)."""
 
@@ -26,7 +26,7 @@ RESERVED = ("index", "label", "labels", SIZES)
 
 
 class TrainingHead:
-    """The part of :class:`~varlen.datamodules.SequenceDataModule` that reads its training source's head."""
+    """The part of `SequenceDataModule` that reads its training source's head."""
 
     inputs: dict[str, Source]
     tables: dict[str, pa.Table]
@@ -90,7 +90,7 @@ class TrainingHead:
         return tuple(names)
 
     def _vocab_size(self, spec: FieldSpec) -> int:
-        """The training source's largest id of ``spec`` + 1 (:func:`~varlen.datasets.sequence.fields.vocab_size`)."""
+        """The training source's largest id of `spec` + 1 (`vocab_size`)."""
         source = self.inputs["train"]
         column = self.tables["train"].column(spec.name) if "train" in self.tables else source.column(spec.name)
         return vocab_size(column, spec.name, source.where)

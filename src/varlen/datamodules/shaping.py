@@ -1,12 +1,12 @@
-"""The shape policy of a DataModule (``max_shapes``, ``rung_batch_sizes``): the rungs its batches are cut for
+"""The shape policy of a DataModule (`max_shapes`, `rung_batch_sizes`): the rungs its batches are cut for
 and padded to, fitted once on the training split.
 
-:class:`ShapePolicy` is the part of :class:`~varlen.datamodules.base.VarLenDataModule` that does it: after
-``setup`` builds the splits, :meth:`ShapePolicy.fit_shapes` fits the rungs
-(:func:`~varlen.batching.plan.fit_rungs`: the most rungs whose training epoch, planned on the world's ranks,
-keeps within ``max_shapes`` shapes), or takes them from a ``rung_batch_sizes`` table. Every split's sampler
-cuts for them, and each batch it yields carries the lengths it pads to (:mod:`varlen.batching.indices`), which
-the dataset's fetch and the collate read (:meth:`ShapePolicy.fetched_from`: a dataset without a batched fetch
+`ShapePolicy` is the part of `VarLenDataModule` that does it: after
+`setup` builds the splits, `ShapePolicy.fit_shapes` fits the rungs
+(`fit_rungs`: the most rungs whose training epoch, planned on the world's ranks,
+keeps within `max_shapes` shapes), or takes them from a `rung_batch_sizes` table. Every split's sampler
+cuts for them, and each batch it yields carries the lengths it pads to (`varlen.batching.indices`), which
+the dataset's fetch and the collate read (`ShapePolicy.fetched_from`: a dataset without a batched fetch
 is fetched through one). The rungs are the run's: saved with the data state, a checkpoint's are taken back
 whatever the resumed world would fit.
 """
@@ -36,18 +36,18 @@ log = logging.getLogger("varlen")
 
 
 def check_max_shapes(value: Any) -> int | None:
-    """``max_shapes`` as an int >= 1, or None (exact buckets)."""
+    """`max_shapes` as an int >= 1, or None (exact buckets)."""
     if value is not None and (isinstance(value, bool) or not int(value) == value >= 1):
         raise ValueError(f"max_shapes must be a whole number >= 1 (None: exact buckets), got {value!r}")
     return None if value is None else int(value)
 
 
-#: the form ``rung_batch_sizes`` takes, said by every message about it
+#: the form `rung_batch_sizes` takes, said by every message about it
 RUNG_TABLE_FORM = "{padded length: batch size}, whole numbers >= 1 (e.g. {16: 512}; varlen tune --budget prints one)"
 
 
 def _whole(value: Any) -> int | None:
-    """``value`` as an int when it is a whole number (not a bool, not text), else None."""
+    """`value` as an int when it is a whole number (not a bool, not text), else None."""
     if isinstance(value, (bool, str, bytes)) or not isinstance(value, Number):
         return None
     try:
@@ -57,7 +57,7 @@ def _whole(value: Any) -> int | None:
 
 
 def check_rung_batch_sizes(table: Mapping[Any, Any] | None, owner: str, stream: Any) -> dict[int, int] | None:
-    """``rung_batch_sizes`` as ``{padded length: batch size}`` of whole numbers >= 1, by length.
+    """`rung_batch_sizes` as `{padded length: batch size}` of whole numbers >= 1, by length.
 
     Raises:
         ValueError: a stream, no mapping, or an entry that is no such pair (naming it and the form).
@@ -84,7 +84,7 @@ def check_max_tokens(max_tokens: Any, axes: tuple[str, ...], owner: str) -> None
     """Refuse a budget of another count of values than the size axes (one value budgets every axis alike).
 
     Raises:
-        ValueError: naming ``max_tokens``, the axes and how many values it takes (a warning and the plan's
+        ValueError: naming `max_tokens`, the axes and how many values it takes (a warning and the plan's
             traceback before).
     """
     given = 0 if max_tokens is None else np.atleast_1d(np.asarray(max_tokens, dtype=object)).size
@@ -99,8 +99,8 @@ def check_max_tokens(max_tokens: Any, axes: tuple[str, ...], owner: str) -> None
 
 
 class ShapePolicy:
-    """The rungs of a DataModule's batches (see the module docstring); the base sets ``datasets``,
-    ``collate_fn``, ``max_shapes``, ``rung_batch_sizes``, ``pad_to_multiple_of`` and ``rungs``."""
+    """The rungs of a DataModule's batches (see the module docstring); the base sets `datasets`,
+    `collate_fn`, `max_shapes`, `rung_batch_sizes`, `pad_to_multiple_of` and `rungs`."""
 
     datasets: dict[str, Any]
     collate_fn: Any
@@ -164,7 +164,7 @@ class ShapePolicy:
         return True
 
     def _check_top_rung(self, train: Any) -> None:
-        """Refuse a ``rung_batch_sizes`` table whose top rung is below a training sample: such samples would pad
+        """Refuse a `rung_batch_sizes` table whose top rung is below a training sample: such samples would pad
         to their own lengths, a shape each (the table's batch sizes were measured for its rungs only)."""
         sizes = np.asarray(self.of_each_source(train, "sampler_lengths"))
         sizes = round_up(sizes.reshape(len(sizes), -1)[:, 0], self.pad_to_multiple_of)
@@ -195,12 +195,12 @@ class ShapePolicy:
 
     def rungs_of(self, lengths: list[list[int]] | None) -> tuple[Rungs, ...] | None:
         """Rungs of these lengths, one list per size axis (fitted, a table's, or a checkpoint's), past the top
-        rung rounded up to ``pad_to_multiple_of``; None: exact buckets."""
+        rung rounded up to `pad_to_multiple_of`; None: exact buckets."""
         return None if lengths is None else tuple(Rungs(tuple(r), self.pad_to_multiple_of) for r in lengths)
 
     def fetched_from(self, split: str) -> Any:
-        """The dataset ``split``'s loader fetches from: its own, or, cut for rungs, one without a batched fetch
-        through :class:`~varlen.batching.indices.BatchFetch` (its samples then reach the collate with the
+        """The dataset `split`'s loader fetches from: its own, or, cut for rungs, one without a batched fetch
+        through `BatchFetch` (its samples then reach the collate with the
         lengths their batch carries)."""
         dataset = self.dataset(split)
         if self.rungs is None or getattr(dataset, "__getitems__", None) is not None:
@@ -208,9 +208,9 @@ class ShapePolicy:
         return BatchFetch(dataset)
 
     def fetch_batch(self, split: str, indices: Sequence[int]) -> Any:
-        """The samples ``indices`` of ``split`` fetched as its loader fetches a batch (:func:`~varlen.batching.
-        indices.fetch`), cut for the rungs: carrying the lengths they pad it to (what a look at batches outside the
-        loader collates: ``varlen inspect``, ``varlen tune``, the contract tests)."""
+        """The samples `indices` of `split` fetched as its loader fetches a batch (`fetch`), cut for the rungs:
+        carrying the lengths they pad it to (what a look at batches outside the loader collates: `varlen inspect`,
+        `varlen tune`, the contract tests)."""
         dataset = self.dataset(split)
         if self.rungs is not None and widths_of(indices) is None:
             held = self.__dict__.setdefault("_sizes", {}).get(split)

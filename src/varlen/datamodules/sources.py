@@ -1,16 +1,16 @@
-"""Training data from several sources (``sources``, ``source_weights``, ``mix``), checked here.
+"""Training data from several sources (`sources`, `source_weights`, `mix`), checked here.
 
-A DataModule's own arguments describe its first source, named :data:`MAIN`; each entry of
-``sources`` is another, written as the arguments that differ (``{"name": "noisy", "train_file":
-"noisy.csv"}``). The base builds a DataModule of the same class from them (so the same classes,
+A DataModule's own arguments describe its first source, named `MAIN`; each entry of
+`sources` is another, written as the arguments that differ (`{"name": "noisy", "train_file":
+"noisy.csv"}`). The base builds a DataModule of the same class from them (so the same classes,
 tokenizer and batching), takes its training split, and serves the training splits as one
-:class:`~varlen.datasets.mixture.SourceMixture`. ``source_weights`` are the sources' shares of
-every epoch (by default, as many as they hold); ``mix`` says whether sources share batches
-(``within_batch``) or each batch comes from one source (``per_source``, as lhotse's and LitData's
-per-stream batching). :class:`SourceMixing` is the part of the base that does it.
+`SourceMixture`. `source_weights` are the sources' shares of
+every epoch (by default, as many as they hold); `mix` says whether sources share batches
+(`within_batch`) or each batch comes from one source (`per_source`, as lhotse's and LitData's
+per-stream batching). `SourceMixing` is the part of the base that does it.
 
-``source_weights`` may also be a schedule (:mod:`varlen.batching.schedule`): stages of weights until an
-epoch or a step. Each epoch then draws with its own shares (:mod:`varlen.batching.schedule_draws`), so its
+`source_weights` may also be a schedule (`varlen.batching.schedule`): stages of weights until an
+epoch or a step. Each epoch then draws with its own shares (`varlen.batching.schedule_draws`), so its
 length is its own: Lightning, which reads a loader's length once per load, reloads the training loader
 every epoch (set here when the DataModule makes it).
 """
@@ -48,8 +48,8 @@ __all__ = [
 #: the name of the source the DataModule's own arguments describe
 MAIN = "main"
 Mix = Literal["within_batch", "per_source"]
-#: ``source_weights``: one set of weights (a list in source order, or a mapping by name), or a schedule (a
-#: list of stages ``{weights, until_epoch | until_step}``, or ``{stages: [...], interpolate: linear}``)
+#: `source_weights`: one set of weights (a list in source order, or a mapping by name), or a schedule (a
+#: list of stages `{weights, until_epoch | until_step}`, or `{stages: [...], interpolate: linear}`)
 SourceWeights = list[float] | dict[str, float] | list[dict[str, Any]] | dict[str, Any] | None
 MIX_MODES = ("within_batch", "per_source")
 #: arguments a source entry may not set: they describe the mixture itself
@@ -64,7 +64,7 @@ def check_mix(mix: str, owner: str) -> str:
 
 
 def check_sources(sources: Sequence[Mapping[str, Any]] | None, owner: str) -> list[tuple[str, dict[str, Any]]]:
-    """``(name, arguments)`` of each extra source, in order (names default to ``source1``, ...).
+    """`(name, arguments)` of each extra source, in order (names default to `source1`, ...).
 
     Raises:
         ValueError: an entry that is not a mapping, sets a mixture argument, or repeats a name.
@@ -85,8 +85,8 @@ def check_sources(sources: Sequence[Mapping[str, Any]] | None, owner: str) -> li
 
 
 def check_source_weights(weights: SourceWeights, owner: str, names: Sequence[str] | None = None) -> Any:
-    """``weights`` as floats (a list, or a mapping by source name), each finite and >= 0, not all 0; a
-    schedule as it is, checked against the sources' ``names`` when they are known now (else at setup)."""
+    """`weights` as floats (a list, or a mapping by source name), each finite and >= 0, not all 0; a
+    schedule as it is, checked against the sources' `names` when they are known now (else at setup)."""
     if weights is None:
         return None
     if is_schedule(weights):
@@ -106,7 +106,7 @@ def check_source_weights(weights: SourceWeights, owner: str, names: Sequence[str
 
 
 def proportions(weights: Sequence[float] | Mapping[str, float], names: Sequence[str], owner: str) -> list[float]:
-    """``weights`` in the order of ``names``, checked against them (one per source).
+    """`weights` in the order of `names`, checked against them (one per source).
 
     Raises:
         ValueError: a list of another length (both lengths named), or names missing or unknown.
@@ -127,18 +127,18 @@ def proportions(weights: Sequence[float] | Mapping[str, float], names: Sequence[
 
 
 class SourceMixing:
-    """What :class:`~varlen.datamodules.base.VarLenDataModule` does with several training sources:
-    a DataModule per extra source, their training splits served as one :class:`SourceMixture`,
+    """What `VarLenDataModule` does with several training sources:
+    a DataModule per extra source, their training splits served as one `SourceMixture`,
     and the sampler's sizes, groups and weights computed by each source's DataModule. The base
-    sets ``other_sources``, ``source_weights``, ``mix``, ``source_name`` and the two below."""
+    sets `other_sources`, `source_weights`, `mix`, `source_name` and the two below."""
 
     _source_modules: dict[str, Any] | None
     _mixture_owners: list[Any]
-    #: the parsed ``source_weights`` (None without them), set at setup when the sources' names are known
+    #: the parsed `source_weights` (None without them), set at setup when the sources' names are known
     mixture_schedule: MixtureSchedule | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """A subclass's ``prepare_data`` also prepares its other ``sources`` (one process per node)."""
+        """A subclass's `prepare_data` also prepares its other `sources` (one process per node)."""
         super().__init_subclass__(**kwargs)
         own = cls.__dict__.get("prepare_data")
         if own is not None and not getattr(own, "_prepares_sources", False):
@@ -153,7 +153,7 @@ class SourceMixing:
             cls.prepare_data = prepare_data
 
     def _set_sources(self, owner: str, sources: Any, source_weights: Any, mix: str, frame: Any) -> None:
-        """Check and keep the mixture's arguments (the base's ``__init__`` calls this with its ``frame``)."""
+        """Check and keep the mixture's arguments (the base's `__init__` calls this with its `frame`)."""
         self.other_sources = check_sources(sources, owner)
         names = [MAIN, *(name for name, _ in self.other_sources)] if self.other_sources else None
         self.source_weights = check_source_weights(source_weights, owner, names)
@@ -166,7 +166,7 @@ class SourceMixing:
         self.source_name: str | None = None  # set on a DataModule built as another's source
 
     def _init_arguments(self, frame: Any) -> dict[str, Any]:
-        """The arguments of this instance's ``__init__`` calls from the base's (``frame``) out, the outermost
+        """The arguments of this instance's `__init__` calls from the base's (`frame`) out, the outermost
         (most derived class) winning: what the DataModule of another source starts from."""
         arguments: dict[str, Any] = {}
         while frame is not None and frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is self:
@@ -178,8 +178,8 @@ class SourceMixing:
 
     def source_modules(self) -> dict[str, Any]:
         """A DataModule per extra source (this class, this DataModule's arguments but
-        :attr:`source_arguments` with the source's own; the same classes where the class takes
-        ``class_names``), built once."""
+        `source_arguments` with the source's own; the same classes where the class takes
+        `class_names`), built once."""
         if self._source_modules is None:
             modules = {}
             accepted = inspect.signature(type(self)).parameters
@@ -201,7 +201,7 @@ class SourceMixing:
         return self._source_modules
 
     def _mix_sources(self, datasets: dict[str, Any], stage: str | None) -> dict[str, Any]:
-        """``datasets`` with the training split of every source served as one :class:`SourceMixture`."""
+        """`datasets` with the training split of every source served as one `SourceMixture`."""
         train = datasets.get("train")
         if not self.other_sources and not isinstance(train, Mapping):
             if self.source_weights is not None:
@@ -252,7 +252,7 @@ class SourceMixing:
         return {**datasets, "train": mixture}
 
     def _compared_state(self) -> dict[str, Any]:
-        """What every source must share with the main one: the :attr:`state_must_match` values."""
+        """What every source must share with the main one: the `state_must_match` values."""
         state = self.plain_data_state()
         return {k: state[k] for k in self.state_must_match if k in state}
 
@@ -268,7 +268,7 @@ class SourceMixing:
         return dict(zip(mixture.names, (weights / weights.sum()).tolist(), strict=True))
 
     def scheduled_shares(self, epoch: int) -> dict[str, float] | None:
-        """The shares the training mixture's sources are asked for in ``epoch`` (None: no mixture)."""
+        """The shares the training mixture's sources are asked for in `epoch` (None: no mixture)."""
         mixture = self.datasets.get("train")
         if not isinstance(mixture, SourceMixture):
             return None
@@ -284,13 +284,13 @@ class SourceMixing:
         return {"epoch": epoch, "steps_before": self.steps_before(epoch), "state": self.resume_position()}
 
     def steps_before(self, epoch: int) -> int | None:
-        """The training batches per rank served before ``epoch`` (None where an earlier epoch's count is unknown)."""
+        """The training batches per rank served before `epoch` (None where an earlier epoch's count is unknown)."""
         if any(e not in self.served_steps for e in range(epoch)):
             return None
         return sum(self.served_steps[e] for e in range(epoch))
 
     def _note_step(self, epoch: int) -> None:
-        """Count a training batch of a mixture's ``epoch`` (a schedule of steps starts each epoch where the trainer
+        """Count a training batch of a mixture's `epoch` (a schedule of steps starts each epoch where the trainer
         is), and put in the report, once per epoch, the stage and shares a scheduled epoch draws with."""
         self.served_steps[epoch] = self.served_steps.get(epoch, 0) + 1
         sampler = self._train_sampler
@@ -317,7 +317,7 @@ class SourceMixing:
             notices.info(log, "%s)", said)
 
     def of_each_source(self, dataset: Any, per_dataset: str) -> Any:
-        """``self.<per_dataset>(dataset)``, a mixture's computed by each source's DataModule and concatenated."""
+        """`self.<per_dataset>(dataset)`, a mixture's computed by each source's DataModule and concatenated."""
         if not isinstance(dataset, SourceMixture):
             return getattr(self, per_dataset)(dataset)
         owners = self._mixture_owners or [self] * len(dataset.parts)
@@ -325,8 +325,8 @@ class SourceMixing:
         return None if any(v is None for v in values) else np.concatenate([np.asarray(v) for v in values])
 
     def _sampler_groups(self, dataset: Any) -> np.ndarray | None:
-        """:meth:`sampler_groups`; a mixture's sources never share a group (a group of one source,
-        a recording say, is not the same-numbered group of another), and under ``per_source`` each
+        """`sampler_groups`; a mixture's sources never share a group (a group of one source,
+        a recording say, is not the same-numbered group of another), and under `per_source` each
         source is one group at least."""
         if not isinstance(dataset, SourceMixture):
             return self.sampler_groups(dataset)
@@ -340,8 +340,8 @@ class SourceMixing:
         return np.concatenate([i + first for i, first in zip(ids, firsts, strict=False)])
 
     def _mixture_weights(self, mixture: SourceMixture) -> np.ndarray | None:
-        """Source s gets ``source_weights[s]`` of every epoch (default: its share of the samples),
-        its samples drawn by its own ``sample_weights``; None when neither weighs anything."""
+        """Source s gets `source_weights[s]` of every epoch (default: its share of the samples),
+        its samples drawn by its own `sample_weights`; None when neither weighs anything."""
         owners = self._mixture_owners or [self] * len(mixture.parts)
         within = [weights_of(owner, part) for owner, part in zip(owners, mixture.parts, strict=True)]
         if self.source_weights is None and all(w is None for w in within):
@@ -360,8 +360,8 @@ class SourceMixing:
         return share_weights(shares, counts, within)
 
     def _report_draw(self, sampler: Any, mixture: SourceMixture) -> None:
-        """Put in the report what every epoch of the training ``sampler`` draws of each source (its draw's
-        strata are split by source, ``shares``, so each source's count is fixed; under a schedule, each
+        """Put in the report what every epoch of the training `sampler` draws of each source (its draw's
+        strata are split by source, `shares`, so each source's count is fixed; under a schedule, each
         stage's at its start), and warn about a source asked for a share that its rounded count never serves."""
         scheduled = getattr(sampler, "scheduled", None)
         stages = [sampler.draw_of(0, sampler.num_replicas)] if scheduled is None else [
@@ -386,7 +386,7 @@ class SourceMixing:
 
     @staticmethod
     def _drawn_counts(draw: Any, mixture: SourceMixture) -> dict[str, float]:
-        """Samples of each source an epoch of ``draw`` serves (None: every sample once)."""
+        """Samples of each source an epoch of `draw` serves (None: every sample once)."""
         if draw is None:
             counts = np.diff(mixture.offsets).astype(np.float64)
         else:

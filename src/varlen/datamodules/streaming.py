@@ -1,16 +1,16 @@
-"""A DataModule's training split read from LitData chunks (``stream``): the base's wiring, kept here.
+"""A DataModule's training split read from LitData chunks (`stream`): the base's wiring, kept here.
 
-``stream`` names a dataset written by ``varlen optimize`` (chunks, ``index.json`` and the size index):
-a local folder, or a store's URL with its options and cache (:class:`~varlen.stream.source.StreamSource`,
-whose index a process that sets up fetches to local disk). ``setup`` builds val / test from the
+`stream` names a dataset written by `varlen optimize` (chunks, `index.json` and the size index):
+a local folder, or a store's URL with its options and cache (`StreamSource`,
+whose index a process that sets up fetches to local disk). `setup` builds val / test from the
 DataModule's own sources as usual, then replaces the training split by a
-:class:`~varlen.stream.dataset.StreamedDataset` over the dataset, after checking
-the size index against ``index.json`` and against the DataModule (its size axes); the training
-batches come from a :class:`~varlen.stream.sampler.StreamBatchSampler` planned from the size index
-alone. A weighted stream (``sample_weights``) draws by the draw sidecar's classes, so each decoded sample's
-class (:func:`sample_labels`, or the DataModule's static ``sample_labels``) is checked against them.
-litdata is imported only when ``stream`` is set (the ``stream`` extra); the sampler class is imported with
-the base, before Lightning wraps every ``BatchSampler`` subclass's ``__init__`` to record
+`StreamedDataset` over the dataset, after checking
+the size index against `index.json` and against the DataModule (its size axes); the training
+batches come from a `StreamBatchSampler` planned from the size index
+alone. A weighted stream (`sample_weights`) draws by the draw sidecar's classes, so each decoded sample's
+class (`sample_labels`, or the DataModule's static `sample_labels`) is checked against them.
+litdata is imported only when `stream` is set (the `stream` extra); the sampler class is imported with
+the base, before Lightning wraps every `BatchSampler` subclass's `__init__` to record
 its arguments (a class imported later is not recorded, and Lightning cannot rebuild it under DDP).
 """
 
@@ -44,12 +44,12 @@ def check_stream(
     sources: Sequence[tuple[str, Mapping[str, Any]]] = (),
     shuffle: bool = True,
 ) -> StreamSource | None:
-    """``stream`` as a :class:`~varlen.stream.source.StreamSource`, refused now (not at ``setup``)
-    where it cannot work (see :meth:`StreamSource.parse`). With other ``sources`` (``(name, arguments)``),
-    every source streams (each its own ``stream``) or none does.
+    """`stream` as a `StreamSource`, refused now (not at `setup`)
+    where it cannot work (see `StreamSource.parse`). With other `sources` (`(name, arguments)`),
+    every source streams (each its own `stream`) or none does.
 
     Raises:
-        ValueError: a bad ``stream``, a mixture of streamed and in-memory sources (naming them), or a
+        ValueError: a bad `stream`, a mixture of streamed and in-memory sources (naming them), or a
             stream without shuffling.
     """
     streamed = [name for name, arguments in sources if arguments.get("stream") is not None]
@@ -72,15 +72,15 @@ def check_stream(
 
 
 def streamed_train(dm: Any) -> Any:
-    """The training split of ``dm`` read from ``dm.stream``, checked (see the module docstring).
+    """The training split of `dm` read from `dm.stream`, checked (see the module docstring).
 
     Raises:
-        DataError: no size index (naming ``varlen index-sizes``), an index that does not describe the
-            folder's ``index.json``, or one of other size axes than the DataModule's.
-        DataError: ``sample_weights`` the chunks' draw sidecar cannot give (written without it, without
+        DataError: no size index (naming `varlen index-sizes`), an index that does not describe the
+            folder's `index.json`, or one of other size axes than the DataModule's.
+        DataError: `sample_weights` the chunks' draw sidecar cannot give (written without it, without
             classes, or without that column).
-        DataError: a packed layout's stream holding a sample longer than ``max_tokens``
-            (:func:`~varlen.datamodules.packing.check_streamed_rows`).
+        DataError: a packed layout's stream holding a sample longer than `max_tokens`
+            (`check_streamed_rows`).
     """
 
     owner = type(dm).__name__
@@ -111,9 +111,9 @@ def streamed_train(dm: Any) -> Any:
 
 
 def sample_labels(samples: Sequence[Any]) -> np.ndarray | None:
-    """The class ids of decoded samples (what ``class_labels`` gives for them, -1: none): each sample's
-    ``label`` where every sample has an integer one, else None (nothing to check). A DataModule whose
-    samples carry their class otherwise defines a static ``sample_labels`` of its own."""
+    """The class ids of decoded samples (what `class_labels` gives for them, -1: none): each sample's
+    `label` where every sample has an integer one, else None (nothing to check). A DataModule whose
+    samples carry their class otherwise defines a static `sample_labels` of its own."""
     labels = [sample.get("label") if isinstance(sample, Mapping) else None for sample in samples]
     if not labels or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in labels):
         return None
@@ -121,9 +121,9 @@ def sample_labels(samples: Sequence[Any]) -> np.ndarray | None:
 
 
 def check_written_state(dm: Any, index_dir: str) -> None:
-    """Refuse chunks written by a DataModule whose ``state_must_match`` values (classes, vocabulary,
-    targets...) differ from ``dm``'s: its samples would mean something else to the model. Chunks
-    written elsewhere (``varlen index-sizes``) carry no state and are not checked.
+    """Refuse chunks written by a DataModule whose `state_must_match` values (classes, vocabulary,
+    targets...) differ from `dm`'s: its samples would mean something else to the model. Chunks
+    written elsewhere (`varlen index-sizes`) carry no state and are not checked.
 
     Raises:
         DataError: naming the folder, each differing key and both values.
@@ -142,8 +142,8 @@ def check_written_state(dm: Any, index_dir: str) -> None:
 
 
 def stream_sampler(dm: Any, num_replicas: int | None, rank: int | None, rungs: Any = "fitted") -> Any:
-    """The training batch sampler of a streamed ``dm`` (its ``batch_size`` / ``max_tokens``, its seed, its rungs);
-    with other ``rungs`` (a probe of the shape policy's fit), one at epoch 0, with nothing resumed or reported."""
+    """The training batch sampler of a streamed `dm` (its `batch_size` / `max_tokens`, its seed, its rungs);
+    with other `rungs` (a probe of the shape policy's fit), one at epoch 0, with nothing resumed or reported."""
     probe = rungs != "fitted"
     rungs = (None if dm.rungs is None else dm.rungs[0].lengths) if not probe else rungs
 
@@ -170,9 +170,9 @@ def stream_sampler(dm: Any, num_replicas: int | None, rank: int | None, rungs: A
 
 
 def _mixture_sampler(dm: Any, dataset: Any, settings: dict[str, Any], report: bool = True) -> Any:
-    """The training batch sampler of streamed sources, or of one drawn by ``sample_weights``
-    (:class:`StreamMixtureSampler`): each source's folder and ``sample_weights``, the sources' names,
-    ``source_weights`` and ``mix``; what each source serves of the first epoch goes in the report (``drawn``)."""
+    """The training batch sampler of streamed sources, or of one drawn by `sample_weights`
+    (`StreamMixtureSampler`): each source's folder and `sample_weights`, the sources' names,
+    `source_weights` and `mix`; what each source serves of the first epoch goes in the report (`drawn`)."""
     mixed = isinstance(dataset, SourceMixture)
     parts, names = (dataset.parts, list(dataset.names)) if mixed else ([dataset], [MAIN])
     owners = (dm._mixture_owners or [dm] * len(parts)) if mixed else [dm]

@@ -39,39 +39,39 @@ log = logging.getLogger(__name__)
 class TextClassificationDataModule(TextTables, VarLenDataModule):
     """Sentences (or sentence pairs) and labels, tokenised once per node, batched by length.
 
-    Sources, in the spirit of Hugging Face's ``run_glue.py``: ``train_file`` / ``val_file`` /
-    ``test_file`` (each a CSV, TSV, JSON, JSONL, Parquet or ``.arrow`` file, a folder written by
-    ``Dataset.save_to_disk``, or, from Python, a ``datasets.Dataset``), or ``dataset_name`` (the Hub,
-    when online, or a saved ``DatasetDict`` folder), or neither: the embedded synthetic reviews, so
-    that everything runs offline. ``predict_file`` adds a ``predict`` split (labels optional).
-    A ``split_column`` of the training table may say which rows are validation or test rows.
-    Without a validation source, ``val_fraction`` of the training rows (stratified, seeded) is
+    Sources, in the spirit of Hugging Face's `run_glue.py`: `train_file` / `val_file` /
+    `test_file` (each a CSV, TSV, JSON, JSONL, Parquet or `.arrow` file, a folder written by
+    `Dataset.save_to_disk`, or, from Python, a `datasets.Dataset`), or `dataset_name` (the Hub,
+    when online, or a saved `DatasetDict` folder), or neither: the embedded synthetic reviews, so
+    that everything runs offline. `predict_file` adds a `predict` split (labels optional).
+    A `split_column` of the training table may say which rows are validation or test rows.
+    Without a validation source, `val_fraction` of the training rows (stratified, seeded) is
     held out; without a test source, the validation split is also the test split.
 
-    A table that already holds token ids (an ``input_ids`` column of integer lists, as ``Dataset.map``
-    with a tokenizer leaves it; ``token_type_ids`` kept when the model takes them; ``attention_mask``
-    not read) is used as it is: ``text_column`` and ``text_pair_column`` are then not read, an id
-    outside the tokenizer's vocabulary is a ``DataError`` naming the row, and a row longer than
-    ``max_length`` is truncated and counted (see :mod:`varlen.datasets.text.pretokenised`).
+    A table that already holds token ids (an `input_ids` column of integer lists, as `Dataset.map`
+    with a tokenizer leaves it; `token_type_ids` kept when the model takes them; `attention_mask`
+    not read) is used as it is: `text_column` and `text_pair_column` are then not read, an id
+    outside the tokenizer's vocabulary is a `DataError` naming the row, and a row longer than
+    `max_length` is truncated and counted (see `varlen.datasets.text.pretokenised`).
 
-    Long documents: ``overflow="windows"`` cuts a text longer than ``max_length`` into
+    Long documents: `overflow="windows"` cuts a text longer than `max_length` into
     overlapping windows (the fast tokenizer's overflow support), each a sample with its text's
-    label and a ``document_ids`` entry in the batch; the rows are split first, then windowed, so
-    the windows of a document never straddle two splits, and :class:`~varlen.models.TextClassifier`
+    label and a `document_ids` entry in the batch; the rows are split first, then windowed, so
+    the windows of a document never straddle two splits, and `TextClassifier`
     reports document-level metrics besides the window-level ones.
 
-    Where the data live: ``prepare_data`` (one process per node) tokenises each source once, a
-    slice of rows at a time, into Arrow tables in ``cache_dir/text`` named by a content key (the
-    file's content, a ``Dataset``'s fingerprint, the tokenizer, ``max_length``, ``overflow``,
-    ``stride``, the columns, the classes; with ``max_train_samples``, the subset's settings: only the
+    Where the data live: `prepare_data` (one process per node) tokenises each source once, a
+    slice of rows at a time, into Arrow tables in `cache_dir/text` named by a content key (the
+    file's content, a `Dataset`'s fingerprint, the tokenizer, `max_length`, `overflow`,
+    `stride`, the columns, the classes; with `max_train_samples`, the subset's settings: only the
     rows some split serves are tokenised), and writes the split's selections beside them (see
-    :mod:`varlen.datasets.text.store` and :mod:`varlen.datasets.text.selections`). ``setup`` (every
-    rank) and every loader worker, under any start method, only map those files; a ``setup`` that
-    finds them missing (called without ``prepare_data``) builds them first. The linked
-    ``num_classes`` reads the training table's label column alone.
+    `varlen.datasets.text.store` and `varlen.datasets.text.selections`). `setup` (every
+    rank) and every loader worker, under any start method, only map those files; a `setup` that
+    finds them missing (called without `prepare_data`) builds them first. The linked
+    `num_classes` reads the training table's label column alone.
 
     Messages name a row by its place: a file's line for CSV, TSV and JSON Lines (the header is line
-    1), else the row counted from 1 (Parquet, Arrow, a ``Dataset``, a JSON array, the Hub).
+    1), else the row counted from 1 (Parquet, Arrow, a `Dataset`, a JSON array, the Hub).
 
     Batch:
         input_ids: [B, L] int64, token ids padded with the tokenizer's pad id (L: the longest, rounded up)
@@ -80,83 +80,83 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
         index: [B] int64, the sample's position in its split (its source row: dataset.rows[index])
         token_type_ids: [B, L] int64, segment of each token, 0 where padded (with with_token_type_ids only)
 
-    With ``overflow="windows"`` a batch also holds ``document_ids`` ([B] int64, the document each window
+    With `overflow="windows"` a batch also holds `document_ids` ([B] int64, the document each window
     comes from).
 
-    The base's arguments (see :class:`~varlen.datamodules.base.VarLenDataModule`) count tokens here:
-    ``batch_size`` is sentences per batch (neither it nor ``max_tokens`` set: 32 per batch); ``max_tokens``
-    a budget of padded tokens, ``len(batch) * longest <= max_tokens`` (packed, the row's length ``T``: the
-    texts of a batch hold at most as many tokens, end to end); ``seed`` also draws the held-out split and the
-    training subset; ``predict_split`` is read when no ``predict_file`` is given (``test``: the validation
-    set when no test source is given); ``on_bad`` meets a row with an empty text (blank, or nothing left once
+    The base's arguments (see `VarLenDataModule`) count tokens here:
+    `batch_size` is sentences per batch (neither it nor `max_tokens` set: 32 per batch); `max_tokens`
+    a budget of padded tokens, `len(batch) * longest <= max_tokens` (packed, the row's length `T`: the
+    texts of a batch hold at most as many tokens, end to end); `seed` also draws the held-out split and the
+    training subset; `predict_split` is read when no `predict_file` is given (`test`: the validation
+    set when no test source is given); `on_bad` meets a row with an empty text (blank, or nothing left once
     tokenised but the special tokens: NUL bytes, characters the tokenizer drops) or a missing, non-finite or
-    unknown label. A source in ``sources`` (e.g. ``[{name: noisy, train_file: noisy.csv}]``) has its own
-    data arguments and inherits the others. With a ``stream`` (the ``stream`` extra), ``train_file`` may be
-    left out when ``val_file`` is given: the classes come from the chunks.
+    unknown label. A source in `sources` (e.g. `[{name: noisy, train_file: noisy.csv}]`) has its own
+    data arguments and inherits the others. With a `stream` (the `stream` extra), `train_file` may be
+    left out when `val_file` is given: the classes come from the chunks.
 
     Args:
-        train_file: the training table: a path (CSV, TSV, JSON, JSONL, Parquet, ``.arrow``: Arrow IPC,
-            stream or file format; a ``Dataset.save_to_disk`` folder) or a ``datasets.Dataset``.
-        val_file: the validation table (as ``train_file``).
-        test_file: the test table (as ``train_file``); without one, ``test`` uses the validation set
+        train_file: the training table: a path (CSV, TSV, JSON, JSONL, Parquet, `.arrow`: Arrow IPC,
+            stream or file format; a `Dataset.save_to_disk` folder) or a `datasets.Dataset`.
+        val_file: the validation table (as `train_file`).
+        test_file: the test table (as `train_file`); without one, `test` uses the validation set
             (SST-2's test labels are hidden, so its dev set is the usual test), and setup logs it.
-        predict_file: a table to predict on (as ``train_file``; the label column may be missing): it
-            becomes a ``predict`` split, which ``trainer.predict`` reads instead of ``predict_split``.
-        dataset_name: a Hub dataset (e.g. ``"glue"``) or a ``DatasetDict.save_to_disk`` folder, used
-            when no ``train_file`` is given.
-        dataset_config_name: its configuration (e.g. ``"sst2"``).
+        predict_file: a table to predict on (as `train_file`; the label column may be missing): it
+            becomes a `predict` split, which `trainer.predict` reads instead of `predict_split`.
+        dataset_name: a Hub dataset (e.g. `"glue"`) or a `DatasetDict.save_to_disk` folder, used
+            when no `train_file` is given.
+        dataset_config_name: its configuration (e.g. `"sst2"`).
         text_column: column with the text (not read from a table of token ids).
         text_pair_column: optional column with the second text of a pair.
         label_column: column with the label (strings or ints).
-        split_column: a column of the training table (file or Hub ``train`` split) naming each row's
-            split: ``train`` / ``training``, ``validation`` / ``valid`` / ``val`` / ``dev``, ``test`` /
-            ``testing`` (any case), or True / False (1 / 0; fastai's ``is_valid``: True = validation).
-            It replaces carving validation out (``val_fraction`` is only used when it marks no
-            validation row and no ``val_file`` is given). Rows it gives to a split that has its own
-            file are left out and counted in ``report`` (unused rows). An unknown value, or no
-            training row, is a :class:`~varlen.errors.DataError` naming the file, column and rows.
+        split_column: a column of the training table (file or Hub `train` split) naming each row's
+            split: `train` / `training`, `validation` / `valid` / `val` / `dev`, `test` /
+            `testing` (any case), or True / False (1 / 0; fastai's `is_valid`: True = validation).
+            It replaces carving validation out (`val_fraction` is only used when it marks no
+            validation row and no `val_file` is given). Rows it gives to a split that has its own
+            file are left out and counted in `report` (unused rows). An unknown value, or no
+            training row, is a `DataError` naming the file, column and rows.
         class_names: the class list, in id order; default: the sorted training labels, refused
-            (a ``DataError`` naming rows) when they mix numbers with words (``0``, ``1``, ``true``) or
-            spell one number two ways (``1``, ``1.0``). Given, each label is matched as written and a
-            row with another label is bad input (``on_bad``). A Hugging Face ``ClassLabel`` column's ids
+            (a `DataError` naming rows) when they mix numbers with words (`0`, `1`, `true`) or
+            spell one number two ways (`1`, `1.0`). Given, each label is matched as written and a
+            row with another label is bad input (`on_bad`). A Hugging Face `ClassLabel` column's ids
             are read as its names: the default is those names in id order; given names must be among them.
         tokenizer_name_or_path: Hub name or local path; default: the offline MiniLM tokenizer.
-        max_length: longest sequence in tokens; a longer text is truncated (counted in ``report``)
-            or cut into windows (``overflow``).
-        overflow: ``"truncate"`` a long text to its first ``max_length`` tokens, or cut it into
-            ``"windows"`` of ``max_length`` tokens that share ``stride`` tokens (single texts only;
-            ``report`` then counts no truncation and says how many windows the documents became).
-        stride: tokens shared by consecutive windows (``overflow="windows"``; below ``max_length``
+        max_length: longest sequence in tokens; a longer text is truncated (counted in `report`)
+            or cut into windows (`overflow`).
+        overflow: `"truncate"` a long text to its first `max_length` tokens, or cut it into
+            `"windows"` of `max_length` tokens that share `stride` tokens (single texts only;
+            `report` then counts no truncation and says how many windows the documents became).
+        stride: tokens shared by consecutive windows (`overflow="windows"`; below `max_length`
             less the special tokens).
-        with_token_type_ids: return ``token_type_ids`` (None: when the tokenizer produces them).
+        with_token_type_ids: return `token_type_ids` (None: when the tokenizer produces them).
         val_fraction: share of training rows held out when there is no validation source.
         max_train_samples: keep a stratified, seeded subset of this many training rows (documents,
             with windows; rounded per class, so it may differ by a row or so with several classes),
             drawn from the labels before tokenising: only those rows (and the held-out ones) are tokenised.
         synthetic_samples: size of the synthetic training set (validation and test: a fifth each).
-        synthetic: the synthetic set: short ``"reviews"`` or IMDB-like ``"long_reviews"`` (median
+        synthetic: the synthetic set: short `"reviews"` or IMDB-like `"long_reviews"` (median
             about 300 tokens, opinions spread thinly and mostly late: truncation loses them).
         sample_weights: how the training sampler draws each epoch (validation, test and predict
-            serve every sample once): None (each text once), ``"balanced"`` (inverse class
+            serve every sample once): None (each text once), `"balanced"` (inverse class
             frequency of the training split: every class served equally often; windows count
-            each as a sample) or the name of a numeric column of ``train_file`` holding each row's
-            weight (read alone; a missing, negative or non-finite weight is a ``DataError`` naming
-            the row). A Hub dataset or the synthetic reviews take ``"balanced"`` only. Needs ``shuffle``.
-        cache_dir: where the tokenised tables are written (under ``text/``; None: ``$VARLEN_CACHE``,
-            else ``~/.cache/varlen``). Shared safely by ranks, runs and processes: files are written
+            each as a sample) or the name of a numeric column of `train_file` holding each row's
+            weight (read alone; a missing, negative or non-finite weight is a `DataError` naming
+            the row). A Hub dataset or the synthetic reviews take `"balanced"` only. Needs `shuffle`.
+        cache_dir: where the tokenised tables are written (under `text/`; None: `$VARLEN_CACHE`,
+            else `~/.cache/varlen`). Shared safely by ranks, runs and processes: files are written
             atomically and keyed by content.
-        layout: ``"padded"`` (a row per text, padded to the batch's rung) or ``"packed"``: every batch one row
-            ``[1, T]`` (``T`` = ``max_tokens`` rounded up to ``pad_to_multiple_of``; a longer text is bad input, see
-            ``on_bad``), its texts end to end, filled best-fit at their real lengths from the plan, with
-            ``cu_seqlens``, ``position_ids`` (restarting at 0 at each text: the model adds its own first position)
-            and ``max_seqlen``; one shape for every batch, no padding but the row's tail. Pick it
+        layout: `"padded"` (a row per text, padded to the batch's rung) or `"packed"`: every batch one row
+            `[1, T]` (`T` = `max_tokens` rounded up to `pad_to_multiple_of`; a longer text is bad input, see
+            `on_bad`), its texts end to end, filled best-fit at their real lengths from the plan, with
+            `cu_seqlens`, `position_ids` (restarting at 0 at each text: the model adds its own first position)
+            and `max_seqlen`; one shape for every batch, no padding but the row's tail. Pick it
             for short, skewed lengths on a GPU (bf16): the dense layers run on the real tokens only; not for
-            lengths all near ``max_length`` or on a CPU (the model's attention runs per text there).
-            :class:`~varlen.models.TextClassifier` attends over packed rows.
+            lengths all near `max_length` or on a CPU (the model's attention runs per text there).
+            `TextClassifier` attends over packed rows.
         deduplicate: leave out every row whose exact text (and pair) an earlier row has: earlier in
-            its file, or, for ``val_file`` / ``test_file``, in the training file (counted as unused
-            rows in ``report``). Without it, copies of a text stay on one side of a carved
-            validation split, and ``report`` counts each split's copies and its texts also in train.
+            its file, or, for `val_file` / `test_file`, in the training file (counted as unused
+            rows in `report`). Without it, copies of a text stay on one side of a carved
+            validation split, and `report` counts each split's copies and its texts also in train.
     """
 
     mask_keys = ("attention_mask",)
@@ -255,16 +255,16 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
 
     @property
     def cache_folder(self) -> Path:
-        """Where the tokenised tables live: ``<cache_dir>/text``."""
+        """Where the tokenised tables live: `<cache_dir>/text`."""
         return (Path(self.cache_dir).expanduser() if self.cache_dir else default_cache_dir()) / "text"
 
     def tokenization(self, source: TextSource) -> Tokenization:
-        """How ``source``'s rows become ids: token type ids kept for pairs, or from a table of ids that has them."""
+        """How `source`'s rows become ids: token type ids kept for pairs, or from a table of ids that has them."""
         pairs = source.columns.pair is not None or source.type_ids is not None
         return Tokenization(self.max_length, self.overflow, self.stride, self.with_token_type_ids and pairs)
 
     def prepare_data(self) -> None:
-        """Tokenise every source and select every split into ``cache_folder``, once per node (a Hub
+        """Tokenise every source and select every split into `cache_folder`, once per node (a Hub
         dataset is downloaded first); what is there already is only checked."""
         self._collate()
         tables = self._token_tables()
@@ -279,9 +279,9 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
 
     @cached_property
     def packing(self) -> tuple[int, int] | None:
-        """``(T, first position)`` of a packed batch's row (None: padded): ``max_tokens`` rounded up to
-        ``pad_to_multiple_of`` (a longer text is bad input: :mod:`~varlen.datamodules.packing`); positions from 0
-        (the model knows its own start, :func:`~varlen.models.packed_text.first_position`: the tokenizer's path
+        """`(T, first position)` of a packed batch's row (None: padded): `max_tokens` rounded up to
+        `pad_to_multiple_of` (a longer text is bad input: `packing`); positions from 0
+        (the model knows its own start, `first_position`: the tokenizer's path
         does not)."""
         if self.layout != "packed":
             return None
@@ -289,7 +289,7 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
 
     @property
     def _streams_train(self) -> bool:
-        """The training split comes from ``stream`` and validation has a source of its own (not carved
+        """The training split comes from `stream` and validation has a source of its own (not carved
         from the training rows, nor marked by a split column): the training source is not tokenised."""
         return self.stream is not None and "val" in self.sources and not self.split_column
 
@@ -313,11 +313,11 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
 
     @staticmethod
     def sample_sizes(samples: list[Any]) -> np.ndarray:
-        """Tokens of each decoded sample (what ``lengths`` counts), ``[n, 1]``."""
+        """Tokens of each decoded sample (what `lengths` counts), `[n, 1]`."""
         return np.array([[len(s["input_ids"])] for s in samples], dtype=np.int64).reshape(-1, 1)
 
     def _fits_row(self, split: str, source: str, per_sample: Any) -> np.ndarray | None:
-        """Packed: the samples of ``split`` that fit the row (each longer one raised or skipped and counted,
+        """Packed: the samples of `split` that fit the row (each longer one raised or skipped and counted,
         named by its source row); None: every sample (padded, or every one fits)."""
         if self.layout != "packed":
             return None
@@ -363,7 +363,7 @@ class TextClassificationDataModule(TextTables, VarLenDataModule):
 
 
 def given_columns(given: dict[str, Any]) -> TextColumns:
-    """The columns read: as ``given`` (``__init__``'s locals) where a table or a Hub dataset is, else the synthetic
+    """The columns read: as `given` (`__init__`'s locals) where a table or a Hub dataset is, else the synthetic
     reviews' own."""
     if any(given[name] is not None for name in ("train_file", "val_file", "predict_file")) or given["dataset_name"]:
         return TextColumns(given["text_column"], given["text_pair_column"], given["label_column"])
@@ -371,7 +371,7 @@ def given_columns(given: dict[str, Any]) -> TextColumns:
 
 
 def check_text_arguments(given: dict[str, Any], stream: Any, max_tokens: Any) -> None:
-    """Refuse a text DataModule's arguments that contradict each other (``given``: its ``__init__``'s locals)."""
+    """Refuse a text DataModule's arguments that contradict each other (`given`: its `__init__`'s locals)."""
     train_file, val_file, test_file = given["train_file"], given["val_file"], given["test_file"]
     if train_file is None and (val_file is not None or test_file is not None):
         if stream is None:

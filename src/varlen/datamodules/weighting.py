@@ -1,8 +1,8 @@
-"""Per-sample weights of a training split (``sample_weights``): class balance or a weight column.
+"""Per-sample weights of a training split (`sample_weights`): class balance or a weight column.
 
-``"balanced"`` weighs each training sample by the inverse of its class's count in the training
+`"balanced"` weighs each training sample by the inverse of its class's count in the training
 split, so every class is served equally often per epoch (the sampler draws by these weights,
-:class:`~varlen.batching.BucketBatchSampler`). A column name takes the weights from the data's
+`BucketBatchSampler`). A column name takes the weights from the data's
 own per-row column, checked here so that a bad value names the file and row, not a sample index.
 """
 
@@ -22,10 +22,10 @@ BALANCED = "balanced"
 
 
 def check_sample_weights(value: str | None, owner: str, shuffle: bool, columns: bool) -> str | None:
-    """``value`` if it is None, ``"balanced"`` or (where the data has weight columns) a column name.
+    """`value` if it is None, `"balanced"` or (where the data has weight columns) a column name.
 
     Raises:
-        ValueError: another value, a column where ``columns`` is False, or weights without shuffle.
+        ValueError: another value, a column where `columns` is False, or weights without shuffle.
     """
     if value is None:
         return None
@@ -41,15 +41,15 @@ def check_sample_weights(value: str | None, owner: str, shuffle: bool, columns: 
 
 
 def balanced_weights(labels: np.ndarray, where: str) -> np.ndarray:
-    """Inverse class frequency: ``labels`` are class ids, ``-1`` for a sample without a label.
+    """Inverse class frequency: `labels` are class ids, `-1` for a sample without a label.
 
     Labelled samples share their part of the split equally between the classes present (weight
-    ``labelled / (N * classes * count[class])``); an unlabelled one (a task's missing target)
-    keeps its plain share ``1 / N``. So an epoch serves each class as often, and unlabelled
+    `labelled / (N * classes * count[class])`); an unlabelled one (a task's missing target)
+    keeps its plain share `1 / N`. So an epoch serves each class as often, and unlabelled
     samples as often as the file holds them.
 
     Raises:
-        DataError: no labelled sample in ``where``.
+        DataError: no labelled sample in `where`.
     """
     labels = np.asarray(labels, dtype=np.int64)
     labelled = labels >= 0
@@ -64,8 +64,8 @@ def balanced_weights(labels: np.ndarray, where: str) -> np.ndarray:
 
 
 def checked_column(values: np.ndarray, column: str, where: Callable[[int], str]) -> np.ndarray:
-    """``values`` of a weight ``column`` as float64, refused where one is missing, not finite or
-    negative (naming the row: ``where(i)`` for value ``i``), or where all are zero.
+    """`values` of a weight `column` as float64, refused where one is missing, not finite or
+    negative (naming the row: `where(i)` for value `i`), or where all are zero.
 
     Raises:
         DataError: naming the column, the first bad row, its value and how many there are.
@@ -85,8 +85,8 @@ def checked_column(values: np.ndarray, column: str, where: Callable[[int], str])
 
 
 def served_shares(order: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Class ids (``-1``: unlabelled), their share of the served ``order`` (indices, repeats
-    counted) and their share of the split's samples ``labels``."""
+    """Class ids (`-1`: unlabelled), their share of the served `order` (indices, repeats
+    counted) and their share of the split's samples `labels`."""
     labels = np.asarray(labels, dtype=np.int64)
     classes, held = np.unique(labels, return_counts=True)
     served = np.unique(labels[np.asarray(order, dtype=np.int64)], return_counts=True)
@@ -96,8 +96,8 @@ def served_shares(order: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np
 
 
 def weights_of(dm: Any, dataset: Any) -> np.ndarray | None:
-    """The per-sample weights of ``dm``'s training ``dataset`` (None: unweighted): a mixture's from its sources'
-    shares, else from ``dm.sample_weights`` (inverse class frequency, or the weight column)."""
+    """The per-sample weights of `dm`'s training `dataset` (None: unweighted): a mixture's from its sources'
+    shares, else from `dm.sample_weights` (inverse class frequency, or the weight column)."""
     if isinstance(dataset, SourceMixture):
         return dm._mixture_weights(dataset)
     if dm.sample_weights is None:

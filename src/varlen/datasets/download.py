@@ -1,7 +1,7 @@
 """Verified downloads: a file is either complete and checked, or absent, and a failure says what to do.
 
 Every failure (offline, HTTP error, timeout, checksum mismatch) raises
-:class:`~varlen.errors.DownloadError` naming the URL, the file it was meant for and where to put
+`DownloadError` naming the URL, the file it was meant for and where to put
 a copy fetched by hand.
 """
 
@@ -20,7 +20,7 @@ __all__ = ["checksum_mismatch", "download_url"]
 
 
 def checksum_mismatch(path: str | Path, checksum: str) -> str | None:
-    """Why ``path`` does not match ``checksum`` (``"sha256:<hex>"`` or ``"md5:<hex>"``), or None if it does."""
+    """Why `path` does not match `checksum` (`"sha256:<hex>"` or `"md5:<hex>"`), or None if it does."""
     algorithm, _, expected = checksum.partition(":")
     actual = file_hash(path, algorithm)
     if actual == expected.lower():
@@ -29,11 +29,11 @@ def checksum_mismatch(path: str | Path, checksum: str) -> str | None:
 
 
 def download_url(url: str, destination: str | Path, checksum: str | None = None, timeout: float = 60) -> Path:
-    """Download ``url`` to ``destination`` and verify it; a file already there that verifies is kept.
+    """Download `url` to `destination` and verify it; a file already there that verifies is kept.
 
     Raises:
-        DownloadError: the download failed or does not match ``checksum``; nothing is left at
-            ``destination``.
+        DownloadError: the download failed or does not match `checksum`; nothing is left at
+            `destination`.
     """
     destination = Path(destination)
     if destination.is_file() and checksum is not None and checksum_mismatch(destination, checksum) is None:

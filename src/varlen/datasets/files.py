@@ -1,10 +1,10 @@
 """Text files as the table readers see them: decompressed by their suffix, checked as UTF-8 line by line.
 
-Public tables travel compressed (MoleculeNet's ``HIV.csv.gz``, Tox21, ToxCast...), so every table
-reader opens its file through :func:`open_binary`, which decompresses ``.gz``, ``.bz2`` and
-``.zst`` with pyarrow's codecs and ``.xz`` with Python's ``lzma`` (pyarrow has no LZMA codec), and
-decodes through :func:`utf8_blocks`, which names the file and the line of a byte that is not
-UTF-8, counted in the decompressed text, as an editor shows it after ``gunzip``.
+Public tables travel compressed (MoleculeNet's `HIV.csv.gz`, Tox21, ToxCast...), so every table
+reader opens its file through `open_binary`, which decompresses `.gz`, `.bz2` and
+`.zst` with pyarrow's codecs and `.xz` with Python's `lzma` (pyarrow has no LZMA codec), and
+decodes through `utf8_blocks`, which names the file and the line of a byte that is not
+UTF-8, counted in the decompressed text, as an editor shows it after `gunzip`.
 """
 
 from __future__ import annotations
@@ -36,18 +36,18 @@ COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".xz": "xz", ".zst": "zstd"}
 
 
 def compression(path: str | Path) -> str | None:
-    """The compression ``path``'s suffix names (``"gzip"``, ``"bz2"``, ``"xz"``, ``"zstd"``), or None."""
+    """The compression `path`'s suffix names (`"gzip"`, `"bz2"`, `"xz"`, `"zstd"`), or None."""
     return COMPRESSIONS.get(Path(path).suffix.lower())
 
 
 def table_suffix(path: str | Path) -> str:
-    """The suffix of the file inside the compression, lower case: ``.csv`` for ``HIV.CSV.gz`` and ``HIV.csv``."""
+    """The suffix of the file inside the compression, lower case: `.csv` for `HIV.CSV.gz` and `HIV.csv`."""
     path = Path(path)
     return Path(path.stem).suffix.lower() if compression(path) else path.suffix.lower()
 
 
 def open_binary(path: str | Path) -> BinaryIO:
-    """``path`` opened for reading, decompressed when its suffix names a compression (a stream)."""
+    """`path` opened for reading, decompressed when its suffix names a compression (a stream)."""
     kind = compression(path)
     if kind == "xz":
         return lzma.open(path, "rb")
@@ -69,7 +69,7 @@ def _reading(path: Path) -> Iterator[None]:
 
 
 def read_bytes(path: str | Path) -> bytes:
-    """The whole decompressed content of ``path`` (for formats read at offsets, such as Parquet).
+    """The whole decompressed content of `path` (for formats read at offsets, such as Parquet).
 
     Raises:
         DataError: the file cannot be read or decompressed.
@@ -79,7 +79,7 @@ def read_bytes(path: str | Path) -> bytes:
 
 
 def utf8_blocks(path: str | Path, chunk: int = 1 << 20) -> Iterator[str]:
-    """The decompressed text of ``path`` in blocks cut at line ends (a leading byte-order mark dropped).
+    """The decompressed text of `path` in blocks cut at line ends (a leading byte-order mark dropped).
 
     Raises:
         DataError: a byte that is not UTF-8 (naming the file, the line and the bytes), or a file
@@ -122,17 +122,17 @@ def check_utf8(path: str | Path) -> None:
 
 
 def read_text(path: str | Path) -> str:
-    """The whole decompressed text of ``path`` (UTF-8, with or without a byte-order mark).
+    """The whole decompressed text of `path` (UTF-8, with or without a byte-order mark).
 
     Raises:
-        DataError: as :func:`utf8_blocks`.
+        DataError: as `utf8_blocks`.
     """
     return "".join(utf8_blocks(path))
 
 
 def record_lines(path: str | Path, layout: str) -> list[int]:
-    """The line (from 1) where each record of a file starts, as pyarrow reads it (``layout``: ``csv``, ``tsv``
-    with a header line, ``jsonl``): blank lines are no records; a CSV record spans the lines its quoted fields
+    """The line (from 1) where each record of a file starts, as pyarrow reads it (`layout`: `csv`, `tsv`
+    with a header line, `jsonl`): blank lines are no records; a CSV record spans the lines its quoted fields
     hold (the records after one Python's csv cannot read, a field over its size limit, are named as rows)."""
     text = io.StringIO(read_text(path), newline="")
     lines: list[int] = []

@@ -1,12 +1,12 @@
 """Several datasets of one scenario served as one split: the training data of a mixture of sources.
 
-A :class:`SourceMixture` numbers its sources' samples one after the other (sample ``i`` of source
-``s`` is ``offsets[s] + i``), so the sampler plans over all of them at once: their ``lengths`` are
-concatenated, and weights (:func:`share_weights`) set each source's share of an epoch. A batch
-is fetched from each source it draws on by that source's own batched fetch (``__getitems__``, the
-epoch of an :class:`~varlen.batching.EpochIndices` passed on), with ``index`` made the mixture's;
-a batch drawing on several sources is joined by :class:`MixtureCollator` before the scenario's
-collate names its fields: a type's own ``concat`` where it has one (graphs), else the padded
+A `SourceMixture` numbers its sources' samples one after the other (sample `i` of source
+`s` is `offsets[s] + i`), so the sampler plans over all of them at once: their `lengths` are
+concatenated, and weights (`share_weights`) set each source's share of an epoch. A batch
+is fetched from each source it draws on by that source's own batched fetch (`__getitems__`, the
+epoch of an `EpochIndices` passed on), with `index` made the mixture's;
+a batch drawing on several sources is joined by `MixtureCollator` before the scenario's
+collate names its fields: a type's own `concat` where it has one (graphs), else the padded
 fields of the parts padded to the longest and stacked (padding stays padding: masks say what is real).
 """
 
@@ -34,12 +34,12 @@ class MixedFetch:
 
 
 class SourceMixture(Dataset):
-    """The datasets of ``sources`` (name -> dataset, in order) served as one.
+    """The datasets of `sources` (name -> dataset, in order) served as one.
 
     Attributes:
         names: the sources' names, in order.
-        offsets: ``[S + 1]`` first index of each source (and the total).
-        sources: ``[N]`` source of each sample (int16).
+        offsets: `[S + 1]` first index of each source (and the total).
+        sources: `[N]` source of each sample (int16).
     """
 
     def __init__(self, sources: Mapping[str, Dataset]) -> None:
@@ -58,13 +58,13 @@ class SourceMixture(Dataset):
         return dict(zip(self.names, np.diff(self.offsets).tolist(), strict=True))
 
     def concatenated(self, per_source: Callable[[Dataset], np.ndarray | None]) -> np.ndarray | None:
-        """``per_source(part)`` of every part, concatenated (None when a part gives None)."""
+        """`per_source(part)` of every part, concatenated (None when a part gives None)."""
         values = [per_source(part) for part in self.parts]
         return None if any(v is None for v in values) else np.concatenate([np.asarray(v) for v in values])
 
     @property
     def lengths(self) -> np.ndarray:
-        """Every source's ``lengths``, concatenated (``[N]`` or ``[N, D]``)."""
+        """Every source's `lengths`, concatenated (`[N]` or `[N, D]`)."""
         return self.concatenated(lambda part: np.asarray(part.lengths))
 
     def locate(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -97,7 +97,7 @@ class SourceMixture(Dataset):
 
     @staticmethod
     def _fetch(part: Dataset, positions: Sequence[int], indices: np.ndarray) -> Any:
-        """``part``'s batched fetch (a list of its samples when it has none), indexed as the mixture."""
+        """`part`'s batched fetch (a list of its samples when it has none), indexed as the mixture."""
         getitems = getattr(part, "__getitems__", None)
         if getitems is None:
             samples = [part[p] for p in positions]
@@ -148,8 +148,8 @@ def _stack_padded(values: list[Any]) -> Any:
 
 class MixtureCollator:
     """The scenario's collate over a mixture's fetches: a batch of one source is collated as it
-    is, a batch of several joined first (``type.concat(parts)`` where the type has one, else
-    :func:`join_padded`). Lists of single samples are collated together."""
+    is, a batch of several joined first (`type.concat(parts)` where the type has one, else
+    `join_padded`). Lists of single samples are collated together."""
 
     def __init__(self, collate: Callable[[Any], Any]) -> None:
         self.collate = collate
@@ -173,8 +173,8 @@ class MixtureCollator:
 def share_weights(
     proportions: Sequence[float], counts: Sequence[int], within: Sequence[np.ndarray | None]
 ) -> np.ndarray:
-    """Per-sample weights that give source ``s`` the share ``proportions[s] / sum(proportions)`` of
-    every epoch, its samples drawn by ``within[s]`` (None: equally), normalised inside the source."""
+    """Per-sample weights that give source `s` the share `proportions[s] / sum(proportions)` of
+    every epoch, its samples drawn by `within[s]` (None: equally), normalised inside the source."""
     shares = np.asarray(proportions, dtype=np.float64)
     shares = shares / shares.sum()
     weights = []

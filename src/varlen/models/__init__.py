@@ -1,4 +1,4 @@
-"""One reference model per scenario, and one for any ragged data, on the shared :class:`VarLenModule` base (imported
+"""One reference model per scenario, and one for any ragged data, on the shared `VarLenModule` base (imported
 lazily)."""
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """Attention restricted to the rows of a packed batch (no padding in the batch), and the rows themselves.
 
-A packed field is ``[N, ...]`` with offsets ``cu_seqlens`` ``[R + 1]`` (:mod:`varlen.datasets.video_text.packed`): the
-segments of each video, the tokens of each caption. :class:`Rows` derives what every mechanism
+A packed field is `[N, ...]` with offsets `cu_seqlens` `[R + 1]` (`varlen.datasets.video_text.packed`): the
+segments of each video, the tokens of each caption. `Rows` derives what every mechanism
 needs from the offsets (row of each element, position inside it, longest row); the mechanisms
-take ``(q, k, v [N, H, dh], rows, dropout_p)`` and return ``[N, H, dh]`` where each element
-attended to its own row only. :func:`pair_attention` is the cross-modal case: queries attend to
+take `(q, k, v [N, H, dh], rows, dropout_p)` and return `[N, H, dh]` where each element
+attended to its own row only. `pair_attention` is the cross-modal case: queries attend to
 the keys an index-pair list allows. Pure tensor functions (the model applies its own weights).
 
-:func:`packed_attention` is the one entry every packed model calls: torch's own variable-length
-FlashAttention (``torch.nn.attention.varlen.varlen_attn``) where it runs (CUDA, half precision, no
-attention dropout: the kernel has none), else :func:`rows_attention`, the same result on any device.
+`packed_attention` is the one entry every packed model calls: torch's own variable-length
+FlashAttention (`torch.nn.attention.varlen.varlen_attn`) where it runs (CUDA, half precision, no
+attention dropout: the kernel has none), else `rows_attention`, the same result on any device.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ __all__ = [
 
 
 class Rows(NamedTuple):
-    """The rows of a packed sequence ``[N, ...]``, from their offsets (``*_cu_seqlens`` ``[R + 1]``)."""
+    """The rows of a packed sequence `[N, ...]`, from their offsets (`*_cu_seqlens` `[R + 1]`)."""
 
     cu: torch.Tensor  # [R + 1] int64
     lengths: torch.Tensor  # [R]
@@ -58,7 +58,7 @@ class Rows(NamedTuple):
 
 
 def row_mean(x: torch.Tensor, rows: Rows) -> torch.Tensor:
-    """``[R, d]`` mean of each row of the packed ``x`` ``[N, d]``."""
+    """`[R, d]` mean of each row of the packed `x` `[N, d]`."""
     total = x.new_zeros(len(rows.lengths), x.shape[-1]).index_add(0, rows.ids, x)
     return total / rows.lengths.clamp_min(1)[:, None].to(x.dtype)
 
@@ -72,11 +72,11 @@ def rows_attention(
     scale: float | None = None,
     window: int | None = None,
 ) -> torch.Tensor:
-    """SDPA over ``[R, H, L, dh]``: each row padded to the longest row for the attention alone.
+    """SDPA over `[R, H, L, dh]`: each row padded to the longest row for the attention alone.
 
-    Projections and feed-forward stay on the ``N`` real elements; only the scores pay for the
-    padding inside rows (``R * L^2`` of them, with ``L`` the batch's longest row). With ``window``,
-    an element attends to the keys of its row at most ``window`` positions away (a local attention).
+    Projections and feed-forward stay on the `N` real elements; only the scores pay for the
+    padding inside rows (`R * L^2` of them, with `L` the batch's longest row). With `window`,
+    an element attends to the keys of its row at most `window` positions away (a local attention).
     """
     _, heads, dim = q.shape
     count, width = len(rows.lengths), rows.max_len
@@ -99,7 +99,7 @@ def rows_attention(
 
 
 def nested_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Rows, dropout_p: float) -> torch.Tensor:
-    """SDPA on nested jagged tensors (``torch.nested``, ``layout=torch.jagged``) built on the offsets."""
+    """SDPA on nested jagged tensors (`torch.nested`, `layout=torch.jagged`) built on the offsets."""
 
     def nested(x: torch.Tensor) -> torch.Tensor:
         return torch.nested.nested_tensor_from_jagged(x.contiguous(), rows.cu).transpose(1, 2)
@@ -108,7 +108,7 @@ def nested_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Ro
 
 
 def varlen_kernel_runs(x: torch.Tensor, dropout_p: float = 0.0) -> bool:
-    """Whether torch's varlen FlashAttention takes ``x``: on CUDA, in fp16/bf16, without dropout."""
+    """Whether torch's varlen FlashAttention takes `x`: on CUDA, in fp16/bf16, without dropout."""
     return varlen_attn is not None and x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and dropout_p == 0
 
 
@@ -123,10 +123,10 @@ def packed_attention(
     rows: Rows | None = None,
     window: int | None = None,
 ) -> torch.Tensor:
-    """``[N, H, dh]``: each element of ``q`` attends to the keys of its own row (``cu_seqlens`` ``[R + 1]``,
-    ``cu_seqlens[-1] == N``, the longest row ``max_seqlen``; with ``window``, those at most ``window``
-    positions away): torch's varlen kernel where it runs (:func:`varlen_kernel_runs`), else
-    :func:`rows_attention` (exact, dropout included; ``rows`` if known)."""
+    """`[N, H, dh]`: each element of `q` attends to the keys of its own row (`cu_seqlens` `[R + 1]`,
+    `cu_seqlens[-1] == N`, the longest row `max_seqlen`; with `window`, those at most `window`
+    positions away): torch's varlen kernel where it runs (`varlen_kernel_runs`), else
+    `rows_attention` (exact, dropout included; `rows` if known)."""
     if varlen_kernel_runs(q, dropout_p):
         cu, side = cu_seqlens.to(torch.int32), -1 if window is None else window
         return varlen_attn(q, k, v, cu, cu, int(max_seqlen), int(max_seqlen), scale=scale, window_size=(side, side))
@@ -137,8 +137,8 @@ def _auto(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rows: Rows, dropout
     return packed_attention(q, k, v, rows.cu, rows.max_len, dropout_p, rows=rows)
 
 
-#: packed attention mechanisms by name, ``(q, k, v [N, H, dh], rows, dropout_p) -> [N, H, dh]``: "auto"
-#: is :func:`packed_attention` (the varlen kernel where it runs, else "rows"); the aligner's docstring says
+#: packed attention mechanisms by name, `(q, k, v [N, H, dh], rows, dropout_p) -> [N, H, dh]`: "auto"
+#: is `packed_attention` (the varlen kernel where it runs, else "rows"); the aligner's docstring says
 #: how "rows" was chosen on CPU (scripts/benchmark_video_text.py adds the measured alternatives: SDPA
 #: with a block-diagonal mask, flex_attention with a block mask)
 PACKED_ATTENTION: dict[str, Callable[..., torch.Tensor]] = {
@@ -164,9 +164,9 @@ def _feed_forward(layer: nn.TransformerEncoderLayer, x: torch.Tensor) -> torch.T
 def packed_encoder(
     encoder: nn.TransformerEncoder, x: torch.Tensor, rows: Rows, attention: Callable = _auto
 ) -> torch.Tensor:
-    """``encoder`` (``nn.TransformerEncoderLayer`` s, pre- or post-norm) over the packed ``x`` ``[N, d]``,
-    attention within each row: the same weights and arithmetic as ``encoder(padded, src_key_padding_mask=...)``
-    on the real positions, with projections, norms and feed-forward on the ``N`` real elements only."""
+    """`encoder` (`nn.TransformerEncoderLayer` s, pre- or post-norm) over the packed `x` `[N, d]`,
+    attention within each row: the same weights and arithmetic as `encoder(padded, src_key_padding_mask=...)`
+    on the real positions, with projections, norms and feed-forward on the `N` real elements only."""
     for layer in encoder.layers:
         if layer.norm_first:
             x = x + _self_attention(layer, layer.norm1(x), rows, attention)
@@ -180,10 +180,10 @@ def packed_encoder(
 def pair_attention(
     mha: nn.MultiheadAttention, query: torch.Tensor, key: torch.Tensor, q_index: torch.Tensor, k_index: torch.Tensor
 ) -> torch.Tensor:
-    """``mha(query, key, key)`` where query ``q_index[p]`` may attend to key ``k_index[p]`` only.
+    """`mha(query, key, key)` where query `q_index[p]` may attend to key `k_index[p]` only.
 
-    Scores on the pairs alone ``[P, H]``, a softmax per query (``scatter_reduce`` / ``index_add``)
-    and a weighted ``index_add`` of the values: ``O(P)``, whatever the batch. Every query needs a pair.
+    Scores on the pairs alone `[P, H]`, a softmax per query (`scatter_reduce` / `index_add`)
+    and a weighted `index_add` of the values: `O(P)`, whatever the batch. Every query needs a pair.
     """
     heads = mha.num_heads
     w, b = mha.in_proj_weight.chunk(3), mha.in_proj_bias.chunk(3)

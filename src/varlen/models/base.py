@@ -16,15 +16,15 @@ __all__ = ["VarLenModule", "WarmupLinearDecay", "warmup_linear_decay"]
 class VarLenModule(pl.LightningModule):
     """Base of the reference models.
 
-    Every batch carries ``index`` (the dataset indices of its samples), so the batch size is
-    always known (dynamic batches need an explicit ``batch_size`` in ``self.log``, or epoch
+    Every batch carries `index` (the dataset indices of its samples), so the batch size is
+    always known (dynamic batches need an explicit `batch_size` in `self.log`, or epoch
     means are wrong) and predictions can be put back in dataset order.
 
     Epoch metrics are exact under DDP: each rank sees different samples (the sampler shards
     them), so an epoch mean must be a sum of values over a sum of weights across ranks, not a
-    mean of rank means. :meth:`log_mean` keeps such a mean in a torchmetrics ``MeanMetric``
+    mean of rank means. `log_mean` keeps such a mean in a torchmetrics `MeanMetric`
     (synced as sums); metric objects are logged as they are; values computed from metrics that
-    are already synced go through :meth:`log_global`.
+    are already synced go through `log_global`.
     """
 
     def __init__(self) -> None:
@@ -51,7 +51,7 @@ class VarLenModule(pl.LightningModule):
     def log_global(self, metrics: Mapping[str, Any], **kwargs: Any) -> None:
         """Log epoch values that are already the same on every rank (computed from synced metrics).
 
-        ``sync_dist=True`` averages identical values, which changes nothing, and tells Lightning
+        `sync_dist=True` averages identical values, which changes nothing, and tells Lightning
         that the value is global (it warns otherwise).
         """
         self.log_dict(dict(metrics), on_step=False, on_epoch=True, batch_size=1, sync_dist=True, **kwargs)
@@ -65,7 +65,7 @@ class WarmupLinearDecay(torch.optim.lr_scheduler.LRScheduler):
     """Linear warm-up from 0, then linear decay to 0 at the last step; stepped every batch.
 
     The total step count is read lazily, at the first step after 0. Reading
-    ``trainer.estimated_stepping_batches`` inside ``configure_optimizers`` makes Lightning build
+    `trainer.estimated_stepping_batches` inside `configure_optimizers` makes Lightning build
     the train loader before a checkpoint's loader state is restored, and a mid-epoch resume then
     silently restarts the epoch (Lightning issue #20550); at the first step it is harmless.
 
@@ -103,6 +103,6 @@ class WarmupLinearDecay(torch.optim.lr_scheduler.LRScheduler):
 def warmup_linear_decay(
     optimizer: torch.optim.Optimizer, module: pl.LightningModule, warmup_ratio: float
 ) -> dict[str, Any]:
-    """A Lightning ``lr_scheduler`` config of :class:`WarmupLinearDecay`, stepped every batch."""
+    """A Lightning `lr_scheduler` config of `WarmupLinearDecay`, stepped every batch."""
     scheduler = WarmupLinearDecay(optimizer, warmup_ratio, lambda: module.trainer.estimated_stepping_batches)
     return {"scheduler": scheduler, "interval": "step"}

@@ -6,13 +6,13 @@ on padded batches (only tail windows are shorter, but they share batches with fu
 
 - every layer tracks each window's valid length and zeroes what lies beyond it, so a padded
   position never feeds a real one (zero padding equals the convolution's own zero padding);
-- :class:`MaskedBatchNorm1d` takes its batch statistics over real positions only; in eval mode
+- `MaskedBatchNorm1d` takes its batch statistics over real positions only; in eval mode
   it uses the running statistics, which are per-element and cannot see padding.
 
 Recording-level predictions sum the window log-probabilities of each recording (a product of
 window likelihoods, the usual naive-Bayes vote) over the whole evaluation epoch.
 
-Across operating conditions, ``adabn=True`` applies AdaBN (Li et al., 2016; used with WDCNN by
+Across operating conditions, `adabn=True` applies AdaBN (Li et al., 2016; used with WDCNN by
 Zhang et al., 2017): before testing (or predicting), every batch-norm layer's running statistics
 are re-estimated on the unlabelled windows of the target split, layer by layer, exactly (sums
 over every real position of the split, summed over ranks), and the source statistics are put
@@ -45,14 +45,14 @@ __all__ = [
 
 
 class MaskedBatchNorm1d(nn.BatchNorm1d):
-    """BatchNorm over ``[B, C, L]`` whose training statistics count only real positions.
+    """BatchNorm over `[B, C, L]` whose training statistics count only real positions.
 
     Padded tails would otherwise pull the mean towards zero and shrink the variance.
-    Outputs at padded positions are zeroed. ``momentum=None`` means a cumulative average of the
-    batch statistics, as in :class:`torch.nn.BatchNorm1d`; ``affine=False`` is supported.
+    Outputs at padded positions are zeroed. `momentum=None` means a cumulative average of the
+    batch statistics, as in `torch.nn.BatchNorm1d`; `affine=False` is supported.
 
     Raises:
-        ValueError: ``track_running_stats=False``: eval mode would then normalize with the
+        ValueError: `track_running_stats=False`: eval mode would then normalize with the
             statistics of the batch, so a window's output would depend on its batch mates.
     """
 
@@ -107,7 +107,7 @@ class MaskedConvBlock(nn.Module):
         return conv, torch.clamp(conv // 2, min=1)
 
     def convolve(self, x: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The convolution's output (what the batch norm sees) and its keep mask ``[B, L]``."""
+        """The convolution's output (what the batch norm sees) and its keep mask `[B, L]`."""
         conv_lengths, _ = self.out_lengths(lengths)
         x = self.conv(x)
         return x, lengths_to_mask(conv_lengths, x.shape[-1])
@@ -143,12 +143,12 @@ class LoaderBatches:
                 yield collate(fetch(indices) if fetch is not None else [dataset[i] for i in indices])
 
 
-#: the windows' log-probabilities summed per recording (see :func:`~varlen.models.votes.sum_by_item`)
+#: the windows' log-probabilities summed per recording (see `sum_by_item`)
 aggregate_by_recording = sum_by_item
 
 
 class RecordingMetrics(ItemVotes):
-    """Accuracy (``accuracy``) and macro-F1 of the recordings' votes over an epoch."""
+    """Accuracy (`accuracy`) and macro-F1 of the recordings' votes over an epoch."""
 
     def __init__(self, num_classes: int) -> None:
         super().__init__(num_classes)
@@ -229,7 +229,7 @@ class BearingClassifier(VarLenModule):
         return max(width, 1)
 
     def forward(self, batch: Mapping[str, Any]) -> torch.Tensor:
-        """Window logits ``[B, num_classes]``; uses ``signals`` ``[B, C, W]`` and ``lengths``."""
+        """Window logits `[B, num_classes]`; uses `signals` `[B, C, W]` and `lengths`."""
         x, lengths = batch["signals"], batch["lengths"].to(batch["signals"].device)
         x = x * lengths_to_mask(lengths, x.shape[-1])[:, None, :].to(x.dtype)
         if x.shape[-1] < self.min_width:
@@ -262,7 +262,7 @@ class BearingClassifier(VarLenModule):
         self._step(batch, "test")
 
     def _log_recordings(self, stage: str) -> None:
-        """Recording votes over the whole epoch: ``compute`` gathers every rank's windows first,
+        """Recording votes over the whole epoch: `compute` gathers every rank's windows first,
         so the values are global (a recording's windows may lie on several ranks)."""
         metric = getattr(self, f"{stage}_recording_metrics")
         if metric.update_count:
@@ -279,7 +279,7 @@ class BearingClassifier(VarLenModule):
     # -- AdaBN ----------------------------------------------------------------------------------
 
     def _features(self, batch: Mapping[str, Any], depth: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Block ``depth``'s convolution output and keep mask, the blocks before it in eval mode."""
+        """Block `depth`'s convolution output and keep mask, the blocks before it in eval mode."""
         x, lengths = batch["signals"], batch["lengths"].to(batch["signals"].device)
         x = x * lengths_to_mask(lengths, x.shape[-1])[:, None, :].to(x.dtype)
         if x.shape[-1] < self.min_width:
@@ -293,15 +293,15 @@ class BearingClassifier(VarLenModule):
         """AdaBN: set every batch norm's running mean and (unbiased) variance to the target windows'.
 
         Layer by layer, each with the layers before it already adapted: sums of every real
-        position's values over all ``batches`` (float64), so the result does not depend on how
+        position's values over all `batches` (float64), so the result does not depend on how
         the windows are batched. Only the running statistics change (no gradient, no label read).
 
         Args:
             batches: collated batches of the target windows, iterated once per block (a list, a
-                loader, :class:`LoaderBatches`; a one-shot iterator is listed first); moved to the
+                loader, `LoaderBatches`; a one-shot iterator is listed first); moved to the
                 model's device here.
             reduce: sums a tensor over processes (under DDP, each rank holding a shard); None: one process.
-            layers: adapt the first ``layers`` blocks only (None: all).
+            layers: adapt the first `layers` blocks only (None: all).
         """
         was_training = self.training
         self.eval()
@@ -324,7 +324,7 @@ class BearingClassifier(VarLenModule):
         return value.to(self.device) if isinstance(value, torch.Tensor) else value
 
     def _adapt_to(self, loaders: Any) -> None:
-        """Keep the source statistics, then adapt to ``loaders``' windows (read as the loop would)."""
+        """Keep the source statistics, then adapt to `loaders`' windows (read as the loop would)."""
         self._source_statistics = {k: v.clone() for k, v in self.state_dict().items() if "running_" in k}
         strategy = self.trainer.strategy if self._trainer is not None else None
         world = strategy.world_size if strategy is not None else 1

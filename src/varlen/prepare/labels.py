@@ -1,19 +1,19 @@
 """Class labels read from a column of text: refuse a column whose spellings do not say one thing.
 
-Each distinct label becomes a class, so a column that mixes numbers with other words (``0``, ``1``,
-``true``, ``positive``) or writes one number two ways (``1`` and ``1.0``) would become one class
-per spelling, five classes where two were meant, without a word. :func:`check_labels` refuses
-such a column, naming examples and where they are; ``class_names`` is how a user says what the
-classes are (each label is then matched as written, others are bad rows). :func:`class_order` is the
-classes' order whatever the door: labels that all spell numbers by number (``"0", "1", "2", ..., "10"``),
+Each distinct label becomes a class, so a column that mixes numbers with other words (`0`, `1`,
+`true`, `positive`) or writes one number two ways (`1` and `1.0`) would become one class
+per spelling, five classes where two were meant, without a word. `check_labels` refuses
+such a column, naming examples and where they are; `class_names` is how a user says what the
+classes are (each label is then matched as written, others are bad rows). `class_order` is the
+classes' order whatever the door: labels that all spell numbers by number (`"0", "1", "2", ..., "10"`),
 others as text. Used by the text
 DataModule (its label column), the sequence one (a column of string labels, whatever door it came
-through) and the bearing one (a metadata CSV's ``label`` column).
+through) and the bearing one (a metadata CSV's `label` column).
 
-A Hugging Face ``ClassLabel`` column stores ids whose names the dataset says: :func:`classlabel_names`
-reads them from the features ``datasets`` writes into every Arrow schema it makes (a ``Dataset``'s, its
-``.arrow`` files', its Parquet files'), and :func:`named_classes` makes them the classes (in id order,
-or those ``class_names`` picks by name), for the text and the sequence DataModule alike.
+A Hugging Face `ClassLabel` column stores ids whose names the dataset says: `classlabel_names`
+reads them from the features `datasets` writes into every Arrow schema it makes (a `Dataset`'s, its
+`.arrow` files', its Parquet files'), and `named_classes` makes them the classes (in id order,
+or those `class_names` picks by name), for the text and the sequence DataModule alike.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ __all__ = [
     "named_classes",
 ]
 
-#: a decimal number as a label column writes it (no ``inf`` / ``nan``: those are words here)
+#: a decimal number as a label column writes it (no `inf` / `nan`: those are words here)
 NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
 #: what the message says to do
 CLASS_NAMES_HINT = (
@@ -50,14 +50,14 @@ SHOWN = 3
 
 
 def label_number(name: str) -> float | None:
-    """The number a label spells (``"1"``, ``"1.0"``, ``"01"``, ``"1e0"``: 1.0), or None for a word."""
+    """The number a label spells (`"1"`, `"1.0"`, `"01"`, `"1e0"`: 1.0), or None for a word."""
     text = name.strip()
     return float(text) if NUMBER.fullmatch(text) else None
 
 
 def class_order(names: Sequence[str]) -> list[str]:
     """The classes' order, one rule for every door: labels that all spell numbers by their number
-    (``"2"`` before ``"10"``), else as text. Checked labels (:func:`check_labels`) spell a number once, so
+    (`"2"` before `"10"`), else as text. Checked labels (`check_labels`) spell a number once, so
     the order is total."""
     names = [str(name) for name in names]
     numbers = [label_number(name) for name in names]
@@ -67,17 +67,17 @@ def class_order(names: Sequence[str]) -> list[str]:
 
 
 def examples(names: Sequence[Any], places: dict[Any, str]) -> str:
-    """A few labels with their places, as messages show them: ``'0' (row 1), '1' (row 2) and 4 more``."""
+    """A few labels with their places, as messages show them: `'0' (row 1), '1' (row 2) and 4 more`."""
     shown = ", ".join(f"{name!r} ({places[name]})" for name in names[:SHOWN])
     return shown + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
 
 
 def check_labels(names: Sequence[str], places: Sequence[str], source: str, column: str) -> None:
-    """Refuse a label column whose distinct labels ``names`` (each at ``places``, e.g. ``"row 4"``,
+    """Refuse a label column whose distinct labels `names` (each at `places`, e.g. `"row 4"`,
     in the order first met) mix numbers with words, or spell one number several ways.
 
     Raises:
-        DataError: naming ``source``, ``column``, examples with their places, and what to do.
+        DataError: naming `source`, `column`, examples with their places, and what to do.
     """
     where = dict(zip(names, places, strict=True))
     numbers = {name: label_number(name) for name in names}
@@ -117,8 +117,8 @@ def distinct_labels(column: Any) -> tuple[list[Any], np.ndarray]:
 
 
 def classlabel_names(schema: Any, column: str | None) -> list[str] | None:
-    """The names of a Hugging Face ``ClassLabel`` column (its stored ids are their positions), read from the
-    features ``datasets`` writes into a ``pyarrow.Schema``'s metadata; None for another column or schema."""
+    """The names of a Hugging Face `ClassLabel` column (its stored ids are their positions), read from the
+    features `datasets` writes into a `pyarrow.Schema`'s metadata; None for another column or schema."""
     metadata = getattr(schema, "metadata", None) or {}
     try:
         features = json.loads(metadata[b"huggingface"])["info"]["features"]
@@ -132,11 +132,11 @@ def classlabel_names(schema: Any, column: str | None) -> list[str] | None:
 def named_classes(
     names: Sequence[str], given: Sequence[str] | None, source: str, column: str
 ) -> tuple[list[str], list[int]]:
-    """The classes of a ``ClassLabel`` column of ``names``, and each class's stored id, in class order: its
-    names (id = position), or the ``given`` ``class_names``, each one of its names (a subset, in any order).
+    """The classes of a `ClassLabel` column of `names`, and each class's stored id, in class order: its
+    names (id = position), or the `given` `class_names`, each one of its names (a subset, in any order).
 
     Raises:
-        DataError: a given name that is none of the ``ClassLabel``'s (naming ``source``, ``column`` and both).
+        DataError: a given name that is none of the `ClassLabel`'s (naming `source`, `column` and both).
     """
     names = [str(name) for name in names]
     if given is None:

@@ -1,12 +1,12 @@
 """`DataReport`: what a DataModule's setup kept, skipped, truncated and left unused, per split.
 
-One type for every scenario, so a user finds what was dropped in one place, ``dm.report``:
+One type for every scenario, so a user finds what was dropped in one place, `dm.report`:
 
 * **kept**: samples per split;
-* **skipped**: bad input left out under ``on_bad="skip"`` (counted by item and reason, with the
-  first few places that name the file / row / sample); under ``on_bad="raise"`` the first bad
-  item raises a :class:`~varlen.errors.DataError` instead;
-* **truncated**: samples cut to a maximum size (texts over ``max_length``...);
+* **skipped**: bad input left out under `on_bad="skip"` (counted by item and reason, with the
+  first few places that name the file / row / sample); under `on_bad="raise"` the first bad
+  item raises a `DataError` instead;
+* **truncated**: samples cut to a maximum size (texts over `max_length`...);
 * **unused**: data that no sample covers, by design, by reason and unit (signal between
   windows, labelled pixels at the image border or in split buffers...);
 * **sources** of a training split drawn from several: each one's samples, the share of an epoch
@@ -16,14 +16,14 @@ One type for every scenario, so a user finds what was dropped in one place, ``dm
   shares it was asked for, so that each stage's served share shows beside its scheduled one;
 * **retried**: of a split read from a stream, the chunk reads retried so far (a live count, its
   loader workers included; nothing streamed is skipped: a chunk that keeps failing raises); its
-  truncated counts are those made when the chunks were written (``varlen optimize`` records them);
+  truncated counts are those made when the chunks were written (`varlen optimize` records them);
 * **duplicates**: per split, the items that repeat an earlier one of the split exactly, and those
-  of a held-out split that are in ``train`` too (:class:`Duplicates`, :mod:`varlen.prepare.duplicates`);
+  of a held-out split that are in `train` too (`Duplicates`, `varlen.prepare.duplicates`);
 * **stand-ins**: a split that is another (a test split not given is the validation split,
-  :data:`varlen.prepare.splits.STANDS_IN`), said beside its counts.
+  `varlen.prepare.splits.STANDS_IN`), said beside its counts.
 
-Skips found before the data is split are filed under the pseudo-split :data:`SOURCE`.
-``str(report)`` is a short table; the DataModule logs it once when ``setup`` ends.
+Skips found before the data is split are filed under the pseudo-split `SOURCE`.
+`str(report)` is a short table; the DataModule logs it once when `setup` ends.
 """
 
 from __future__ import annotations
@@ -50,14 +50,14 @@ log = logging.getLogger("varlen")
 
 @dataclass
 class SplitReport:
-    """The counts of one split (or of :data:`SOURCE`).
+    """The counts of one split (or of `SOURCE`).
 
     Attributes:
         kept: samples in the split.
-        skipped: ``(item, reason) -> count`` of bad input left out.
-        examples: ``(item, reason) -> ["<where>: <reason>", ...]``, the first few of each.
-        truncated: ``item -> count`` of samples cut to a maximum size.
-        unused: ``(unit, reason) -> amount`` of data no sample covers.
+        skipped: `(item, reason) -> count` of bad input left out.
+        examples: `(item, reason) -> ["<where>: <reason>", ...]`, the first few of each.
+        truncated: `item -> count` of samples cut to a maximum size.
+        unused: `(unit, reason) -> amount` of data no sample covers.
     """
 
     kept: int = 0
@@ -72,8 +72,8 @@ class SplitReport:
 
 
 class Duplicates(NamedTuple):
-    """The exact duplicates of one split: ``repeated`` items repeat an earlier one of the split,
-    ``in_train`` (of a split other than train) are in train too; counted in ``unit``."""
+    """The exact duplicates of one split: `repeated` items repeat an earlier one of the split,
+    `in_train` (of a split other than train) are in train too; counted in `unit`."""
 
     repeated: int
     in_train: int
@@ -84,8 +84,8 @@ class DataReport:
     """Bad input under one policy, and the per-split counts of what setup built.
 
     Args:
-        on_bad: ``"raise"`` (the first bad item raises :class:`~varlen.errors.DataError`) or
-            ``"skip"`` (it is counted here, and nothing else is dropped silently).
+        on_bad: `"raise"` (the first bad item raises `DataError`) or
+            `"skip"` (it is counted here, and nothing else is dropped silently).
         max_examples: places remembered per (item, reason).
     """
 
@@ -108,14 +108,14 @@ class DataReport:
     # -- recording ----------------------------------------------------------------------------
 
     def split(self, name: str) -> SplitReport:
-        """The counts of split ``name`` (created empty on first use)."""
+        """The counts of split `name` (created empty on first use)."""
         return self.splits.setdefault(name, SplitReport())
 
     def bad(self, where: str, reason: str, *, item: str = "sample", split: str = SOURCE) -> None:
-        """One bad ``item`` at ``where``: raise under ``"raise"``, else count it.
+        """One bad `item` at `where`: raise under `"raise"`, else count it.
 
         Raises:
-            DataError: under ``on_bad="raise"``, naming ``where`` and ``reason``.
+            DataError: under `on_bad="raise"`, naming `where` and `reason`.
         """
         if self.on_bad == "raise":
             raise DataError(f"{where}: {reason} (pass on_bad='skip' to skip such input and count it in dm.report)")
@@ -127,46 +127,46 @@ class DataReport:
             shown.append(f"{where}: {reason}")
 
     def stand_in(self, split: str, other: str) -> None:
-        """``split`` was not given: it is ``other``'s samples (the same dataset)."""
+        """`split` was not given: it is `other`'s samples (the same dataset)."""
         self.stand_ins[split] = other
 
     def keep(self, split: str, count: int) -> None:
-        """Record the number of samples of ``split``."""
+        """Record the number of samples of `split`."""
         self.split(split).kept = int(count)
 
     def truncate(self, split: str, count: int, item: str = "sample") -> None:
-        """``count`` samples of ``split`` were cut to a maximum size."""
+        """`count` samples of `split` were cut to a maximum size."""
         if count:
             self.split(split).truncated[item] += int(count)
 
     def leave_unused(self, split: str, reason: str, amount: int, unit: str) -> None:
-        """``amount`` ``unit`` of ``split``'s data are covered by no sample, because of ``reason``."""
+        """`amount` `unit` of `split`'s data are covered by no sample, because of `reason`."""
         if amount:
             self.split(split).unused[(unit, reason)] += int(amount)
 
     def mixture(self, split: str, counts: dict[str, int], shares: dict[str, float]) -> None:
-        """``split`` is drawn from several sources: their samples and planned shares of an epoch."""
+        """`split` is drawn from several sources: their samples and planned shares of an epoch."""
         self.sources[split] = {name: (int(counts[name]), float(shares[name])) for name in counts}
 
     def draw(self, split: str, counts: dict[str, float]) -> None:
-        """What every epoch of ``split``'s sampler draws of each source: ``counts`` (the draw's fixed counts)."""
+        """What every epoch of `split`'s sampler draws of each source: `counts` (the draw's fixed counts)."""
         self.drawn[split] = {name: float(n) for name, n in counts.items()}
 
     def schedule(self, split: str, described: str, stages: list[dict[str, float]]) -> None:
-        """``split``'s sources follow a schedule: its one-line description and each stage's shares by source."""
+        """`split`'s sources follow a schedule: its one-line description and each stage's shares by source."""
         self.schedules[split] = (described, [{k: float(v) for k, v in shares.items()} for shares in stages])
 
     def draw_stages(self, split: str, counts: list[dict[str, float]]) -> None:
-        """Per stage, the samples of each source an epoch of ``split`` draws at the stage's start."""
+        """Per stage, the samples of each source an epoch of `split` draws at the stage's start."""
         self.drawn_stages[split] = [{k: float(n) for k, n in stage.items()} for stage in counts]
 
     def plan_epoch(self, epoch: int, stage: int, shares: dict[str, float]) -> None:
-        """``epoch`` (of a scheduled split) draws in ``stage``, asking each source for its ``shares``."""
+        """`epoch` (of a scheduled split) draws in `stage`, asking each source for its `shares`."""
         self.scheduled[int(epoch)] = (int(stage), {k: float(v) for k, v in shares.items()})
 
     def by_stage(self) -> dict[int, dict[str, Any]]:
-        """Per stage of the served epochs: ``epochs``, ``scheduled`` (each source's share, its epochs' asked shares
-        weighted by what they served) and ``served`` (each source's share of what they served)."""
+        """Per stage of the served epochs: `epochs`, `scheduled` (each source's share, its epochs' asked shares
+        weighted by what they served) and `served` (each source's share of what they served)."""
         out: dict[int, dict[str, Any]] = {}
         for epoch, (stage, shares) in sorted(self.scheduled.items()):
             counts = self.served.get(epoch, Counter())
@@ -186,28 +186,28 @@ class DataReport:
         }
 
     def serve(self, epoch: int, counts: dict[str, int]) -> None:
-        """Samples each source served in a batch of ``epoch``."""
+        """Samples each source served in a batch of `epoch`."""
         self.served.setdefault(int(epoch), Counter()).update(counts)
 
     def stream(self, split: str, retried: Callable[[], int], written: dict[str, Any] | None = None) -> None:
-        """``split`` is read from a stream; ``retried()`` counts its chunk reads retried so far, by this
-        process and its loader workers (nothing is skipped: a chunk that keeps failing raises). ``written``:
-        what the writer counted of it (``truncated``: item -> count), which become its truncated counts."""
+        """`split` is read from a stream; `retried()` counts its chunk reads retried so far, by this
+        process and its loader workers (nothing is skipped: a chunk that keeps failing raises). `written`:
+        what the writer counted of it (`truncated`: item -> count), which become its truncated counts."""
         self.streamed[split] = retried
         if written is not None:
             self.split(split).truncated = Counter({k: int(n) for k, n in written.get("truncated", {}).items()})
 
     def retries(self, split: str | None = None) -> int:
-        """Chunk reads retried so far, of ``split`` or of every streamed split."""
+        """Chunk reads retried so far, of `split` or of every streamed split."""
         return sum(count() for name, count in self.streamed.items() if split in (None, name))
 
     def duplicate(self, split: str, repeated: int, in_train: int = 0, unit: str = "sample") -> None:
-        """``repeated`` items of ``split`` repeat an earlier one of it exactly; ``in_train`` are in train too."""
+        """`repeated` items of `split` repeat an earlier one of it exactly; `in_train` are in train too."""
         self.duplicates[split] = Duplicates(int(repeated), int(in_train), unit)
 
     def absorb(self, source: str, other: DataReport, left_out: list[str]) -> None:
         """Take in the report of another source's DataModule: what its training split (and its
-        files) skipped, truncated and left unused; its splits in ``left_out`` (held out by it,
+        files) skipped, truncated and left unused; its splits in `left_out` (held out by it,
         served by no loader here) count as unused training samples, their skips as skips."""
         for name, theirs in other.splits.items():
             if name in left_out:
@@ -244,13 +244,13 @@ class DataReport:
         return sum(s.num_skipped for s in self.splits.values())
 
     def skipped(self, reason: str | None = None) -> int:
-        """Bad items skipped over every split, optionally only those whose reason contains ``reason``."""
+        """Bad items skipped over every split, optionally only those whose reason contains `reason`."""
         return sum(
             n for s in self.splits.values() for (_, why), n in s.skipped.items() if reason is None or reason in why
         )
 
     def unused(self, reason: str | None = None) -> int:
-        """Unused amounts over every split (mixing units: filter by ``reason``)."""
+        """Unused amounts over every split (mixing units: filter by `reason`)."""
         return sum(
             n for s in self.splits.values() for (_, why), n in s.unused.items() if reason is None or reason in why
         )
@@ -347,7 +347,7 @@ class DataReport:
         return f"DataReport(on_bad={self.on_bad!r}, skipped={self.num_skipped}, splits={sorted(self.splits)})"
 
     def announce(self, owner: str = "setup") -> None:
-        """Log the table (INFO on the ``varlen`` logger) and warn when anything was skipped, once per job."""
+        """Log the table (INFO on the `varlen` logger) and warn when anything was skipped, once per job."""
         notices.info(log, "%s: data report\n%s", owner, self)
         if self.num_skipped:
             first = next(e for s in self.splits.values() for shown in s.examples.values() for e in shown)

@@ -1,25 +1,25 @@
 """Every split the scenarios use, as pure functions of their inputs and a seed.
 
-One argument style throughout: ``fractions`` is a mapping from split name to share, checked by
-:func:`check_fractions` (names in the order the splits are dealt, shares summing to 1); results
-are a ``dict`` from split name to sorted indices (or, for time blocks and spatial blocks, the
+One argument style throughout: `fractions` is a mapping from split name to share, checked by
+`check_fractions` (names in the order the splits are dealt, shares summing to 1); results
+are a `dict` from split name to sorted indices (or, for time blocks and spatial blocks, the
 spans and masks that define them). Random decisions draw from *named streams*
-(:func:`stream`), so two decisions made from one seed are independent and adding a third never
-shifts the first two (no ``seed + 1`` offsets).
+(`stream`), so two decisions made from one seed are independent and adding a third never
+shifts the first two (no `seed + 1` offsets).
 
-One rule for a held-out split the data does not give, in every DataModule (:data:`STANDS_IN`): a
-validation split not given is carved from the training data (``val_fraction``); a test split not given
-is carved only where a DataModule's ``test_fraction`` asks for one (molecules, bearing, hyperspectral:
+One rule for a held-out split the data does not give, in every DataModule (`STANDS_IN`): a
+validation split not given is carved from the training data (`val_fraction`); a test split not given
+is carved only where a DataModule's `test_fraction` asks for one (molecules, bearing, hyperspectral:
 one source, every split carved), else it is the validation split, and the report says so
-(``test = val``; :func:`stand_ins`). Nothing is carved that the user did not ask for. The one exception,
+(`test = val`; `stand_ins`). Nothing is carved that the user did not ask for. The one exception,
 kept: video-text follows its source's own subsets (YouCook2's validation set is its test set, the protocol
 its results are reported on) and carves a test split from a source without one.
 
-Splits that cannot leak: :func:`group_split` (whole recordings or videos), :func:`keyed_split`
-(random or stratified, every copy of a duplicate in one split), :func:`time_block_split`
-(non-overlapping blocks of each recording with gaps), :func:`condition_split` (operating
-conditions held out), :func:`scaffold_split` (no Bemis-Murcko scaffold in two splits) and
-:func:`spatial_block_split` (no pixel in two splits' patches).
+Splits that cannot leak: `group_split` (whole recordings or videos), `keyed_split`
+(random or stratified, every copy of a duplicate in one split), `time_block_split`
+(non-overlapping blocks of each recording with gaps), `condition_split` (operating
+conditions held out), `scaffold_split` (no Bemis-Murcko scaffold in two splits) and
+`spatial_block_split` (no pixel in two splits' patches).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ STANDS_IN = {"test": "val"}
 
 
 def check_fractions(fractions: Fractions) -> dict[str, float]:
-    """``fractions`` as a dict, refused unless every share is in [0, 1], one is > 0 and they sum to 1."""
+    """`fractions` as a dict, refused unless every share is in [0, 1], one is > 0 and they sum to 1."""
     out = {str(k): float(v) for k, v in dict(fractions).items()}
     if not out:
         raise ValueError("give at least one split fraction")
@@ -76,7 +76,7 @@ def check_fractions(fractions: Fractions) -> dict[str, float]:
 
 
 def fractions_of(val: float, test: float = 0.0) -> dict[str, float]:
-    """``{"train": 1 - val - test, "val": val, "test": test}`` (test left out when 0), checked."""
+    """`{"train": 1 - val - test, "val": val, "test": test}` (test left out when 0), checked."""
     if not (0.0 < val < 1.0 and 0.0 <= test < 1.0 and val + test < 1.0):
         raise ValueError(f"need 0 < val_fraction, 0 <= test_fraction and their sum < 1; got {val}, {test}")
     out = {"train": 1.0 - val - test, "val": val}
@@ -86,7 +86,7 @@ def fractions_of(val: float, test: float = 0.0) -> dict[str, float]:
 
 
 def stand_ins(splits: Mapping[str, object]) -> dict[str, str]:
-    """Which split stands in for which (:data:`STANDS_IN`): each missing one whose stand-in exists, and each
+    """Which split stands in for which (`STANDS_IN`): each missing one whose stand-in exists, and each
     that is its stand-in already (the same object: text's test split is its validation set)."""
     return {
         split: other
@@ -96,12 +96,12 @@ def stand_ins(splits: Mapping[str, object]) -> dict[str, str]:
 
 
 def stream(seed: int, name: str) -> np.random.Generator:
-    """The random generator of decision ``name`` under ``seed``: independent of every other name."""
+    """The random generator of decision `name` under `seed`: independent of every other name."""
     return np.random.default_rng([int(seed), zlib.crc32(name.encode())])
 
 
 def _counts(n: int, fractions: dict[str, float]) -> dict[str, int]:
-    """``n`` items dealt by ``fractions``, rounded by largest remainder so that they add up to ``n``."""
+    """`n` items dealt by `fractions`, rounded by largest remainder so that they add up to `n`."""
     raw = {k: f * n for k, f in fractions.items()}
     counts = {k: int(np.floor(v)) for k, v in raw.items()}
     for k in sorted(raw, key=lambda k: -(raw[k] - counts[k]))[: n - sum(counts.values())]:
@@ -110,7 +110,7 @@ def _counts(n: int, fractions: dict[str, float]) -> dict[str, int]:
 
 
 def _one_in_each(counts: dict[str, int], wanted: Sequence[str]) -> None:
-    """Give each split of ``wanted`` that got none one item, taken from the split that has the most."""
+    """Give each split of `wanted` that got none one item, taken from the split that has the most."""
     for k in wanted:
         while counts[k] == 0:
             donor = max(counts, key=counts.get)
@@ -130,7 +130,7 @@ def _deal(order: np.ndarray, counts: Mapping[str, int]) -> dict[str, np.ndarray]
 
 
 def random_split(n: int, fractions: Fractions, seed: int, name: str = "random split") -> dict[str, np.ndarray]:
-    """Indices ``0..n-1`` dealt at random (stream ``name``) by ``fractions``."""
+    """Indices `0..n-1` dealt at random (stream `name`) by `fractions`."""
     fractions = check_fractions(fractions)
     return _deal(stream(seed, name).permutation(n), _counts(n, fractions))
 
@@ -138,7 +138,7 @@ def random_split(n: int, fractions: Fractions, seed: int, name: str = "random sp
 def stratified_split(
     labels: Sequence | np.ndarray, fractions: Fractions, seed: int, name: str = "stratified split"
 ) -> dict[str, np.ndarray]:
-    """Indices dealt by ``fractions`` within every class, so that each split keeps the class mix.
+    """Indices dealt by `fractions` within every class, so that each split keeps the class mix.
 
     A class with at least as many members as there are splits with a share > 0 puts at least one
     member in each of them (a rare class still appears in validation).
@@ -167,7 +167,7 @@ def group_split(
 ) -> dict[str, np.ndarray]:
     """Sample indices split so that every group (recording, video) lies in one split only.
 
-    Groups are dealt by ``fractions`` at random, or stratified by ``labels`` (one per sample,
+    Groups are dealt by `fractions` at random, or stratified by `labels` (one per sample,
     constant within a group) so that each split keeps the class mix of the groups.
     """
     groups = np.asarray(groups)
@@ -195,13 +195,13 @@ def keyed_split(
     labels: Sequence | np.ndarray | None = None,
     name: str = "random split",
 ) -> dict[str, np.ndarray]:
-    """Samples dealt at random (stratified by ``labels`` when given), every sample of one key in one split.
+    """Samples dealt at random (stratified by `labels` when given), every sample of one key in one split.
 
     A key is a sample's identity (a canonical SMILES, a text): duplicates never straddle train and
-    test. With every key distinct this is exactly :func:`random_split` (with ``labels``,
-    :func:`stratified_split`) under the same ``name``: the keys, in the order of their first
+    test. With every key distinct this is exactly `random_split` (with `labels`,
+    `stratified_split`) under the same `name`: the keys, in the order of their first
     sample, are shuffled as those shuffle samples, and each key's samples go whole to the first
-    split (in ``fractions``' order) with room left for them, else to the last. The shares count
+    split (in `fractions`' order) with room left for them, else to the last. The shares count
     samples; a key's class is its first sample's label.
     """
     fractions = check_fractions(fractions)
@@ -235,9 +235,9 @@ def keyed_split(
 def condition_split(
     conditions: Sequence | np.ndarray, test: Sequence[str], val: Sequence[str] | None = None
 ) -> dict[str, np.ndarray]:
-    """Indices by operating condition: ``test`` conditions held out, ``val`` ones (if given) too.
+    """Indices by operating condition: `test` conditions held out, `val` ones (if given) too.
 
-    Returns ``train`` and ``test`` (and ``val`` when ``val`` is given); the caller carves a
+    Returns `train` and `test` (and `val` when `val` is given); the caller carves a
     validation split from train otherwise.
     """
     conditions = np.asarray([str(c) for c in conditions])
@@ -262,7 +262,7 @@ def scaffold_split(scaffolds: Sequence[str], fractions: Fractions) -> dict[str, 
     """Deterministic Bemis-Murcko scaffold split: whole scaffold sets go to one split.
 
     Sets are taken largest first (ties: the set whose first molecule comes first) and fill the
-    splits in the order of ``fractions`` (train, then validation, then test): train holds the
+    splits in the order of `fractions` (train, then validation, then test): train holds the
     common scaffolds and test molecules have scaffolds never seen in training (the MoleculeNet /
     DeepChem convention).
     """
@@ -285,11 +285,11 @@ def balanced_scaffold_split(
 ) -> dict[str, np.ndarray]:
     """Bemis-Murcko scaffold split that keeps validation and test like the whole set.
 
-    The deterministic :func:`scaffold_split` fills train with the largest scaffold sets and leaves
+    The deterministic `scaffold_split` fills train with the largest scaffold sets and leaves
     the rest, often singletons of one kind, to validation and test: on MoleculeNet's BBBP in its
     file order both came out with one class only. Here (the "balanced" scaffold split of chemprop
     and astartes) the scaffold sets larger than half of the smallest non-train split go first,
-    then all the others, each group in a seeded random order (stream ``name``), and sets are dealt
+    then all the others, each group in a seeded random order (stream `name`), and sets are dealt
     in that order to the first split with room for them. No scaffold is in two splits.
     """
     fractions = check_fractions(fractions)
@@ -317,11 +317,11 @@ def balanced_scaffold_split(
 def time_block_split(
     lengths: Sequence[int] | np.ndarray, fractions: Fractions, gap: int
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Contiguous blocks of every recording, in time order, separated by ``gap`` unused samples.
+    """Contiguous blocks of every recording, in time order, separated by `gap` unused samples.
 
-    The first split of ``fractions`` (train) starts at 0 and takes what the others leave; each
-    later split takes ``max(1, round(length * fraction))`` samples, the last one ending at the
-    recording's end. Returns ``(start, end)`` per recording for each split.
+    The first split of `fractions` (train) starts at 0 and takes what the others leave; each
+    later split takes `max(1, round(length * fraction))` samples, the last one ending at the
+    recording's end. Returns `(start, end)` per recording for each split.
     """
     fractions = check_fractions(fractions)
     if gap < 0:
@@ -342,7 +342,7 @@ def time_block_split(
 
 
 def patch_fits(shape: tuple[int, int], radius: int) -> np.ndarray:
-    """Pixels whose ``(2r+1)^2`` patch lies inside the image (patches are views: no padding)."""
+    """Pixels whose `(2r+1)^2` patch lies inside the image (patches are views: no padding)."""
     h, w = shape
     ok = np.zeros(shape, dtype=bool)
     ok[radius : h - radius, radius : w - radius] = True
@@ -350,7 +350,7 @@ def patch_fits(shape: tuple[int, int], radius: int) -> np.ndarray:
 
 
 def inside_territory(territory: np.ndarray, split: int, buffer: int) -> np.ndarray:
-    """Pixels whose every neighbour within Chebyshev distance ``buffer`` belongs to ``split``."""
+    """Pixels whose every neighbour within Chebyshev distance `buffer` belongs to `split`."""
     own = territory == split
     if buffer == 0:
         return own
@@ -360,7 +360,7 @@ def inside_territory(territory: np.ndarray, split: int, buffer: int) -> np.ndarr
 
 
 def footprint_map(centres: np.ndarray, radius: int) -> np.ndarray:
-    """Pixels covered by the ``(2r+1)^2`` patch of any centre."""
+    """Pixels covered by the `(2r+1)^2` patch of any centre."""
     if radius == 0:
         return centres.copy()
     from scipy import ndimage  # the hyperspectral extra's (see inside_territory)
@@ -370,14 +370,14 @@ def footprint_map(centres: np.ndarray, radius: int) -> np.ndarray:
 
 @dataclass(frozen=True)
 class SpatialSplit:
-    """Result of :func:`spatial_block_split`.
+    """Result of `spatial_block_split`.
 
     Attributes:
-        masks: split name -> boolean ``[H, W]`` map of its patch centres.
-        territory: ``[H, W]`` int8 index (in ``masks`` order) of the split owning each pixel's block,
+        masks: split name -> boolean `[H, W]` map of its patch centres.
+        territory: `[H, W]` int8 index (in `masks` order) of the split owning each pixel's block,
             -1 where no block holds a labelled pixel.
         unused: split name -> labelled pixels of its blocks that are not centres, by reason:
-            ``"border"`` (the patch leaves the image) and ``"buffer"`` (within ``buffer`` of
+            `"border"` (the patch leaves the image) and `"buffer"` (within `buffer` of
             another split).
     """
 
@@ -391,15 +391,15 @@ def spatial_block_split(
 ) -> SpatialSplit:
     """Spatially disjoint split of labelled pixels into blocks, stratified per class where blocks allow.
 
-    Blocks of ``block_size`` pixels are dealt one at a time to the split whose per-class deficit
+    Blocks of `block_size` pixels are dealt one at a time to the split whose per-class deficit
     (target share minus what it already holds) the block reduces most; blocks holding a large
-    share of a rare class go first, the rest in a random order (stream ``"spatial blocks"``).
-    A pixel is a centre of split ``s`` only when every pixel within ``buffer`` of it lies in
-    ``s``'s blocks and its patch fits in the image, so with ``buffer >= radius`` the patch
+    share of a rare class go first, the rest in a random order (stream `"spatial blocks"`).
+    A pixel is a centre of split `s` only when every pixel within `buffer` of it lies in
+    `s`'s blocks and its patch fits in the image, so with `buffer >= radius` the patch
     footprints of different splits share no pixel.
 
     Args:
-        labels: ``[H, W]``, 0 = unlabelled, 1..C.
+        labels: `[H, W]`, 0 = unlabelled, 1..C.
         fractions: target share of labelled pixels per split.
         block_size: block side in pixels.
         buffer: margin kept free of centres at a block edge that borders another split.

@@ -1,26 +1,26 @@
 """On-disk caches that are safe to share: atomic writes, content keys, no pickles.
 
 Rules every cache of varlen follows (token ids, recordings, molecular graphs, caption tokens and
-video features, converted cubes); the tables themselves are :mod:`varlen.storage.tables`:
+video features, converted cubes); the tables themselves are `varlen.storage.tables`:
 
-* **Atomic**: every write goes through :func:`atomic_write` (a temporary file in the same
-  folder, then ``os.replace``), so two DDP ranks or an interrupted run never leave a torn file
+* **Atomic**: every write goes through `atomic_write` (a temporary file in the same
+  folder, then `os.replace`), so two DDP ranks or an interrupted run never leave a torn file
   where a cache is expected. A full disk, or a file that cannot be replaced, is a DataError naming
   the folder (and the space a write needs), and leaves no scratch.
-* **Shared**: written files follow the umask (``0o666 & ~umask``, as tools that create files do),
-  not ``tempfile``'s 0600: one cache folder can serve every user of a node.
+* **Shared**: written files follow the umask (`0o666 & ~umask`, as tools that create files do),
+  not `tempfile`'s 0600: one cache folder can serve every user of a node.
 * **Swept**: a build killed outright (SIGKILL: a pre-empted job) cannot remove its scratch, so
-  scratch is named by its host and process (:func:`scratch`), and the next build in the folder,
-  or open of a table there, removes what a gone process left (:func:`sweep_scratch`).
-* **Keyed by content**: :func:`cache_key` hashes what the cache was built from (a file's
+  scratch is named by its host and process (`scratch`), and the next build in the folder,
+  or open of a table there, removes what a gone process left (`sweep_scratch`).
+* **Keyed by content**: `cache_key` hashes what the cache was built from (a file's
   SHA-256, the settings) together with a format version, so an edited file, new settings or a
   new format never read a stale cache.
-* **No pickles**: tables are Arrow IPC (:mod:`varlen.storage.tables`), cubes ``.npy`` read with
-  ``allow_pickle=False``: a cache file someone else wrote cannot run code.
+* **No pickles**: tables are Arrow IPC (`varlen.storage.tables`), cubes `.npy` read with
+  `allow_pickle=False`: a cache file someone else wrote cannot run code.
 * **Rebuilt, never fatal**: a file that is cut short, of another format version, built from
-  other inputs or whose data changed since (:mod:`varlen.storage.checksums`) is reported with a warning and
-  built again (:func:`varlen.storage.tables.open_table`).
-* Built once, in ``prepare_data`` (one process per node), and only mapped in ``setup`` and by
+  other inputs or whose data changed since (`varlen.storage.checksums`) is reported with a warning and
+  built again (`varlen.storage.tables.open_table`).
+* Built once, in `prepare_data` (one process per node), and only mapped in `setup` and by
   every loader worker.
 """
 
@@ -62,21 +62,21 @@ __all__ = [
 
 
 def default_cache_dir() -> Path:
-    """``$VARLEN_CACHE``, else ``~/.cache/varlen``."""
+    """`$VARLEN_CACHE`, else `~/.cache/varlen`."""
     return Path(os.environ.get("VARLEN_CACHE", Path.home() / ".cache" / "varlen")).expanduser()
 
 
 def atomic_write(
     path: str | Path, write: Callable[[Path], None], *, size: int | None = None, advice: str | None = None
 ) -> Path:
-    """Create ``path`` through a temporary file in its folder: ``write(tmp)`` fills it, then it is renamed.
+    """Create `path` through a temporary file in its folder: `write(tmp)` fills it, then it is renamed.
 
-    Readers see either no file or the complete one; a failed ``write`` leaves nothing behind. The file
-    gets the umask's permissions. ``size`` (the bytes it will hold, when known) goes in the message of a
-    full disk, ``advice`` (what to do, default: another cache folder) in that of a folder that cannot be written.
+    Readers see either no file or the complete one; a failed `write` leaves nothing behind. The file
+    gets the umask's permissions. `size` (the bytes it will hold, when known) goes in the message of a
+    full disk, `advice` (what to do, default: another cache folder) in that of a folder that cannot be written.
 
     Raises:
-        DataError: the folder is full or read-only (naming it, and ``size``), or ``path`` cannot be
+        DataError: the folder is full or read-only (naming it, and `size`), or `path` cannot be
             replaced (an immutable file, another user's in a shared folder).
     """
     path = Path(path)
@@ -102,7 +102,7 @@ def atomic_write(
     return path
 
 
-#: what a failed write's errno says of the folder (see :func:`disk_error`)
+#: what a failed write's errno says of the folder (see `disk_error`)
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 DISK_ERRNOS = (*NO_SPACE, errno.EROFS, errno.EACCES, errno.EPERM)
 
@@ -116,9 +116,9 @@ def disk_error(
     advice: str | None = None,
     needs: str = "the cache needs",
 ) -> DataError:
-    """A write that failed in ``folder`` as a DataError naming it: out of space (with what is free and
-    ``needed``, the bytes the write needs, when known; ``floor``: at least those; ``needs``: whose need), or a
-    folder that cannot be written; ``advice``: the way out (default: another cache folder)."""
+    """A write that failed in `folder` as a DataError naming it: out of space (with what is free and
+    `needed`, the bytes the write needs, when known; `floor`: at least those; `needs`: whose need), or a
+    folder that cannot be written; `advice`: the way out (default: another cache folder)."""
     advice = advice or "give a folder you can write to (cache_dir=..., or $VARLEN_CACHE)"
     if error.errno not in NO_SPACE:
         return DataError(f"cannot write in {folder} ({error.strerror or error}): {advice}")
@@ -131,7 +131,7 @@ def disk_error(
 
 
 def reserve(path: str | Path, size: int) -> None:
-    """Allocate ``size`` bytes of the file ``path`` (a scratch file to be written through a memory map):
+    """Allocate `size` bytes of the file `path` (a scratch file to be written through a memory map):
     a full disk is then a DataError naming the folder now, not a crash (SIGBUS) when a mapped page
     is written later. Where the platform cannot allocate, the file is only extended."""
     try:
@@ -151,7 +151,7 @@ def _mib(size: int) -> str:
 
 
 def _umask() -> int:
-    """This process's umask, read without changing it (``os.umask`` sets it: a race with other threads)."""
+    """This process's umask, read without changing it (`os.umask` sets it: a race with other threads)."""
     with contextlib.suppress(OSError, ValueError):
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("Umask:"):
@@ -162,8 +162,8 @@ def _umask() -> int:
 
 
 def writable_folder(path: str | Path, *, advice: str | None = None) -> Path:
-    """``path``'s folder, made if needed and checked writable: a DataError naming it otherwise (a file where a
-    folder should be, a read-only folder), with ``advice``, the way out (default: another cache folder)."""
+    """`path`'s folder, made if needed and checked writable: a DataError naming it otherwise (a file where a
+    folder should be, a read-only folder), with `advice`, the way out (default: another cache folder)."""
     folder = Path(path).parent
     blocking = next((p for p in (folder, *folder.parents) if p.exists() or p.is_symlink()), None)
     if blocking is not None and not blocking.is_dir():
@@ -173,7 +173,7 @@ def writable_folder(path: str | Path, *, advice: str | None = None) -> Path:
     return folder
 
 
-#: what a build writes beside its target until it renames it: files, and a table's ``.build`` folder
+#: what a build writes beside its target until it renames it: files, and a table's `.build` folder
 SCRATCH_SUFFIXES = (".part", ".probe", ".build", ".features")
 #: another host's scratch (its process cannot be asked) is removed once untouched this long
 STALE_SECONDS = 24 * 3600
@@ -184,8 +184,8 @@ _UNNAMED = re.compile(r"^\..+\.[a-z0-9_]{8}" + _ENDS)  # tempfile's names, befor
 
 
 def scratch(path: str | Path, suffix: str, *, folder: bool = False, advice: str | None = None) -> Path:
-    """A new scratch file (a folder with ``folder=True``) beside ``path`` to build it in, named
-    ``.<name>.<pid>@<host>.<random><suffix>`` so that a later build can tell when its process is gone;
+    """A new scratch file (a folder with `folder=True`) beside `path` to build it in, named
+    `.<name>.<pid>@<host>.<random><suffix>` so that a later build can tell when its process is gone;
     the folder's abandoned scratch is swept first. A DataError names a folder that cannot be written."""
     path = Path(path)
     prefix = f".{path.name}.{os.getpid()}@{_HOST}."
@@ -204,8 +204,8 @@ def scratch(path: str | Path, suffix: str, *, folder: bool = False, advice: str 
 
 
 def sweep_scratch(folder: str | Path) -> int:
-    """Remove the scratch in ``folder`` that killed builds left: a gone process's of this host, and,
-    untouched for :data:`STALE_SECONDS`, another host's or one not named by its owner. Says what it
+    """Remove the scratch in `folder` that killed builds left: a gone process's of this host, and,
+    untouched for `STALE_SECONDS`, another host's or one not named by its owner. Says what it
     removed (a warning) and returns how many entries; never raises (a sweep must not stop a build)."""
     removed, freed, now = 0, 0, time.time()
     try:
@@ -233,8 +233,8 @@ def sweep_scratch(folder: str | Path) -> int:
 
 
 def _abandoned(entry: os.DirEntry, now: float) -> bool:
-    """Whether scratch ``entry``'s build is over: its process is gone when it ran on this host; else
-    (another host's processes cannot be asked) its newest write is older than :data:`STALE_SECONDS`,
+    """Whether scratch `entry`'s build is over: its process is gone when it ran on this host; else
+    (another host's processes cannot be asked) its newest write is older than `STALE_SECONDS`,
     which a running build (that writes as it goes) never is."""
     owned = _OWNED.match(entry.name)
     if owned and owned["host"] == _HOST:
@@ -248,7 +248,7 @@ def _abandoned(entry: os.DirEntry, now: float) -> bool:
 
 
 def _running(pid: int) -> bool:
-    """Whether process ``pid`` of this host exists (signal 0 asks without sending anything)."""
+    """Whether process `pid` of this host exists (signal 0 asks without sending anything)."""
     if os.name == "nt":  # os.kill would stop it there: never judged gone
         return True
     try:
@@ -292,7 +292,7 @@ def array_hash(*arrays: np.ndarray) -> str:
 
 
 def cache_key(*parts: Any, version: str) -> str:
-    """A short key of ``parts`` (content hashes, settings: anything JSON can write) and ``version``."""
+    """A short key of `parts` (content hashes, settings: anything JSON can write) and `version`."""
     text = json.dumps([version, *parts], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
@@ -300,7 +300,7 @@ def cache_key(*parts: Any, version: str) -> str:
 def tokenizer_identity(tokenizer: Any) -> str:
     """A hash of what decides a tokenizer's ids: its class and name, its whole definition (a fast
     tokenizer's JSON less the call-time truncation and padding; else its vocabulary) and the side it
-    truncates (``truncation_side``: a setting of the Python tokenizer, which its calls pass on).
+    truncates (`truncation_side`: a setting of the Python tokenizer, which its calls pass on).
     Memoised per tokenizer object, size and side: a token added later, or another side, is a new identity."""
     return _tokenizer_identity(tokenizer, len(tokenizer), getattr(tokenizer, "truncation_side", "right"))
 

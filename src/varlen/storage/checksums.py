@@ -3,26 +3,26 @@
 A cache file's format version and content key (its schema's metadata) say what it was built from,
 not that its bytes are still the ones written: bytes flipped in the middle of a table by a disk, a
 copy or a tool would be served as data (a token id of -1013 reaches an embedding, a molecule's
-values change). So :func:`table_checksum` digests a table's data (every column's values and
+values change). So `table_checksum` digests a table's data (every column's values and
 offsets, with its type and length) with xxh3-64 when it is built, the table records it, and
-:func:`verify` compares it when a process maps the file. A streamed dataset's size index records
-:func:`file_checksum` of each LitData chunk and of the files beside it the same way
-(:mod:`varlen.stream.integrity`), checked through :func:`mismatch`. xxh3 hashes about 15 GB/s on one core:
-SST-2's token table costs milliseconds (``scripts/benchmark_checksums.py``). It runs
+`verify` compares it when a process maps the file. A streamed dataset's size index records
+`file_checksum` of each LitData chunk and of the files beside it the same way
+(`varlen.stream.integrity`), checked through `mismatch`. xxh3 hashes about 15 GB/s on one core:
+SST-2's token table costs milliseconds (`scripts/benchmark_checksums.py`). It runs
 
 * once per file per process: a verified file (device, inode, size, modification time) is
   remembered, and forked loader workers inherit that;
 * once per file per node: a successful verification leaves an extended attribute on the file
-  (:data:`MARKER`: its inode, size, modification time and checksum), so other ranks and spawned
+  (`MARKER`: its inode, size, modification time and checksum), so other ranks and spawned
   workers skip the hash. A file written since has another modification time, a copy another
   inode: both are hashed again. Where the file system or the file's owner refuses the attribute,
   every process hashes.
 
 The marker's blind spot: bytes that change while the inode, size and modification time stay (a failing
 disk, a tool that restores the mtime) are served after the first check. Where that matters,
-``VARLEN_VERIFY=always`` (:data:`VERIFY`) hashes every file at every open, in every process (the
-variable travels to loader workers and ranks), and :func:`verifying` does so for what a block of code
-opens (a stream's ``verify: always``); ``varlen verify PATH`` hashes every file of a stream or cache
+`VARLEN_VERIFY=always` (`VERIFY`) hashes every file at every open, in every process (the
+variable travels to loader workers and ranks), and `verifying` does so for what a block of code
+opens (a stream's `verify: always`); `varlen verify PATH` hashes every file of a stream or cache
 against what it recorded, markers ignored.
 """
 
@@ -58,10 +58,10 @@ __all__ = [
 ALGORITHM = "xxh3_64"
 #: the extended attribute that says a file was verified (see the module docstring)
 MARKER = "user.varlen.verified"
-#: the environment variable that says how often a file is hashed: ``once`` (the default: once per node,
-#: see the module docstring) or ``always`` (at every open, in every process)
+#: the environment variable that says how often a file is hashed: `once` (the default: once per node,
+#: see the module docstring) or `always` (at every open, in every process)
 VERIFY = "VARLEN_VERIFY"
-#: bytes :func:`file_checksum` reads at a time
+#: bytes `file_checksum` reads at a time
 _BLOCK = 8 * 2**20
 
 _VERIFIED: set[tuple[int, int, int, int]] = set()  # (device, inode, size, mtime) verified in this process
@@ -70,10 +70,10 @@ _ALWAYS: contextvars.ContextVar[bool] = contextvars.ContextVar("varlen_verify_al
 
 def always_verified() -> bool:
     """Whether a file opened now is hashed whatever this process or the node verified already:
-    ``VARLEN_VERIFY=always``, or inside :func:`verifying`.
+    `VARLEN_VERIFY=always`, or inside `verifying`.
 
     Raises:
-        ValueError: ``VARLEN_VERIFY`` is set to something else than ``once`` or ``always``.
+        ValueError: `VARLEN_VERIFY` is set to something else than `once` or `always`.
     """
     setting = os.environ.get(VERIFY, "").strip().lower()
     if setting not in ("", "once", "always"):
@@ -86,8 +86,8 @@ def always_verified() -> bool:
 
 @contextlib.contextmanager
 def verifying(always: bool = True) -> Iterator[None]:
-    """Inside it, with ``always``, every file :func:`mismatch` checks is hashed, markers and this process's
-    memory of verified files ignored (a stream's ``verify: always``); without, as outside."""
+    """Inside it, with `always`, every file `mismatch` checks is hashed, markers and this process's
+    memory of verified files ignored (a stream's `verify: always`); without, as outside."""
     token = _ALWAYS.set(_ALWAYS.get() or always)
     try:
         yield
@@ -100,7 +100,7 @@ class ChecksumError(DataError):
 
     Args:
         path: the table's file.
-        reason: what is wrong, as :func:`varlen.storage.tables.open_table` says it ("cache <path> is <reason>").
+        reason: what is wrong, as `varlen.storage.tables.open_table` says it ("cache <path> is <reason>").
     """
 
     def __init__(self, path: str | Path, reason: str) -> None:
@@ -112,9 +112,9 @@ class ChecksumError(DataError):
 
 
 def table_checksum(batch: pa.RecordBatch, metadata: Mapping[bytes, bytes] | None = None) -> str:
-    """``"xxh3_64:<hex>"`` of a record batch's data: each column's name, type, length and the bytes
+    """`"xxh3_64:<hex>"` of a record batch's data: each column's name, type, length and the bytes
     of its values (and offsets, nulls) that its rows span, so a table equal in content has the same
-    checksum however its buffers are laid out in memory or in the file; with ``metadata``, those
+    checksum however its buffers are laid out in memory or in the file; with `metadata`, those
     schema metadata entries too (what a table says of other files: the stream's size index)."""
     digest = xxhash.xxh3_64()
     for name, column in zip(batch.schema.names, batch.columns, strict=True):
@@ -126,7 +126,7 @@ def table_checksum(batch: pa.RecordBatch, metadata: Mapping[bytes, bytes] | None
 
 
 def file_checksum(path: str | Path) -> str:
-    """``"xxh3_64:<hex>"`` of a file's bytes (a LitData chunk, a size index file), read a block at a time."""
+    """`"xxh3_64:<hex>"` of a file's bytes (a LitData chunk, a size index file), read a block at a time."""
     digest, block = xxhash.xxh3_64(), bytearray(_BLOCK)
     view = memoryview(block)
     with open(path, "rb", buffering=0) as handle:
@@ -146,7 +146,7 @@ _OFFSET_WIDTH = {
 
 
 def _feed(digest: xxhash.xxh3_64, array: pa.Array) -> None:
-    """Add ``array``'s type, length, nulls and the bytes its rows span to ``digest`` (children too)."""
+    """Add `array`'s type, length, nulls and the bytes its rows span to `digest` (children too)."""
     kind = array.type
     digest.update(struct.pack("<qqq", kind.id, len(array), array.null_count))
     if array.null_count:
@@ -173,7 +173,7 @@ def _feed(digest: xxhash.xxh3_64, array: pa.Array) -> None:
 
 
 def _region(buffer: pa.Buffer | None, start: int, size: int, dtype: str) -> np.ndarray:
-    """``size`` bytes of ``buffer`` from ``start`` as a numpy view (empty when there is no buffer)."""
+    """`size` bytes of `buffer` from `start` as a numpy view (empty when there is no buffer)."""
     if buffer is None or size == 0:
         return np.zeros(0, dtype)
     if start + size > buffer.size:
@@ -182,7 +182,7 @@ def _region(buffer: pa.Buffer | None, start: int, size: int, dtype: str) -> np.n
 
 
 def verify(path: str | Path, batch: pa.RecordBatch, recorded: str) -> None:
-    """Check the data of the table ``batch`` mapped from ``path`` against the checksum ``recorded``
+    """Check the data of the table `batch` mapped from `path` against the checksum `recorded`
     when it was built, unless this process or another one on the node verified this file already.
 
     Raises:
@@ -197,10 +197,10 @@ def verify(path: str | Path, batch: pa.RecordBatch, recorded: str) -> None:
 
 
 def mismatch(path: str | Path, recorded: str, compute: Callable[[], str]) -> str | None:
-    """What ``compute()`` (the checksum of ``path``'s content, and any check of its values, which may
-    raise) gives where it differs from ``recorded``; None where it agrees, or where this process or
+    """What `compute()` (the checksum of `path`'s content, and any check of its values, which may
+    raise) gives where it differs from `recorded`; None where it agrees, or where this process or
     another one on the node verified this very file already (see the module docstring): each file is
-    hashed once per node however many processes open it, at every open where :func:`always_verified`."""
+    hashed once per node however many processes open it, at every open where `always_verified`."""
     identity, stat = _identity(path)
     if not always_verified() and (identity in _VERIFIED or _marked(path, stat, recorded)):
         _VERIFIED.add(identity)
@@ -224,7 +224,7 @@ def _marker(stat: os.stat_result, recorded: str) -> bytes:
 
 
 def _marked(path: str | Path, stat: os.stat_result, recorded: str) -> bool:
-    """Whether a process verified this very file (its inode, size and mtime) against ``recorded``."""
+    """Whether a process verified this very file (its inode, size and mtime) against `recorded`."""
     try:
         return os.getxattr(path, MARKER) == _marker(stat, recorded)
     except (AttributeError, OSError):  # no xattrs on this platform or file system, or no marker

@@ -1,24 +1,24 @@
 """What a scenario serves, built once per node and mapped by every process: Arrow IPC tables.
 
-The files are Arrow IPC streams, the layout Hugging Face ``datasets`` writes and maps.
+The files are Arrow IPC streams, the layout Hugging Face `datasets` writes and maps.
 
-A DataModule's ``prepare_data`` (one process per node) writes the arrays its datasets serve (token
+A DataModule's `prepare_data` (one process per node) writes the arrays its datasets serve (token
 ids, atoms and bonds, caption tokens, features...) as one Arrow IPC file per table, one row per
-sample; ``setup`` in every rank, and every loader worker under any start method, maps the file
+sample; `setup` in every rank, and every loader worker under any start method, maps the file
 read-only and reads its columns as zero-copy numpy views. A list column is exactly
-:class:`~varlen.batching.Ragged`'s values plus offsets (a list of lists: two ragged levels; a
+`Ragged`'s values plus offsets (a list of lists: two ragged levels; a
 fixed-size list: trailing dimensions), so the files also open in pyarrow
-(``pyarrow.ipc.open_stream``) and in Hugging Face ``datasets`` (``Dataset.from_file``).
+(`pyarrow.ipc.open_stream`) and in Hugging Face `datasets` (`Dataset.from_file`).
 
-* :func:`write_table` writes columns that are in memory; :class:`TableBuilder` writes a table a
+* `write_table` writes columns that are in memory; `TableBuilder` writes a table a
   few rows at a time (ragged values go to scratch files as they come), so building one never holds
   more than a batch of rows. Both write one record batch, atomically, with the format version, the
-  content key and a checksum of the data (:mod:`varlen.storage.checksums`) in the schema's metadata.
-* :func:`open_table` maps a file, or returns None with a warning when it is cut short, of another
+  content key and a checksum of the data (`varlen.storage.checksums`) in the schema's metadata.
+* `open_table` maps a file, or returns None with a warning when it is cut short, of another
   format version, built from other inputs, or its data no longer match their checksum (verified
-  once per file per node), or the caller's ``check`` finds a value the data must not hold: the
+  once per file per node), or the caller's `check` finds a value the data must not hold: the
   caller builds it again, never uses it.
-* A :class:`MappedTable` pickles as its path: a dataset sent to a spawned worker carries no
+* A `MappedTable` pickles as its path: a dataset sent to a spawned worker carries no
   array, and the worker maps the file again.
 """
 
@@ -52,7 +52,7 @@ Column = np.ndarray | Ragged
 
 
 def _values(values: np.ndarray) -> pa.Array:
-    """``[total, *trailing]`` as Arrow (fixed-size lists for the trailing dimensions), zero-copy."""
+    """`[total, *trailing]` as Arrow (fixed-size lists for the trailing dimensions), zero-copy."""
     values = np.ascontiguousarray(values)
     if values.dtype.kind == "U":
         return pa.array(values.tolist(), pa.string())
@@ -71,7 +71,7 @@ def _offsets(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 
 def to_arrow(column: Column) -> pa.Array:
-    """A column as Arrow: a numpy array ``[N, *trailing]``, or a :class:`Ragged` of N samples as a
+    """A column as Arrow: a numpy array `[N, *trailing]`, or a `Ragged` of N samples as a
     large list column (a list of lists with two levels)."""
     if not isinstance(column, Ragged):
         return _values(np.asarray(column))
@@ -102,13 +102,13 @@ def _write(path: Path, arrays: Mapping[str, pa.Array], version: str, key: str) -
 
 
 def write_table(path: str | Path, columns: Mapping[str, Column], *, version: str, key: str) -> Path:
-    """Write ``columns`` (one entry per sample each) as one Arrow IPC table at ``path``, atomically.
+    """Write `columns` (one entry per sample each) as one Arrow IPC table at `path`, atomically.
 
     Args:
         path: the file (its folder is created).
-        columns: name -> numpy array ``[N, *trailing]`` or :class:`Ragged` of N samples.
+        columns: name -> numpy array `[N, *trailing]` or `Ragged` of N samples.
         version: the format version of the caller's table (a reader of another version rebuilds).
-        key: the content key of what it was built from (:func:`varlen.storage.cache.cache_key`).
+        key: the content key of what it was built from (`varlen.storage.cache.cache_key`).
     """
     return _write(Path(path), {name: to_arrow(column) for name, column in columns.items()}, version, key)
 
@@ -117,12 +117,12 @@ class TableBuilder:
     """Writes a table a few rows at a time: memory holds one batch of rows, never the table.
 
     The values of each ragged column are appended to a scratch file as rows come, with their
-    lengths; :meth:`finish` maps the scratch files and writes the one record batch from them
-    (zero-copy), then removes them. A failed build removes them too: :meth:`abandon`, or use the
+    lengths; `finish` maps the scratch files and writes the one record batch from them
+    (zero-copy), then removes them. A failed build removes them too: `abandon`, or use the
     builder as a context manager (an exception inside abandons it).
 
     Args:
-        path, version, key: as :func:`write_table`.
+        path, version, key: as `write_table`.
         ragged: name -> (dtype, trailing shape) of each ragged (one level) column.
         rows: the rows the table will hold, when known: a full disk's error then says about how
             much space the build needs (its scratch, then the table).
@@ -182,7 +182,7 @@ class TableBuilder:
                 self._held += self._plain[name][-1].nbytes
 
     def _spill(self, name: str, data: bytes) -> None:
-        """Append ``data`` to column ``name``'s scratch file; a full disk abandons the build (a DataError)."""
+        """Append `data` to column `name`'s scratch file; a full disk abandons the build (a DataError)."""
         try:
             self._files[name].write(data)
         except OSError as error:
@@ -194,7 +194,7 @@ class TableBuilder:
 
     def _full(self, error: OSError, pending: int = 0) -> DataError:
         """A full disk's DataError, with about the bytes the whole build needs (its scratch, then the table
-        beside it) from the rows so far and :attr:`expected`; without it, at least those of the rows so far."""
+        beside it) from the rows so far and `expected`; without it, at least those of the rows so far."""
         so_far = 2 * (self._written + pending) + self._held
         if not self.expected or not self.rows:
             return disk_error(self.path.parent, error, so_far, floor=True)
@@ -249,7 +249,7 @@ def as_numpy(array: pa.Array) -> np.ndarray:
 
 
 def _view(array: pa.Array) -> np.ndarray:
-    """A primitive array without nulls as a numpy view of its data buffer. Not ``to_numpy``: on some
+    """A primitive array without nulls as a numpy view of its data buffer. Not `to_numpy`: on some
     arrays (a list's offsets) it imports pandas, a second and ~30 MiB in every new worker."""
     if array.null_count or pa.types.is_boolean(array.type):  # nulls, or bits: not a plain buffer
         return array.to_numpy(zero_copy_only=False)
@@ -260,11 +260,11 @@ def _view(array: pa.Array) -> np.ndarray:
 
 
 class MappedTable:
-    """An Arrow IPC table mapped read-only; its columns as zero-copy numpy arrays and :class:`Ragged`.
+    """An Arrow IPC table mapped read-only; its columns as zero-copy numpy arrays and `Ragged`.
 
-    Its data are checked against the checksum recorded when it was built (:func:`varlen.storage.checksums.verify`:
-    once per file per process, and per node where the file takes a marker) unless ``verify=False``
-    (:func:`open_table` checks the version and key first). Pickles as its path: a process that
+    Its data are checked against the checksum recorded when it was built (`varlen.storage.checksums.verify`:
+    once per file per process, and per node where the file takes a marker) unless `verify=False`
+    (`open_table` checks the version and key first). Pickles as its path: a process that
     receives it maps the file again (and verifies it, unless a process of the node did).
 
     Raises:
@@ -300,18 +300,18 @@ class MappedTable:
         return self.batch.schema.names
 
     def numpy(self, name: str) -> np.ndarray:
-        """Column ``name`` as a read-only numpy view ``[N, *trailing]`` (strings: a copy)."""
+        """Column `name` as a read-only numpy view `[N, *trailing]` (strings: a copy)."""
         return as_numpy(self.batch.column(name))
 
     def ragged(self, name: str, lengths: np.ndarray | None = None) -> Ragged:
-        """List column ``name`` as :class:`Ragged` (two levels for a list of lists): views of the file.
+        """List column `name` as `Ragged` (two levels for a list of lists): views of the file.
 
-        The rows' lengths are computed from the offsets (``[R]`` int64, a private copy) unless
-        ``lengths`` gives them (e.g. a stored int64 length column: then a process holds nothing per
+        The rows' lengths are computed from the offsets (`[R]` int64, a private copy) unless
+        `lengths` gives them (e.g. a stored int64 length column: then a process holds nothing per
         sample of its own), which must equal the offsets' (a longer one would read the next row).
 
         Raises:
-            DataError: naming the file and column, when ``lengths`` differ from the offsets, or rows
+            DataError: naming the file and column, when `lengths` differ from the offsets, or rows
                 reach outside the values.
         """
         column = self.batch.column(name)
@@ -335,7 +335,7 @@ class MappedTable:
 
 
 def _first_other_length(offsets: np.ndarray, lengths: np.ndarray) -> int | None:
-    """The first row whose ``lengths`` entry differs from its offsets' span, or None (checked a chunk of
+    """The first row whose `lengths` entry differs from its offsets' span, or None (checked a chunk of
     rows at a time: temporaries stay small in a new worker)."""
     if len(lengths) != len(offsets) - 1:
         return min(len(lengths), len(offsets) - 1)
@@ -348,7 +348,7 @@ def _first_other_length(offsets: np.ndarray, lengths: np.ndarray) -> int | None:
 
 
 def first_outside(values: np.ndarray, low: int, high: int | np.ndarray) -> int | None:
-    """The first row of ``values`` (``[N, *trailing]``) with an element outside ``[low, high)`` (``high``
+    """The first row of `values` (`[N, *trailing]`) with an element outside `[low, high)` (`high`
     one bound, or one per row), or None: a table's ids or indices checked before they are served, a
     chunk of rows at a time (temporaries stay small)."""
     values = np.asarray(values)
@@ -369,8 +369,8 @@ def first_outside(values: np.ndarray, low: int, high: int | np.ndarray) -> int |
 
 
 def ids_outside(ids: Ragged, size: int) -> tuple[int, int] | None:
-    """The first token id outside ``[0, size)`` (a vocabulary: an embedding given such an id fails, on
-    a GPU as a device-side assert) as ``(row, id)``, or None."""
+    """The first token id outside `[0, size)` (a vocabulary: an embedding given such an id fails, on
+    a GPU as a device-side assert) as `(row, id)`, or None."""
     position = first_outside(ids.values, 0, size)
     if position is None:
         return None
@@ -380,11 +380,11 @@ def ids_outside(ids: Ragged, size: int) -> tuple[int, int] | None:
 def open_table(
     path: str | Path, *, version: str, key: str, check: Callable[[MappedTable], str | None] | None = None
 ) -> MappedTable | None:
-    """The table at ``path`` mapped, or None when it must be (re)built.
+    """The table at `path` mapped, or None when it must be (re)built.
 
     None without a word when the file does not exist; None with a warning when it is cut short or
-    unreadable, of another format ``version``, built from other inputs (another ``key``), its data
-    differ from their checksum, or ``check(table)`` (what the caller's values must satisfy: ids
+    unreadable, of another format `version`, built from other inputs (another `key`), its data
+    differ from their checksum, or `check(table)` (what the caller's values must satisfy: ids
     inside a vocabulary, indices inside their arrays) says what is wrong with it.
     """
     path = Path(path)
@@ -409,7 +409,7 @@ def open_table(
 
 
 def _problem(table: MappedTable, check: Callable[[MappedTable], str | None] | None) -> str | None:
-    """What is wrong with a table of the right version and key: its checksum, else ``check``'s finding."""
+    """What is wrong with a table of the right version and key: its checksum, else `check`'s finding."""
     try:
         table.verify()
     except ChecksumError as error:

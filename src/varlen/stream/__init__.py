@@ -1,7 +1,7 @@
-"""Streaming from LitData chunks (the ``stream`` extra): writing a DataModule's training split as
+"""Streaming from LitData chunks (the `stream` extra): writing a DataModule's training split as
 chunks, the size index beside them that varlen's plan reads instead of the data (with each sample's
-class and weights for weighted draws: :func:`weighted_index`), and where a streamed dataset lives
-(a local folder or a store's URL: :class:`StreamSource`)."""
+class and weights for weighted draws: `weighted_index`), and where a streamed dataset lives
+(a local folder or a store's URL: `StreamSource`)."""
 
 from varlen.stream.chunks import ChunkList, read_index_json
 from varlen.stream.draw_index import WeightedSizeIndex, weighted_index

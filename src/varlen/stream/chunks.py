@@ -1,15 +1,15 @@
-"""LitData's ``index.json``: the chunk list a size index is keyed by.
+"""LitData's `index.json`: the chunk list a size index is keyed by.
 
-A LitData dataset is a folder of chunk files and an ``index.json`` listing them in order, each with
-its item count (``chunk_size``) and bytes (``chunk_bytes``); the items of the dataset are those of
-the chunks in that order. A dataset rewritten or appended to (``optimize(mode="append")``,
-``dataset_update``) lists other chunks, so the key of that list (:attr:`ChunkList.key`) tells
+A LitData dataset is a folder of chunk files and an `index.json` listing them in order, each with
+its item count (`chunk_size`) and bytes (`chunk_bytes`); the items of the dataset are those of
+the chunks in that order. A dataset rewritten or appended to (`optimize(mode="append")`,
+`dataset_update`) lists other chunks, so the key of that list (`ChunkList.key`) tells
 whether a size index still describes the dataset.
 
-A chunk compressed inside its file (LitData's ``compression="zstd"``: each block of items a zstd frame) is
-read where it lies and checked as any other; one compressed whole (``compression_level="chunk"``, and
+A chunk compressed inside its file (LitData's `compression="zstd"`: each block of items a zstd frame) is
+read where it lies and checked as any other; one compressed whole (`compression_level="chunk"`, and
 LitData's releases before in-file compression) is decompressed by LitData beside itself, the file as
-written removed, so nothing could check it against what was written: :func:`refuse_whole_file_compression`.
+written removed, so nothing could check it against what was written: `refuse_whole_file_compression`.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ __all__ = [
 
 INDEX_JSON = "index.json"
 _KEY_VERSION = "litdata-chunks-1"
-#: LitData's ``compression_level`` values that compress inside the chunk file (read in place)
+#: LitData's `compression_level` values that compress inside the chunk file (read in place)
 IN_FILE = ("batch", "sample")
 
 
 def local_folder(dataset_dir: str | Path) -> Path:
-    """``dataset_dir`` as a local path; a DataError for a URL (``s3://...``): the size index is written locally."""
+    """`dataset_dir` as a local path; a DataError for a URL (`s3://...`): the size index is written locally."""
     if "://" in str(dataset_dir):
         raise DataError(
             f"{dataset_dir}: give a local folder; write the dataset and its size index there, then copy the whole "
@@ -51,7 +51,7 @@ def local_folder(dataset_dir: str | Path) -> Path:
 
 
 def read_index_json(dataset_dir: str | Path) -> dict[str, Any]:
-    """The parsed ``index.json`` of a local LitData dataset folder, or a DataError naming the folder (a
+    """The parsed `index.json` of a local LitData dataset folder, or a DataError naming the folder (a
     DatasetNotFoundError where the folder is not there)."""
     folder = local_folder(dataset_dir)
     if not folder.exists():
@@ -71,7 +71,7 @@ def read_index_json(dataset_dir: str | Path) -> dict[str, Any]:
 
 
 def parse_index_json(path: Path, where: str | Path) -> dict[str, Any]:
-    """The parsed ``index.json`` at ``path`` (a copy, perhaps), or a DataError naming it as ``where``."""
+    """The parsed `index.json` at `path` (a copy, perhaps), or a DataError naming it as `where`."""
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -79,8 +79,8 @@ def parse_index_json(path: Path, where: str | Path) -> dict[str, Any]:
 
 
 def refuse_whole_file_compression(index: Mapping[str, Any], where: str | Path) -> None:
-    """Refuse a parsed ``index.json`` whose chunks are compressed whole (see the module docstring), naming
-    ``where`` and the way out; chunks not compressed, or compressed inside their files, pass."""
+    """Refuse a parsed `index.json` whose chunks are compressed whole (see the module docstring), naming
+    `where` and the way out; chunks not compressed, or compressed inside their files, pass."""
     config = index.get("config") if isinstance(index, Mapping) else None
     config = config if isinstance(config, Mapping) else {}
     compression, level = config.get("compression"), config.get("compression_level")
@@ -104,7 +104,7 @@ class ChunkList:
 
     @classmethod
     def from_index(cls, index: Mapping[str, Any], where: str | Path) -> ChunkList:
-        """Read the ``chunks`` of a parsed ``index.json`` (``where`` names it in errors)."""
+        """Read the `chunks` of a parsed `index.json` (`where` names it in errors)."""
         chunks = index.get("chunks") if isinstance(index, Mapping) else None
         if not isinstance(chunks, list):
             raise DataError(f"{where}: {INDEX_JSON} has no list of chunks (found {type(chunks).__name__})")
@@ -122,7 +122,7 @@ class ChunkList:
 
     @classmethod
     def read(cls, dataset_dir: str | Path) -> ChunkList:
-        """The chunk list of a local dataset folder's ``index.json``."""
+        """The chunk list of a local dataset folder's `index.json`."""
         return cls.from_index(read_index_json(dataset_dir), dataset_dir)
 
     def __len__(self) -> int:
@@ -138,8 +138,8 @@ class ChunkList:
         return f"{self.names[number]} ({self.samples[number]} samples, {self.nbytes[number]} bytes)"
 
     def difference(self, other: ChunkList, this: str, that: str) -> str | None:
-        """What differs from ``other`` (None: nothing), naming this list ``this`` and the other ``that``:
-        e.g. ``index.json lists 12 chunks, the size index 10``."""
+        """What differs from `other` (None: nothing), naming this list `this` and the other `that`:
+        e.g. `index.json lists 12 chunks, the size index 10`."""
         if len(self) != len(other):
             return f"{this} lists {len(self)} chunks, {that} {len(other)}"
         for number in range(len(self)):

@@ -1,27 +1,27 @@
 """`StreamedDataset`: a LitData dataset (a local folder or a store's URL) read as a map-style dataset,
 by varlen's batches.
 
-Items are read with LitData's storage and decoding (a ``StreamingDataset`` opened lazily in each
+Items are read with LitData's storage and decoding (a `StreamingDataset` opened lazily in each
 process, never iterated: its shuffler and worker sharding play no part). A batch's global sample ids
-are read chunk by chunk, each item addressed as ``ChunkedIndex(index=id, chunk_index=c)`` with the
+are read chunk by chunk, each item addressed as `ChunkedIndex(index=id, chunk_index=c)` with the
 chunk computed from the size index, so LitData never searches for it. A local folder's chunks are read
-in place. A store's chunk is downloaded whole by this process, within the source's ``timeout``
-(:mod:`varlen.stream.store`: each retry logged and counted), into LitData's cache folder before LitData
-reads it, and kept while the cache is under LitData's budget (``max_cache_size``): a store that cannot
+in place. A store's chunk is downloaded whole by this process, within the source's `timeout`
+(`varlen.stream.store`: each retry logged and counted), into LitData's cache folder before LitData
+reads it, and kept while the cache is under LitData's budget (`max_cache_size`): a store that cannot
 be reached is told apart from a chunk that is missing or damaged, each a DataError of its own, and
 LitData neither waits for a chunk cut short nor prints its download thread's crash.
 
-A chunk whose file is not the size ``index.json`` gives, whose bytes are not those the size index
+A chunk whose file is not the size `index.json` gives, whose bytes are not those the size index
 recorded when it was written (checked before it is decoded, once per node, or at every read from disk
-with the source's ``verify="always"``: :mod:`varlen.stream.integrity`), or that fails to decode, is
+with the source's `verify="always"`: `varlen.stream.integrity`), or that fails to decode, is
 damaged: reported at once (never read again), naming the chunk and how to write it again; a store's
 cached copy that fails the check is fetched again once first. Chunks compressed inside their files
 (LitData's zstd) are fetched and checked as the file written, the same way; chunks compressed whole
-are refused (:func:`~varlen.stream.chunks.refuse_whole_file_compression`). Every decoded
-sample's sizes are computed by the DataModule's ``sample_sizes`` and compared with its size index entry:
+are refused (`refuse_whole_file_compression`). Every decoded
+sample's sizes are computed by the DataModule's `sample_sizes` and compared with its size index entry:
 a dataset rewritten under its index, or an index built with another size function, raises a
-:class:`~varlen.errors.DataError` naming the chunk, the sample and the rebuild command. Given
-``sample_labels``, each decoded sample's class is compared with the draw sidecar's in the same way.
+`DataError` naming the chunk, the sample and the rebuild command. Given
+`sample_labels`, each decoded sample's class is compared with the draw sidecar's in the same way.
 """
 
 from __future__ import annotations
@@ -57,30 +57,30 @@ REWRITE = (
     "it is read from"
 )
 
-#: samples -> their sizes ``[n, D]`` (what the size index holds for them: a DataModule's ``sample_sizes``)
+#: samples -> their sizes `[n, D]` (what the size index holds for them: a DataModule's `sample_sizes`)
 SizeFn = Callable[[Sequence[Any]], np.ndarray]
-#: samples -> their class ids ``[n]`` (-1: none), or None where they carry none (a DataModule's ``sample_labels``)
+#: samples -> their class ids `[n]` (-1: none), or None where they carry none (a DataModule's `sample_labels`)
 LabelFn = Callable[[Sequence[Any]], np.ndarray | None]
 
 
 class StreamedDataset(Dataset):
-    """The items of a LitData dataset with a size index (``varlen optimize`` writes both).
+    """The items of a LitData dataset with a size index (`varlen optimize` writes both).
 
     Args:
-        source: the dataset (``index.json``, chunks, ``varlen_sizes/``): a local folder, a URL, or a
-            :class:`~varlen.stream.source.StreamSource` (a store's options and cache).
-        sample_sizes: samples -> ``[n, D]`` sizes; must pickle (a module-level function or a
+        source: the dataset (`index.json`, chunks, `varlen_sizes/`): a local folder, a URL, or a
+            `StreamSource` (a store's options and cache).
+        sample_sizes: samples -> `[n, D]` sizes; must pickle (a module-level function or a
             static method: loader workers receive it with the dataset).
-        sample_labels: samples -> ``[n]`` class ids, compared with the draw sidecar's classes where it
+        sample_labels: samples -> `[n]` class ids, compared with the draw sidecar's classes where it
             has them (None: not compared); must pickle too.
 
-    The dataset pickles as ``(source, sample_sizes, sample_labels)``, the source's index fetched already: a worker
-    maps the local size index and opens its own ``StreamingDataset`` at its first read, under fork,
-    spawn or forkserver alike. A loader's workers share its retry count (:attr:`retries`).
+    The dataset pickles as `(source, sample_sizes, sample_labels)`, the source's index fetched already: a worker
+    maps the local size index and opens its own `StreamingDataset` at its first read, under fork,
+    spawn or forkserver alike. A loader's workers share its retry count (`retries`).
     """
 
     #: bytes of chunk files whose decoded items a process keeps (the most recent chunk always): a
-    #: window's batches draw on a few consecutive chunks (``varlen optimize`` writes 64 MB ones)
+    #: window's batches draw on a few consecutive chunks (`varlen optimize` writes 64 MB ones)
     cache_bytes = 256 * 2**20
 
     def __init__(
@@ -129,8 +129,8 @@ class StreamedDataset(Dataset):
 
     @property
     def lengths(self) -> np.ndarray:
-        """Every sample's sizes from the size index (``[N]``, or ``[N, D]`` for several axes): for a
-        look at the whole split (``varlen inspect``); the sampler reads chunks, not this."""
+        """Every sample's sizes from the size index (`[N]`, or `[N, D]` for several axes): for a
+        look at the whole split (`varlen inspect`); the sampler reads chunks, not this."""
         sizes = np.concatenate([self.index.sizes(c) for c in range(self.index.num_chunks)])
         return sizes[:, 0] if sizes.shape[1] == 1 else sizes
 
@@ -153,8 +153,8 @@ class StreamedDataset(Dataset):
         return self.__getitems__([i])[0]
 
     def __getitems__(self, ids: Sequence[int]) -> list[Any]:
-        """The samples of global ids ``ids``, in that order, from their chunks (each checked when decoded); with
-        the padded lengths ``ids`` carry (:mod:`varlen.batching.indices`)."""
+        """The samples of global ids `ids`, in that order, from their chunks (each checked when decoded); with
+        the padded lengths `ids` carry (`varlen.batching.indices`)."""
         given, ids = ids, np.asarray(ids, dtype=np.int64).reshape(-1)
         if len(ids) and (ids.min() < 0 or ids.max() >= len(self)):
             bad = int(ids[(ids < 0) | (ids >= len(self))][0])
@@ -174,8 +174,8 @@ class StreamedDataset(Dataset):
         return f"{self.url}: chunk {chunk} ({self.names[chunk]}), item {item} (sample {sample})"
 
     def _decoded(self, chunk: int) -> list[Any]:
-        """Every item of ``chunk``, decoded in order once, size-checked, and kept while the chunks kept
-        hold at most :attr:`cache_bytes` (least recently used out first).
+        """Every item of `chunk`, decoded in order once, size-checked, and kept while the chunks kept
+        hold at most `cache_bytes` (least recently used out first).
 
         LitData decodes a chunk a block of items at a time and keeps the last block: read in order,
         each block is decoded once; read in a batch's scattered order, a block per item (measured:
@@ -194,7 +194,7 @@ class StreamedDataset(Dataset):
         return items
 
     def _read(self, chunk: int) -> list[Any]:
-        """Every item of ``chunk``: its file fetched from the store first (within the source's timeout),
+        """Every item of `chunk`: its file fetched from the store first (within the source's timeout),
         checked to be whole, then decoded by LitData.
 
         Raises:
@@ -219,7 +219,7 @@ class StreamedDataset(Dataset):
             self._damaged(chunk, unread.sample, store.said(unread.__cause__))
 
     def _fetch(self, chunk: int, path: Path) -> bool:
-        """A store's ``chunk`` into ``path``, whole or not at all (LitData waits for a file it finds short)."""
+        """A store's `chunk` into `path`, whole or not at all (LitData waits for a file it finds short)."""
         part = path.with_name(f"{path.name}.{os.getpid()}.part")
         if not self.source.fetch(self.names[chunk], part, retried=self._count_retry):
             return False
@@ -227,7 +227,7 @@ class StreamedDataset(Dataset):
         return True
 
     def _problem(self, chunk: int, path: Path) -> str | None:
-        """What is wrong with ``chunk``'s file at ``path`` (None: nothing): not the size ``index.json`` gives,
+        """What is wrong with `chunk`'s file at `path` (None: nothing): not the size `index.json` gives,
         or not the bytes the size index recorded (hashed once per node; unchecked where none was recorded)."""
         if path.stat().st_size != int(self.nbytes[chunk]):
             return f"{path.stat().st_size} bytes where {INDEX_JSON} says {self.nbytes[chunk]}"
@@ -240,7 +240,7 @@ class StreamedDataset(Dataset):
     def _damaged(self, chunk: int, sample: int, what: str) -> None:
         """Refuse a chunk that downloaded but is not what was written, removing a store's copy from the
         cache (a chunk written again is fetched again) after LitData's reader, whose download thread
-        would fetch it again, is let go (its ``__del__`` stops the thread)."""
+        would fetch it again, is let go (its `__del__` stops the thread)."""
         if self.source.remote:
             path = Path(self._open().input_dir.path) / self.names[chunk]
             self._stream = None
@@ -252,7 +252,7 @@ class StreamedDataset(Dataset):
         self._retried[0 if worker is None else 1 + worker.id % (_SLOTS - 1)] += 1
 
     def _decode(self, chunk: int) -> list[Any]:
-        """Every item of ``chunk`` from LitData, in order (an :class:`_Unread` names the item that failed)."""
+        """Every item of `chunk` from LitData, in order (an `_Unread` names the item that failed)."""
         from litdata.streaming.sampler import ChunkedIndex
 
         stream, items = self._open(), []
@@ -286,7 +286,7 @@ class StreamedDataset(Dataset):
 
     def _check_labels(self, chunk: int, items: list[Any], members: np.ndarray) -> None:
         """Refuse a decoded chunk with a sample whose class is not the one the draw sidecar holds for it
-        (the sidecar of other labels draws other samples); nothing to compare without ``sample_labels``,
+        (the sidecar of other labels draws other samples); nothing to compare without `sample_labels`,
         a sidecar with classes, or labels in the samples."""
         if self.sample_labels is None:
             return
@@ -312,7 +312,7 @@ class StreamedDataset(Dataset):
 
 
 class _Unread(Exception):
-    """LitData could not read sample ``sample`` (the cause is LitData's error)."""
+    """LitData could not read sample `sample` (the cause is LitData's error)."""
 
     def __init__(self, sample: int) -> None:
         super().__init__(sample)

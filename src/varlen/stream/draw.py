@@ -1,29 +1,29 @@
 """An epoch's draw of a streamed source, from its size index alone: how many samples each (window, bucket)
-stratum gives (:func:`stratum_draw`), and which of a window's samples fill them (:func:`draw_window`).
+stratum gives (`stratum_draw`), and which of a window's samples fill them (`draw_window`).
 
-The in-memory draw (:class:`~varlen.batching.weights.WeightedDraw`) fixes a count per size bucket from the
-weights and draws only which samples fill it. A streamed source does the same per *stratum* ``(window,
-bucket)`` of its fixed layout (:class:`~varlen.stream.layout.StreamLayout`): a stratum's weight is the sum
+The in-memory draw (`WeightedDraw`) fixes a count per size bucket from the
+weights and draws only which samples fill it. A streamed source does the same per *stratum* `(window,
+bucket)` of its fixed layout (`StreamLayout`): a stratum's weight is the sum
 of its samples' draw weights (its sample count when unweighted), read from the index's per-chunk
-``weight_histograms`` and the boundary chunks' ``weights`` (:func:`window_weights`), never from every
-sample. The counts are :func:`~varlen.batching.weights.stratum_counts` over the strata in window order,
+`weight_histograms` and the boundary chunks' `weights` (`window_weights`), never from every
+sample. The counts are `stratum_counts` over the strata in window order,
 capped at each stratum's samples without replacement, so a window's count is within one sample of its
-share, and a window's batch count follows from its counts alone (:func:`~varlen.stream.layout.batch_counts`).
+share, and a window's batch count follows from its counts alone (`batch_counts`).
 
-Which samples: in a window, each bucket's ``count`` samples, with every random number a counter-based draw
-of ``(seed, epoch, sample or window)`` (:mod:`varlen.prepare.draws`), so any rank, lane or resume that reads the
+Which samples: in a window, each bucket's `count` samples, with every random number a counter-based draw
+of `(seed, epoch, sample or window)` (`varlen.prepare.draws`), so any rank, lane or resume that reads the
 window draws the same:
 
-* without replacement: the ``count`` samples of smallest key ``E / w`` (``E`` a standard exponential of
+* without replacement: the `count` samples of smallest key `E / w` (`E` a standard exponential of
   the sample's id; weight 0: never), Efraimidis and Spirakis' weighted sampling, uniform when unweighted;
-* with replacement: ``count`` inverse-CDF draws over the bucket's cumulative weights.
+* with replacement: `count` inverse-CDF draws over the bucket's cumulative weights.
 
 A source is drawn with replacement by the in-memory sampler's rule
-(:func:`~varlen.batching.weights.draws_with_replacement`): when it serves more samples than it holds (a small
-source weighted up) or when its samples are weighted (``sample_weights``: a weight is then a sample's expected
+(`draws_with_replacement`): when it serves more samples than it holds (a small
+source weighted up) or when its samples are weighted (`sample_weights`: a weight is then a sample's expected
 count), without otherwise: an unweighted source served at most its size repeats no sample. Which samples is
-the same draw as in memory (:func:`~varlen.batching.weights.draw_strata`), a window's buckets its strata. An
-index is weighted when it has ``weight_histograms(axis)`` and ``weights(chunk)`` that return arrays (a missing
+the same draw as in memory (`draw_strata`), a window's buckets its strata. An
+index is weighted when it has `weight_histograms(axis)` and `weights(chunk)` that return arrays (a missing
 method or None: unweighted).
 """
 
@@ -40,7 +40,7 @@ __all__ = ["draw_window", "index_weight_histograms", "source_counts", "stratum_d
 
 
 def index_weight_histograms(index: SizeIndexLike, axis: int) -> np.ndarray | None:
-    """The index's ``[chunks, grid bins]`` draw-weight sums, checked; None when it is unweighted."""
+    """The index's `[chunks, grid bins]` draw-weight sums, checked; None when it is unweighted."""
     method = getattr(index, "weight_histograms", None)
     values = None if method is None else method(axis)
     if values is None:
@@ -57,8 +57,8 @@ def index_weight_histograms(index: SizeIndexLike, axis: int) -> np.ndarray | Non
 
 
 def window_weights(index: SizeIndexLike, plan: StreamLayout, weight_histograms: np.ndarray) -> np.ndarray:
-    """``[windows, B]`` float64: the draw weights of each window's samples per bucket (full chunks from
-    ``weight_histograms``, the pieces' boundary chunks from their samples' sizes and weights)."""
+    """`[windows, B]` float64: the draw weights of each window's samples per bucket (full chunks from
+    `weight_histograms`, the pieces' boundary chunks from their samples' sizes and weights)."""
     histograms = index.histograms(plan.axis)
     samples = np.asarray(index.samples_per_chunk, np.int64)
     buckets = len(plan.rounded)
@@ -74,8 +74,8 @@ def window_weights(index: SizeIndexLike, plan: StreamLayout, weight_histograms: 
 
 
 def source_counts(shares: np.ndarray, num_samples: int) -> np.ndarray:
-    """``[S]`` samples each source serves of ``num_samples``: its share, rounded along the sources so
-    that they sum to ``num_samples`` exactly."""
+    """`[S]` samples each source serves of `num_samples`: its share, rounded along the sources so
+    that they sum to `num_samples` exactly."""
     shares = np.asarray(shares, np.float64)
     return stratum_counts(shares, int(num_samples)) if num_samples > 0 else np.zeros(len(shares), np.int64)
 
@@ -83,9 +83,9 @@ def source_counts(shares: np.ndarray, num_samples: int) -> np.ndarray:
 def stratum_draw(
     totals: np.ndarray, histograms: np.ndarray, count: int, weighted: bool = False
 ) -> tuple[np.ndarray, bool]:
-    """``[windows, B]`` samples each (window, bucket) stratum gives of a source's ``count``, in proportion
-    to its weight ``totals``, and whether the source is drawn with replacement: when ``count`` is over its
-    samples, or its samples are ``weighted`` (``sample_weights``: as the in-memory sampler draws them, so a
+    """`[windows, B]` samples each (window, bucket) stratum gives of a source's `count`, in proportion
+    to its weight `totals`, and whether the source is drawn with replacement: when `count` is over its
+    samples, or its samples are `weighted` (`sample_weights`: as the in-memory sampler draws them, so a
     weight is a sample's expected count, not a mere order). Without replacement a stratum gives at most its
     samples."""
     histograms = np.asarray(histograms, np.int64)
@@ -109,9 +109,9 @@ def draw_window(
     source: int,
     window: int,
 ) -> np.ndarray:
-    """Positions into a window's samples (their ``ids`` in the source, ``bucket`` and draw ``weights``,
-    None: equal) of the ``counts[b]`` drawn from each bucket ``b``, grouped by bucket, ascending: the
-    in-memory plan's draw (:func:`~varlen.batching.weights.draw_strata`), a bucket its stratum, the window
+    """Positions into a window's samples (their `ids` in the source, `bucket` and draw `weights`,
+    None: equal) of the `counts[b]` drawn from each bucket `b`, grouped by bucket, ascending: the
+    in-memory plan's draw (`draw_strata`), a bucket its stratum, the window
     its draws' salt."""
     values = np.ones(len(ids)) if weights is None else np.asarray(weights, np.float64)
     name = f"stream draw, source {source}"

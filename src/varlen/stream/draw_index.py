@@ -1,33 +1,33 @@
 """What a weighted draw needs of a streamed split, beside its size index: each sample's class and weights.
 
-``sample_weights`` (``"balanced"`` or a weight column) draws a training split's samples by weight. A
-streamed split is planned from its size index alone, never from the chunks, so ``varlen optimize``
-writes what the draw needs beside it, in ``<dataset>/varlen_sizes/`` (a few bytes a sample), as two
-Arrow IPC files (random-access file format, memory-mapped), like ``sizes.arrow`` and
-``histograms.arrow``:
+`sample_weights` (`"balanced"` or a weight column) draws a training split's samples by weight. A
+streamed split is planned from its size index alone, never from the chunks, so `varlen optimize`
+writes what the draw needs beside it, in `<dataset>/varlen_sizes/` (a few bytes a sample), as two
+Arrow IPC files (random-access file format, memory-mapped), like `sizes.arrow` and
+`histograms.arrow`:
 
-* ``draw.arrow``: one record batch per chunk, in ``index.json``'s order, one row per item: its class
-  id (column ``class``, int32, -1 for a sample without a label) where the DataModule has classes
-  (``class_labels``), and the value of each weight column written (column ``weight:<column>``, float32).
-* ``draw_totals.arrow``: one record batch, one row per chunk: per size axis and bin of
-  :data:`varlen.batching.plan.SIZE_GRID` (the size index's histograms' grid, on every axis: the plan
-  chooses its axis), the count of each class (``class_counts``, ``[chunks, D, classes, bins]``, the
-  size index's histogram dtype), and per weight column the sum of its values (``weight_sums:<column>``,
-  ``[chunks, D, bins]`` float64) and their least (``weight_min:<column>``, ``[chunks]`` float32: a
+* `draw.arrow`: one record batch per chunk, in `index.json`'s order, one row per item: its class
+  id (column `class`, int32, -1 for a sample without a label) where the DataModule has classes
+  (`class_labels`), and the value of each weight column written (column `weight:<column>`, float32).
+* `draw_totals.arrow`: one record batch, one row per chunk: per size axis and bin of
+  `varlen.batching.plan.SIZE_GRID` (the size index's histograms' grid, on every axis: the plan
+  chooses its axis), the count of each class (`class_counts`, `[chunks, D, classes, bins]`, the
+  size index's histogram dtype), and per weight column the sum of its values (`weight_sums:<column>`,
+  `[chunks, D, bins]` float64) and their least (`weight_min:<column>`, `[chunks]` float32: a
   negative value a sum would hide). Samples without a label are the histogram's count less the
   classes'.
 
 Both carry the content key of the chunk list: a sidecar of other chunks than the size index's (the
 chunks written again, or the size index rebuilt over other chunks) is refused, naming the command that
 writes it again. The size index records both files' checksums each time the sidecar is written
-(:func:`~varlen.stream.size_index.record_files`); a sidecar that differs from them, or holds a class id
-outside ``-1 .. classes - 1`` or a weight not finite and >= 0, is refused when it opens, naming the
-file, the chunk and item, and that command (:mod:`varlen.stream.integrity`: once per node).
+(`record_files`); a sidecar that differs from them, or holds a class id
+outside `-1 .. classes - 1` or a weight not finite and >= 0, is refused when it opens, naming the
+file, the chunk and item, and that command (`varlen.stream.integrity`: once per node).
 
-:func:`weighted_index` gives a size index with each sample's draw weight for a DataModule's
-``sample_weights`` (:class:`WeightedSizeIndex`): ``"balanced"`` is the inverse class frequency over the
-whole split (exactly :func:`varlen.datamodules.weighting.balanced_weights`), the class counts summed
-from ``draw_totals.arrow``; a column, its values (checked when the index is made, from the totals, and
+`weighted_index` gives a size index with each sample's draw weight for a DataModule's
+`sample_weights` (`WeightedSizeIndex`): `"balanced"` is the inverse class frequency over the
+whole split (exactly `varlen.datamodules.weighting.balanced_weights`), the class counts summed
+from `draw_totals.arrow`; a column, its values (checked when the index is made, from the totals, and
 per chunk as it is read).
 """
 
@@ -61,7 +61,7 @@ __all__ = [
 ]
 
 DRAW, DRAW_TOTALS = SIDECARS
-#: ``varlen.datamodules.weighting.BALANCED`` (not imported: the DataModules import this module)
+#: `varlen.datamodules.weighting.BALANCED` (not imported: the DataModules import this module)
 BALANCED = "balanced"
 VERSION = "1"
 CLASS = "class"
@@ -87,8 +87,8 @@ def _least(column: str) -> str:
 
 def draw_values(datamodule: Any, dataset: Any, columns: Sequence[str] = ()) -> tuple[np.ndarray | None, dict]:
     """What a DataModule's split gives the sidecar: its class ids (None: no classes) and the values of
-    ``columns`` plus its configured weight column (``sample_weights`` when it names a column), each
-    read (and checked, naming the file's row) by its ``weight_column``."""
+    `columns` plus its configured weight column (`sample_weights` when it names a column), each
+    read (and checked, naming the file's row) by its `weight_column`."""
     labels = datamodule.class_labels(dataset)
     configured = getattr(datamodule, "sample_weights", None)
     wanted = list(dict.fromkeys([*columns, *([configured] if configured not in (None, BALANCED) else [])]))
@@ -103,14 +103,14 @@ def write_draw_table(
     *,
     chunks: ChunkList | None = None,
 ) -> Path | None:
-    """Write the draw sidecar of the LitData dataset in ``dataset_dir`` (see the module docstring) and record its
-    checksums in the size index there; returns its ``draw.arrow``, or None (and removes an old sidecar) when there
-    is nothing to write. Beside a size index still to be written: :func:`write_draw_files`.
+    """Write the draw sidecar of the LitData dataset in `dataset_dir` (see the module docstring) and record its
+    checksums in the size index there; returns its `draw.arrow`, or None (and removes an old sidecar) when there
+    is nothing to write. Beside a size index still to be written: `write_draw_files`.
 
     Args:
-        sizes: ``[N, D]`` sizes of the items in ``index.json``'s order (what the size index holds).
-        labels: ``[N]`` class ids (-1: no label), or None.
-        weights: column name -> ``[N]`` values (finite, >= 0: checked by whoever read them).
+        sizes: `[N, D]` sizes of the items in `index.json`'s order (what the size index holds).
+        labels: `[N]` class ids (-1: no label), or None.
+        weights: column name -> `[N]` values (finite, >= 0: checked by whoever read them).
 
     Raises:
         DataError: labels or weights not one per item, a class id below -1, or a weight not finite or
@@ -130,7 +130,7 @@ def write_draw_files(
     weights: Mapping[str, np.ndarray],
     chunks: ChunkList,
 ) -> Path | None:
-    """:func:`write_draw_table`'s two files, not recorded in a size index: the one written after them records them."""
+    """`write_draw_table`'s two files, not recorded in a size index: the one written after them records them."""
     folder = dataset_dir / FOLDER
     if labels is None and not weights:
         for name in (DRAW, DRAW_TOTALS):
@@ -158,8 +158,8 @@ def write_draw_files(
 def _per_sample(
     dataset_dir: Path, total: int, labels: np.ndarray | None, weights: Mapping[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
-    """``draw.arrow``'s columns: the class ids (int32) and each weight column's values (float32), checked to be one
-    per item of the ``total`` (a DataError naming ``dataset_dir`` and the first bad item otherwise)."""
+    """`draw.arrow`'s columns: the class ids (int32) and each weight column's values (float32), checked to be one
+    per item of the `total` (a DataError naming `dataset_dir` and the first bad item otherwise)."""
     per_sample: dict[str, np.ndarray] = {}
     if labels is not None:
         labels = np.asarray(labels)
@@ -184,7 +184,7 @@ def _per_sample(
 def _totals(
     chunks: ChunkList, sizes: np.ndarray, per_sample: Mapping[str, np.ndarray], classes: int, columns: Sequence[str]
 ) -> dict[str, pa.Array]:
-    """``draw_totals.arrow``'s columns: per chunk, axis and size bin, each class's count and each weight column's
+    """`draw_totals.arrow`'s columns: per chunk, axis and size bin, each class's count and each weight column's
     sum, and each column's least value per chunk (see the module docstring)."""
     chunk_of = np.repeat(np.arange(len(chunks)), chunks.samples)
     bins, dims = len(SIZE_GRID), sizes.shape[1]
@@ -220,9 +220,9 @@ class DrawTable:
             (None: neither is checked; class ids and weights are).
 
     Raises:
-        DataError: (when made) the sidecar is missing (written by an older ``varlen optimize``, or by
-            ``varlen index-sizes`` without a label or weight function), unreadable, of another format
-            version, of other chunks than ``index``'s, not the files ``index`` recorded, or holding a
+        DataError: (when made) the sidecar is missing (written by an older `varlen optimize`, or by
+            `varlen index-sizes` without a label or weight function), unreadable, of another format
+            version, of other chunks than `index`'s, not the files `index` recorded, or holding a
             class id or weight it cannot hold (naming the chunk and item); each says how to write it again.
     """
 
@@ -272,7 +272,7 @@ class DrawTable:
         raise DataError(f"{self.dataset_dir / FOLDER}: {what}; {REWRITE_DRAW}")
 
     def _verify(self, index: SizeIndex | None) -> None:
-        """Both files against the checksums ``index`` recorded, then the class ids and weights (once per
+        """Both files against the checksums `index` recorded, then the class ids and weights (once per
         node); without a record (an older index, or none given) the values alone, at every open."""
         recorded = None if index is None else index.recorded
         if recorded is None:
@@ -285,7 +285,7 @@ class DrawTable:
                 raise IntegrityError(path, f"{path} is {problem}: {REWRITE_DRAW}")
 
     def _check_values(self, index: SizeIndex | None) -> None:
-        """Refuse a class id outside ``-1 .. classes - 1`` (past the classes: an IndexError at the first batch;
+        """Refuse a class id outside `-1 .. classes - 1` (past the classes: an IndexError at the first batch;
         below -1: another class's weight) or a weight not finite and >= 0, naming the chunk and the item."""
         columns = ([CLASS] if self.classes >= 0 else []) + [_weight(column) for column in self.columns]
         first = 0
@@ -307,31 +307,31 @@ class DrawTable:
             first += batch.num_rows
 
     def labels(self, chunk: int) -> np.ndarray:
-        """Class ids of chunk ``chunk``'s items, ``[n]`` int32 (-1: none; a read-only view)."""
+        """Class ids of chunk `chunk`'s items, `[n]` int32 (-1: none; a read-only view)."""
         return as_numpy(self._draw.get_batch(chunk).column(CLASS))
 
     def values(self, chunk: int, column: str) -> np.ndarray:
-        """Values of weight ``column`` for chunk ``chunk``'s items, ``[n]`` float32 (a read-only view)."""
+        """Values of weight `column` for chunk `chunk`'s items, `[n]` float32 (a read-only view)."""
         return as_numpy(self._draw.get_batch(chunk).column(_weight(column)))
 
     def class_counts(self, axis: int = 0) -> np.ndarray:
-        """``[chunks, classes, bins]`` count of each class per chunk and size bin on ``axis``."""
+        """`[chunks, classes, bins]` count of each class per chunk and size bin on `axis`."""
         return as_numpy(self._totals.column("class_counts"))[:, axis]
 
     def weight_sums(self, column: str, axis: int = 0) -> np.ndarray:
-        """``[chunks, bins]`` float64 sum of ``column``'s values per chunk and size bin on ``axis``."""
+        """`[chunks, bins]` float64 sum of `column`'s values per chunk and size bin on `axis`."""
         return as_numpy(self._totals.column(_sums(column)))[:, axis]
 
     def weight_min(self, column: str) -> np.ndarray:
-        """``[chunks]`` float32 least value of ``column`` per chunk."""
+        """`[chunks]` float32 least value of `column` per chunk."""
         return as_numpy(self._totals.column(_least(column)))
 
 
 class WeightedSizeIndex(SizeIndex):
-    """A size index with each sample's draw weight for ``sample_weights`` (``"balanced"`` or a weight
-    column): a :class:`~varlen.stream.size_index.SizeIndex` with :meth:`weight_histograms` and :meth:`weights`.
-    Pickles as ``(folder, sample_weights, owner)``: a process that receives it maps both files again. Made by
-    :func:`weighted_index`, whose errors it raises."""
+    """A size index with each sample's draw weight for `sample_weights` (`"balanced"` or a weight
+    column): a `SizeIndex` with `weight_histograms` and `weights`.
+    Pickles as `(folder, sample_weights, owner)`: a process that receives it maps both files again. Made by
+    `weighted_index`, whose errors it raises."""
 
     def __init__(self, dataset_dir: str | Path, sample_weights: str, owner: str = "") -> None:
         super().__init__(dataset_dir)
@@ -381,8 +381,8 @@ class WeightedSizeIndex(SizeIndex):
     # -- the draw ----------------------------------------------------------------------------
 
     def weight_histograms(self, axis: int | str = 0) -> np.ndarray:
-        """Per chunk and bin of :attr:`edges` on ``axis``, the sum of its samples' draw weights:
-        ``[chunks, bins]`` float64."""
+        """Per chunk and bin of `edges` on `axis`, the sum of its samples' draw weights:
+        `[chunks, bins]` float64."""
         position = self.axes.index(axis) if isinstance(axis, str) else axis
         if self.sample_weights != BALANCED:
             return np.array(self.draw.weight_sums(self.sample_weights, position), dtype=np.float64)
@@ -392,7 +392,7 @@ class WeightedSizeIndex(SizeIndex):
         return np.einsum("ckb,k->cb", counts, per_class[: counts.shape[1]]) + unlabelled * per_class[-1]
 
     def weights(self, chunk: int) -> np.ndarray:
-        """The draw weights of chunk ``chunk``'s samples, ``[n]`` float64.
+        """The draw weights of chunk `chunk`'s samples, `[n]` float64.
 
         Raises:
             DataError: a weight column's value that is not finite or negative, naming the chunk and sample.
@@ -421,12 +421,12 @@ class WeightedSizeIndex(SizeIndex):
 
 
 def weighted_index(index_or_folder: SizeIndex | str | Path, sample_weights: str, owner: str = "") -> WeightedSizeIndex:
-    """The size index of a streamed split (a :class:`SizeIndex` or its dataset folder) weighted for a
-    DataModule's ``sample_weights`` (``"balanced"`` or a weight column); ``owner`` names the DataModule.
+    """The size index of a streamed split (a `SizeIndex` or its dataset folder) weighted for a
+    DataModule's `sample_weights` (`"balanced"` or a weight column); `owner` names the DataModule.
 
     Raises:
-        DataError: no size index; no draw sidecar (written by an older ``varlen optimize``: write the
-            chunks again); a sidecar of other chunks (stale); ``"balanced"`` on chunks written without
+        DataError: no size index; no draw sidecar (written by an older `varlen optimize`: write the
+            chunks again); a sidecar of other chunks (stale); `"balanced"` on chunks written without
             classes, or with no labelled sample; a column not written; a column value not finite or
             negative in a chunk (naming the chunk and the sample), or 0 everywhere.
     """

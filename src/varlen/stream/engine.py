@@ -1,8 +1,8 @@
 """LitData, the engine under varlen's streaming: imported on first use, at a tested version only.
 
-varlen uses LitData's storage, ``index.json``, chunk writing and decoding, never its order. Those
+varlen uses LitData's storage, `index.json`, chunk writing and decoding, never its order. Those
 surfaces moved a lot between releases (0.2.71 -> 0.2.76 changed its item loaders and its default
-in-chunk shuffle), so :func:`check_litdata` refuses a release outside the range varlen was tested
+in-chunk shuffle), so `check_litdata` refuses a release outside the range varlen was tested
 with, once, when streaming is first used: a clear message instead of chunks read wrongly.
 """
 
@@ -17,7 +17,7 @@ from varlen._extras import require
 
 __all__ = ["QUIET_LOGGERS", "TESTED_LITDATA", "check_litdata", "litdata", "plain_http_downloads", "quiet_loggers"]
 
-#: the releases varlen's streaming was tested with: ``>= first``, ``< end`` (pyproject's stream extra)
+#: the releases varlen's streaming was tested with: `>= first`, `< end` (pyproject's stream extra)
 TESTED_LITDATA = ("0.2.76", "0.3")
 #: the libraries under a store's reads, whose DEBUG and INFO lines (every request, header and retry)
 #: stay off a console that logs at those levels; their warnings still show
@@ -25,17 +25,17 @@ QUIET_LOGGERS = ("botocore", "boto3", "s3transfer", "urllib3", "litdata")
 
 
 def _release(version: str) -> tuple[int, ...]:
-    """The release numbers of a version string (``0.2.76.dev1`` -> ``(0, 2, 76)``)."""
+    """The release numbers of a version string (`0.2.76.dev1` -> `(0, 2, 76)`)."""
     match = re.match(r"\d+(\.\d+)*", version)
     return tuple(int(part) for part in match.group(0).split(".")) if match else ()
 
 
 @functools.cache
 def check_litdata() -> None:
-    """Refuse a litdata outside :data:`TESTED_LITDATA` (run once, at the first use of streaming).
+    """Refuse a litdata outside `TESTED_LITDATA` (run once, at the first use of streaming).
 
     Raises:
-        MissingExtraError: litdata is not installed (names ``pip install 'varlen[stream]'``).
+        MissingExtraError: litdata is not installed (names `pip install 'varlen[stream]'`).
         RuntimeError: naming the version found, the tested range and the install that fixes it.
     """
     require("stream")
@@ -52,7 +52,7 @@ def check_litdata() -> None:
 
 
 def quiet_loggers() -> None:
-    """Set each logger of :data:`QUIET_LOGGERS` to WARNING, unless a level was set for it: the root
+    """Set each logger of `QUIET_LOGGERS` to WARNING, unless a level was set for it: the root
     logger, the user's, keeps its level and handlers."""
     for name in QUIET_LOGGERS:
         logger = logging.getLogger(name)
@@ -61,7 +61,7 @@ def quiet_loggers() -> None:
 
 
 def litdata() -> ModuleType:
-    """The ``litdata`` module, checked (:func:`check_litdata`)."""
+    """The `litdata` module, checked (`check_litdata`)."""
     check_litdata()
     import litdata as module
 
@@ -70,11 +70,11 @@ def litdata() -> ModuleType:
 
 def plain_http_downloads(storage_options: dict | None) -> None:
     """Keep this process's S3 downloads on LitData's boto3 client when the store's endpoint is plain
-    ``http://`` (MinIO, a test server on loopback). varlen fetches chunks itself (:mod:`.store`); this
+    `http://` (MinIO, a test server on loopback). varlen fetches chunks itself (`.store`); this
     covers a download LitData still makes (a chunk another process removed from the cache meanwhile).
 
     LitData 0.2.76 downloads chunks with obstore where it can, and builds obstore's S3 store without
-    ``allow_http``: every chunk GET from an http endpoint fails (``BadScheme``). LitData itself falls
+    `allow_http`: every chunk GET from an http endpoint fails (`BadScheme`). LitData itself falls
     back to boto3 in a process where obstore may not run (a fork of one that started it), which is
     what this marks; https endpoints (AWS, GCS, R2) keep obstore.
     """

@@ -1,22 +1,22 @@
-"""`StreamBatchPlan`: the streamed plan (:mod:`varlen.stream.layout`) behind a rank's epochs, with a small,
+"""`StreamBatchPlan`: the streamed plan (`varlen.stream.layout`) behind a rank's epochs, with a small,
 rank-independent state that resumes exactly on the same or another number of ranks and lanes.
 
-A rank's batches come in *lanes*, one per loader worker (:func:`~varlen.batching.resume.interleave`): a
+A rank's batches come in *lanes*, one per loader worker (`interleave`): a
 DataLoader deals batches to its workers in turn, so worker w serves lane w, a stretch of whole windows in
 order, and decodes only their chunks (with one lane, every worker would decode every chunk of every window).
 The lanes change the order of a rank's batches, never which batches it serves.
 
-The state is ``{epoch, batches_served, num_replicas, lanes, segments, seed, index, plan}``, as the in-memory
-sampler's, and so is the resume (:mod:`varlen.batching.resume`): restoring computes descriptors only, and
+The state is `{epoch, batches_served, num_replicas, lanes, segments, seed, index, plan}`, as the in-memory
+sampler's, and so is the resume (`varlen.batching.resume`): restoring computes descriptors only, and
 serving the next batch reads one window. Resumed on other ranks or lanes, the rest of the epoch is each saved
 rank's unserved batches in its windows' order, cut into one stretch per new rank and served in the new lanes,
 so a rank reads each window of its stretch once (a few batches split so that the ranks' counts are equal,
 from the windows' histograms: no chunk read). The next epoch is the new world size's own.
 
-A state of other plan settings (``max_tokens``, ``window_batches``...; named in the state's ``settings``) is
+A state of other plan settings (`max_tokens`, `window_batches`...; named in the state's `settings`) is
 resumed at its epoch's start or end; inside its epoch it is refused by name (its rest would be read again to
-be planned under the new settings), unless ``VARLEN_RESUME=next_epoch`` skips that rest
-(:meth:`~varlen.batching.resume.ResumableEpochs.load_boundary`).
+be planned under the new settings), unless `VARLEN_RESUME=next_epoch` skips that rest
+(`load_boundary`).
 """
 
 from __future__ import annotations
@@ -54,8 +54,8 @@ __all__ = [
 
 
 def split_tail(batches: np.ndarray, count: int, bounds_of: Callable[[int], np.ndarray]) -> np.ndarray:
-    """``batches`` (descriptors) with up to ``count`` more (as many as their samples allow), the largest of
-    the shortest tail that can take them split, each piece where its batch was (``bounds_of(window)``: a
+    """`batches` (descriptors) with up to `count` more (as many as their samples allow), the largest of
+    the shortest tail that can take them split, each piece where its batch was (`bounds_of(window)`: a
     window's batch bounds from its histogram, no chunk read)."""
     bounds: dict[int, np.ndarray] = {}
     tail = batches.copy()
@@ -82,16 +82,16 @@ def split_tail(batches: np.ndarray, count: int, bounds_of: Callable[[int], np.nd
     return np.concatenate([tail[:first], out])
 
 
-#: a streamed plan's settings given one by one instead of a ``spec`` (as the sampler's own arguments)
+#: a streamed plan's settings given one by one instead of a `spec` (as the sampler's own arguments)
 SPEC_ARGUMENTS = ("batch_size", "max_tokens", "cost", "max_batch_size", "pad_to_multiple_of", "rungs")
 
 
 def stream_spec(spec: PlanSpec | None = None, **settings: Any) -> PlanSpec:
-    """A streamed plan's spec: ``spec``, or one made of :data:`SPEC_ARGUMENTS` (``max_tokens`` an int: one budget
-    axis; ``rungs`` the shape policy's padded lengths, grid edges), in the one form its state's key is made of.
+    """A streamed plan's spec: `spec`, or one made of `SPEC_ARGUMENTS` (`max_tokens` an int: one budget
+    axis; `rungs` the shape policy's padded lengths, grid edges), in the one form its state's key is made of.
 
     Raises:
-        TypeError: both a ``spec`` and settings, or a name that is not a plan setting.
+        TypeError: both a `spec` and settings, or a name that is not a plan setting.
     """
     unknown = set(settings) - set(SPEC_ARGUMENTS)
     if unknown or (spec is not None and settings):
@@ -145,19 +145,19 @@ class StreamEpochs(ResumableEpochs):
     or a mixture's unit) at a time, and a state that names the plan's key, settings and size index(es).
 
     Args:
-        indexes: the size indexes (:class:`~varlen.stream.index_checks.SizeIndexLike`), one per source.
-        spec: the plan's :class:`~varlen.batching.plan.PlanSpec` (one budget axis: ``axis`` of the sizes; its
-            rungs: the shape policy's padded lengths, edges of the size grid, see :func:`~varlen.stream.shape_policy.
-            histogram_rungs`), or its settings one by one (:data:`SPEC_ARGUMENTS`, ``max_tokens`` an int).
+        indexes: the size indexes (`SizeIndexLike`), one per source.
+        spec: the plan's `PlanSpec` (one budget axis: `axis` of the sizes; its
+            rungs: the shape policy's padded lengths, edges of the size grid, see `
+            histogram_rungs`), or its settings one by one (`SPEC_ARGUMENTS`, `max_tokens` an int).
         seed: the run's seed (chunk order, pieces and windows; with the epoch, every order).
         num_replicas, rank: the world size and this rank.
         window_batches: a window's size in batches. A window's buckets hold fewer samples than the
             whole data set's: smaller windows pad more and re-mix less between epochs (at 40 batches,
             three quarters of the pairs batched together are again the next epoch; at 2000, a third).
-        lanes: the loader's workers (``num_workers``, 1 for none): each reads its own windows.
+        lanes: the loader's workers (`num_workers`, 1 for none): each reads its own windows.
 
-    A subclass gives :meth:`layout_on`, :meth:`rank_rows`, :meth:`plain_length`, :meth:`unit_bounds` (a unit's
-    batches from its histogram), :meth:`reader` (an epoch's units read) and :meth:`shapes`.
+    A subclass gives `layout_on`, `rank_rows`, `plain_length`, `unit_bounds` (a unit's
+    batches from its histogram), `reader` (an epoch's units read) and `shapes`.
     """
 
     state_name = "plan"
@@ -186,7 +186,7 @@ class StreamEpochs(ResumableEpochs):
         self.epoch = 0
 
     def on_rank(self, rank: int) -> StreamEpochs:
-        """This plan as rank ``rank``'s, from an epoch's start (its layouts shared, nothing read)."""
+        """This plan as rank `rank`'s, from an epoch's start (its layouts shared, nothing read)."""
         plan = copy.copy(self)
         plan.rank = int(rank)
         plan._start_afresh()
@@ -200,7 +200,7 @@ class StreamEpochs(ResumableEpochs):
 
     def __iter__(self) -> Iterator[np.ndarray]:
         """This epoch's batches for this rank, as global sample ids: a unit is read when its lane reaches it (up
-        to ``lanes + 1`` held, the least recently used out first)."""
+        to `lanes + 1` held, the least recently used out first)."""
         loaded, read = {}, self.reader(self.epoch)
         for world, (unit, batch, low, high) in self.positions():
             if unit in loaded:
@@ -214,7 +214,7 @@ class StreamEpochs(ResumableEpochs):
             yield samples[low:] if high < 0 else samples[low:high]
 
     def key_parts(self) -> tuple:
-        """What the state's ``plan`` key is made of: the spec, multiple, window and axis (and what a subclass adds)."""
+        """What the state's `plan` key is made of: the spec, multiple, window and axis (and what a subclass adds)."""
         spec = (self.spec.batch_size, self.spec.max_tokens, self.spec.cost, self.spec.max_batch_size)
         return spec, self.spec.pad_to_multiple_of, self.window_batches, self.axis
 
@@ -246,7 +246,7 @@ class StreamEpochs(ResumableEpochs):
 
         Raises:
             ValueError: the state is of other indexes or seed, or inconsistent; or, inside its epoch, of other
-                plan settings or draws (unless ``VARLEN_RESUME=next_epoch``).
+                plan settings or draws (unless `VARLEN_RESUME=next_epoch`).
         """
         state = dict(state)
         self.check_origin(state)
@@ -257,8 +257,8 @@ class StreamEpochs(ResumableEpochs):
 
 
 class StreamBatchPlan(StreamEpochs):
-    """A rank's batches of a streamed data set, epoch after epoch, from its size index (``index``; the rest:
-    as for :class:`StreamEpochs`)."""
+    """A rank's batches of a streamed data set, epoch after epoch, from its size index (`index`; the rest:
+    as for `StreamEpochs`)."""
 
     def __init__(self, index: SizeIndexLike, spec: PlanSpec | None = None, **options: Any) -> None:
         super().__init__([index], spec, **options)
@@ -267,7 +267,7 @@ class StreamBatchPlan(StreamEpochs):
         self._start_afresh()
 
     def layout_on(self, num_replicas: int) -> StreamLayout:
-        """The run laid out on ``num_replicas`` ranks (kept: an elastic resume needs the saved one)."""
+        """The run laid out on `num_replicas` ranks (kept: an elastic resume needs the saved one)."""
         if num_replicas not in self._layouts:
             self._layouts[num_replicas] = layout(
                 self.index, self.spec, seed=self.seed, num_replicas=num_replicas,
@@ -276,7 +276,7 @@ class StreamBatchPlan(StreamEpochs):
         return self._layouts[num_replicas]
 
     def rank_rows(self, epoch: int, world: int, rank: int) -> np.ndarray:
-        """Rank ``rank``'s descriptors ``[n, 4]`` of ``epoch`` on ``world`` ranks (window, batch, lo, hi;
+        """Rank `rank`'s descriptors `[n, 4]` of `epoch` on `world` ranks (window, batch, lo, hi;
         hi = -1: the batch's end), its windows one after the other."""
         return rank_batches(self.layout_on(world), rank, epoch, self.seed)
 
@@ -287,7 +287,7 @@ class StreamBatchPlan(StreamEpochs):
         return self.layout.batches_per_rank
 
     def epoch_batches(self, epoch: int | None = None) -> tuple[StreamLayout, np.ndarray, int]:
-        """The layout whose windows ``epoch`` serves, this rank's descriptors in serving order, and the
+        """The layout whose windows `epoch` serves, this rank's descriptors in serving order, and the
         batches per rank served before them (on other world sizes or lanes)."""
         rows, before, world = self.epoch_rows(self.epoch if epoch is None else epoch)
         return self.layout_on(world), rows, before
@@ -298,11 +298,11 @@ class StreamBatchPlan(StreamEpochs):
             yield tuple(row)
 
     def reader(self, epoch: int) -> Callable[[int, int], tuple[np.ndarray, np.ndarray]]:
-        """Reads a window of ``epoch`` (on a world size): its ids and batches (:func:`read_window`)."""
+        """Reads a window of `epoch` (on a world size): its ids and batches (`read_window`)."""
         return lambda world, window: read_window(self.index, self.layout_on(world), window, epoch, self.seed)
 
     def shapes(self, epoch: int | None = None) -> set[tuple[int, int]]:
-        """The distinct ``(batch size, padded length)`` of ``epoch``'s batches on every rank (from the windows'
+        """The distinct `(batch size, padded length)` of `epoch`'s batches on every rank (from the windows'
         histograms: nothing read)."""
         plan = self.layout_on(self.epoch_rows(self.epoch if epoch is None else epoch)[2])
         return row_shapes(plan.window_histograms, plan.window_splits, plan.rounded, plan.spec)

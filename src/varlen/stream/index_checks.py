@@ -14,11 +14,11 @@ __all__ = ["SizeIndexLike", "checked_histograms", "chunk_sizes", "grid_bins"]
 
 
 class SizeIndexLike(Protocol):
-    """What the plan reads of a size index (:class:`varlen.stream.size_index.SizeIndex` is one)."""
+    """What the plan reads of a size index (`varlen.stream.size_index.SizeIndex` is one)."""
 
     #: content key of the chunk list (a state saved on another index is refused)
     key: str
-    #: the histograms' bin edges, ascending: a size ``s`` falls in the first bin whose edge is ``>= s``
+    #: the histograms' bin edges, ascending: a size `s` falls in the first bin whose edge is `>= s`
     edges: np.ndarray
 
     @property
@@ -28,14 +28,14 @@ class SizeIndexLike(Protocol):
     def samples_per_chunk(self) -> np.ndarray: ...
 
     def histograms(self, axis: int = 0) -> np.ndarray:
-        """``[chunks, bins]`` counts of each chunk's sizes on ``axis``."""
+        """`[chunks, bins]` counts of each chunk's sizes on `axis`."""
 
     def sizes(self, chunk: int) -> np.ndarray:
-        """``[n, D]`` sizes of chunk ``chunk``'s samples, in the chunk's order."""
+        """`[n, D]` sizes of chunk `chunk`'s samples, in the chunk's order."""
 
 
 def chunk_sizes(index: SizeIndexLike, chunk: int, axis: int, histograms: np.ndarray | None = None) -> np.ndarray:
-    """Chunk ``chunk``'s sizes on ``axis`` (int64), checked against its sample count and histogram.
+    """Chunk `chunk`'s sizes on `axis` (int64), checked against its sample count and histogram.
 
     Raises:
         DataError: naming the chunk, when the sizes disagree with what the index lists for it.
@@ -44,7 +44,7 @@ def chunk_sizes(index: SizeIndexLike, chunk: int, axis: int, histograms: np.ndar
 
 
 def _checked_sizes(index: SizeIndexLike, chunk: int, axis: int, histograms: np.ndarray | None):
-    """:func:`chunk_sizes` and each size's grid bin."""
+    """`chunk_sizes` and each size's grid bin."""
     sizes = np.asarray(index.sizes(chunk))
     sizes = sizes[:, None] if sizes.ndim == 1 else sizes
     listed = int(index.samples_per_chunk[chunk])
@@ -68,12 +68,12 @@ def _checked_sizes(index: SizeIndexLike, chunk: int, axis: int, histograms: np.n
 
 
 def grid_bins(index: SizeIndexLike, axis: int, histograms: np.ndarray, chunk: int) -> np.ndarray:
-    """Chunk ``chunk``'s grid bin of each sample (its sizes read and checked)."""
+    """Chunk `chunk`'s grid bin of each sample (its sizes read and checked)."""
     return _checked_sizes(index, chunk, axis, histograms)[1]
 
 
 def checked_histograms(index: SizeIndexLike, axis: int) -> tuple[np.ndarray, np.ndarray]:
-    """The index's sample counts ``[C]`` and histograms ``[C, G]``, their shapes and sums checked."""
+    """The index's sample counts `[C]` and histograms `[C, G]`, their shapes and sums checked."""
     samples = np.asarray(index.samples_per_chunk, dtype=np.int64)
     histograms = index.histograms(axis)
     edges = np.asarray(index.edges)

@@ -1,14 +1,14 @@
-"""``varlen index-sizes``: the size index of a LitData dataset written elsewhere, in one pass.
+"""`varlen index-sizes`: the size index of a LitData dataset written elsewhere, in one pass.
 
-The items are read once, in ``index.json``'s order (``StreamingDataset`` without shuffling), and a
-size function the user names (``module:function``: one item -> an int, or a tuple of ints, one per
+The items are read once, in `index.json`'s order (`StreamingDataset` without shuffling), and a
+size function the user names (`module:function`: one item -> an int, or a tuple of ints, one per
 budget axis) gives each item's sizes. A function that fails, or a size that is not a whole number
 from 0 to 2**31 - 1 with as many axes as the first item's, stops the pass with a DataError naming
 the chunk and the item.
 
 Optionally, what a weighted draw needs is written beside it in the same pass
-(:mod:`varlen.stream.draw_index`): a label function (one item -> its class id, an int >= 0, or -1 /
-None for no label) for ``sample_weights: balanced``, and weight functions (one item -> a number
+(`varlen.stream.draw_index`): a label function (one item -> its class id, an int >= 0, or -1 /
+None for no label) for `sample_weights: balanced`, and weight functions (one item -> a number
 >= 0), one per weight column they are named by. Without them no draw sidecar is written (an old one
 is removed), and a weighted streamed split is refused naming these options.
 """
@@ -43,7 +43,7 @@ WEIGHT_HELP = "a weight column for sample_weights: COLUMN on these chunks, from 
 
 
 def resolve_size_fn(spec: str, option: str = "--size-fn") -> Callable[[Any], Any]:
-    """The function named ``module:function`` (``module:Class.method`` too).
+    """The function named `module:function` (`module:Class.method` too).
 
     Raises:
         ValueError: the name is malformed, or its module or attribute cannot be found.
@@ -96,20 +96,20 @@ def index_sizes(
     label_fn: Callable[[Any], Any] | None = None,
     weight_fns: Mapping[str, Callable[[Any], Any]] | None = None,
 ) -> Path:
-    """Read every item of the LitData dataset in ``dataset_dir`` once and write its size index.
+    """Read every item of the LitData dataset in `dataset_dir` once and write its size index.
 
     Args:
         dataset_dir: a local LitData dataset folder.
         size_fn: one item -> its size (int) or sizes (tuple of ints, one per axis).
-        axes: names of the axes (default ``size``, or ``size0, size1, ...``).
-        name: how to name ``size_fn`` in the rebuild command (``module:function``).
-        label_fn: one item -> its class id (int >= 0; -1 or None: no label), for ``balanced`` draws.
+        axes: names of the axes (default `size`, or `size0, size1, ...`).
+        name: how to name `size_fn` in the rebuild command (`module:function`).
+        label_fn: one item -> its class id (int >= 0; -1 or None: no label), for `balanced` draws.
         weight_fns: weight column name -> one item -> its weight (a finite number >= 0).
 
     Raises:
-        DataError: naming the chunk and the item where ``size_fn``, ``label_fn`` or a weight function
-            failed or gave a bad value, a dataset whose items are not those its ``index.json`` lists, or
-            chunks compressed whole (:func:`~varlen.stream.chunks.refuse_whole_file_compression`).
+        DataError: naming the chunk and the item where `size_fn`, `label_fn` or a weight function
+            failed or gave a bad value, a dataset whose items are not those its `index.json` lists, or
+            chunks compressed whole (`refuse_whole_file_compression`).
     """
     dataset_dir = local_folder(dataset_dir)
     listed = read_index_json(dataset_dir)
@@ -132,9 +132,9 @@ def _read_items(
     label_fn: Callable[[Any], Any] | None,
     weight_fns: Mapping[str, Callable[[Any], Any]],
 ) -> tuple[np.ndarray, np.ndarray | None, dict[str, np.ndarray]]:
-    """Every item of the dataset read once, in order: ``[N, D]`` sizes, class ids (None: no ``label_fn``) and
+    """Every item of the dataset read once, in order: `[N, D]` sizes, class ids (None: no `label_fn`) and
     each weight column's values; a DataError naming the chunk and item where a function failed or gave a bad
-    value, or where the items are not those ``chunks`` lists."""
+    value, or where the items are not those `chunks` lists."""
     total = int(chunks.samples.sum())
     chunk_of = np.repeat(np.arange(len(chunks)), chunks.samples)
     first = np.cumsum(chunks.samples) - chunks.samples
@@ -173,7 +173,7 @@ def _read_items(
 
 
 def _drawn(where: str, what: str, fn: Callable[[Any], Any], item: Any, parse: Callable[[Any], Any], wanted: str) -> Any:
-    """``fn(item)`` parsed, or a DataError naming ``where`` (the chunk and item) and ``what`` failed."""
+    """`fn(item)` parsed, or a DataError naming `where` (the chunk and item) and `what` failed."""
     try:
         value = fn(item)
     except Exception as error:
@@ -185,7 +185,7 @@ def _drawn(where: str, what: str, fn: Callable[[Any], Any], item: Any, parse: Ca
 
 
 def main(argv: Sequence[str]) -> None:
-    """``varlen index-sizes``: the size index of a LitData dataset made elsewhere, from a size function."""
+    """`varlen index-sizes`: the size index of a LitData dataset made elsewhere, from a size function."""
     parser = _parser()
     options = parser.parse_args(list(argv))
     try:
@@ -213,7 +213,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _weight_fn(spec: str) -> tuple[str, Callable[[Any], Any]]:
-    """``--weight-fn COLUMN=module:function`` as its column and function (a ValueError naming ``spec``)."""
+    """`--weight-fn COLUMN=module:function` as its column and function (a ValueError naming `spec`)."""
     column, _, function = spec.partition("=")
     if not column or not function:
         raise ValueError(f"--weight-fn {spec!r}: give COLUMN=module:function")

@@ -1,21 +1,21 @@
 """What a streamed dataset's size index records of the bytes beside it, checked at a node's first open.
 
-LitData's ``index.json`` gives each chunk's bytes, not their content: a chunk whose values changed after
-``varlen optimize`` (the same size, the same item count) would be served as it is, and a draw sidecar
+LitData's `index.json` gives each chunk's bytes, not their content: a chunk whose values changed after
+`varlen optimize` (the same size, the same item count) would be served as it is, and a draw sidecar
 with the right key but other class ids would change who is drawn without a word. So the size index's
-``histograms.arrow`` records, when it is written, an xxh3-64 (:func:`varlen.storage.checksums.file_checksum`) of
+`histograms.arrow` records, when it is written, an xxh3-64 (`varlen.storage.checksums.file_checksum`) of
 
-* each chunk file (column ``checksum``; empty for a chunk that was not there to hash),
-* ``sizes.arrow`` and the draw sidecar's files (metadata ``varlen.files``: written before it,
-  :mod:`varlen.stream.sidecars`; a sidecar written alone is recorded again by
-  :func:`varlen.stream.size_index.record_files`),
-* and its own data and metadata (``varlen.checksum``).
+* each chunk file (column `checksum`; empty for a chunk that was not there to hash),
+* `sizes.arrow` and the draw sidecar's files (metadata `varlen.files`: written before it,
+  `varlen.stream.sidecars`; a sidecar written alone is recorded again by
+  `varlen.stream.size_index.record_files`),
+* and its own data and metadata (`varlen.checksum`).
 
-Each is checked where it is first opened on a node (:func:`varlen.storage.checksums.mismatch`: once per file per
+Each is checked where it is first opened on a node (`varlen.storage.checksums.mismatch`: once per file per
 process, once per node where the file takes the marker, as the Arrow caches are): the size index when it
 is mapped, the sidecar when it is opened (its class ids and weights with it), a chunk before it is
 decoded. A mismatch is a DataError naming the file and the command that writes it again (an
-:class:`IntegrityError`, so that a store's cached copy can be fetched again). A size index written
+`IntegrityError`, so that a store's cached copy can be fetched again). A size index written
 before checksums were recorded opens with a warning, once per folder, naming that command.
 """
 
@@ -47,7 +47,7 @@ __all__ = [
 
 #: histograms.arrow's checksum of its own data and metadata (absent: written before checksums were recorded)
 CHECKSUM = b"varlen.checksum"
-#: histograms.arrow's record of the files beside it: ``{name: "xxh3_64:<hex>"}`` as JSON
+#: histograms.arrow's record of the files beside it: `{name: "xxh3_64:<hex>"}` as JSON
 FILES = b"varlen.files"
 #: histograms.arrow's column of each chunk file's checksum
 CHUNK_CHECKSUM = "checksum"
@@ -88,19 +88,19 @@ def recorded_files(metadata: Mapping[bytes, bytes]) -> dict[str, str] | None:
 
 
 def file_checksums(folder: Path, names: Iterable[str]) -> dict[str, str]:
-    """The checksum of each file of ``names`` in ``folder`` that is there."""
+    """The checksum of each file of `names` in `folder` that is there."""
     return {name: checksums.file_checksum(folder / name) for name in names if (folder / name).is_file()}
 
 
 def chunk_checksums(dataset_dir: Path, names: Iterable[str]) -> list[str]:
-    """Each chunk file's checksum, empty for a chunk not in ``dataset_dir`` (an ``index.json`` alone)."""
+    """Each chunk file's checksum, empty for a chunk not in `dataset_dir` (an `index.json` alone)."""
     return [checksums.file_checksum(path) if (path := dataset_dir / name).is_file() else "" for name in names]
 
 
 def file_problem(path: Path, recorded: str | None, values: Callable[[], None] | None = None) -> str | None:
-    """Why ``path`` is not the file the size index recorded as ``recorded``, or None when it is.
+    """Why `path` is not the file the size index recorded as `recorded`, or None when it is.
 
-    ``values()`` checks what the file holds (it raises a DataError) once its checksum agrees, in the same
+    `values()` checks what the file holds (it raises a DataError) once its checksum agrees, in the same
     once-per-node verification: a file a process of the node verified was checked whole.
     """
     if not recorded:
@@ -121,7 +121,7 @@ def file_problem(path: Path, recorded: str | None, values: Callable[[], None] | 
 
 
 def table_problem(path: Path, batch: pa.RecordBatch, metadata: Mapping[bytes, bytes]) -> str | None:
-    """Why the size index table ``batch`` (mapped from ``path``) is not as written, or None when it is."""
+    """Why the size index table `batch` (mapped from `path`) is not as written, or None when it is."""
     recorded = metadata[CHECKSUM].decode()
     found = checksums.mismatch(path, recorded, lambda: own_checksum(batch, metadata))
     if found is None:

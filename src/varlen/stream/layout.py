@@ -1,23 +1,23 @@
 """The batch plan of a streamed data set, from its size index alone: per rank, memory that grows with
 chunks x buckets plus one window, never with samples.
 
-The in-memory plan (:mod:`varlen.batching.plan`) needs every size on every rank. Here a rank reads the
-index's per-chunk histograms (over :data:`~varlen.batching.plan.SIZE_GRID`) and the sizes of about
+The in-memory plan (`varlen.batching.plan`) needs every size on every rank. Here a rank reads the
+index's per-chunk histograms (over `SIZE_GRID`) and the sizes of about
 W - 1 chunks to lay the run out (the pieces' boundary chunks, a few neighbours), then the sizes of one
 window at a time:
 
 1. Buckets: the grid's edges that close a bucket of enough samples in the summed histograms
-   (:func:`~varlen.batching.plan.keep_populated`, as ``bucketize`` keeps them); a sample is costed at
-   its bucket's upper edge (rounded up to ``pad_to_multiple_of``, but packed), so budgets hold.
+   (`keep_populated`, as `bucketize` keeps them); a sample is costed at
+   its bucket's upper edge (rounded up to `pad_to_multiple_of`, but packed), so budgets hold.
 2. Pieces: the chunks in a seeded order, cut into one contiguous piece per rank, inside the boundary
    chunks at sample granularity (their sizes read). Cut at equal expected batch count
-   (``sum(samples / room)``), pieces would differ by a few real batches each (a bucket's last batch is
+   (`sum(samples / room)`), pieces would differ by a few real batches each (a bucket's last batch is
    partial), and every rank serves the fullest one's count. So the cuts are walked from the first
-   piece on at real counts (:mod:`varlen.stream.piece_ends`).
-3. Windows: K consecutive chunks of a piece (about ``window_batches`` batches). A window's batch count
-   follows from its bucket histogram alone (:func:`batch_counts`: the greedy cut only reads the sorted
+   piece on at real counts (`varlen.stream.piece_ends`).
+3. Windows: K consecutive chunks of a piece (about `window_batches` batches). A window's batch count
+   follows from its bucket histogram alone (`batch_counts`: the greedy cut only reads the sorted
    rounded sizes); its samples are ordered and cut exactly as the in-memory plan does
-   (:func:`read_window`), which gives that count.
+   (`read_window`), which gives that count.
 4. Equal counts: every rank gets T = the largest rank's count; a shorter rank's windows split their
    largest batches (the splits dealt to its windows, the ones of largest mean batch first). With the
    walked cuts only the last piece can be short: by 0 to a few batches in most runs, by up to about
@@ -25,17 +25,17 @@ window at a time:
    range of its T batches moves its expected batches by about one: half a batch either way).
 
 What is fixed for the run and what changes per epoch. The chunk order comes from the run's seed, not
-from ``(seed, epoch)``: pieces and windows are the same every epoch, so each rank keeps its chunks
-(a node's chunk cache stays useful) and every window's count, hence ``len()``, never moves (Lightning
-reads it once). From ``(seed, epoch)``: the order of a rank's windows, the order of the samples inside
+from `(seed, epoch)`: pieces and windows are the same every epoch, so each rank keeps its chunks
+(a node's chunk cache stays useful) and every window's count, hence `len()`, never moves (Lightning
+reads it once). From `(seed, epoch)`: the order of a rank's windows, the order of the samples inside
 each bucket of a window (so which samples share a batch) and the order of a window's batches. A rank
 serves a window's batches one after the other (in each of its lanes, one per loader worker: see
-:mod:`varlen.stream.epochs`), so a reader loads each window once per epoch.
+`varlen.stream.epochs`), so a reader loads each window once per epoch.
 
-A served batch is a *descriptor* ``(window, batch, lo, hi)``: samples ``lo:hi`` of the window's batch
-(``hi = -1``: to its end); the main process never holds a per-sample array. :class:`StreamBatchPlan`
+A served batch is a *descriptor* `(window, batch, lo, hi)`: samples `lo:hi` of the window's batch
+(`hi = -1`: to its end); the main process never holds a per-sample array. `StreamBatchPlan`
 wraps the plan with a rank-independent state that resumes exactly, on the same or another number of
-ranks (:mod:`varlen.stream.epochs`).
+ranks (`varlen.stream.epochs`).
 """
 
 from __future__ import annotations
@@ -90,11 +90,11 @@ _CHUNKS, _WINDOWS, _SAMPLES, _BATCHES = 0, 1, 2, 3
 
 @dataclass(frozen=True, eq=False)
 class StreamLayout:
-    """What a run fixes on ``num_replicas`` ranks (see the module docstring).
+    """What a run fixes on `num_replicas` ranks (see the module docstring).
 
-    Segment ``s`` is samples ``seg_start[s]:seg_stop[s]`` of chunk ``seg_chunk[s]``; window ``w`` holds
-    segments ``window_segments[w]:window_segments[w + 1]`` and belongs to rank ``window_rank[w]``; rank
-    ``r``'s windows are ``rank_windows[r]:rank_windows[r + 1]``.
+    Segment `s` is samples `seg_start[s]:seg_stop[s]` of chunk `seg_chunk[s]`; window `w` holds
+    segments `window_segments[w]:window_segments[w + 1]` and belongs to rank `window_rank[w]`; rank
+    `r`'s windows are `rank_windows[r]:rank_windows[r + 1]`.
     """
 
     spec: PlanSpec
@@ -121,7 +121,7 @@ class StreamLayout:
 
     @property
     def extra_batches(self) -> int:
-        """Batches added by splitting so that every rank has :attr:`batches_per_rank`."""
+        """Batches added by splitting so that every rank has `batches_per_rank`."""
         return int(self.window_splits.sum())
 
 
@@ -137,8 +137,8 @@ def check_spec(spec: PlanSpec) -> None:
 
 def buckets(total: np.ndarray, edges: np.ndarray, spec: PlanSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Bucket upper edges, each bucket's rounded size and each grid bin's bucket, from the summed
-    histogram ``total`` (as ``bucketize`` draws them from sizes, the grid being its finest edges); with the
-    shape policy's rungs (grid edges: :func:`~varlen.stream.shape_policy.histogram_rungs`), the rungs."""
+    histogram `total` (as `bucketize` draws them from sizes, the grid being its finest edges); with the
+    shape policy's rungs (grid edges: `histogram_rungs`), the rungs."""
     present = np.flatnonzero(total)
     candidates = np.asarray(edges)[present].astype(np.int64)
     if spec.rungs is not None:
@@ -156,13 +156,13 @@ def buckets(total: np.ndarray, edges: np.ndarray, spec: PlanSpec) -> tuple[np.nd
 
 
 def batch_counts(histograms: np.ndarray, rounded: np.ndarray, spec: PlanSpec) -> np.ndarray:
-    """Batches of :func:`~varlen.batching.plan.cut_batches` over each row's samples (``[N, B]`` counts per
-    bucket of rounded size ``rounded[b]``), without the samples: one step per bucket, over all rows.
+    """Batches of `cut_batches` over each row's samples (`[N, B]` counts per
+    bucket of rounded size `rounded[b]`), without the samples: one step per bucket, over all rows.
 
-    The greedy cut reads only the sorted rounded sizes, largest first. ``padded``: a batch started in
-    bucket b holds ``room_b`` samples, so what it takes of the next buckets is a carry. ``sum``: a
+    The greedy cut reads only the sorted rounded sizes, largest first. `padded`: a batch started in
+    bucket b holds `room_b` samples, so what it takes of the next buckets is a carry. `sum`: a
     bucket's last batch stays open and takes what fits of the next buckets. With the shape policy's rungs,
-    a row's short batch is cut into powers of two (:func:`~varlen.batching.plan.cut_segment`): as many
+    a row's short batch is cut into powers of two (`cut_segment`): as many
     more batches as its size has one bits, less one.
     """
     histograms = np.asarray(histograms, dtype=np.int64)
@@ -218,11 +218,11 @@ def layout(
     bucketing: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
     equalise: bool = True,
 ) -> StreamLayout:
-    """Lay a run out on ``num_replicas`` ranks (the same on every rank; see the module docstring).
+    """Lay a run out on `num_replicas` ranks (the same on every rank; see the module docstring).
 
-    ``bucketing``: the buckets ``(upper edges, rounded sizes, grid bin -> bucket)`` to use instead of the
-    index's own (a mixture's sources share theirs); ``equalise=False`` leaves the ranks' counts as the
-    windows give them (no split; ``batches_per_rank`` the largest rank's), for a plan that draws its own.
+    `bucketing`: the buckets `(upper edges, rounded sizes, grid bin -> bucket)` to use instead of the
+    index's own (a mixture's sources share theirs); `equalise=False` leaves the ranks' counts as the
+    windows give them (no split; `batches_per_rank` the largest rank's), for a plan that draws its own.
 
     Raises:
         DataError: the index is inconsistent (shapes, sums, a boundary chunk's sizes), naming the chunk.
@@ -267,11 +267,11 @@ def layout(
 
 
 def group_windows(seg_rank: np.ndarray, per_window: int, num_replicas: int, samples: np.ndarray):
-    """Each rank's segments (in order, ``seg_rank`` their ranks) grouped ``per_window`` at a time into windows:
-    ``(window_segments [windows + 1], window_rank [windows], rank_windows [W + 1])``.
+    """Each rank's segments (in order, `seg_rank` their ranks) grouped `per_window` at a time into windows:
+    `(window_segments [windows + 1], window_rank [windows], rank_windows [W + 1])`.
 
     Raises:
-        ValueError: a rank without samples (of the ``samples`` per chunk).
+        ValueError: a rank without samples (of the `samples` per chunk).
     """
     per_rank = np.bincount(seg_rank, minlength=num_replicas)
     if (per_rank == 0).any():
@@ -287,9 +287,9 @@ def group_windows(seg_rank: np.ndarray, per_window: int, num_replicas: int, samp
 
 
 def window_totals(segments, window_segments, samples, histograms, bin_bucket, part, dtype) -> np.ndarray:
-    """Samples (or weights) per bucket of each window ``[windows, B]``: full chunks from their per-chunk
-    ``histograms`` (``[C, G]`` over the grid: counts, or weight sums), the boundary chunks' parts from
-    ``part(segment)`` (that segment's row ``[B]``, its samples read); a block of windows at a time."""
+    """Samples (or weights) per bucket of each window `[windows, B]`: full chunks from their per-chunk
+    `histograms` (`[C, G]` over the grid: counts, or weight sums), the boundary chunks' parts from
+    `part(segment)` (that segment's row `[B]`, its samples read); a block of windows at a time."""
     chunk, start, stop = segments
     num_buckets = int(bin_bucket[-1]) + 1
     first_bins = np.searchsorted(bin_bucket, np.arange(num_buckets))
@@ -333,8 +333,8 @@ def equalise_ranks(window_samples, counts, window_rank, rank_windows) -> tuple[n
 
 
 def rank_batches(plan: StreamLayout, rank: int, epoch: int, seed: int) -> np.ndarray:
-    """Rank ``rank``'s descriptors for ``epoch``: ``[T, 4]`` int32 (window, batch, 0, -1), its windows in an
-    order from ``(seed, epoch, rank)``, each window's batches one after the other."""
+    """Rank `rank`'s descriptors for `epoch`: `[T, 4]` int32 (window, batch, 0, -1), its windows in an
+    order from `(seed, epoch, rank)`, each window's batches one after the other."""
     windows = np.arange(plan.rank_windows[rank], plan.rank_windows[rank + 1])
     windows = windows[np.random.default_rng([seed, epoch, _WINDOWS, rank]).permutation(len(windows))]
     counts = plan.window_counts[windows] + plan.window_splits[windows]
@@ -346,8 +346,8 @@ def rank_batches(plan: StreamLayout, rank: int, epoch: int, seed: int) -> np.nda
 
 
 def serve(starts: np.ndarray, count: int, splits: int, rng: np.random.Generator, what: str) -> np.ndarray:
-    """Batches ``[n, 2]`` from a cut's ``starts``, checked against the ``count`` planned, ``splits`` of the
-    largest split in two, in a random order from ``rng``; ``what`` names the window in the error."""
+    """Batches `[n, 2]` from a cut's `starts`, checked against the `count` planned, `splits` of the
+    largest split in two, in a random order from `rng`; `what` names the window in the error."""
     bounds = np.stack([starts[:-1], starts[1:]], axis=1)
     if len(bounds) != count:
         raise RuntimeError(f"{what}: {len(bounds)} batches cut but {count} counted")
@@ -362,15 +362,15 @@ def _serve(plan: StreamLayout, window: int, epoch: int, seed: int, starts: np.nd
 
 
 def window_bounds(plan: StreamLayout, window: int, epoch: int, seed: int) -> np.ndarray:
-    """Window ``window``'s batches ``[n, 2]`` (offsets into its ordered samples, in serving order), from
-    its histogram alone: the batch sizes :func:`read_window` gives, without reading a chunk."""
+    """Window `window`'s batches `[n, 2]` (offsets into its ordered samples, in serving order), from
+    its histogram alone: the batch sizes `read_window` gives, without reading a chunk."""
     largest_first = np.repeat(plan.rounded[::-1], plan.window_histograms[window][::-1])
     return _serve(plan, window, epoch, seed, cut_segment(largest_first[:, None], plan.spec))
 
 
 def read_window(index: SizeIndexLike, plan: StreamLayout, window: int, epoch: int, seed: int):
-    """Window ``window``'s samples as global ids (chunk offset + position) in the order of ``epoch``,
-    and its batches ``[n, 2]`` (offsets into them, in serving order): the in-memory plan's ordering and
+    """Window `window`'s samples as global ids (chunk offset + position) in the order of `epoch`,
+    and its batches `[n, 2]` (offsets into them, in serving order): the in-memory plan's ordering and
     cut over the window's samples, the window's chunks read once.
 
     Raises:
@@ -382,8 +382,8 @@ def read_window(index: SizeIndexLike, plan: StreamLayout, window: int, epoch: in
 
 
 def window_samples(index: SizeIndexLike, plan: StreamLayout, window: int, weights: bool = False):
-    """Window ``window``'s sizes on the plan's axis, global ids (chunk offset + position) and buckets, in
-    its chunks' order (and their draw weights with ``weights``: ``index.weights(chunk)``), its chunks'
+    """Window `window`'s sizes on the plan's axis, global ids (chunk offset + position) and buckets, in
+    its chunks' order (and their draw weights with `weights`: `index.weights(chunk)`), its chunks'
     sizes read and checked against the index and the plan.
 
     Raises:
@@ -406,7 +406,7 @@ def window_samples(index: SizeIndexLike, plan: StreamLayout, window: int, weight
 
 
 def order_and_cut(sizes: np.ndarray, bucket: np.ndarray, plan: StreamLayout, rng: np.random.Generator):
-    """The order of a window's samples (``sizes`` and their ``bucket``) and its batches' starts: by bucket,
+    """The order of a window's samples (`sizes` and their `bucket`) and its batches' starts: by bucket,
     largest first; inside a bucket, the window's own finer buckets (bucketize's, as the in-memory plan's)
     largest first, so the cut's positions stay the histogram's and a batch holds samples of close sizes."""
     finer, _ = bucketize(sizes[:, None], plan.spec)

@@ -1,6 +1,6 @@
-"""Size indexes held in memory, for tests and benchmarks of the streamed plan (:mod:`varlen.stream.layout`):
-real per-chunk arrays (:class:`ArraySizeIndex`), or only histograms with each chunk's sizes drawn on
-demand from a seeded generator (:class:`SimulatedSizeIndex`: 100 M to 1 B samples in ~100 MB)."""
+"""Size indexes held in memory, for tests and benchmarks of the streamed plan (`varlen.stream.layout`):
+real per-chunk arrays (`ArraySizeIndex`), or only histograms with each chunk's sizes drawn on
+demand from a seeded generator (`SimulatedSizeIndex`: 100 M to 1 B samples in ~100 MB)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ __all__ = ["ArraySizeIndex", "SimulatedSizeIndex"]
 
 
 class ArraySizeIndex:
-    """Per-chunk size arrays in memory, with their histograms (the :class:`SizeIndexLike` protocol)."""
+    """Per-chunk size arrays in memory, with their histograms (the `SizeIndexLike` protocol)."""
 
     edges = SIZE_GRID
 
@@ -38,9 +38,9 @@ class ArraySizeIndex:
     def from_sizes(
         cls, chunks: Sequence[Sequence[int] | np.ndarray], weights: Sequence[Sequence[float]] | None = None
     ) -> ArraySizeIndex:
-        """An index of ``chunks``: one array of sizes (``[n]`` or ``[n, D]``) per chunk; ``weights``: each
-        chunk's per-sample draw weights (the weighted-index protocol: :meth:`weights`,
-        :meth:`weight_histograms`)."""
+        """An index of `chunks`: one array of sizes (`[n]` or `[n, D]`) per chunk; `weights`: each
+        chunk's per-sample draw weights (the weighted-index protocol: `weights`,
+        `weight_histograms`)."""
         arrays = [np.asarray(c, dtype=np.int64) for c in chunks]
         arrays = [as_size_matrix(a[:, None] if a.ndim == 1 else a).astype(np.int32) for a in arrays]
         histograms = grid_counts(np.concatenate(arrays), np.array([len(a) for a in arrays]))
@@ -48,12 +48,12 @@ class ArraySizeIndex:
         return cls(arrays, histograms, key, weights)
 
     def weights(self, chunk: int) -> np.ndarray | None:
-        """Chunk ``chunk``'s per-sample draw weights ``[n]`` float64 (None: an unweighted index)."""
+        """Chunk `chunk`'s per-sample draw weights `[n]` float64 (None: an unweighted index)."""
         return None if self._weights is None else self._weights[chunk]
 
     def weight_histograms(self, axis: int = 0) -> np.ndarray | None:
-        """``[chunks, bins]`` float64: each chunk's draw weights summed per grid bin of its sizes on ``axis``
-        (the grid of :meth:`histograms`); None: an unweighted index."""
+        """`[chunks, bins]` float64: each chunk's draw weights summed per grid bin of its sizes on `axis`
+        (the grid of `histograms`); None: an unweighted index."""
         if self._weights is None:
             return None
         out = np.zeros((len(self._chunks), len(self.edges)), np.float64)
@@ -77,10 +77,10 @@ class ArraySizeIndex:
 
 
 class SimulatedSizeIndex:
-    """``num_samples`` lognormal sizes in chunks of ``chunk_size``, held as histograms only (uint16).
+    """`num_samples` lognormal sizes in chunks of `chunk_size`, held as histograms only (uint16).
 
     A chunk's histogram is a multinomial draw over the grid's bins; its sizes, drawn when asked for from
-    ``(seed, chunk)``, are uniform inside each bin and so match the histogram exactly.
+    `(seed, chunk)`, are uniform inside each bin and so match the histogram exactly.
     """
 
     edges = SIZE_GRID
@@ -125,7 +125,7 @@ class SimulatedSizeIndex:
         return self._histograms
 
     def sizes(self, chunk: int) -> np.ndarray:
-        """Chunk ``chunk``'s sizes ``[n, 1]`` int32: uniform in each bin, in a random order."""
+        """Chunk `chunk`'s sizes `[n, 1]` int32: uniform in each bin, in a random order."""
         counts = self._histograms[chunk].astype(np.int64)
         bins = np.repeat(np.arange(len(counts)), counts)
         low = np.concatenate([[-1], SIZE_GRID[:-1]])[bins] + 1  # a bin holds (previous edge, edge]

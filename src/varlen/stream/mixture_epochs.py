@@ -1,13 +1,13 @@
-"""`MixtureBatchPlan`: the streamed mixture plan (:mod:`varlen.stream.mixture_layout`) behind a rank's epochs, with a
+"""`MixtureBatchPlan`: the streamed mixture plan (`varlen.stream.mixture_layout`) behind a rank's epochs, with a
 small, rank-independent state that resumes exactly on the same or another number of ranks and lanes.
 
-The layout of each world size is fixed for the run; an epoch's draw is a function of ``(seed, epoch,
-shares)``: the shares are ``source_weights`` (default: each source's samples), or a
-:class:`~varlen.batching.schedule.MixtureSchedule`'s at the epoch's first position (an epoch; or a step,
-the batches a rank served before the epoch). ``len()`` is the epoch's own count, read after ``set_epoch``.
+The layout of each world size is fixed for the run; an epoch's draw is a function of `(seed, epoch,
+shares)`: the shares are `source_weights` (default: each source's samples), or a
+`MixtureSchedule`'s at the epoch's first position (an epoch; or a step,
+the batches a rank served before the epoch). `len()` is the epoch's own count, read after `set_epoch`.
 
-The state is the unweighted plan's (``{epoch, batches_served, num_replicas, lanes, segments, seed, index,
-plan}``, :mod:`varlen.batching.resume`) plus ``steps_before``, the steps before the saved epoch: with a
+The state is the unweighted plan's (`{epoch, batches_served, num_replicas, lanes, segments, seed, index,
+plan}`, `varlen.batching.resume`) plus `steps_before`, the steps before the saved epoch: with a
 schedule by step, the shares of the epoch in progress and of the next ones follow from it and the epochs'
 counts on the world size that resumes, never from what the saved run served before. Its size never grows
 with the data.
@@ -48,14 +48,14 @@ class MixtureBatchPlan(StreamEpochs):
     """A rank's batches of streamed sources mixed (or of one source drawn by weight), epoch after epoch.
 
     Args:
-        indexes: each source's size index (:class:`~varlen.stream.layout.SizeIndexLike`); a weighted one
-            (``weight_histograms`` / ``weights``) draws its samples by weight.
+        indexes: each source's size index (`SizeIndexLike`); a weighted one
+            (`weight_histograms` / `weights`) draws its samples by weight.
         spec, seed, num_replicas, rank, window_batches, axis, lanes (and the spec's settings one by one): as for
-            :class:`~varlen.stream.epochs.StreamEpochs`.
-        names: the sources' names (default ``source0``, ...), for ``source_weights`` by name.
+            `StreamEpochs`.
+        names: the sources' names (default `source0`, ...), for `source_weights` by name.
         source_weights: the sources' shares of every epoch (a list, a mapping by name, or a schedule:
-            :class:`~varlen.batching.schedule.MixtureSchedule`); None: each source's samples.
-        mix: ``within_batch`` (sources share batches) or ``per_source`` (each batch from one source).
+            `MixtureSchedule`); None: each source's samples.
+        mix: `within_batch` (sources share batches) or `per_source` (each batch from one source).
         num_samples: samples an epoch serves (default: every source's samples).
     """
 
@@ -91,7 +91,7 @@ class MixtureBatchPlan(StreamEpochs):
     # -- what a run fixes and what an epoch draws
 
     def layout_on(self, num_replicas: int) -> MixtureLayout:
-        """The run laid out on ``num_replicas`` ranks (kept: an elastic resume needs the saved one)."""
+        """The run laid out on `num_replicas` ranks (kept: an elastic resume needs the saved one)."""
         if num_replicas not in self._layouts:
             plan = mixture_layout(
                 self.indexes, self.spec, seed=self.seed, num_replicas=num_replicas, mix=self.mix,
@@ -105,21 +105,21 @@ class MixtureBatchPlan(StreamEpochs):
         return self._layouts[num_replicas][0]
 
     def shares(self, epoch: int) -> tuple[float, ...]:
-        """The sources' shares of ``epoch``: the schedule's at its first epoch or step."""
+        """The sources' shares of `epoch`: the schedule's at its first epoch or step."""
         if self.schedule.constant:
             return tuple(self.schedule.shares_at(0).tolist())
         return tuple(self.schedule.shares_at(self.position(epoch)).tolist())
 
     def position(self, epoch: int) -> int:
-        """Where ``epoch`` starts in the schedule's unit: the epoch, or the steps before it."""
+        """Where `epoch` starts in the schedule's unit: the epoch, or the steps before it."""
         return epoch if self.schedule.unit == "epoch" else self.steps_before(epoch)
 
     def draw(self, epoch: int, world: int | None = None) -> MixtureEpoch:
-        """``epoch``'s draw on ``world`` ranks (default: this plan's)."""
+        """`epoch`'s draw on `world` ranks (default: this plan's)."""
         return self.draw_for(self.shares(epoch), world)
 
     def draw_for(self, shares: tuple[float, ...], world: int | None = None) -> MixtureEpoch:
-        """The draw of an epoch with the sources' ``shares`` on ``world`` ranks (default: this plan's)."""
+        """The draw of an epoch with the sources' `shares` on `world` ranks (default: this plan's)."""
         world = self.num_replicas if world is None else int(world)
         key = (world, tuple(float(x) for x in shares))
         if key not in self._draws:
@@ -131,12 +131,12 @@ class MixtureBatchPlan(StreamEpochs):
         return self._draws[key]
 
     def start_at(self, epoch: int, steps: int) -> None:
-        """The trainer took ``steps`` batches per rank before ``epoch`` (the DataModule counted them): positions
+        """The trainer took `steps` batches per rank before `epoch` (the DataModule counted them): positions
         of a schedule of steps count from there."""
         self._anchor, self._steps = (int(epoch), int(steps)), {}
 
     def steps_before(self, epoch: int) -> int:
-        """Batches a rank served before ``epoch``: from the trainer's count or the loaded state's epoch on, each
+        """Batches a rank served before `epoch`: from the trainer's count or the loaded state's epoch on, each
         later epoch's plan on this world size."""
         anchor, steps = self._anchor if epoch >= self._anchor[0] else (0, 0)
         for e in range(anchor, epoch):
@@ -163,7 +163,7 @@ class MixtureBatchPlan(StreamEpochs):
         return self.draw(epoch).batches_per_rank
 
     def reader(self, epoch: int) -> Callable[[int, int], tuple[np.ndarray, np.ndarray]]:
-        """Reads a unit of ``epoch`` (on a world size): its ids and batches, a few drawn windows held."""
+        """Reads a unit of `epoch` (on a world size): its ids and batches, a few drawn windows held."""
         windows: dict[tuple[int, int, int], Any] = {}
 
         def read(world: int, unit: int):
@@ -182,7 +182,7 @@ class MixtureBatchPlan(StreamEpochs):
         return read
 
     def shapes(self, epoch: int | None = None) -> set[tuple[int, int]]:
-        """The distinct ``(batch size, padded length)`` of ``epoch``'s batches on every rank (its draw's units'
+        """The distinct `(batch size, padded length)` of `epoch`'s batches on every rank (its draw's units'
         histograms: nothing read)."""
         epoch = self.epoch if epoch is None else int(epoch)
         world = self.epoch_rows(epoch)[2]
@@ -213,7 +213,7 @@ class MixtureBatchPlan(StreamEpochs):
         return state | {"steps_before": self.steps_before(int(state["epoch"]))}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume mid-epoch on any number of ranks and lanes (see :meth:`StreamEpochs.load_state_dict`), the
+        """Resume mid-epoch on any number of ranks and lanes (see `StreamEpochs.load_state_dict`), the
         schedule's steps counted from the saved epoch's."""
         self.check_origin(state)
         self._anchor = (int(state["epoch"]), int(state.get("steps_before", 0)))

@@ -1,28 +1,28 @@
 """The batch plan of a mixture of streamed sources (or of one weighted streamed source), from their size
-indexes alone: pure functions of their inputs; :mod:`varlen.stream.mixture_epochs` keeps a rank's epochs.
+indexes alone: pure functions of their inputs; `varlen.stream.mixture_epochs` keeps a rank's epochs.
 
-What a run fixes (:func:`mixture_layout`): the buckets, from the sources' summed histograms (one set, so
+What a run fixes (`mixture_layout`): the buckets, from the sources' summed histograms (one set, so
 samples of several sources are costed and cut together), and each source's
-:class:`~varlen.stream.layout.StreamLayout` on those buckets (its chunks in a seeded order, cut into one
+`StreamLayout` on those buckets (its chunks in a seeded order, cut into one
 piece per rank at sample granularity, so every rank holds about 1 / W of every source, then into windows),
 unequalised. Then *units*, what a rank serves one after the other, each made of *parts* (a part is share
-``index`` of ``of`` of a source window's drawn samples, bucket by bucket):
+`index` of `of` of a source window's drawn samples, bucket by bucket):
 
-* ``per_source``: a unit per source window (one part: its whole draw), so each batch is from one source;
-* ``within_batch``: rank r's ``J`` units (the most windows any source has on r) are *mixed*: source s's
-  window k feeds the units j with ``floor(j K_s / J) == k`` (its ``K_s`` windows on r spread over the J),
+* `per_source`: a unit per source window (one part: its whole draw), so each batch is from one source;
+* `within_batch`: rank r's `J` units (the most windows any source has on r) are *mixed*: source s's
+  window k feeds the units j with `floor(j K_s / J) == k` (its `K_s` windows on r spread over the J),
   its drawn samples shared between them bucket by bucket; a unit's samples are ordered and cut together.
   A small source's window feeds several units and is read by each of them (its sizes only: the chunks
   stay in the dataset's cache of decoded chunks).
 
-What an epoch draws (:func:`epoch_draw`, a function of the layout and the sources' shares alone): source s
-serves ``n_s`` of ``num_samples`` (its share, rounded along the sources), drawn per (window, bucket)
-stratum by :mod:`varlen.stream.draw` (with replacement when ``n_s`` is over its samples); a unit's
-histogram is the sum of its parts'; its batch count follows from it (:func:`~varlen.stream.layout.batch_counts`)
+What an epoch draws (`epoch_draw`, a function of the layout and the sources' shares alone): source s
+serves `n_s` of `num_samples` (its share, rounded along the sources), drawn per (window, bucket)
+stratum by `varlen.stream.draw` (with replacement when `n_s` is over its samples); a unit's
+histogram is the sum of its parts'; its batch count follows from it (`batch_counts`)
 and every rank serves the fullest rank's count, a shorter rank's units splitting their largest batches (as
-the plan's windows do). A served batch is a descriptor ``(unit, batch, lo, hi)``; its samples are global
-ids over the sources one after the other (source s's sample i is ``offsets[s] + i``, as
-:class:`~varlen.datasets.mixture.SourceMixture` numbers them).
+the plan's windows do). A served batch is a descriptor `(unit, batch, lo, hi)`; its samples are global
+ids over the sources one after the other (source s's sample i is `offsets[s] + i`, as
+`SourceMixture` numbers them).
 """
 
 from __future__ import annotations
@@ -69,11 +69,11 @@ _UNITS, _SAMPLES, _BATCHES = 10, 11, 12
 
 @dataclass(frozen=True, eq=False)
 class MixtureLayout:
-    """What a mixture's run fixes on ``num_replicas`` ranks (see the module docstring).
+    """What a mixture's run fixes on `num_replicas` ranks (see the module docstring).
 
-    Part p is share ``part_index[p]`` of ``part_of[p]`` of source ``part_source[p]``'s window
-    ``part_window[p]``, in unit ``part_unit[p]`` (parts sorted by unit); unit u belongs to rank
-    ``unit_rank[u]``; rank r's units are ``rank_units[r]:rank_units[r + 1]``.
+    Part p is share `part_index[p]` of `part_of[p]` of source `part_source[p]`'s window
+    `part_window[p]`, in unit `part_unit[p]` (parts sorted by unit); unit u belongs to rank
+    `unit_rank[u]`; rank r's units are `rank_units[r]:rank_units[r + 1]`.
     """
 
     sources: tuple[StreamLayout, ...]
@@ -103,11 +103,11 @@ class MixtureLayout:
 
 @dataclass(frozen=True, eq=False)
 class MixtureEpoch:
-    """An epoch's draw on a :class:`MixtureLayout`: a function of the sources' shares (and weights).
+    """An epoch's draw on a `MixtureLayout`: a function of the sources' shares (and weights).
 
-    ``window_counts[s]``: ``[windows of s, B]`` samples source s's strata give; ``unit_histograms``:
-    ``[U, B]`` samples per bucket of each unit; ``unit_counts`` / ``unit_splits``: its batches and
-    those split to equalise the ranks, which all serve ``batches_per_rank``."""
+    `window_counts[s]`: `[windows of s, B]` samples source s's strata give; `unit_histograms`:
+    `[U, B]` samples per bucket of each unit; `unit_counts` / `unit_splits`: its batches and
+    those split to equalise the ranks, which all serve `batches_per_rank`."""
 
     shares: tuple[float, ...]
     source_samples: np.ndarray  # [S]
@@ -129,11 +129,11 @@ def mixture_layout(
     window_batches: int = WINDOW_BATCHES,
     axis: int = 0,
 ) -> MixtureLayout:
-    """Lay a mixture's run out on ``num_replicas`` ranks (the same on every rank).
+    """Lay a mixture's run out on `num_replicas` ranks (the same on every rank).
 
     Raises:
         DataError: an index is inconsistent, or the indexes' grids differ.
-        ValueError: a bad ``mix`` or spec, or a source too small to give every rank a sample (named).
+        ValueError: a bad `mix` or spec, or a source too small to give every rank a sample (named).
     """
     check_spec(spec)
     if mix not in MIX_MODES:
@@ -163,7 +163,7 @@ def mixture_layout(
 
 
 def _units(layouts: Sequence[StreamLayout], mix: str, ranks: int):
-    """``unit_rank, rank_units`` and the parts (unit, source, window, index, of), sorted by unit."""
+    """`unit_rank, rank_units` and the parts (unit, source, window, index, of), sorted by unit."""
     parts: list[np.ndarray] = []  # [5, n] blocks: unit, source, window, index, of
     unit_rank, first = [], 0
     for rank in range(ranks):
@@ -197,8 +197,8 @@ def epoch_draw(
     num_samples: int,
     totals: Sequence[np.ndarray | None] | None = None,
 ) -> MixtureEpoch:
-    """An epoch's draw with the sources' ``shares`` (summing to 1) of ``num_samples``; ``totals[s]``: source
-    s's ``[windows, B]`` draw weights per stratum (:func:`~varlen.stream.draw.window_weights`; None:
+    """An epoch's draw with the sources' `shares` (summing to 1) of `num_samples`; `totals[s]`: source
+    s's `[windows, B]` draw weights per stratum (`window_weights`; None:
     unweighted, its sample counts).
 
     Raises:
@@ -226,7 +226,7 @@ def epoch_draw(
 
 
 def _part_counts(plan: MixtureLayout, counts: Sequence[np.ndarray]) -> np.ndarray:
-    """``[P, B]`` each part's samples per bucket: its share of its window's (cumulative rounding)."""
+    """`[P, B]` each part's samples per bucket: its share of its window's (cumulative rounding)."""
     whole = np.zeros((len(plan.part_unit), len(plan.rounded)), np.int64)
     for s, drawn in enumerate(counts):
         mine = plan.part_source == s
@@ -236,8 +236,8 @@ def _part_counts(plan: MixtureLayout, counts: Sequence[np.ndarray]) -> np.ndarra
 
 
 def unit_rows(plan: MixtureLayout, draw: MixtureEpoch, rank: int, epoch: int, seed: int) -> np.ndarray:
-    """Rank ``rank``'s descriptors for ``epoch``: ``[T, 4]`` int32 (unit, batch, 0, -1), its units in an
-    order from ``(seed, epoch, rank)``, each unit's batches one after the other."""
+    """Rank `rank`'s descriptors for `epoch`: `[T, 4]` int32 (unit, batch, 0, -1), its units in an
+    order from `(seed, epoch, rank)`, each unit's batches one after the other."""
     units = np.arange(plan.rank_units[rank], plan.rank_units[rank + 1])
     units = units[np.random.default_rng([seed, epoch, _UNITS, rank]).permutation(len(units))]
     counts = draw.unit_counts[units] + draw.unit_splits[units]
@@ -254,15 +254,15 @@ def _serve(plan: MixtureLayout, draw: MixtureEpoch, unit: int, epoch: int, seed:
 
 
 def unit_bounds(plan: MixtureLayout, draw: MixtureEpoch, unit: int, epoch: int, seed: int) -> np.ndarray:
-    """Unit ``unit``'s batches ``[n, 2]`` in serving order from its histogram alone (no chunk read)."""
+    """Unit `unit`'s batches `[n, 2]` in serving order from its histogram alone (no chunk read)."""
     largest_first = np.repeat(plan.rounded[::-1], draw.unit_histograms[unit][::-1])
     return _serve(plan, draw, unit, epoch, seed, cut_segment(largest_first[:, None], plan.spec))
 
 
 def drawn_window(index: SizeIndexLike, plan: MixtureLayout, draw: MixtureEpoch, source: int, window: int,
                  epoch: int, seed: int):  # fmt: skip
-    """Source ``source``'s window ``window``'s drawn samples of ``epoch``: their global ids, sizes and
-    buckets, grouped by bucket (ascending) in draw order, and each bucket's first position ``[B + 1]``."""
+    """Source `source`'s window `window`'s drawn samples of `epoch`: their global ids, sizes and
+    buckets, grouped by bucket (ascending) in draw order, and each bucket's first position `[B + 1]`."""
     lay = plan.sources[source]
     weighted = getattr(index, "weights", None) is not None and index.weights(int(lay.seg_chunk[0])) is not None
     sizes, ids, bucket, *weights = window_samples(index, lay, window, weights=weighted)
@@ -284,8 +284,8 @@ def read_unit(
     seed: int,
     drawn: Callable[[int, int], tuple] | None = None,
 ):
-    """Unit ``unit``'s samples as global ids in the order of ``epoch`` and its batches ``[n, 2]`` (offsets
-    into them, in serving order); ``drawn(source, window)``: :func:`drawn_window` (a caller's cache).
+    """Unit `unit`'s samples as global ids in the order of `epoch` and its batches `[n, 2]` (offsets
+    into them, in serving order); `drawn(source, window)`: `drawn_window` (a caller's cache).
 
     Raises:
         DataError: a chunk's sizes disagree with the index, naming the chunk.

@@ -1,8 +1,8 @@
 """Where each rank's piece of a streamed run ends: cut at real batch counts, so that the ranks need (almost)
-no batch split to serve equal counts (:func:`piece_bounds`, for :func:`varlen.stream.layout.layout`).
+no batch split to serve equal counts (`piece_bounds`, for `varlen.stream.layout.layout`).
 
-The run is the chunks in the plan's seeded order. Cut at equal expected batch count (``sum(samples /
-room)``), pieces would differ by a few real batches each (a bucket's last batch is partial), and every rank
+The run is the chunks in the plan's seeded order. Cut at equal expected batch count (`sum(samples /
+room)`), pieces would differ by a few real batches each (a bucket's last batch is partial), and every rank
 serves the fullest one's count: about 0.16% of the batches split at 512 ranks. So the cuts are walked from
 the first piece on at real counts: T is the run's batches on equal-expected pieces over W, rounded; each
 piece but the last ends where it holds exactly T batches (counted from histograms at a few hundred
@@ -20,12 +20,12 @@ __all__ = ["BLOCK", "Run", "expected_batches", "piece_bounds"]
 
 #: rows of histograms summed at a time (bounded temporaries at a billion samples)
 BLOCK = 4096
-#: walks of :func:`piece_bounds` at most (a walk is redone when its last piece has more than the others)
+#: walks of `piece_bounds` at most (a walk is redone when its last piece has more than the others)
 _TRIES = 4
 
 
 def expected_batches(histograms: np.ndarray, per_bin: np.ndarray) -> np.ndarray:
-    """Each chunk's expected batch count ``histogram @ (1 / room)``, a block of chunks at a time."""
+    """Each chunk's expected batch count `histogram @ (1 / room)`, a block of chunks at a time."""
     return np.concatenate(
         [histograms[i : i + BLOCK].astype(np.float64) @ per_bin for i in range(0, len(histograms), BLOCK)]
         or [np.zeros(0)]
@@ -33,10 +33,10 @@ def expected_batches(histograms: np.ndarray, per_bin: np.ndarray) -> np.ndarray:
 
 
 class Run:
-    """The run (the non-empty chunks in their order) as :func:`piece_bounds` walks it: the batches of a piece
-    ending at many candidate positions, in one ``count`` call (the plan's ``batch_counts`` of rows of bucket
-    counts). A position is a sample offset into the run: ordered chunk ``k`` holds ``starts[k]:starts[k + 1]``;
-    a piece's windows are ``per_window`` chunks from its first (the layout groups them so). ``read_bins(chunk)``
+    """The run (the non-empty chunks in their order) as `piece_bounds` walks it: the batches of a piece
+    ending at many candidate positions, in one `count` call (the plan's `batch_counts` of rows of bucket
+    counts). A position is a sample offset into the run: ordered chunk `k` holds `starts[k]:starts[k + 1]`;
+    a piece's windows are `per_window` chunks from its first (the layout groups them so). `read_bins(chunk)`
     gives a chunk's grid bin of each sample (its sizes read)."""
 
     def __init__(self, histograms, order, samples, expected, bin_bucket, per_bin, per_window, count, read_bins):
@@ -57,17 +57,17 @@ class Run:
         return int(self.starts[-1])
 
     def chunk_of(self, positions):
-        """The ordered chunk of each position (a chunk's start: that chunk; the run's end: ``len(chunks)``)."""
+        """The ordered chunk of each position (a chunk's start: that chunk; the run's end: `len(chunks)`)."""
         return np.searchsorted(self.starts, positions, side="right") - 1
 
     def rows(self, k0: int, k1: int) -> np.ndarray:
-        """``[k1 - k0, B]`` samples per bucket of ordered chunks ``k0:k1``."""
+        """`[k1 - k0, B]` samples per bucket of ordered chunks `k0:k1`."""
         if k1 <= k0:
             return np.zeros((0, self.buckets), np.int64)
         return np.add.reduceat(self.histograms[self.chunks[k0:k1]], self.first_bins, axis=1, dtype=np.int64)
 
     def chunk(self, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Ordered chunk ``k``'s bucket of each sample (its sizes read once) and expected batches before
+        """Ordered chunk `k`'s bucket of each sample (its sizes read once) and expected batches before
         each offset."""
         chunk = int(self.chunks[k])
         if chunk not in self.read:
@@ -80,8 +80,8 @@ class Run:
         return self.read[chunk], self._recent[k]
 
     def prefix(self, k: int, offsets: np.ndarray) -> np.ndarray:
-        """``[len(offsets), B]``: samples per bucket among the first ``o`` samples of ordered chunk ``k``,
-        for each ``o`` of ``offsets`` (ascending; the chunk is read unless they are all 0)."""
+        """`[len(offsets), B]`: samples per bucket among the first `o` samples of ordered chunk `k`,
+        for each `o` of `offsets` (ascending; the chunk is read unless they are all 0)."""
         out = np.zeros((len(offsets), self.buckets), np.int64)
         if len(offsets) == 0 or offsets[-1] == 0:
             return out
@@ -93,7 +93,7 @@ class Run:
         return out + np.bincount(bucket[:lo], minlength=self.buckets)
 
     def expected_at(self, positions: np.ndarray) -> np.ndarray:
-        """Expected batches of the run before each of ``positions`` (chunk starts, or inside one chunk)."""
+        """Expected batches of the run before each of `positions` (chunk starts, or inside one chunk)."""
         k = np.minimum(self.chunk_of(positions), len(self.chunks) - 1)
         out = self.expected[k].copy()
         inside = positions > self.starts[k]
@@ -103,9 +103,9 @@ class Run:
         return out
 
     def _batches(self, positions, window, done, base, piece) -> np.ndarray:
-        """The batches of a piece ending at each of ``positions`` (ascending, inside its window that starts
-        at ordered chunk ``window``): ``done`` (its earlier windows') plus the window's, whose samples
-        before each chunk of the window are ``base[k - window]``; ``piece``: the piece's first chunk and
+        """The batches of a piece ending at each of `positions` (ascending, inside its window that starts
+        at ordered chunk `window`): `done` (its earlier windows') plus the window's, whose samples
+        before each chunk of the window are `base[k - window]`; `piece`: the piece's first chunk and
         that chunk's samples before the piece."""
         chunk = self.chunk_of(positions)
         offsets = positions - self.starts[chunk]
@@ -116,13 +116,13 @@ class Run:
         return done + self.count(rows)
 
     def ends(self, start: int, most: int, hint: float | None, span: int = 160):
-        """Where a piece from ``start`` may end with ``most`` batches: ascending consecutive positions,
-        inside one chunk, that each give it ``most`` batches, and the rounding (batches minus expected
-        batches) of the piece's last window at the last of them; ``(the run's end, None)`` when the whole
-        rest of the run fits. ``hint``: that rounding as guessed (the ``span`` positions either side of
+        """Where a piece from `start` may end with `most` batches: ascending consecutive positions,
+        inside one chunk, that each give it `most` batches, and the rounding (batches minus expected
+        batches) of the piece's last window at the last of them; `(the run's end, None)` when the whole
+        rest of the run fits. `hint`: that rounding as guessed (the `span` positions either side of
         the end it gives are counted first, in the same call as the window's chunk ends). A piece's
         batches never fall when it takes a sample more (the greedy cut is the fewest batches, and a
-        sample added never lowers those) and rise by one at most, so the last end of ``most`` is found
+        sample added never lowers those) and rise by one at most, so the last end of `most` is found
         exactly: between two counted positions, more are counted until they are neighbours."""
         pw, num = self.per_window, len(self.chunks)
         first = int(self.chunk_of(start))
@@ -173,9 +173,9 @@ class Run:
         return np.array([self.total]), None
 
     def _narrow(self, x: np.ndarray, fx: np.ndarray, most: int, where: tuple) -> tuple[np.ndarray, np.ndarray, int]:
-        """Positions ``x`` (ascending) and their batches ``fx`` with more counted (:meth:`_batches` ``where``) until
-        the first of over ``most`` batches, ``x[i]``, is the neighbour of the last of ``most`` (between them,
-        positions of one chunk); and ``i``."""
+        """Positions `x` (ascending) and their batches `fx` with more counted (`_batches` `where`) until
+        the first of over `most` batches, `x[i]`, is the neighbour of the last of `most` (between them,
+        positions of one chunk); and `i`."""
         i = int(np.argmax(fx > most))
         while x[i] - x[i - 1] > 1:
             step = -(-(x[i] - x[i - 1]) // 256)
@@ -187,7 +187,7 @@ class Run:
         return x, fx, i
 
     def rest(self, ends: np.ndarray) -> np.ndarray:
-        """The batches of the piece from each of ``ends`` (inside one chunk) to the run's end."""
+        """The batches of the piece from each of `ends` (inside one chunk) to the run's end."""
         pw, num = self.per_window, len(self.chunks)
         k = int(self.chunk_of(ends[0]))
         first = self.rows(k, min(k + pw, num)).sum(axis=0) - self.prefix(k, ends - self.starts[k])
@@ -198,8 +198,8 @@ class Run:
         return counts[: len(first)] + counts[len(first) :].sum()
 
     def equal_expected(self, ranks: int) -> tuple[np.ndarray, np.ndarray]:
-        """Pieces of equal expected batches (:func:`piece_bounds` before the walk): their boundaries
-        ``[ranks + 1]`` and batches ``[ranks]`` (the boundary chunks read)."""
+        """Pieces of equal expected batches (`piece_bounds` before the walk): their boundaries
+        `[ranks + 1]` and batches `[ranks]` (the boundary chunks read)."""
         targets = self.expected[-1] * np.arange(1, ranks) / ranks
         k = np.minimum(np.searchsorted(self.expected, targets, side="right") - 1, len(self.chunks) - 1)
         cuts = [0]
@@ -216,7 +216,7 @@ class Run:
         return cuts, np.diff(counts[np.searchsorted(bounds, cuts)])
 
     def _before(self, positions: np.ndarray) -> np.ndarray:
-        """``[len(positions), B]`` samples per bucket of the run before each of ``positions`` (ascending;
+        """`[len(positions), B]` samples per bucket of the run before each of `positions` (ascending;
         a chunk a position falls inside is read), a block of chunks at a time."""
         num = len(self.chunks)
         k = self.chunk_of(positions)
@@ -236,10 +236,10 @@ class Run:
         return out
 
     def walk(self, ranks: int, most: int, reserve: float) -> tuple[np.ndarray, int]:
-        """Pieces of ``most`` batches, the last one's left over: the boundaries ``[ranks + 1]`` and the last
-        piece's batches. Of the ends that give a piece ``most``, it takes the one whose expected batches
-        are nearest an equal share of what is left after the last piece's ``reserve`` (expected batches);
-        the piece before the last, the end that leaves the last piece the most batches up to ``most``."""
+        """Pieces of `most` batches, the last one's left over: the boundaries `[ranks + 1]` and the last
+        piece's batches. Of the ends that give a piece `most`, it takes the one whose expected batches
+        are nearest an equal share of what is left after the last piece's `reserve` (expected batches);
+        the piece before the last, the end that leaves the last piece the most batches up to `most`."""
         bounds, rounding, at, last = [0], [], 0.0, most
         for rank in range(ranks - 1):
             ends, rho = self.ends(bounds[-1], most, float(np.mean(rounding[-64:])) if rounding else None)
@@ -268,7 +268,7 @@ def piece_bounds(run: Run, num_replicas: int) -> np.ndarray:
     """The W + 1 piece boundaries, in sample positions of the run.
 
     Pieces of equal expected batches give the run's batches S (their boundary chunks read). A walk then
-    cuts pieces of T = round(S / W) real batches, the last one's left over (:meth:`Run.walk`); when the
+    cuts pieces of T = round(S / W) real batches, the last one's left over (`Run.walk`); when the
     last has a little more than T, the walk is redone aiming it at fewer batches while that helps, else
     with T raised. The boundaries that leave the fewest batches to split win (the equal-expected ones
     too).

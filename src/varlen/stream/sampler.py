@@ -1,6 +1,6 @@
-"""`StreamBatchSampler` and `StreamMixtureSampler`: the streamed plans (:class:`~varlen.stream.epochs.
-StreamBatchPlan`, :class:`~varlen.stream.mixture_epochs.MixtureBatchPlan`) as the batch sampler Lightning handles
-as it handles :class:`~varlen.batching.BucketBatchSampler` (:class:`~varlen.batching.plan_sampler.PlanSampler`:
+"""`StreamBatchSampler` and `StreamMixtureSampler`: the streamed plans (`
+StreamBatchPlan`, `MixtureBatchPlan`) as the batch sampler Lightning handles
+as it handles `BucketBatchSampler` (`PlanSampler`:
 the same epoch, ranks, rebuild under DDP, state and yield; only the size source differs).
 
 The arguments are plain values (the folders, not the indexes) so that Lightning's rebuild and the loader's
@@ -35,24 +35,24 @@ class StreamBatchSampler(PlanSampler):
 
     Args:
         folder: the LitData dataset folder with its size index.
-        spec: the plan's :class:`~varlen.batching.plan.PlanSpec` (or its settings one by one: ``batch_size``,
-            ``max_tokens``, ``cost``, ``max_batch_size``, ``pad_to_multiple_of``, ``rungs``; these, ``seed``,
-            ``window_batches`` and the next by name), as for :class:`~varlen.stream.epochs.StreamEpochs`; the
-            order always changes with ``(seed, epoch)``. Its rungs (the shape policy's, edges of the size grid: a
+        spec: the plan's `PlanSpec` (or its settings one by one: `batch_size`,
+            `max_tokens`, `cost`, `max_batch_size`, `pad_to_multiple_of`, `rungs`; these, `seed`,
+            `window_batches` and the next by name), as for `StreamEpochs`; the
+            order always changes with `(seed, epoch)`. Its rungs (the shape policy's, edges of the size grid: a
             DataModule fits them) are the buckets, each batch the budget over its rung, padded to it by the collate.
-        lanes: the loader's ``num_workers`` (1 for none): the DataLoader deals batches to its workers in
+        lanes: the loader's `num_workers` (1 for none): the DataLoader deals batches to its workers in
             turn, and the plan lays them out so that each worker reads whole windows of its own, each
             chunk decoded by one worker (with 1, every worker decodes every chunk). It orders a rank's
             batches, never chooses them; a state of other lanes finishes its epoch in the saved order.
         num_replicas, rank: default to the injected sampler's, then torch.distributed's, else 1 and 0.
-        sampler: set by Lightning (its ``DistributedSampler``); leave it None yourself.
-        state: a saved state to resume from at once (see :class:`~varlen.batching.BucketBatchSampler`).
+        sampler: set by Lightning (its `DistributedSampler`); leave it None yourself.
+        state: a saved state to resume from at once (see `BucketBatchSampler`).
 
-    ``len()`` is the same on every rank and every epoch (an epoch resumed on another number of
+    `len()` is the same on every rank and every epoch (an epoch resumed on another number of
     ranks has its own, as the in-memory sampler's).
     """
 
-    #: the streamed plan draws no weights (what ``varlen inspect`` reads)
+    #: the streamed plan draws no weights (what `varlen inspect` reads)
     draw = None
 
     def __init__(
@@ -90,9 +90,9 @@ class StreamBatchSampler(PlanSampler):
             yield batch.tolist()
 
     def global_plan(self, epoch: int | None = None) -> Plan:
-        """Every rank's batches of ``epoch`` in serving order (rank r's t-th batch is batch ``t * W + r``),
-        as the in-memory sampler's :meth:`~varlen.batching.BucketBatchSampler.global_plan`: for a look at
-        the whole split (``varlen inspect``), it reads every rank's windows."""
+        """Every rank's batches of `epoch` in serving order (rank r's t-th batch is batch `t * W + r`),
+        as the in-memory sampler's `global_plan`: for a look at
+        the whole split (`varlen inspect`), it reads every rank's windows."""
         epoch = self.epoch if epoch is None else int(epoch)
         ranks = []
         for rank in range(self.num_replicas):
@@ -105,13 +105,13 @@ class StreamBatchSampler(PlanSampler):
         return Plan(order, np.stack([ends - [len(b) for b in batches], ends], axis=1))
 
     def shape_count(self, epoch: int | None = None) -> int:
-        """The distinct ``(batch size, padded length)`` shapes of ``epoch``'s batches (every rank's)."""
+        """The distinct `(batch size, padded length)` shapes of `epoch`'s batches (every rank's)."""
         return len(self.plan.shapes(self.epoch if epoch is None else epoch))
 
     def shape_batches(self, epoch: int | None = None) -> list[list[int]]:
-        """One batch (global ids) of each distinct shape of ``epoch``, the widest first: samples whose sizes pad to
+        """One batch (global ids) of each distinct shape of `epoch`, the widest first: samples whose sizes pad to
         the shape's length, found in the size indexes chunk by chunk until each has enough (repeated where the
-        split holds too few); nothing decoded. Packed, one row: rank 0's first batch of ``epoch``."""
+        split holds too few); nothing decoded. Packed, one row: rank 0's first batch of `epoch`."""
         epoch = self.epoch if epoch is None else int(epoch)
         if self.plan.spec.cost == "packed":
             first = self.plan.on_rank(0)
@@ -138,7 +138,7 @@ class StreamBatchSampler(PlanSampler):
         ]
 
     def batch_of(self, indices: list[int], epoch: int) -> Sequence[int]:
-        """``indices`` as this sampler serves a batch: with rungs, carrying its padded length (the plan's axis)."""
+        """`indices` as this sampler serves a batch: with rungs, carrying its padded length (the plan's axis)."""
         rungs = self.plan.spec.rungs
         if rungs is None:
             return indices
@@ -162,33 +162,33 @@ class StreamBatchSampler(PlanSampler):
         return self._synced().state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume exactly (see :meth:`StreamBatchPlan.load_state_dict`); the epoch it resumes in is set
-        on ``.sampler`` too (a complete epoch resumes at the start of the next)."""
+        """Resume exactly (see `StreamBatchPlan.load_state_dict`); the epoch it resumes in is set
+        on `.sampler` too (a complete epoch resumes at the start of the next)."""
         self.plan.load_state_dict(state)
         self.sampler.set_epoch(self.plan.epoch)
 
 
 class StreamMixtureSampler(StreamBatchSampler):
     """This rank's batches of several streamed sources (global ids over the sources one after the other, as
-    :class:`~varlen.datasets.mixture.SourceMixture` numbers them), or of one source drawn by weight.
+    `SourceMixture` numbers them), or of one source drawn by weight.
 
     Args:
         folders: each source's dataset folder with its size index (the local copy of a store's).
-        names: the sources' names, in order (``source_weights`` may name them).
-        source_weights, mix, num_samples: as for :class:`~varlen.stream.mixture_epochs.MixtureBatchPlan`
-            (``source_weights`` a list, a mapping by name, or a schedule's stages).
-        sample_weights: per source, its DataModule's ``sample_weights`` (``"balanced"``, a weight column
+        names: the sources' names, in order (`source_weights` may name them).
+        source_weights, mix, num_samples: as for `MixtureBatchPlan`
+            (`source_weights` a list, a mapping by name, or a schedule's stages).
+        sample_weights: per source, its DataModule's `sample_weights` (`"balanced"`, a weight column
             or None): its samples are drawn by the weights written beside its size index
-            (:func:`~varlen.stream.draw_index.weighted_index`).
-        epoch: the epoch ``len()`` describes until ``set_epoch``: Lightning reads the length of a loader it
+            (`weighted_index`).
+        epoch: the epoch `len()` describes until `set_epoch`: Lightning reads the length of a loader it
             reloads (a schedule's epochs differ) before it sets the epoch; an argument, so that the sampler
             Lightning rebuilds under DDP keeps it.
-        steps_before: the batches per rank the trainer took before ``epoch`` (a DataModule counts them): where
+        steps_before: the batches per rank the trainer took before `epoch` (a DataModule counts them): where
             a schedule of steps places it; None: counted from the plans.
-        the rest (``spec``, ``sampler``, ``state``; ``seed``, ``window_batches``, ``lanes``, ``num_replicas``,
-            ``rank`` and the spec's settings one by one, by name): as for :class:`StreamBatchSampler`.
+        the rest (`spec`, `sampler`, `state`; `seed`, `window_batches`, `lanes`, `num_replicas`,
+            `rank` and the spec's settings one by one, by name): as for `StreamBatchSampler`.
 
-    ``len()`` is the current epoch's (after ``set_epoch``): a schedule's epochs may differ.
+    `len()` is the current epoch's (after `set_epoch`): a schedule's epochs may differ.
     """
 
     def __init__(
@@ -230,9 +230,9 @@ class StreamMixtureSampler(StreamBatchSampler):
         return None if self.plan.schedule.constant else self.plan.schedule
 
     def shares_of(self, epoch: int) -> np.ndarray:
-        """The sources' shares ``epoch`` draws with."""
+        """The sources' shares `epoch` draws with."""
         return np.asarray(self.plan.shares(epoch))
 
     def stage_of(self, epoch: int) -> int:
-        """The schedule's stage of ``epoch`` (its first epoch or step)."""
+        """The schedule's stage of `epoch` (its first epoch or step)."""
         return self.plan.schedule.stage_at(self.plan.position(epoch))

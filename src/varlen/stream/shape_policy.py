@@ -1,18 +1,18 @@
 """The shape policy on a streamed plan: rungs from a size index's histograms, and an epoch's distinct batch
 shapes from its windows' (or units') histograms, without reading a chunk.
 
-Rungs (:func:`histogram_rungs`) are edges of the size grid: a streamed plan buckets samples by grid bin, so
+Rungs (`histogram_rungs`) are edges of the size grid: a streamed plan buckets samples by grid bin, so
 a rung must close a bin. They are placed where they pad least by the same exact programme as in memory
-(:func:`~varlen.batching.shape_policy.ladder`), over the summed histogram, each bin's samples counted at its edge.
+(`ladder`), over the summed histogram, each bin's samples counted at its edge.
 
 A batch's padded length is its longest size up to its rung, the sizes read from the size indexes
-(:func:`stream_sizes`): what the streamed sampler's batches carry (:mod:`varlen.batching.indices`).
+(`stream_sizes`): what the streamed sampler's batches carry (`varlen.batching.indices`).
 
-Shapes (:func:`row_shapes`): a window's cut is the greedy walk over its buckets, largest first, that
-:func:`~varlen.stream.layout.batch_counts` counts: a batch started in bucket b holds ``room_b`` samples and
-pads to its rung, so a window's full batches take ``(room_b, rung_b)`` for the buckets batches start in,
+Shapes (`row_shapes`): a window's cut is the greedy walk over its buckets, largest first, that
+`batch_counts` counts: a batch started in bucket b holds `room_b` samples and
+pads to its rung, so a window's full batches take `(room_b, rung_b)` for the buckets batches start in,
 and its last batch, when short, is cut into powers of two (each padded to the rung its first sample is in).
-The few windows that split batches to equalise the ranks are cut exactly (:func:`cut_segment`). A packed plan's
+The few windows that split batches to equalise the ranks are cut exactly (`cut_segment`). A packed plan's
 batches are one row each: one shape.
 """
 
@@ -27,7 +27,7 @@ __all__ = ["histogram_rungs", "row_shapes", "stream_sizes"]
 
 
 def histogram_rungs(total: np.ndarray, edges: np.ndarray, spec: PlanSpec, count: int) -> tuple[Rungs, ...]:
-    """``count`` rungs (grid edges) for samples counted per bin of ``edges`` in ``total``, the sparse ones
+    """`count` rungs (grid edges) for samples counted per bin of `edges` in `total`, the sparse ones
     merged up as the plan merges buckets (the largest bin's edge always a rung)."""
     present = np.flatnonzero(total)
     values = np.asarray(edges)[present].astype(np.int64)
@@ -40,10 +40,10 @@ def histogram_rungs(total: np.ndarray, edges: np.ndarray, spec: PlanSpec, count:
 
 
 def row_shapes(histograms: np.ndarray, splits: np.ndarray, rounded: np.ndarray, spec: PlanSpec) -> set[tuple]:
-    """The distinct ``(batch size, padded length)`` of the batches cut from rows of bucket counts
-    (``[rows, B]``, bucket b costed and padded at ``rounded[b]``), ``splits[row]`` of each row's largest
-    batches split in two (the ranks' equalising). Packed (``cost="packed"``), every batch is one row: ``(1, T)``,
-    ``T`` the budget rounded up to ``pad_to_multiple_of``."""
+    """The distinct `(batch size, padded length)` of the batches cut from rows of bucket counts
+    (`[rows, B]`, bucket b costed and padded at `rounded[b]`), `splits[row]` of each row's largest
+    batches split in two (the ranks' equalising). Packed (`cost="packed"`), every batch is one row: `(1, T)`,
+    `T` the budget rounded up to `pad_to_multiple_of`."""
     histograms = np.asarray(histograms, dtype=np.int64)
     splits = np.asarray(splits, dtype=np.int64)
     if spec.cost == "packed":
@@ -61,7 +61,7 @@ def row_shapes(histograms: np.ndarray, splits: np.ndarray, rounded: np.ndarray, 
 
 
 def _walked(histograms: np.ndarray, rounded: np.ndarray, spec: PlanSpec) -> set[tuple]:
-    """:func:`row_shapes` of rows without splits (see the module docstring)."""
+    """`row_shapes` of rows without splits (see the module docstring)."""
     if spec.batch_size is not None:
         return set().union(*(_fixed_shapes(row, rounded, spec.batch_size) for row in histograms))
     rows, buckets = histograms.shape
@@ -88,7 +88,7 @@ def _walked(histograms: np.ndarray, rounded: np.ndarray, spec: PlanSpec) -> set[
 
 
 def _fixed_shapes(histogram: np.ndarray, rounded: np.ndarray, size: int) -> set[tuple]:
-    """A row cut into batches of ``size`` (the short one first, in powers of two), largest samples first."""
+    """A row cut into batches of `size` (the short one first, in powers of two), largest samples first."""
     largest_first, widths = histogram[::-1], rounded[::-1]
     total = int(histogram.sum())
     short = total % size
@@ -101,8 +101,8 @@ def _fixed_shapes(histogram: np.ndarray, rounded: np.ndarray, size: int) -> set[
 
 
 def _pieces(largest_first: np.ndarray, widths: np.ndarray, start: int, short: int) -> set[tuple]:
-    """The batches of powers of two that ``short`` samples from position ``start`` are cut into, each padded to
-    the rung its first sample is in (a row's samples largest first: ``largest_first`` per bucket)."""
+    """The batches of powers of two that `short` samples from position `start` are cut into, each padded to
+    the rung its first sample is in (a row's samples largest first: `largest_first` per bucket)."""
     ends = np.cumsum(largest_first)
     found = set()
     for bit in range(short.bit_length() - 1, -1, -1):
@@ -113,7 +113,7 @@ def _pieces(largest_first: np.ndarray, widths: np.ndarray, start: int, short: in
 
 
 def stream_sizes(indexes: list, ids: np.ndarray) -> np.ndarray:
-    """The first-axis sizes of global ids ``ids`` of a stream whose sources' size indexes are ``indexes`` (their
+    """The first-axis sizes of global ids `ids` of a stream whose sources' size indexes are `indexes` (their
     samples numbered one source after another), each chunk's sizes read once."""
     ids = np.asarray(ids, dtype=np.int64)
     out = np.zeros(len(ids), np.int64)

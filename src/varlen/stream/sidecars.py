@@ -1,8 +1,8 @@
 """The files varlen writes beside a LitData dataset's chunks, in one pass from one chunk list.
 
-``varlen optimize`` (:mod:`varlen.stream.write`) and ``varlen index-sizes`` (:mod:`varlen.stream.index_sizes`)
-end here. The chunk list, read once from ``index.json``, feeds the draw sidecar's two files first (or an old
-sidecar is removed), then the size index: ``sizes.arrow``, and last ``histograms.arrow``, which records the
+`varlen optimize` (`varlen.stream.write`) and `varlen index-sizes` (`varlen.stream.index_sizes`)
+end here. The chunk list, read once from `index.json`, feeds the draw sidecar's two files first (or an old
+sidecar is removed), then the size index: `sizes.arrow`, and last `histograms.arrow`, which records the
 checksums of the chunks and of the files written before it. Each file is written once, read back only to be hashed.
 """
 
@@ -30,9 +30,9 @@ def write_sidecars(
     weights: Mapping[str, np.ndarray] | None = None,
     size_fn: str | None = None,
 ) -> Path:
-    """Write the draw sidecar (:func:`~varlen.stream.draw_index.write_draw_table`'s ``labels`` and ``weights``;
-    neither: none) and the size index (:func:`~varlen.stream.size_index.write_size_index`'s ``sizes``, ``axes`` and
-    ``size_fn``) of the LitData dataset in ``dataset_dir``, whose ``index.json`` lists ``chunks``; returns the size
+    """Write the draw sidecar (`write_draw_table`'s `labels` and `weights`;
+    neither: none) and the size index (`write_size_index`'s `sizes`, `axes` and
+    `size_fn`) of the LitData dataset in `dataset_dir`, whose `index.json` lists `chunks`; returns the size
     index's folder. Raises their DataErrors, the sizes' before anything is written."""
     dataset_dir = local_folder(dataset_dir)
     sizes = checked_sizes(dataset_dir, sizes, axes, chunks)

@@ -1,21 +1,21 @@
-"""The size index: every sample's sizes and every chunk's size histogram, beside LitData's ``index.json``.
+"""The size index: every sample's sizes and every chunk's size histogram, beside LitData's `index.json`.
 
 LitData's index holds chunk bytes, not sample sizes, and varlen's plan needs sizes. The size index
-is two Arrow IPC files (random-access file format, memory-mapped) in ``<dataset>/varlen_sizes/``:
+is two Arrow IPC files (random-access file format, memory-mapped) in `<dataset>/varlen_sizes/`:
 
-* ``sizes.arrow``: one record batch per chunk, in ``index.json``'s order, one row per item: its
-  sizes, one int32 per budget axis (column ``sizes``, ``[n, D]``). Reading one chunk's sizes reads
+* `sizes.arrow`: one record batch per chunk, in `index.json`'s order, one row per item: its
+  sizes, one int32 per budget axis (column `sizes`, `[n, D]`). Reading one chunk's sizes reads
   that batch only, so a rank maps what it plans and nothing else.
-* ``histograms.arrow``: one record batch, one row per chunk: its file name, items, bytes and a
-  histogram per axis over the fixed grid :data:`varlen.batching.plan.SIZE_GRID` (``[chunks, D,
-  bins]``, uint16, or uint32 for chunks of 65,536 items or more): a plan can count batches per
+* `histograms.arrow`: one record batch, one row per chunk: its file name, items, bytes and a
+  histogram per axis over the fixed grid `varlen.batching.plan.SIZE_GRID` (`[chunks, D,
+  bins]`, uint16, or uint32 for chunks of 65,536 items or more): a plan can count batches per
   chunk from it without reading any size.
 
-Both carry the content key of the chunk list (:class:`~varlen.stream.chunks.ChunkList`):
-:meth:`SizeIndex.check` refuses an ``index.json`` that lists other chunks (a dataset rewritten or
-appended to) with the command that rebuilds the index. ``histograms.arrow`` also records a checksum
-of each chunk file, of ``sizes.arrow`` and the draw sidecar, and of itself, checked at a node's first
-open (:mod:`varlen.stream.integrity`).
+Both carry the content key of the chunk list (`ChunkList`):
+`SizeIndex.check` refuses an `index.json` that lists other chunks (a dataset rewritten or
+appended to) with the command that rebuilds the index. `histograms.arrow` also records a checksum
+of each chunk file, of `sizes.arrow` and the draw sidecar, and of itself, checked at a node's first
+open (`varlen.stream.integrity`).
 """
 
 from __future__ import annotations
@@ -53,16 +53,16 @@ __all__ = ["FOLDER", "SizeIndex", "histograms", "record_files", "write_size_inde
 #: the size index's folder inside a LitData dataset folder
 FOLDER = "varlen_sizes"
 SIZES, HISTOGRAMS = "sizes.arrow", "histograms.arrow"
-#: the draw sidecar's files beside it (:mod:`varlen.stream.draw_index`), whose checksums the index records
+#: the draw sidecar's files beside it (`varlen.stream.draw_index`), whose checksums the index records
 SIDECARS = ("draw.arrow", "draw_totals.arrow")
 VERSION = "1"
 _INT32_MAX = np.iinfo(np.int32).max
 
 
 def histograms(sizes: np.ndarray, samples: np.ndarray) -> np.ndarray:
-    """Per chunk and axis, the count of sizes in each bin of :data:`SIZE_GRID`: ``[chunks, D, bins]``.
+    """Per chunk and axis, the count of sizes in each bin of `SIZE_GRID`: `[chunks, D, bins]`.
 
-    ``sizes`` ``[N, D]`` holds the chunks' items back to back, ``samples`` each chunk's item count.
+    `sizes` `[N, D]` holds the chunks' items back to back, `samples` each chunk's item count.
     """
     chunks, (_, dims), bins = len(samples), sizes.shape, len(SIZE_GRID)
     dtype = np.uint16 if samples.size == 0 or samples.max() < 2**16 else np.uint32
@@ -96,16 +96,16 @@ def write_size_index(
     chunks: ChunkList | None = None,
     size_fn: str | None = None,
 ) -> Path:
-    """Write the size index of the LitData dataset in ``dataset_dir``; returns its folder. ``histograms.arrow``,
-    written last, records the checksums of the chunks, of ``sizes.arrow`` and of the draw sidecar's files there
-    (:func:`varlen.stream.sidecars.write_sidecars` writes the sidecar first).
+    """Write the size index of the LitData dataset in `dataset_dir`; returns its folder. `histograms.arrow`,
+    written last, records the checksums of the chunks, of `sizes.arrow` and of the draw sidecar's files there
+    (`varlen.stream.sidecars.write_sidecars` writes the sidecar first).
 
     Args:
-        dataset_dir: a local LitData dataset folder (its ``index.json`` gives the chunks).
-        sizes: ``[N]`` or ``[N, D]`` sizes of the dataset's items in ``index.json``'s order.
-        axes: what each column of ``sizes`` counts (a DataModule's ``size_axes``).
+        dataset_dir: a local LitData dataset folder (its `index.json` gives the chunks).
+        sizes: `[N]` or `[N, D]` sizes of the dataset's items in `index.json`'s order.
+        axes: what each column of `sizes` counts (a DataModule's `size_axes`).
         chunks: the chunk list, when the caller read it already.
-        size_fn: ``module:function`` that computed the sizes, named in the rebuild command.
+        size_fn: `module:function` that computed the sizes, named in the rebuild command.
 
     Raises:
         DataError: the sizes are not one whole number >= 0 below 2**31 per item and axis, or not
@@ -137,8 +137,8 @@ def write_size_index(
 
 
 def checked_sizes(dataset_dir: Path, sizes: np.ndarray, axes: Sequence[str], chunks: ChunkList) -> np.ndarray:
-    """``sizes`` as the size index holds them (``[N, D]`` int32), or a DataError naming ``dataset_dir`` where they
-    are not one row per item of ``chunks``, one column per name of ``axes``, each a whole number from 0 to 2**31 - 1.
+    """`sizes` as the size index holds them (`[N, D]` int32), or a DataError naming `dataset_dir` where they
+    are not one row per item of `chunks`, one column per name of `axes`, each a whole number from 0 to 2**31 - 1.
     """
     try:
         sizes = as_size_matrix(sizes)
@@ -158,19 +158,19 @@ def checked_sizes(dataset_dir: Path, sizes: np.ndarray, axes: Sequence[str], chu
 
 
 def per_chunk(values: np.ndarray, chunks: ChunkList) -> list[np.ndarray]:
-    """``values`` (one row per item, the chunks' items back to back) cut into each chunk's rows (views)."""
+    """`values` (one row per item, the chunks' items back to back) cut into each chunk's rows (views)."""
     ends = np.cumsum(chunks.samples)
     return [values[end - count : end] for end, count in zip(ends.tolist(), chunks.samples.tolist(), strict=True)]
 
 
 def schema_of(columns: Mapping[str, pa.Array], metadata: Mapping[bytes, bytes] | None = None) -> pa.Schema:
-    """The schema of the non-null ``columns`` (name -> an array of its type), with ``metadata``."""
+    """The schema of the non-null `columns` (name -> an array of its type), with `metadata`."""
     return pa.schema([pa.field(name, array.type, nullable=False) for name, array in columns.items()], metadata=metadata)
 
 
 def write_arrow_file(path: Path, schema: pa.Schema, batches: Iterable[list[pa.Array]]) -> None:
-    """``path`` written whole (:func:`~varlen.storage.cache.atomic_write`) as an Arrow IPC file of ``schema``: a
-    record batch of each list of arrays of ``batches``."""
+    """`path` written whole (`atomic_write`) as an Arrow IPC file of `schema`: a
+    record batch of each list of arrays of `batches`."""
 
     def write(tmp: Path) -> None:
         with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, schema) as writer:
@@ -181,7 +181,7 @@ def write_arrow_file(path: Path, schema: pa.Schema, batches: Iterable[list[pa.Ar
 
 
 def _write_histograms(folder: Path, batch: pa.RecordBatch, metadata: dict[bytes, bytes], files: dict) -> None:
-    """``histograms.arrow`` of ``batch`` with ``metadata``, the checksums of ``files`` and its own."""
+    """`histograms.arrow` of `batch` with `metadata`, the checksums of `files` and its own."""
     metadata = {key: value for key, value in metadata.items() if key not in (CHECKSUM, FILES)}
     metadata[FILES] = json.dumps(files, sort_keys=True).encode()
     metadata[CHECKSUM] = own_checksum(batch, metadata).encode()
@@ -190,7 +190,7 @@ def _write_histograms(folder: Path, batch: pa.RecordBatch, metadata: dict[bytes,
 
 
 def record_files(dataset_dir: str | Path, names: Sequence[str] = SIDECARS) -> None:
-    """Record again, in the size index of the local ``dataset_dir``, the checksums of the files ``names``
+    """Record again, in the size index of the local `dataset_dir`, the checksums of the files `names`
     beside it (the draw sidecar, just written or removed: a removed one is no longer recorded). An index
     that is not there, records no checksums (an older one) or fails its own check is left as it is: it
     is written again, or refused when opened."""
@@ -228,7 +228,7 @@ class SizeIndex:
             self.axes: tuple[str, ...] = tuple(json.loads(metadata[b"varlen.axes"]))
             self.key = metadata[b"varlen.key"].decode()
             self.size_fn = metadata[b"varlen.size_fn"].decode() or None
-            #: the histograms' bin edges (a size ``s`` falls in the first bin whose edge is ``>= s``)
+            #: the histograms' bin edges (a size `s` falls in the first bin whose edge is `>= s`)
             self.edges = np.asarray(json.loads(metadata[b"varlen.grid"]), np.int64)
         except (KeyError, ValueError) as error:  # a damaged file's metadata
             path = self.dataset_dir / FOLDER / HISTOGRAMS
@@ -239,7 +239,7 @@ class SizeIndex:
             self._refuse(f"{HISTOGRAMS} holds {table.num_record_batches} record batches, not 1")
         self._table = table.get_batch(0)
         #: the checksums of the files beside it recorded when it was written (None: it records none, an
-        #: older index); the chunks' are :meth:`chunk_checksum`'s
+        #: older index); the chunks' are `chunk_checksum`'s
         self.recorded = recorded_files(metadata)
         if self._sizes.schema.metadata.get(b"varlen.key") != metadata[b"varlen.key"]:
             self._refuse(f"{SIZES} and {HISTOGRAMS} were written for different chunk lists")
@@ -281,8 +281,8 @@ class SizeIndex:
         )
 
     def _verify(self, metadata: dict[bytes, bytes]) -> None:
-        """Check ``histograms.arrow`` against its own checksum, then ``sizes.arrow`` against the one it
-        recorded (once per node: :mod:`varlen.stream.integrity`); warn once about an index without any."""
+        """Check `histograms.arrow` against its own checksum, then `sizes.arrow` against the one it
+        recorded (once per node: `varlen.stream.integrity`); warn once about an index without any."""
         folder = self.dataset_dir / FOLDER
         command = rewrite_command(self.dataset_dir, self.axes, self.size_fn)
         if self.recorded is None:
@@ -295,7 +295,7 @@ class SizeIndex:
             raise IntegrityError(folder / name, f"{folder / name} is {problem}. Write the size index again: {command}")
 
     def chunk_checksum(self, chunk: int) -> str | None:
-        """The checksum of chunk ``chunk``'s file recorded when the index was written (None: none was)."""
+        """The checksum of chunk `chunk`'s file recorded when the index was written (None: none was)."""
         if self.recorded is None or CHUNK_CHECKSUM not in self._table.schema.names:
             return None
         return self._table.column(CHUNK_CHECKSUM)[chunk].as_py() or None
@@ -309,7 +309,7 @@ class SizeIndex:
 
     @property
     def samples_per_chunk(self) -> np.ndarray:
-        """Items of each chunk, ``[chunks]`` int64 (a read-only view)."""
+        """Items of each chunk, `[chunks]` int64 (a read-only view)."""
         return as_numpy(self._table.column("samples"))
 
     @property
@@ -319,19 +319,19 @@ class SizeIndex:
         return ChunkList(names, self.samples_per_chunk, as_numpy(self._table.column("bytes")))
 
     def sizes(self, chunk: int) -> np.ndarray:
-        """The sizes of chunk ``chunk``'s items, ``[n, D]`` int32 (a read-only view of that batch only)."""
+        """The sizes of chunk `chunk`'s items, `[n, D]` int32 (a read-only view of that batch only)."""
         if not 0 <= chunk < self.num_chunks:
             raise IndexError(f"chunk {chunk} of a size index of {self.num_chunks} chunks")
         return as_numpy(self._sizes.get_batch(chunk).column("sizes"))
 
     def histograms(self, axis: int | str = 0) -> np.ndarray:
-        """Each chunk's histogram of axis ``axis`` (a position or a name of :attr:`axes`) over
-        :attr:`edges`: ``[chunks, bins]`` uint16 (uint32 for chunks of 65,536 items or more)."""
+        """Each chunk's histogram of axis `axis` (a position or a name of `axes`) over
+        `edges`: `[chunks, bins]` uint16 (uint32 for chunks of 65,536 items or more)."""
         position = self.axes.index(axis) if isinstance(axis, str) else axis
         return as_numpy(self._table.column("histograms"))[:, position]
 
     def check(self, index_json: Mapping[str, Any] | str | Path | None = None) -> None:
-        """Refuse an ``index.json`` (parsed, its path, or None: the dataset's own) whose chunk list is
+        """Refuse an `index.json` (parsed, its path, or None: the dataset's own) whose chunk list is
         not the one the index was written for: the dataset was rewritten or appended to.
 
         Raises:

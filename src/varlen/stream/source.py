@@ -1,20 +1,20 @@
 """`StreamSource`: where a streamed split's chunks are, a local folder or object storage LitData reads.
 
-The plan needs the size index and ``index.json`` on local disk (it maps them); the chunks can stay
-remote. For a URL (``s3://``, ``gs://``, ``azure://``, ``r2://``...) :meth:`StreamSource.fetched`
-copies ``index.json`` and ``varlen_sizes/`` (a few bytes per sample) into the local cache with
+The plan needs the size index and `index.json` on local disk (it maps them); the chunks can stay
+remote. For a URL (`s3://`, `gs://`, `azure://`, `r2://`...) `StreamSource.fetched`
+copies `index.json` and `varlen_sizes/` (a few bytes per sample) into the local cache with
 LitData's client for that store, once per process that sets up; the chunks are downloaded into the
-same cache as they are read (:mod:`varlen.stream.dataset`), under LitData's budget
-(``max_cache_size``), shared by the processes of a node. ``index.json`` and the data state (small)
+same cache as they are read (`varlen.stream.dataset`), under LitData's budget
+(`max_cache_size`), shared by the processes of a node. `index.json` and the data state (small)
 are fetched every time; a size index file is kept while the store's copy is the one fetched (S3: its
 ETag and size, from a HEAD request; other stores: fetched every time), so an index rebuilt in the
 store is fetched again, and one the store holds for an older chunk list is refused by
-:meth:`~varlen.stream.size_index.SizeIndex.check`. A kept copy that fails its checksums
-(:mod:`varlen.stream.integrity`: a disk, a tool or a cut-short write changed it since) is fetched again
+`check`. A kept copy that fails its checksums
+(`varlen.stream.integrity`: a disk, a tool or a cut-short write changed it since) is fetched again
 with a warning, not left broken; a copy fetched just now that fails them is the store's, refused by name.
-Every store call ends within ``timeout`` seconds (:mod:`varlen.stream.store`). ``verify="always"`` hashes
+Every store call ends within `timeout` seconds (`varlen.stream.store`). `verify="always"` hashes
 each chunk every time a process reads it from disk, and the size index and draw sidecar every time a
-dataset opens them, instead of once per node (:mod:`varlen.storage.checksums`: bytes a failing disk changes under
+dataset opens them, instead of once per node (`varlen.storage.checksums`: bytes a failing disk changes under
 the same modification time are then found).
 """
 
@@ -53,7 +53,7 @@ STAMPED = (*INDEX_FILES, f"{FOLDER}/{DRAW}", f"{FOLDER}/{DRAW_TOTALS}")
 KEYS = ("url", "storage_options", "cache_dir", "timeout", "verify")
 #: how often a stream's files are hashed: once per node (the default), or at every open
 VERIFY = ("once", "always")
-#: what identified each fetched index file in the store (:func:`varlen.stream.store.stamp`), beside the copy
+#: what identified each fetched index file in the store (`varlen.stream.store.stamp`), beside the copy
 STAMPS = "stamps.json"
 #: the URL prefixes LitData's downloaders read
 SCHEMES = ("s3://", "gs://", "azure://", "r2://", "hf://")
@@ -61,16 +61,16 @@ SCHEMES = ("s3://", "gs://", "azure://", "r2://", "hf://")
 
 @dataclass(frozen=True)
 class StreamSource:
-    """A LitData dataset with a size index: ``url`` a local folder or a store's URL.
+    """A LitData dataset with a size index: `url` a local folder or a store's URL.
 
     Args:
-        url: the dataset folder (``index.json``, chunks, ``varlen_sizes/``), local or ``s3://...``.
-        storage_options: LitData's ``storage_options`` for the store (e.g. ``endpoint_url``, keys).
-        cache_dir: where a remote dataset's index and chunks are kept (default: ``$VARLEN_CACHE/stream``).
+        url: the dataset folder (`index.json`, chunks, `varlen_sizes/`), local or `s3://...`.
+        storage_options: LitData's `storage_options` for the store (e.g. `endpoint_url`, keys).
+        cache_dir: where a remote dataset's index and chunks are kept (default: `$VARLEN_CACHE/stream`).
         timeout: seconds a store call may take (retries included) before it fails with a DataError.
-        verify: ``"once"`` (each file hashed once per node) or ``"always"`` (each chunk at every read from
+        verify: `"once"` (each file hashed once per node) or `"always"` (each chunk at every read from
             disk, the size index and sidecar at every open: see the module docstring).
-        index_dir: the local folder holding ``index.json`` and the size index (set by :meth:`fetched`).
+        index_dir: the local folder holding `index.json` and the size index (set by `fetched`).
     """
 
     url: str
@@ -86,7 +86,7 @@ class StreamSource:
 
     @classmethod
     def parse(cls, value: Any, owner: str) -> StreamSource:
-        """A source from a DataModule's ``stream`` argument: a folder or URL, or a mapping of :data:`KEYS`.
+        """A source from a DataModule's `stream` argument: a folder or URL, or a mapping of `KEYS`.
 
         Raises:
             ValueError: neither, unknown keys, or a URL of a store LitData does not read.
@@ -134,22 +134,22 @@ class StreamSource:
 
     @property
     def options(self) -> dict[str, Any]:
-        """The store's ``storage_options`` as read: the environment's S3 endpoint where they name none."""
+        """The store's `storage_options` as read: the environment's S3 endpoint where they name none."""
         return store.storage_options(self.url, self.storage_options)
 
     def fetch(self, name: str, target: Path, retried: Any = None) -> bool:
-        """``<url>/<name>`` into ``target`` within :attr:`timeout` (False: not in the store); see
-        :func:`varlen.stream.store.fetch`."""
+        """`<url>/<name>` into `target` within `timeout` (False: not in the store); see
+        `varlen.stream.store.fetch`."""
         litdata()  # the tested release
         return store.fetch(f"{self.url.rstrip('/')}/{name}", target, self.options, self.timeout, retried)
 
     def fetched(self) -> StreamSource:
-        """This source with :attr:`index_dir` set: the folder itself when local, else a local copy of
-        the store's ``index.json`` and size index (see the module docstring).
+        """This source with `index_dir` set: the folder itself when local, else a local copy of
+        the store's `index.json` and size index (see the module docstring).
 
         Raises:
-            DataError: the store has no ``index.json`` or no size index there, or cannot be read in
-                :attr:`timeout`; each names the URL.
+            DataError: the store has no `index.json` or no size index there, or cannot be read in
+                `timeout`; each names the URL.
         """
         if not self.remote:
             return replace(self, index_dir=self.url)
@@ -176,7 +176,7 @@ class StreamSource:
         return replace(self, index_dir=str(folder))
 
     def _fetch_index(self, folder: Path) -> set[str]:
-        """The store's ``index.json`` and size index into ``folder`` (see the module docstring); the names
+        """The store's `index.json` and size index into `folder` (see the module docstring); the names
         of the files kept from an earlier fetch (the store's copy unchanged)."""
         listed = self._download(INDEX_JSON, folder)
         ChunkList.from_index(parse_index_json(listed, f"{self.url}/{INDEX_JSON}"), self.url)
@@ -199,8 +199,8 @@ class StreamSource:
         return kept
 
     def _download(self, name: str, folder: Path, required: bool = True) -> Path | None:
-        """``<url>/<name>`` into a new file in ``folder`` (its path), or None where the store has none and
-        it is not ``required``."""
+        """`<url>/<name>` into a new file in `folder` (its path), or None where the store has none and
+        it is not `required`."""
         target = folder / f"{name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.part"
         if self.fetch(name, target):
             return target
@@ -218,7 +218,7 @@ class StreamSource:
 
 
 def _damaged_copy(folder: Path) -> tuple[str, str] | None:
-    """The first file of the local copy in ``folder`` that fails its checksums or cannot be read, as its
+    """The first file of the local copy in `folder` that fails its checksums or cannot be read, as its
     name in the dataset folder and the error's message; None when none does. The size index is opened
     (and verified: the processes that open it next find it verified), and the draw sidecar where there is
     one (any other fault of it is refused where a weighted draw reads it)."""
@@ -237,7 +237,7 @@ def _damaged_copy(folder: Path) -> tuple[str, str] | None:
 
 
 def _read_stamps(folder: Path) -> dict[str, str]:
-    """The stamps of an earlier fetch into ``folder`` (none: every index file is fetched)."""
+    """The stamps of an earlier fetch into `folder` (none: every index file is fetched)."""
     try:
         stamps = json.loads((folder / STAMPS).read_text())
     except (OSError, ValueError):

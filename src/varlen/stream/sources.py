@@ -1,7 +1,7 @@
-"""A config's streamed sources, each written by one ``varlen optimize --config C``: the main source's training
+"""A config's streamed sources, each written by one `varlen optimize --config C`: the main source's training
 split and every extra source's, each built alone (the config's data with its streams, sources and weights
-off, and the source's own arguments on) and written where the config reads it (``stream:``), or into
-``--output``'s folder of the source's name."""
+off, and the source's own arguments on) and written where the config reads it (`stream:`), or into
+`--output`'s folder of the source's name."""
 
 from __future__ import annotations
 
@@ -21,16 +21,16 @@ def _value(value: Any) -> str:
 
 
 def _place(stream: Any) -> str | None:
-    """Where a ``stream`` setting reads: a folder or URL, or the ``url`` of its mapping form."""
+    """Where a `stream` setting reads: a folder or URL, or the `url` of its mapping form."""
     if isinstance(stream, Mapping):
         stream = stream.get("url") or stream.get("path")
     return None if stream in (None, "") else str(stream)
 
 
 def streamed_sources(config: Mapping[str, Any], output: str | Path | None = None) -> list[tuple[str, str, list[str]]]:
-    """``(name, where to write, the --data arguments that build that source alone)`` for each streamed source
-    of ``config`` (a merged config, :func:`varlen.tune.config.command_config`); [] for a config that streams
-    nothing. With ``output``, each goes to ``output/<name>`` instead of the place the config reads."""
+    """`(name, where to write, the --data arguments that build that source alone)` for each streamed source
+    of `config` (a merged config, `varlen.tune.config.command_config`); [] for a config that streams
+    nothing. With `output`, each goes to `output/<name>` instead of the place the config reads."""
     args = (config.get("data") or {}).get("init_args") or {}
     found = []
     main = _place(args.get("stream"))

@@ -1,15 +1,15 @@
-"""A dataset's object store, read within a time bound: every call ends within the stream's ``timeout``
-with the file, or a :class:`~varlen.errors.DataError` naming it, the endpoint and the last error.
+"""A dataset's object store, read within a time bound: every call ends within the stream's `timeout`
+with the file, or a `DataError` naming it, the endpoint and the last error.
 
 LitData's S3 client allows 1000 attempts per request: an unreachable store (a closed port, no network)
 kept a process silent for minutes. Here a call makes one request at a time (botocore's connect and read
 timeouts: the time left, its own retries off), and one that failed for a reason that may pass (no
 connection, a timeout, a 5xx or throttling answer) is logged and made again after a pause that doubles,
-until ``timeout`` seconds have passed since the call began; a reason that will not pass (credentials,
-access denied) fails at once. S3 is read with LitData's ``S3Client`` (the credentials LitData finds),
-with boto3 only; other stores (``gs://``, ``azure://``...) with LitData's downloader for them, each
-request bounded by its own client. An S3 endpoint comes from ``storage_options.endpoint_url``, else
-from ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` (how MinIO and moto users set it), as boto3 reads it.
+until `timeout` seconds have passed since the call began; a reason that will not pass (credentials,
+access denied) fails at once. S3 is read with LitData's `S3Client` (the credentials LitData finds),
+with boto3 only; other stores (`gs://`, `azure://`...) with LitData's downloader for them, each
+request bounded by its own client. An S3 endpoint comes from `storage_options.endpoint_url`, else
+from `AWS_ENDPOINT_URL_S3` / `AWS_ENDPOINT_URL` (how MinIO and moto users set it), as boto3 reads it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ __all__ = ["DEFAULT_TIMEOUT", "bounded", "endpoint", "fetch", "said", "stamp", "
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: seconds a store call may take before it fails (``stream: {url: ..., timeout: 60}``)
+#: seconds a store call may take before it fails (`stream: {url: ..., timeout: 60}`)
 DEFAULT_TIMEOUT = 60.0
 #: the pause after a call's first failure, doubled after each, at most LAST_PAUSE_S
 FIRST_PAUSE_S, LAST_PAUSE_S = 0.5, 8.0
@@ -40,7 +40,7 @@ _NOT_FOUND = {"404", "NoSuchKey", "NotFound", "ResourceNotFoundError"}
 
 
 def storage_options(url: str, given: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``given`` (LitData's ``storage_options``), with the environment's S3 endpoint where it names none."""
+    """`given` (LitData's `storage_options`), with the environment's S3 endpoint where it names none."""
     options = dict(given or {})
     variable = next((name for name in ENDPOINT_VARIABLES if os.environ.get(name)), None)
     if url.startswith("s3://") and variable and not options.get("endpoint_url"):
@@ -49,8 +49,8 @@ def storage_options(url: str, given: Mapping[str, Any] | None) -> dict[str, Any]
 
 
 def bounded(options: Mapping[str, Any], seconds: float) -> dict[str, Any]:
-    """``options`` whose botocore ``config`` makes one request at most ``seconds`` long to connect and
-    to read (a ``config`` given keeps its other settings)."""
+    """`options` whose botocore `config` makes one request at most `seconds` long to connect and
+    to read (a `config` given keeps its other settings)."""
     from botocore.config import Config
 
     limit = Config(connect_timeout=seconds, read_timeout=seconds, retries={"total_max_attempts": 1})
@@ -73,8 +73,8 @@ def endpoint(url: str, options: Mapping[str, Any]) -> str:
 def fetch(
     remote: str, target: Path, options: Mapping[str, Any], timeout: float, retried: Callable[[], None] | None = None
 ) -> bool:
-    """``remote`` (a file's URL) into ``target`` within ``timeout`` seconds; False where the store has no
-    such file. ``retried`` is called at each retry (each is also logged).
+    """`remote` (a file's URL) into `target` within `timeout` seconds; False where the store has no
+    such file. `retried` is called at each retry (each is also logged).
 
     Raises:
         DataError: the store did not serve it in time, or refused it (naming the URL, endpoint, error).
@@ -83,7 +83,7 @@ def fetch(
 
 
 def stamp(remote: str, options: Mapping[str, Any], timeout: float) -> str | None:
-    """What identifies the content of ``remote`` in the store (S3: its ETag and size, from a HEAD request),
+    """What identifies the content of `remote` in the store (S3: its ETag and size, from a HEAD request),
     None where the store does not say or has no such file (the caller fetches it)."""
     if not remote.startswith("s3://"):
         return None
@@ -93,7 +93,7 @@ def stamp(remote: str, options: Mapping[str, Any], timeout: float) -> str | None
 def _bounded(
     call: Callable[[float], T], remote: str, options: Mapping[str, Any], timeout: float, retried: Callable | None
 ) -> T:
-    """``call(seconds left)`` made again after each failure that may pass, until ``timeout`` has passed."""
+    """`call(seconds left)` made again after each failure that may pass, until `timeout` has passed."""
     deadline, tries = time.monotonic() + timeout, 0
     while True:
         tries += 1
@@ -125,7 +125,7 @@ def _bounded(
 
 
 def _get(remote: str, target: Path, options: Mapping[str, Any], seconds: float) -> bool:
-    """One request for ``remote`` into ``target`` (False: not in the store); a partial file is removed."""
+    """One request for `remote` into `target` (False: not in the store); a partial file is removed."""
     try:
         if remote.startswith("s3://"):
             bucket, _, key = remote[len("s3://") :].partition("/")

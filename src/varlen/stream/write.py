@@ -1,27 +1,27 @@
-"""A DataModule's training split written as LitData chunks, with its size index (``varlen optimize``).
+"""A DataModule's training split written as LitData chunks, with its size index (`varlen optimize`).
 
-Each item is the sample as ``dataset[i]`` gives it (a dict of arrays and ints, with its ``index``):
-what the scenario's collator takes back in a list. ``litdata.optimize`` writes them with
-``keep_data_ordered=True``, so each of its workers writes a contiguous slice of the samples in
-order and ``index.json`` lists the chunks in sample order: the size index is the DataModule's
-``sampler_lengths`` cut by the chunks' item counts, with no second pass over the data: the chunk list,
-read once, feeds every file written beside the chunks (:mod:`varlen.stream.sidecars`). A few items are decoded
+Each item is the sample as `dataset[i]` gives it (a dict of arrays and ints, with its `index`):
+what the scenario's collator takes back in a list. `litdata.optimize` writes them with
+`keep_data_ordered=True`, so each of its workers writes a contiguous slice of the samples in
+order and `index.json` lists the chunks in sample order: the size index is the DataModule's
+`sampler_lengths` cut by the chunks' item counts, with no second pass over the data: the chunk list,
+read once, feeds every file written beside the chunks (`varlen.stream.sidecars`). A few items are decoded
 afterwards to check that order (a LitData that ordered them otherwise is refused).
 The DataModule's data state (classes, tokenizer, statistics...) is saved beside the size index, so
-that a DataModule of other settings reading the chunks is refused (:func:`written_state`), with what the
-writer's report counted of the split as it was written (:data:`WRITTEN`: its samples truncated, which a
-reader's report shows, :func:`written_counts`), and so is
-what a weighted draw needs (:mod:`varlen.stream.draw_index`): each sample's class where the DataModule
-has classes, and its weight columns' values (its ``sample_weights`` column, and any ``weight_columns``).
+that a DataModule of other settings reading the chunks is refused (`written_state`), with what the
+writer's report counted of the split as it was written (`WRITTEN`: its samples truncated, which a
+reader's report shows, `written_counts`), and so is
+what a weighted draw needs (`varlen.stream.draw_index`): each sample's class where the DataModule
+has classes, and its weight columns' values (its `sample_weights` column, and any `weight_columns`).
 
 The folder appears whole or not at all: everything is written into a scratch folder beside it
-(:func:`varlen.storage.cache.scratch`, swept once its process is gone) and renamed into place at the end. A disk without
+(`varlen.storage.cache.scratch`, swept once its process is gone) and renamed into place at the end. A disk without
 room for the estimated size is refused before writing; one that fills up meanwhile is a DataError naming the
 folder, its free space and the need; LitData's processes run in a group of their own that is ended whatever
-happens (:mod:`varlen.stream.writer_group`), so an interrupted or failed write leaves nothing running and
+happens (`varlen.stream.writer_group`), so an interrupted or failed write leaves nothing running and
 nothing under the final name, and the same command run again writes it (a folder holding only the pieces an
 interrupted LitData write leaves, from before, is replaced).
-With ``compression`` (``zstd`` or ``zstd:LEVEL``) each chunk is compressed inside its file (LitData's
+With `compression` (`zstd` or `zstd:LEVEL`) each chunk is compressed inside its file (LitData's
 default way), read where it lies and checked as an uncompressed one.
 """
 
@@ -88,10 +88,10 @@ COMPRESSION = re.compile(r"zstd(:([1-9]|1[0-9]|2[0-2]))?")
 
 
 def check_compression(compression: str | None) -> None:
-    """Refuse a ``compression`` LitData cannot write here, naming the way out.
+    """Refuse a `compression` LitData cannot write here, naming the way out.
 
     Raises:
-        ValueError: not ``zstd`` / ``zstd:LEVEL``, or the zstd package LitData compresses with is missing.
+        ValueError: not `zstd` / `zstd:LEVEL`, or the zstd package LitData compresses with is missing.
     """
     if compression is None:
         return
@@ -104,7 +104,7 @@ def check_compression(compression: str | None) -> None:
 
 
 class SampleItems:
-    """``litdata.optimize``'s function: sample ``i`` of a dataset as an item (pickled to LitData's worker
+    """`litdata.optimize`'s function: sample `i` of a dataset as an item (pickled to LitData's worker
     processes with the dataset, which pickles as its file paths)."""
 
     def __init__(self, dataset: Any) -> None:
@@ -123,7 +123,7 @@ class SampleItems:
 
 @dataclass(frozen=True)
 class Written:
-    """What :func:`write_split` wrote."""
+    """What `write_split` wrote."""
 
     output: Path
     samples: int
@@ -163,19 +163,19 @@ def write_split(
     weight_columns: tuple[str, ...] = (),
     compression: str | None = None,
 ) -> Written:
-    """Write ``split`` of a set-up DataModule to the new folder ``output`` as LitData chunks, and its size index.
+    """Write `split` of a set-up DataModule to the new folder `output` as LitData chunks, and its size index.
 
     Args:
-        chunk_bytes, num_workers, start_method: ``litdata.optimize``'s (its writers receive the dataset pickled,
-            which carries its file paths, not its data); None: a writer per :data:`SAMPLES_PER_WRITER` samples
+        chunk_bytes, num_workers, start_method: `litdata.optimize`'s (its writers receive the dataset pickled,
+            which carries its file paths, not its data); None: a writer per `SAMPLES_PER_WRITER` samples
             (up to the cores), forked where the platform can (a spawned writer imports torch again).
         weight_columns: weight columns to write beside the size index besides the DataModule's own
-            ``sample_weights`` column (each read by its ``weight_column``), for draws by another column.
-        compression: ``zstd`` or ``zstd:LEVEL`` (None: none): each chunk compressed inside its file.
+            `sample_weights` column (each read by its `weight_column`), for draws by another column.
+        compression: `zstd` or `zstd:LEVEL` (None: none): each chunk compressed inside its file.
 
     Raises:
-        ValueError: a ``compression`` LitData cannot write here (:func:`check_compression`).
-        DataError: ``output`` already holds a dataset or other files, is a file or cannot be written, its disk
+        ValueError: a `compression` LitData cannot write here (`check_compression`).
+        DataError: `output` already holds a dataset or other files, is a file or cannot be written, its disk
             has no room for the chunks (before or while writing), LitData's workers wrote nothing, or the
             chunks do not hold the samples in order.
         WriteFailed: LitData's writers failed otherwise (their error).
@@ -213,7 +213,7 @@ def write_split(
 def _settings(
     samples: int, chunk_bytes: int | str, num_workers: int | None, start_method: str | None, compression: str | None
 ) -> dict[str, Any]:
-    """``litdata.optimize``'s settings of :func:`write_split` (see there) for ``samples`` samples."""
+    """`litdata.optimize`'s settings of `write_split` (see there) for `samples` samples."""
     if num_workers is None:  # a writer a SAMPLES_PER_WRITER: each started writer costs seconds (imports)
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
         num_workers = max(1, min(cores, samples // SAMPLES_PER_WRITER))
@@ -226,9 +226,9 @@ def _settings(
 
 
 def _write_chunks(dataset: Any, build: Path, output: Path, need: int, settings: dict[str, Any]) -> ChunkList:
-    """LitData's chunks of ``dataset`` written into ``build`` (its writers in a process group of their own) and
-    checked: every sample, in order. A disk that filled up meanwhile is a DataError naming ``output``'s folder,
-    its free space and ``need``."""
+    """LitData's chunks of `dataset` written into `build` (its writers in a process group of their own) and
+    checked: every sample, in order. A disk that filled up meanwhile is a DataError naming `output`'s folder,
+    its free space and `need`."""
     try:
         lowest = optimize_in_group(
             build.parent,
@@ -255,7 +255,7 @@ def _write_chunks(dataset: Any, build: Path, output: Path, need: int, settings: 
 
 
 def _checked(build: Path, output: Path, total: int) -> ChunkList:
-    """The chunk list LitData wrote in ``build``, checked to hold ``total`` samples in order (named ``output``)."""
+    """The chunk list LitData wrote in `build`, checked to hold `total` samples in order (named `output`)."""
     if not (build / INDEX_JSON).is_file():
         raise DataError(f"{output}: LitData's writers wrote no {INDEX_JSON} (they failed: see their errors above)")
     chunks = ChunkList.read(build)
@@ -269,7 +269,7 @@ def _checked(build: Path, output: Path, total: int) -> ChunkList:
 
 
 def _new_folder(output: Path) -> Path:
-    """``output`` checked to be a new folder that can be written: absent, or empty, or holding only the pieces an
+    """`output` checked to be a new folder that can be written: absent, or empty, or holding only the pieces an
     interrupted LitData write left (removed, said in a notice); a DataError otherwise."""
     if (output / INDEX_JSON).exists():
         raise DataError(f"{output} already holds a LitData dataset ({INDEX_JSON}): give a new folder or remove it")
@@ -287,8 +287,8 @@ def _new_folder(output: Path) -> Path:
 
 
 def estimate_bytes(dataset: Any) -> int:
-    """About the bytes ``dataset``'s chunks take, as LitData serialises its samples (arrays as their bytes,
-    numbers as 8, other values pickled, 4 bytes of offsets each): :data:`ESTIMATE_SAMPLES` samples spread over
+    """About the bytes `dataset`'s chunks take, as LitData serialises its samples (arrays as their bytes,
+    numbers as 8, other values pickled, 4 bytes of offsets each): `ESTIMATE_SAMPLES` samples spread over
     it, scaled to its length."""
     picks = np.unique(np.linspace(0, len(dataset) - 1, min(len(dataset), ESTIMATE_SAMPLES)).astype(np.int64))
     return int(sum(_nbytes(dataset[int(i)]) for i in picks) / len(picks) * len(dataset))
@@ -320,7 +320,7 @@ def _filled(lowest_free: int | None) -> bool:
 
 
 def _no_room(output: Path, need: int) -> DataError:
-    """The DataError of a disk without room for ``output``: its folder, the free space, the need."""
+    """The DataError of a disk without room for `output`: its folder, the free space, the need."""
     full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     return disk_error(
         output.parent,
@@ -340,21 +340,21 @@ def _end_children() -> None:
 
 
 def written_state(folder: str | Path) -> dict[str, Any] | None:
-    """The data state of the DataModule that wrote the chunks in ``folder`` (None: written elsewhere)."""
+    """The data state of the DataModule that wrote the chunks in `folder` (None: written elsewhere)."""
     path = Path(folder) / FOLDER / DATA_STATE
     return json.loads(path.read_text()) if path.is_file() else None
 
 
 def written_counts(folder: str | Path) -> dict[str, Any] | None:
-    """What the writer's report counted of the split in ``folder`` as it was written (``split``, ``samples``,
-    ``truncated``: item -> count), None for chunks written elsewhere or by an older ``varlen optimize``."""
+    """What the writer's report counted of the split in `folder` as it was written (`split`, `samples`,
+    `truncated`: item -> count), None for chunks written elsewhere or by an older `varlen optimize`."""
     state = written_state(folder)
     return None if state is None else state.get(WRITTEN)
 
 
 def check_order(output: Path, total: int, name: str | Path | None = None) -> None:
-    """Decode :data:`CHECKED_ITEMS` items spread over the dataset (the first and the last included) and
-    check that item ``i`` is sample ``i``: the size index relies on it (``name``: the folder in errors)."""
+    """Decode `CHECKED_ITEMS` items spread over the dataset (the first and the last included) and
+    check that item `i` is sample `i`: the size index relies on it (`name`: the folder in errors)."""
     dataset = litdata().StreamingDataset(str(output), shuffle=False)
     for position in np.unique(np.linspace(0, total - 1, CHECKED_ITEMS).astype(np.int64)).tolist():
         item = dataset[position]

@@ -1,4 +1,4 @@
-"""``litdata.optimize`` run in a process group of its own, so that a failed or interrupted ``varlen optimize``
+"""`litdata.optimize` run in a process group of its own, so that a failed or interrupted `varlen optimize`
 leaves no process running.
 
 LitData runs its writers from the process that calls it. When a writer fails (a full disk) it terminates the
@@ -6,8 +6,8 @@ writers but not their own children: a writer's file remover, blocked reading a p
 its Ctrl-C handler ends the caller with status 0. Here LitData's main loop runs in a forked child that leads a
 new process group (a terminal's Ctrl-C reaches this process alone): this process waits for it, noting the
 lowest free space of the output's disk meanwhile (a full disk's trace where LitData loses the error), then
-ends whatever is left of the group (SIGTERM, then SIGKILL after :data:`GRACE_S`), whether the write succeeded,
-failed (:class:`WriteFailed`, with the child's error) or was interrupted. Without ``fork`` it runs in this
+ends whatever is left of the group (SIGTERM, then SIGKILL after `GRACE_S`), whether the write succeeded,
+failed (`WriteFailed`, with the child's error) or was interrupted. Without `fork` it runs in this
 process, as LitData alone does.
 """
 
@@ -48,8 +48,8 @@ class WriteFailed(RuntimeError):
 
 
 def optimize_in_group(watch: str | Path, **kwargs: Any) -> int | None:
-    """``litdata.optimize(**kwargs)`` in a forked child leading its own process group (see the module
-    docstring); ``watch``: a folder on the output's disk. Returns the lowest free bytes seen there.
+    """`litdata.optimize(**kwargs)` in a forked child leading its own process group (see the module
+    docstring); `watch`: a folder on the output's disk. Returns the lowest free bytes seen there.
 
     Raises:
         WriteFailed: LitData raised, or its process ended otherwise than with status 0.
@@ -84,7 +84,7 @@ def optimize_in_group(watch: str | Path, **kwargs: Any) -> int | None:
 
 
 def _child(read: int, write: int, kwargs: dict[str, Any]) -> None:
-    """The forked child: a new process group, LitData's loop, its error (if any) written to ``write``."""
+    """The forked child: a new process group, LitData's loop, its error (if any) written to `write`."""
     status = 1
     try:
         os.close(read)
@@ -103,7 +103,7 @@ def _child(read: int, write: int, kwargs: dict[str, Any]) -> None:
 
 
 def _end_group(pgid: int, reaped: bool) -> None:
-    """End every process left in the group ``pgid`` (SIGTERM, then SIGKILL), and reap its leader."""
+    """End every process left in the group `pgid` (SIGTERM, then SIGKILL), and reap its leader."""
     for number in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(pgid, number)
@@ -124,7 +124,7 @@ def _end_group(pgid: int, reaped: bool) -> None:
 
 
 def _alive(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` still runs, zombies aside (Linux: /proc; else whether the group
+    """Whether a process of group `pgid` still runs, zombies aside (Linux: /proc; else whether the group
     answers a signal at all)."""
     proc = Path("/proc")
     if not proc.is_dir():

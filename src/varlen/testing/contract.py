@@ -17,12 +17,12 @@ class DataModuleContract(RunChecks, ModelChecks, BadInputChecks, CheckpointCheck
     Hooks:
         make_datamodule(**overrides): a small DataModule (seconds to set up).
         make_model(datamodule): a small model fitting it.
-        bad_input(case, tmp_path): a :class:`BadInput` for each case of :data:`BAD_INPUT_CASES`
+        bad_input(case, tmp_path): a `BadInput` for each case of `BAD_INPUT_CASES`
             that applies (None for one that does not: the test says so and skips).
-        real_output(output, batch, i): sample ``i``'s output restricted to its real region
-            (default: ``output[i]``), for the per-sample tests.
+        real_output(output, batch, i): sample `i`'s output restricted to its real region
+            (default: `output[i]`), for the per-sample tests.
         collated_cost(batch): what the budget bounds, measured on a collated batch: one value per
-            budget axis (default: the element count of each mask in ``mask_keys``).
+            budget axis (default: the element count of each mask in `mask_keys`).
         budget_overrides(): arguments that switch the DataModule to a token budget.
         config / cli_overrides: the YAML and the arguments that make the CLI tests tiny.
         ddp_overrides(tmp_path): arguments for the 2-process fit (tiny data, a fresh cache folder).

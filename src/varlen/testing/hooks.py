@@ -26,10 +26,10 @@ class BadInput:
     """One case of the bad-input matrix, as DataModule arguments that produce it.
 
     Attributes:
-        overrides: arguments for ``make_datamodule`` (besides ``on_bad``).
+        overrides: arguments for `make_datamodule` (besides `on_bad`).
         message: a regular expression the raised error's message must match (it should name
             the file, row or sample).
-        skipped: a part of the reason ``dm.report`` counts under ``on_bad="skip"``; None when
+        skipped: a part of the reason `dm.report` counts under `on_bad="skip"`; None when
             the case cannot be skipped (nothing usable is left), so it raises under both policies.
     """
 
@@ -39,7 +39,7 @@ class BadInput:
 
 
 class ContractHooks:
-    """The hooks of :class:`~varlen.testing.DataModuleContract` (listed there), their defaults, its fixtures."""
+    """The hooks of `DataModuleContract` (listed there), their defaults, its fixtures."""
 
     config: str | None = None
     cli_overrides: Sequence[str] = ()
@@ -82,11 +82,11 @@ class ContractHooks:
         return self.make_model(datamodule).eval()
 
     def dataset_indices(self, dataset) -> list[int]:
-        """The ``index`` of every sample of ``dataset`` (read once, for the coverage tests)."""
+        """The `index` of every sample of `dataset` (read once, for the coverage tests)."""
         return [int(dataset[i]["index"]) for i in range(len(dataset))]
 
     @staticmethod
     def collate(datamodule: VarLenDataModule, split: str, indices: Sequence[int]) -> Any:
-        """The batch of ``indices`` as the loader builds it: one batched fetch where the dataset
-        offers ``__getitems__`` (else one ``dataset[i]`` per sample), then the collate."""
+        """The batch of `indices` as the loader builds it: one batched fetch where the dataset
+        offers `__getitems__` (else one `dataset[i]` per sample), then the collate."""
         return datamodule.collate_fn(datamodule.fetch_batch(split, list(indices)))

@@ -22,7 +22,7 @@ __all__ = ["LoaderChecks"]
 
 
 def _assert_same_batch(a: Any, b: Any) -> None:
-    """Two collated batches hold the same tensors (a dict of tensors, or a PyG ``Batch``)."""
+    """Two collated batches hold the same tensors (a dict of tensors, or a PyG `Batch`)."""
     items = dict(a.items()) if isinstance(a, Mapping) else dict(a)
     other = dict(b.items()) if isinstance(b, Mapping) else dict(b)
     assert items.keys() == other.keys()
@@ -34,7 +34,7 @@ def _assert_same_batch(a: Any, b: Any) -> None:
 
 
 class LoaderChecks(ContractHooks):
-    """What every DataModule's loaders and samplers must do (see :class:`~varlen.testing.DataModuleContract`)."""
+    """What every DataModule's loaders and samplers must do (see `DataModuleContract`)."""
 
     def test_loaders_are_resumable_and_expose_their_parts(self, datamodule: VarLenDataModule) -> None:
         for loader in (datamodule.train_dataloader(), datamodule.val_dataloader()):
@@ -67,7 +67,7 @@ class LoaderChecks(ContractHooks):
             assert sorted(served) == list(range(len(dataset)))
 
     def _budgeted(self, batch_size: int | None) -> tuple[VarLenDataModule, list[list[int]]]:
-        """A DataModule under :meth:`budget_overrides` (capped at ``batch_size`` samples) and its
+        """A DataModule under `budget_overrides` (capped at `batch_size` samples) and its
         collated training batches, each checked against the budget."""
         dm = self.make_datamodule(**{**self.budget_overrides(), "batch_size": batch_size})
         dm.setup("fit")
@@ -83,14 +83,14 @@ class LoaderChecks(ContractHooks):
         return dm, served
 
     def test_budget_is_held_by_collated_batches(self) -> None:
-        """Cost every *collated* batch from its tensors: a ``sampler_lengths`` that under-reports fails."""
+        """Cost every *collated* batch from its tensors: a `sampler_lengths` that under-reports fails."""
         dm, served = self._budgeted(batch_size=None)
         assert dm.train_dataloader().batch_sampler.spec.max_batch_size is None  # max_tokens alone: no cap
         assert sorted(i for b in served for i in b) == sorted(self.dataset_indices(dm.dataset("train")))
 
     def test_budget_and_batch_size_compose(self) -> None:
-        """Both given: the budget holds and no batch has more than ``batch_size`` samples (lhotse's
-        ``max_cuts``); the cap is chosen below the uncapped largest batch, so it must bite."""
+        """Both given: the budget holds and no batch has more than `batch_size` samples (lhotse's
+        `max_cuts`); the cap is chosen below the uncapped largest batch, so it must bite."""
         _, uncapped = self._budgeted(batch_size=None)
         largest = max(len(b) for b in uncapped)
         assert largest > 1, "budget_overrides() must allow batches of several samples"
@@ -100,7 +100,7 @@ class LoaderChecks(ContractHooks):
         assert sorted(i for b in capped for i in b) == sorted(i for b in uncapped for i in b)
 
     def test_batch_size_alone_gives_batches_of_that_size(self) -> None:
-        """``batch_size`` without ``max_tokens`` means exactly that many samples per batch, whatever
+        """`batch_size` without `max_tokens` means exactly that many samples per batch, whatever
         the scenario's default budget; one partial batch (per group, where batches keep to groups)."""
         dm = self.make_datamodule(batch_size=3, max_tokens=None)
         dm.setup("fit")
@@ -116,7 +116,7 @@ class LoaderChecks(ContractHooks):
     def test_workers_serve_the_single_process_batches_under_every_start_method(
         self, datamodule: VarLenDataModule, method: str
     ) -> None:
-        """Two workers started by ``method`` (the dataset and collate pickled to them under spawn
+        """Two workers started by `method` (the dataset and collate pickled to them under spawn
         and forkserver) give the batches one process gives: the first epoch's first four."""
         if method not in self.start_methods:
             pytest.skip(f"{type(self).__name__} checks its dataset and collate under {list(self.start_methods)}")
@@ -154,8 +154,8 @@ class LoaderChecks(ContractHooks):
     def test_batches_differ_between_epochs(self, datamodule: VarLenDataModule) -> None:
         """Which samples go together changes, not only the order of the same batches: most of
         epoch 1's batches are new, and most pairs of samples batched together in epoch 0 part
-        (a bucket of a few samples would keep them together: see ``plan.populated_edges``).
-        Where batches keep to groups (``sampler_groups``), groups of fewer than three batches
+        (a bucket of a few samples would keep them together: see `plan.populated_edges`).
+        Where batches keep to groups (`sampler_groups`), groups of fewer than three batches
         cannot re-mix and are left out."""
         sampler = datamodule.train_dataloader().batch_sampler
         epochs = []

@@ -21,7 +21,7 @@ class ModelChecks(ContractHooks):
     """Each output row belongs to its sample, and padding does not change it."""
 
     def test_forward_is_per_sample(self, datamodule: VarLenDataModule, model: VarLenModule) -> None:
-        """Permuting a batch permutes its outputs: row ``i`` belongs to sample ``i``."""
+        """Permuting a batch permutes its outputs: row `i` belongs to sample `i`."""
         picks = list(range(min(6, len(datamodule.dataset("val")))))
         if len(picks) < 2:
             pytest.skip("needs two validation samples")

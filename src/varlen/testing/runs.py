@@ -16,7 +16,7 @@ __all__ = ["StepCounter", "ValidationRecorder", "batch_indices", "ddp_fit", "run
 
 
 def run_cli(args: Sequence[str], cwd: str | Path, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run ``python -m varlen ARGS`` in a subprocess (DDP needs its own process tree)."""
+    """Run `python -m varlen ARGS` in a subprocess (DDP needs its own process tree)."""
     # one thread per rank: two ranks with a thread per core each would oversubscribe the cores
     env = {"OMP_NUM_THREADS": "1", **os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
     result = subprocess.run(
@@ -28,10 +28,10 @@ def run_cli(args: Sequence[str], cwd: str | Path, timeout: float = 600) -> subpr
 
 
 def ddp_fit(config: str | Path, tmp_path: Path, overrides: Sequence[str] = ()) -> list[dict[str, Any]]:
-    """A real 2-process CPU (gloo) fit of ``config`` for one epoch; returns each rank's record.
+    """A real 2-process CPU (gloo) fit of `config` for one epoch; returns each rank's record.
 
     Validation runs in full at the end of the epoch; its metrics and weights are written to
-    ``tmp_path/steps`` by :class:`ValidationRecorder`.
+    `tmp_path/steps` by `ValidationRecorder`.
     """
     out = tmp_path / "steps"
     run_cli(
@@ -68,7 +68,7 @@ class StepCounter(pl.Callback):
     """Writes, per rank, the optimizer steps taken and the sample indices trained on.
 
     Args:
-        out_dir: folder for ``rank<r>.json``.
+        out_dir: folder for `rank<r>.json`.
     """
 
     def __init__(self, out_dir: str) -> None:
@@ -97,7 +97,7 @@ class ValidationRecorder(pl.Callback):
     """After each (non-sanity) validation: the epoch metrics as JSON and a checkpoint of the weights.
 
     Args:
-        out_dir: folder for ``val_metrics.json`` and ``validated.ckpt`` (written by rank 0).
+        out_dir: folder for `val_metrics.json` and `validated.ckpt` (written by rank 0).
     """
 
     def __init__(self, out_dir: str) -> None:

@@ -41,7 +41,7 @@ class CheckpointChecks(ContractHooks):
         return f"{value}-other"
 
     def test_checkpoint_data_state_round_trips(self, datamodule: VarLenDataModule, tmp_path: Path) -> None:
-        """The state survives ``torch.load(weights_only=True)`` and loads silently into the same setup."""
+        """The state survives `torch.load(weights_only=True)` and loads silently into the same setup."""
         state = datamodule.state_dict()
         assert state["data_state"], "data_state() is empty: nothing the model learnt from the data travels"
         torch.save(state, tmp_path / "state.pt")

@@ -1,11 +1,11 @@
-"""The largest ``max_tokens`` whose worst batches train on the device without running out of memory.
+"""The largest `max_tokens` whose worst batches train on the device without running out of memory.
 
-:func:`largest_budget` is the search alone, a pure function of a probe ``fits(budget) -> bool``
-(tests drive it with a memory model): the budget doubles from ``low`` while it fits, then the
+`largest_budget` is the search alone, a pure function of a probe `fits(budget) -> bool`
+(tests drive it with a memory model): the budget doubles from `low` while it fits, then the
 bracket between the last budget that fitted and the first that did not is halved down to one
 token; the margin is then taken off. Memory grows with the budget, so the boundary found is exact.
 
-The probe (:func:`device_probe`) builds the plan at a budget, takes its worst batches (the one
+The probe (`device_probe`) builds the plan at a budget, takes its worst batches (the one
 holding the largest sample on the axis, which sits in the largest bucket, and the one that
 allocates the most: the padded shape the plan will build) and runs each through the model's
 training step and backward, and an optimizer step (its state counts too), on the device; running
@@ -33,10 +33,10 @@ NO_DEVICE = (
 
 
 def largest_budget(fits: Callable[[int], bool], low: int, high: int, margin: float = 0.1) -> int:
-    """The largest budget in ``[low, high]`` that ``fits``, less ``margin`` of it (rounded down).
+    """The largest budget in `[low, high]` that `fits`, less `margin` of it (rounded down).
 
     Raises:
-        ValueError: a bad range or margin, or ``low`` itself does not fit (naming it).
+        ValueError: a bad range or margin, or `low` itself does not fit (naming it).
     """
     if not 1 <= low <= high:
         raise ValueError(f"need 1 <= low <= high, got low={low}, high={high}")
@@ -61,7 +61,7 @@ def largest_budget(fits: Callable[[int], bool], low: int, high: int, margin: flo
 
 
 def worst_batches(dm: Any, axis: int = 0) -> list[list[int]]:
-    """The training plan's (epoch 0, one rank) batches that hold the largest sample on ``axis`` and that
+    """The training plan's (epoch 0, one rank) batches that hold the largest sample on `axis` and that
     allocate the most (padded: samples x largest per axis, summed over axes; packed: the summed sizes)."""
     sampler = dm.batch_sampler("train", True, num_replicas=1, rank=0)
     if not hasattr(sampler, "global_plan"):
@@ -106,8 +106,8 @@ def _precision(device: torch.device, precision: str | None) -> Iterator[None]:
 
 
 def train_step(dm: Any, model: Any, device: torch.device, precision: str | None = None) -> Callable[[list[int]], None]:
-    """``step(indices)``: the training samples ``indices`` fetched and collated as the loader does, then one
-    training step, backward and optimizer step of ``model`` on ``device`` (an optimizer's state counts too)."""
+    """`step(indices)`: the training samples `indices` fetched and collated as the loader does, then one
+    training step, backward and optimizer step of `model` on `device` (an optimizer's state counts too)."""
     from lightning.fabric.utilities.apply_func import move_data_to_device
 
     model.to(device).train()
@@ -130,8 +130,8 @@ def train_step(dm: Any, model: Any, device: torch.device, precision: str | None 
 def device_probe(
     dm: Any, model: Any, budgets: tuple[int, ...], axis: int, device: torch.device, precision: str | None = None
 ) -> Callable[[int], bool]:
-    """``fits(budget)``: the worst batches of the plan at ``budgets`` with ``budget`` on ``axis`` train on
-    ``device`` without running out of memory."""
+    """`fits(budget)`: the worst batches of the plan at `budgets` with `budget` on `axis` train on
+    `device` without running out of memory."""
     step = train_step(dm, model, device, precision)
 
     def fits(budget: int) -> bool:
@@ -171,7 +171,7 @@ def search_budgets(
     dm: Any, model: Any, device: torch.device, margin: float = 0.1, precision: str | None = None, high: int = 0
 ) -> list[Budget]:
     """The largest budget of each size axis (the others at the config's budget). A config batched by
-    ``batch_size`` alone is searched as a budget without that cap; one with both keeps the cap."""
+    `batch_size` alone is searched as a budget without that cap; one with both keeps the cap."""
     sizes = np.asarray(dm.of_each_source(dm.dataset("train"), "sampler_lengths")).reshape(len(dm.dataset("train")), -1)
     if dm.max_tokens is None:  # no budget on any axis: the others hold everything
         dm.batch_size = None

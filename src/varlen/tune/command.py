@@ -1,14 +1,14 @@
-"""``varlen tune``: a config's training loader measured over a grid of settings on this machine.
+"""`varlen tune`: a config's training loader measured over a grid of settings on this machine.
 
-``varlen tune --config CONFIG [--data.* ...]`` measures batches/s and real elements/s for every
+`varlen tune --config CONFIG [--data.* ...]` measures batches/s and real elements/s for every
 setting of the grid (workers from 0 up to the cores per device, prefetch factors, start methods,
 pinning where a CUDA device is there; persistent workers from the same measures: see
-:mod:`varlen.tune.grid`), each until its rate is settled (:class:`~varlen.batching.loader_rate.RateMeter`),
-prints the table and the best setting as ``--data.init_args.*`` arguments, and with ``--write FILE``
-a copy of the config with them. ``--with-model`` puts each batch through the model's training step
-(:mod:`varlen.tune.measure`); ``--budget`` searches the largest ``max_tokens`` that fits a CUDA
-device's memory (:mod:`varlen.tune.budget`). The DataModule and model come from ``build``, which
-the command dispatcher gives (``varlen.cli.dispatch`` builds them as ``fit`` would).
+`varlen.tune.grid`), each until its rate is settled (`RateMeter`),
+prints the table and the best setting as `--data.init_args.*` arguments, and with `--write FILE`
+a copy of the config with them. `--with-model` puts each batch through the model's training step
+(`varlen.tune.measure`); `--budget` searches the largest `max_tokens` that fits a CUDA
+device's memory (`varlen.tune.budget`). The DataModule and model come from `build`, which
+the command dispatcher gives (`varlen.cli.dispatch` builds them as `fit` would).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from varlen.tune.rungs import device_peak, search_rungs
 
 __all__ = ["Build", "Tuned", "parser", "run_tune", "table", "tune_command"]
 
-#: ``build(arguments, with_model) -> (DataModule set up for fit, model or None)``: the config's objects
+#: `build(arguments, with_model) -> (DataModule set up for fit, model or None)`: the config's objects
 Build = Callable[[list[str], bool], tuple[Any, Any]]
 
 
@@ -98,7 +98,7 @@ class Tuned:
     #: figures are too noisy to rank
     drift: str = ""
 
-    #: whether each batch went through the model's training step (``--with-model``)
+    #: whether each batch went through the model's training step (`--with-model`)
     with_model: bool = False
 
     def verdict(self) -> str:
@@ -146,7 +146,7 @@ class Tuned:
 
 
 def run_tune(dm: Any, model: Any, config: dict[str, Any], options: argparse.Namespace) -> Tuned:
-    """The grid of ``options`` (:func:`parser`'s) measured on ``dm`` (through ``model`` unless None); the
+    """The grid of `options` (`parser`'s) measured on `dm` (through `model` unless None); the
     context line is printed first, a progress bar runs while it measures.
 
     Raises:
@@ -211,7 +211,7 @@ def _drift(first: tuple, again: tuple) -> str:
 
 
 def tune_command(argv: Sequence[str], build: Build) -> int:
-    """Run ``varlen tune`` on ``argv`` (its options, then ``fit``'s config arguments); the exit status."""
+    """Run `varlen tune` on `argv` (its options, then `fit`'s config arguments); the exit status."""
     p = parser()
     options, rest = p.parse_known_args(list(argv))
     config = command_config(rest)
@@ -240,7 +240,7 @@ def _config_devices(config: dict[str, Any]) -> int:
 
 
 def _epoch_batches(dm: Any, devices: int) -> int:
-    """One rank's batches an epoch when ``devices`` ranks train."""
+    """One rank's batches an epoch when `devices` ranks train."""
     try:
         return len(dm.batch_sampler("train", dm.shuffle, num_replicas=devices, rank=0))
     except ValueError:  # fewer samples than ranks: the loader of one
@@ -250,7 +250,7 @@ def _epoch_batches(dm: Any, devices: int) -> int:
 def _measure_all(dm: Any, points: list, limits: dict[str, Any], model: Any, run: dict[str, Any]) -> list:
     """Each point measured in turn, under a progress bar; a point that fails is a row saying why.
 
-    A worker's batch (the first, after the workers start, included) may take ``run["start_seconds"]``; under
+    A worker's batch (the first, after the workers start, included) may take `run["start_seconds"]`; under
     early stopping, no longer than the whole run takes at the best setting so far either: a setting whose
     workers are not up by then cannot win (spawned workers that import for seconds, on a short run)."""
     measured: list = []
@@ -298,7 +298,7 @@ def _figure(value: float, spec: str) -> str:
 
 
 def table(rows: Sequence[Row], best: Row | None = None) -> list[str]:
-    """The table's lines; ``best``'s row is marked ``*``."""
+    """The table's lines; `best`'s row is marked `*`."""
     head = (
         "",
         "workers",
@@ -338,7 +338,7 @@ def table(rows: Sequence[Row], best: Row | None = None) -> list[str]:
 
 
 def _budget(options: argparse.Namespace, rest: list[str], config: dict[str, Any], build: Build) -> int:
-    """``--budget``: the largest max_tokens per size axis, or the message that there is no device here."""
+    """`--budget`: the largest max_tokens per size axis, or the message that there is no device here."""
     if not torch.cuda.is_available():
         print(NO_DEVICE, flush=True)
         return 0
@@ -360,7 +360,7 @@ def _budget(options: argparse.Namespace, rest: list[str], config: dict[str, Any]
 
 
 def _rung_budget(dm: Any, model: Any, precision: str | None, margin: float, name: str, device: torch.device) -> int:
-    """``--budget`` under the shape policy: each rung's largest batch (:mod:`varlen.tune.rungs`), as a table."""
+    """`--budget` under the shape policy: each rung's largest batch (`varlen.tune.rungs`), as a table."""
     started = time.perf_counter()
     print(
         f"varlen tune --budget: {type(dm).__name__}, each rung's largest batch whose training step fits {name}, "

@@ -1,9 +1,9 @@
-"""The config ``varlen tune`` measures, read as ``varlen fit`` reads it, and the copy it writes.
+"""The config `varlen tune` measures, read as `varlen fit` reads it, and the copy it writes.
 
-Only what tune needs is read here: the YAML files of ``--config`` merged in order, then the
-``--data.*`` / ``--trainer.*`` / ``--model.*`` arguments of the command line set into it (jsonargparse's
-spelling: ``--data.init_args.name``, or ``--data.name`` for an ``init_args`` value). The DataModule
-and model are built by the caller from the same arguments (``varlen.cli.dispatch``), so they agree.
+Only what tune needs is read here: the YAML files of `--config` merged in order, then the
+`--data.*` / `--trainer.*` / `--model.*` arguments of the command line set into it (jsonargparse's
+spelling: `--data.init_args.name`, or `--data.name` for an `init_args` value). The DataModule
+and model are built by the caller from the same arguments (`varlen.cli.dispatch`), so they agree.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _arguments(argv: Sequence[str]) -> list[tuple[str, str]]:
-    """``(name, value)`` of each ``--name=value`` or ``--name value`` argument."""
+    """`(name, value)` of each `--name=value` or `--name value` argument."""
     found, i = [], 0
     while i < len(argv):
         arg = argv[i]
@@ -41,7 +41,7 @@ def _arguments(argv: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def command_config(argv: Sequence[str]) -> dict[str, Any]:
-    """The ``--config`` files merged in order, with the command line's section arguments set into them."""
+    """The `--config` files merged in order, with the command line's section arguments set into them."""
     config: dict[str, Any] = {}
     for name, value in _arguments(argv):
         if name == "config":
@@ -60,8 +60,8 @@ def command_config(argv: Sequence[str]) -> dict[str, Any]:
 
 
 def epochs_and_batches(config: Mapping[str, Any], batches: int) -> tuple[int, int]:
-    """The run's epochs (``trainer.max_epochs``; 1 when unset or endless) and batches per epoch (a
-    loader's ``batches``, cut by ``trainer.limit_train_batches``)."""
+    """The run's epochs (`trainer.max_epochs`; 1 when unset or endless) and batches per epoch (a
+    loader's `batches`, cut by `trainer.limit_train_batches`)."""
     trainer = config.get("trainer") or {}
     epochs = trainer.get("max_epochs")
     epochs = int(epochs) if isinstance(epochs, int) and epochs > 0 else 1
@@ -74,7 +74,7 @@ def epochs_and_batches(config: Mapping[str, Any], batches: int) -> tuple[int, in
 
 
 def write_config(path: str | Path, config: Mapping[str, Any], init_args: Mapping[str, Any], note: str) -> Path:
-    """A copy of ``config`` with ``init_args`` set in its ``data.init_args``, headed by ``note``."""
+    """A copy of `config` with `init_args` set in its `data.init_args`, headed by `note`."""
     out = _merge(dict(config), {"data": {"init_args": dict(init_args)}})
     path = Path(path)
     text = yaml.safe_dump(out, sort_keys=False, default_flow_style=False)

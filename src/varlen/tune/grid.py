@@ -1,9 +1,9 @@
-"""The loader settings ``varlen tune`` measures, the run's figure each gives, and the pick.
+"""The loader settings `varlen tune` measures, the run's figure each gives, and the pick.
 
 A measured point is a number of workers, a prefetch factor, a start method and pinning. Persistent
 workers change only when the workers start: once a run instead of once an epoch; the steady rate is
 the same. So each point is measured once and gives both rows, whose figure is the run's batches per
-second (:func:`run_batches_per_s`): ``epochs`` epochs of ``epoch_batches`` batches at the steady
+second (`run_batches_per_s`): `epochs` epochs of `epoch_batches` batches at the steady
 rate, plus the measured start, paid every epoch without persistent workers and once with them.
 """
 
@@ -24,7 +24,7 @@ ARGUMENTS = ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory
 
 @dataclass(frozen=True)
 class Setting:
-    """One loader setting: the DataModule arguments of :data:`ARGUMENTS`."""
+    """One loader setting: the DataModule arguments of `ARGUMENTS`."""
 
     num_workers: int
     prefetch_factor: int | None = None
@@ -41,7 +41,7 @@ class Setting:
             setattr(dm, name, value)
 
     def overrides(self) -> str:
-        """The ``--data.init_args.*`` arguments of this setting, as ``varlen fit`` takes them."""
+        """The `--data.init_args.*` arguments of this setting, as `varlen fit` takes them."""
         return " ".join(f"--data.init_args.{name}={_yaml(value)}" for name, value in self.init_args().items())
 
     def cost(self) -> tuple:
@@ -57,7 +57,7 @@ def _yaml(value: Any) -> str:
 
 
 def worker_counts(cores_per_device: int) -> list[int]:
-    """0, then powers of two below ``cores_per_device``, then ``cores_per_device`` itself."""
+    """0, then powers of two below `cores_per_device`, then `cores_per_device` itself."""
     counts, n = [0], 1
     while n < cores_per_device:
         counts.append(n)
@@ -80,7 +80,7 @@ def grid(
 
 
 def run_batches_per_s(rate: LoaderRate, epoch_batches: int, epochs: int, persistent: bool) -> float:
-    """Batches per second over a run of ``epochs`` epochs of ``epoch_batches`` batches (see the module)."""
+    """Batches per second over a run of `epochs` epochs of `epoch_batches` batches (see the module)."""
     steady = (epoch_batches * epochs - (1 if persistent else epochs)) / rate.batches_per_s
     starts = rate.start_s * (1 if persistent else epochs)
     return epoch_batches * epochs / max(steady + starts, 1e-12)
@@ -106,8 +106,8 @@ def rows_of(measured: Sequence[tuple[Setting, LoaderRate]], epoch_batches: int, 
 
 
 def pick(rows: Sequence[Row], within: float = 0.02) -> Row:
-    """The cheapest setting (:meth:`Setting.cost`) among those the measures cannot tell from the fastest: within
-    ``within`` of its run figure, or within the two figures' combined standard error where that is wider (a
+    """The cheapest setting (`Setting.cost`) among those the measures cannot tell from the fastest: within
+    `within` of its run figure, or within the two figures' combined standard error where that is wider (a
     noisy measure, on a busy machine, is no reason to hold more workers; a measure too short to have an error
     is taken as it is)."""
     usable = [r for r in rows if math.isfinite(r.run_per_s)]

@@ -1,8 +1,8 @@
 """One setting measured: the training loader alone, or each batch through the model's training step.
 
 The loader alone is iterated in this process as the fit loop would, each batch counted on the host
-(``batch_stats``, as the DataModule does before every transfer). With the model, a Lightning
-``Trainer`` fits it on the DataModule for as long as the meter needs (validation, checkpoints and
+(`batch_stats`, as the DataModule does before every transfer). With the model, a Lightning
+`Trainer` fits it on the DataModule for as long as the meter needs (validation, checkpoints and
 loggers off), so the steps run the optimizer, precision and device of a run: the figure is the one
 the run would see. Workers are kept between the epochs of a measure (persistent), and an epoch's
 start is not timed: the start is measured once, on the first.
@@ -32,19 +32,19 @@ def measure_setting(
     on_batch: Callable[[RateMeter], None] | None = None,
     batch_limit: float | None = None,
 ) -> LoaderRate:
-    """``setting``'s figures on ``dm``'s training loader (with ``model``: through its training step).
+    """`setting`'s figures on `dm`'s training loader (with `model`: through its training step).
 
     Args:
-        dm: a set-up varlen DataModule; ``setting`` is applied to it (persistent workers for the measure).
-        limits: :class:`~varlen.batching.loader_rate.RateMeter` limits (``max_batches``, ``max_seconds``...).
+        dm: a set-up varlen DataModule; `setting` is applied to it (persistent workers for the measure).
+        limits: `RateMeter` limits (`max_batches`, `max_seconds`...).
         model: the config's model, or None for the loader alone.
-        trainer_args: ``Trainer`` arguments of the run (``precision``, ``accelerator``) with ``model``.
+        trainer_args: `Trainer` arguments of the run (`precision`, `accelerator`) with `model`.
         on_batch: called with the meter after each batch (a progress bar).
         batch_limit: seconds a worker's batch may take, the first (the workers' start) included: the
-            loader's ``timeout``, whose error ends the measure (None: the DataModule's own).
+            loader's `timeout`, whose error ends the measure (None: the DataModule's own).
 
     Raises:
-        RuntimeError: with workers, a batch took longer than ``batch_limit`` (the loader's timeout).
+        RuntimeError: with workers, a batch took longer than `batch_limit` (the loader's timeout).
     """
     meter = RateMeter.for_workers(setting.num_workers, **limits)
     Setting(**(setting.init_args() | {"persistent_workers": setting.num_workers > 0})).apply(dm)
@@ -66,7 +66,7 @@ def _through_model(
     trainer_args: dict[str, Any],
     on_batch: Callable[[RateMeter], None] | None,
 ) -> LoaderRate:
-    """``model`` fitted on ``dm`` until ``meter`` is done; its figures."""
+    """`model` fitted on `dm` until `meter` is done; its figures."""
     trainer = pl.Trainer(
         **{"accelerator": "auto", **trainer_args},
         devices=1,

@@ -1,14 +1,14 @@
-"""Each rung's largest batch that trains on the device (``varlen tune --budget`` under the shape policy).
+"""Each rung's largest batch that trains on the device (`varlen tune --budget` under the shape policy).
 
 As NeMo's OOMptimizer does per bucket: for every padded length of the DataModule's rungs, the longest first,
 the largest batch of that length whose training step, backward and optimizer step fit the device's memory.
-The result is the ``rung_batch_sizes`` table a config holds (each batch then holds its rung's count).
+The result is the `rung_batch_sizes` table a config holds (each batch then holds its rung's count).
 
-:func:`largest_count` is the search alone, a pure function of a probe ``peak(count)`` (the step's peak
+`largest_count` is the search alone, a pure function of a probe `peak(count)` (the step's peak
 memory in bytes, None when it ran out; tests drive it with a memory model). Memory grows about linearly with
 the batch at one length, so after one step that fits the next guess is read off its peak (the count at
 which the peak would reach the device's capacity); a guess that runs out is bisected against the last count
-that fitted, down to ``tolerance``. Each rung starts from the tokens of the rung above it (a shorter length
+that fitted, down to `tolerance`. Each rung starts from the tokens of the rung above it (a shorter length
 holds at least as many tokens), so most rungs take two or three steps, and once a rung holds the whole
 training split the shorter ones do too, unprobed.
 """
@@ -30,7 +30,7 @@ __all__ = ["RungBatch", "device_peak", "largest_count", "rung_indices", "search_
 def largest_count(
     peak: Callable[[int], int | None], start: int, high: int, capacity: int, tolerance: float = 0.05
 ) -> int:
-    """The largest count in ``[1, high]`` whose ``peak`` fits, within ``tolerance`` of it, from ``start``.
+    """The largest count in `[1, high]` whose `peak` fits, within `tolerance` of it, from `start`.
 
     Raises:
         ValueError: even a count of 1 runs out, or a bad range.
@@ -67,7 +67,7 @@ def _extrapolated(fitted: list[tuple[int, int]], capacity: int) -> int:
 
 
 def rung_indices(sizes: np.ndarray, rungs: np.ndarray, rung: int, count: int) -> list[int]:
-    """``count`` samples that pad to ``rungs[rung]`` (their sizes in its bucket; repeated when the bucket holds
+    """`count` samples that pad to `rungs[rung]` (their sizes in its bucket; repeated when the bucket holds
     fewer), the longest first: a batch of exactly that padded length."""
     low = rungs[rung - 1] if rung else -1
     inside = np.flatnonzero((sizes > low) & (sizes <= rungs[rung]))
@@ -98,9 +98,9 @@ def search_rungs(
     tolerance: float = 0.05,
     log: Callable[[str], None] = print,
 ) -> list[RungBatch]:
-    """Each rung's largest batch (``margin`` of it left free), the longest rung first: ``peak_of(indices)`` is
-    the peak memory of a training step of those training samples (None: it ran out; :func:`device_peak`),
-    ``capacity`` the device's memory."""
+    """Each rung's largest batch (`margin` of it left free), the longest rung first: `peak_of(indices)` is
+    the peak memory of a training step of those training samples (None: it ran out; `device_peak`),
+    `capacity` the device's memory."""
     sizes = np.asarray(dm.of_each_source(dm.dataset("train"), "sampler_lengths")).reshape(len(dm.dataset("train")), -1)
     sizes, rungs = sizes[:, 0], dm.rungs[0].array
     high = len(sizes)
@@ -123,7 +123,7 @@ def search_rungs(
 
 
 def device_peak(step: Callable[[list[int]], None], device: torch.device) -> Callable[[list[int]], int | None]:
-    """``peak_of(indices)``: the peak memory of ``step(indices)`` on ``device`` (None when it ran out)."""
+    """`peak_of(indices)`: the peak memory of `step(indices)` on `device` (None when it ran out)."""
 
     def peak_of(indices: list[int]) -> int | None:
         torch.cuda.reset_peak_memory_stats(device)

@@ -1,9 +1,9 @@
 """Writes the tiny fake bearing files the tests read, in the real layouts (seeded; run from anywhere).
 
-- ``cwru/``: CWRU ``.mat`` files with the real quirks: the 48 kHz normal baseline without a BA
+- `cwru/`: CWRU `.mat` files with the real quirks: the 48 kHz normal baseline without a BA
   channel, a file holding another number's keys (X119 in ..._118.mat), a file without RPM.
-- ``paderborn/``: Paderborn ``.mat`` structs (``Y`` struct array of named channels, 64 kHz).
-- ``folder/``: ``.npy`` and ``.csv`` signals at 8 and 16 kHz with ``metadata.csv``.
+- `paderborn/`: Paderborn `.mat` structs (`Y` struct array of named channels, 64 kHz).
+- `folder/`: `.npy` and `.csv` signals at 8 and 16 kHz with `metadata.csv`.
 """
 
 from pathlib import Path

@@ -1,12 +1,12 @@
-"""Write tiny hyperspectral files in the real formats (seeded). Run from anywhere: ``python data.py``.
+"""Write tiny hyperspectral files in the real formats (seeded). Run from anywhere: `python data.py`.
 
-* ``tiny_v5.mat`` (cube ``tiny_cube`` [16, 14, 12] int16) + ``tiny_v5_gt.mat`` (``tiny_gt`` [16, 14]):
+* `tiny_v5.mat` (cube `tiny_cube` [16, 14, 12] int16) + `tiny_v5_gt.mat` (`tiny_gt` [16, 14]):
   MATLAB v5, as the EHU scenes ship.
-* ``tiny_v73.mat`` / ``tiny_v73_gt.mat``: the same arrays as MATLAB v7.3 (HDF5 with a 512-byte
+* `tiny_v73.mat` / `tiny_v73_gt.mat`: the same arrays as MATLAB v7.3 (HDF5 with a 512-byte
   MATLAB header, arrays stored transposed, as MATLAB writes them).
-* ``tiny_envi.hdr`` + ``tiny_envi.img``: ENVI BSQ, wavelengths in micrometers.
-* ``tiny.npy`` / ``tiny_gt.npy``.
-* ``tiny_TR.mat`` / ``tiny_TS.mat``: external train / test maps (top rows of each parcel / the rest).
+* `tiny_envi.hdr` + `tiny_envi.img`: ENVI BSQ, wavelengths in micrometers.
+* `tiny.npy` / `tiny_gt.npy`.
+* `tiny_TR.mat` / `tiny_TS.mat`: external train / test maps (top rows of each parcel / the rest).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Writes the tiny molecule tables used by tests/test_molecules.py (seeded; run from anywhere).
 
 Real SMILES of small common molecules with fake, seeded targets, in the real file layouts:
-ESOL (``delaney-processed.csv``), FreeSolv (``SAMPL.csv``: CRLF line ends, trailing spaces),
+ESOL (`delaney-processed.csv`), FreeSolv (`SAMPL.csv`: CRLF line ends, trailing spaces),
 a multi-task table with missing values, a BBBP-like classification table, and broken files.
 
-``bbbp_order.csv`` reproduces, in 60 molecules, why MoleculeNet's BBBP fails under the
+`bbbp_order.csv` reproduces, in 60 molecules, why MoleculeNet's BBBP fails under the
 deterministic scaffold split in its file order: four large scaffold sets (benzene, cyclohexane,
 pyridine, acyclic) of both classes, then singleton scaffolds (phenyl-(CH2)k-cyclohexyl, one per
 k), the 8 negatives first and the 12 positives last. The scaffold split fills train with the
@@ -79,7 +79,7 @@ ACYCLIC = ["CCO", "CCCO", "CCCCO", "CCN", "CCCN", "CC(C)O", "CCOCC", "CCCCC", "C
 
 
 def bbbp_order_rows() -> list[tuple[str, int]]:
-    """(SMILES, p_np) in the order of ``bbbp_order.csv``: large scaffold sets, then one-class singletons."""
+    """(SMILES, p_np) in the order of `bbbp_order.csv`: large scaffold sets, then one-class singletons."""
     big = [
         ([f"{x}c1ccccc1" for x in SUBSTITUENTS], 0),
         ([f"{x}C1CCCCC1" for x in SUBSTITUENTS], 1),

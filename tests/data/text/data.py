@@ -5,7 +5,7 @@ comma and a newline), TSV in the GLUE layout (no quoting), JSON Lines, a JSON ar
 and broken variants, each with one defect: undecodable bytes, an empty file, a header without
 rows, a row with too many fields, a corrupt Parquet file, an empty text, a non-finite label, a
 single class, a validation table with a label training never saw; and the split marked in a
-column: fastai's ``is_valid`` (True / False) and a ``split`` column of names in any case.
+column: fastai's `is_valid` (True / False) and a `split` column of names in any case.
 """
 
 from __future__ import annotations

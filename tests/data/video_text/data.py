@@ -1,13 +1,13 @@
 """Writes tiny fake video-text files in the real formats (seeded): run `python data.py` here.
 
-- ``youcook2.json``: the YouCook2 annotation layout (``database[vid]`` with ``duration``,
-  ``subset``, ``annotations[*].segment / .sentence``), 6 training + 3 validation videos.
-- ``features/<vid>.npy``: ``[T, 8]`` float32 features at 1 fps for those videos.
-- ``features.npz`` and ``features.h5``: the same features keyed by video id.
-- ``msrvtt.json``: MSR-VTT ``videodatainfo`` layout, several captions per whole video.
-- ``captions.jsonl``: the generic ``video_id, start, end, text`` layout.
-- ``msrvtt/``: MSR-VTT's four retrieval files (CLIP4Clip's ``msrvtt_data.zip`` layouts) for 13
-  videos, see :func:`msrvtt`, and ``features.npz``: ``[T, 16]`` features whose content is each
+- `youcook2.json`: the YouCook2 annotation layout (`database[vid]` with `duration`,
+  `subset`, `annotations[*].segment / .sentence`), 6 training + 3 validation videos.
+- `features/<vid>.npy`: `[T, 8]` float32 features at 1 fps for those videos.
+- `features.npz` and `features.h5`: the same features keyed by video id.
+- `msrvtt.json`: MSR-VTT `videodatainfo` layout, several captions per whole video.
+- `captions.jsonl`: the generic `video_id, start, end, text` layout.
+- `msrvtt/`: MSR-VTT's four retrieval files (CLIP4Clip's `msrvtt_data.zip` layouts) for 13
+  videos, see `msrvtt`, and `features.npz`: `[T, 16]` features whose content is each
   video's topic, so that retrieval metrics on them can be worked out by hand.
 """
 

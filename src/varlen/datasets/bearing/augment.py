@@ -1,19 +1,19 @@
-"""Training-window augmentation drawn from ``(seed, epoch, window)`` only: shifts, speed, amplitude, noise.
+"""Training-window augmentation drawn from `(seed, epoch, window)` only: shifts, speed, amplitude, noise.
 
 What generalises across operating conditions is a fault's signature, not where a window
 starts, how fast the shaft turns, how loud the machine is or how clean the sensor: so a
-training window moves by up to ``shift`` samples inside its split's block (never into a gap or
-another split), is read at a speed factor in ``[1 - speed, 1 + speed]`` (resampled with a
+training window moves by up to `shift` samples inside its split's block (never into a gap or
+another split), is read at a speed factor in `[1 - speed, 1 + speed]` (resampled with a
 Lanczos-3 kernel, flat up to about 0.4 cycles per sample, so a 3 kHz resonance at 12 kHz keeps
 its amplitude: a load that slows the shaft scales every fault frequency the same way), its
-amplitude is scaled by a factor in ``[1 - scale, 1 + scale]``, and white noise of a standard
-deviation drawn in ``[0, noise]`` is added to its real samples (padding stays zero).
+amplitude is scaled by a factor in `[1 - scale, 1 + scale]`, and white noise of a standard
+deviation drawn in `[0, noise]` is added to its real samples (padding stays zero).
 
 Every draw comes from a counter-based hash of (seed, epoch, window index, draw number)
-(:func:`varlen.prepare.draws.counter_bits`, as the hyperspectral band draws): a window gets the same
+(`varlen.prepare.draws.counter_bits`, as the hyperspectral band draws): a window gets the same
 draws in whatever batch, worker or rank it lands, a resumed run replays them exactly, and each
-epoch draws new ones. A batch is one ``[B, k]`` hash, no loop per window. Training batches carry
-their epoch (:class:`~varlen.batching.EpochIndices`, from :class:`~varlen.batching.EpochBatchSampler`)
+epoch draws new ones. A batch is one `[B, k]` hash, no loop per window. Training batches carry
+their epoch (`EpochIndices`, from `EpochBatchSampler`)
 into the dataset's fetch.
 """
 
@@ -30,14 +30,14 @@ __all__ = ["WindowAugment"]
 
 _NAME = "bearing window augmentation"
 #: draw numbers: 0 the shift, 1 the scale, 2 the noise level, 3 the speed; the noise of (channel c,
-#: position p) is draw ``_NOISE + c * 2**32 + p``: it does not depend on how wide the window's batch is
+#: position p) is draw `_NOISE + c * 2**32 + p`: it does not depend on how wide the window's batch is
 _SHIFT, _SCALE, _LEVEL, _SPEED, _NOISE = 0, 1, 2, 3, 1 << 48
 #: the Lanczos-3 neighbours of a resampled position, relative to the sample at or before it
 _TAPS = np.arange(-2, 4)
 
 
 def _uniforms(seed: int, epoch: int, indices: np.ndarray, number: int) -> np.ndarray:
-    """``[B]`` float64 uniforms in ``[0, 1)``: draw ``number`` of each window ``indices[b]`` in ``epoch``."""
+    """`[B]` float64 uniforms in `[0, 1)`: draw `number` of each window `indices[b]` in `epoch`."""
     return unit_floats(counter_bits(_NAME, seed, epoch, indices, np.array(number)))
 
 
@@ -48,11 +48,11 @@ class WindowAugment:
     Attributes:
         seed: the DataModule's seed.
         shift: most samples a window moves either way (0: none).
-        scale: amplitude factors are uniform in ``[1 - scale, 1 + scale]`` (0: none).
+        scale: amplitude factors are uniform in `[1 - scale, 1 + scale]` (0: none).
         noise: the largest standard deviation of the added white noise (each window's is uniform
-            in ``[0, noise]``), in the signal's (normalized) units.
-        speed: speed factors are uniform in ``[1 - speed, 1 + speed]`` (0: none); a window of
-            ``n`` samples then reads about ``n * factor`` samples of its recording (plus the
+            in `[0, noise]`), in the signal's (normalized) units.
+        speed: speed factors are uniform in `[1 - speed, 1 + speed]` (0: none); a window of
+            `n` samples then reads about `n * factor` samples of its recording (plus the
             kernel's 2 before and 3 after).
     """
 
@@ -77,11 +77,11 @@ class WindowAugment:
     def place(
         self, indices: np.ndarray, epoch: int, starts: np.ndarray, lengths: np.ndarray, bounds: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Where each window is read: ``(starts, spans, rates)``, ``[start, start + span)`` inside ``bounds``.
+        """Where each window is read: `(starts, spans, rates)`, `[start, start + span)` inside `bounds`.
 
-        Without speed changes a window reads its ``n`` samples from ``start``. At speed factor
-        ``r`` its first sample is at ``start + 2`` and it reads ``floor((n - 1) * r) + 6`` samples
-        (the kernel's neighbours included); ``r`` is lowered where the block is too short.
+        Without speed changes a window reads its `n` samples from `start`. At speed factor
+        `r` its first sample is at `start + 2` and it reads `floor((n - 1) * r) + 6` samples
+        (the kernel's neighbours included); `r` is lowered where the block is too short.
         """
         rates, spans = np.ones(len(indices)), lengths
         if self.speed:
@@ -103,11 +103,11 @@ class WindowAugment:
         width: int,
         normalization: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> np.ndarray:
-        """``[B, C, width]`` float32: row ``(b, c)`` of the flat ``values`` resampled at ``rates[b]`` input
-        samples per output sample, output ``k`` at ``row_starts[b, c] + 2 + k * rates[b]`` (Lanczos-3
-        weights, normalized to sum 1: a rate of exactly 1 copies the samples), zero after ``lengths[b]``.
-        With ``normalization`` (``(mean, std)`` per channel) every sample read is standardized first,
-        as if ``values`` were: the stored signal is read-only."""
+        """`[B, C, width]` float32: row `(b, c)` of the flat `values` resampled at `rates[b]` input
+        samples per output sample, output `k` at `row_starts[b, c] + 2 + k * rates[b]` (Lanczos-3
+        weights, normalized to sum 1: a rate of exactly 1 copies the samples), zero after `lengths[b]`.
+        With `normalization` (`(mean, std)` per channel) every sample read is standardized first,
+        as if `values` were: the stored signal is read-only."""
         position = 2.0 + np.arange(width) * rates[:, None]  # [B, W], from each row's start
         left = np.floor(position).astype(np.int64)
         offset = np.pi * ((position - left).astype(np.float32)[..., None] - _TAPS.astype(np.float32))  # [B, W, 6]
@@ -125,7 +125,7 @@ class WindowAugment:
         return out
 
     def perturb(self, signals: np.ndarray, mask: np.ndarray, indices: np.ndarray, epoch: int) -> None:
-        """Scale and add noise to a padded batch ``[B, C, W]`` in place; padded positions stay zero."""
+        """Scale and add noise to a padded batch `[B, C, W]` in place; padded positions stay zero."""
         if self.scale:
             u = _uniforms(self.seed, epoch, indices, _SCALE)
             signals *= (1.0 + self.scale * (2.0 * u - 1.0)).astype(np.float32)[:, None, None]

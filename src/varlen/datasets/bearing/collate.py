@@ -22,17 +22,17 @@ FIELDS = ("index", "signals", "lengths", "mask", "labels", "recording_ids", "win
 class BearingCollator(PadsToWidths):
     """The model's fields of a batch of windows.
 
-    Returns a dict: ``signals`` ``[B, C, W]`` float32 (zeros after each window's length),
-    ``lengths`` ``[B]``, ``mask`` ``[B, W]`` bool keep-mask (True = real sample, the varlen
-    convention), ``labels``, ``recording_ids``, ``window_index``, ``starts`` and ``index``.
-    A :class:`~varlen.datasets.bearing.dataset.WindowBatch` (the loader's batched fetch from
-    :class:`~varlen.datasets.bearing.BearingWindows`) is only named; a list of ``dataset[i]``
+    Returns a dict: `signals` `[B, C, W]` float32 (zeros after each window's length),
+    `lengths` `[B]`, `mask` `[B, W]` bool keep-mask (True = real sample, the varlen
+    convention), `labels`, `recording_ids`, `window_index`, `starts` and `index`.
+    A `WindowBatch` (the loader's batched fetch from
+    `BearingWindows`) is only named; a list of `dataset[i]`
     dicts is joined and padded here first, with the same one-gather path. A class (not a
     closure) so it pickles into loader workers.
 
     Args:
-        pad_to_multiple_of: round ``W`` up to this multiple, for lists of samples that carry no padded length
-            (:func:`~varlen.batching.indices.pad_to`; a fetched batch was padded by its dataset).
+        pad_to_multiple_of: round `W` up to this multiple, for lists of samples that carry no padded length
+            (`pad_to`; a fetched batch was padded by its dataset).
     """
 
     def __init__(self, pad_to_multiple_of: int | None = None) -> None:
@@ -44,7 +44,7 @@ class BearingCollator(PadsToWidths):
         return {name: getattr(batch, name) for name in FIELDS}
 
     def pad_samples(self, samples: Sequence[Mapping[str, Any]]) -> WindowBatch:
-        """Single samples (``dataset[i]`` dicts) copied once into one buffer and gathered like a fetched batch."""
+        """Single samples (`dataset[i]` dicts) copied once into one buffer and gathered like a fetched batch."""
         signals = [np.asarray(s["signal"], dtype=np.float32) for s in samples]
         lengths = np.fromiter((s.shape[1] for s in signals), np.int64, len(signals))
         padding = pad_to(samples, self.pad_to_multiple_of)

@@ -5,7 +5,7 @@ The DataModule's datasets hold nothing per window of their own: the signal and t
 columns are views of mapped files, so pickling one (a spawned loader worker) sends paths and
 small arrays, and the worker maps the files again. Batches are standardized as they are
 gathered (the mapped signal is read-only). Training windows may be augmented
-(:class:`~varlen.datasets.bearing.augment.WindowAugment`): a batch that carries its epoch is read
+(`WindowAugment`): a batch that carries its epoch is read
 at shifted starts, then scaled and noised, in the same one gather.
 """
 
@@ -32,17 +32,17 @@ __all__ = ["BearingWindows", "WindowBatch"]
 
 @dataclass
 class WindowBatch:
-    """A padded batch of windows, as gathered: what :class:`~varlen.datasets.bearing.BearingCollator` names.
+    """A padded batch of windows, as gathered: what `BearingCollator` names.
 
     Attributes:
-        index: ``[B]`` int64 position of each window in its split.
-        signals: ``[B, C, W]`` float32, zeros after each window's length.
-        lengths: ``[B]`` int64 true length of each window.
-        mask: ``[B, W]`` bool keep mask (True = real sample).
-        labels: ``[B]`` int64 class of each window's recording.
-        recording_ids: ``[B]`` int64 recording of each window.
-        window_index: ``[B]`` int64 position of each window among its recording's windows in the split.
-        starts: ``[B]`` int64 first sample of each window in its recording.
+        index: `[B]` int64 position of each window in its split.
+        signals: `[B, C, W]` float32, zeros after each window's length.
+        lengths: `[B]` int64 true length of each window.
+        mask: `[B, W]` bool keep mask (True = real sample).
+        labels: `[B]` int64 class of each window's recording.
+        recording_ids: `[B]` int64 recording of each window.
+        window_index: `[B]` int64 position of each window among its recording's windows in the split.
+        starts: `[B]` int64 first sample of each window in its recording.
     """
 
     index: torch.Tensor
@@ -58,14 +58,14 @@ class WindowBatch:
 class BearingWindows(PadsToWidths, Dataset):
     """Windows of recordings: spans of one flat buffer holding every recording, never copies.
 
-    Memory: the shared :class:`~varlen.datasets.bearing.storage.RecordingBuffer` plus, per window,
+    Memory: the shared `RecordingBuffer` plus, per window,
     its recording, start, length and window index (views of a mapped table with
-    :meth:`from_table`). A sample's ``signal`` is ``buffers[r][:, start:start + length]``: a view
-    (a standardized copy with ``normalization``); a batch (:meth:`__getitems__`) is one gather of
+    `from_table`). A sample's `signal` is `buffers[r][:, start:start + length]`: a view
+    (a standardized copy with `normalization`); a batch (`__getitems__`) is one gather of
     all its windows, padded.
 
     Args:
-        buffers: the shared store of all recordings (indexed by ``recording``), or their ``[C, T]``
+        buffers: the shared store of all recordings (indexed by `recording`), or their `[C, T]`
             float32 arrays, which are then copied once into a store of this dataset's own.
         labels: class index per recording.
         recording: recording index per window.
@@ -73,15 +73,15 @@ class BearingWindows(PadsToWidths, Dataset):
         lengths: true length per window (a tail window is shorter).
         window_index: the window's position among its recording's windows in this split.
         pad_to_multiple_of: round a fetched batch's width up to this multiple; a batch that carries its padded
-            length pads to it (:func:`~varlen.batching.indices.pad_to`).
+            length pads to it (`pad_to`).
         augment: augmentation of batches that carry their epoch (training); None: none.
-        bounds: ``[N, 2]`` the span (start, end) of its recording each window may be shifted
-            within (its split's block); needed when ``augment`` shifts.
-        normalization: ``(mean, std)`` ``[C]`` float32: samples and batches are served as
-            ``(x - mean) / std`` per channel (None: as stored). Replace it to standardize otherwise.
+        bounds: `[N, 2]` the span (start, end) of its recording each window may be shifted
+            within (its split's block); needed when `augment` shifts.
+        normalization: `(mean, std)` `[C]` float32: samples and batches are served as
+            `(x - mean) / std` per channel (None: as stored). Replace it to standardize otherwise.
 
-    Samples: ``index``, ``signal`` ``[C, length]`` float32 view, ``label``, ``recording_id``,
-    ``window_index``, ``start``.
+    Samples: `index`, `signal` `[C, length]` float32 view, `label`, `recording_id`,
+    `window_index`, `start`.
     """
 
     def __init__(
@@ -114,7 +114,7 @@ class BearingWindows(PadsToWidths, Dataset):
     def from_table(
         cls, buffers: RecordingBuffer, labels: np.ndarray, table: MappedTable, **kwargs: Any
     ) -> BearingWindows:
-        """The windows of a mapped table (:func:`~varlen.datasets.bearing.window_tables.mapped_windows`):
+        """The windows of a mapped table (`mapped_windows`):
         their columns are views of the file, and the dataset pickles as its path."""
         *columns, bounds = cls._read(table)
         dataset = cls(buffers, labels, *columns, bounds=bounds, **kwargs)
@@ -155,18 +155,18 @@ class BearingWindows(PadsToWidths, Dataset):
 
     @property
     def buffers(self) -> list[np.ndarray]:
-        """``[C, T]`` view of each recording (all recordings, shared with the other splits)."""
+        """`[C, T]` view of each recording (all recordings, shared with the other splits)."""
         return self.store.buffers
 
     @property
     def labels(self) -> np.ndarray:
-        """``[N]`` int64 class of each window's recording (computed on each call)."""
+        """`[N]` int64 class of each window's recording (computed on each call)."""
         return self.recording_labels[self.recording]
 
     @property
     def signals(self) -> Ragged:
-        """The windows as a two-level :class:`~varlen.batching.ragged.Ragged` over the flat buffer:
-        window ``i`` owns rows ``i * C`` to ``i * C + C - 1`` (computed on each call; batches
+        """The windows as a two-level `Ragged` over the flat buffer:
+        window `i` owns rows `i * C` to `i * C + C - 1` (computed on each call; batches
         build the rows of their own windows only). Unstandardized."""
         return self.store.windows(self.recording, self.starts, self.lengths)
 
@@ -188,8 +188,8 @@ class BearingWindows(PadsToWidths, Dataset):
     def __getitems__(self, indices: Sequence[int]) -> WindowBatch:
         """A whole batch at once (the loader's batched fetch): one gather of the windows, padded.
 
-        A batch that carries its ``epoch`` (an :class:`~varlen.batching.EpochIndices`
-        of the training sampler) is augmented when the dataset has an ``augment``; plain lists never are.
+        A batch that carries its `epoch` (an `EpochIndices`
+        of the training sampler) is augmented when the dataset has an `augment`; plain lists never are.
         """
         epoch, padding = getattr(indices, "epoch", None), pad_to(indices, self.pad_to_multiple_of)
         indices = np.asarray(indices, dtype=np.int64)
@@ -233,7 +233,7 @@ class BearingWindows(PadsToWidths, Dataset):
 
     def index_nbytes(self) -> int:
         """Bytes of this split's index arrays (per window; views of a mapped file with
-        :meth:`from_table`, else its own; the signal store is shared)."""
+        `from_table`, else its own; the signal store is shared)."""
         own = (self.recording, self.starts, self.lengths, self.window_index)
         arrays = {id(a): a.nbytes for a in (*own, *(() if self.bounds is None else (self.bounds,)))}
         return int(sum(arrays.values()))
@@ -241,7 +241,7 @@ class BearingWindows(PadsToWidths, Dataset):
     def nbytes(self) -> int:
         """Bytes this dataset refers to: the whole signal store (slack included) plus its index arrays.
 
-        An accounting figure, not a measurement: tests check views with ``np.shares_memory``
-        and held memory with ``tracemalloc``.
+        An accounting figure, not a measurement: tests check views with `np.shares_memory`
+        and held memory with `tracemalloc`.
         """
         return int(self.store.values.nbytes + self.index_nbytes())

@@ -1,7 +1,7 @@
 """What a recording is, and how the known layouts (CWRU, Paderborn) name their files, keys and classes.
 
-Labels and operating conditions come from the usual file names (``12k_Drive_End_IR007_0_105.mat``,
-``normal_0_97.mat``, ``N15_M07_F10_KA01_1.mat``) unless a metadata CSV gives them.
+Labels and operating conditions come from the usual file names (`12k_Drive_End_IR007_0_105.mat`,
+`normal_0_97.mat`, `N15_M07_F10_KA01_1.mat`) unless a metadata CSV gives them.
 """
 
 from __future__ import annotations
@@ -30,24 +30,24 @@ __all__ = [
 
 #: The ten classes of the usual CWRU benchmark: normal plus three drive-end fault sites x three
 #: sizes (7, 14, 21 mils). Files outside them get labels that are not in this tuple, so they are
-#: reported as unknown labels (an error, or a counted skip) unless ``class_names`` lists them:
-#: size-028 faults (``IR028``, ``B028``; CWRU has no 028 outer-race files) and every fan-end
-#: fault (``FE_IR007`` ...: a different bearing, the 6203, whose faults are not the drive-end classes).
+#: reported as unknown labels (an error, or a counted skip) unless `class_names` lists them:
+#: size-028 faults (`IR028`, `B028`; CWRU has no 028 outer-race files) and every fan-end
+#: fault (`FE_IR007` ...: a different bearing, the 6203, whose faults are not the drive-end classes).
 CWRU_CLASSES = ("normal", "B007", "B014", "B021", "IR007", "IR014", "IR021", "OR007", "OR014", "OR021")
 #: Paderborn bearing codes: K0xx healthy, KAxx outer ring, KIxx inner ring, KBxx both.
 PADERBORN_CLASSES = ("healthy", "OR", "IR", "OR+IR")
 PADERBORN_RATE = 64000
 CWRU_CHANNELS = ("DE", "FE", "BA")
-#: The columns of a metadata CSV: ``path`` and ``label`` are required.
+#: The columns of a metadata CSV: `path` and `label` are required.
 METADATA_COLUMNS = "path,label[,sampling_rate,recording_id,condition]"
 
-#: Where the CWRU bearing data center serves its files (``{number}.mat``).
+#: Where the CWRU bearing data center serves its files (`{number}.mat`).
 CWRU_URL = "https://engineering.case.edu/sites/default/files/{number}.mat"
 #: The CWRU page that lists every file, for fetching by hand.
 CWRU_PAGE = "https://engineering.case.edu/bearingdatacenter/download-data-file"
 PADERBORN_PAGE = "https://mb.uni-paderborn.de/kat/datacenter"
-#: The standard 10-class 0 HP set: local file name -> MD5 of the file served at :data:`CWRU_URL`.
-#: Computed from the files in ``../shared/data/bearing`` (they match the MD5 list published with
+#: The standard 10-class 0 HP set: local file name -> MD5 of the file served at `CWRU_URL`.
+#: Computed from the files in `../shared/data/bearing` (they match the MD5 list published with
 #: the vibdata project for the same numbers).
 CWRU_FILES = {
     "normal_0_97.mat": "ee410e7243aefcd8b7120876556464e7",
@@ -76,12 +76,12 @@ class Recording:
     """One vibration recording.
 
     Attributes:
-        signal: ``[channels, samples]`` float32, C-contiguous (the buffer windows are views of).
+        signal: `[channels, samples]` float32, C-contiguous (the buffer windows are views of).
         sampling_rate: samples per second.
         label: class name.
         name: recording id (unique; the file stem by default).
-        condition: operating condition (CWRU: the motor load ``"0"``-``"3"``; Paderborn:
-            ``"N15_M07_F10"``), for condition splits.
+        condition: operating condition (CWRU: the motor load `"0"`-`"3"`; Paderborn:
+            `"N15_M07_F10"`), for condition splits.
         rpm: shaft speed when known.
         source: the file it came from.
     """
@@ -103,10 +103,10 @@ class Recording:
 def parse_cwru_name(name: str) -> dict[str, Any] | None:
     """Label and conditions from a usual CWRU file name, or None if it is not one.
 
-    ``12k_Drive_End_OR007@6_0_130.mat`` -> label ``OR007``, load ``0``, 12 kHz, number 130,
-    position 6 (o'clock). ``normal_0_97.mat`` -> ``normal`` at 48 kHz (the CWRU baseline rate).
-    Fan-end faults get an ``FE_`` prefix (``12k_Fan_End_IR007_0_278.mat`` -> ``FE_IR007``) because
-    they sit in the other bearing; with size-028 faults they fall outside :data:`CWRU_CLASSES`.
+    `12k_Drive_End_OR007@6_0_130.mat` -> label `OR007`, load `0`, 12 kHz, number 130,
+    position 6 (o'clock). `normal_0_97.mat` -> `normal` at 48 kHz (the CWRU baseline rate).
+    Fan-end faults get an `FE_` prefix (`12k_Fan_End_IR007_0_278.mat` -> `FE_IR007`) because
+    they sit in the other bearing; with size-028 faults they fall outside `CWRU_CLASSES`.
     """
     stem = Path(name).stem
     if match := _CWRU_NAME.match(stem):

@@ -1,12 +1,12 @@
 """Sampling rates a vibration recording can plausibly have, and recordings resampled far more than the rest.
 
-A rate typed in kHz (``12`` for 12,000 Hz) is a valid positive number: resampled to 12 kHz, the
+A rate typed in kHz (`12` for 12,000 Hz) is a valid positive number: resampled to 12 kHz, the
 recording grows a thousandfold, and one 5 s recording supplied 41,011 of 41,054 training windows and a
-232 MB cache. Rates outside :data:`RATE_RANGE` are refused (:func:`rate_problem`: the recording is bad
+232 MB cache. Rates outside `RATE_RANGE` are refused (`rate_problem`: the recording is bad
 input, raised or counted). The range covers vibration data as it is recorded: CWRU 12 and 48 kHz,
 Paderborn 64 kHz, MFPT about 49 and 98 kHz, IMS 20 kHz, XJTU-SY 25.6 kHz, the simulator 12 and 48 kHz;
 any rate in kHz lies below it. Within the range, a recording whose resampling factor is more than
-:data:`FACTOR_SPREAD` times away from the median factor is warned about (:func:`warn_outliers`).
+`FACTOR_SPREAD` times away from the median factor is warned about (`warn_outliers`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ FACTOR_SPREAD = 4.0
 
 
 def rate_problem(rate: float) -> str | None:
-    """Why ``rate`` (Hz) is not a vibration recording's sampling rate (a generic reason), or None."""
+    """Why `rate` (Hz) is not a vibration recording's sampling rate (a generic reason), or None."""
     low, high = RATE_RANGE
     if low <= rate <= high:
         return None
@@ -34,7 +34,7 @@ def rate_problem(rate: float) -> str | None:
 
 
 def resampling_outliers(rates: Sequence[float], target: float) -> tuple[np.ndarray, float]:
-    """The positions of the recordings whose factor ``target / rate`` is more than :data:`FACTOR_SPREAD`
+    """The positions of the recordings whose factor `target / rate` is more than `FACTOR_SPREAD`
     times away from the median factor, and that median."""
     factors = target / np.asarray(rates, dtype=np.float64)
     if not len(factors):
@@ -45,7 +45,7 @@ def resampling_outliers(rates: Sequence[float], target: float) -> tuple[np.ndarr
 
 
 def warn_outliers(names: Sequence[str], rates: Sequence[float], target: float) -> None:
-    """Warn (once per job) about the recordings :func:`resampling_outliers` finds, naming them."""
+    """Warn (once per job) about the recordings `resampling_outliers` finds, naming them."""
     outliers, median = resampling_outliers(rates, target)
     if not len(outliers):
         return

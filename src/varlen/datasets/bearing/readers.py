@@ -1,14 +1,14 @@
-"""Readers of the bearing file layouts, each returning ``[channels, samples]`` float32 or a clear error.
+"""Readers of the bearing file layouts, each returning `[channels, samples]` float32 or a clear error.
 
-- CWRU ``.mat`` files: keys ``X<NNN>_DE_time`` / ``_FE_time`` / ``_BA_time`` and ``X<NNN>RPM``,
+- CWRU `.mat` files: keys `X<NNN>_DE_time` / `_FE_time` / `_BA_time` and `X<NNN>RPM`,
   found by pattern because real files disagree with their names (some hold another number's
   keys, some lack the RPM or a channel).
-- Paderborn ``.mat`` structs: the ``Y`` struct array of channels, of which ``vibration_1``
+- Paderborn `.mat` structs: the `Y` struct array of channels, of which `vibration_1`
   (64 kHz) is the usual one.
-- Generic ``.npy`` / ``.csv`` signals, listed by a metadata CSV.
+- Generic `.npy` / `.csv` signals, listed by a metadata CSV.
 
-Every failure is a :class:`~varlen.errors.DataError` whose message starts with the file; no
-scipy, numpy or pandas error reaches the user. :func:`download_cwru` fetches the standard files.
+Every failure is a `DataError` whose message starts with the file; no
+scipy, numpy or pandas error reaches the user. `download_cwru` fetches the standard files.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def _loadmat(path: Path, **kwargs: Any) -> dict[str, Any]:
 
 
 def _stack(path: Path, arrays: dict[str, Any]) -> np.ndarray:
-    """Equal-length channels as one ``[C, T]`` float32 array."""
+    """Equal-length channels as one `[C, T]` float32 array."""
     lengths = {c: int(np.size(a)) for c, a in arrays.items()}
     if len(set(lengths.values())) != 1:
         raise DataError(f"{path}: channels have different lengths {lengths}")
@@ -67,7 +67,7 @@ def _stack(path: Path, arrays: dict[str, Any]) -> np.ndarray:
 
 
 def read_cwru(path: str | Path, channels: Sequence[str] = ("DE",)) -> tuple[np.ndarray, float | None]:
-    """The requested channels of a CWRU ``.mat`` file as ``[C, T]`` float32, and its RPM.
+    """The requested channels of a CWRU `.mat` file as `[C, T]` float32, and its RPM.
 
     Keys are matched by pattern. When a file holds several numbers' keys, the number in its name
     wins; a file that holds keys of one other number (a known CWRU quirk) is read as is.
@@ -102,10 +102,10 @@ def read_cwru(path: str | Path, channels: Sequence[str] = ("DE",)) -> tuple[np.n
 
 
 def read_paderborn(path: str | Path, channels: Sequence[str] = ("vibration_1",)) -> np.ndarray:
-    """The requested channels of a Paderborn ``.mat`` struct (field ``Y``) as ``[C, T]`` float32.
+    """The requested channels of a Paderborn `.mat` struct (field `Y`) as `[C, T]` float32.
 
     Raises:
-        DataError: unreadable file, no struct with a ``Y`` field, or a channel absent.
+        DataError: unreadable file, no struct with a `Y` field, or a channel absent.
     """
     path = Path(path)
     data = _loadmat(path, simplify_cells=True)
@@ -161,12 +161,12 @@ def _read_csv(path: Path, channels: Sequence[str] | None) -> np.ndarray:
 
 
 def read_signal_file(path: str | Path, channels: Sequence[str] | None = None) -> np.ndarray:
-    """A generic signal file as ``[C, T]`` float32.
+    """A generic signal file as `[C, T]` float32.
 
-    ``.npy``: ``[T]`` or ``[T, C]`` (time first, like a CSV); ``channels`` are column numbers.
-    ``.csv``: one column per channel with a header row; ``channels`` are column names (or
-    column numbers, so one folder may mix ``.npy`` and ``.csv`` files).
-    ``None``: every channel.
+    `.npy`: `[T]` or `[T, C]` (time first, like a CSV); `channels` are column numbers.
+    `.csv`: one column per channel with a header row; `channels` are column names (or
+    column numbers, so one folder may mix `.npy` and `.csv` files).
+    `None`: every channel.
 
     Raises:
         DataError: a missing, unreadable or unsupported file, or a channel it lacks.
@@ -183,10 +183,10 @@ def read_signal_file(path: str | Path, channels: Sequence[str] | None = None) ->
 
 
 def default_channels(path: str | Path) -> list[str]:
-    """The channels read from ``path`` when none are given: what its users usually mean.
+    """The channels read from `path` when none are given: what its users usually mean.
 
-    CWRU ``.mat``: ``DE`` (the drive-end accelerometer every benchmark uses); Paderborn ``.mat``
-    (recognised by its name): ``vibration_1``; ``.csv`` and ``.npy``: every column.
+    CWRU `.mat`: `DE` (the drive-end accelerometer every benchmark uses); Paderborn `.mat`
+    (recognised by its name): `vibration_1`; `.csv` and `.npy`: every column.
 
     Raises:
         DataError: the file is missing, unreadable or of an unsupported type.
@@ -209,7 +209,7 @@ def default_channels(path: str | Path) -> list[str]:
 
 
 def read_metadata(path: str | Path) -> pd.DataFrame:
-    """The metadata CSV: ``path, label`` and optional ``sampling_rate, recording_id, condition``; its index
+    """The metadata CSV: `path, label` and optional `sampling_rate, recording_id, condition`; its index
     is each row's line in the file less 2 (the header is line 1; blank lines are read, then dropped, so
     that messages name the line an editor shows, as the molecule reader does).
 
@@ -233,14 +233,14 @@ def read_metadata(path: str | Path) -> pd.DataFrame:
 
 
 def download_cwru(root: str | Path, files: Sequence[str] | None = None) -> list[Path]:
-    """Fetch the standard CWRU files into ``root``, each verified against its MD5 checksum.
+    """Fetch the standard CWRU files into `root`, each verified against its MD5 checksum.
 
     Files already present with the right checksum are kept. A download that does not match is
-    never left behind as a ``.mat`` file (see :func:`varlen.datasets.download.download_url`).
+    never left behind as a `.mat` file (see `varlen.datasets.download.download_url`).
 
     Raises:
         DownloadError: a file could not be fetched or does not match its checksum.
-        ValueError: a name that is not one of :data:`CWRU_FILES`.
+        ValueError: a name that is not one of `CWRU_FILES`.
     """
     root = Path(root)
     names = list(files or CWRU_FILES)

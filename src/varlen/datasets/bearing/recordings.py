@@ -1,18 +1,18 @@
 """The recordings at one sampling rate, built once per node into one Arrow table that every process maps.
 
-``prepare_data`` reads every recording (or runs the simulator), resamples it to the common rate
-and appends it to one Arrow IPC table in the cache folder (:func:`build_recordings`: a recording
-at a time, so memory holds one). One row per recording: ``signal`` holds its ``[C, T]`` float32
+`prepare_data` reads every recording (or runs the simulator), resamples it to the common rate
+and appends it to one Arrow IPC table in the cache folder (`build_recordings`: a recording
+at a time, so memory holds one). One row per recording: `signal` holds its `[C, T]` float32
 samples channel after channel, so the column's values are exactly the flat buffer that
-:class:`~varlen.datasets.bearing.storage.RecordingBuffer` serves windows from; beside it ``length``
-(``T``), ``channels`` (``C``), name, label, condition, rate, the rate it was recorded at
-(``source_rate``), rpm and file. Recordings found bad
-while reading are rows too, after the kept ones, with no signal and the ``where`` and ``problem``
-the report needs: every ``setup`` replays them into ``dm.report``, so nothing is dropped silently.
+`RecordingBuffer` serves windows from; beside it `length`
+(`T`), `channels` (`C`), name, label, condition, rate, the rate it was recorded at
+(`source_rate`), rpm and file. Recordings found bad
+while reading are rows too, after the kept ones, with no signal and the `where` and `problem`
+the report needs: every `setup` replays them into `dm.report`, so nothing is dropped silently.
 
-The file is named by a content key (:func:`recordings_key`: the source's files and settings, or
-the simulator's, and the format version). ``setup`` in every rank and every loader worker maps it
-(:func:`open_recordings`); a cut-short file, one of another format version or of other inputs is
+The file is named by a content key (`recordings_key`: the source's files and settings, or
+the simulator's, and the format version). `setup` in every rank and every loader worker maps it
+(`open_recordings`); a cut-short file, one of another format version or of other inputs is
 built again with a warning.
 """
 
@@ -42,19 +42,19 @@ TEXT_COLUMNS = ("name", "label", "condition", "source", "where", "problem")
 
 
 def recordings_key(content: Mapping[str, Any], sampling_rate: int | None) -> str:
-    """The content key of the recordings of ``content`` (a source's fingerprint or the simulator's
-    settings) at ``sampling_rate`` (None: their own rates)."""
+    """The content key of the recordings of `content` (a source's fingerprint or the simulator's
+    settings) at `sampling_rate` (None: their own rates)."""
     return cache_key(dict(content), sampling_rate, version=VERSION)
 
 
 def recordings_path(folder: str | Path, key: str) -> Path:
-    """Where the table of ``key`` lives in ``folder``."""
+    """Where the table of `key` lives in `folder`."""
     return Path(folder) / f"recordings-{key}.arrow"
 
 
 class _Collected(DataReport):
     """Every bad recording met while building, in order (the build never raises for them: the
-    DataModule's report judges them, under its own ``on_bad``, when it replays them)."""
+    DataModule's report judges them, under its own `on_bad`, when it replays them)."""
 
     def __init__(self) -> None:
         super().__init__("skip")
@@ -89,7 +89,7 @@ def build_recordings(
     read: Callable[[DataReport], Iterable[Recording]],
     sampling_rate: int | None,
 ) -> Path:
-    """Write the table of ``key`` at ``path``: every recording ``read(report)`` yields, resampled.
+    """Write the table of `key` at `path`: every recording `read(report)` yields, resampled.
 
     Args:
         path: the table (written atomically).
@@ -99,7 +99,7 @@ def build_recordings(
             the rates, which must then all agree.
 
     Raises:
-        DataError: ``sampling_rate=None`` and the recordings have several rates; or what ``read``
+        DataError: `sampling_rate=None` and the recordings have several rates; or what `read`
             raises (a missing folder, a duplicate recording id): nothing is written then.
     """
     collected = _Collected()
@@ -136,7 +136,7 @@ def _empty() -> dict[str, Any]:
 
 
 def open_recordings(path: str | Path, key: str) -> RecordingTable | None:
-    """The table of ``key`` at ``path`` mapped, or None when it must be built (with a warning when
+    """The table of `key` at `path` mapped, or None when it must be built (with a warning when
     the file is cut short, of another format version or of other inputs)."""
     table = open_table(path, version=VERSION, key=key)
     return None if table is None else RecordingTable(table)
@@ -146,9 +146,9 @@ class RecordingTable:
     """A mapped recordings table: the kept recordings as views of the file, and the skipped ones.
 
     Attributes:
-        table: the :class:`~varlen.storage.tables.MappedTable`.
-        skipped: ``(where, problem)`` of every recording found bad while reading, in order.
-        source_rates: float64 ``[kept]`` the rate each kept recording was recorded at (before resampling).
+        table: the `MappedTable`.
+        skipped: `(where, problem)` of every recording found bad while reading, in order.
+        source_rates: float64 `[kept]` the rate each kept recording was recorded at (before resampling).
     """
 
     def __init__(self, table: MappedTable) -> None:
@@ -171,7 +171,7 @@ class RecordingTable:
         return self.table.key
 
     def recordings(self) -> list[Recording]:
-        """Every kept recording, its ``signal`` a read-only ``[C, T]`` view of the file."""
+        """Every kept recording, its `signal` a read-only `[C, T]` view of the file."""
         views = self.store().buffers
         rates, rpms = (self.table.numpy(name)[: self._kept].tolist() for name in ("sampling_rate", "rpm"))
         text = {name: self.table.numpy(name)[: self._kept].tolist() for name in TEXT_COLUMNS}
@@ -189,7 +189,7 @@ class RecordingTable:
         ]
 
     def store(self, rows: np.ndarray | None = None) -> RecordingBuffer:
-        """The recordings ``rows`` (default: every kept one) as a :class:`RecordingBuffer` over the
+        """The recordings `rows` (default: every kept one) as a `RecordingBuffer` over the
         mapped file: nothing is copied, and it pickles as the file's path and its small arrays."""
         rows = np.arange(self._kept) if rows is None else np.asarray(rows, np.int64)
         return RecordingBuffer.mapped(self.table, "signal", self.offsets[rows], self.lengths[rows], self.channels)

@@ -1,9 +1,9 @@
 """`BearingSource`: a data folder's format, channels and classes, and its recordings, read and checked.
 
 The one place that detects a folder's format, knows its default channels and classes, says how
-to get a missing dataset, and turns files into validated :class:`Recording` objects. Bad
+to get a missing dataset, and turns files into validated `Recording` objects. Bad
 recordings (unreadable, a channel missing, NaN/inf, empty, an unknown label) go through a
-:class:`~varlen.prepare.report.DataReport`: raised, or counted under ``on_bad="skip"``.
+`DataReport`: raised, or counted under `on_bad="skip"`.
 """
 
 from __future__ import annotations
@@ -52,10 +52,10 @@ ITEM = "recording"
 
 
 def resolve_format(root: Path, data_format: str = "auto", metadata: str | Path | None = None) -> str:
-    """``cwru``, ``paderborn`` or ``folder``: the given format, else what ``root`` holds.
+    """`cwru`, `paderborn` or `folder`: the given format, else what `root` holds.
 
-    ``auto``: a metadata CSV -> ``folder``; ``.mat`` files all named like Paderborn's ->
-    ``paderborn``; anything else (including a folder that does not exist yet) -> ``cwru``.
+    `auto`: a metadata CSV -> `folder`; `.mat` files all named like Paderborn's ->
+    `paderborn`; anything else (including a folder that does not exist yet) -> `cwru`.
     """
     if data_format not in FORMATS:
         raise ValueError(f"data_format must be one of {FORMATS}, got {data_format!r}")
@@ -80,11 +80,11 @@ def _content(path: Path) -> str | None:
 class BearingSource:
     """A folder of recordings in one format, with the channels and classes to read.
 
-    Build it with :meth:`open`, which fills in the defaults; :meth:`load` reads the recordings.
+    Build it with `open`, which fills in the defaults; `load` reads the recordings.
 
     Attributes:
         root: the data folder.
-        data_format: ``cwru``, ``paderborn`` or ``folder``.
+        data_format: `cwru`, `paderborn` or `folder`.
         metadata: the metadata CSV (absolute), or None.
         channels: channels read from every file.
         class_names: the classes, in label-index order; other labels are bad input.
@@ -105,17 +105,17 @@ class BearingSource:
         channels: Sequence[str] | None = None,
         class_names: Sequence[str] | None = None,
     ) -> BearingSource:
-        """The source of ``root``, its format detected and its defaults filled in.
+        """The source of `root`, its format detected and its defaults filled in.
 
-        Default channels: ``DE`` (CWRU), ``vibration_1`` (Paderborn), or what the first listed
-        file usually means (every column of a ``.npy`` / ``.csv``). Default classes: the sorted
+        Default channels: `DE` (CWRU), `vibration_1` (Paderborn), or what the first listed
+        file usually means (every column of a `.npy` / `.csv`). Default classes: the sorted
         labels of the metadata CSV, else the 4 Paderborn or the 10 CWRU classes. Only the
         metadata CSV (and one file's header) is read, and only when a default needs it.
 
         Raises:
             DatasetNotFoundError: a default needs the metadata CSV and it is not there.
             DataError: the metadata CSV is unreadable or lists nothing.
-            ValueError: an unknown ``data_format``, ``folder`` without metadata, no channels.
+            ValueError: an unknown `data_format`, `folder` without metadata, no channels.
         """
         if channels is not None and not channels:
             raise ValueError("channels=[] reads nothing: name at least one channel, or pass None for the default")
@@ -143,9 +143,9 @@ class BearingSource:
         return default_channels(self.root / paths[0])  # none can: raise the first file's error
 
     def _default_classes(self) -> list[str]:
-        """The metadata CSV's labels in :func:`varlen.prepare.labels.class_order` (by number when all are numbers),
+        """The metadata CSV's labels in `varlen.prepare.labels.class_order` (by number when all are numbers),
         refused when they mix numbers with words or spell one number two ways
-        (:func:`varlen.prepare.labels.check_labels`);
+        (`varlen.prepare.labels.check_labels`);
         else the format's classes."""
         if self.metadata is None:
             return list(PADERBORN_CLASSES if self.data_format == "paderborn" else CWRU_CLASSES)
@@ -174,7 +174,7 @@ class BearingSource:
         return DatasetNotFoundError(what, self.root, fetch)
 
     def read_metadata(self) -> pd.DataFrame:
-        """The metadata CSV as a DataFrame (see :func:`~varlen.datasets.bearing.readers.read_metadata`)."""
+        """The metadata CSV as a DataFrame (see `read_metadata`)."""
         if not self.root.is_dir():
             raise self.not_found(f"data folder {self.root}")
         if not self.metadata.is_file():
@@ -188,13 +188,13 @@ class BearingSource:
     # -- reading --------------------------------------------------------------------------------
 
     def download(self) -> list[Path]:
-        """Fetch the standard CWRU files into :attr:`root` (MD5-checked); other formats cannot be."""
+        """Fetch the standard CWRU files into `root` (MD5-checked); other formats cannot be."""
         if self.data_format != "cwru" or self.metadata is not None:
             raise ValueError(f"download=True fetches the CWRU files only; {self.root} is read as {self.data_format}")
         return download_cwru(self.root)
 
     def rows(self) -> list[dict[str, Any]]:
-        """One dict per file to read: ``path`` (relative to root), ``where`` (for messages), metadata columns.
+        """One dict per file to read: `path` (relative to root), `where` (for messages), metadata columns.
 
         Raises:
             DatasetNotFoundError: no folder, or no recordings in it.
@@ -233,23 +233,23 @@ class BearingSource:
         }
 
     def load(self, report: DataReport | None = None) -> list[Recording]:
-        """Every recording, validated: readable, a label in :attr:`class_names`, finite, not empty.
+        """Every recording, validated: readable, a label in `class_names`, finite, not empty.
 
         Args:
             report: where bad recordings go (default: raise at the first).
 
         Raises:
             DatasetNotFoundError: no folder, or no recordings in it.
-            DataError: a bad recording under ``on_bad="raise"``, or a duplicate recording id.
+            DataError: a bad recording under `on_bad="raise"`, or a duplicate recording id.
         """
         return list(self.iter_load(report))
 
     def iter_load(self, report: DataReport | None = None) -> Iterator[Recording]:
-        """:meth:`load` one recording at a time (a cache is written as they come: memory holds one).
+        """`load` one recording at a time (a cache is written as they come: memory holds one).
 
         Raises:
             DatasetNotFoundError: no folder, or no recordings in it (before the first recording).
-            DataError: as :meth:`load`.
+            DataError: as `load`.
         """
         report = report or DataReport("raise")
         return self._validated(self.rows(), report)
@@ -275,10 +275,10 @@ class BearingSource:
                 report.bad(*problem, item=ITEM)
 
     def problem(self, rec: Recording) -> tuple[str, str] | None:
-        """``(where, reason)`` when ``rec`` cannot be used (an unknown label, a sampling rate outside
-        :data:`~varlen.datasets.bearing.rates.RATE_RANGE`, a non-finite value, no samples).
+        """`(where, reason)` when `rec` cannot be used (an unknown label, a sampling rate outside
+        `RATE_RANGE`, a non-finite value, no samples).
 
-        Reasons stay general (the place goes into ``where``), so that the report counts alike
+        Reasons stay general (the place goes into `where`), so that the report counts alike
         problems of many files under one reason.
         """
         if rec.label not in self.class_names:

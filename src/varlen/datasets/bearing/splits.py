@@ -1,11 +1,11 @@
 """Leak-free splits of vibration recordings into windows: the bearing split policy.
 
 Overlapping windows of one recording in train and test give scores that collapse in the field.
-:class:`WindowSplit` (a frozen, checked spec) splits by time block (each recording cut into
+`WindowSplit` (a frozen, checked spec) splits by time block (each recording cut into
 train | gap | val | gap | test blocks, for CWRU-like data where a class has one recording), by
 whole recording, or by operating condition; the leaky random window split exists only to measure
 that effect, and warns. Its methods are pure functions of the recordings' lengths, labels and
-conditions; what no window covers goes to the :class:`~varlen.prepare.report.DataReport` they are given.
+conditions; what no window covers goes to the `DataReport` they are given.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ __all__ = [
 ]
 
 SPLITS = ("time_block", "recording", "condition", "random_window")
-#: the unit and reasons of the signal no window covers, in ``dm.report``
+#: the unit and reasons of the signal no window covers, in `dm.report`
 UNIT = "signal samples"
 GAP = "gaps that separate split blocks"
 TAIL = "tail dropped by drop_tail=True"
@@ -86,7 +86,7 @@ def window_geometry(
     stride_seconds: float | None,
     gap: int | None,
 ) -> tuple[int, int, int]:
-    """``(window, hop, gap)`` in samples at ``rate``: seconds win over samples; the hop defaults to
+    """`(window, hop, gap)` in samples at `rate`: seconds win over samples; the hop defaults to
     half a window, the gap to one window.
 
     Raises:
@@ -105,17 +105,17 @@ class WindowSplit:
     """One leak-free split of recordings into windows (see the module's docstring).
 
     Attributes:
-        split: ``time_block``, ``recording``, ``condition`` or ``random_window``.
+        split: `time_block`, `recording`, `condition` or `random_window`.
         val_fraction: share of each recording (time blocks) or of the recordings (whole) for
-            validation; with ``condition`` and no ``val_conditions``, of each train recording.
-        test_fraction: the same for test (``time_block``, ``recording``, ``random_window``).
+            validation; with `condition` and no `val_conditions`, of each train recording.
+        test_fraction: the same for test (`time_block`, `recording`, `random_window`).
         window: window length in samples.
         hop: hop between windows in samples.
         gap: samples left out between blocks of different splits.
         drop_tail: drop each segment's last, shorter window (counted as unused).
         seed: seed of the recording and random window splits.
-        test_conditions: conditions held out for test (``condition``).
-        val_conditions: conditions for validation (``condition``); None: time blocks.
+        test_conditions: conditions held out for test (`condition`).
+        val_conditions: conditions for validation (`condition`); None: time blocks.
     """
 
     split: str
@@ -149,7 +149,7 @@ class WindowSplit:
         return self.window
 
     def unusable(self, length: int, condition: str) -> str | None:
-        """Why a recording of ``length`` samples under ``condition`` cannot be split (None: it can)."""
+        """Why a recording of `length` samples under `condition` cannot be split (None: it can)."""
         if length < self.window:
             return f"shorter than one window ({self.window} samples)"
         cut = self.split == "time_block" or (self.split == "condition" and condition not in self.test_conditions)
@@ -168,9 +168,9 @@ class WindowSplit:
         report: DataReport,
         class_names: Sequence[str],
     ) -> tuple[dict[str, WindowTable], dict[str, np.ndarray]]:
-        """The windows of every split, and the span ``[start, end)`` each may move within (its block).
+        """The windows of every split, and the span `[start, end)` each may move within (its block).
 
-        What the windows leave of the signal goes to ``report`` (unit :data:`UNIT`).
+        What the windows leave of the signal goes to `report` (unit `UNIT`).
         """
         lengths = np.asarray(lengths, dtype=np.int64)
         if self.split == "random_window":
@@ -237,7 +237,7 @@ class WindowSplit:
         """LEAKY on purpose (to measure the leakage effect): windows of whole recordings dealt at random.
 
         The windows are cut before the split, so what they leave of the signal is reported
-        under the ``source`` pseudo-split.
+        under the `source` pseudo-split.
         """
         notices.warn(
             "split='random_window' puts overlapping windows of one recording in train and test: "

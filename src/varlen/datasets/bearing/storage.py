@@ -1,17 +1,17 @@
-"""The signal stored once, windows as :class:`~varlen.batching.ragged.Ragged` rows of it, a batch read in one gather.
+"""The signal stored once, windows as `Ragged` rows of it, a batch read in one gather.
 
-All recordings live back to back in one flat float32 array (:class:`RecordingBuffer`); each
-recording's ``[C, T]`` buffer is a view of it. A window is a sample whose ``C`` rows are spans of
-that array (channel ``c`` of recording ``r`` starts at ``offsets[r] + c * T_r``), so 50%-overlapping
+All recordings live back to back in one flat float32 array (`RecordingBuffer`); each
+recording's `[C, T]` buffer is a view of it. A window is a sample whose `C` rows are spans of
+that array (channel `c` of recording `r` starts at `offsets[r] + c * T_r`), so 50%-overlapping
 windows cost index numbers, not signal. The DataModule's flat array is the mapped, read-only
-values of the recordings table (:mod:`~varlen.datasets.bearing.recordings`), never written:
+values of the recordings table (`recordings`), never written:
 normalization happens on each gathered batch.
 
-:func:`gather_windows` reads a batch ``[B, C, W]`` with one fancy index on a strided view of
+`gather_windows` reads a batch `[B, C, W]` with one fancy index on a strided view of
 the flat array (each row is one contiguous block copy); a batch whose widest read would pass the
-array's end (``slack`` zeros after it avoid that for arrays joined in memory) goes through a
-clipped index grid instead. The core's :meth:`Ragged.pad <varlen.batching.ragged.Ragged.pad>`
-gives the same values by building a ``[B, C, W]`` index grid first, several times slower for
+array's end (`slack` zeros after it avoid that for arrays joined in memory) goes through a
+clipped index grid instead. The core's `Ragged.pad`
+gives the same values by building a `[B, C, W]` index grid first, several times slower for
 windows of thousands of samples.
 """
 
@@ -30,16 +30,16 @@ __all__ = ["PaddedWindows", "RecordingBuffer", "gather_windows", "standardize"]
 
 
 class RecordingBuffer:
-    """Every recording's ``[C, T]`` signal in one flat float32 array, plus ``slack`` zeros at the end.
+    """Every recording's `[C, T]` signal in one flat float32 array, plus `slack` zeros at the end.
 
     Attributes:
-        values: ``[sum of C * T_r + slack]`` float32, the only copy of the signal.
-        offsets: ``[R]`` int64 first element of each recording in ``values``.
-        lengths: ``[R]`` int64 samples ``T_r`` of each recording.
-        channels: ``C``, the same for every recording.
-        buffers: ``[C, T_r]`` views of ``values``, one per recording (what ``Recording.signal``
+        values: `[sum of C * T_r + slack]` float32, the only copy of the signal.
+        offsets: `[R]` int64 first element of each recording in `values`.
+        lengths: `[R]` int64 samples `T_r` of each recording.
+        channels: `C`, the same for every recording.
+        buffers: `[C, T_r]` views of `values`, one per recording (what `Recording.signal`
             and single samples use).
-        table: the mapped table ``values`` is a column of (:meth:`mapped`), or None.
+        table: the mapped table `values` is a column of (`mapped`), or None.
     """
 
     def __init__(self, values: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, channels: int) -> None:
@@ -55,7 +55,7 @@ class RecordingBuffer:
     def mapped(
         cls, table: MappedTable, column: str, offsets: np.ndarray, lengths: np.ndarray, channels: int
     ) -> RecordingBuffer:
-        """The recordings of list column ``column`` of a mapped table (read-only views of the file).
+        """The recordings of list column `column` of a mapped table (read-only views of the file).
 
         Args:
             table: the table.
@@ -68,10 +68,10 @@ class RecordingBuffer:
 
     @classmethod
     def join(cls, signals: Sequence[np.ndarray], slack: int = 0) -> RecordingBuffer:
-        """Copy ``signals`` (``[C, T_r]`` each) once into one flat array.
+        """Copy `signals` (`[C, T_r]` each) once into one flat array.
 
-        The caller should drop its own arrays (e.g. rebind ``Recording.signal`` to
-        :attr:`buffers`) so that the signal is held once.
+        The caller should drop its own arrays (e.g. rebind `Recording.signal` to
+        `buffers`) so that the signal is held once.
 
         Raises:
             ValueError: when the recordings have different channel counts.
@@ -101,7 +101,7 @@ class RecordingBuffer:
         ]
 
     def windows(self, recording: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> Ragged:
-        """Windows as a two-level :class:`Ragged`: window ``i`` owns rows ``i * C`` to ``i * C + C - 1``.
+        """Windows as a two-level `Ragged`: window `i` owns rows `i * C` to `i * C + C - 1`.
 
         Args:
             recording: recording of each window.
@@ -133,7 +133,7 @@ class RecordingBuffer:
 
 
 class PaddedWindows(NamedTuple):
-    """A batch of windows, padded: ``signals`` ``[B, C, W]``, ``lengths`` ``[B]``, keep ``mask`` ``[B, W]``."""
+    """A batch of windows, padded: `signals` `[B, C, W]`, `lengths` `[B]`, keep `mask` `[B, W]`."""
 
     signals: np.ndarray
     lengths: np.ndarray
@@ -148,20 +148,20 @@ def gather_windows(
     pad_value: float = 0.0,
     normalization: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> PaddedWindows:
-    """The windows ``indices`` padded to the batch's longest (rounded up): one read of the flat array.
+    """The windows `indices` padded to the batch's longest (rounded up): one read of the flat array.
 
-    ``W`` wide reads of the rows past their end (the next recording, or the slack) are overwritten
-    with ``pad_value``: the columns past the batch's longest window in one slice, then the rows of
+    `W` wide reads of the rows past their end (the next recording, or the slack) are overwritten
+    with `pad_value`: the columns past the batch's longest window in one slice, then the rows of
     the batch's shorter windows only (in the default batch, the one tail or none).
     Without enough slack the read goes through a clipped index grid instead (same values, slower).
 
     Args:
-        windows: from :meth:`RecordingBuffer.windows` (every window has ``channels`` rows, in order).
-        channels: ``C``.
-        indices: ``[B]`` window indices.
-        pad_to_multiple_of: round ``W`` up to this multiple, or to its rung (the shape policy's).
+        windows: from `RecordingBuffer.windows` (every window has `channels` rows, in order).
+        channels: `C`.
+        indices: `[B]` window indices.
+        pad_to_multiple_of: round `W` up to this multiple, or to its rung (the shape policy's).
         pad_value: written after each window's length.
-        normalization: ``(mean, std)`` ``[C]`` float32: the batch becomes ``(x - mean) / std`` per
+        normalization: `(mean, std)` `[C]` float32: the batch becomes `(x - mean) / std` per
             channel (the stored signal is never changed), before the padding is written.
     """
     indices = np.asarray(indices, dtype=np.int64)
@@ -191,7 +191,7 @@ def gather_windows(
 
 
 def standardize(signals: np.ndarray, normalization: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """``signals`` ``[..., C, W]`` float32 standardized in place per channel: ``(x - mean) / std``."""
+    """`signals` `[..., C, W]` float32 standardized in place per channel: `(x - mean) / std`."""
     mean, std = normalization
     signals -= mean[:, None]
     signals /= std[:, None]

@@ -5,7 +5,7 @@ ringing a structural resonance, amplitude growing with fault size, and sensor no
 physics that a WDCNN must learn fault signatures, not recording identities.
 
 The motor load is the operating condition. It sets the shaft speed (CWRU's 1797-1730 rpm for
-0-3 HP), so every fault frequency moves with it; with :func:`load_effects` it also does what a
+0-3 HP), so every fault frequency moves with it; with `load_effects` it also does what a
 heavier radial load does to a bearing: harder impacts, a deeper load-zone modulation, stronger
 shaft harmonics, a slightly stiffer (higher) resonance, more noise. That is what makes the
 cross-condition protocol (train on one load, test on another) testable offline.
@@ -71,8 +71,8 @@ SPEED_ONLY = LoadEffects(impact=1.0, shaft=1.0, zone_depth=0.6, noise=0.08, reso
 
 
 def load_effects(load: int) -> LoadEffects:
-    """The effects of ``load`` HP (0-3): +15% impact and +25% shaft harmonics per HP, a deeper load
-    zone, +10% noise and a 1.5% higher resonance per HP. Load 0 is :data:`SPEED_ONLY`."""
+    """The effects of `load` HP (0-3): +15% impact and +25% shaft harmonics per HP, a deeper load
+    zone, +10% noise and a 1.5% higher resonance per HP. Load 0 is `SPEED_ONLY`."""
     return LoadEffects(
         impact=1.0 + 0.15 * load,
         shaft=1.0 + 0.25 * load,
@@ -94,12 +94,12 @@ def simulate_recording(
     """A drive-end accelerometer recording of a 6205 bearing with the given fault.
 
     Physics, simplified: the shaft turns at the load's RPM (CWRU speeds, +-0.3%) and adds its
-    1x/2x harmonics; a fault (``IR``, ``B``, ``OR`` + size in mils) strikes once per pass at
+    1x/2x harmonics; a fault (`IR`, `B`, `OR` + size in mils) strikes once per pass at
     BPFI, BSF or BPFO times the shaft frequency, with 1% slip jitter; each strike rings a
     structural resonance (about 3 kHz, 6% damping) with an amplitude proportional to the fault
     size; inner-race strikes are modulated by the shaft turn (the fault moves through the load
-    zone) and ball strikes by the cage. White sensor noise on top. ``effects`` scales these
-    with the load (:func:`load_effects`); the default changes the speed only.
+    zone) and ball strikes by the cage. White sensor noise on top. `effects` scales these
+    with the load (`load_effects`); the default changes the speed only.
     """
     n = max(1, int(round(seconds * sampling_rate)))
     rpm = CWRU_LOAD_RPM[load] * (1 + rng.normal(0, 0.003))
@@ -140,22 +140,22 @@ def simulate_recordings(
     class_names: Sequence[str] = CWRU_CLASSES,
     loads: Sequence[int] | None = None,
 ) -> list[Recording]:
-    """Simulated recordings of the CWRU classes, deterministic in ``seed``.
+    """Simulated recordings of the CWRU classes, deterministic in `seed`.
 
-    Durations are log-normal (median 5 s, long right tail) clipped to ``seconds``; rates drawn
-    from ``sampling_rates``. ``class_names`` picks the classes simulated (``normal`` or a
-    drive-end fault ``IR|B|OR`` + size in mils, e.g. ``OR021``).
+    Durations are log-normal (median 5 s, long right tail) clipped to `seconds`; rates drawn
+    from `sampling_rates`. `class_names` picks the classes simulated (`normal` or a
+    drive-end fault `IR|B|OR` + size in mils, e.g. `OR021`).
 
     Args:
-        per_class: recordings per class (per class and load when ``loads`` is given).
+        per_class: recordings per class (per class and load when `loads` is given).
         seed: the seed of every draw.
         seconds: the range durations are clipped to.
         sampling_rates: rates drawn from.
         class_names: the classes.
-        loads: None (the default): ``per_class`` recordings per class, each at a random load 0-3
+        loads: None (the default): `per_class` recordings per class, each at a random load 0-3
             that sets its speed only (the simulator's original output, unchanged). A list of
-            loads (e.g. ``[0, 1, 2, 3]``): ``per_class`` recordings of every class under every
-            load, with the load's full :func:`load_effects`: the same classes under several
+            loads (e.g. `[0, 1, 2, 3]`): `per_class` recordings of every class under every
+            load, with the load's full `load_effects`: the same classes under several
             operating conditions, for cross-condition splits.
 
     Raises:
@@ -172,11 +172,11 @@ def iter_simulated(
     class_names: Sequence[str] = CWRU_CLASSES,
     loads: Sequence[int] | None = None,
 ) -> Iterator[Recording]:
-    """:func:`simulate_recordings` one recording at a time (the same recordings, in the same order),
+    """`simulate_recordings` one recording at a time (the same recordings, in the same order),
     so that a cache is written as they come and memory holds one of them.
 
     Raises:
-        ValueError: as :func:`simulate_recordings`, before the first recording.
+        ValueError: as `simulate_recordings`, before the first recording.
     """
     unknown = [c for c in class_names if not _SIMULATED_CLASS.match(c)]
     if unknown:
@@ -197,9 +197,9 @@ def _simulated(
     class_names: Sequence[str],
     loads: Sequence[int] | None,
 ) -> Iterator[Recording]:
-    """Without ``loads``: ``per_class`` recordings per class, each at a random load that sets its speed
-    only (``sim_<label>_<i>``); with ``loads``: of every class under every load, with its effects
-    (``sim_<label>_<load>hp_<i>``)."""
+    """Without `loads`: `per_class` recordings per class, each at a random load that sets its speed
+    only (`sim_<label>_<i>`); with `loads`: of every class under every load, with its effects
+    (`sim_<label>_<load>hp_<i>`)."""
     if loads is None:
         for label in class_names:
             for i in range(per_class):

@@ -1,13 +1,13 @@
 """Each split's windows, and the train statistics, as small Arrow tables that every process maps.
 
 A split's windows are a pure, vectorised function of the recordings' lengths and the split
-settings, but they are one row per window: O(corpus). Every rank computes them in ``setup`` (the
-report's counts of unused signal come from there), :func:`mapped_windows` writes them once to the
+settings, but they are one row per window: O(corpus). Every rank computes them in `setup` (the
+report's counts of unused signal come from there), `mapped_windows` writes them once to the
 cache folder under a key of their own content (a file that is there is not written again) and
 returns the mapped file, so a dataset pickled to a loader worker carries its path, not its rows.
 
 The train statistics (mean and std per channel) need a pass over the train signal:
-:func:`mapped_statistics` keys them by the recordings and the train windows and computes them once.
+`mapped_statistics` keys them by the recordings and the train windows and computes them once.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ __all__ = ["VERSION", "WINDOW_COLUMNS", "mapped_statistics", "mapped_windows"]
 
 #: the format of the windows and statistics tables; a file of another version is written again
 VERSION = "bearing-windows-1"
-#: the per-window columns, in :class:`~varlen.datasets.bearing.windows.WindowTable`'s order
+#: the per-window columns, in `WindowTable`'s order
 WINDOW_COLUMNS = ("recording", "start", "length", "window_index")
 
 
@@ -35,9 +35,9 @@ def _mapped(path: Path, columns: dict[str, np.ndarray], key: str) -> MappedTable
 
 
 def mapped_windows(folder: str | Path, windows: WindowTable, bounds: np.ndarray | None = None) -> MappedTable:
-    """``windows`` (and the ``[N, 2]`` span each may move within, when given) as a mapped table.
+    """`windows` (and the `[N, 2]` span each may move within, when given) as a mapped table.
 
-    Its columns: :data:`WINDOW_COLUMNS` (int64) and ``bounds``; the file is named by their content.
+    Its columns: `WINDOW_COLUMNS` (int64) and `bounds`; the file is named by their content.
     """
     columns = {name: np.asarray(values, np.int64) for name, values in zip(WINDOW_COLUMNS, windows, strict=True)}
     if bounds is not None:
@@ -52,14 +52,14 @@ def mapped_statistics(
     train: MappedTable,
     compute: Callable[[], tuple[np.ndarray, np.ndarray]],
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The train statistics ``(mean, std)`` per channel, as float32: read from the cache folder, or
-    ``compute()``-d (float64) and written there once.
+    """The train statistics `(mean, std)` per channel, as float32: read from the cache folder, or
+    `compute()`-d (float64) and written there once.
 
     Args:
         folder: the cache folder.
         recordings_key: the key of the recordings table they are computed over.
-        train: the mapped train windows (:func:`mapped_windows`), whose key names them.
-        compute: what computes them (e.g. :func:`~varlen.datasets.bearing.windows.train_statistics`).
+        train: the mapped train windows (`mapped_windows`), whose key names them.
+        compute: what computes them (e.g. `train_statistics`).
     """
     key = cache_key("statistics", recordings_key, train.key, version=VERSION)
     path = Path(folder) / f"statistics-{key}.arrow"

@@ -1,6 +1,6 @@
 """Signal to windows: resampling, window plans as index tables, what they leave out, train statistics.
 
-A window is one row of a :class:`WindowTable` (recording, start, length, window index): four
+A window is one row of a `WindowTable` (recording, start, length, window index): four
 int64 numbers, never a copy of the signal. Every sample that no window covers is counted (gaps
 between split blocks, strides longer than a window, dropped tails), so the DataModule can put
 it in its report. The train statistics standardize every gathered batch (the stored signal is
@@ -36,12 +36,12 @@ class WindowTable(NamedTuple):
     window_index: np.ndarray
 
     def take(self, rows: np.ndarray) -> WindowTable:
-        """The windows ``rows`` of this table."""
+        """The windows `rows` of this table."""
         return WindowTable(*(column[rows] for column in self))
 
 
 class Segments(NamedTuple):
-    """Spans ``[start, end)`` of recordings that one split owns."""
+    """Spans `[start, end)` of recordings that one split owns."""
 
     recording: np.ndarray
     start: np.ndarray
@@ -49,7 +49,7 @@ class Segments(NamedTuple):
 
 
 def resample(signal: np.ndarray, rate: float, target: float) -> np.ndarray:
-    """``signal`` ``[C, T]`` from ``rate`` to ``target`` Hz by polyphase filtering (float32).
+    """`signal` `[C, T]` from `rate` to `target` Hz by polyphase filtering (float32).
 
     Raises:
         ValueError: when a rate is not a whole number of Hz (e.g. 12000.5 Hz).
@@ -69,13 +69,13 @@ def plan_windows(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Windows of every segment, vectorised.
 
-    A segment of length ``L`` gets full windows at ``0, stride, ...`` and, unless ``drop_tail``,
+    A segment of length `L` gets full windows at `0, stride, ...` and, unless `drop_tail`,
     one shorter tail window at the next stride position that covers the rest (so no sample is
     lost); a segment shorter than a window is one tail window.
 
     Returns:
-        ``(segment, offset, length)`` per window: the segment it belongs to, its start within
-        the segment, its true length (``< window`` for a tail).
+        `(segment, offset, length)` per window: the segment it belongs to, its start within
+        the segment, its true length (`< window` for a tail).
     """
     lengths = np.asarray(segment_lengths, dtype=np.int64)
     full = np.where(lengths >= window, (lengths - window) // stride + 1, 0)
@@ -92,12 +92,12 @@ def plan_windows(
 
 
 def cut_windows(segments: Segments, window: int, hop: int, drop_tail: bool) -> tuple[WindowTable, int, int]:
-    """The windows of ``segments``, and the samples of the segments they leave out.
+    """The windows of `segments`, and the samples of the segments they leave out.
 
     Returns:
-        ``(table, between, dropped_tail)``: the windows; samples between windows (a stride
+        `(table, between, dropped_tail)`: the windows; samples between windows (a stride
         longer than the window, including a stride that jumps past a segment's end); samples
-        of tails dropped by ``drop_tail``.
+        of tails dropped by `drop_tail`.
     """
     recording, starts, ends = (np.asarray(a, dtype=np.int64) for a in segments)
     sizes = ends - starts
@@ -139,7 +139,7 @@ def uncovered_between_segments(lengths: np.ndarray, splits: Mapping[str, Segment
 
 
 def train_statistics(buffers: Sequence[np.ndarray], table: WindowTable) -> tuple[np.ndarray, np.ndarray]:
-    """Per-channel mean and std (float64) over the samples ``table``'s windows cover, each counted once.
+    """Per-channel mean and std (float64) over the samples `table`'s windows cover, each counted once.
 
     A channel with std 0 gets std 1, so normalizing it only centres it.
     """

@@ -1,30 +1,30 @@
 # ruff: noqa: E402  (the extra is checked before the imports that need it)
 """Hyperspectral scenes: readers, downloads, the synthetic default, the pixel dataset and its collate.
 
-A *scene* is a cube ``[H, W, B]`` (a :class:`~.readers.MappedCube`: memory-mapped, never loaded
-whole, and pickled to loader workers as its path only), a label map ``[H, W]`` (0 = unlabelled)
+A *scene* is a cube `[H, W, B]` (a `MappedCube`: memory-mapped, never loaded
+whole, and pickled to loader workers as its path only), a label map `[H, W]` (0 = unlabelled)
 and the centre wavelength of every band in nm. A *sample* is one labelled pixel: its spectrum, or
-the ``P x P`` patch around it, with the band indices it will use. A batch is gathered at once: its
-band lists as ``Ragged`` rows (:mod:`.bands`: fixed per scene, or drawn per (seed, epoch, index)
+the `P x P` patch around it, with the band indices it will use. A batch is gathered at once: its
+band lists as `Ragged` rows (`.bands`: fixed per scene, or drawn per (seed, epoch, index)
 without a loop), then one read of the memory-mapped cube per scene present for every patch x its
-bands (:mod:`.gather`); the :class:`HyperspectralCollator` names the fields.
+bands (`.gather`); the `HyperspectralCollator` names the fields.
 
-Public entry points (what a DataModule of one's own is built from): :data:`SCENES` (the public
-scenes), :class:`SceneSource`, :func:`prepare_scene` (files, downloads, caches: once per node) and
-:func:`open_scene` (-> a checked :class:`Scene`); the readers :func:`open_cube` and
-:func:`read_labels` of one's own files; :func:`synthetic_scene` (the embedded default);
-:class:`PixelSplit` (spatially disjoint patch centres); :func:`band_statistics` (train-pixel
-normalization); :class:`HyperspectralPixels` and :class:`HyperspectralCollator`.
+Public entry points (what a DataModule of one's own is built from): `SCENES` (the public
+scenes), `SceneSource`, `prepare_scene` (files, downloads, caches: once per node) and
+`open_scene` (-> a checked `Scene`); the readers `open_cube` and
+`read_labels` of one's own files; `synthetic_scene` (the embedded default);
+`PixelSplit` (spatially disjoint patch centres); `band_statistics` (train-pixel
+normalization); `HyperspectralPixels` and `HyperspectralCollator`.
 
-Modules (helpers stay in them): :mod:`.scenes` (sensors, wavelengths, the public :data:`SCENES`),
-:mod:`.readers` (``.mat`` v5 / v7.3, ENVI, ``.npy``; the ``.mat`` -> ``.npy`` cache), :mod:`.labels`
-(label-map checks), :mod:`.source` (:class:`SceneSource`, :func:`prepare_scene`, :func:`open_scene`:
-files, downloads, checks), :mod:`.splits` (:class:`PixelSplit`), :mod:`.synthetic` (the embedded
-default), :mod:`.dataset` (:class:`HyperspectralPixels`, band sets and statistics), :mod:`.bands`
-(a batch's band lists), :mod:`.gather` (one read of the cube per batch,
-:class:`~.gather.PixelBatch`), :mod:`.collate`.
+Modules (helpers stay in them): `.scenes` (sensors, wavelengths, the public `SCENES`),
+`.readers` (`.mat` v5 / v7.3, ENVI, `.npy`; the `.mat` -> `.npy` cache), `.labels`
+(label-map checks), `.source` (`SceneSource`, `prepare_scene`, `open_scene`:
+files, downloads, checks), `.splits` (`PixelSplit`), `.synthetic` (the embedded
+default), `.dataset` (`HyperspectralPixels`, band sets and statistics), `.bands`
+(a batch's band lists), `.gather` (one read of the cube per batch,
+`PixelBatch`), `.collate`.
 
-Spatial splits come from :func:`varlen.prepare.splits.spatial_block_split`: a random pixel split puts
+Spatial splits come from `varlen.prepare.splits.spatial_block_split`: a random pixel split puts
 neighbouring pixels, whose patches overlap, on both sides, and published accuracies near 99%
 fall to about 80% on disjoint splits.
 """

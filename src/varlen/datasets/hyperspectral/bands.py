@@ -1,14 +1,14 @@
-"""The band index lists of a batch as :class:`~varlen.batching.ragged.Ragged` rows, without a loop per sample.
+"""The band index lists of a batch as `Ragged` rows, without a loop per sample.
 
-* Fixed bands (evaluation, ``train_bands``): one row per scene, and a batch's rows are spans of
+* Fixed bands (evaluation, `train_bands`): one row per scene, and a batch's rows are spans of
   those rows (they overlap: the list is stored once per scene).
-* Random subsets (training): sample ``i`` keeps ``counts[i]`` of its scene's usable bands, drawn
-  from ``(seed, epoch, i)`` only. Every (sample, usable band) pair gets a 64-bit key from a
-  counter-based hash of those four numbers (:func:`varlen.prepare.draws.counter_bits`), and the sample keeps
-  the bands with the ``counts[i]`` smallest keys: a uniformly random subset, in band order. A key
+* Random subsets (training): sample `i` keeps `counts[i]` of its scene's usable bands, drawn
+  from `(seed, epoch, i)` only. Every (sample, usable band) pair gets a 64-bit key from a
+  counter-based hash of those four numbers (`varlen.prepare.draws.counter_bits`), and the sample keeps
+  the bands with the `counts[i]` smallest keys: a uniformly random subset, in band order. A key
   does not depend on the batch a sample is in, so every worker, every rank and a resumed run
   draw the same bands for the same (epoch, sample), and each epoch draws new ones. A whole
-  batch is one ``[B, U]`` hash and one row-wise sort.
+  batch is one `[B, U]` hash and one row-wise sort.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ _POSITION_BITS = np.uint64(16)
 
 
 def draw_keys(seed: int, epoch: int, indices: np.ndarray, width: int) -> np.ndarray:
-    """``[B, width]`` uint64 keys of (sample ``indices[b]``, band position ``u``) in ``epoch``, unique per row.
+    """`[B, width]` uint64 keys of (sample `indices[b]`, band position `u`) in `epoch`, unique per row.
 
-    Position ``u`` occupies the low bits, and the hash the bits above them (the top bit left
-    clear), so any key is below the ``2**64 - 1`` that marks a position a scene does not have.
+    Position `u` occupies the low bits, and the hash the bits above them (the top bit left
+    clear), so any key is below the `2**64 - 1` that marks a position a scene does not have.
     """
     if width >= 1 << int(_POSITION_BITS):
         raise ValueError(f"at most {1 << int(_POSITION_BITS)} usable bands per scene, got {width}")
@@ -43,17 +43,17 @@ def draw_keys(seed: int, epoch: int, indices: np.ndarray, width: int) -> np.ndar
 def random_band_rows(
     usable: Ragged, scene_ids: np.ndarray, counts: np.ndarray, indices: np.ndarray, seed: int, epoch: int
 ) -> Ragged:
-    """The bands of samples ``indices`` in ``epoch``: ``counts[i]`` of their scene's ``usable`` bands each.
+    """The bands of samples `indices` in `epoch`: `counts[i]` of their scene's `usable` bands each.
 
     Args:
         usable: one row per scene, its usable band indices in increasing order.
-        scene_ids: ``[N]`` scene of every sample of the dataset.
-        counts: ``[N]`` bands of every sample (at most its scene's usable bands).
-        indices: ``[B]`` the batch.
+        scene_ids: `[N]` scene of every sample of the dataset.
+        counts: `[N]` bands of every sample (at most its scene's usable bands).
+        indices: `[B]` the batch.
         seed, epoch: the draw (with the sample index).
 
     Returns:
-        One row per batch position (``B`` rows), each in increasing band order.
+        One row per batch position (`B` rows), each in increasing band order.
     """
     indices = np.asarray(indices, np.int64)
     scenes = scene_ids[indices]
@@ -69,6 +69,6 @@ def random_band_rows(
 
 
 def fixed_band_rows(fixed: Ragged, scene_ids: np.ndarray, indices: np.ndarray) -> Ragged:
-    """The fixed bands of samples ``indices``: each a span of its scene's row of ``fixed``."""
+    """The fixed bands of samples `indices`: each a span of its scene's row of `fixed`."""
     scenes = scene_ids[np.asarray(indices, np.int64)]
     return Ragged(fixed.values, fixed.starts[scenes], fixed.lengths[scenes])

@@ -19,24 +19,24 @@ __all__ = ["HyperspectralCollator"]
 class HyperspectralCollator(PadsToWidths):
     """The model's fields of a pixel batch.
 
-    A :class:`~varlen.datasets.hyperspectral.gather.PixelBatch` (the loader's batched fetch,
-    gathered by :class:`~varlen.datasets.hyperspectral.HyperspectralPixels`) is only named. A
-    list of ``dataset[i]`` dicts is gathered here first with the same one-read path: the band
-    lists, statistics and wavelengths joined once into ``Ragged`` rows, the patches (views of the
+    A `PixelBatch` (the loader's batched fetch,
+    gathered by `HyperspectralPixels`) is only named. A
+    list of `dataset[i]` dicts is gathered here first with the same one-read path: the band
+    lists, statistics and wavelengths joined once into `Ragged` rows, the patches (views of the
     cube) joined once into one array.
 
     Args:
         pad_to_multiple_of: round the band axis up to a multiple of this (8 for tensor cores), for
-            lists of samples that carry no padded length (:func:`~varlen.batching.indices.pad_to`; a fetched
+            lists of samples that carry no padded length (`pad_to`; a fetched
             batch was padded by the dataset).
 
     Returns (from a call):
-        ``spectra`` float32 ``[B, K, P, P]`` (``[B, K]`` for spectra, P = 1), zero where padded;
-        ``wavelengths`` float32 ``[B, K]`` in nm (0 where padded); ``bands`` int64 ``[B, K]``
-        (-1 where padded); ``band_mask`` bool ``[B, K]``, **True = real band** (keep convention;
-        use :func:`varlen.batching.blocked_mask` for attention); ``lengths`` int64 ``[B]``;
-        ``labels`` int64 ``[B]`` (0-based classes); ``scene``, ``index`` int64 ``[B]``;
-        ``coords`` int64 ``[B, 2]``.
+        `spectra` float32 `[B, K, P, P]` (`[B, K]` for spectra, P = 1), zero where padded;
+        `wavelengths` float32 `[B, K]` in nm (0 where padded); `bands` int64 `[B, K]`
+        (-1 where padded); `band_mask` bool `[B, K]`, **True = real band** (keep convention;
+        use `varlen.batching.blocked_mask` for attention); `lengths` int64 `[B]`;
+        `labels` int64 `[B]` (0-based classes); `scene`, `index` int64 `[B]`;
+        `coords` int64 `[B, 2]`.
     """
 
     def __init__(self, pad_to_multiple_of: int | None = None) -> None:
@@ -47,7 +47,7 @@ class HyperspectralCollator(PadsToWidths):
         return {field.name: getattr(batch, field.name) for field in fields(PixelBatch)}
 
     def gather_samples(self, samples: Sequence[dict[str, Any]]) -> PixelBatch:
-        """``dataset[i]`` dicts as one batch, equal to the dataset's fetch of the same samples."""
+        """`dataset[i]` dicts as one batch, equal to the dataset's fetch of the same samples."""
         positions, padding = np.arange(len(samples)), pad_to(samples, self.pad_to_multiple_of)
 
         def padded(key: str, pad: float, dtype: torch.dtype | None = None):

@@ -1,18 +1,18 @@
 """The pixel dataset over memory-mapped cubes, its band sets, and train-only band statistics.
 
-A sample is one labelled pixel: its spectrum, or the ``P x P`` patch around it. ``dataset[i]``
+A sample is one labelled pixel: its spectrum, or the `P x P` patch around it. `dataset[i]`
 returns the patch as a **view** into the cube together with the band indices it will use; the
-loader's batched fetch (``__getitems__``) reads a whole batch at once: the batch's band lists as
-:class:`~varlen.batching.ragged.Ragged` rows (:mod:`.bands`), padded in one gather, and one read
-of the cube per scene present for all patches x their bands (:mod:`.gather`), normalized in
+loader's batched fetch (`__getitems__`) reads a whole batch at once: the batch's band lists as
+`Ragged` rows (`.bands`), padded in one gather, and one read
+of the cube per scene present for all patches x their bands (`.gather`), normalized in
 place. The dataset keeps one row per sample (int32) and each scene's cube as a
-:class:`~varlen.datasets.hyperspectral.readers.MappedCube`, which pickles as its path: a worker never
+`MappedCube`, which pickles as its path: a worker never
 receives a copy of the cube.
 
-Random band subsets (training): sample ``i`` has ``band_counts[i]`` bands, drawn once from the
-named stream ``stream(seed, "band counts")`` (:func:`random_band_counts`), so ``lengths`` is known
-up front and the same every epoch; *which* bands is a function of ``(seed, epoch, i)`` only
-(:func:`~varlen.datasets.hyperspectral.bands.random_band_rows`), so they change every epoch and
+Random band subsets (training): sample `i` has `band_counts[i]` bands, drawn once from the
+named stream `stream(seed, "band counts")` (`random_band_counts`), so `lengths` is known
+up front and the same every epoch; *which* bands is a function of `(seed, epoch, i)` only
+(`random_band_rows`), so they change every epoch and
 are the same in any worker, on any rank and after a resume.
 """
 
@@ -46,14 +46,14 @@ __all__ = [
 
 
 def evenly_spaced(usable: np.ndarray, count: int) -> np.ndarray:
-    """``count`` bands spread evenly over the usable ones (all when ``count`` >= their number)."""
+    """`count` bands spread evenly over the usable ones (all when `count` >= their number)."""
     if count >= usable.size:
         return usable
     return usable[np.unique(np.round(np.linspace(0, usable.size - 1, count)).astype(np.int64))]
 
 
 def select_bands(scene: Scene, spec: int | Sequence[int] | None, what: str) -> np.ndarray:
-    """A fixed band set of ``scene``: all usable bands (None), ``spec`` evenly spaced ones, or a list.
+    """A fixed band set of `scene`: all usable bands (None), `spec` evenly spaced ones, or a list.
 
     Raises:
         DataError: a set that would give samples of 0 bands (an empty list, a count < 1), an index
@@ -86,7 +86,7 @@ def select_bands(scene: Scene, spec: int | Sequence[int] | None, what: str) -> n
 def random_band_counts(
     usable: Sequence[int], scene_ids: np.ndarray, min_bands: int, max_bands: int | None, seed: int
 ) -> np.ndarray:
-    """Per-sample band counts in ``[min_bands, max_bands]`` (capped by each scene's usable bands), fixed per seed."""
+    """Per-sample band counts in `[min_bands, max_bands]` (capped by each scene's usable bands), fixed per seed."""
     usable = np.asarray(usable, dtype=np.int32)
     high = np.minimum(usable, max_bands if max_bands is not None else usable)
     low = np.minimum(min_bands, high)
@@ -94,7 +94,7 @@ def random_band_counts(
 
 
 def band_statistics(cube: MappedCube | np.ndarray, centres: np.ndarray, rows_per_chunk: int | None = None):
-    """Per-band mean and standard deviation ``[B]`` (float64) over the pixels where ``centres`` is True.
+    """Per-band mean and standard deviation `[B]` (float64) over the pixels where `centres` is True.
 
     Read in row slabs and merged with Chan's parallel update, so memory stays bounded (some tens of
     MB) however large the cube and the training split are. A band with zero spread gets std 1.
@@ -125,27 +125,27 @@ def band_statistics(cube: MappedCube | np.ndarray, centres: np.ndarray, rows_per
 class HyperspectralPixels(PadsToWidths, Dataset):
     """Labelled pixels of one or more scenes; a batch is gathered at once (see the module docstring).
 
-    The dataset keeps only what samples need: each scene's cube (a :class:`MappedCube`, which
+    The dataset keeps only what samples need: each scene's cube (a `MappedCube`, which
     pickles as its path), wavelengths, usable bands and statistics (also concatenated over the
     scenes, so that one gather serves a batch that mixes them), and one row per sample. Label
     maps stay with the DataModule.
 
     Band sets:
-        * ``band_counts`` given (training with random subsets): sample ``i`` always has
-          ``band_counts[i]`` bands (so ``lengths`` is known up front and the sampler's plan keeps
-          its size every epoch), and *which* bands is drawn from ``(seed, epoch, i)``.
-        * otherwise: the fixed per-scene band list ``fixed_bands[scene]``.
+        * `band_counts` given (training with random subsets): sample `i` always has
+          `band_counts[i]` bands (so `lengths` is known up front and the sampler's plan keeps
+          its size every epoch), and *which* bands is drawn from `(seed, epoch, i)`.
+        * otherwise: the fixed per-scene band list `fixed_bands[scene]`.
 
     Args:
         scenes: checked scenes.
         scene_ids, rows, cols, labels: one entry per sample (labels 0-based, offset per scene).
         radius: patch radius (0 = spectra).
-        mean, std: per-scene ``[B]`` normalization statistics (from train pixels).
+        mean, std: per-scene `[B]` normalization statistics (from train pixels).
         band_counts: per-sample band counts for random subsets, or None.
-        fixed_bands: per-scene band index arrays when ``band_counts`` is None.
+        fixed_bands: per-scene band index arrays when `band_counts` is None.
         seed: base seed of the band draws.
         pad_to_multiple_of: round a fetched batch's band axis up to this multiple; a batch that carries its
-            padded length pads to it (:func:`~varlen.batching.indices.pad_to`).
+            padded length pads to it (`pad_to`).
     """
 
     def __init__(
@@ -180,7 +180,7 @@ class HyperspectralPixels(PadsToWidths, Dataset):
         self.fixed_bands = None if fixed_bands is None else [np.asarray(b, dtype=np.int64) for b in fixed_bands]
         self.seed = int(seed)
         self.pad_to_multiple_of = pad_to_multiple_of
-        self.epoch = 0  # used by plain ``dataset[i]``; batches from the loader carry their own
+        self.epoch = 0  # used by plain `dataset[i]`; batches from the loader carry their own
         if self.band_counts is not None:
             self.lengths = self.band_counts  # read-only for everyone: no copy
         else:
@@ -192,7 +192,7 @@ class HyperspectralPixels(PadsToWidths, Dataset):
         self.table_wavelengths = np.concatenate(self.wavelengths)
 
     def set_statistics(self, mean: Sequence[np.ndarray], std: Sequence[np.ndarray]) -> None:
-        """Per-scene ``[B]`` band means and standard deviations every sample is normalized with."""
+        """Per-scene `[B]` band means and standard deviations every sample is normalized with."""
         self.mean = [np.asarray(m, dtype=np.float32) for m in mean]
         self.std = [np.asarray(s, dtype=np.float32) for s in std]
         self.table_mean, self.table_std = np.concatenate(self.mean), np.concatenate(self.std)
@@ -201,13 +201,13 @@ class HyperspectralPixels(PadsToWidths, Dataset):
         return len(self.labels)
 
     def band_rows(self, indices: Sequence[int] | np.ndarray, epoch: int) -> Ragged:
-        """The sorted band indices of samples ``indices`` in ``epoch``, one row per position in ``indices``."""
+        """The sorted band indices of samples `indices` in `epoch`, one row per position in `indices`."""
         if self.band_counts is None:
             return fixed_band_rows(self.fixed, self.scene_ids, indices)
         return random_band_rows(self.usable, self.scene_ids, self.band_counts, indices, self.seed, epoch)
 
     def bands_of(self, i: int, epoch: int) -> np.ndarray:
-        """Sorted band indices (into the cube) that sample ``i`` uses in ``epoch``."""
+        """Sorted band indices (into the cube) that sample `i` uses in `epoch`."""
         rows = self.band_rows([int(i)], epoch)
         return rows.values[rows.starts[0] : rows.starts[0] + rows.lengths[0]]
 
@@ -236,11 +236,11 @@ class HyperspectralPixels(PadsToWidths, Dataset):
         return self.sample(i, self.epoch)
 
     def __getitems__(self, indices: Sequence[int]) -> PixelBatch:
-        """A whole batch (the loader's batched fetch), in the epoch an :class:`EpochIndices` carries."""
+        """A whole batch (the loader's batched fetch), in the epoch an `EpochIndices` carries."""
         return self.gather(indices, getattr(indices, "epoch", self.epoch), pad_to(indices, self.pad_to_multiple_of))
 
     def gather(self, indices: Sequence[int] | np.ndarray, epoch: int, pad_to_multiple_of: PadTo = None) -> PixelBatch:
-        """Samples ``indices`` as one padded batch: their band rows padded in one gather, one cube
+        """Samples `indices` as one padded batch: their band rows padded in one gather, one cube
         read per scene present, normalized in place, zero (bands -1) beyond each sample's bands."""
         indices = np.asarray(indices, dtype=np.int64)
         if len(indices) == 0:
@@ -265,7 +265,7 @@ class HyperspectralPixels(PadsToWidths, Dataset):
         )
 
     def _read(self, indices: np.ndarray, scenes: np.ndarray, bands: np.ndarray) -> np.ndarray:
-        """``[B, K, P, P]`` raw values (``[B, K]`` for spectra): one read per scene present in the batch."""
+        """`[B, K, P, P]` raw values (`[B, K]` for spectra): one read per scene present in the batch."""
         side = 2 * self.radius + 1
         shape = (len(indices), bands.shape[1]) + ((side, side) if self.radius else ())
         present = np.unique(scenes)
@@ -278,7 +278,7 @@ class HyperspectralPixels(PadsToWidths, Dataset):
         return out
 
     def _read_scene(self, s: int, indices: np.ndarray, bands: np.ndarray) -> np.ndarray:
-        """The patches of samples ``indices`` (all of scene ``s``) x ``bands``: one read of its cube."""
+        """The patches of samples `indices` (all of scene `s`) x `bands`: one read of its cube."""
         cube = self.cubes[s]
         array = cube.array if isinstance(cube, MappedCube) else np.asarray(cube)
         top = self.rows[indices].astype(np.int64) - self.radius

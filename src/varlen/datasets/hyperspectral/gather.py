@@ -1,12 +1,12 @@
-"""A batch of patches read at once: every sample's ``P x P`` pixels x its bands, one fancy-index read.
+"""A batch of patches read at once: every sample's `P x P` pixels x its bands, one fancy-index read.
 
-The cube stays memory-mapped: :func:`flat_view` is a 1-D view of its buffer (no copy, any
-layout with non-negative strides: a ``.npy`` map, an ENVI file mapped as BIP), and
-:func:`read_patches` builds the ``[B, K, P*P]`` element offsets of the batch by broadcasting
-(patch pixels ``[B, 1, P*P]`` + bands ``[B, K, 1]``) and reads them with one ``take``. Padded band
-slots read the sample's first band and are zeroed by :func:`normalize`.
+The cube stays memory-mapped: `flat_view` is a 1-D view of its buffer (no copy, any
+layout with non-negative strides: a `.npy` map, an ENVI file mapped as BIP), and
+`read_patches` builds the `[B, K, P*P]` element offsets of the batch by broadcasting
+(patch pixels `[B, 1, P*P]` + bands `[B, K, 1]`) and reads them with one `take`. Padded band
+slots read the sample's first band and are zeroed by `normalize`.
 
-What a batch costs: the ``[B, K, P, P]`` float32 output and, while it is read, its int64 offsets
+What a batch costs: the `[B, K, P, P]` float32 output and, while it is read, its int64 offsets
 (twice the output's size); the cube's pages are read through the page cache, shared by all
 processes.
 """
@@ -24,7 +24,7 @@ __all__ = ["PixelBatch", "flat_view", "normalize", "read_patches"]
 
 @dataclass
 class PixelBatch:
-    """A gathered batch of pixels (see :class:`~varlen.datasets.hyperspectral.HyperspectralCollator`)."""
+    """A gathered batch of pixels (see `HyperspectralCollator`)."""
 
     index: torch.Tensor
     spectra: torch.Tensor
@@ -38,7 +38,7 @@ class PixelBatch:
 
 
 def flat_view(cube: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]] | None:
-    """A 1-D view over ``cube``'s buffer and the element strides of its axes, or None when its
+    """A 1-D view over `cube`'s buffer and the element strides of its axes, or None when its
     strides are negative or not whole elements (then index the cube itself)."""
     item = cube.itemsize
     if cube.size == 0 or any(s < 0 or s % item for s in cube.strides):
@@ -54,15 +54,15 @@ def read_patches(
     bands: np.ndarray,
     side: int,
 ) -> np.ndarray:
-    """``[B, K, side * side]`` values: band ``bands[b, k]`` of the ``side x side`` pixels from ``corner[b]``.
+    """`[B, K, side * side]` values: band `bands[b, k]` of the `side x side` pixels from `corner[b]`.
 
     Args:
         flat: 1-D values.
-        corner: ``[B]`` offset in ``flat`` of each patch's first pixel (band 0).
-        strides: offsets between rows, columns and bands (ints, or ``[B]`` arrays when each patch
+        corner: `[B]` offset in `flat` of each patch's first pixel (band 0).
+        strides: offsets between rows, columns and bands (ints, or `[B]` arrays when each patch
             has its own layout).
-        bands: ``[B, K]`` band indices, valid everywhere (pad with a real band).
-        side: the patch side ``P``.
+        bands: `[B, K]` band indices, valid everywhere (pad with a real band).
+        side: the patch side `P`.
     """
     row, col, band = (np.asarray(s, np.int64).reshape(-1, 1, 1) for s in strides)
     steps = np.arange(side)
@@ -72,12 +72,12 @@ def read_patches(
 
 
 def normalize(raw: np.ndarray, mean: np.ndarray, std: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """``(raw - mean) / std`` per band in float32, in place where ``raw`` is float32; 0 where ``mask`` is False.
+    """`(raw - mean) / std` per band in float32, in place where `raw` is float32; 0 where `mask` is False.
 
     Args:
-        raw: ``[B, K, ...]``.
-        mean, std: ``[B, K]`` float32 statistics of each sample's bands.
-        mask: ``[B, K]`` True = real band.
+        raw: `[B, K, ...]`.
+        mean, std: `[B, K]` float32 statistics of each sample's bands.
+        mask: `[B, K]` True = real band.
     """
     out = raw.astype(np.float32, copy=False)
     trailing = (1,) * (out.ndim - 2)

@@ -1,10 +1,10 @@
 """Label maps: integer values, classes 1..C without gaps, and values a scene does not know.
 
-A label map is ``[H, W]`` with 0 = unlabelled and 1..C the classes (a public scene may number its
-classes otherwise, e.g. Salinas-A's 1, 10-14: :attr:`~varlen.datasets.hyperspectral.scenes.SceneInfo.label_values`).
+A label map is `[H, W]` with 0 = unlabelled and 1..C the classes (a public scene may number its
+classes otherwise, e.g. Salinas-A's 1, 10-14: `label_values`).
 A value that is no class of the scene (negative, above C, a number the scene does not use) is bad
-input: :func:`known_labels` sends it through ``report.bad`` once per value, which raises under
-``on_bad="raise"`` and, under ``"skip"``, leaves its pixels unlabelled and counts the value.
+input: `known_labels` sends it through `report.bad` once per value, which raises under
+`on_bad="raise"` and, under `"skip"`, leaves its pixels unlabelled and counts the value.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def check_classes_present(labels: np.ndarray, num_classes: int, source: str) -> 
 def count_classes(labels: np.ndarray, source: str) -> int:
     """C of a map whose classes are 1..C: its largest value, once every class below it has pixels.
 
-    Negative values are not classes; :func:`known_labels` reports them when the scene is opened.
+    Negative values are not classes; `known_labels` reports them when the scene is opened.
     """
     check_integer_labels(labels, source)
     top = int(labels.max(initial=0))
@@ -75,17 +75,17 @@ def _describe(values: Sequence[int]) -> str:
 def known_labels(
     labels: np.ndarray, values: Sequence[int], source: str, report: DataReport | None = None
 ) -> np.ndarray:
-    """The map as int32 classes 1..C in the order of ``values`` (0 stays unlabelled).
+    """The map as int32 classes 1..C in the order of `values` (0 stays unlabelled).
 
     Args:
-        labels: ``[H, W]`` raw label map.
+        labels: `[H, W]` raw label map.
         values: the map value of each class, in class order.
         source: the file (for messages).
-        report: where a value that is no class goes (``report.bad(..., item="label value")``);
+        report: where a value that is no class goes (`report.bad(..., item="label value")`);
             default: a raising one.
 
     Raises:
-        DataError: fractional or NaN labels; under ``on_bad="raise"``, a value that is no class.
+        DataError: fractional or NaN labels; under `on_bad="raise"`, a value that is no class.
     """
     report = report if report is not None else DataReport()
     check_integer_labels(labels, source)

@@ -1,18 +1,18 @@
-"""Cube and label-map files in their real formats, opened and checked; ``.mat`` cubes converted once.
+"""Cube and label-map files in their real formats, opened and checked; `.mat` cubes converted once.
 
-Formats: MATLAB v5 ``.mat`` (scipy), MATLAB v7.3 ``.mat`` (h5py), ENVI ``.hdr`` + image (the
-``spectral`` package, memory-mapped in place) and ``.npy`` (``np.load(mmap_mode="r")``).
+Formats: MATLAB v5 `.mat` (scipy), MATLAB v7.3 `.mat` (h5py), ENVI `.hdr` + image (the
+`spectral` package, memory-mapped in place) and `.npy` (`np.load(mmap_mode="r")`).
 
-Why a conversion: a v5 ``.mat`` cannot be memory-mapped and a v7.3 one is stored transposed, so a
-``.mat`` cube is converted once into an ``.npy`` in the cache folder (:func:`convert_mat_cube`).
-Its name carries :func:`varlen.storage.cache.cache_key` of the file's content hash, the variable and
-:data:`MAT_CACHE_VERSION` (an edited file or a new format never reads a stale conversion); it is
-written with :func:`varlen.storage.cache.atomic_write` and rebuilt, with a warning, when it cannot be
+Why a conversion: a v5 `.mat` cannot be memory-mapped and a v7.3 one is stored transposed, so a
+`.mat` cube is converted once into an `.npy` in the cache folder (`convert_mat_cube`).
+Its name carries `varlen.storage.cache.cache_key` of the file's content hash, the variable and
+`MAT_CACHE_VERSION` (an edited file or a new format never reads a stale conversion); it is
+written with `varlen.storage.cache.atomic_write` and rebuilt, with a warning, when it cannot be
 read. Every later open (each loader worker, each DDP rank) only maps it.
 
-Every failure raises :class:`~varlen.errors.DataError` naming the file (and the variable), or
-:class:`~varlen.errors.DatasetNotFoundError` for a file that is not there: never a library's
-own ``KeyError`` or traceback.
+Every failure raises `DataError` naming the file (and the variable), or
+`DatasetNotFoundError` for a file that is not there: never a library's
+own `KeyError` or traceback.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ __all__ = [
     "write_npy",
 ]
 
-#: format version of the ``.mat`` -> ``.npy`` conversion (part of the cache key)
+#: format version of the `.mat` -> `.npy` conversion (part of the cache key)
 MAT_CACHE_VERSION = "hyperspectral-mat-npy-2"
 #: what to do about a user's file that is not there
 CHECK_PATH = "check the path (it is read as given, relative to the working directory)"
@@ -57,7 +57,7 @@ CHECK_PATH = "check the path (it is read as given, relative to the working direc
 
 @contextmanager
 def reading(path: str | Path, what: str) -> Iterator[None]:
-    """Re-raise any library error inside the block as a :class:`DataError` naming ``path`` and the cause."""
+    """Re-raise any library error inside the block as a `DataError` naming `path` and the cause."""
     try:
         yield
     except DataError:
@@ -67,7 +67,7 @@ def reading(path: str | Path, what: str) -> Iterator[None]:
 
 
 def require_file(path: str | Path, what: str, fetch: str = CHECK_PATH) -> Path:
-    """``path`` as a Path, or :class:`DatasetNotFoundError` saying ``what`` is missing and how to get it."""
+    """`path` as a Path, or `DatasetNotFoundError` saying `what` is missing and how to get it."""
     path = Path(path)
     if not path.is_file():
         raise DatasetNotFoundError(what, path, fetch)
@@ -75,7 +75,7 @@ def require_file(path: str | Path, what: str, fetch: str = CHECK_PATH) -> Path:
 
 
 def write_npy(path: str | Path, shape: tuple[int, ...], dtype: Any, fill: Callable[[np.ndarray], None]) -> Path:
-    """Write an ``.npy`` atomically: ``fill(memmap)`` writes the values into the (temporary) file."""
+    """Write an `.npy` atomically: `fill(memmap)` writes the values into the (temporary) file."""
 
     def write(tmp: Path) -> None:
         out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=shape)
@@ -87,7 +87,7 @@ def write_npy(path: str | Path, shape: tuple[int, ...], dtype: Any, fill: Callab
 
 
 def complete_npy(path: Path, shape: tuple[int, ...]) -> bool:
-    """Whether a cached ``.npy`` is there, readable and of ``shape``; a file that is not is warned about."""
+    """Whether a cached `.npy` is there, readable and of `shape`; a file that is not is warned about."""
     if not path.is_file():
         return False
     try:
@@ -126,7 +126,7 @@ def mat_variables(path: Path) -> dict[str, tuple[int, ...]]:
 
 
 def pick_variable(path: Path, variables: dict[str, tuple[int, ...]], key: str | None, ndim: int) -> str:
-    """The variable to read: ``key``, else the only ``ndim``-dimensional one."""
+    """The variable to read: `key`, else the only `ndim`-dimensional one."""
     what = "cube [H, W, B]" if ndim == 3 else "label map [H, W]"
     if key is not None:
         if key not in variables:
@@ -144,7 +144,7 @@ def pick_variable(path: Path, variables: dict[str, tuple[int, ...]], key: str | 
 
 
 def mat_cache_path(path: Path, key: str, cache_dir: Path) -> Path:
-    """Where a ``.mat`` cube's variable ``key`` is converted, named by the file's content, the variable, the format."""
+    """Where a `.mat` cube's variable `key` is converted, named by the file's content, the variable, the format."""
     digest = cache_key(file_hash(path), key, version=MAT_CACHE_VERSION)
     return Path(cache_dir) / f"{path.stem}.{key}.{digest}.npy"
 
@@ -178,7 +178,7 @@ def _fill_from_mat73(path: Path, key: str, out: np.ndarray) -> None:
 
 
 def convert_mat_cube(path: str | Path, key: str | None = None, cache_dir: str | Path | None = None) -> Path:
-    """The memory-mappable ``.npy`` of a ``.mat`` cube, converted now unless a complete one is cached.
+    """The memory-mappable `.npy` of a `.mat` cube, converted now unless a complete one is cached.
 
     Args:
         path: a MATLAB v5 or v7.3 file.
@@ -216,7 +216,7 @@ def _read_mat_labels(path: Path, key: str | None) -> np.ndarray:
 
 
 def read_envi(path: Path) -> tuple[np.ndarray, np.ndarray | None]:
-    """ENVI cube as an ``[H, W, B]`` memmap view and its wavelengths in nm (None when absent)."""
+    """ENVI cube as an `[H, W, B]` memmap view and its wavelengths in nm (None when absent)."""
     from spectral.io import envi
 
     with reading(path, "an ENVI header with its image file"):
@@ -239,7 +239,7 @@ def read_wavelengths(path: str | Path) -> np.ndarray | None:
 
 
 def map_cube_file(path: Path) -> np.ndarray:
-    """Memory-map a ``.npy`` or ENVI cube read-only as ``[H, W, B]``."""
+    """Memory-map a `.npy` or ENVI cube read-only as `[H, W, B]`."""
     path = Path(path)
     if path.suffix.lower() == ".hdr":
         return read_envi(path)[0]
@@ -250,12 +250,12 @@ def map_cube_file(path: Path) -> np.ndarray:
 def cube_file(
     path: str | Path, key: str | None = None, cache_dir: str | Path | None = None, fetch: str = CHECK_PATH
 ) -> Path:
-    """The file a cube is memory-mapped from: ``.npy`` and ENVI ``.hdr`` as they are, ``.mat`` via its cached ``.npy``.
+    """The file a cube is memory-mapped from: `.npy` and ENVI `.hdr` as they are, `.mat` via its cached `.npy`.
 
     Args:
-        path: ``.npy``, ``.mat`` (v5 or v7.3) or ENVI ``.hdr``.
-        key: the ``.mat`` variable; default: the only 3-D one.
-        cache_dir: where ``.mat`` cubes are converted (default: beside the file).
+        path: `.npy`, `.mat` (v5 or v7.3) or ENVI `.hdr`.
+        key: the `.mat` variable; default: the only 3-D one.
+        cache_dir: where `.mat` cubes are converted (default: beside the file).
         fetch: how to get the file when it is missing (for the error).
     """
     path = require_file(path, f"cube file {Path(path).name}", fetch)
@@ -268,16 +268,16 @@ def cube_file(
 
 
 class MappedCube:
-    """A read-only ``[H, W, B]`` cube memory-mapped from a file, that pickles as its path only.
+    """A read-only `[H, W, B]` cube memory-mapped from a file, that pickles as its path only.
 
-    Why: a loader worker started by ``spawn`` / ``forkserver`` (the default outside Linux, and on
-    Linux from Python 3.14) receives the dataset pickled, and a pickled ``np.memmap`` carries its
+    Why: a loader worker started by `spawn` / `forkserver` (the default outside Linux, and on
+    Linux from Python 3.14) receives the dataset pickled, and a pickled `np.memmap` carries its
     whole data: a private copy of the cube per worker. This wrapper sends the path and maps the
     file again in the worker, so all processes read the same page-cache pages. Indexing returns
     views of the map (nothing is read until used).
 
     Args:
-        path: a ``.npy`` or ENVI ``.hdr`` file (see :func:`cube_file`).
+        path: a `.npy` or ENVI `.hdr` file (see `cube_file`).
     """
 
     def __init__(self, path: str | Path) -> None:
@@ -322,7 +322,7 @@ class MappedCube:
 def open_cube(
     path: str | Path, key: str | None = None, cache_dir: str | Path | None = None, fetch: str = CHECK_PATH
 ) -> MappedCube:
-    """A cube file as a :class:`MappedCube` (``.mat`` converted once to a cached ``.npy``), checked to be 3-D."""
+    """A cube file as a `MappedCube` (`.mat` converted once to a cached `.npy`), checked to be 3-D."""
     cube = MappedCube(cube_file(path, key, cache_dir, fetch))
     if cube.ndim != 3:
         raise DataError(f"{path}: expected a 3-D cube [H, W, B], got shape {cube.shape}")
@@ -330,7 +330,7 @@ def open_cube(
 
 
 def read_labels(path: str | Path, key: str | None = None, what: str = "label map", fetch: str = CHECK_PATH):
-    """A label map ``[H, W]`` (0 = unlabelled) from a ``.mat`` (v5 or v7.3) or ``.npy`` file, in memory."""
+    """A label map `[H, W]` (0 = unlabelled) from a `.mat` (v5 or v7.3) or `.npy` file, in memory."""
     path = require_file(path, f"{what} {Path(path).name}", fetch)
     suffix = path.suffix.lower()
     if suffix == ".npy":
@@ -348,7 +348,7 @@ def read_labels(path: str | Path, key: str | None = None, what: str = "label map
 
 
 def read_array(path: str | Path, key: str | None = None, ndim: int = 3, cache_dir: str | Path | None = None):
-    """A cube (``ndim=3``, memory-mapped ``[H, W, B]``) or a label map (``ndim=2``) from a file."""
+    """A cube (`ndim=3`, memory-mapped `[H, W, B]`) or a label map (`ndim=2`) from a file."""
     if ndim == 2:
         return read_labels(path, key)
     return open_cube(path, key, cache_dir).array

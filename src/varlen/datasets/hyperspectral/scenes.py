@@ -1,6 +1,6 @@
 """Sensors, their nominal band wavelengths, and the public scenes (files, URLs, checksums, classes).
 
-The public ``.mat`` scenes ship no wavelength table: the centres here are the nominal grids of
+The public `.mat` scenes ship no wavelength table: the centres here are the nominal grids of
 their sensors with the published band removals applied, which is what the scenes imply.
 """
 
@@ -47,13 +47,13 @@ ROSIS_RANGE = (430.0, 860.0)
 
 
 def aviris_wavelengths(removed: Sequence[int] = (), channels: int = AVIRIS_NUM_BANDS) -> np.ndarray:
-    """Nominal AVIRIS centres in nm: ``channels`` over 400-2500 nm, ``removed`` (0-based) left out."""
+    """Nominal AVIRIS centres in nm: `channels` over 400-2500 nm, `removed` (0-based) left out."""
     full = np.linspace(400.0, 2500.0, channels)
     return np.delete(full, np.asarray(removed, dtype=np.int64))
 
 
 def rosis_wavelengths(num_bands: int = 103) -> np.ndarray:
-    """Nominal ROSIS centre wavelengths in nm for ``num_bands`` bands."""
+    """Nominal ROSIS centre wavelengths in nm for `num_bands` bands."""
     return np.linspace(*ROSIS_RANGE, num_bands)
 
 
@@ -70,7 +70,7 @@ EHU = "https://www.ehu.eus/ccwintco/uploads"
 
 @dataclass(frozen=True)
 class RemoteFile:
-    """One file of a public scene: its name, URL and (when known) checksum, ``"md5:<hex>"``."""
+    """One file of a public scene: its name, URL and (when known) checksum, `"md5:<hex>"`."""
 
     filename: str
     url: str
@@ -81,8 +81,8 @@ class RemoteFile:
 class SceneInfo:
     """What is known about a public scene: files, .mat variables, sensor grid and classes.
 
-    ``label_values`` lists the label-map values of the classes in order (Salinas-A keeps
-    Salinas' class numbers 1, 10-14); class ``i`` of the scene is ``label_values[i]``. Empty:
+    `label_values` lists the label-map values of the classes in order (Salinas-A keeps
+    Salinas' class numbers 1, 10-14); class `i` of the scene is `label_values[i]`. Empty:
     the values are 1..C.
     """
 
@@ -116,9 +116,9 @@ PAVIA_U_CLASSES = (
 )  # fmt: skip
 
 #: The standard scenes of the EHU Grupo de Inteligencia Computacional site. Checksums: the
-#: Indian Pines and Salinas-A label maps were computed on the files in ``shared/data/hyperspectral``;
+#: Indian Pines and Salinas-A label maps were computed on the files in `shared/data/hyperspectral`;
 #: the others are the MD5s two independent projects publish for the same files (not verified
-#: here: no network). ``None`` = unknown: the download is kept, with a warning that it was not
+#: here: no network). `None` = unknown: the download is kept, with a warning that it was not
 #: verified.
 SCENES: dict[str, SceneInfo] = {
     "indian_pines": _scene(

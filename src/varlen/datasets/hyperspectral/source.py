@@ -1,16 +1,16 @@
-"""Scenes: where their files are, how to get them, and opening them as one checked :class:`Scene`.
+"""Scenes: where their files are, how to get them, and opening them as one checked `Scene`.
 
-:class:`SceneSource` describes one scene (a public one, a synthetic one, or the user's own
-files). :func:`prepare_scene` does the slow one-off work (downloads, the ``.mat`` -> ``.npy``
-conversion, writing the synthetic cube): a DataModule's ``prepare_data``. :func:`open_scene`
-maps and checks what it left (a DataModule's ``build``), doing that work itself only when it was
-not done (a user who calls ``setup`` alone).
+`SceneSource` describes one scene (a public one, a synthetic one, or the user's own
+files). `prepare_scene` does the slow one-off work (downloads, the `.mat` -> `.npy`
+conversion, writing the synthetic cube): a DataModule's `prepare_data`. `open_scene`
+maps and checks what it left (a DataModule's `build`), doing that work itself only when it was
+not done (a user who calls `setup` alone).
 
-Bad input: a missing file raises :class:`~varlen.errors.DatasetNotFoundError` (what, where, how
-to get it), a file that cannot be used :class:`~varlen.errors.DataError` naming it; a band
-holding NaN/inf and a label value that is no class go through ``report.bad``: raised under
-``on_bad="raise"``, dropped (the band) or left unlabelled (the value's pixels) and counted under
-``"skip"``.
+Bad input: a missing file raises `DatasetNotFoundError` (what, where, how
+to get it), a file that cannot be used `DataError` naming it; a band
+holding NaN/inf and a label value that is no class go through `report.bad`: raised under
+`on_bad="raise"`, dropped (the band) or left unlabelled (the value's pixels) and counted under
+`"skip"`.
 """
 
 from __future__ import annotations
@@ -50,14 +50,14 @@ class Scene:
 
     Attributes:
         name: short name (used in class names and messages).
-        cube: ``[H, W, B]`` read-only, a :class:`MappedCube` (or any array, e.g. in memory).
-        labels: ``[H, W]`` int32 class ids, 0 = unlabelled, 1..C the scene's classes.
-        wavelengths: ``[B]`` centre wavelengths in nm, strictly increasing.
+        cube: `[H, W, B]` read-only, a `MappedCube` (or any array, e.g. in memory).
+        labels: `[H, W]` int32 class ids, 0 = unlabelled, 1..C the scene's classes.
+        wavelengths: `[B]` centre wavelengths in nm, strictly increasing.
         class_names: C names.
         source: where the cube came from (for messages).
         usable_bands: bands that passed the value check (all, unless NaN/inf bands were dropped).
         train_labels / test_labels: optional external maps (0 = not in that split).
-        dropped_bands: bands left out under ``on_bad="skip"`` because they hold NaN/inf values.
+        dropped_bands: bands left out under `on_bad="skip"` because they hold NaN/inf values.
     """
 
     name: str
@@ -82,14 +82,14 @@ class Scene:
 
 @dataclass(frozen=True)
 class SceneSource:
-    """Where one scene comes from (see :class:`~varlen.datamodules.HyperspectralDataModule` for the arguments).
+    """Where one scene comes from (see `HyperspectralDataModule` for the arguments).
 
     Attributes:
-        name: a public scene (:data:`~varlen.datasets.hyperspectral.SCENES`), ``synthetic``,
-            ``synthetic_rosis`` or ``custom`` (the ``cube_path`` / ``labels_path`` files).
-        root: folder of the public scenes' files (``root/<name>/``).
-        cache_dir: where ``.mat`` cubes are converted and the synthetic cube is written
-            (default ``root/cache``).
+        name: a public scene (`SCENES`), `synthetic`,
+            `synthetic_rosis` or `custom` (the `cube_path` / `labels_path` files).
+        root: folder of the public scenes' files (`root/<name>/`).
+        cache_dir: where `.mat` cubes are converted and the synthetic cube is written
+            (default `root/cache`).
         download: fetch a missing public scene from the EHU site.
         train_map, test_map: optional external train / test label maps.
     """
@@ -145,7 +145,7 @@ def scene_class_names(source: SceneSource) -> list[str]:
 
 
 def fetch_scene_file(remote: RemoteFile, folder: str | Path) -> Path:
-    """``folder/<filename>`` of a public scene, downloaded (and verified, when its checksum is known) if needed.
+    """`folder/<filename>` of a public scene, downloaded (and verified, when its checksum is known) if needed.
 
     A file already there is kept when it verifies, or when no checksum is known (it cannot be
     checked, and fetching it again would not make it any more trustworthy).
@@ -160,7 +160,7 @@ def fetch_scene_file(remote: RemoteFile, folder: str | Path) -> Path:
 
 
 def _how_to_get(source: SceneSource) -> str:
-    """The ``fetch`` part of a not-found error: the download for a public scene, the argument for one's own."""
+    """The `fetch` part of a not-found error: the download for a public scene, the argument for one's own."""
     if source.name in SCENES:
         info, folder = SCENES[source.name], Path(source.root) / source.name
         return f"pass download=True, or download {info.cube.url} and {info.labels.url} into {folder}/"
@@ -168,11 +168,11 @@ def _how_to_get(source: SceneSource) -> str:
 
 
 def scene_files(source: SceneSource, verify: bool = False) -> tuple[Path, Path]:
-    """The cube and label files of a public or custom scene; a missing public one is downloaded with ``download``.
+    """The cube and label files of a public or custom scene; a missing public one is downloaded with `download`.
 
     Args:
         source: the scene.
-        verify: check files already there against their checksums (``prepare_data``) instead of
+        verify: check files already there against their checksums (`prepare_data`) instead of
             only fetching missing ones.
     """
     if source.name not in SCENES:
@@ -194,7 +194,7 @@ def scene_files(source: SceneSource, verify: bool = False) -> tuple[Path, Path]:
 
 
 def prepare_scene(source: SceneSource) -> None:
-    """The slow one-off work: downloads (verified), the ``.mat`` conversion, the synthetic cube."""
+    """The slow one-off work: downloads (verified), the `.mat` conversion, the synthetic cube."""
     if source.synthetic:
         sensor, num_classes, layout = source.synthetic
         synthetic_scene(source.cache, layout, sensor, seed=0, num_classes=num_classes)
@@ -235,13 +235,13 @@ def open_scene(
     check_values: bool = True,
     class_names: list[str] | None = None,
 ) -> Scene:
-    """Map and check one scene (after :func:`prepare_scene`; it does that work itself when it was not done).
+    """Map and check one scene (after `prepare_scene`; it does that work itself when it was not done).
 
     Args:
         source: the scene.
         report: where bad bands and label values go (default: a raising one).
         check_values: scan the cube for NaN/inf bands (one pass; skip it for huge cubes you trust).
-        class_names: the scene's classes when already known (default: :func:`scene_class_names`).
+        class_names: the scene's classes when already known (default: `scene_class_names`).
     """
     report = report if report is not None else DataReport()
     names = class_names if class_names is not None else scene_class_names(source)
@@ -272,7 +272,7 @@ def open_scene(
 
 
 def validate_scene(scene: Scene, report: DataReport | None = None, check_values: bool = True) -> Scene:
-    """Check shapes, wavelengths and (with ``check_values``) non-finite bands; sets ``usable_bands``.
+    """Check shapes, wavelengths and (with `check_values`) non-finite bands; sets `usable_bands`.
 
     Args:
         scene: the scene to check (modified in place and returned).
@@ -306,10 +306,10 @@ def validate_scene(scene: Scene, report: DataReport | None = None, check_values:
 
 
 def check_bands(scene: Scene, report: DataReport) -> np.ndarray:
-    """The bands without NaN/inf values; each bad band goes through ``report.bad(..., item="band")``.
+    """The bands without NaN/inf values; each bad band goes through `report.bad(..., item="band")`.
 
-    Under ``on_bad="raise"`` one error names every bad band and its wavelength; under ``"skip"``
-    each is dropped (listed in ``scene.dropped_bands``) and counted. One pass over the cube in
+    Under `on_bad="raise"` one error names every bad band and its wavelength; under `"skip"`
+    each is dropped (listed in `scene.dropped_bands`) and counted. One pass over the cube in
     row slabs (bounded memory); integer cubes cannot hold NaN and are not read.
     """
     if not np.issubdtype(scene.cube.dtype, np.floating):

@@ -1,8 +1,8 @@
 """Spatially disjoint splits of a scene's labelled pixels into patch centres: the hyperspectral split policy.
 
 Neighbouring pixels are nearly the same spectrum, so a random pixel split leaks: test patches
-overlap train patches. :class:`PixelSplit` (a frozen, checked spec) deals blocks of the scene to
-the splits (:func:`varlen.prepare.splits.spatial_block_split`), keeps a buffer at block edges so patches
+overlap train patches. `PixelSplit` (a frozen, checked spec) deals blocks of the scene to
+the splits (`varlen.prepare.splits.spatial_block_split`), keeps a buffer at block edges so patches
 of two splits share no pixel, or, with a scene's external train / test maps, carves validation
 blocks out of the train map and drops the centres whose patches would touch another split's.
 Every labelled pixel that is no centre is counted by reason, for the report.
@@ -22,7 +22,7 @@ from varlen.prepare.splits import footprint_map, fractions_of, patch_fits, spati
 
 __all__ = ["UNUSED_REASONS", "UNUSED_UNIT", "PixelSplit", "SceneSplit"]
 
-#: why labelled pixels are no patch centre (the report's unused reasons, unit :data:`UNUSED_UNIT`)
+#: why labelled pixels are no patch centre (the report's unused reasons, unit `UNUSED_UNIT`)
 UNUSED_REASONS = {
     "border": "border: the patch would leave the image",
     "buffer": "buffer: within `buffer` pixels of another split's blocks",
@@ -31,7 +31,7 @@ UNUSED_REASONS = {
 }
 UNUSED_UNIT = "labelled pixels"
 
-#: per split: a centre mask ``[H, W]`` and the label map its centres read their class from
+#: per split: a centre mask `[H, W]` and the label map its centres read their class from
 SceneSplit = dict[str, tuple[np.ndarray, np.ndarray]]
 
 
@@ -43,7 +43,7 @@ class PixelSplit:
         val_fraction: share of labelled pixels for validation.
         test_fraction: share for testing (0: none carved; unused with an external test map).
         block_size: side of the split blocks in pixels.
-        patch_size: odd patch side P (radius ``P // 2``).
+        patch_size: odd patch side P (radius `P // 2`).
         buffer: pixels kept free at a block edge facing another split (None: the patch radius).
         seed: seed of the block order.
     """
@@ -78,10 +78,10 @@ class PixelSplit:
         self, scene: Scene, report: DataReport | None = None, prefix: str = "", train_map: str | None = None
     ) -> SceneSplit:
         """The scene's centre mask and label map per split (external maps when the scene has them,
-        read from ``train_map``, which messages name).
+        read from `train_map`, which messages name).
 
-        Labelled pixels that are no centre go to ``report`` per split and reason (reasons start
-        with ``prefix``, e.g. the scene's name when several are combined); a split that lacks a
+        Labelled pixels that are no centre go to `report` per split and reason (reasons start
+        with `prefix`, e.g. the scene's name when several are combined); a split that lacks a
         class is warned about.
 
         Raises:

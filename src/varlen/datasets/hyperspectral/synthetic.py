@@ -3,8 +3,8 @@
 Classes are smooth reflectance curves in families that share a base curve (like corn / soybean
 variants), mixed with neighbours under a smooth illumination field plus band-correlated noise:
 separable, but not trivially. The cube is int16 (reflectance x 10000, like AVIRIS products) and
-is cached as an ``.npy`` named by :func:`varlen.storage.cache.cache_key` of the layout, sensor, seed and
-:data:`SYNTHETIC_VERSION`; an unreadable cache is rebuilt with a warning.
+is cached as an `.npy` named by `varlen.storage.cache.cache_key` of the layout, sensor, seed and
+`SYNTHETIC_VERSION`; an unreadable cache is rebuilt with a warning.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ SYNTHETIC_VERSION = "hyperspectral-synthetic-1"
 
 
 def shared_layout_path() -> Path:
-    """Where the real Indian Pines label map lies when the data folder (``$VARLEN_DATA``) has it."""
+    """Where the real Indian Pines label map lies when the data folder (`$VARLEN_DATA`) has it."""
     return data_root() / "hyperspectral" / "Indian_pines_gt.mat"
 
 
@@ -47,7 +47,7 @@ def generate_field_layout(height: int = 145, width: int = 145, num_classes: int 
     """A field-like label map: rectangular parcels of random classes, roads unlabelled (0).
 
     Parcels are cut by recursive splits, so their sizes are long-tailed like real fields; every
-    class gets at least :data:`PARCELS_PER_CLASS` parcels (as the parcels allow), so that a
+    class gets at least `PARCELS_PER_CLASS` parcels (as the parcels allow), so that a
     spatial split can give each of train, validation and test a field of every class.
     """
     rng = np.random.default_rng(seed)
@@ -81,7 +81,7 @@ def generate_field_layout(height: int = 145, width: int = 145, num_classes: int 
 
 
 def class_signatures(wavelengths: np.ndarray, num_classes: int, seed: int) -> np.ndarray:
-    """Smooth reflectance curves ``[C + 1, B]`` (row 0: background soil), vegetation-like for most classes."""
+    """Smooth reflectance curves `[C + 1, B]` (row 0: background soil), vegetation-like for most classes."""
     rng = np.random.default_rng(seed)
     x = (wavelengths - 400.0) / 2100.0
     red_edge = 1.0 / (1.0 + np.exp(-(wavelengths - 715.0) / 12.0))
@@ -102,7 +102,7 @@ def class_signatures(wavelengths: np.ndarray, num_classes: int, seed: int) -> np
 
 
 def synthesise_cube(labels: np.ndarray, wavelengths: np.ndarray, seed: int = 0) -> np.ndarray:
-    """A cube ``[H, W, B]`` int16 (reflectance x 10000) over a label map.
+    """A cube `[H, W, B]` int16 (reflectance x 10000) over a label map.
 
     Each pixel mixes its class curve with a spatially smooth share of a neighbour curve, under a
     smooth illumination field, plus band-correlated and white noise.
@@ -141,9 +141,9 @@ def synthetic_layout(layout: str = "auto", sensor: str = "aviris", num_classes: 
     """The label map of a synthetic scene and a short tag naming it (for the cube's cache key).
 
     Args:
-        layout: ``"auto"`` (the real Indian Pines label map from the shared data folder when
-            present, a generated field layout otherwise), ``"generated"``, or a label-map file.
-        sensor: ``"aviris"`` (145 x 145 generated layout) or ``"rosis"`` (120 x 90).
+        layout: `"auto"` (the real Indian Pines label map from the shared data folder when
+            present, a generated field layout otherwise), `"generated"`, or a label-map file.
+        sensor: `"aviris"` (145 x 145 generated layout) or `"rosis"` (120 x 90).
         num_classes: classes of a generated layout.
     """
     if layout == "auto":
@@ -159,12 +159,12 @@ def synthetic_layout(layout: str = "auto", sensor: str = "aviris", num_classes: 
 def synthetic_scene(
     cache_dir: str | Path, layout: str = "auto", sensor: str = "aviris", seed: int = 0, num_classes: int = 16
 ) -> tuple[Path, np.ndarray, np.ndarray]:
-    """Write (once) and return the synthetic cube's cached ``.npy`` path, its labels and wavelengths.
+    """Write (once) and return the synthetic cube's cached `.npy` path, its labels and wavelengths.
 
     Args:
         cache_dir: folder for the cached cube.
-        layout: see :func:`synthetic_layout`.
-        sensor: ``"aviris"`` (200 bands, Indian Pines' grid) or ``"rosis"`` (103 bands, Pavia's).
+        layout: see `synthetic_layout`.
+        sensor: `"aviris"` (200 bands, Indian Pines' grid) or `"rosis"` (103 bands, Pavia's).
         seed: generator seed.
         num_classes: classes of a generated layout.
     """

@@ -2,27 +2,27 @@
 """Molecular graphs from MoleculeNet-style SMILES tables: reading, RDKit featurisation, cache, dataset, collate.
 
 Public entry points (what a DataModule of one's own is built from): the presets
-:data:`MOLECULENET`, :func:`moleculenet_file` (a preset's verified download) and
-:func:`packaged_esol`; :func:`read_table` (-> :class:`MoleculeTable`); :func:`featurize_all` and
-:func:`cached_graphs` (the table's graphs, built once into a mapped Arrow table),
-:func:`~.targets.cached_targets` (its targets, likewise), :func:`usable_positions` (molecules RDKit
-could not use go through the report); :class:`MoleculeGraphs` and :class:`MoleculeCollator`; the
-vocabulary sizes :data:`ATOM_VOCAB` and :data:`BOND_VOCAB` a model embeds. Helpers stay in their
+`MOLECULENET`, `moleculenet_file` (a preset's verified download) and
+`packaged_esol`; `read_table` (-> `MoleculeTable`); `featurize_all` and
+`cached_graphs` (the table's graphs, built once into a mapped Arrow table),
+`cached_targets` (its targets, likewise), `usable_positions` (molecules RDKit
+could not use go through the report); `MoleculeGraphs` and `MoleculeCollator`; the
+vocabulary sizes `ATOM_VOCAB` and `BOND_VOCAB` a model embeds. Helpers stay in their
 submodules:
 
-* :mod:`.readers`: presets, downloads, :func:`read_table` (table errors name the file and line);
-* :mod:`.classes`: every validation and test split holds both classes of each task (ROC-AUC);
-* :mod:`.features`: RDKit atom / bond categories in shared vocabularies, canonical SMILES, scaffolds,
-  descriptors; molecules over ``max_atoms`` refused before any of it;
-* :mod:`.graphs`: the table's graphs as one Arrow table (list columns), built a chunk at a time
-  and mapped (:class:`~.graphs.GraphStore`, read-only views that pickle as the file's path);
-* :mod:`.scaffolds`: the Bemis-Murcko scaffolds, computed for scaffold splits only, in a table beside;
-* :mod:`.targets`: the table's targets and line numbers, mapped likewise (:class:`~.targets.TargetStore`);
-* :mod:`.rows`: :class:`~.rows.MoleculeRows`, a batch of molecules as the arrays of one graph;
-* :mod:`.dataset`: :class:`MoleculeGraphs`, one split over the mapped stores (pickled as their
-  paths and its positions), gathering a batch at once as :class:`~.rows.MoleculeRows`; target and
+* `.readers`: presets, downloads, `read_table` (table errors name the file and line);
+* `.classes`: every validation and test split holds both classes of each task (ROC-AUC);
+* `.features`: RDKit atom / bond categories in shared vocabularies, canonical SMILES, scaffolds,
+  descriptors; molecules over `max_atoms` refused before any of it;
+* `.graphs`: the table's graphs as one Arrow table (list columns), built a chunk at a time
+  and mapped (`GraphStore`, read-only views that pickle as the file's path);
+* `.scaffolds`: the Bemis-Murcko scaffolds, computed for scaffold splits only, in a table beside;
+* `.targets`: the table's targets and line numbers, mapped likewise (`TargetStore`);
+* `.rows`: `MoleculeRows`, a batch of molecules as the arrays of one graph;
+* `.dataset`: `MoleculeGraphs`, one split over the mapped stores (pickled as their
+  paths and its positions), gathering a batch at once as `MoleculeRows`; target and
   descriptor statistics;
-* :mod:`.collate`: :class:`MoleculeCollator`, those rows to a PyG ``Batch`` (:func:`~.collate.graph_batch`).
+* `.collate`: `MoleculeCollator`, those rows to a PyG `Batch` (`graph_batch`).
 """
 
 from varlen._extras import require

@@ -2,8 +2,8 @@
 
 A scaffold split can leave one class only in validation or test (MoleculeNet's BBBP in its file
 order: 204 positives and 0 negatives in each), and ROC-AUC is then undefined: torchmetrics
-returns 0.0 with a warning, a number a user might publish. :func:`check_classes` finds such
-tasks right after splitting and raises a :class:`~varlen.errors.DataError` naming the split, the
+returns 0.0 with a warning, a number a user might publish. `check_classes` finds such
+tasks right after splitting and raises a `DataError` naming the split, the
 target column and the class counts, or warns when asked to go on.
 """
 
@@ -27,7 +27,7 @@ EVALUATED = ("val", "test")
 
 
 def class_counts(targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Negatives and positives per task of 0/1 ``targets [N, T]`` (NaN = missing, not counted)."""
+    """Negatives and positives per task of 0/1 `targets [N, T]` (NaN = missing, not counted)."""
     targets = np.asarray(targets, dtype=np.float64).reshape(len(targets), -1)
     return (targets == 0).sum(axis=0), (targets == 1).sum(axis=0)
 
@@ -61,7 +61,7 @@ def check_classes(
     """Raise (or warn) when a validation or test split lacks a class in some task.
 
     Raises:
-        DataError: under ``policy="raise"``, naming the file, split, task and counts.
+        DataError: under `policy="raise"`, naming the file, split, task and counts.
     """
     if policy not in SINGLE_CLASS:
         raise ValueError(f"single_class must be one of {SINGLE_CLASS}, got {policy!r}")

@@ -1,18 +1,17 @@
-"""`MoleculeCollator`: gathered molecule rows to one PyG ``Batch`` (graphs concatenated, nothing padded).
+"""`MoleculeCollator`: gathered molecule rows to one PyG `Batch` (graphs concatenated, nothing padded).
 
-The batch is built straight from the arrays :meth:`MoleculeGraphs.__getitems__
-<varlen.datasets.molecules.MoleculeGraphs.__getitems__>` gathered, not from one ``Data`` per
-molecule: the collator names the fields and writes the bookkeeping ``Batch.from_data_list`` would
+The batch is built straight from the arrays `MoleculeGraphs.__getitems__` gathered, not from one `Data` per
+molecule: the collator names the fields and writes the bookkeeping `Batch.from_data_list` would
 write (per-field slices and increments, atoms per graph, the number of graphs), so PyG layers,
-``batch.to_data_list()`` and ``batch.get_example(i)`` work as on a batch PyG collated itself.
+`batch.to_data_list()` and `batch.get_example(i)` work as on a batch PyG collated itself.
 
-That bookkeeping is PyG's private API (``_slice_dict``, ``_inc_dict``, ``_num_graphs``,
-``_num_nodes``), which any release may change: pyproject caps torch-geometric below the next
-minor release after the newest tested (:data:`TESTED_TORCH_GEOMETRIC`), and
-:func:`check_torch_geometric` (run on the first batch, and by the test suite) compares what
-``Batch.from_data_list`` writes for two small graphs with what :func:`graph_batch` writes, and
+That bookkeeping is PyG's private API (`_slice_dict`, `_inc_dict`, `_num_graphs`,
+`_num_nodes`), which any release may change: pyproject caps torch-geometric below the next
+minor release after the newest tested (`TESTED_TORCH_GEOMETRIC`), and
+`check_torch_geometric` (run on the first batch, and by the test suite) compares what
+`Batch.from_data_list` writes for two small graphs with what `graph_batch` writes, and
 refuses a PyG that differs with a message naming the attribute, instead of batches whose
-``get_example`` is wrong.
+`get_example` is wrong.
 """
 
 from __future__ import annotations
@@ -29,21 +28,21 @@ from varlen.datasets.molecules.rows import MoleculeRows
 
 __all__ = ["GRAPH_FIELDS", "TESTED_TORCH_GEOMETRIC", "MoleculeCollator", "check_torch_geometric", "graph_batch"]
 
-#: torch-geometric releases whose private ``Batch`` bookkeeping :func:`graph_batch` writes was tested against
+#: torch-geometric releases whose private `Batch` bookkeeping `graph_batch` writes was tested against
 TESTED_TORCH_GEOMETRIC = ("2.5", "2.6", "2.7", "2.8")
 
-#: the batch's per-graph fields in their order, as ``Batch.from_data_list`` slices them (``descriptors`` only
-#: when the dataset serves them); ``batch``, ``ptr`` and ``index`` follow
+#: the batch's per-graph fields in their order, as `Batch.from_data_list` slices them (`descriptors` only
+#: when the dataset serves them); `batch`, `ptr` and `index` follow
 GRAPH_FIELDS = ("x", "edge_index", "edge_attr", "y", "y_mask", "descriptors")
 
-#: PyG's batch class of ``Data`` graphs (what ``Batch.from_data_list`` returns), resolved once:
-#: ``Batch(_base_cls=Data)`` builds a metaclass and reads a signature on every call (a third of
+#: PyG's batch class of `Data` graphs (what `Batch.from_data_list` returns), resolved once:
+#: `Batch(_base_cls=Data)` builds a metaclass and reads a signature on every call (a third of
 #: this collate's time)
 _DATA_BATCH = type(Batch(_base_cls=Data))
 
 
 def _empty_batch() -> Batch:
-    """A new empty ``DataBatch``: what ``Batch(_base_cls=Data)`` makes, without resolving the class again."""
+    """A new empty `DataBatch`: what `Batch(_base_cls=Data)` makes, without resolving the class again."""
     batch = _DATA_BATCH.__new__(_DATA_BATCH)
     batch.__init__()
     return batch
@@ -62,7 +61,7 @@ def _plain(value: Any) -> Any:
 
 @functools.cache
 def check_torch_geometric() -> None:
-    """Refuse a torch-geometric whose ``Batch.from_data_list`` bookkeeping differs from :func:`graph_batch`'s.
+    """Refuse a torch-geometric whose `Batch.from_data_list` bookkeeping differs from `graph_batch`'s.
 
     Raises:
         RuntimeError: naming the PyG version, the attribute (missing, or both values) and the
@@ -97,19 +96,19 @@ def check_torch_geometric() -> None:
 
 
 def graph_batch(rows: MoleculeRows, follow_batch: Sequence[str] = ()) -> Batch:
-    """The PyG ``Batch`` of ``rows``: tensor-equal to ``Batch.from_data_list`` over one ``Data`` per molecule.
+    """The PyG `Batch` of `rows`: tensor-equal to `Batch.from_data_list` over one `Data` per molecule.
 
-    Each field of :data:`GRAPH_FIELDS` gets the slices (where each graph's part starts) and
-    increments (what was added to each graph's part: its first atom for ``edge_index``, else 0)
-    that ``Batch.get_example`` / ``to_data_list`` read to give a molecule back. ``index`` (the
+    Each field of `GRAPH_FIELDS` gets the slices (where each graph's part starts) and
+    increments (what was added to each graph's part: its first atom for `edge_index`, else 0)
+    that `Batch.get_example` / `to_data_list` read to give a molecule back. `index` (the
     dataset positions) is set outside them, as before: PyG shifts any field whose name contains
-    "index" by node counts when it batches, so a molecule from ``to_data_list`` has no ``index``
-    that a later ``Batch.from_data_list`` could corrupt.
+    "index" by node counts when it batches, so a molecule from `to_data_list` has no `index`
+    that a later `Batch.from_data_list` could corrupt.
 
     Args:
         rows: the gathered molecules.
-        follow_batch: fields that also get ``<name>_batch`` (graph of each element) and
-            ``<name>_ptr`` (offsets), as PyG's ``follow_batch``.
+        follow_batch: fields that also get `<name>_batch` (graph of each element) and
+            `<name>_ptr` (offsets), as PyG's `follow_batch`.
     """
     count = len(rows)
     graphs, zeros = np.arange(count + 1), np.zeros(count, np.int64)
@@ -145,20 +144,20 @@ def graph_batch(rows: MoleculeRows, follow_batch: Sequence[str] = ()) -> Batch:
 
 
 class MoleculeCollator:
-    """Collate molecules into one PyG ``Batch`` (a class, so loader workers can pickle it).
+    """Collate molecules into one PyG `Batch` (a class, so loader workers can pickle it).
 
-    The batch holds the usual PyG layout (``x``, ``edge_index`` shifted by node offsets,
-    ``edge_attr``, ``batch``, ``ptr``) plus ``y`` ``[B, T]`` (0 where missing), ``y_mask``
-    ``[B, T]`` (keep convention: True = the target is observed, use it in loss and metrics) and
-    ``index`` ``[B]`` (positions in the dataset), and ``descriptors`` ``[B, D]`` when the samples
+    The batch holds the usual PyG layout (`x`, `edge_index` shifted by node offsets,
+    `edge_attr`, `batch`, `ptr`) plus `y` `[B, T]` (0 where missing), `y_mask`
+    `[B, T]` (keep convention: True = the target is observed, use it in loss and metrics) and
+    `index` `[B]` (positions in the dataset), and `descriptors` `[B, D]` when the samples
     carry graph-level descriptors. Nothing is padded: graphs are concatenated.
 
     Args:
-        follow_batch: fields (of :data:`GRAPH_FIELDS`) that also get a ``<name>_batch`` vector
-            and ``<name>_ptr`` offsets (PyG's ``follow_batch``).
+        follow_batch: fields (of `GRAPH_FIELDS`) that also get a `<name>_batch` vector
+            and `<name>_ptr` offsets (PyG's `follow_batch`).
 
     Raises:
-        ValueError: for a ``follow_batch`` name that is not a field of the batch.
+        ValueError: for a `follow_batch` name that is not a field of the batch.
     """
 
     def __init__(self, follow_batch: Sequence[str] | None = None) -> None:
@@ -168,7 +167,7 @@ class MoleculeCollator:
         self.follow_batch = list(follow_batch) if follow_batch else None
 
     def __call__(self, samples: MoleculeRows | Sequence[Mapping[str, Any]]) -> Batch:
-        """A batch of :class:`MoleculeRows` (the loader's batched fetch) or of a list of ``dataset[i]`` samples."""
+        """A batch of `MoleculeRows` (the loader's batched fetch) or of a list of `dataset[i]` samples."""
         check_torch_geometric()  # once per process
         rows = samples if isinstance(samples, MoleculeRows) else MoleculeRows.from_samples(samples)
         return graph_batch(rows, self.follow_batch or ())

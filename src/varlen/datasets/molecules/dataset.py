@@ -3,9 +3,9 @@
 A split holds its positions in the table and the two mapped stores (graphs, targets): nothing
 of the table is copied per split or per process, and a dataset pickles as the stores' paths plus
 its positions (a spawned loader worker maps the files again). The loader's batched fetch
-(``__getitems__``) gathers a whole batch as :class:`MoleculeRows` with index arithmetic on the
-store's :class:`~varlen.batching.ragged.Ragged` rows: one read per array, node offsets added to
-``edge_index`` in one operation, no work per molecule. The statistics helpers standardize
+(`__getitems__`) gathers a whole batch as `MoleculeRows` with index arithmetic on the
+store's `Ragged` rows: one read per array, node offsets added to
+`edge_index` in one operation, no work per molecule. The statistics helpers standardize
 targets and descriptors with the train split's values only, so no test information leaks;
 descriptors are standardised per batch, on the gathered copy (the store is read-only).
 """
@@ -44,24 +44,24 @@ def descriptor_statistics(descriptors: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def standardized_descriptors(descriptors: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
-    """``descriptors`` standardised with (train) ``mean`` and ``std``, clipped to +-10, float32."""
+    """`descriptors` standardised with (train) `mean` and `std`, clipped to +-10, float32."""
     return np.clip((descriptors - mean) / std, -10.0, 10.0).astype(np.float32)
 
 
 class MoleculeGraphs(Dataset):
     """Some molecules of a table as graph samples (one split, or the whole table).
 
-    ``sample["index"]`` is the position within this dataset (what its sampler iterates).
+    `sample["index"]` is the position within this dataset (what its sampler iterates).
 
     Args:
         store: the table's graphs (mapped).
         targets: the table's targets and line numbers (mapped): raw targets, NaN = missing.
         positions: which table rows this dataset holds.
-        descriptor_stats: (mean, std) float32 ``[D]`` the graph-level descriptors are
+        descriptor_stats: (mean, std) float32 `[D]` the graph-level descriptors are
             standardised with (train statistics), or None to leave them out of the samples.
 
     Attributes:
-        lengths: int64 ``[N]``, atoms + directed edges per molecule: what a batch's memory
+        lengths: int64 `[N]`, atoms + directed edges per molecule: what a batch's memory
             grows with; computed from the stored counts when first asked (by the sampler, in
             the main process: a loader worker never computes it).
     """
@@ -92,12 +92,12 @@ class MoleculeGraphs(Dataset):
 
     @property
     def targets(self) -> np.ndarray:
-        """float32 ``[N_table, T]`` raw targets of the whole table (a read-only view)."""
+        """float32 `[N_table, T]` raw targets of the whole table (a read-only view)."""
         return self.target_store.targets
 
     @property
     def rows(self) -> np.ndarray:
-        """int64 ``[N_table]`` the file's line of each table row (a read-only view)."""
+        """int64 `[N_table]` the file's line of each table row (a read-only view)."""
         return self.target_store.lines
 
     @cached_property
@@ -116,11 +116,11 @@ class MoleculeGraphs(Dataset):
         return len(self.positions)
 
     def _descriptors(self, positions: np.ndarray | int) -> np.ndarray:
-        """The standardised descriptors of table ``positions`` (a new array)."""
+        """The standardised descriptors of table `positions` (a new array)."""
         return standardized_descriptors(np.take(self.store.descriptors, positions, axis=0), *self.descriptor_stats)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        """One molecule: unpadded int64 ``x``, ``edge_index``, ``edge_attr``; float ``y [T]``, ``descriptors [D]``."""
+        """One molecule: unpadded int64 `x`, `edge_index`, `edge_attr`; float `y [T]`, `descriptors [D]`."""
         p = int(self.positions[i])
         atoms, bonds, edges = self.store.atoms, self.store.bonds, self.store.edges
         n0, e0 = atoms.starts[p], bonds.starts[p]

@@ -1,13 +1,13 @@
 """RDKit featurisation of one molecule: integer atom and bond categories, canonical SMILES, descriptors.
 
 Categorical features are stored already shifted into one shared vocabulary per kind (atoms,
-bonds): column ``j`` of ``x`` holds ``offset_j + category``. A model then embeds all columns
-with a single ``nn.Embedding(ATOM_VOCAB, d)`` and sums them (the OGB ``AtomEncoder`` idea).
-:data:`FEATURIZER_VERSION` is part of the graph cache's key: bump it whenever the features change.
+bonds): column `j` of `x` holds `offset_j + category`. A model then embeds all columns
+with a single `nn.Embedding(ATOM_VOCAB, d)` and sums them (the OGB `AtomEncoder` idea).
+`FEATURIZER_VERSION` is part of the graph cache's key: bump it whenever the features change.
 
-A molecule over ``max_atoms`` atoms is refused before anything but parsing runs on it (a 10,000-atom
+A molecule over `max_atoms` atoms is refused before anything but parsing runs on it (a 10,000-atom
 chain parses in milliseconds; RDKit's other passes grow much faster than its size). Bemis-Murcko
-scaffolds (:func:`scaffold_smiles`) are computed apart, only for the splits that need them: they
+scaffolds (`scaffold_smiles`) are computed apart, only for the splits that need them: they
 grow about cubically with a chain's length (a 4,000-atom alkane: 90 s).
 """
 
@@ -40,10 +40,10 @@ __all__ = [
 
 #: bump when the features change: it is part of the cache key (read at call time, so tests can patch it)
 FEATURIZER_VERSION = "3"
-#: the default ``max_atoms``: 4.5 times the largest molecule of the MoleculeNet tables shipped with the
+#: the default `max_atoms`: 4.5 times the largest molecule of the MoleculeNet tables shipped with the
 #: project (HIV: 222 atoms; Lipophilicity 115, ESOL 55, FreeSolv 24), far above any drug-like molecule
 MAX_ATOMS = 1000
-#: the reason a molecule over ``max_atoms`` is refused with (its detail: how many atoms it has)
+#: the reason a molecule over `max_atoms` is refused with (its detail: how many atoms it has)
 TOO_LARGE = "more atoms than max_atoms"
 
 #: (name, number of categories) of each atom feature column; the last category is "other"
@@ -66,7 +66,7 @@ BOND_FEATURES: tuple[tuple[str, int], ...] = (
 )
 ATOM_OFFSETS = np.cumsum([0] + [n for _, n in ATOM_FEATURES[:-1]]).astype(np.int64)
 BOND_OFFSETS = np.cumsum([0] + [n for _, n in BOND_FEATURES[:-1]]).astype(np.int64)
-#: size of the shared atom / bond vocabularies (what ``nn.Embedding`` needs)
+#: size of the shared atom / bond vocabularies (what `nn.Embedding` needs)
 ATOM_VOCAB = int(sum(n for _, n in ATOM_FEATURES))
 BOND_VOCAB = int(sum(n for _, n in BOND_FEATURES))
 
@@ -88,17 +88,17 @@ DESCRIPTORS: tuple[str, ...] = (
 )
 NUM_DESCRIPTORS = len(DESCRIPTORS)
 
-#: one molecule: ``(x [n, 8] int16, edge_index [2, 2b] int64, edge_attr [2b, 4] int16, canonical, descriptors [D])``
+#: one molecule: `(x [n, 8] int16, edge_index [2, 2b] int64, edge_attr [2b, 4] int16, canonical, descriptors [D])`
 Graph = tuple[np.ndarray, np.ndarray, np.ndarray, str, np.ndarray]
 
 
 def _category(value: int, size: int) -> int:
-    """``value`` if it is a known category, else the last ("other") one."""
+    """`value` if it is a known category, else the last ("other") one."""
     return value if 0 <= value < size - 1 else size - 1
 
 
 def molecule_descriptors(mol: Any) -> np.ndarray:
-    """The :data:`DESCRIPTORS` of a sanitised RDKit molecule, float32 ``[NUM_DESCRIPTORS]``."""
+    """The `DESCRIPTORS` of a sanitised RDKit molecule, float32 `[NUM_DESCRIPTORS]`."""
     from rdkit.Chem import Descriptors
 
     heavy = mol.GetNumHeavyAtoms()
@@ -109,7 +109,7 @@ def molecule_descriptors(mol: Any) -> np.ndarray:
 
 
 def _atom_features(mol: Any) -> np.ndarray:
-    """int16 ``[atoms, 8]`` categories, shifted into the shared atom vocabulary."""
+    """int16 `[atoms, 8]` categories, shifted into the shared atom vocabulary."""
     sizes = [n for _, n in ATOM_FEATURES]
     x = np.array(
         [
@@ -131,7 +131,7 @@ def _atom_features(mol: Any) -> np.ndarray:
 
 
 def _bond_features(mol: Any) -> tuple[np.ndarray, np.ndarray]:
-    """``edge_index [2, 2b]`` (both directions of every bond) and int16 ``edge_attr [2b, 4]``."""
+    """`edge_index [2, 2b]` (both directions of every bond) and int16 `edge_attr [2b, 4]`."""
     from rdkit import Chem
 
     bond_types = {Chem.BondType.SINGLE: 0, Chem.BondType.DOUBLE: 1, Chem.BondType.TRIPLE: 2}
@@ -155,17 +155,17 @@ def _bond_features(mol: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def featurize_smiles(smiles: str, max_atoms: int | None = MAX_ATOMS) -> Graph | str:
-    """One molecule's graph, or why it cannot be used (``"<reason>"`` or ``"<reason>: <detail>"``).
+    """One molecule's graph, or why it cannot be used (`"<reason>"` or `"<reason>: <detail>"`).
 
     The reasons are few and fixed (so the report counts by reason), the detail names the atom or
-    the size: ``"RDKit could not parse the SMILES"``, ``"more atoms than max_atoms: 10000 atoms,
-    max_atoms=1000"`` (counted on the parsed, unsanitised molecule: the graph's nodes; None: no limit),
-    ``"RDKit could not sanitise the molecule: Explicit valence for atom # 0 C, 5, is greater than
-    permitted"``, ``"the SMILES has no atoms"`` (RDKit parses an empty string into an empty
+    the size: `"RDKit could not parse the SMILES"`, `"more atoms than max_atoms: 10000 atoms,
+    max_atoms=1000"` (counted on the parsed, unsanitised molecule: the graph's nodes; None: no limit),
+    `"RDKit could not sanitise the molecule: Explicit valence for atom # 0 C, 5, is greater than
+    permitted"`, `"the SMILES has no atoms"` (RDKit parses an empty string into an empty
     molecule, without an error).
 
     Returns:
-        ``(x, edge_index, edge_attr, canonical, descriptors)``: see :data:`Graph`; ``canonical`` is
+        `(x, edge_index, edge_attr, canonical, descriptors)`: see `Graph`; `canonical` is
         RDKit's canonical (isomeric) SMILES, the molecule's identity for finding duplicates.
     """
     from rdkit import Chem, rdBase
@@ -188,13 +188,13 @@ def featurize_smiles(smiles: str, max_atoms: int | None = MAX_ATOMS) -> Graph | 
 
 
 def featurize_many(smiles: Sequence[str], max_atoms: int | None = MAX_ATOMS) -> list[Graph | str]:
-    """:func:`featurize_smiles` of each (a top-level function: process pools pickle it)."""
+    """`featurize_smiles` of each (a top-level function: process pools pickle it)."""
     return [featurize_smiles(s, max_atoms) for s in smiles]
 
 
 def scaffold_smiles(smiles: str) -> str:
     """The Bemis-Murcko scaffold SMILES of a molecule RDKit reads ('' when acyclic); one it cannot
-    compute is the molecule's own group (``"<no scaffold: SMILES>"``), so no molecule is lost."""
+    compute is the molecule's own group (`"<no scaffold: SMILES>"`), so no molecule is lost."""
     from rdkit import rdBase
     from rdkit.Chem.Scaffolds import MurckoScaffold
 
@@ -206,5 +206,5 @@ def scaffold_smiles(smiles: str) -> str:
 
 
 def scaffold_many(smiles: Sequence[str]) -> list[str]:
-    """:func:`scaffold_smiles` of each ('' stays ''; a top-level function: process pools pickle it)."""
+    """`scaffold_smiles` of each ('' stays ''; a top-level function: process pools pickle it)."""
     return [scaffold_smiles(s) if s else "" for s in smiles]

@@ -1,20 +1,20 @@
 """All molecules of a table as one Arrow table of graphs: featurised once per node, mapped by every process.
 
-The table (:data:`CACHE_FORMAT`, written through :mod:`varlen.storage.tables`) holds one row per table
-row: its SMILES, its atoms (``[n, 8]`` int16 categories) and directed bonds (``[e, 4]`` int16
-categories, and ``[e, 2]`` atom pairs local to the molecule) as list columns, the atom and edge
+The table (`CACHE_FORMAT`, written through `varlen.storage.tables`) holds one row per table
+row: its SMILES, its atoms (`[n, 8]` int16 categories) and directed bonds (`[e, 4]` int16
+categories, and `[e, 2]` atom pairs local to the molecule) as list columns, the atom and edge
 counts, the canonical SMILES (the molecule's identity: duplicates share it), the RDKit
-descriptors, and ``error`` (why the molecule cannot be used: RDKit rejects it, or it has more
-than ``max_atoms`` atoms; '' when it can, else its graph is empty). It is keyed by the file's
-SHA-256, the SMILES column, ``max_atoms`` and :data:`~.features.FEATURIZER_VERSION` (an edited
+descriptors, and `error` (why the molecule cannot be used: RDKit rejects it, or it has more
+than `max_atoms` atoms; '' when it can, else its graph is empty). It is keyed by the file's
+SHA-256, the SMILES column, `max_atoms` and `FEATURIZER_VERSION` (an edited
 file or a new featuriser never reads a stale cache), built a chunk of molecules at a time (memory
 holds one chunk, never the table's graphs) and written atomically; a file cut short, of another
 format, built from other inputs, whose data changed since, or with a bond whose atom is not its
 molecule's (PyG would join it to another molecule, or index past the batch) is rebuilt with a
-warning (:func:`varlen.storage.tables.open_table`). Scaffolds are not in it: :mod:`.scaffolds` computes
+warning (`varlen.storage.tables.open_table`). Scaffolds are not in it: `.scaffolds` computes
 them for the splits that need them.
 
-:class:`GraphStore` maps it: every array is a read-only view of the file, so per-sample sizes are
+`GraphStore` maps it: every array is a read-only view of the file, so per-sample sizes are
 views too, and the store pickles as its path (a spawned worker maps the file again).
 """
 
@@ -87,13 +87,13 @@ class GraphStore:
     Pickles as the file's path: a process that receives it maps the file again.
 
     Attributes:
-        table: the mapped :class:`~varlen.storage.tables.MappedTable`.
-        atoms: :class:`~varlen.batching.Ragged` int16 ``[atoms, 8]`` atom categories per molecule.
-        bonds: int16 ``[edges, 4]`` bond categories per molecule (both directions of each bond).
-        edges: int32 ``[edges, 2]`` (source, target) atoms of each directed bond, local to its
-            molecule; same rows as ``bonds``.
-        num_nodes / num_edges: int64 ``[N]`` atoms / directed bonds per molecule (stored columns).
-        descriptors: float32 ``[N, NUM_DESCRIPTORS]`` RDKit descriptors (zeros when invalid).
+        table: the mapped `MappedTable`.
+        atoms: `Ragged` int16 `[atoms, 8]` atom categories per molecule.
+        bonds: int16 `[edges, 4]` bond categories per molecule (both directions of each bond).
+        edges: int32 `[edges, 2]` (source, target) atoms of each directed bond, local to its
+            molecule; same rows as `bonds`.
+        num_nodes / num_edges: int64 `[N]` atoms / directed bonds per molecule (stored columns).
+        descriptors: float32 `[N, NUM_DESCRIPTORS]` RDKit descriptors (zeros when invalid).
     """
 
     def __init__(self, table: MappedTable) -> None:
@@ -113,7 +113,7 @@ class GraphStore:
 
     @cached_property
     def canonical(self) -> np.ndarray:
-        """str ``[N]`` canonical SMILES ('' where unusable): a copy, for splitting and finding duplicates."""
+        """str `[N]` canonical SMILES ('' where unusable): a copy, for splitting and finding duplicates."""
         return self.table.numpy("canonical")
 
     @cached_property
@@ -127,14 +127,14 @@ class GraphStore:
         return np.flatnonzero(pc.binary_length(self.table.batch.column("error")).to_numpy()).astype(np.int64)
 
     def errors(self) -> tuple[np.ndarray, list[str], list[str]]:
-        """:attr:`error_rows`, why each failed (``"<reason>[: <detail>]"``) and its SMILES."""
+        """`error_rows`, why each failed (`"<reason>[: <detail>]"`) and its SMILES."""
         rows = pa.array(self.error_rows)
         column = self.table.batch.column
         return self.error_rows, column("error").take(rows).to_pylist(), column("smiles").take(rows).to_pylist()
 
     @property
     def valid(self) -> np.ndarray:
-        """bool ``[N]``: False where featurisation failed."""
+        """bool `[N]`: False where featurisation failed."""
         valid = np.ones(len(self), dtype=bool)
         valid[self.error_rows] = False
         return valid
@@ -143,8 +143,8 @@ class GraphStore:
 def map_chunks(
     function: Callable[[Sequence[str]], list[Any]], smiles: Sequence[str], num_proc: int, chunk: int
 ) -> Iterator[tuple[Sequence[str], list[Any]]]:
-    """Each chunk of ``smiles`` with ``function`` of it, in order (in ``num_proc`` processes if it pays:
-    ``function`` must then pickle, a top-level function or a ``partial`` of one)."""
+    """Each chunk of `smiles` with `function` of it, in order (in `num_proc` processes if it pays:
+    `function` must then pickle, a top-level function or a `partial` of one)."""
     parts = [smiles[i : i + chunk] for i in range(0, len(smiles), chunk)]
     if num_proc > 1 and len(smiles) >= 2 * chunk:
         with ProcessPoolExecutor(max_workers=num_proc) as pool:
@@ -154,7 +154,7 @@ def map_chunks(
 
 
 def _strings(values: Sequence[str]) -> np.ndarray:
-    """An object array of ``str``: Arrow writes it as a string column, without numpy's fixed-width padding."""
+    """An object array of `str`: Arrow writes it as a string column, without numpy's fixed-width padding."""
     out = np.empty(len(values), dtype=object)
     out[:] = list(values)
     return out
@@ -169,16 +169,16 @@ def featurize_all(
     chunk: int = 2000,
     max_atoms: int | None = MAX_ATOMS,
 ) -> GraphStore:
-    """Featurise every SMILES into the graph table at ``path`` (keyed ``key``), a chunk at a time; mapped.
+    """Featurise every SMILES into the graph table at `path` (keyed `key`), a chunk at a time; mapped.
 
-    A molecule over ``max_atoms`` atoms (None: no limit) is refused unfeaturised (its ``error``: see
-    :func:`~.features.featurize_smiles`).
+    A molecule over `max_atoms` atoms (None: no limit) is refused unfeaturised (its `error`: see
+    `featurize_smiles`).
     Process start-up and pickling cost more than featurising a few thousand small molecules,
-    so tables under ``2 * chunk`` molecules are done in this process.
+    so tables under `2 * chunk` molecules are done in this process.
 
     Raises:
         DataError: the folder cannot be written or fills up (no scratch is left), or a bond's atom is
-            not its molecule's (:func:`edge_problem`).
+            not its molecule's (`edge_problem`).
     """
     smiles = list(smiles)
     featurize = partial(featurize_many, max_atoms=max_atoms)
@@ -204,8 +204,8 @@ def featurize_all(
 
 def edge_problem(table: MappedTable) -> str | None:
     """What is wrong with a graph table's bonds, or None: the first molecule with a bond whose atom is
-    not one of its own (local atom numbers: ``0 <= atom < num_atoms``), or whose counts disagree with
-    its lists (:meth:`~varlen.storage.tables.MappedTable.ragged` raises then). One vectorised pass over the edges."""
+    not one of its own (local atom numbers: `0 <= atom < num_atoms`), or whose counts disagree with
+    its lists (`ragged` raises then). One vectorised pass over the edges."""
     num_atoms, num_edges = table.numpy("num_atoms"), table.numpy("num_edges")
     edges = table.ragged("edges", num_edges)
     table.ragged("atoms", num_atoms)
@@ -218,7 +218,7 @@ def edge_problem(table: MappedTable) -> str | None:
 
 
 def graph_key(path: str | Path, smiles_column: str, max_atoms: int | None = MAX_ATOMS) -> str:
-    """The content key of a table's graphs: the file's SHA-256, the column, ``max_atoms`` and the
+    """The content key of a table's graphs: the file's SHA-256, the column, `max_atoms` and the
     featuriser's version."""
     return cache_key(file_hash(path), smiles_column, max_atoms, features.FEATURIZER_VERSION, version=CACHE_FORMAT)
 
@@ -226,7 +226,7 @@ def graph_key(path: str | Path, smiles_column: str, max_atoms: int | None = MAX_
 def graph_cache_path(
     path: str | Path, smiles_column: str, cache_dir: str | Path | None = None, max_atoms: int | None = MAX_ATOMS
 ) -> Path:
-    """``<cache_dir>/molecules/<stem>-<key>.arrow``: see :func:`graph_key`."""
+    """`<cache_dir>/molecules/<stem>-<key>.arrow`: see `graph_key`."""
     folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     return folder / "molecules" / f"{Path(path).stem}-{graph_key(path, smiles_column, max_atoms)}.arrow"
 
@@ -234,7 +234,7 @@ def graph_cache_path(
 def open_graphs(
     path: str | Path, smiles_column: str, cache_dir: str | Path | None = None, max_atoms: int | None = MAX_ATOMS
 ) -> GraphStore | None:
-    """The cached graphs of the table at ``path`` mapped, or None (with a warning if unusable): build them."""
+    """The cached graphs of the table at `path` mapped, or None (with a warning if unusable): build them."""
     target = graph_cache_path(path, smiles_column, cache_dir, max_atoms)
     key = graph_key(path, smiles_column, max_atoms)
     table = open_table(target, version=CACHE_FORMAT, key=key, check=_graph_problem)
@@ -256,7 +256,7 @@ def build_graphs(
     num_proc: int = 1,
     max_atoms: int | None = MAX_ATOMS,
 ) -> GraphStore:
-    """Featurise a read ``table`` into its cache file (replacing whatever is there); mapped."""
+    """Featurise a read `table` into its cache file (replacing whatever is there); mapped."""
     target = graph_cache_path(table.path, smiles_column, cache_dir, max_atoms)
     key = graph_key(table.path, smiles_column, max_atoms)
     return featurize_all(table.smiles, target, key=key, num_proc=num_proc, max_atoms=max_atoms)
@@ -269,7 +269,7 @@ def cached_graphs(
     num_proc: int = 1,
     max_atoms: int | None = MAX_ATOMS,
 ) -> tuple[GraphStore, Path]:
-    """The graphs of ``table``: mapped from the cache, or featurised into it when it is absent or unusable.
+    """The graphs of `table`: mapped from the cache, or featurised into it when it is absent or unusable.
 
     Returns:
         The graph store and the cache file's path.
@@ -281,7 +281,7 @@ def cached_graphs(
 
 
 def shown_smiles(smiles: str, limit: int = 80) -> str:
-    """``repr(smiles)``, a long one cut to its first characters and its length (messages stay readable)."""
+    """`repr(smiles)`, a long one cut to its first characters and its length (messages stay readable)."""
     if len(smiles) <= limit:
         return repr(smiles)
     return f"{smiles[: limit - 20]!r}... ({len(smiles):,} characters)"
@@ -290,15 +290,15 @@ def shown_smiles(smiles: str, limit: int = 80) -> str:
 def usable_positions(
     path: str | Path, store: GraphStore, lines: np.ndarray, report: DataReport | None = None
 ) -> np.ndarray:
-    """Positions of the molecules RDKit could use; each other one goes through ``report.bad``.
+    """Positions of the molecules RDKit could use; each other one goes through `report.bad`.
 
-    The report's reason is the failure's kind (``"RDKit could not parse the SMILES"``, ``"more
-    atoms than max_atoms"``...), so counts group by kind; the place names the file (``path``), the
-    line (``lines``: the file's line of each row) and the SMILES (a long one shortened), with the
+    The report's reason is the failure's kind (`"RDKit could not parse the SMILES"`, `"more
+    atoms than max_atoms"`...), so counts group by kind; the place names the file (`path`), the
+    line (`lines`: the file's line of each row) and the SMILES (a long one shortened), with the
     detail (RDKit's, or the atom count).
 
     Raises:
-        DataError: at the first unusable molecule, when ``report`` raises (the default).
+        DataError: at the first unusable molecule, when `report` raises (the default).
     """
     report = report if report is not None else DataReport("raise")
     for position, message, smiles in zip(*store.errors(), strict=True):

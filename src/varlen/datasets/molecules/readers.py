@@ -3,10 +3,10 @@
 A table is a CSV with one SMILES column and one or more numeric target columns (ESOL, FreeSolv,
 Lipophilicity, QM9 subsets, HIV, BBBP...). Everything wrong with the *table* (missing file,
 undecodable bytes, no header, no rows, a missing column, a target that is not a finite number, a
-classification target that is not 0/1) raises a :class:`~varlen.errors.DataError` naming the file
-and line, under either ``on_bad`` policy: such a table is broken, not one bad molecule. Molecules
-RDKit cannot use are the items ``on_bad="skip"`` leaves out (see :mod:`.graphs`). A table may be
-compressed (``HIV.csv.gz``, ``.bz2``, ``.xz``, ``.zst``: :mod:`varlen.datasets.files`); lines are then
+classification target that is not 0/1) raises a `DataError` naming the file
+and line, under either `on_bad` policy: such a table is broken, not one bad molecule. Molecules
+RDKit cannot use are the items `on_bad="skip"` leaves out (see `.graphs`). A table may be
+compressed (`HIV.csv.gz`, `.bz2`, `.xz`, `.zst`: `varlen.datasets.files`); lines are then
 counted in the decompressed text.
 """
 
@@ -50,15 +50,15 @@ class MoleculeNetSpec:
     """Where a MoleculeNet table lives and how to read it.
 
     Attributes:
-        filename: file name on the DeepChem bucket (and in ``root``).
+        filename: file name on the DeepChem bucket (and in `root`).
         smiles_column: the SMILES column.
         target_columns: the target columns (several = multi-task).
-        task: ``"regression"`` or ``"classification"``.
-        checksum: ``"sha256:<hex>"`` or ``"md5:<hex>"`` of the file, or None (not verified).
+        task: `"regression"` or `"classification"`.
+        checksum: `"sha256:<hex>"` or `"md5:<hex>"` of the file, or None (not verified).
         checksum_source: where the checksum comes from (it is shown when verification fails).
-        split: the split the DataModule uses when none is given: ``"scaffold_balanced"`` for the
+        split: the split the DataModule uses when none is given: `"scaffold_balanced"` for the
             classification presets (a deterministic scaffold split of BBBP leaves one class only
-            in val and test), ``"random"`` for the others.
+            in val and test), `"random"` for the others.
     """
 
     filename: str
@@ -74,7 +74,7 @@ class MoleculeNetSpec:
         return DEEPCHEM_URL + self.filename
 
 
-#: the tables ``download=True`` knows. ESOL and FreeSolv checksums were computed from the copies
+#: the tables `download=True` knows. ESOL and FreeSolv checksums were computed from the copies
 #: in the project's shared data folder (no network here to re-check the bucket); Lipophilicity,
 #: HIV and BBBP use the md5 sums that TorchDrug publishes for the same DeepChem files.
 MOLECULENET: dict[str, MoleculeNetSpec] = {
@@ -137,10 +137,10 @@ def _spec(name: str) -> MoleculeNetSpec:
 
 
 def moleculenet_file(name: str, root: str | Path, download: bool = False) -> Path:
-    """The local file of MoleculeNet table ``name`` under ``root``, downloaded (and verified) if asked.
+    """The local file of MoleculeNet table `name` under `root`, downloaded (and verified) if asked.
 
     Raises:
-        DatasetNotFoundError: the file is absent and ``download`` is False.
+        DatasetNotFoundError: the file is absent and `download` is False.
         DownloadError: the download failed or does not match the preset's checksum.
     """
     spec = _spec(name)
@@ -170,10 +170,10 @@ def table_path(
     download: bool = False,
     cache_dir: str | Path | None = None,
 ) -> Path:
-    """The CSV to read: ``path``, else the packaged ESOL, else preset ``dataset``'s file under ``root``.
+    """The CSV to read: `path`, else the packaged ESOL, else preset `dataset`'s file under `root`.
 
-    ``root`` defaults to ``<cache_dir>/molecules/raw``. A ``path`` that does not exist raises
-    :class:`~varlen.errors.DatasetNotFoundError` with the preset's URL when a preset is named.
+    `root` defaults to `<cache_dir>/molecules/raw`. A `path` that does not exist raises
+    `DatasetNotFoundError` with the preset's URL when a preset is named.
     """
     if path is not None:
         path = Path(path).expanduser()
@@ -205,7 +205,7 @@ class MoleculeTable:
     Attributes:
         path: the CSV file.
         smiles: stripped SMILES, one per data row.
-        targets: float32 ``[N, T]``, NaN where a value is missing.
+        targets: float32 `[N, T]`, NaN where a value is missing.
         rows: the file's line number of each molecule (1 = the header), for errors and the report.
         target_columns: the target column names.
     """
@@ -238,7 +238,7 @@ def _frame(path: Path, smiles_column: str, target_columns: Sequence[str]) -> pd.
 
 
 def _targets(path: Path, frame: pd.DataFrame, rows: np.ndarray, columns: Sequence[str]) -> np.ndarray:
-    """float32 ``[N, T]`` targets; missing-value strings become NaN, anything else non-finite is refused."""
+    """float32 `[N, T]` targets; missing-value strings become NaN, anything else non-finite is refused."""
     targets = np.empty((len(frame), len(columns)), dtype=np.float32)
     for j, column in enumerate(columns):
         text = frame[column].str.strip()
@@ -270,10 +270,10 @@ def _check_binary(path: Path, targets: np.ndarray, rows: np.ndarray, columns: Se
 def read_table(
     path: str | Path, smiles_column: str, target_columns: Sequence[str], task: str = "regression"
 ) -> MoleculeTable:
-    """Read and check a MoleculeNet-style CSV, plain or compressed (``.gz``, ``.bz2``, ``.xz``, ``.zst``).
+    """Read and check a MoleculeNet-style CSV, plain or compressed (`.gz`, `.bz2`, `.xz`, `.zst`).
 
     Stray whitespace around SMILES, headers and values is removed (MoleculeNet files have
-    trailing spaces and CRLF line ends). Empty cells and ``nan``/``NA``-like strings are missing
+    trailing spaces and CRLF line ends). Empty cells and `nan`/`NA`-like strings are missing
     targets (masked in the loss); blank lines are skipped but counted, so errors name the line an
     editor shows.
 

@@ -1,11 +1,11 @@
-"""`MoleculeRows`: a batch of molecules as the arrays of one graph, before they become a PyG ``Batch``.
+"""`MoleculeRows`: a batch of molecules as the arrays of one graph, before they become a PyG `Batch`.
 
-:meth:`MoleculeGraphs.__getitems__ <varlen.datasets.molecules.MoleculeGraphs.__getitems__>`
-gathers these from the store at once; :meth:`MoleculeRows.from_samples` joins single samples (a
-collate called on a list). Both end in :meth:`MoleculeRows.join`, which derives everything the
+`MoleculeGraphs.__getitems__`
+gathers these from the store at once; `MoleculeRows.from_samples` joins single samples (a
+collate called on a list). Both end in `MoleculeRows.join`, which derives everything the
 batch needs from the per-molecule counts with a few numpy operations on the whole batch: the
 node and edge offsets, the graph of each atom, the keep mask of the targets, and the node
-offsets added to ``edge_index`` in one operation. Nothing here loops over molecules.
+offsets added to `edge_index` in one operation. Nothing here loops over molecules.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ __all__ = ["MoleculeRows"]
 
 
 def _offsets(counts: np.ndarray) -> np.ndarray:
-    """int64 ``[B + 1]`` running total of ``counts`` from 0."""
+    """int64 `[B + 1]` running total of `counts` from 0."""
     out = np.zeros(len(counts) + 1, np.int64)
     np.cumsum(counts, out=out[1:])
     return out
@@ -31,16 +31,16 @@ class MoleculeRows:
     """Several molecules' graphs back to back, numbered as one graph: what the collate names.
 
     Attributes:
-        x: int64 ``[n, 8]`` atom features of all molecules, concatenated.
-        edge_index: int64 ``[2, e]`` directed bonds, in the batch's node numbering.
-        edge_attr: int64 ``[e, 4]`` bond features.
-        num_nodes / num_edges: int64 ``[B]`` atoms / directed bonds of each molecule.
-        ptr / edge_ptr: int64 ``[B + 1]`` offsets of each molecule's atoms / edges.
-        batch: int64 ``[n]`` molecule of each atom.
-        y: float32 ``[B, T]`` targets, 0 where missing.
-        y_mask: bool ``[B, T]``, True where the target is observed (keep convention).
-        index: int64 ``[B]`` positions in the dataset.
-        descriptors: float32 ``[B, D]`` graph-level features, or None.
+        x: int64 `[n, 8]` atom features of all molecules, concatenated.
+        edge_index: int64 `[2, e]` directed bonds, in the batch's node numbering.
+        edge_attr: int64 `[e, 4]` bond features.
+        num_nodes / num_edges: int64 `[B]` atoms / directed bonds of each molecule.
+        ptr / edge_ptr: int64 `[B + 1]` offsets of each molecule's atoms / edges.
+        batch: int64 `[n]` molecule of each atom.
+        y: float32 `[B, T]` targets, 0 where missing.
+        y_mask: bool `[B, T]`, True where the target is observed (keep convention).
+        index: int64 `[B]` positions in the dataset.
+        descriptors: float32 `[B, D]` graph-level features, or None.
     """
 
     x: np.ndarray
@@ -71,9 +71,9 @@ class MoleculeRows:
         index: np.ndarray,
         descriptors: np.ndarray | None = None,
     ) -> MoleculeRows:
-        """Rows from concatenated molecules whose ``edge_index`` is local to each molecule, and NaN targets.
+        """Rows from concatenated molecules whose `edge_index` is local to each molecule, and NaN targets.
 
-        ``y`` is overwritten (0 where NaN): pass a copy (a gather is one).
+        `y` is overwritten (0 where NaN): pass a copy (a gather is one).
         """
         ptr = _offsets(num_nodes)
         y_mask = ~np.isnan(y)
@@ -119,7 +119,7 @@ class MoleculeRows:
 
     @classmethod
     def from_samples(cls, samples: Sequence[Mapping[str, Any]]) -> MoleculeRows:
-        """Join single samples (``dataset[i]`` dicts): the path for a collate called on a list."""
+        """Join single samples (`dataset[i]` dicts): the path for a collate called on a list."""
         count = len(samples)
         return cls.join(
             x=np.concatenate([s["x"] for s in samples]).astype(np.int64, copy=False),

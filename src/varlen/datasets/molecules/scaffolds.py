@@ -2,9 +2,9 @@
 
 RDKit's scaffold grows about cubically with a chain's length (a 4,000-atom alkane takes 90 s), so
 the graph table does not hold it: a random split never computes one. A scaffold split asks
-:func:`cached_scaffolds`, which maps the table ``<graphs>.scaffolds.arrow`` beside the graph table
-(keyed by the graph table's key: the same molecules, the same ``max_atoms``) or builds it first,
-from the canonical SMILES of the usable molecules only (a molecule over ``max_atoms`` never gets
+`cached_scaffolds`, which maps the table `<graphs>.scaffolds.arrow` beside the graph table
+(keyed by the graph table's key: the same molecules, the same `max_atoms`) or builds it first,
+from the canonical SMILES of the usable molecules only (a molecule over `max_atoms` never gets
 here). Unusable molecules have the scaffold ''.
 """
 
@@ -26,7 +26,7 @@ SCAFFOLDS_FORMAT = "molecule-scaffolds-arrow-1"
 
 
 def scaffolds_path(store: GraphStore) -> Path:
-    """``<graph table>.scaffolds.arrow``, beside the graph table it is computed from."""
+    """`<graph table>.scaffolds.arrow`, beside the graph table it is computed from."""
     return store.table.path.with_suffix(".scaffolds.arrow")
 
 
@@ -35,8 +35,8 @@ def _key(store: GraphStore) -> str:
 
 
 def cached_scaffolds(store: GraphStore, num_proc: int = 1, chunk: int = 2000) -> np.ndarray:
-    """str ``[N]`` the scaffold of each molecule of ``store`` ('' when acyclic or unusable), mapped
-    from its table, built first (``num_proc`` processes for a big table) when absent or unusable."""
+    """str `[N]` the scaffold of each molecule of `store` ('' when acyclic or unusable), mapped
+    from its table, built first (`num_proc` processes for a big table) when absent or unusable."""
     path, key = scaffolds_path(store), _key(store)
     table = open_table(path, version=SCAFFOLDS_FORMAT, key=key)
     if table is None:

@@ -1,10 +1,10 @@
 """A table's targets and line numbers, stored once per node beside its graphs and mapped by every process.
 
 The graphs are keyed by the SMILES alone (featurising is what costs); the targets depend on the
-target columns and the task too, so they are a table of their own (:data:`TARGETS_FORMAT`):
-``targets`` (float32 ``[N, T]``, NaN where missing) and ``line`` (the file's line of each row),
-written from a table :func:`~.readers.read_table` has checked. Once it exists, a process needs
-neither the CSV nor pandas: ``setup`` maps it, and a dataset pickles it as its path.
+target columns and the task too, so they are a table of their own (`TARGETS_FORMAT`):
+`targets` (float32 `[N, T]`, NaN where missing) and `line` (the file's line of each row),
+written from a table `read_table` has checked. Once it exists, a process needs
+neither the CSV nor pandas: `setup` maps it, and a dataset pickles it as its path.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ class TargetStore:
     """A table's targets mapped (read-only views of the cache file); pickles as its path.
 
     Attributes:
-        targets: float32 ``[N, T]``, NaN where a value is missing.
-        lines: int64 ``[N]`` the file's line of each row (1 = the header).
+        targets: float32 `[N, T]`, NaN where a value is missing.
+        lines: int64 `[N]` the file's line of each row (1 = the header).
     """
 
     def __init__(self, table: MappedTable) -> None:
@@ -61,7 +61,7 @@ def targets_key(path: str | Path, smiles_column: str, target_columns: Sequence[s
 def targets_cache_path(
     path: str | Path, smiles_column: str, target_columns: Sequence[str], task: str, cache_dir: str | Path | None = None
 ) -> Path:
-    """``<cache_dir>/molecules/<stem>-targets-<key>.arrow``: see :func:`targets_key`."""
+    """`<cache_dir>/molecules/<stem>-targets-<key>.arrow`: see `targets_key`."""
     folder = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     key = targets_key(path, smiles_column, target_columns, task)
     return folder / "molecules" / f"{Path(path).stem}-targets-{key}.arrow"
@@ -70,7 +70,7 @@ def targets_cache_path(
 def open_targets(
     path: str | Path, smiles_column: str, target_columns: Sequence[str], task: str, cache_dir: str | Path | None = None
 ) -> TargetStore | None:
-    """The cached targets of the table at ``path`` mapped, or None (with a warning if unusable): write them."""
+    """The cached targets of the table at `path` mapped, or None (with a warning if unusable): write them."""
     key = targets_key(path, smiles_column, target_columns, task)
     target = targets_cache_path(path, smiles_column, target_columns, task, cache_dir)
     table = open_table(target, version=TARGETS_FORMAT, key=key)
@@ -80,7 +80,7 @@ def open_targets(
 def write_targets(
     table: MoleculeTable, smiles_column: str, task: str, cache_dir: str | Path | None = None
 ) -> TargetStore:
-    """Write the targets of a read ``table`` to their cache file (replacing whatever is there); mapped."""
+    """Write the targets of a read `table` to their cache file (replacing whatever is there); mapped."""
     target = targets_cache_path(table.path, smiles_column, table.target_columns, task, cache_dir)
     key = targets_key(table.path, smiles_column, table.target_columns, task)
     columns = {"targets": np.asarray(table.targets, np.float32), "line": np.asarray(table.rows, np.int64)}
@@ -90,6 +90,6 @@ def write_targets(
 def cached_targets(
     table: MoleculeTable, smiles_column: str, task: str, cache_dir: str | Path | None = None
 ) -> TargetStore:
-    """The targets of a read ``table``: mapped from the cache, or written to it first."""
+    """The targets of a read `table`: mapped from the cache, or written to it first."""
     found = open_targets(table.path, smiles_column, table.target_columns, task, cache_dir)
     return found if found is not None else write_targets(table, smiles_column, task, cache_dir)

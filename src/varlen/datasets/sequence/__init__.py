@@ -1,5 +1,5 @@
 """Any ragged data (Parquet, Arrow IPC, CSV, JSON Lines, Hugging Face Datasets, pyarrow Tables, in-memory arrays):
-read, checked and served padded, for :class:`~varlen.datamodules.sequence.SequenceDataModule`. Needs no extra."""
+read, checked and served padded, for `SequenceDataModule`. Needs no extra."""
 
 from varlen.datasets.sequence.collate import SequenceCollator
 from varlen.datasets.sequence.columns import SequenceColumns, table_columns

@@ -1,4 +1,4 @@
-"""A source's rows checked before they are split: each bad row goes through ``report.bad`` (raised, or
+"""A source's rows checked before they are split: each bad row goes through `report.bad` (raised, or
 skipped and counted), one reason per row, in row order.
 
 A row is bad when a served column's value is missing (an Arrow null), a size field is empty (or, packed, longer
@@ -29,10 +29,10 @@ class RowRules:
         size_fields: fields that must not be empty.
         label: the label column (None: none).
         classes: the label values of the classes, in id order (None: regression, or no label).
-        token_field: a field of token ids, checked against ``vocab_size``.
-        vocab_size: ids must lie in ``[0, vocab_size)``.
-        row_length: a packed layout's row (``max_tokens``): a size field longer than it is bad
-            (:mod:`varlen.datamodules.packing`); None: any length.
+        token_field: a field of token ids, checked against `vocab_size`.
+        vocab_size: ids must lie in `[0, vocab_size)`.
+        row_length: a packed layout's row (`max_tokens`): a size field longer than it is bad
+            (`varlen.datamodules.packing`); None: any length.
     """
 
     size_fields: tuple[str, ...]
@@ -44,7 +44,7 @@ class RowRules:
 
 
 def class_ids(labels: np.ndarray, classes: np.ndarray) -> np.ndarray:
-    """Each label's position in ``classes`` (int64), ``-1`` where it is none of them."""
+    """Each label's position in `classes` (int64), `-1` where it is none of them."""
     labels = np.asarray(labels)
     if labels.dtype.kind in "iub" and classes.dtype.kind not in "iub":
         labels = labels.astype(str)  # ids named by their text (classes given as names)
@@ -58,12 +58,12 @@ def class_ids(labels: np.ndarray, classes: np.ndarray) -> np.ndarray:
 
 
 def _element_rows(ragged: Ragged, elements: np.ndarray) -> np.ndarray:
-    """The rows holding the elements at these positions of ``values`` (rows stored back to back)."""
+    """The rows holding the elements at these positions of `values` (rows stored back to back)."""
     return np.searchsorted(ragged.starts + ragged.lengths, elements, side="right")
 
 
 def _non_finite(values: np.ndarray) -> np.ndarray:
-    """Positions (first axis) of the entries of ``values`` holding a non-finite number."""
+    """Positions (first axis) of the entries of `values` holding a non-finite number."""
     if values.dtype.kind != "f" or not len(values):
         return np.zeros(0, np.int64)
     bad = ~np.isfinite(values)
@@ -71,7 +71,7 @@ def _non_finite(values: np.ndarray) -> np.ndarray:
 
 
 def _problems(columns: SequenceColumns, rules: RowRules) -> list[tuple[np.ndarray, str]]:
-    """``(rows, reason)`` of each check, in the order a row's first reason is taken."""
+    """`(rows, reason)` of each check, in the order a row's first reason is taken."""
     found = []
     for name, rows in columns.missing.items():
         what = "label" if name == rules.label else "value"
@@ -109,11 +109,11 @@ def usable_rows(
     split: str,
     place: Callable[[int], str] = lambda row: f"row {row}",
 ) -> np.ndarray:
-    """The rows of ``columns`` that pass every check, sorted; each bad row is reported once (its first
-    reason, in row order) under ``split`` of ``report``, named by ``place`` (``line N`` of a CSV).
+    """The rows of `columns` that pass every check, sorted; each bad row is reported once (its first
+    reason, in row order) under `split` of `report`, named by `place` (`line N` of a CSV).
 
     Raises:
-        DataError: under ``on_bad="raise"``, at the first bad row (naming ``where``, the row and why).
+        DataError: under `on_bad="raise"`, at the first bad row (naming `where`, the row and why).
     """
     first: dict[int, str] = {}
     for rows, reason in _problems(columns, rules):

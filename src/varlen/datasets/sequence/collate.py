@@ -1,4 +1,4 @@
-"""`SequenceCollator`: a fetched :class:`SequenceBatch` as the batch, or single samples padded the same way."""
+"""`SequenceCollator`: a fetched `SequenceBatch` as the batch, or single samples padded the same way."""
 
 from __future__ import annotations
 
@@ -17,17 +17,17 @@ __all__ = ["SequenceCollator"]
 
 
 class SequenceCollator(PadsToWidths):
-    """The batch of :class:`~varlen.datasets.sequence.SequenceDataset`: what its ``__getitems__`` fetched
-    (already padded), or a list of ``dataset[i]`` samples (streamed chunks, a mixture's single samples)
-    padded by :class:`~varlen.batching.pad_collate.PadCollate` into the same keys: ``index``, per
-    variable-length field ``<field>`` / ``<field>_mask`` / ``<field>_lengths``, the fixed fields, ``labels``.
+    """The batch of `SequenceDataset`: what its `__getitems__` fetched
+    (already padded), or a list of `dataset[i]` samples (streamed chunks, a mixture's single samples)
+    padded by `PadCollate` into the same keys: `index`, per
+    variable-length field `<field>` / `<field>_mask` / `<field>_lengths`, the fixed fields, `labels`.
 
     Args:
         fields: the variable-length fields (padded, with masks, in every batch).
         pad_values: per field, the value padding writes (default 0).
         pad_to_multiple_of: round each padded length up to this multiple.
         size_fields: the fields whose lengths are the size axes, in order: each pads to the length its axis's
-            batch carries (:func:`~varlen.batching.indices.pad_to`); default: the first field.
+            batch carries (`pad_to`); default: the first field.
         dtypes: field -> the dtype single samples' values are served in (default: as they come).
     """
 

@@ -1,8 +1,8 @@
-"""A source's served columns as numpy: each variable-length field a :class:`~varlen.batching.Ragged` whose
-values and offsets are the Arrow list's own buffers (zero-copy), each fixed field ``[N, *trailing]``,
+"""A source's served columns as numpy: each variable-length field a `Ragged` whose
+values and offsets are the Arrow list's own buffers (zero-copy), each fixed field `[N, *trailing]`,
 the labels as they are, and which rows miss a value (an Arrow null: filled, and marked for the checks).
 
-A :class:`SequenceColumns` mapped from a cache table (:meth:`SequenceColumns.mapped`) pickles as the
+A `SequenceColumns` mapped from a cache table (`SequenceColumns.mapped`) pickles as the
 table's path: a spawned loader worker maps the file again. One built in memory pickles its arrays.
 """
 
@@ -34,9 +34,9 @@ class SequenceColumns:
     Attributes:
         rows: rows of the source.
         ragged: variable-length fields by name.
-        fixed: fixed fields by name, ``[rows, *trailing]``.
+        fixed: fixed fields by name, `[rows, *trailing]`.
         labels: the label column as stored (numbers, or strings), or None.
-        missing: column -> ``[rows]`` bool, where its value is missing (only columns missing one).
+        missing: column -> `[rows]` bool, where its value is missing (only columns missing one).
         table: the cache table it was mapped from (it then pickles as the table's path).
     """
 
@@ -50,7 +50,7 @@ class SequenceColumns:
 
     @classmethod
     def mapped(cls, table: MappedTable, label: str | None) -> SequenceColumns:
-        """The columns of a cache table (:func:`varlen.datasets.sequence.store.cached_columns`): views of the file."""
+        """The columns of a cache table (`varlen.datasets.sequence.store.cached_columns`): views of the file."""
         out = cls(len(table), table=table, label_name=label)
         for name in table.columns:
             if name.startswith(MISSING):
@@ -97,8 +97,8 @@ def _one(column: pa.ChunkedArray | pa.Array) -> pa.Array:
 
 
 def _filled(array: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
-    """``array`` without nulls (numbers filled with 0, fixed-size lists rebuilt without validity, whose
-    ``flatten`` would skip null slots) and which entries held one (None: none did)."""
+    """`array` without nulls (numbers filled with 0, fixed-size lists rebuilt without validity, whose
+    `flatten` would skip null slots) and which entries held one (None: none did)."""
     array = _storage(array)
     missing = array.is_null().to_numpy(zero_copy_only=False) if array.null_count else None
     if pa.types.is_fixed_size_list(array.type):
@@ -114,7 +114,7 @@ def _filled(array: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
 
 
 def _rows_of(elements: np.ndarray | None, offsets: np.ndarray) -> np.ndarray | None:
-    """The rows holding the flagged elements (``[rows]`` bool), or None."""
+    """The rows holding the flagged elements (`[rows]` bool), or None."""
     if elements is None or not elements.any():
         return None
     rows = np.zeros(len(offsets) - 1, bool)
@@ -162,11 +162,11 @@ def _labels(column: pa.ChunkedArray, name: str, where: str) -> tuple[np.ndarray,
 
 
 def table_columns(table: pa.Table, specs: Mapping[str, FieldSpec], label: str | None, where: str) -> SequenceColumns:
-    """``table``'s served columns (``specs``, and the ``label`` column where there is one) as numpy.
+    """`table`'s served columns (`specs`, and the `label` column where there is one) as numpy.
 
     Raises:
-        DataError: a ``list<list>`` field whose elements differ in size, or a label column of other
-            values than numbers or strings (naming ``where``, the row and the column).
+        DataError: a `list<list>` field whose elements differ in size, or a label column of other
+            values than numbers or strings (naming `where`, the row and the column).
     """
     out = SequenceColumns(table.num_rows, label_name=label)
     for name, spec in specs.items():

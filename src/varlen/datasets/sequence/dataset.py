@@ -1,13 +1,13 @@
 """`SequenceDataset`: one split's rows of a source's columns, each batch padded in one gather per field.
 
-A split is a set of row positions into :class:`~varlen.datasets.sequence.columns.SequenceColumns`
-(shared by the splits carved from one source, never copied); ``lengths`` are the size fields' lengths
-at those rows, computed once. ``__getitems__`` pads every variable-length field of the batch with
-:meth:`Ragged.pad <varlen.batching.Ragged.pad>` (one gather each) and gathers the fixed fields
-and labels: a :class:`SequenceBatch`, already the batch (:class:`SequenceCollator` only hands it on).
-Each field is served in its stored dtype, or the one ``dtypes`` names (cast in the gather). A training
-batch that carries its epoch (:class:`~varlen.batching.EpochIndices`) of a split with a ``transform``
-(:class:`~varlen.datasets.sequence.transform.SampleTransform`) is its samples transformed, then padded.
+A split is a set of row positions into `SequenceColumns`
+(shared by the splits carved from one source, never copied); `lengths` are the size fields' lengths
+at those rows, computed once. `__getitems__` pads every variable-length field of the batch with
+`Ragged.pad` (one gather each) and gathers the fixed fields
+and labels: a `SequenceBatch`, already the batch (`SequenceCollator` only hands it on).
+Each field is served in its stored dtype, or the one `dtypes` names (cast in the gather). A training
+batch that carries its epoch (`EpochIndices`) of a split with a `transform`
+(`SampleTransform`) is its samples transformed, then padded.
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ from varlen.datasets.sequence.transform import SampleTransform
 __all__ = ["SIZES", "SequenceBatch", "SequenceDataset"]
 
 #: a single sample's entry holding its sizes (one per size field): what the sampler budgets it by,
-#: read back from streamed samples (``SequenceDataModule.sample_sizes``)
+#: read back from streamed samples (`SequenceDataModule.sample_sizes`)
 SIZES = "sizes"
 
 
 class SequenceBatch(dict):
     """A fetched batch (a dict of tensors) that knows its variable-length fields and their pad values,
-    so that batches fetched from several sources join (:meth:`concat`) padded with those values."""
+    so that batches fetched from several sources join (`concat`) padded with those values."""
 
     def __init__(self, values: Mapping[str, Any], fields: Sequence[str], pad_values: Mapping[str, Any]) -> None:
         super().__init__(values)
@@ -44,7 +44,7 @@ class SequenceBatch(dict):
 
     @property
     def index(self) -> torch.Tensor:
-        """The batch's ``index`` (a mixture renumbers it as an attribute)."""
+        """The batch's `index` (a mixture renumbers it as an attribute)."""
         return self["index"]
 
     @index.setter
@@ -80,20 +80,20 @@ class SequenceDataset(PadsToWidths, Dataset):
 
     Args:
         columns: the source's columns.
-        positions: ``[N]`` the rows of this split, in order.
-        labels: ``[N]`` class ids (int64) or targets (float32) of those rows, or None.
+        positions: `[N]` the rows of this split, in order.
+        labels: `[N]` class ids (int64) or targets (float32) of those rows, or None.
         size_fields: the fields whose lengths are a sample's sizes.
         pad_values: per variable-length field, the value padding writes (default 0).
         pad_to_multiple_of: round each padded length up to this multiple (a size field of a batch that carries
-            its padded lengths: to its axis's, :func:`~varlen.batching.indices.pad_to`).
-        where: the source, as messages name it (a row ``r`` of the split is row ``positions[r]`` there).
+            its padded lengths: to its axis's, `pad_to`).
+        where: the source, as messages name it (a row `r` of the split is row `positions[r]` there).
         dtypes: field -> the dtype it is served in (default: as stored).
         transform: what a training batch's samples go through (see the module docstring), or None.
 
     Attributes:
         packing: the row's length when the one variable-length field's samples are packed end to end
-            (:mod:`~varlen.datasets.sequence.packed`; the DataModule's ``layout="packed"`` sets it), else None.
-        lengths: ``[N]`` (one size field) or ``[N, D]``, the size fields' lengths.
+            (`packed`; the DataModule's `layout="packed"` sets it), else None.
+        lengths: `[N]` (one size field) or `[N, D]`, the size fields' lengths.
     """
 
     def __init__(
@@ -123,7 +123,7 @@ class SequenceDataset(PadsToWidths, Dataset):
         return len(self.positions)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        """One sample: ``index``, each field's array, each fixed value, ``label`` and its ``sizes``."""
+        """One sample: `index`, each field's array, each fixed value, `label` and its `sizes`."""
         row = int(self.positions[i])
         sample: dict[str, Any] = {"index": int(i)}
         for name, ragged in self.columns.ragged.items():
@@ -138,7 +138,7 @@ class SequenceDataset(PadsToWidths, Dataset):
         return sample
 
     def __getitems__(self, indices: Sequence[int]) -> SequenceBatch:
-        """The batch of ``indices``: every field padded to its longest row, a size field to the length the batch
+        """The batch of `indices`: every field padded to its longest row, a size field to the length the batch
         carries (one gather per field)."""
         wanted = np.asarray(indices, dtype=np.int64)
         epoch = getattr(indices, "epoch", None)
@@ -177,8 +177,8 @@ class SequenceDataset(PadsToWidths, Dataset):
         return SequenceBatch(batch, tuple(self.columns.ragged), self.pad_values)
 
     def _pad_to(self, indices: Sequence[int], name: str) -> PadTo:
-        """What field ``name`` of the batch of ``indices`` pads to: a size field, to the length the batch carries
-        on its axis; the others (and a batch that carries none), to their longest up to ``pad_to_multiple_of``."""
+        """What field `name` of the batch of `indices` pads to: a size field, to the length the batch carries
+        on its axis; the others (and a batch that carries none), to their longest up to `pad_to_multiple_of`."""
         if name not in self.size_fields:
             return self.pad_to_multiple_of
         return pad_to(indices, self.pad_to_multiple_of, self.size_fields.index(name))

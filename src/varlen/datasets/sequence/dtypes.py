@@ -1,10 +1,10 @@
-"""The dtype each field is served in: the one it is stored in, or the one ``dtypes`` names; and the one notice
+"""The dtype each field is served in: the one it is stored in, or the one `dtypes` names; and the one notice
 a float64 field gets when it meets a model whose parameters are of lower precision.
 
-A table written from float64 values (``.tolist()`` of float32 arrays, a CSV, JSON) serves float64, and a
-float32 ``Linear`` stops on "mat1 and mat2 must have the same dtype": ``dtypes={"signal": "float32"}``
+A table written from float64 values (`.tolist()` of float32 arrays, a CSV, JSON) serves float64, and a
+float32 `Linear` stops on "mat1 and mat2 must have the same dtype": `dtypes={"signal": "float32"}`
 casts the field as each batch is gathered (the stored table is left as it is). A cast never wraps or overflows
-(130.0 to int8 is -126, 1e5 to float16 is ``inf``): :func:`check_ranges` refuses, before the first batch, a field
+(130.0 to int8 is -126, 1e5 to float16 is `inf`): `check_ranges` refuses, before the first batch, a field
 whose values a cast cannot hold, naming the row, the value, the field's values as stored and the dtype's range.
 """
 
@@ -26,7 +26,7 @@ __all__ = ["check_dtypes", "check_ranges", "dtype_range", "float64_notice", "out
 
 
 def check_dtypes(dtypes: Mapping[str, Any] | None, specs: Mapping[str, FieldSpec], owner: str) -> dict[str, np.dtype]:
-    """``dtypes`` (field -> a numpy dtype or its name) checked against the served fields.
+    """`dtypes` (field -> a numpy dtype or its name) checked against the served fields.
 
     Raises:
         ValueError: a name that is no served field (naming those), or a dtype that is not one of numbers.
@@ -52,7 +52,7 @@ def check_dtypes(dtypes: Mapping[str, Any] | None, specs: Mapping[str, FieldSpec
 
 @functools.cache
 def dtype_range(dtype: np.dtype) -> tuple[int | float, int | float]:
-    """The least and greatest values ``dtype`` holds (booleans: 0 and 1; floats: the finite ones)."""
+    """The least and greatest values `dtype` holds (booleans: 0 and 1; floats: the finite ones)."""
     if dtype.kind == "b":
         return 0, 1
     info = np.iinfo(dtype) if dtype.kind in "iu" else np.finfo(dtype)
@@ -60,7 +60,7 @@ def dtype_range(dtype: np.dtype) -> tuple[int | float, int | float]:
 
 
 def _span(values: np.ndarray) -> tuple[Any, Any] | None:
-    """The least and greatest finite value of ``values`` (None: none)."""
+    """The least and greatest finite value of `values` (None: none)."""
     finite = np.isfinite(values) if values.dtype.kind == "f" else None
     if not values.size or (finite is not None and not finite.any()):
         return None
@@ -70,7 +70,7 @@ def _span(values: np.ndarray) -> tuple[Any, Any] | None:
 
 
 def out_of_range(values: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
-    """Which entries (first axis) of ``values`` hold a finite value ``dtype`` cannot hold, None when none do
+    """Which entries (first axis) of `values` hold a finite value `dtype` cannot hold, None when none do
     (a cast that cannot lose range is not looked at; non-finite values are the row checks')."""
     values = np.asarray(values)
     if values.dtype.kind not in "biuf" or np.can_cast(values.dtype, dtype, "safe"):
@@ -90,12 +90,12 @@ def check_ranges(
     where: str,
     place: Callable[[int], str] = lambda row: f"row {row}",
 ) -> None:
-    """Refuse a cast of a field (``dtypes``) whose values it cannot hold: it would wrap (ints) or overflow to
-    ``inf`` (floats) silently. Run before the row checks, which read the values as stored (a token id's
+    """Refuse a cast of a field (`dtypes`) whose values it cannot hold: it would wrap (ints) or overflow to
+    `inf` (floats) silently. Run before the row checks, which read the values as stored (a token id's
     vocabulary too). One pass over each cast field's values; the rows only when one is out.
 
     Raises:
-        DataError: naming ``where``, the first such row (``place``), its value, the field's values as stored
+        DataError: naming `where`, the first such row (`place`), its value, the field's values as stored
             (their span), the dtype and its range, and the way out.
     """
     for name, dtype in dtypes.items():
@@ -121,12 +121,12 @@ def check_ranges(
 
 
 def served_specs(specs: Mapping[str, FieldSpec], dtypes: Mapping[str, np.dtype]) -> dict[str, FieldSpec]:
-    """``specs`` with each field's dtype the one it is served in."""
+    """`specs` with each field's dtype the one it is served in."""
     return {name: replace(spec, dtype=dtypes.get(name, spec.dtype)) for name, spec in specs.items()}
 
 
 def _model_dtype(model: Any) -> torch.dtype | None:
-    """The floating dtype of ``model``'s parameters (float32 where there are several), None without any or
+    """The floating dtype of `model`'s parameters (float32 where there are several), None without any or
     with float64 among them."""
     found = {p.dtype for p in model.parameters() if p.is_floating_point()} if model is not None else set()
     if not found or torch.float64 in found:
@@ -135,7 +135,7 @@ def _model_dtype(model: Any) -> torch.dtype | None:
 
 
 def float64_notice(owner: str, specs: Mapping[str, FieldSpec], model: Any) -> str | None:
-    """What to tell a user whose float64 fields meet ``model`` (a ``torch.nn.Module``), or None."""
+    """What to tell a user whose float64 fields meet `model` (a `torch.nn.Module`), or None."""
     fields = [name for name, spec in specs.items() if spec.dtype == np.float64]
     dtype = _model_dtype(model) if fields else None
     if dtype is None:

@@ -1,15 +1,15 @@
 """What each column of a user's table is, told from its Arrow type: a variable-length field, a fixed one, or
 neither (left out).
 
-* ``list<number>``: a variable-length field, one value per element (``[T]``);
-* ``list<fixed_size_list<number, k>>`` (what varlen and Hugging Face ``Sequence(..., length=k)`` write),
-  or ``list<list<number>>`` whose inner lists all hold ``k`` values (``.tolist()`` of ``[T, k]``
-  arrays): a variable-length field of ``[T, k]`` elements;
-* a number, or ``fixed_size_list<number, k>``: a fixed field (``[]``, ``[k]``);
+* `list<number>`: a variable-length field, one value per element (`[T]`);
+* `list<fixed_size_list<number, k>>` (what varlen and Hugging Face `Sequence(..., length=k)` write),
+  or `list<list<number>>` whose inner lists all hold `k` values (`.tolist()` of `[T, k]`
+  arrays): a variable-length field of `[T, k]` elements;
+* a number, or `fixed_size_list<number, k>`: a fixed field (`[]`, `[k]`);
 * anything else (strings, dates, structs): not served, except as the label.
 
 A variable-length field of integers, one per element, is read as token ids: its vocabulary is its largest id + 1
-(:func:`vocab_size`), refused past :data:`MAX_VOCAB` (values read as ids would make an embedding of terabytes).
+(`vocab_size`), refused past `MAX_VOCAB` (values read as ids would make an embedding of terabytes).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class FieldSpec:
         name: the column.
         ragged: variable-length (padded in a batch, with a mask) or fixed (stacked).
         dtype: the numpy dtype of its values.
-        trailing: each element's shape (``()`` for numbers).
+        trailing: each element's shape (`()` for numbers).
     """
 
     name: str
@@ -70,7 +70,7 @@ def _number(kind: pa.DataType) -> bool:
 
 
 def trailing_of(kind: pa.DataType) -> tuple[tuple[int, ...], pa.DataType] | None:
-    """``(shape, number type)`` of nested fixed-size lists of numbers (``((), type)`` for a number), else None."""
+    """`(shape, number type)` of nested fixed-size lists of numbers (`((), type)` for a number), else None."""
     shape = []
     kind = storage(kind)
     while pa.types.is_fixed_size_list(kind):
@@ -80,7 +80,7 @@ def trailing_of(kind: pa.DataType) -> tuple[tuple[int, ...], pa.DataType] | None
 
 
 def _inner_size(column: pa.ChunkedArray, name: str, where: str) -> int:
-    """The values per element of a ``list<list<number>>`` column, read from its first non-empty element."""
+    """The values per element of a `list<list<number>>` column, read from its first non-empty element."""
     for chunk in column.chunks:
         inner = chunk.flatten()
         lengths = pc.list_value_length(inner).drop_null()
@@ -109,10 +109,10 @@ def _spec(name: str, kind: pa.DataType, column: pa.ChunkedArray, where: str) -> 
 
 
 def field_specs(table: pa.Table, leave_out: set[str], where: str) -> tuple[dict[str, FieldSpec], list[str]]:
-    """The served columns of ``table`` by name, in its order, and the columns it cannot serve.
+    """The served columns of `table` by name, in its order, and the columns it cannot serve.
 
     Args:
-        table: the source, or its first rows (enough to tell a ``list<list>`` column's element size).
+        table: the source, or its first rows (enough to tell a `list<list>` column's element size).
         leave_out: columns handled otherwise (the label).
         where: the source, for messages.
     """
@@ -131,12 +131,12 @@ def field_specs(table: pa.Table, leave_out: set[str], where: str) -> tuple[dict[
 def served_fields(
     head: pa.Table, leave_out: set[str], fields: Sequence[str] | None, where: str, reserved: Sequence[str]
 ) -> tuple[dict[str, FieldSpec], dict[str, str]]:
-    """The columns served (``fields``, else every numeric one), checked against the batch's own keys
-    (``reserved``, ``<field>_mask``, ``<field>_lengths``), and the columns not served, each with why (its
-    values' type, or ``fields``), which the report names.
+    """The columns served (`fields`, else every numeric one), checked against the batch's own keys
+    (`reserved`, `<field>_mask`, `<field>_lengths`), and the columns not served, each with why (its
+    values' type, or `fields`), which the report names.
 
     Raises:
-        ValueError: ``fields`` naming columns that are not numeric.
+        ValueError: `fields` naming columns that are not numeric.
         DataError: no variable-length column, or a column named as a batch's own key.
     """
     specs, left = field_specs(head, leave_out, where)
@@ -166,7 +166,7 @@ def vocab_size(column: pa.ChunkedArray, name: str, where: str) -> int:
     """A token-id field's vocabulary: its largest id + 1 (1 without any).
 
     Raises:
-        DataError: an id past :data:`MAX_VOCAB` (values read as ids: an embedding of terabytes), naming the field,
+        DataError: an id past `MAX_VOCAB` (values read as ids: an embedding of terabytes), naming the field,
             its largest value and both ways out.
     """
     values = pc.list_flatten(column)

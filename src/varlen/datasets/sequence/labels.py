@@ -2,13 +2,13 @@
 (floats), and the classes' names and values in id order.
 
 Classes are the sorted distinct labels of the training source (numbers, and text labels that all spell numbers,
-in numeric order: :func:`varlen.prepare.labels.class_order`, the text DataModule's rule too), unless given
-(``class_names``, matched as written), or a Hugging Face ``ClassLabel``'s names (its stored ids are their
-positions; ``class_names`` then picks among its names: :func:`varlen.prepare.labels.named_classes`). String labels
-get the checks of :mod:`varlen.prepare.labels` (numbers mixed with words, one number spelt two ways: refused naming
+in numeric order: `varlen.prepare.labels.class_order`, the text DataModule's rule too), unless given
+(`class_names`, matched as written), or a Hugging Face `ClassLabel`'s names (its stored ids are their
+positions; `class_names` then picks among its names: `varlen.prepare.labels.named_classes`). String labels
+get the checks of `varlen.prepare.labels` (numbers mixed with words, one number spelt two ways: refused naming
 rows), whatever door they came through. Floats that are all whole numbers (what ints mixed with floats, or
-an int column with a gap read by pandas, become) are refused without ``task``: class ids or targets is the
-user's to say; ``task="classification"`` makes them integer classes.
+an int column with a gap read by pandas, become) are refused without `task`: class ids or targets is the
+user's to say; `task="classification"` makes them integer classes.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ class LabelSpec:
     """The task and its classes.
 
     Attributes:
-        task: ``classification`` or ``regression``.
+        task: `classification` or `regression`.
         class_names: the classes' names in id order (None for regression).
         class_values: the label value of each class in id order (what the column holds), or None.
     """
@@ -47,7 +47,7 @@ def _decoded(column: pa.ChunkedArray) -> pa.ChunkedArray:
 
 
 def _values_of(names: Sequence[str], kind: pa.DataType, where: str) -> np.ndarray:
-    """The label values named by ``names``: the names themselves for text labels, else their numbers (as
+    """The label values named by `names`: the names themselves for text labels, else their numbers (as
     floats for a float column of whole numbers)."""
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
         return np.asarray(list(names), dtype=str)
@@ -60,7 +60,7 @@ def _values_of(names: Sequence[str], kind: pa.DataType, where: str) -> np.ndarra
 
 
 def _first_met(values: np.ndarray, rows: np.ndarray) -> tuple[list[float], dict[float, str]]:
-    """The distinct ``values[rows]`` in the order first met, and the row (from 0) each is first met at."""
+    """The distinct `values[rows]` in the order first met, and the row (from 0) each is first met at."""
     distinct, first = np.unique(values[rows], return_index=True)
     order = np.argsort(first, kind="stable")
     found = [float(distinct[k]) for k in order]
@@ -68,12 +68,12 @@ def _first_met(values: np.ndarray, rows: np.ndarray) -> tuple[list[float], dict[
 
 
 def _whole_floats(column: pa.ChunkedArray, name: str, task: str | None, where: str) -> np.ndarray | None:
-    """The distinct finite values of a float label column when all are whole numbers and ``task`` asks for
-    classes, None when they are regression targets (``task`` None and some value is not a whole number).
+    """The distinct finite values of a float label column when all are whole numbers and `task` asks for
+    classes, None when they are regression targets (`task` None and some value is not a whole number).
     Vectorised: a column of regression targets costs one pass, whatever its distinct values.
 
     Raises:
-        DataError: all whole numbers and no ``task`` (class ids or targets: the user's to say).
+        DataError: all whole numbers and no `task` (class ids or targets: the user's to say).
         ValueError: classes asked of floats that are not all whole numbers.
     """
     values = np.asarray(column.to_numpy(), dtype=np.float64)  # nulls are NaN here
@@ -106,7 +106,7 @@ def label_spec(
     named_ids: Sequence[str] | None,
     where: str,
 ) -> LabelSpec:
-    """The task and classes of the training source's label ``column`` (see the module docstring).
+    """The task and classes of the training source's label `column` (see the module docstring).
 
     Args:
         column: the label column.
@@ -114,15 +114,15 @@ def label_spec(
         task: the task asked for (None: integers, booleans and strings classify, floats regress, unless all
             are whole numbers: refused).
         class_names: classes given by the user (a mixture's other sources get the first's).
-        named_ids: a Hugging Face ``ClassLabel``'s names (ids are positions), else None.
+        named_ids: a Hugging Face `ClassLabel`'s names (ids are positions), else None.
         where: the source, for messages.
 
     Raises:
         ValueError: a task other than the two, text asked to regress, or floats that are not whole numbers
             asked to classify.
         DataError: labels of another type than numbers or strings, no label at all, string labels that mix
-            numbers with words or spell one number two ways, whole numbers as floats without ``task``, or
-            ``class_names`` that are not a ``ClassLabel``'s names (each naming rows or names).
+            numbers with words or spell one number two ways, whole numbers as floats without `task`, or
+            `class_names` that are not a `ClassLabel`'s names (each naming rows or names).
     """
     if task is not None and task not in TASKS:
         raise ValueError(f"task must be one of {TASKS}, got {task!r}")
@@ -156,5 +156,5 @@ def label_spec(
 
 
 def _name(value: object) -> str:
-    """A class's name: a whole float as the integer it is (``2.0``: ``"2"``), other values as text."""
+    """A class's name: a whole float as the integer it is (`2.0`: `"2"`), other values as text."""
     return str(int(value)) if isinstance(value, float) else str(value)

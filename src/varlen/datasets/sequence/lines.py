@@ -1,14 +1,14 @@
-"""Tables in files with lines, CSV and JSON Lines (``.csv``, ``.jsonl``, ``.ndjson``, a ``.json`` of JSON
-Lines; compressed by suffix as :mod:`varlen.datasets.files` reads them), read with pyarrow's readers.
+"""Tables in files with lines, CSV and JSON Lines (`.csv`, `.jsonl`, `.ndjson`, a `.json` of JSON
+Lines; compressed by suffix as `varlen.datasets.files` reads them), read with pyarrow's readers.
 
-A JSON Lines record holds a variable-length field as a list (``{"signal": [[0.1, 0.2], [0.3, 0.4]], "label":
-1}``); a CSV cell holds it as a JSON list (``"[[0.1, 0.2], [0.3, 0.4]]"``, what ``json.dumps(a.tolist())``
+A JSON Lines record holds a variable-length field as a list (`{"signal": [[0.1, 0.2], [0.3, 0.4]], "label":
+1}`); a CSV cell holds it as a JSON list (`"[[0.1, 0.2], [0.3, 0.4]]"`, what `json.dumps(a.tolist())`
 writes): a string column whose first value is a JSON list, or whose values are JSON lists and numbers, is
 parsed as one (a number among lists, or lists nested otherwise than the first, is refused naming its line).
-Numbers come as JSON gives them (float64, int64): ``dtypes`` casts them. A row is named as an editor shows
-it, ``line N`` (a CSV's header is line 1; blank lines and a quoted field's newlines count): a record pyarrow
+Numbers come as JSON gives them (float64, int64): `dtypes` casts them. A row is named as an editor shows
+it, `line N` (a CSV's header is line 1; blank lines and a quoted field's newlines count): a record pyarrow
 cannot read, a value of another type than its column's, a cell that is no JSON, each is a
-:class:`~varlen.errors.DataError` naming the file and the line, found by reading the file again only when a
+`DataError` naming the file and the line, found by reading the file again only when a
 message needs it.
 """
 
@@ -44,12 +44,12 @@ ONE_VALUE = "a sequence of one value is a list too, e.g. [5]"
 
 
 def layout_of(path: str | Path) -> Layout | None:
-    """``csv`` or ``jsonl`` by the file's suffix (inside its compression), None for other files."""
+    """`csv` or `jsonl` by the file's suffix (inside its compression), None for other files."""
     return LINE_TABLES.get(table_suffix(path))
 
 
 def read_line_table(path: str | Path, rows: int | None = None, columns: list[str] | None = None) -> pa.Table:
-    """The table of a CSV or JSON Lines file (its first ``rows``; only ``columns``), list cells parsed.
+    """The table of a CSV or JSON Lines file (its first `rows`; only `columns`), list cells parsed.
 
     Raises:
         DataError: the file cannot be read as its format, naming the file and, where it can be found, the line.
@@ -107,7 +107,7 @@ def _read_jsonl(path: Path, rows: int | None, columns: list[str] | None) -> pa.T
 
 
 def _list_cells(table: pa.Table, path: Path) -> pa.Table:
-    """``table`` with each string column of JSON lists parsed (the lists of a CSV): a column whose first value
+    """`table` with each string column of JSON lists parsed (the lists of a CSV): a column whose first value
     is a list, or whose other values beside its lists are all numbers (a list written as a scalar)."""
     for position, name in enumerate(table.column_names):
         column = table.column(name)
@@ -155,7 +155,7 @@ def _depth(value: object) -> int | None:
 
 
 def _bad_cell(path: Path, name: str, column: pa.ChunkedArray, error: Exception) -> DataError:
-    """The first cell of ``column`` that is no JSON list, or whose lists nest otherwise than the first's, named
+    """The first cell of `column` that is no JSON list, or whose lists nest otherwise than the first's, named
     by its line."""
     first: tuple[int, int] | None = None  # (row, depth) of the first list that is not empty
     for row, cell in enumerate(column.to_pylist()):
@@ -193,7 +193,7 @@ def _line(path: Path, layout: Layout, row: int) -> str:
 
 
 def _placed(path: Path, layout: Layout, error: Exception) -> DataError:
-    """pyarrow's error on ``path`` as a DataError naming the line it is about (read again to find it)."""
+    """pyarrow's error on `path` as a DataError naming the line it is about (read again to find it)."""
     message = str(error)
     if "UTF8" in message or "UTF-8" in message:
         check_utf8(path)  # names the line of the first byte that is not UTF-8

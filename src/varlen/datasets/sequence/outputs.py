@@ -1,11 +1,11 @@
-"""What a user's ``transform`` returns, checked as what is read is checked: a transform's output is data too.
+"""What a user's `transform` returns, checked as what is read is checked: a transform's output is data too.
 
 A returned sample must hold every served field, each a numeric array of the field's served shape (a
-variable-length field ``[length, *trailing]``, a fixed one ``trailing``) whose values its served dtype holds (a
+variable-length field `[length, *trailing]`, a fixed one `trailing`) whose values its served dtype holds (a
 cast never wraps or overflows) and that are finite (every sample read is: the row checks); a size field keeps at
 least one element and at most the stored length (the batch was planned at it); the label stays, a class id of
-the task's classes or a finite regression target. Anything else is a :class:`~varlen.errors.DataError` naming
-the split, the sample, the field, what was expected and what came, and the transform: whatever ``on_bad`` says,
+the task's classes or a finite regression target. Anything else is a `DataError` naming
+the split, the sample, the field, what was expected and what came, and the transform: whatever `on_bad` says,
 since a transform that returns a wrong sample is a bug to fix, not a bad row of the data (skipping it would also
 change the epoch's batches, planned before the transform runs).
 """
@@ -37,7 +37,7 @@ class OutputRules:
     Attributes:
         specs: each served field by name, with its served dtype.
         size_fields: the fields whose lengths the batch was planned at.
-        task: ``classification``, ``regression`` or None (no labels).
+        task: `classification`, `regression` or None (no labels).
         num_classes: the classes a label is an id of (classification).
     """
 
@@ -81,7 +81,7 @@ def _field(name: str, value: Any, spec: FieldSpec, stored: int | None) -> tuple[
 
 
 def _values(name: str, array: np.ndarray, dtype: np.dtype) -> str | None:
-    """Why ``array``'s values cannot be served as ``dtype`` (non-finite, or past its range), None: they can. Two
+    """Why `array`'s values cannot be served as `dtype` (non-finite, or past its range), None: they can. Two
     reductions: its least and greatest value (a NaN is either), the elements only to name a bad one."""
     float_ = array.dtype.kind == "f"
     checked = float_ or not np.can_cast(array.dtype, dtype, "safe")
@@ -121,7 +121,7 @@ def _label(value: Any, rules: OutputRules) -> tuple[Any, str | None]:
 def checked_output(
     out: Mapping[str, Any], stored: Mapping[str, int], labelled: bool, rules: OutputRules, where: str
 ) -> dict[str, Any]:
-    """``out`` with every field and the label cast to what is served.
+    """`out` with every field and the label cast to what is served.
 
     Args:
         out: what the transform returned (a mapping).
@@ -131,7 +131,7 @@ def checked_output(
         where: the split, the sample and the transform, for the message.
 
     Raises:
-        DataError: the first reason the sample cannot be served, after ``where``.
+        DataError: the first reason the sample cannot be served, after `where`.
     """
     sample, why = dict(out), None
     for name, spec in rules.specs.items():

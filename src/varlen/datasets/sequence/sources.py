@@ -1,11 +1,11 @@
 """Where a split's data comes from, read as a pyarrow Table: a Parquet or Arrow IPC file (file or stream
-format, memory-mapped), a CSV or JSON Lines file (:mod:`~varlen.datasets.sequence.lines`), a Hugging Face
-``datasets.Dataset`` (its Arrow table, rows as selected), a
-``pyarrow.Table``, or a mapping of column name -> values (a list of arrays per sample: variable-length
-along their first axis; an array ``[N, *trailing]`` or a list of numbers or strings: fixed).
+format, memory-mapped), a CSV or JSON Lines file (`lines`), a Hugging Face
+`datasets.Dataset` (its Arrow table, rows as selected), a
+`pyarrow.Table`, or a mapping of column name -> values (a list of arrays per sample: variable-length
+along their first axis; an array `[N, *trailing]` or a list of numbers or strings: fixed).
 
-``datasets`` is never imported here: a Dataset is recognised by its type's module and read through its
-own ``with_format("arrow")``.
+`datasets` is never imported here: a Dataset is recognised by its type's module and read through its
+own `with_format("arrow")`.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class Source:
 
     Attributes:
         value: what the user gave.
-        kind: ``path``, ``huggingface``, ``table`` or ``mapping``.
+        kind: `path`, `huggingface`, `table` or `mapping`.
         where: how messages name it (the file, or the split and the kind).
     """
 
@@ -136,8 +136,8 @@ class Source:
         return path
 
     def place(self, row: int) -> str:
-        """How a message names row ``row`` (from 0) of the source: ``line N`` in a CSV / JSON Lines file (as an
-        editor shows it), else ``row N``."""
+        """How a message names row `row` (from 0) of the source: `line N` in a CSV / JSON Lines file (as an
+        editor shows it), else `row N`."""
         layout = layout_of(self.value) if self.kind == "path" else None
         if layout is None:
             return f"row {row}"
@@ -147,7 +147,7 @@ class Source:
         return f"line {lines[row]}" if 0 <= row < len(lines) else f"row {row}"
 
     def read(self, rows: int | None = None) -> pa.Table:
-        """The whole table, or its first ``rows``.
+        """The whole table, or its first `rows`.
 
         Raises:
             DatasetNotFoundError: a path that does not exist.
@@ -217,14 +217,14 @@ class Source:
             raise DataError(f"{path}: its schema is unreadable ({error})") from error
 
     def class_names(self, label: str) -> list[str] | None:
-        """A Hugging Face ``ClassLabel`` column's names (its ids are their positions), else None: read from
-        the features ``datasets`` writes in a schema (a ``Dataset``, its ``.arrow`` and Parquet files, its
-        ``data.table``), see :func:`varlen.prepare.labels.classlabel_names`."""
+        """A Hugging Face `ClassLabel` column's names (its ids are their positions), else None: read from
+        the features `datasets` writes in a schema (a `Dataset`, its `.arrow` and Parquet files, its
+        `data.table`), see `varlen.prepare.labels.classlabel_names`."""
         return classlabel_names(self.schema(), label)
 
 
 def source_of(value: Any, split: str) -> Source:
-    """``value`` (a split's argument) as a :class:`Source`.
+    """`value` (a split's argument) as a `Source`.
 
     Raises:
         TypeError: a value of no kind above (naming the split and what is accepted).

@@ -1,7 +1,7 @@
 """A file's or Hugging Face Dataset's served columns, converted once into an Arrow IPC cache table.
 
-``prepare_data`` (one process per node) reads the source and writes its served columns, in varlen's
-layout (:mod:`varlen.storage.tables`), to ``<cache_dir>/sequence/<name>-<key>.arrow``; ``setup`` in every rank
+`prepare_data` (one process per node) reads the source and writes its served columns, in varlen's
+layout (`varlen.storage.tables`), to `<cache_dir>/sequence/<name>-<key>.arrow`; `setup` in every rank
 and every loader worker maps it. The key is the source's content (a file's hash, a Dataset's
 fingerprint), the columns served and the label column; a file of another key or version is rebuilt.
 """
@@ -24,7 +24,7 @@ VERSION = "sequence-1"
 
 
 def table_path(source: Source, specs: Mapping[str, FieldSpec], label: str | None, cache_dir: str | None) -> Path:
-    """Where ``source``'s cache table lives, named by its key (see the module docstring)."""
+    """Where `source`'s cache table lives, named by its key (see the module docstring)."""
     served = [[name, spec.ragged] for name, spec in specs.items()]
     key = cache_key(source.identity(), served, label, version=VERSION)
     stem = Path(str(source.value)).stem if source.kind == "path" else "huggingface"
@@ -34,7 +34,7 @@ def table_path(source: Source, specs: Mapping[str, FieldSpec], label: str | None
 def cached_columns(
     source: Source, specs: Mapping[str, FieldSpec], label: str | None, cache_dir: str | None
 ) -> SequenceColumns:
-    """``source``'s columns mapped from its cache table, built first when it is missing or stale.
+    """`source`'s columns mapped from its cache table, built first when it is missing or stale.
 
     Raises:
         DataError: the source cannot be read (naming it), or the cache folder cannot be written.

@@ -1,5 +1,5 @@
 """A small synthetic set of random-length float sequences in three classes: what `SequenceDataModule` serves
-when no ``train`` is given (a first run, the shipped config, the tests)."""
+when no `train` is given (a first run, the shipped config, the tests)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ SYNTHETIC_CLASSES = ("calm", "wave", "burst")
 
 
 def synthetic_sequences(count: int = 300, seed: int = 0) -> dict[str, list]:
-    """``{"values": [float32 [T] per sample], "label": [class name per sample]}``: T lognormal in 8..400;
+    """`{"values": [float32 [T] per sample], "label": [class name per sample]}`: T lognormal in 8..400;
     each class has its own level and rhythm under the noise, so a small model learns it in a few epochs."""
     rng = np.random.default_rng([seed, 7])
     labels = rng.integers(len(SYNTHETIC_CLASSES), size=count)

@@ -1,20 +1,20 @@
-"""A user's per-sample ``transform`` of training samples (augmentation), run where the batch is fetched (the
-loader's workers), its randomness a function of ``(seed, epoch, sample index)`` only.
+"""A user's per-sample `transform` of training samples (augmentation), run where the batch is fetched (the
+loader's workers), its randomness a function of `(seed, epoch, sample index)` only.
 
-``transform(sample) -> sample`` gets ``dataset[i]`` (``index``, each field's array in its served dtype, each
-fixed value, ``label``) and returns the sample to batch. Its randomness is drawn from a word of
-:func:`varlen.prepare.draws.counter_bits` of ``(seed, epoch, index)``: a function with a second required parameter
-(or one named ``rng``) receives a ``numpy.random.Generator`` seeded by that word; any other is called with
-Python's ``random``, numpy's global generator and torch's CPU generator seeded by it, and put back after
+`transform(sample) -> sample` gets `dataset[i]` (`index`, each field's array in its served dtype, each
+fixed value, `label`) and returns the sample to batch. Its randomness is drawn from a word of
+`varlen.prepare.draws.counter_bits` of `(seed, epoch, index)`: a function with a second required parameter
+(or one named `rng`) receives a `numpy.random.Generator` seeded by that word; any other is called with
+Python's `random`, numpy's global generator and torch's CPU generator seeded by it, and put back after
 the call. So a sample is transformed the same in whatever batch, worker, rank or resumed run it is
-fetched, and anew each epoch (training batches carry their epoch: :class:`~varlen.batching.EpochIndices`).
+fetched, and anew each epoch (training batches carry their epoch: `EpochIndices`).
 
 What a transform may change: values, and a size field's length downwards (a crop: the batch was planned
 at the stored length, which a longer sample would break); each field is cast back to its served dtype
-(``x + rng.normal(...)`` is float64). What it returns is checked as what is read
-(:mod:`~varlen.datasets.sequence.outputs`: every field in its shape, values its dtype holds, finite, a size
-field not emptied, the label kept and in range), a :class:`~varlen.errors.DataError` naming the sample and the
-transform whatever ``on_bad`` says: a transform's bug is no bad row. Spawned and forkserver workers receive it
+(`x + rng.normal(...)` is float64). What it returns is checked as what is read
+(`outputs`: every field in its shape, values its dtype holds, finite, a size
+field not emptied, the label kept and in range), a `DataError` naming the sample and the
+transform whatever `on_bad` says: a transform's bug is no bad row. Spawned and forkserver workers receive it
 pickled: a lambda or a function defined inside another is refused when such a loader is made, naming the fix.
 """
 
@@ -36,19 +36,19 @@ from varlen.prepare.draws import counter_bits
 
 __all__ = ["SampleTransform", "transform_name"]
 
-#: the name of the transform's draws (:func:`varlen.prepare.draws.counter_bits`)
+#: the name of the transform's draws (`varlen.prepare.draws.counter_bits`)
 DRAWS = "sequence sample transform"
 
 
 def transform_name(fn: Any) -> str:
-    """``module.qualname`` of a function or class, else its type's."""
+    """`module.qualname` of a function or class, else its type's."""
     named = fn if hasattr(fn, "__qualname__") else type(fn)
     return f"{getattr(named, '__module__', '?')}.{named.__qualname__}"
 
 
 def _takes_rng(fn: Callable[..., Any]) -> str | None:
-    """How ``fn`` takes a generator: ``"positional"`` (a second required parameter), ``"keyword"`` (one
-    named ``rng``), or None (one argument: the global generators are seeded instead)."""
+    """How `fn` takes a generator: `"positional"` (a second required parameter), `"keyword"` (one
+    named `rng`), or None (one argument: the global generators are seeded instead)."""
     try:
         parameters = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):  # a builtin without a signature
@@ -61,7 +61,7 @@ def _takes_rng(fn: Callable[..., Any]) -> str | None:
 
 
 class _SeededGlobals:
-    """Python's ``random``, numpy's global generator and torch's CPU generator seeded by ``word`` inside
+    """Python's `random`, numpy's global generator and torch's CPU generator seeded by `word` inside
     the block, and put back after it (CUDA's generators are left alone)."""
 
     def __init__(self, word: int) -> None:
@@ -81,13 +81,13 @@ class _SeededGlobals:
 
 
 class SampleTransform:
-    """``fn`` applied to a training batch's samples, each with its own draws (see the module docstring).
+    """`fn` applied to a training batch's samples, each with its own draws (see the module docstring).
 
     Args:
-        fn: the user's ``transform``.
+        fn: the user's `transform`.
         seed: the DataModule's seed.
         rules: what a returned sample must be (its fields' served dtypes and shapes, the size fields, the
-            label's task and classes: :mod:`~varlen.datasets.sequence.outputs`).
+            label's task and classes: `outputs`).
         where: the source, for messages.
     """
 
@@ -98,14 +98,14 @@ class SampleTransform:
         self.takes_rng = _takes_rng(fn)
 
     def words(self, indices: np.ndarray, epoch: int) -> list[int]:
-        """Each sample's 64-bit seed in ``epoch`` (``indices``: positions in the split)."""
+        """Each sample's 64-bit seed in `epoch` (`indices`: positions in the split)."""
         return counter_bits(DRAWS, self.seed, epoch, np.asarray(indices, np.int64), np.array(0)).tolist()
 
     def one(self, sample: dict[str, Any], word: int) -> dict[str, Any]:
-        """``fn`` of one sample, with draws from ``word``; checked and cast back to the served dtypes.
+        """`fn` of one sample, with draws from `word`; checked and cast back to the served dtypes.
 
         Raises:
-            DataError: the output cannot be served (:func:`~varlen.datasets.sequence.outputs.checked_output`),
+            DataError: the output cannot be served (`checked_output`),
                 naming the split, the sample, the field and the transform.
         """
         stored = {name: len(sample[name]) for name in self.rules.size_fields}
@@ -125,7 +125,7 @@ class SampleTransform:
         return out
 
     def batch(self, samples: Sequence[dict[str, Any]], epoch: int, collate: PadCollate) -> dict[str, Any]:
-        """The transformed samples of one batch, padded by ``collate`` (``label`` becomes ``labels``)."""
+        """The transformed samples of one batch, padded by `collate` (`label` becomes `labels`)."""
         indices = np.array([s["index"] for s in samples], np.int64)
         batch = collate([self.one(s, w) for s, w in zip(samples, self.words(indices, epoch), strict=True)])
         if "label" in batch:

@@ -1,12 +1,12 @@
-"""Your arrays written as a table :class:`~varlen.datamodules.sequence.SequenceDataModule` reads, each
-field in its own dtype: ``varlen.write_arrays("train.parquet", {"signal": arrays, "label": labels})``.
+"""Your arrays written as a table `SequenceDataModule` reads, each
+field in its own dtype: `varlen.write_arrays("train.parquet", {"signal": arrays, "label": labels})`.
 
-A column of arrays (one per sample, of any length along its first axis and one shape beyond it: ``[T]``,
-``[T, D]``) becomes a variable-length field, stored as ``large_list<fixed_size_list<dtype, D>>`` (the
-layout :func:`~varlen.datasets.sequence.sources.mapping_table` builds for a mapping given in memory); a
-column of numbers or strings, or an array ``[N, *trailing]``, a fixed column. float16, float32, int64...
-stay what they are: ``pandas.to_parquet`` refuses ``[T, D]`` arrays, and ``.tolist()`` turns float32
-into float64. Parquet (``.parquet``, ``.pq``) or Arrow IPC (``.arrow``, ``.feather``, ``.ipc``), by the
+A column of arrays (one per sample, of any length along its first axis and one shape beyond it: `[T]`,
+`[T, D]`) becomes a variable-length field, stored as `large_list<fixed_size_list<dtype, D>>` (the
+layout `mapping_table` builds for a mapping given in memory); a
+column of numbers or strings, or an array `[N, *trailing]`, a fixed column. float16, float32, int64...
+stay what they are: `pandas.to_parquet` refuses `[T, D]` arrays, and `.tolist()` turns float32
+into float64. Parquet (`.parquet`, `.pq`) or Arrow IPC (`.arrow`, `.feather`, `.ipc`), by the
 suffix; written through a temporary file, so a reader never sees half a table.
 """
 
@@ -26,16 +26,16 @@ __all__ = ["write_arrays"]
 
 
 def write_arrays(path: str | Path, columns: Mapping[str, Any]) -> Path:
-    """Write ``columns`` (column name -> one array per sample, or numbers / strings) to ``path``.
+    """Write `columns` (column name -> one array per sample, or numbers / strings) to `path`.
 
     Args:
         path: a new Parquet or Arrow IPC file (its folder is made); the suffix says which.
-        columns: as ``SequenceDataModule(train=...)`` takes a mapping: a list of arrays per sample (None:
-            missing) for a variable-length field, a list of numbers or strings (labels) or an ``[N, ...]``
+        columns: as `SequenceDataModule(train=...)` takes a mapping: a list of arrays per sample (None:
+            missing) for a variable-length field, a list of numbers or strings (labels) or an `[N, ...]`
             array for a fixed one. Every column holds one entry per sample.
 
     Returns:
-        ``path``, which ``SequenceDataModule(train=path)`` (or ``--data.train=PATH``) reads, serving each
+        `path`, which `SequenceDataModule(train=path)` (or `--data.train=PATH`) reads, serving each
         field in the dtype it was written in.
 
     Raises:

@@ -16,23 +16,23 @@ __all__ = ["TextCollator"]
 
 
 class TextCollator(PadsToWidths):
-    """The model's fields of a text batch: ``input_ids``, ``attention_mask`` (1 = real token),
-    ``token_type_ids`` (when the model takes them), ``labels``, ``index``, and ``document_ids``
-    when the samples are windows of longer texts. Packed (``packing``), the texts lie end to end in
-    one row ``[1, T]`` and the batch adds ``cu_seqlens`` ``[B + 1]`` int32, ``position_ids`` ``[1, T]``
-    (restarting at each text), ``max_seqlen`` (the longest text) and ``packed_tokens`` (the row's real tokens,
-    ``cu_seqlens[-1]``), both ints.
+    """The model's fields of a text batch: `input_ids`, `attention_mask` (1 = real token),
+    `token_type_ids` (when the model takes them), `labels`, `index`, and `document_ids`
+    when the samples are windows of longer texts. Packed (`packing`), the texts lie end to end in
+    one row `[1, T]` and the batch adds `cu_seqlens` `[B + 1]` int32, `position_ids` `[1, T]`
+    (restarting at each text), `max_seqlen` (the longest text) and `packed_tokens` (the row's real tokens,
+    `cu_seqlens[-1]`), both ints.
 
-    A :class:`~varlen.datasets.text.dataset.TextBatch` (the loader's batched fetch, padded by
-    :class:`~varlen.datasets.text.TokenizedTexts`) is only named; a list of ``dataset[i]`` dicts is
+    A `TextBatch` (the loader's batched fetch, padded by
+    `TokenizedTexts`) is only named; a list of `dataset[i]` dicts is
     padded here first, with the same one-gather path.
 
     Args:
-        pad_token_id: the tokenizer's ``pad_token_id`` (never assume 0), for lists of samples.
-        with_token_type_ids: also return ``token_type_ids`` (zeros for single texts).
+        pad_token_id: the tokenizer's `pad_token_id` (never assume 0), for lists of samples.
+        with_token_type_ids: also return `token_type_ids` (zeros for single texts).
         pad_to_multiple_of: round the padded length up (8 suits tensor cores), for lists of samples (that
-            carry no padded length: :func:`~varlen.batching.indices.pad_to`).
-        packing: ``(T, position offset)``: lists of samples are packed in one row of ``T`` tokens, positions
+            carry no padded length: `pad_to`).
+        packing: `(T, position offset)`: lists of samples are packed in one row of `T` tokens, positions
             from the offset (2 for RoBERTa-family encoders); None: padded.
     """
 
@@ -73,7 +73,7 @@ class TextCollator(PadsToWidths):
         return batch
 
     def pad_samples(self, samples: Sequence[dict[str, Any]]) -> TextBatch:
-        """Single samples (``dataset[i]`` dicts) joined once into rows and padded like a fetched batch."""
+        """Single samples (`dataset[i]` dicts) joined once into rows and padded like a fetched batch."""
         ids = Ragged.from_arrays([np.asarray(s["input_ids"]) for s in samples])
         type_ids = None
         if "token_type_ids" in samples[0]:

@@ -1,7 +1,7 @@
-"""Splits that a table marks itself, in a column: ``is_valid`` True / False, or ``train`` / ``validation`` / ``test``.
+"""Splits that a table marks itself, in a column: `is_valid` True / False, or `train` / `validation` / `test`.
 
-Many shared CSVs carry their split (fastai's ``is_valid``, a ``split`` or ``fold`` column in a
-Kaggle dump): a DataModule given ``split_column`` uses it instead of carving validation out, so
+Many shared CSVs carry their split (fastai's `is_valid`, a `split` or `fold` column in a
+Kaggle dump): a DataModule given `split_column` uses it instead of carving validation out, so
 its numbers are comparable with everyone else's on that file. Every value must name a split:
 an unknown value is an error that names the file, the column and the rows, never a guess.
 """
@@ -20,7 +20,7 @@ from varlen.errors import DataError
 
 __all__ = ["SPLITS", "SPLIT_SPELLINGS", "split_by_column", "split_marks", "split_of"]
 
-#: the splits a column may name, in code order (see :func:`split_marks`)
+#: the splits a column may name, in code order (see `split_marks`)
 SPLITS = ("train", "val", "test")
 #: accepted spellings (compared stripped and lower-cased) of each split's value
 SPLIT_SPELLINGS: dict[str, tuple[str, ...]] = {
@@ -42,7 +42,7 @@ def accepted() -> str:
 
 
 def split_of(value: Any) -> str | None:
-    """The split a column value names (``"train"``, ``"val"``, ``"test"``), or None for an unknown value."""
+    """The split a column value names (`"train"`, `"val"`, `"test"`), or None for an unknown value."""
     if isinstance(value, (bool, np.bool_)):
         return "val" if value else "train"
     if isinstance(value, (int, np.integer)) and value in (0, 1):
@@ -61,7 +61,7 @@ def _shown(value: Any) -> str:
 
 
 def _rows(rows: np.ndarray, places: Places) -> str:
-    """``"line 4"``, or ``"3 rows (lines 4, 8, 12)"``."""
+    """`"line 4"`, or `"3 rows (lines 4, 8, 12)"`."""
     shown = places(rows[:SHOWN])
     if len(rows) == 1:
         return shown[0]
@@ -78,7 +78,7 @@ def split_marks(
     rows: np.ndarray | None = None,
     places: Places | None = None,
 ) -> np.ndarray:
-    """The split each value names, as codes (positions in :data:`SPLITS`: 0 train, 1 val, 2 test).
+    """The split each value names, as codes (positions in `SPLITS`: 0 train, 1 val, 2 test).
 
     Args:
         values: the split column's values, in row order (any iterable: a file's column is read a
@@ -86,7 +86,7 @@ def split_marks(
         name: the table's name, for error messages.
         column: the column's name, for error messages.
         rows: the row number of each value (default: its position).
-        places: how messages name rows (default: ``"row N"``, from 1; see :mod:`~varlen.datasets.text.places`).
+        places: how messages name rows (default: `"row N"`, from 1; see `places`).
 
     Raises:
         DataError: a value names no split (naming the value and its rows), or no row is left for
@@ -119,14 +119,14 @@ def split_marks(
 
 
 def split_by_column(table: TextTable, column: str) -> dict[str, TextTable]:
-    """The rows of ``table`` by the split its column ``column`` names (only the splits it names).
+    """The rows of `table` by the split its column `column` names (only the splits it names).
 
     Args:
-        table: rows read with their split values (``table.splits``).
+        table: rows read with their split values (`table.splits`).
         column: the column's name, for error messages.
 
     Raises:
-        DataError: as :func:`split_marks`.
+        DataError: as `split_marks`.
     """
     if table.splits is None:
         raise ValueError(f"{table.name}: the table was read without its split column {column!r}")

@@ -1,10 +1,10 @@
-"""Tokenised texts over unpadded storage: token ids as :class:`~varlen.batching.ragged.Ragged` rows.
+"""Tokenised texts over unpadded storage: token ids as `Ragged` rows.
 
 A sample is a view into one flat id array (the DataModule's: a memory-mapped cache file, see
-:meth:`TokenizedTexts.mapped`); nothing is padded until a batch is fetched. The
-loader's batched fetch (``__getitems__``) pads a whole batch in one gather (pad id and
-``pad_to_multiple_of`` included), so the collate only names the fields. A sample may be one
-window of a longer document (``overflow="windows"``): it then carries its document id.
+`TokenizedTexts.mapped`); nothing is padded until a batch is fetched. The
+loader's batched fetch (`__getitems__`) pads a whole batch in one gather (pad id and
+`pad_to_multiple_of` included), so the collate only names the fields. A sample may be one
+window of a longer document (`overflow="windows"`): it then carries its document id.
 """
 
 from __future__ import annotations
@@ -27,19 +27,19 @@ __all__ = ["TextBatch", "TokenizedTexts", "pack_texts", "pad_texts"]
 
 @dataclass
 class TextBatch:
-    """A batch of texts, as gathered: what :class:`~varlen.datasets.text.TextCollator` names. Padded, a row per
-    text; packed (:func:`pack_texts`), the texts end to end in one row of ``T`` tokens.
+    """A batch of texts, as gathered: what `TextCollator` names. Padded, a row per
+    text; packed (`pack_texts`), the texts end to end in one row of `T` tokens.
 
     Attributes:
-        index: ``[B]`` int64 dataset index of each text.
-        ids: ``[B, L]`` int64 token ids, the pad id after each text (packed: ``[1, T]``, the pad id after
+        index: `[B]` int64 dataset index of each text.
+        ids: `[B, L]` int64 token ids, the pad id after each text (packed: `[1, T]`, the pad id after
             the last text).
-        mask: ``[B, L]`` bool keep mask (True = real token); packed ``[1, T]``.
-        labels: ``[B]`` int64 class ids.
-        type_ids: ``[B, L]`` int64 token type ids (0 where padded), or None; packed ``[1, T]``.
-        documents: ``[B]`` int64 document id of each window (texts cut into windows), or None.
-        cu_seqlens: packed only: ``[B + 1]`` int32 offset of each text in the row (the last: the real tokens).
-        position_ids: packed only: ``[1, T]`` int64, each text's positions from ``position_offset`` (0 after the
+        mask: `[B, L]` bool keep mask (True = real token); packed `[1, T]`.
+        labels: `[B]` int64 class ids.
+        type_ids: `[B, L]` int64 token type ids (0 where padded), or None; packed `[1, T]`.
+        documents: `[B]` int64 document id of each window (texts cut into windows), or None.
+        cu_seqlens: packed only: `[B + 1]` int32 offset of each text in the row (the last: the real tokens).
+        position_ids: packed only: `[1, T]` int64, each text's positions from `position_offset` (0 after the
             last text).
         max_seqlen: packed only: the longest text's tokens.
     """
@@ -82,13 +82,13 @@ def pad_texts(
     pad_token_id: int,
     pad_to_multiple_of: PadTo = None,
 ) -> TextBatch:
-    """The texts ``indices`` padded with ``pad_token_id``: one gather per field, no per-text work.
+    """The texts `indices` padded with `pad_token_id`: one gather per field, no per-text work.
 
-    Equal to ``ids.pad(indices, pad_token_id, pad_to_multiple_of, torch.long)`` (a test checks it).
+    Equal to `ids.pad(indices, pad_token_id, pad_to_multiple_of, torch.long)` (a test checks it).
     Text batches are small (a few dozen numpy calls, little data), so the calls are what costs:
-    one ``[B, L]`` grid of positions serves the ids and the type ids, read with
-    ``take(mode="clip")`` (a text's tail may read its neighbours' tokens, or the last token, and is
-    overwritten with the pad id) instead of a masked ``where``.
+    one `[B, L]` grid of positions serves the ids and the type ids, read with
+    `take(mode="clip")` (a text's tail may read its neighbours' tokens, or the last token, and is
+    overwritten with the pad id) instead of a masked `where`.
     """
     indices = np.asarray(indices, dtype=np.int64)
     if len(indices) == 0:
@@ -111,7 +111,7 @@ def pad_texts(
 
 
 def _read(rows: Ragged, indices: np.ndarray, cols: np.ndarray, pad: np.ndarray, pad_value: int) -> np.ndarray:
-    """``[B, L]`` int64: the first ``L`` values of each row, ``pad_value`` where ``pad``."""
+    """`[B, L]` int64: the first `L` values of each row, `pad_value` where `pad`."""
     out = rows.values.take(rows.starts[indices][:, None] + cols, mode="clip").astype(np.int64)
     out[pad] = pad_value
     return out
@@ -126,8 +126,8 @@ def pack_texts(
     width: int,
     position_offset: int = 0,
 ) -> TextBatch:
-    """The texts ``indices`` end to end in one row of ``width`` tokens (the pad id after them), with their
-    offsets and positions: one gather per field. A row too short for them is a ``ValueError`` (the plan's
+    """The texts `indices` end to end in one row of `width` tokens (the pad id after them), with their
+    offsets and positions: one gather per field. A row too short for them is a `ValueError` (the plan's
     budget is the row: a DataModule makes it at least as long as its longest text)."""
     indices = np.asarray(indices, dtype=np.int64)
     if len(indices) == 0:
@@ -140,7 +140,7 @@ def pack_texts(
 
 
 def _packed_batch(values, types, lengths, width, pad_token_id, offset, index, labels, documents=None) -> TextBatch:
-    """A packed :class:`TextBatch` of the texts' ``values`` (end to end, ``lengths`` each) in a row of ``width``."""
+    """A packed `TextBatch` of the texts' `values` (end to end, `lengths` each) in a row of `width`."""
     total = int(lengths.sum())
     if total > width:
         raise ValueError(f"{len(lengths)} texts of {total} tokens do not fit a packed row of {width}")
@@ -168,16 +168,16 @@ class TokenizedTexts(PadsToWidths, torch.utils.data.Dataset):
 
     Attributes:
         ids: token ids, one row per sample (a text, or a window of one).
-        labels: ``[N]`` int64 class id per sample.
+        labels: `[N]` int64 class id per sample.
         rows: row of each sample's text in its source table (to map predictions back to the file).
-        type_ids: token type ids with the same rows as ``ids`` (pairs), or None.
+        type_ids: token type ids with the same rows as `ids` (pairs), or None.
         pad_token_id: the tokenizer's pad id, written after each text of a fetched batch.
         pad_to_multiple_of: round a fetched batch's length up to this multiple (8 for tensor cores); a batch
-            that carries its padded length pads to it (:func:`~varlen.batching.indices.pad_to`).
-        documents: ``[N]`` int64 document id of each window (texts cut into windows: the text's
+            that carries its padded length pads to it (`pad_to`).
+        documents: `[N]` int64 document id of each window (texts cut into windows: the text's
             position in its split, the windows of a text in order), or None (one sample per text).
-        packing: ``(T, position offset)``: fetched batches are packed in one row of ``T`` tokens
-            (:func:`pack_texts`); None: padded.
+        packing: `(T, position offset)`: fetched batches are packed in one row of `T` tokens
+            (`pack_texts`); None: padded.
     """
 
     ids: Ragged
@@ -199,8 +199,8 @@ class TokenizedTexts(PadsToWidths, torch.utils.data.Dataset):
         packing: tuple[int, int] | None = None,
         keep: np.ndarray | None = None,
     ) -> TokenizedTexts:
-        """The texts of a tokenised table (:mod:`varlen.datasets.text.store`), every array a read-only
-        view of the mapped files: all its rows, or the rows a ``selection`` table lists; with ``keep``, only
+        """The texts of a tokenised table (`varlen.datasets.text.store`), every array a read-only
+        view of the mapped files: all its rows, or the rows a `selection` table lists; with `keep`, only
         those positions of them (the texts a packed row holds: the DataModule counted the others).
 
         Such a dataset pickles as the two tables' paths and its settings (a spawned loader

@@ -1,14 +1,14 @@
-"""Hugging Face ``datasets`` and Arrow IPC files as text tables: what ``train_file`` & co. take besides CSV,
+"""Hugging Face `datasets` and Arrow IPC files as text tables: what `train_file` & co. take besides CSV,
 TSV, JSON(L) and Parquet.
 
-* a ``datasets.Dataset`` in memory (from Python only): read through ``datasets`` (its indices mapping,
-  after a ``select`` or ``shuffle``, included), identified by its fingerprint;
-* a folder written by ``Dataset.save_to_disk``: opened with ``datasets.load_from_disk`` (memory-mapped in
-  place), identified by its files' content; a ``DatasetDict`` folder is a ``dataset_name``;
-* an ``.arrow`` file: the IPC stream format ``datasets`` writes (its cache files, a saved folder's
-  shards) or the IPC file format (``pyarrow.ipc.new_file``, Feather v2), memory-mapped with pyarrow.
+* a `datasets.Dataset` in memory (from Python only): read through `datasets` (its indices mapping,
+  after a `select` or `shuffle`, included), identified by its fingerprint;
+* a folder written by `Dataset.save_to_disk`: opened with `datasets.load_from_disk` (memory-mapped in
+  place), identified by its files' content; a `DatasetDict` folder is a `dataset_name`;
+* an `.arrow` file: the IPC stream format `datasets` writes (its cache files, a saved folder's
+  shards) or the IPC file format (`pyarrow.ipc.new_file`, Feather v2), memory-mapped with pyarrow.
 
-``datasets`` is imported only when one of them is met: a run on CSV files never pays for it.
+`datasets` is imported only when one of them is met: a run on CSV files never pays for it.
 """
 
 from __future__ import annotations
@@ -32,31 +32,31 @@ __all__ = [
     "read_arrow",
 ]
 
-#: the files ``save_to_disk`` marks a saved ``Dataset`` / ``DatasetDict`` folder with (``datasets.config``)
+#: the files `save_to_disk` marks a saved `Dataset` / `DatasetDict` folder with (`datasets.config`)
 DATASET_STATE = "state.json"
 DATASET_DICT = "dataset_dict.json"
 DATASET_INFO = "dataset_info.json"
 
 
 def is_dataset(value: Any) -> bool:
-    """Whether ``value`` is a ``datasets.Dataset`` (False without importing ``datasets`` when nothing
+    """Whether `value` is a `datasets.Dataset` (False without importing `datasets` when nothing
     has imported it: no such object can exist then)."""
     module = sys.modules.get("datasets")
     return module is not None and isinstance(value, module.Dataset)
 
 
 def is_saved_dataset(path: Path) -> bool:
-    """Whether ``path`` is a folder ``Dataset.save_to_disk`` wrote."""
+    """Whether `path` is a folder `Dataset.save_to_disk` wrote."""
     return path.is_dir() and (path / DATASET_STATE).is_file()
 
 
 def is_saved_dict(path: Path) -> bool:
-    """Whether ``path`` is a folder ``DatasetDict.save_to_disk`` wrote."""
+    """Whether `path` is a folder `DatasetDict.save_to_disk` wrote."""
     return path.is_dir() and (path / DATASET_DICT).is_file()
 
 
 def dataset_identity(dataset: Any) -> list[Any]:
-    """What identifies an in-memory ``Dataset``'s rows: its fingerprint (``datasets`` derives it from the
+    """What identifies an in-memory `Dataset`'s rows: its fingerprint (`datasets` derives it from the
     data and every transform since; equal data and steps, equal fingerprints) and its row count."""
     return ["dataset", dataset._fingerprint, dataset.num_rows]
 
@@ -64,7 +64,7 @@ def dataset_identity(dataset: Any) -> list[Any]:
 def folder_identity(path: Path) -> list[Any]:
     """What identifies a saved folder's rows: the content hash of its state, its info and every data file
     its state lists (a folder saved again with other rows is a new identity, the same rows saved elsewhere
-    the same one; cache files ``map`` wrote beside them are no part of it)."""
+    the same one; cache files `map` wrote beside them are no part of it)."""
     state = path / DATASET_STATE
     try:
         listed = [entry["filename"] for entry in json.loads(state.read_text())["_data_files"]]
@@ -75,11 +75,11 @@ def folder_identity(path: Path) -> list[Any]:
 
 
 def load_saved(path: Path, role: str) -> Any:
-    """The ``Dataset`` a ``save_to_disk`` folder holds, memory-mapped in place.
+    """The `Dataset` a `save_to_disk` folder holds, memory-mapped in place.
 
     Raises:
-        DataError: the folder holds a ``DatasetDict`` (its splits are a ``dataset_name``), or
-            ``datasets`` cannot load it.
+        DataError: the folder holds a `DatasetDict` (its splits are a `dataset_name`), or
+            `datasets` cannot load it.
     """
     if is_saved_dict(path):
         splits = sorted(p.name for p in path.iterdir() if p.is_dir())
@@ -96,10 +96,10 @@ def load_saved(path: Path, role: str) -> Any:
 
 
 def load_saved_dict(path: Path) -> Any:
-    """The ``DatasetDict`` a ``save_to_disk`` folder holds (``dataset_name`` given a folder).
+    """The `DatasetDict` a `save_to_disk` folder holds (`dataset_name` given a folder).
 
     Raises:
-        DataError: ``datasets`` cannot load it, or it holds one ``Dataset`` (a ``train_file``).
+        DataError: `datasets` cannot load it, or it holds one `Dataset` (a `train_file`).
     """
     import datasets
 
@@ -112,7 +112,7 @@ def load_saved_dict(path: Path) -> Any:
 
 
 def read_arrow(path: Path, role: str) -> Any:
-    """An ``.arrow`` file as a ``pyarrow.Table``, memory-mapped: the IPC file format or the stream format.
+    """An `.arrow` file as a `pyarrow.Table`, memory-mapped: the IPC file format or the stream format.
 
     Raises:
         DatasetNotFoundError: no such file.

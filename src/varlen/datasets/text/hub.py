@@ -1,8 +1,8 @@
-"""``dataset_name``: a dataset of the Hugging Face Hub (online, or in the ``datasets`` cache) or a
-``DatasetDict`` folder written by ``save_to_disk`` (opened with ``datasets.load_from_disk``, in place).
+"""`dataset_name`: a dataset of the Hugging Face Hub (online, or in the `datasets` cache) or a
+`DatasetDict` folder written by `save_to_disk` (opened with `datasets.load_from_disk`, in place).
 
-Its ``train`` / ``validation`` / ``test`` splits become the DataModule's ``train`` / ``val`` /
-``test``; a test split whose labels are all -1 (GLUE hides its test labels so) is left out.
+Its `train` / `validation` / `test` splits become the DataModule's `train` / `val` /
+`test`; a test split whose labels are all -1 (GLUE hides its test labels so) is left out.
 """
 
 from __future__ import annotations
@@ -22,18 +22,18 @@ HUB_SPLITS = {"train": "train", "val": "validation", "test": "test"}
 
 
 def is_folder(name: str) -> bool:
-    """Whether ``dataset_name`` names a folder ``save_to_disk`` wrote (else: a Hub name)."""
+    """Whether `dataset_name` names a folder `save_to_disk` wrote (else: a Hub name)."""
     path = Path(name).expanduser()
     return is_saved_dict(path) or is_saved_dataset(path)
 
 
 def load_hub(name: str, config_name: str | None) -> dict[str, Any]:
-    """The ``train`` / ``val`` / ``test`` splits of a Hub dataset (or a saved ``DatasetDict`` folder) as
-    ``datasets.Dataset`` objects (Arrow tables on disk: the ``datasets`` cache, or the folder).
+    """The `train` / `val` / `test` splits of a Hub dataset (or a saved `DatasetDict` folder) as
+    `datasets.Dataset` objects (Arrow tables on disk: the `datasets` cache, or the folder).
 
     Raises:
         DatasetNotFoundError: the dataset is neither on the Hub (when online) nor in the local cache.
-        DataError: it cannot be loaded, or has no ``train`` split.
+        DataError: it cannot be loaded, or has no `train` split.
     """
     import datasets
 

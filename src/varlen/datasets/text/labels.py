@@ -1,12 +1,12 @@
 """A text table's labels as classes: the class name of a label, and the checked class list of a column.
 
 Labels may be ints, integral floats (what a column with one blank cell becomes), bools or strings;
-each becomes a class name (:func:`label_key`). Without ``class_names`` the classes are the training
-labels' names in :func:`varlen.prepare.labels.class_order` (:func:`class_list`, :func:`column_classes`), after a
-check that the column says one thing (:func:`varlen.prepare.labels.check_labels`): a column mixing numbers with
+each becomes a class name (`label_key`). Without `class_names` the classes are the training
+labels' names in `varlen.prepare.labels.class_order` (`class_list`, `column_classes`), after a
+check that the column says one thing (`varlen.prepare.labels.check_labels`): a column mixing numbers with
 words, or spelling one number two ways, is refused with examples and their places (a file's line, or a row from 1: see
-:mod:`~varlen.datasets.text.places`). A Hugging Face ``ClassLabel`` column's ids are read as its names
-(:func:`named_labels`): its names are the classes, in id order.
+`places`). A Hugging Face `ClassLabel` column's ids are read as its names
+(`named_labels`): its names are the classes, in id order.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _rows_from_one(rows: Sequence[int]) -> list[str]:
 
 def label_key(label: Any) -> str | None:
     """A label as its class name: ints (and integral floats, which a column with one blank cell
-    becomes) as ``"1"``, other values as text; None for a missing or non-finite label."""
+    becomes) as `"1"`, other values as text; None for a missing or non-finite label."""
     if label is None:
         return None
     if isinstance(label, (float, np.floating)):
@@ -44,7 +44,7 @@ def label_key(label: Any) -> str | None:
 
 
 def _classes(values: Sequence[Any], rows: Sequence[int], source: str, column: str, places: Places) -> list[str]:
-    """The sorted class names of distinct ``values`` (first met at ``rows``), checked (see the module)."""
+    """The sorted class names of distinct `values` (first met at `rows`), checked (see the module)."""
     first: dict[str, int] = {}
     for value, row in zip(values, rows, strict=True):
         key = label_key(value)
@@ -65,12 +65,12 @@ def class_list(
     rows: Sequence[int] | None = None,
     places: Places = _rows_from_one,
 ) -> list[str]:
-    """The stable class list of some labels: :func:`varlen.prepare.labels.class_order` (by number when all spell
+    """The stable class list of some labels: `varlen.prepare.labels.class_order` (by number when all spell
     numbers, else as text).
 
     Raises:
-        DataError: the labels mix numbers with words or spell one number two ways (naming ``source``,
-            ``column`` and the places of the rows: ``rows[i]`` of ``labels[i]``, default ``i``).
+        DataError: the labels mix numbers with words or spell one number two ways (naming `source`,
+            `column` and the places of the rows: `rows[i]` of `labels[i]`, default `i`).
     """
     rows = range(len(labels)) if rows is None else rows
     return _classes(list(labels), list(rows), source, column, places)
@@ -79,15 +79,15 @@ def class_list(
 def column_classes(
     labels: Any, source: str, column: str, rows: np.ndarray | None = None, places: Places = _rows_from_one
 ) -> list[str]:
-    """:func:`class_list` of a pyarrow (chunked) array, read once in Arrow: its distinct values only
-    become Python objects (a column of 2 M labels costs one pass). ``rows``: each entry's row."""
+    """`class_list` of a pyarrow (chunked) array, read once in Arrow: its distinct values only
+    become Python objects (a column of 2 M labels costs one pass). `rows`: each entry's row."""
     values, first = distinct_labels(labels)
     return _classes(values, (first if rows is None else np.asarray(rows)[first]).tolist(), source, column, places)
 
 
 def named_labels(ids: Sequence[Any], names: Sequence[str]) -> list[Any]:
-    """A ``ClassLabel`` column's stored ids as its names, so that they are matched as names are (``-1``, what
-    ``datasets`` stores for no label, is None); an id beyond the names stays an id, marked so that no name
+    """A `ClassLabel` column's stored ids as its names, so that they are matched as names are (`-1`, what
+    `datasets` stores for no label, is None); an id beyond the names stays an id, marked so that no name
     matches it (the row is then an unknown label, named in the message); a value that is no id stays as is."""
 
     def name(v: Any) -> Any:

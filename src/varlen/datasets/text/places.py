@@ -1,8 +1,8 @@
 """Where a row of a text table is, as messages say it: one convention for every reader.
 
 A file with lines (CSV, TSV, JSON Lines) names the file's line, the header being line 1, as an
-editor shows it: ``"line 7"``. A table without lines (Parquet, Arrow, a ``datasets.Dataset``, a
-JSON array, a Hub split) names the row counted from 1: ``"row 7"``. Rows are kept in the tables
+editor shows it: `"line 7"`. A table without lines (Parquet, Arrow, a `datasets.Dataset`, a
+JSON array, a Hub split) names the row counted from 1: `"row 7"`. Rows are kept in the tables
 as positions (0 = the first data row); only a message turns them into places.
 
 A row's line is not its position plus two: readers skip blank lines and a quoted CSV field may
@@ -22,15 +22,15 @@ from varlen.datasets.files import record_lines
 
 __all__ = ["Layout", "Places", "RowPlaces", "json_layout"]
 
-#: how a table's rows sit in its file: ``rows`` (no lines), ``csv`` (a header, records that may span
-#: lines), ``tsv`` (a header, a line a record), ``jsonl`` (a line a record, no header)
+#: how a table's rows sit in its file: `rows` (no lines), `csv` (a header, records that may span
+#: lines), `tsv` (a header, a line a record), `jsonl` (a line a record, no header)
 Layout = Literal["rows", "csv", "tsv", "jsonl"]
-#: row positions -> their places in messages (``"line 7"``, ``"row 7"``): what a :class:`RowPlaces` is
+#: row positions -> their places in messages (`"line 7"`, `"row 7"`): what a `RowPlaces` is
 Places = Callable[[Sequence[int]], list[str]]
 
 
 def json_layout(start: bytes) -> Layout:
-    """A ``.json`` file's layout from its first bytes: a JSON array has no lines, else JSON Lines."""
+    """A `.json` file's layout from its first bytes: a JSON array has no lines, else JSON Lines."""
     return "rows" if start.lstrip().startswith((b"[", b"\xef\xbb\xbf[")) else "jsonl"
 
 
@@ -38,7 +38,7 @@ class RowPlaces:
     """The places of a table's rows (positions, 0 = the first data row) as messages say them.
 
     Args:
-        layout: how the rows sit in their file (see :data:`Layout`).
+        layout: how the rows sit in their file (see `Layout`).
         path: the file, for the layouts with lines.
     """
 
@@ -49,7 +49,7 @@ class RowPlaces:
         self._lines: np.ndarray | None = None  # the line of each row, once a message needed one
 
     def __call__(self, rows: Sequence[int] | np.ndarray) -> list[str]:
-        """``"line N"`` / ``"row N"`` of each row."""
+        """`"line N"` / `"row N"` of each row."""
         rows = [int(r) for r in rows]
         if self.layout == "rows" or not rows:
             return [f"row {r + 1}" for r in rows]

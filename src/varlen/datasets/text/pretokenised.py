@@ -1,16 +1,16 @@
 """Tables that already hold token ids: used as they are, never tokenised again.
 
-A table with an ``input_ids`` column (a list of integers per row, as ``datasets``' ``map`` with a
-tokenizer leaves it; optionally ``token_type_ids``; ``attention_mask`` is not read: the collate makes
-its own) is read as ids: its text columns (``text_column``, ``text_pair_column``) are not read,
+A table with an `input_ids` column (a list of integers per row, as `datasets`' `map` with a
+tokenizer leaves it; optionally `token_type_ids`; `attention_mask` is not read: the collate makes
+its own) is read as ids: its text columns (`text_column`, `text_pair_column`) are not read,
 even when it has them, and its duplicates are found by equal ids. The ids must come from the
-tokenizer the DataModule is given (``tokenizer_name_or_path``, whose pad id pads them and whose
+tokenizer the DataModule is given (`tokenizer_name_or_path`, whose pad id pads them and whose
 vocabulary the model embeds): an id outside that vocabulary is refused, naming the row, the id and
-the vocabulary's size. A row longer than ``max_length`` is truncated as the tokenizer truncates a
-single text (its first ids, and its closing special token, ``[SEP]``, kept last) and counted in the
+the vocabulary's size. A row longer than `max_length` is truncated as the tokenizer truncates a
+single text (its first ids, and its closing special token, `[SEP]`, kept last) and counted in the
 report: a pair's ids are cut at their end too, not from the longer side as the tokenizer cuts pairs
-(tokenise pairs with ``truncation=True`` to have them cut so). A row of special tokens only (or none)
-is an empty text. Windows (``overflow="windows"``) need texts.
+(tokenise pairs with `truncation=True` to have them cut so). A row of special tokens only (or none)
+is an empty text. Windows (`overflow="windows"`) need texts.
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ def _integer_lists(kind: Any) -> bool:
 def table_columns(
     given: TextColumns, schema: Any, name: str, label_optional: bool = False
 ) -> tuple[TextColumns, str | None]:
-    """The columns a table is read with, and its token type id column: ``given`` (less the label when it
-    is optional and missing), or, when the table has an ``input_ids`` column, that column as the text.
+    """The columns a table is read with, and its token type id column: `given` (less the label when it
+    is optional and missing), or, when the table has an `input_ids` column, that column as the text.
 
     Raises:
-        DataError: ``input_ids`` (or ``token_type_ids``) is not a column of integer lists (a CSV cell).
+        DataError: `input_ids` (or `token_type_ids`) is not a column of integer lists (a CSV cell).
     """
     names = list(schema.names)
     if label_optional and given.label not in names:
@@ -73,7 +73,7 @@ def _flat(rows: Sequence[Sequence[int]], lengths: np.ndarray, column: str, where
 
 
 def _truncate(ids: Sequence[int], max_length: int, special: set[int]) -> list[int]:
-    """The first ``max_length`` ids; a closing special token (``[SEP]``) stays last, as the tokenizer keeps it."""
+    """The first `max_length` ids; a closing special token (`[SEP]`) stays last, as the tokenizer keeps it."""
     if ids[-1] in special:
         return [*ids[: max_length - 1], ids[-1]]
     return list(ids[:max_length])
@@ -87,9 +87,9 @@ def encode_ids(
     keep_type_ids: bool,
     where: Callable[[int], str],
 ) -> tuple[dict[str, list[list[int]]], np.ndarray, np.ndarray]:
-    """Rows of token ids checked and truncated: ``(fields, truncated, empty)``, one entry per row.
+    """Rows of token ids checked and truncated: `(fields, truncated, empty)`, one entry per row.
 
-    ``where(i)`` names row ``i`` of ``rows`` in messages.
+    `where(i)` names row `i` of `rows` in messages.
 
     Raises:
         DataError: an id outside the tokenizer's vocabulary or missing, or token type ids of another length.

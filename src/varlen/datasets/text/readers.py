@@ -1,19 +1,19 @@
 """Open and check text-classification tables: local files in their real formats.
 
-A reader returns the columns it is asked for (a ``pyarrow.Table``, or a :class:`TextTable` of raw
-texts, optional second texts and labels) or raises :class:`~varlen.errors.DataError` naming the
-file and, where it applies, the line: a missing file (:class:`~varlen.errors.DatasetNotFoundError`),
+A reader returns the columns it is asked for (a `pyarrow.Table`, or a `TextTable` of raw
+texts, optional second texts and labels) or raises `DataError` naming the
+file and, where it applies, the line: a missing file (`DatasetNotFoundError`),
 an empty file, bytes that are not UTF-8, a file that does not parse, a header without rows, a
 missing column. Rows that cannot be used (an empty text, a missing, non-finite or unknown label)
-are a matter of policy: :func:`encode_rows` sends each through ``report.bad`` and keeps the others,
+are a matter of policy: `encode_rows` sends each through `report.bad` and keeps the others,
 with their row numbers, so nothing after a skipped row shifts.
 
-Local files are read with pyarrow directly (no ``datasets`` cache on disk): CSV (quoted fields
+Local files are read with pyarrow directly (no `datasets` cache on disk): CSV (quoted fields
 may hold commas and newlines), TSV (GLUE layout: no quoting), JSON Lines, a JSON array of
-records, Parquet; each also compressed (``.gz``, ``.bz2``, ``.xz``, ``.zst``, see
-:mod:`varlen.datasets.files`). Rows are kept as positions (0 = the first row after the header);
-messages name them as :mod:`~varlen.datasets.text.places` says (a file's line, or a row from 1).
-Hugging Face datasets and Arrow files are :mod:`~varlen.datasets.text.hf_tables`'.
+records, Parquet; each also compressed (`.gz`, `.bz2`, `.xz`, `.zst`, see
+`varlen.datasets.files`). Rows are kept as positions (0 = the first row after the header);
+messages name them as `places` says (a file's line, or a row from 1).
+Hugging Face datasets and Arrow files are `hf_tables`'.
 """
 
 from __future__ import annotations
@@ -59,13 +59,13 @@ __all__ = [
     "wanted_columns",
 ]
 
-#: local file suffixes the readers understand (each may be followed by one of ``COMPRESSIONS``)
+#: local file suffixes the readers understand (each may be followed by one of `COMPRESSIONS`)
 FILE_TYPES = (".csv", ".tsv", ".json", ".jsonl", ".parquet")
 #: where a user can fetch the usual real data, for the not-found hint
 SST2_URL = "https://dl.fbaipublicfiles.com/glue/data/SST-2.zip"
-#: the class id :func:`check_rows` gives a row without a label column (a table to predict on)
+#: the class id `check_rows` gives a row without a label column (a table to predict on)
 UNLABELLED = -1
-#: the class id :func:`check_rows` gives an unusable row
+#: the class id `check_rows` gives an unusable row
 UNUSABLE = -2
 
 
@@ -83,13 +83,13 @@ class TextTable:
     """The rows of one source, as read (labels not yet mapped to classes).
 
     Attributes:
-        name: the file (or ``"<hub name>[<split>]"``) that error messages name.
+        name: the file (or `"<hub name>[<split>]"`) that error messages name.
         texts: the text of each row.
         labels: the raw label of each row (int, float, str or None).
         pairs: the second text of each row, or None.
         rows: the row number of each entry in its source (0 = the first row after the header).
-        splits: the raw value of the split column of each row (``split_column``), or None.
-        places: how messages name its rows (default: ``"row N"``, from 1).
+        splits: the raw value of the split column of each row (`split_column`), or None.
+        places: how messages name its rows (default: `"row N"`, from 1).
     """
 
     name: str
@@ -110,11 +110,11 @@ class TextTable:
         return len(self.texts)
 
     def where(self, positions: Sequence[int] | np.ndarray) -> list[str]:
-        """The places of the entries ``positions`` (``"line 7"``, ``"row 7"``) in their source."""
+        """The places of the entries `positions` (`"line 7"`, `"row 7"`) in their source."""
         return self.places(self.rows[np.asarray(positions, dtype=np.int64)])
 
     def select(self, indices: Sequence[int] | np.ndarray) -> TextTable:
-        """The entries ``indices`` (positions in this table), keeping their source row numbers."""
+        """The entries `indices` (positions in this table), keeping their source row numbers."""
         indices = np.asarray(indices, dtype=np.int64)
         pick = [int(i) for i in indices]
         return TextTable(
@@ -148,7 +148,7 @@ def _csv_options(path: Path, columns: TextColumns, refuse) -> dict[str, Any]:
 
 
 def _read_csv(path: Path, columns: TextColumns, include: Sequence[str] | None):
-    """The columns ``include`` of a CSV / TSV file (those it has; None: only its header and first block's
+    """The columns `include` of a CSV / TSV file (those it has; None: only its header and first block's
     types), and its schema (from the header and the first block)."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
@@ -181,7 +181,7 @@ def _read_csv(path: Path, columns: TextColumns, include: Sequence[str] | None):
 
 
 def _starts_array(path: Path) -> bool:
-    """Whether a ``.json`` file holds one JSON array (else JSON Lines)."""
+    """Whether a `.json` file holds one JSON array (else JSON Lines)."""
     with open_binary(path) as handle:
         return json_layout(handle.read(4096)) == "rows"
 
@@ -208,7 +208,7 @@ def _read_json(path: Path):
 
 
 def _read_parquet(path: Path, include: Sequence[str] | None):
-    """The columns ``include`` of a Parquet file (those it has; None: none), and its schema."""
+    """The columns `include` of a Parquet file (those it has; None: none), and its schema."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -231,8 +231,8 @@ def iter_columns(
     include: Sequence[str] | None = None,
     size: int = 10_000,
 ) -> Iterator[Any]:
-    """The columns ``include`` of one local table, checked as :func:`read_columns` checks it, as
-    record batches of at most ``size`` rows. A Parquet file is read a batch at a time (memory holds
+    """The columns `include` of one local table, checked as `read_columns` checks it, as
+    record batches of at most `size` rows. A Parquet file is read a batch at a time (memory holds
     one batch, whatever the file); other formats are read whole (in Arrow), then cut."""
     path = Path(path).expanduser()
     if table_suffix(path) != ".parquet" or compression(path) is not None or not path.is_file():
@@ -259,11 +259,11 @@ def wanted_columns(columns: TextColumns, split_column: str | None = None) -> lis
 
 
 def local_file(path: str | Path, role: str) -> tuple[Path, str]:
-    """``path`` and its table suffix, once it is checked to be a file of one of :data:`FILE_TYPES`.
+    """`path` and its table suffix, once it is checked to be a file of one of `FILE_TYPES`.
 
     Raises:
         DatasetNotFoundError: there is no such file.
-        DataError: its suffix is none of :data:`FILE_TYPES`.
+        DataError: its suffix is none of `FILE_TYPES`.
     """
     path = Path(path).expanduser()
     if not path.is_file():
@@ -285,7 +285,7 @@ def local_file(path: str | Path, role: str) -> tuple[Path, str]:
 
 
 def _read(path: Path, suffix: str, columns: TextColumns, include: Sequence[str] | None):
-    """``(table of the columns include or None, schema)`` of a checked local file."""
+    """`(table of the columns include or None, schema)` of a checked local file."""
     if suffix == ".parquet":
         return _read_parquet(path, include)
     check_utf8(path)
@@ -296,7 +296,7 @@ def _read(path: Path, suffix: str, columns: TextColumns, include: Sequence[str] 
 
 
 def read_schema(path: str | Path, columns: TextColumns, role: str = "train_file"):
-    """A local table's columns and their types (``pyarrow.Schema``; a CSV's from its header and first
+    """A local table's columns and their types (`pyarrow.Schema`; a CSV's from its header and first
     block: a column of token ids there is text), read as cheaply as the format allows."""
     path, suffix = local_file(path, role)
     return _read(path, suffix, columns, None)[1]
@@ -319,19 +319,19 @@ def read_columns(
     split_column: str | None = None,
     include: Sequence[str] | None = None,
 ):
-    """One local table, checked, as a ``pyarrow.Table`` of the columns ``include`` only.
+    """One local table, checked, as a `pyarrow.Table` of the columns `include` only.
 
-    Checked (it exists, is not empty, is UTF-8, parses, has rows and every column of ``columns`` and
-    ``split_column``), whatever ``include`` takes: CSV, TSV and Parquet convert only those columns
+    Checked (it exists, is not empty, is UTF-8, parses, has rows and every column of `columns` and
+    `split_column`), whatever `include` takes: CSV, TSV and Parquet convert only those columns
     (the label column alone, for the class list); JSON is read whole, then projected.
 
     Args:
-        path: a ``.csv``, ``.tsv``, ``.json``, ``.jsonl`` or ``.parquet`` file, or one of them
-            compressed (``.csv.gz``, ``.tsv.bz2``, ``.jsonl.xz``, ``.csv.zst``...).
+        path: a `.csv`, `.tsv`, `.json`, `.jsonl` or `.parquet` file, or one of them
+            compressed (`.csv.gz`, `.tsv.bz2`, `.jsonl.xz`, `.csv.zst`...).
         columns: the columns it must have.
         role: the argument that named the file, for the not-found hint.
         split_column: a column it must have too (each row's split).
-        include: the columns to return (default: every column of ``columns`` and ``split_column``).
+        include: the columns to return (default: every column of `columns` and `split_column`).
 
     Raises:
         DatasetNotFoundError: there is no such file.
@@ -349,7 +349,7 @@ def read_columns(
 
 
 def check_columns(names: Sequence[str], wanted: Sequence[str], name: str) -> None:
-    """Refuse a table without one of the ``wanted`` columns, naming those missing and those it has."""
+    """Refuse a table without one of the `wanted` columns, naming those missing and those it has."""
     missing = [c for c in wanted if c not in names]
     if missing:
         raise DataError(
@@ -373,10 +373,10 @@ def _blank(value: Any) -> bool:
 def row_problem(
     text: Any, pair: Any, label: Any, lookup: dict[str, int], columns: TextColumns
 ) -> tuple[str, str] | int:
-    """A row's class id (:data:`UNLABELLED` without a label column), or why it cannot be used: (a detail
+    """A row's class id (`UNLABELLED` without a label column), or why it cannot be used: (a detail
     for the place, the reason).
 
-    ``pair`` is only looked at when ``columns.pair`` is set.
+    `pair` is only looked at when `columns.pair` is set.
     """
     for name, value in ((columns.text, text), (columns.pair, pair)):
         if name is not None and _blank(value):
@@ -402,9 +402,9 @@ def check_rows(
     classes: Sequence[str],
     columns: TextColumns,
 ) -> tuple[np.ndarray, list[tuple[int, str, str]]]:
-    """The class id of each row (:data:`UNUSABLE` for an unusable one, :data:`UNLABELLED` for each row
-    of a table without a label column), and ``(position, detail, reason)`` of each unusable row (see
-    :func:`row_problem`)."""
+    """The class id of each row (`UNUSABLE` for an unusable one, `UNLABELLED` for each row
+    of a table without a label column), and `(position, detail, reason)` of each unusable row (see
+    `row_problem`)."""
     lookup = {name: k for k, name in enumerate(classes)}
     ids = np.full(len(texts), UNUSABLE, dtype=np.int64)
     problems = []
@@ -424,7 +424,7 @@ def encode_rows(
     report: DataReport | None = None,
     split: str = "train",
 ) -> tuple[TextTable, np.ndarray]:
-    """The usable rows of ``table`` and their class ids; each unusable row goes through ``report.bad``.
+    """The usable rows of `table` and their class ids; each unusable row goes through `report.bad`.
 
     Args:
         table: rows as read.
@@ -434,7 +434,7 @@ def encode_rows(
         split: the split the rows belong to, for the report.
 
     Raises:
-        DataError: a bad row under ``on_bad="raise"``, naming the file and the row's place.
+        DataError: a bad row under `on_bad="raise"`, naming the file and the row's place.
     """
     report = report or DataReport("raise")
     if table.pairs is None:

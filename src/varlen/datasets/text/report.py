@@ -1,8 +1,8 @@
-"""`TextReport`: the shared :class:`~varlen.prepare.report.DataReport`, plus how many windows long texts became.
+"""`TextReport`: the shared `DataReport`, plus how many windows long texts became.
 
-With ``overflow="windows"`` nothing is truncated (the report counts no truncation), but a split
+With `overflow="windows"` nothing is truncated (the report counts no truncation), but a split
 holds more samples than its file has rows: the report says how many documents became how many
-windows, so that ``kept`` (windows) is not mistaken for a row count.
+windows, so that `kept` (windows) is not mistaken for a row count.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ __all__ = ["TextReport"]
 
 
 class TextReport(DataReport):
-    """A :class:`~varlen.prepare.report.DataReport` that also records ``documents -> windows`` per split.
+    """A `DataReport` that also records `documents -> windows` per split.
 
     Attributes:
-        windows: ``split -> (documents, windows)`` for the splits whose texts were cut into windows.
+        windows: `split -> (documents, windows)` for the splits whose texts were cut into windows.
     """
 
     def __init__(self, on_bad: OnBad = "raise", max_examples: int = 3) -> None:
@@ -26,7 +26,7 @@ class TextReport(DataReport):
         self.windows: dict[str, tuple[int, int]] = {}
 
     def window(self, split: str, documents: int, windows: int) -> None:
-        """``documents`` texts of ``split`` became ``windows`` samples."""
+        """`documents` texts of `split` became `windows` samples."""
         self.windows[split] = (int(documents), int(windows))
 
     def clear(self) -> None:
@@ -34,7 +34,7 @@ class TextReport(DataReport):
         self.windows.clear()
 
     def to_dict(self) -> dict[str, Any]:
-        """The shared fields, plus ``documents`` and ``windows`` for the windowed splits."""
+        """The shared fields, plus `documents` and `windows` for the windowed splits."""
         out = super().to_dict()
         for split, (documents, windows) in self.windows.items():
             out.setdefault(split, {}).update(documents=documents, windows=windows)

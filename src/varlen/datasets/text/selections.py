@@ -3,24 +3,24 @@
 Rows are split, then served as their samples (a text, or its windows), so the windows of a
 document never straddle two splits:
 
-* ``train``: the training source's rows (those its split column marks ``train``, with one), less
-  the validation rows carved out, optionally a stratified, seeded subset (``max_train_samples``);
-* ``val``: its own source; else the training rows its split column marks ``val``; else
-  ``val_fraction`` of the training rows, carved out stratified and seeded, every copy of a text
-  on the side of its first (:func:`varlen.prepare.splits.keyed_split`: copies never straddle train and val);
-* ``test``: its own source; else the rows marked ``test``; else the validation split.
+* `train`: the training source's rows (those its split column marks `train`, with one), less
+  the validation rows carved out, optionally a stratified, seeded subset (`max_train_samples`);
+* `val`: its own source; else the training rows its split column marks `val`; else
+  `val_fraction` of the training rows, carved out stratified and seeded, every copy of a text
+  on the side of its first (`varlen.prepare.splits.keyed_split`: copies never straddle train and val);
+* `test`: its own source; else the rows marked `test`; else the validation split.
 
-With ``deduplicate``, a text (and pair) whose exact copy came earlier is left out: earlier in its
+With `deduplicate`, a text (and pair) whose exact copy came earlier is left out: earlier in its
 source, or, for a validation or test source of its own, in the training source.
 
-With ``max_train_samples``, the training source is tokenised only where some split serves it
-(:meth:`TextSplit.subset`: the splits drawn from its rows' labels, digests and marks before any
-is tokenised); the splits drawn again from its token table serve its ``tokenised`` rows only.
+With `max_train_samples`, the training source is tokenised only where some split serves it
+(`TextSplit.subset`: the splits drawn from its rows' labels, digests and marks before any
+is tokenised); the splits drawn again from its token table serve its `tokenised` rows only.
 
 A split that serves all of its source's samples reads the token table itself. One that serves
 some gets a *selection* table, built once per node beside the token table and keyed by it and the
-split settings: per sample its ``start`` and ``length`` in the source's ids, ``label``, ``row``,
-``truncated``, ``digest`` (and ``document``, numbered again from 0). Either way every per-sample array a
+split settings: per sample its `start` and `length` in the source's ids, `label`, `row`,
+`truncated`, `digest` (and `document`, numbered again from 0). Either way every per-sample array a
 process reads is a view of a mapped file: a loader worker holds nothing of its own per sample.
 """
 
@@ -46,7 +46,7 @@ __all__ = ["SELECTION_VERSION", "SplitPlan", "TextSplit", "document_digests", "d
 
 #: format version of the selection tables
 SELECTION_VERSION = "text split 2"
-#: the reason a row ``deduplicate`` leaves out is counted under (unused, in the report)
+#: the reason a row `deduplicate` leaves out is counted under (unused, in the report)
 REPEATED = "copy of an earlier row's text, deduplicate=True"
 
 
@@ -55,13 +55,13 @@ class SplitPlan:
     """Which rows of which source a split serves.
 
     Attributes:
-        source: the source it reads (``"train"``, ``"val"`` or ``"test"``).
+        source: the source it reads (`"train"`, `"val"` or `"test"`).
         mark: only the rows the split column gives this code (0 train, 1 val, 2 test); None: every row.
-        carve: ``"train"`` or ``"val"``: that part of the validation split carved out of those rows.
-        subset: the training subset (``max_train_samples``) of what is left.
-        dedupe: leave out the rows whose text an earlier row has (``deduplicate``).
-        reference: the other source whose texts count as earlier (``"train"`` for a validation or
-            test source of its own, under ``dedupe``), or None.
+        carve: `"train"` or `"val"`: that part of the validation split carved out of those rows.
+        subset: the training subset (`max_train_samples`) of what is left.
+        dedupe: leave out the rows whose text an earlier row has (`deduplicate`).
+        reference: the other source whose texts count as earlier (`"train"` for a validation or
+            test source of its own, under `dedupe`), or None.
     """
 
     source: str
@@ -93,7 +93,7 @@ def document_digests(samples: MappedTable, selection: MappedTable | None = None)
 
 
 def split_summary(samples: MappedTable, selection: MappedTable | None) -> tuple[int, int]:
-    """``(documents, truncated texts)`` of a split served from these tables."""
+    """`(documents, truncated texts)` of a split served from these tables."""
     per_sample = selection if selection is not None else samples
     truncated = int(np.count_nonzero(per_sample.numpy("truncated")))
     if "document" not in per_sample.columns:
@@ -127,18 +127,18 @@ class TextSplit:
     deduplicate: bool = False
 
     def marked(self, tables: Mapping[str, TokenTables]) -> np.ndarray:
-        """Rows of the training source its split column gives each split (usable or not), ``[3]``."""
+        """Rows of the training source its split column gives each split (usable or not), `[3]`."""
         if self.split_column is None:
             return np.zeros(3, np.int64)
         kept, bad = _marks(tables["train"])
         return np.bincount(kept, minlength=3) + np.bincount(bad, minlength=3)
 
     def plans(self, tables: Mapping[str, TokenTables]) -> dict[str, SplitPlan | str]:
-        """``split -> SplitPlan``, or the name of the split it repeats (test: ``"val"``)."""
+        """`split -> SplitPlan`, or the name of the split it repeats (test: `"val"`)."""
         return self.plans_of(tables, {SPLITS[k] for k, n in enumerate(self.marked(tables)) if n})
 
     def plans_of(self, sources: Collection[str], marked: Collection[str]) -> dict[str, SplitPlan | str]:
-        """:meth:`plans` from the splits that have a source and those the split column names."""
+        """`plans` from the splits that have a source and those the split column names."""
         train_mark = 0 if self.split_column else None
         dedupe = self.deduplicate
         reference = "train" if dedupe and "train" in sources else None
@@ -160,12 +160,12 @@ class TextSplit:
     def check(
         self, tables: Mapping[str, TokenTables], plans: Mapping[str, SplitPlan | str], report: DataReport
     ) -> None:
-        """Pass every unusable row through ``report`` (under its split, in row order), refuse a split
+        """Pass every unusable row through `report` (under its split, in row order), refuse a split
         left without a usable row, and count the rows the split column gives a split that has a source
         of its own (unused).
 
         Raises:
-            DataError: an unusable row under ``on_bad="raise"`` (naming the source and the row), or a
+            DataError: an unusable row under `on_bad="raise"` (naming the source and the row), or a
                 split without a usable row.
         """
         own = {split: plan for split, plan in plans.items() if isinstance(plan, SplitPlan) and plan.carve != "val"}
@@ -193,7 +193,7 @@ class TextSplit:
                 report.leave_unused(SOURCE, reason, int(marked[SPLITS.index(split)]), "row")
 
     def firsts(self, samples: MappedTable, earlier: MappedTable | None = None) -> np.ndarray:
-        """bool per document of ``samples``: no row before it (in its source, or in ``earlier``, the
+        """bool per document of `samples`: no row before it (in its source, or in `earlier`, the
         reference source's samples) has its text."""
         digests = document_digests(samples)
         first = ~repeats(digests)
@@ -202,9 +202,9 @@ class TextSplit:
         return first
 
     def documents(self, samples: MappedTable | Rows, plan: SplitPlan, earlier: MappedTable | None = None) -> np.ndarray:
-        """The documents (numbers among the source's usable ones, ascending) that ``plan`` serves
-        (``earlier``: the samples of the plan's ``reference`` source). From a table tokenised for a
-        :meth:`subset`, the documents tokenised among them: those the subset drew."""
+        """The documents (numbers among the source's usable ones, ascending) that `plan` serves
+        (`earlier`: the samples of the plan's `reference` source). From a table tokenised for a
+        `subset`, the documents tokenised among them: those the subset drew."""
         first, _ = document_starts(samples)
         labels = samples.numpy("label")[first]
         docs = np.arange(len(first)) if plan.mark is None else np.flatnonzero(samples.numpy("mark")[first] == plan.mark)
@@ -223,9 +223,9 @@ class TextSplit:
         return docs
 
     def subset(self, sources: Collection[str], marks: np.ndarray | None) -> Subset | None:
-        """What of the training source to tokenise under ``max_train_samples`` (None without it): the
-        documents some split draws from it, drawn as :meth:`documents` draws them (``sources``: the
-        splits with a source; ``marks``: the training source's split column codes, or None)."""
+        """What of the training source to tokenise under `max_train_samples` (None without it): the
+        documents some split draws from it, drawn as `documents` draws them (`sources`: the
+        splits with a source; `marks`: the training source's split column codes, or None)."""
         if self.max_train_samples is None:
             return None
         marked = set() if marks is None else {SPLITS[k] for k in np.unique(marks)}
@@ -243,7 +243,7 @@ class TextSplit:
     def select(
         self, samples: MappedTable, plan: SplitPlan, earlier: MappedTable | None = None
     ) -> dict[str, np.ndarray]:
-        """The per-sample columns of the selection table of ``plan`` (see the module docstring)."""
+        """The per-sample columns of the selection table of `plan` (see the module docstring)."""
         docs = self.documents(samples, plan, earlier)
         first, counts = document_starts(samples)
         chosen = concat_ranges(first[docs], counts[docs])
@@ -256,7 +256,7 @@ class TextSplit:
 
     def selection_key(self, tables: TokenTables, plan: SplitPlan, earlier: TokenTables | None = None) -> str:
         """The content key of a selection table: the token tables' key (and the reference source's)
-        and the settings ``plan`` uses."""
+        and the settings `plan` uses."""
         settings = {}
         if plan.carve:
             settings |= {"val_fraction": self.val_fraction, "seed": self.seed}
@@ -269,7 +269,7 @@ class TextSplit:
     def selection(
         self, folder: str | Path, tables: Mapping[str, TokenTables], split: str, plan: SplitPlan
     ) -> MappedTable | None:
-        """The mapped selection table of ``split`` (built first when it is not there) from ``tables``
+        """The mapped selection table of `split` (built first when it is not there) from `tables`
         (every source's), or None when the split serves its whole source."""
         if plan.whole:
             return None
@@ -287,7 +287,7 @@ class TextSplit:
     def repeated(
         self, tables: Mapping[str, TokenTables], plans: Mapping[str, SplitPlan | str], report: DataReport
     ) -> None:
-        """Count in ``report`` (unused, under the source pseudo-split) the rows ``deduplicate`` leaves out."""
+        """Count in `report` (unused, under the source pseudo-split) the rows `deduplicate` leaves out."""
         sources = {
             plan.source: plan.reference for plan in plans.values() if isinstance(plan, SplitPlan) and plan.dedupe
         }

@@ -1,13 +1,13 @@
-"""Where a split's rows come from: a local file, a Hugging Face ``Dataset`` (in memory, a ``save_to_disk``
-folder or an ``.arrow`` file), a split of a Hub dataset, or the synthetic reviews.
+"""Where a split's rows come from: a local file, a Hugging Face `Dataset` (in memory, a `save_to_disk`
+folder or an `.arrow` file), a split of a Hub dataset, or the synthetic reviews.
 
-A :class:`TextSource` says what identifies its content (for the cache key: a file's SHA-256, a
-saved folder's files' hashes, a ``Dataset``'s fingerprint, a Hub split's fingerprint, the synthetic
+A `TextSource` says what identifies its content (for the cache key: a file's SHA-256, a
+saved folder's files' hashes, a `Dataset`'s fingerprint, a Hub split's fingerprint, the synthetic
 settings), which columns it has, reads only the columns it is asked for (the class list reads the
 label column alone, and the split column when there is one), and hands its rows out a slice at a
 time, so that tokenising never holds a Python list of the whole corpus. A table that already holds
-token ids (an ``input_ids`` column) is read as ids (see :attr:`TextSource.columns`). Rows are
-positions from 0 (after a file's header); :attr:`TextSource.places` names them in messages.
+token ids (an `input_ids` column) is read as ids (see `TextSource.columns`). Rows are
+positions from 0 (after a file's header); `TextSource.places` names them in messages.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ __all__ = ["RowSlice", "TextSource", "file_sources", "hub_sources", "synthetic_s
 
 
 class RowSlice(NamedTuple):
-    """Consecutive rows of a source, from row ``start`` on (one list per column; a table of token ids
+    """Consecutive rows of a source, from row `start` on (one list per column; a table of token ids
     gives each row's ids as its text, and its token type ids, when it has them)."""
 
     start: int
@@ -69,11 +69,11 @@ class TextSource:
     """The rows of one table, read a few columns or a slice at a time (subclasses say how).
 
     Args:
-        name: what messages call it (the file, ``"<hub name>[<split>]"``, ``"synthetic train"``).
+        name: what messages call it (the file, `"<hub name>[<split>]"`, `"synthetic train"`).
         columns: the columns it is read with (its label may be None: a table to predict on).
         split_column: the column naming each row's split, or None.
         slug: a short file-name-safe label for its cache files.
-        label_optional: a table without the label column is read without labels (``predict_file``).
+        label_optional: a table without the label column is read without labels (`predict_file`).
     """
 
     def __init__(
@@ -96,20 +96,20 @@ class TextSource:
         raise NotImplementedError
 
     def schema(self) -> Any:
-        """Its columns and their types (a ``pyarrow.Schema``)."""
+        """Its columns and their types (a `pyarrow.Schema`)."""
         raise NotImplementedError
 
     def read(self, names: list[str]) -> Any:
-        """The columns ``names``, every row, as a ``pyarrow.Table`` (checked: it has rows and its columns)."""
+        """The columns `names`, every row, as a `pyarrow.Table` (checked: it has rows and its columns)."""
         raise NotImplementedError
 
     def batches(self, names: list[str], size: int) -> Iterator[Any]:
-        """The columns ``names`` as record batches (or tables) of at most ``size`` rows, every row once."""
+        """The columns `names` as record batches (or tables) of at most `size` rows, every row once."""
         return self.read(names).to_batches(max_chunksize=size)
 
     @cached_property
     def places(self) -> RowPlaces:
-        """How messages name its rows (:mod:`~varlen.datasets.text.places`): rows from 1 unless it has lines."""
+        """How messages name its rows (`places`): rows from 1 unless it has lines."""
         return RowPlaces()
 
     # -- what every source does ---------------------------------------------------------------
@@ -121,7 +121,7 @@ class TextSource:
 
     @cached_property
     def _schema(self) -> Any:
-        """:meth:`schema`, read once (a JSON file's costs a parse) for its columns and label names."""
+        """`schema`, read once (a JSON file's costs a parse) for its columns and label names."""
         return self.schema()
 
     @cached_property
@@ -131,7 +131,7 @@ class TextSource:
     @property
     def columns(self) -> TextColumns:
         """The columns its rows are read from: those given, or, in a table that holds token ids, its
-        ``input_ids`` column in place of the text (the text columns are then not read); the label None
+        `input_ids` column in place of the text (the text columns are then not read); the label None
         when a table to predict on has none."""
         return self._layout[0]
 
@@ -141,7 +141,7 @@ class TextSource:
         return self._layout[1]
 
     def check(self, table: Any) -> Any:
-        """``table`` (a ``pyarrow.Table`` or a ``Dataset`` of this source), refused when it has no row or the
+        """`table` (a `pyarrow.Table` or a `Dataset` of this source), refused when it has no row or the
         source lacks a column it is read with."""
         check_columns(self.schema().names, wanted_columns(self.columns, self.split_column), self.name)
         if table.num_rows == 0:
@@ -149,7 +149,7 @@ class TextSource:
         return table
 
     def marks(self) -> np.ndarray | None:
-        """The split code of each row (see :func:`~varlen.datasets.text.column_splits.split_marks`),
+        """The split code of each row (see `split_marks`),
         None without a split column. Read once (the split column alone), checked, kept: a byte per row."""
         if self.split_column is None:
             return None
@@ -161,19 +161,19 @@ class TextSource:
 
     @cached_property
     def label_names(self) -> list[str] | None:
-        """The names of its label column's ids when that is a Hugging Face ``ClassLabel`` (a ``Dataset``, a
-        saved folder, or an ``.arrow`` / Parquet file ``datasets`` wrote), else None: its rows' labels are
+        """The names of its label column's ids when that is a Hugging Face `ClassLabel` (a `Dataset`, a
+        saved folder, or an `.arrow` / Parquet file `datasets` wrote), else None: its rows' labels are
         read as those names."""
         return classlabel_names(self._schema, self.columns.label)
 
     def classes(self, given: list[str] | None = None) -> list[str]:
-        """The classes of its (training) rows' labels: a ``ClassLabel``'s names in id order, else the labels
-        sorted and checked (see :func:`~varlen.datasets.text.labels.column_classes`; only the label column
-        is read); ``given`` (``class_names``): those, which must be names of a ``ClassLabel``.
+        """The classes of its (training) rows' labels: a `ClassLabel`'s names in id order, else the labels
+        sorted and checked (see `column_classes`; only the label column
+        is read); `given` (`class_names`): those, which must be names of a `ClassLabel`.
 
         Raises:
             DataError: the labels mix numbers with words or spell one number two ways (naming rows), or
-                ``given`` names a class its ``ClassLabel`` lacks.
+                `given` names a class its `ClassLabel` lacks.
         """
         import pyarrow as pa
 
@@ -189,7 +189,7 @@ class TextSource:
         return column_classes(labels, self.name, label, rows, self.places)
 
     def slices(self, size: int) -> Iterator[RowSlice]:
-        """The rows at most ``size`` at a time, each slice as lists (a Parquet file, a ``Dataset``, is
+        """The rows at most `size` at a time, each slice as lists (a Parquet file, a `Dataset`, is
         read a batch at a time; other sources are read once, in Arrow, then cut)."""
         text, pair, label = self.columns
         names = wanted_columns(self.columns) + ([self.type_ids] if self.type_ids else [])
@@ -202,7 +202,7 @@ class TextSource:
             start += part.num_rows
 
     def _labels(self, values: list[Any]) -> list[Any]:
-        """Labels as read: a ``ClassLabel``'s ids as its names (see :func:`~.labels.named_labels`)."""
+        """Labels as read: a `ClassLabel`'s ids as its names (see `named_labels`)."""
         return values if self.label_names is None else named_labels(values, self.label_names)
 
     def table(self) -> TextTable:
@@ -244,7 +244,7 @@ class FileSource(TextSource):
 
 
 class ArrowSource(TextSource):
-    """An ``.arrow`` file (Arrow IPC, file or stream format), memory-mapped each time it is read."""
+    """An `.arrow` file (Arrow IPC, file or stream format), memory-mapped each time it is read."""
 
     def __init__(self, path: Path, role: str, columns: TextColumns, split_column: str | None = None, **kwargs):
         super().__init__(str(path), columns, split_column, path.name, **kwargs)
@@ -262,7 +262,7 @@ class ArrowSource(TextSource):
 
 
 class DatasetSource(TextSource):
-    """A ``datasets.Dataset``: in memory, loaded from a ``save_to_disk`` folder, or a Hub split."""
+    """A `datasets.Dataset`: in memory, loaded from a `save_to_disk` folder, or a Hub split."""
 
     def __init__(self, name: str, dataset: Any, identity: Any, columns: TextColumns, split_column=None, **kwargs):
         super().__init__(name, columns, split_column, **kwargs)
@@ -322,13 +322,13 @@ class SyntheticSource(TextSource):
 def table_source(
     value: Any, columns: TextColumns, role: str = "train_file", split_column: str | None = None, **kwargs
 ) -> TextSource:
-    """The source of one table argument (``train_file`` & co.): a ``datasets.Dataset``, or a path to a
-    file (CSV, TSV, JSON(L), Parquet, ``.arrow``) or to a ``save_to_disk`` folder. Nothing is read yet
+    """The source of one table argument (`train_file` & co.): a `datasets.Dataset`, or a path to a
+    file (CSV, TSV, JSON(L), Parquet, `.arrow`) or to a `save_to_disk` folder. Nothing is read yet
     but a saved folder's index.
 
     Raises:
-        TypeError: ``value`` is neither a path nor a ``Dataset``.
-        DataError: a folder ``save_to_disk`` did not write, or that holds a ``DatasetDict``.
+        TypeError: `value` is neither a path nor a `Dataset`.
+        DataError: a folder `save_to_disk` did not write, or that holds a `DatasetDict`.
     """
     if is_dataset(value):
         name = f"{role} (datasets.Dataset)"
@@ -353,8 +353,8 @@ def table_source(
 def file_sources(
     files: Mapping[str, Any], columns: TextColumns, split_column: str | None = None
 ) -> dict[str, TextSource]:
-    """``split -> source`` of table arguments (``{"train": path or Dataset, "val": ... or None, ...}``, see
-    :func:`table_source`); only the training table carries the split column, and a ``predict`` table
+    """`split -> source` of table arguments (`{"train": path or Dataset, "val": ... or None, ...}`, see
+    `table_source`); only the training table carries the split column, and a `predict` table
     may lack the label column."""
     return {
         split: table_source(
@@ -372,7 +372,7 @@ def file_sources(
 def hub_sources(
     name: str, config_name: str | None, columns: TextColumns, split_column: str | None = None
 ) -> dict[str, TextSource]:
-    """``split -> source`` of a Hub dataset (or a saved ``DatasetDict`` folder) loaded by ``datasets``; a
+    """`split -> source` of a Hub dataset (or a saved `DatasetDict` folder) loaded by `datasets`; a
     test split whose labels are all -1 (GLUE hides them) is left out."""
     import pyarrow.compute as pc
 
@@ -395,5 +395,5 @@ def hub_sources(
 
 
 def synthetic_sources(kind: str, num_samples: int) -> dict[str, TextSource]:
-    """``split -> source`` of the synthetic reviews (see :func:`~varlen.datasets.text.synthetic_tables`)."""
+    """`split -> source` of the synthetic reviews (see `synthetic_tables`)."""
     return {split: SyntheticSource(kind, split, n, seed) for split, (n, seed) in synthetic_splits(num_samples).items()}

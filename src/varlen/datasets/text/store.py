@@ -1,31 +1,31 @@
 """Tokenised sources on disk: built once per node, a slice of rows at a time; mapped by everyone else.
 
 Each source (a file, a Hub split, a synthetic split) becomes two Arrow IPC tables in the cache
-folder (:mod:`varlen.storage.tables`), named by a content key over the source's content, the tokenizer
+folder (`varlen.storage.tables`), named by a content key over the source's content, the tokenizer
 (its name, its whole definition: vocabulary, normaliser, special tokens; and the side it truncates),
-``max_length``, ``overflow``, ``stride``, the columns, the class list the labels were encoded with,
+`max_length`, `overflow`, `stride`, the columns, the class list the labels were encoded with,
 and whether token type ids are kept:
 
-* ``<slug>-<key>.arrow``: one row per sample (a usable text, or a window of one): ``input_ids``
-  (and ``token_type_ids``) as list columns, and per sample ``length``, ``label`` (class id),
-  ``row`` (in the source), ``truncated``, ``digest`` (of the row's text and pair: equal texts,
-  equal digests; what duplicates are found by), ``document`` (windows: the text's number among the
-  usable ones) and ``mark`` (the split its split column names, with one);
-* ``<slug>-<key>.bad.arrow``: the rows that cannot be used (their row, its place as messages name
+* `<slug>-<key>.arrow`: one row per sample (a usable text, or a window of one): `input_ids`
+  (and `token_type_ids`) as list columns, and per sample `length`, `label` (class id),
+  `row` (in the source), `truncated`, `digest` (of the row's text and pair: equal texts,
+  equal digests; what duplicates are found by), `document` (windows: the text's number among the
+  usable ones) and `mark` (the split its split column names, with one);
+* `<slug>-<key>.bad.arrow`: the rows that cannot be used (their row, its place as messages name
   it, what is wrong, their mark; a text the tokenizer leaves nothing of but the special tokens is
   empty, as a blank one is),
-  which ``setup`` passes through the report as they were found (raised or counted: the report is the
+  which `setup` passes through the report as they were found (raised or counted: the report is the
   same whether the cache was just built or mapped).
 
-Building reads, checks and encodes :data:`~varlen.datasets.text.tokens.CHUNK` rows at a time and
-appends them to a :class:`~varlen.storage.tables.TableBuilder` (ids go to a scratch file as they come): memory
+Building reads, checks and encodes `CHUNK` rows at a time and
+appends them to a `TableBuilder` (ids go to a scratch file as they come): memory
 holds one slice and a few bytes per row, never a Python list of the corpus' ids. A table of token ids
-(:mod:`~varlen.datasets.text.pretokenised`) is checked and truncated instead of tokenised.
+(`pretokenised`) is checked and truncated instead of tokenised.
 
-A :class:`Subset` (``max_train_samples``) tokenises only the rows some split serves: a first pass
-reads and checks every row (labels, texts, digests, marks: no tokenising) and the subset's ``keep``
+A `Subset` (`max_train_samples`) tokenises only the rows some split serves: a first pass
+reads and checks every row (labels, texts, digests, marks: no tokenising) and the subset's `keep`
 draws from that what is tokenised; every other usable row stays in the table as a sample of no id
-(``tokenised`` 0), so that the splits drawn again from the table draw the same rows. The key then
+(`tokenised` 0), so that the splits drawn again from the table draw the same rows. The key then
 covers the subset's settings.
 """
 
@@ -62,8 +62,8 @@ DTYPES = {"input_ids": np.int32, "token_type_ids": np.int8}
 
 class Rows:
     """A source's usable rows as the split policy reads them, before any is tokenised: per row its class
-    ``label``, text ``digest``, ``row`` and ``mark`` (with a split column); one document each. It reads as
-    a token table's samples do (``numpy(name)``, ``columns``, ``len``)."""
+    `label`, text `digest`, `row` and `mark` (with a split column); one document each. It reads as
+    a token table's samples do (`numpy(name)`, `columns`, `len`)."""
 
     def __init__(self, columns: dict[str, np.ndarray]) -> None:
         self._columns = columns
@@ -85,7 +85,7 @@ class Subset:
 
     Attributes:
         settings: what the draw depends on besides the rows (JSON-like: part of the key).
-        keep: :class:`Rows` -> bool per row: tokenise it.
+        keep: `Rows` -> bool per row: tokenise it.
     """
 
     settings: dict[str, Any]
@@ -113,7 +113,7 @@ class TokenTables:
     Attributes:
         name: the source's name (for messages).
         samples: one row per sample.
-        bad: one row per unusable source row (``row``, ``place``, ``detail``, ``reason``, ``mark``).
+        bad: one row per unusable source row (`row`, `place`, `detail`, `reason`, `mark`).
         key: their content key.
     """
 
@@ -140,7 +140,7 @@ def _open(folder: Path, source: TextSource, key: str, vocabulary: int) -> TokenT
 
 
 def _ids_problem(samples: MappedTable, vocabulary: int) -> str | None:
-    """A token id outside the tokenizer's ``vocabulary`` ids (an embedding would fail on it), or None."""
+    """A token id outside the tokenizer's `vocabulary` ids (an embedding would fail on it), or None."""
     found = ids_outside(samples.ragged("input_ids", lengths=samples.numpy("length")), vocabulary)
     if found is None:
         return None
@@ -156,11 +156,11 @@ def load_tokens(
     tokenizer_id: str | None = None,
     subset: Subset | None = None,
 ) -> TokenTables:
-    """The token tables of ``source`` in ``folder``: mapped when they are there (and valid), else built
+    """The token tables of `source` in `folder`: mapped when they are there (and valid), else built
     first (a cut-short, other-version or other-input file is rebuilt with a warning).
 
-    ``tokenizer_id`` is :func:`tokenizer_identity` of ``tokenizer``, when the caller has it already;
-    ``subset``: tokenise only the rows it keeps."""
+    `tokenizer_id` is `tokenizer_identity` of `tokenizer`, when the caller has it already;
+    `subset`: tokenise only the rows it keeps."""
     folder = Path(folder)
     key = token_key(source, classes, tokenizer_id or tokenizer_identity(tokenizer), tokenization, subset)
     found = _open(folder, source, key, len(tokenizer))
@@ -183,7 +183,7 @@ class _Bad:
         self.marks: list[int] = []
 
     def add(self, part: RowSlice, problems: list[tuple[int, str, str]], marks: np.ndarray | None, source) -> None:
-        """The ``(position, detail, reason)`` problems of ``part``, named as messages name their rows."""
+        """The `(position, detail, reason)` problems of `part`, named as messages name their rows."""
         rows = [part.start + i for i, _, _ in problems]
         self.rows += rows
         self.places += source.places(rows) if rows else []
@@ -218,7 +218,7 @@ def _survey(source: TextSource, classes: Sequence[str], marks: np.ndarray | None
 
 
 class _Drawn(NamedTuple):
-    """What the first pass of a :class:`Subset` build found, by source row: tokenise it, and its digest."""
+    """What the first pass of a `Subset` build found, by source row: tokenise it, and its digest."""
 
     keep: np.ndarray
     digests: np.ndarray
@@ -241,13 +241,13 @@ def build_tokens(
     key: str | None = None,
     subset: Subset | None = None,
 ) -> None:
-    """Check, tokenise and write ``source``'s rows a slice at a time (see the module docstring).
+    """Check, tokenise and write `source`'s rows a slice at a time (see the module docstring).
 
     Raises:
-        DataError: the source cannot be read, its split column names no split, ``folder`` cannot
+        DataError: the source cannot be read, its split column names no split, `folder` cannot
             be written (naming it), the tokenizer gives an id outside its vocabulary, or a table of
             token ids holds one (or is to be cut into windows).
-        ValueError: a ``stride`` that leaves a window no new token.
+        ValueError: a `stride` that leaves a window no new token.
     """
     started = time.perf_counter()
     folder = Path(folder)
@@ -292,7 +292,7 @@ def build_tokens(
 def _encode(
     part: RowSlice, todo: np.ndarray, source: TextSource, tokenizer: Any, tokenization: Tokenization
 ) -> Encoded:
-    """The rows ``todo`` of ``part`` encoded: tokenised, or, in a table of token ids, checked and truncated."""
+    """The rows `todo` of `part` encoded: tokenised, or, in a table of token ids, checked and truncated."""
     texts = [part.texts[i] for i in todo]
     if source.columns.text != IDS:
         pairs = None if part.pairs is None else [part.pairs[i] for i in todo]
@@ -325,9 +325,9 @@ def _append(
     tokenization: Tokenization,
     drawn: _Drawn | None = None,
 ) -> tuple[int, int]:
-    """Check and encode one slice, append its samples to ``builder`` and its unusable rows to ``bad``;
-    returns the documents it added and the rows it tokenised. With ``drawn``, only the rows it keeps
-    are tokenised; the other usable rows get a sample of no id (``tokenised`` 0)."""
+    """Check and encode one slice, append its samples to `builder` and its unusable rows to `bad`;
+    returns the documents it added and the rows it tokenised. With `drawn`, only the rows it keeps
+    are tokenised; the other usable rows get a sample of no id (`tokenised` 0)."""
     ids, problems = check_rows(part.texts, part.pairs, part.labels, classes, source.columns)
     usable = np.flatnonzero(ids != UNUSABLE)
     todo = usable if drawn is None else usable[drawn.keep[part.start + usable]]
@@ -364,13 +364,13 @@ def _append(
 
 
 def _ordered(rows: list[list[int]], holes: int, order: np.ndarray) -> list[list[int]]:
-    """``rows`` and ``holes`` empty rows, in ``order``."""
+    """`rows` and `holes` empty rows, in `order`."""
     every = rows + [[]] * holes
     return [every[i] for i in order]
 
 
 def _emptied(part: RowSlice, positions: np.ndarray, columns: Any) -> list[tuple[int, str, str]]:
-    """``(position, detail, reason)`` of the rows of ``part`` at ``positions`` that tokenise to nothing."""
+    """`(position, detail, reason)` of the rows of `part` at `positions` that tokenise to nothing."""
     named = repr(columns.text) if part.pairs is None else f"{columns.text!r} or {columns.pair!r}"
     reason = f"empty text in column {named}"
     return [
@@ -380,7 +380,7 @@ def _emptied(part: RowSlice, positions: np.ndarray, columns: Any) -> list[tuple[
 
 
 def _without_empty(encoded: Encoded) -> Encoded:
-    """``encoded`` less the samples of its empty texts, the others' text numbers counted again."""
+    """`encoded` less the samples of its empty texts, the others' text numbers counted again."""
     keep = ~encoded.empty[encoded.of_text]
     number = np.cumsum(~encoded.empty) - 1
     fields = {

@@ -1,8 +1,8 @@
 """The embedded default: deterministic movie-review-like texts, so that everything runs offline.
 
-Two kinds: short reviews (:func:`synthetic_reviews`, SST-2-like lengths) and long ones
-(:func:`synthetic_long_reviews`, IMDB-like lengths) whose opinions are few and mostly late in
-the text, so that truncating to the first ``max_length`` tokens loses most of the signal.
+Two kinds: short reviews (`synthetic_reviews`, SST-2-like lengths) and long ones
+(`synthetic_long_reviews`, IMDB-like lengths) whose opinions are few and mostly late in
+the text, so that truncating to the first `max_length` tokens loses most of the signal.
 """
 
 from __future__ import annotations
@@ -53,13 +53,13 @@ _POLAR = {
 
 
 def synthetic_labels(num_samples: int, seed: int = 0) -> np.ndarray:
-    """The labels :func:`synthetic_reviews` and :func:`synthetic_long_reviews` give (their first draw),
+    """The labels `synthetic_reviews` and `synthetic_long_reviews` give (their first draw),
     without writing a text: what the class list needs."""
     return np.random.default_rng(seed).integers(0, 2, num_samples)
 
 
 def iter_reviews(num_samples: int, seed: int = 0) -> Iterator[tuple[str, int]]:
-    """:func:`synthetic_reviews` one ``(text, label)`` at a time (the same texts: one generator stream)."""
+    """`synthetic_reviews` one `(text, label)` at a time (the same texts: one generator stream)."""
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, 2, num_samples)
     lengths = np.clip(rng.lognormal(mean=3.0, sigma=0.7, size=num_samples), 4, 250).astype(int)
@@ -95,7 +95,7 @@ def _collect(reviews: Iterator[tuple[str, int]]) -> dict[str, list]:
 def iter_long_reviews(
     num_samples: int, seed: int = 0, median_words: int = 300, words_per_opinion: float = 40.0, agreement: float = 0.75
 ) -> Iterator[tuple[str, int]]:
-    """:func:`synthetic_long_reviews` one ``(text, label)`` at a time (the same texts)."""
+    """`synthetic_long_reviews` one `(text, label)` at a time (the same texts)."""
     rng = np.random.default_rng(seed)
     labels = rng.integers(0, 2, num_samples)
     lengths = np.clip(rng.lognormal(np.log(median_words), 0.6, num_samples), 60, 1500).astype(int)
@@ -114,20 +114,20 @@ def synthetic_long_reviews(
 ) -> dict[str, list]:
     """Deterministic long reviews whose sentiment is spread thinly over the whole text.
 
-    Lengths (in words, about one MiniLM token each) are log-normal around ``median_words``
-    (from 60 to 1,500). A review holds about one opinion word per ``words_per_opinion`` words
+    Lengths (in words, about one MiniLM token each) are log-normal around `median_words`
+    (from 60 to 1,500). A review holds about one opinion word per `words_per_opinion` words
     (one at least), placed with a density that grows along the text (a plot summary first, the
     verdict later: the first 40% of a review holds about 16% of its opinions); each agrees with
-    the label with probability ``agreement``. Reading the whole review, a majority vote of its
+    the label with probability `agreement`. Reading the whole review, a majority vote of its
     opinions is right about 9 times in 10; reading the first 128 tokens, far less often (see
-    :func:`opinion_votes`).
+    `opinion_votes`).
     """
     return _collect(iter_long_reviews(num_samples, seed, median_words, words_per_opinion, agreement))
 
 
 def opinion_votes(texts: list[str], first_words: int | None = None) -> np.ndarray:
     """The label a majority vote of the opinion words gives each text (ties: 1), over its first
-    ``first_words`` words (None: all): the reference a classifier of the synthetic reviews can reach."""
+    `first_words` words (None: all): the reference a classifier of the synthetic reviews can reach."""
     polar = {w: side for side, words in _POLAR.items() for w in words}
     votes = []
     for text in texts:
@@ -137,7 +137,7 @@ def opinion_votes(texts: list[str], first_words: int | None = None) -> np.ndarra
 
 
 def synthetic_splits(num_samples: int) -> dict[str, tuple[int, int]]:
-    """``split -> (reviews, generator seed)`` of :func:`synthetic_tables`: validation and test a fifth of
+    """`split -> (reviews, generator seed)` of `synthetic_tables`: validation and test a fifth of
     the training set (2 at least); the seeds fixed (0, 1, 2), independent of the DataModule's seed."""
     small = max(num_samples // 5, 2)
     return {"train": (num_samples, 0), "val": (small, 1), "test": (small, 2)}
@@ -149,22 +149,22 @@ def synthetic_name(kind: str, split: str) -> str:
 
 
 def iter_synthetic(kind: str, num_samples: int, seed: int) -> Iterator[tuple[str, int]]:
-    """The reviews of ``kind`` one ``(text, label)`` at a time."""
+    """The reviews of `kind` one `(text, label)` at a time."""
     if kind not in SYNTHETIC_KINDS:
         raise ValueError(f"synthetic kind must be one of {SYNTHETIC_KINDS}, got {kind!r}")
     return iter_reviews(num_samples, seed) if kind == "reviews" else iter_long_reviews(num_samples, seed)
 
 
 def synthetic_tables(num_samples: int, kind: str = "reviews") -> dict[str, TextTable]:
-    """Train (``num_samples`` reviews), validation and test (a fifth each, at least 2).
+    """Train (`num_samples` reviews), validation and test (a fifth each, at least 2).
 
     Each split has a fixed generator seed of its own (0, 1, 2), independent of the DataModule's
     seed: the data stay the same whatever seed shuffles the batches.
 
     Args:
         num_samples: training reviews.
-        kind: ``"reviews"`` (short, :func:`synthetic_reviews`) or ``"long_reviews"``
-            (:func:`synthetic_long_reviews`).
+        kind: `"reviews"` (short, `synthetic_reviews`) or `"long_reviews"`
+            (`synthetic_long_reviews`).
     """
     tables = {}
     for split, (n, seed) in synthetic_splits(num_samples).items():

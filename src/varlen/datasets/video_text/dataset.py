@@ -3,14 +3,14 @@
 Checking (which videos and captions are usable) and indexing (where each sample's segments,
 frames and tokens lie) are separate vectorised steps; only the per-video feature checks call
 the store once per video (headers, plus one scan for NaN / inf in stored features). Every bad
-video or caption goes through ``report.bad(...)`` under the dataset's split name.
+video or caption goes through `report.bad(...)` under the dataset's split name.
 
-What a batch is gathered from is four :class:`~varlen.batching.ragged.Ragged` fields
-(:mod:`.storage`): tokens and timestamps are indexed at construction; the served video features
+What a batch is gathered from is four `Ragged` fields
+(`.storage`): tokens and timestamps are indexed at construction; the served video features
 (pooled segments, or the kept frames) are read from the store once, when first needed, so a
-batch never touches the store. The DataModule builds these datasets only in ``prepare_data``, to
-write what they serve to split tables (:mod:`.served`); every process then serves the mapped
-tables (:class:`~varlen.datasets.video_text.served.MappedVideoTextDataset`).
+batch never touches the store. The DataModule builds these datasets only in `prepare_data`, to
+write what they serve to split tables (`.served`); every process then serves the mapped
+tables (`MappedVideoTextDataset`).
 """
 
 from __future__ import annotations
@@ -52,14 +52,14 @@ Problem = tuple[str, str, str]
 
 
 def concat_ranges(first: np.ndarray, last: np.ndarray) -> np.ndarray:
-    """``concatenate([arange(a, b) for a, b in zip(first, last)])`` without the loop."""
+    """`concatenate([arange(a, b) for a, b in zip(first, last)])` without the loop."""
     counts = np.asarray(last) - np.asarray(first)
     offsets = np.repeat(np.asarray(first) - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
     return np.arange(int(counts.sum())) + offsets
 
 
 def subsample(first: np.ndarray, last: np.ndarray, cap: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """Frame indices of each segment, at most ``cap`` per segment (evenly spaced); and the counts."""
+    """Frame indices of each segment, at most `cap` per segment (evenly spaced); and the counts."""
     counts = last - first
     if cap is None or counts.max(initial=0) <= cap:
         return concat_ranges(first, last), counts
@@ -75,7 +75,7 @@ def subsample(first: np.ndarray, last: np.ndarray, cap: int | None) -> tuple[np.
 def check_video(
     table: CaptionTable, store: FeatureStore, video: int, feature_dim: int, has_captions: bool
 ) -> tuple[int, Problem | None]:
-    """Feature frames of ``table.videos[video]``, or 0 and what is wrong with it."""
+    """Feature frames of `table.videos[video]`, or 0 and what is wrong with it."""
     vid = table.videos[video]
     if vid not in store:
         return 0, (
@@ -104,7 +104,7 @@ def check_video(
 
 
 def resolve_times(table: CaptionTable, frames: np.ndarray, fps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(duration [V], feature_end [V], caption end [R])``: whole-video captions end with their video."""
+    """`(duration [V], feature_end [V], caption end [R])`: whole-video captions end with their video."""
     feature_end = frames / fps  # seconds the features cover
     duration = np.where(np.isfinite(table.durations), table.durations, feature_end)
     return duration, feature_end, np.where(np.isnan(table.end), duration[table.video], table.end)
@@ -113,7 +113,7 @@ def resolve_times(table: CaptionTable, frames: np.ndarray, fps: float) -> tuple[
 def caption_problems(
     table: CaptionTable, end: np.ndarray, duration: np.ndarray, feature_end: np.ndarray, fps: float
 ) -> list[tuple[np.ndarray, str]]:
-    """``(bad rows [R], reason)`` of every caption check, in the order they are reported."""
+    """`(bad rows [R], reason)` of every caption check, in the order they are reported."""
     start, video = table.start, table.video
     # one frame of slack for rounding (a 12.4 s annotation on 12 frames at 1 fps is fine)
     tolerance = 1.0 / fps
@@ -136,7 +136,7 @@ def caption_problems(
 def caption_layout(
     video_of_row: np.ndarray, start: np.ndarray, keep: np.ndarray, videos: np.ndarray, num_videos: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Kept caption rows grouped by video (in ``videos`` order), by start inside a video; and offsets."""
+    """Kept caption rows grouped by video (in `videos` order), by start inside a video; and offsets."""
     position = np.full(num_videos, -1, np.int64)
     position[videos] = np.arange(len(videos))
     rows = np.flatnonzero(keep)
@@ -146,7 +146,7 @@ def caption_layout(
 
 
 def fixed_cuts(duration: np.ndarray, segment_duration: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(start, end, offsets)`` of consecutive ``segment_duration`` cuts of every video."""
+    """`(start, end, offsets)` of consecutive `segment_duration` cuts of every video."""
     cuts = np.maximum(1, np.ceil(duration / segment_duration).astype(np.int64))
     offsets = np.concatenate([[0], np.cumsum(cuts)]).astype(np.int64)
     k = np.arange(int(cuts.sum())) - np.repeat(offsets[:-1], cuts)
@@ -154,14 +154,14 @@ def fixed_cuts(duration: np.ndarray, segment_duration: float) -> tuple[np.ndarra
 
 
 def _per_sample(reduce: np.ufunc, values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """``reduce`` of ``values`` within each sample's ``offsets`` range (every sample non-empty)."""
+    """`reduce` of `values` within each sample's `offsets` range (every sample non-empty)."""
     return reduce.reduceat(values, offsets[:-1]) if len(offsets) > 1 else np.zeros(0, np.int64)
 
 
 def sample_shapes(
     segment_offsets: np.ndarray, text_offsets: np.ndarray, segment_sizes: np.ndarray, token_counts: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``lengths [N, 2]`` (video elements, caption tokens) and ``shapes [N, 4]`` (see the dataset)."""
+    """`lengths [N, 2]` (video elements, caption tokens) and `shapes [N, 4]` (see the dataset)."""
     segments, captions = np.diff(segment_offsets), np.diff(text_offsets)
     video = _per_sample(np.add, segment_sizes, segment_offsets)
     tokens = _per_sample(np.add, token_counts, text_offsets)
@@ -179,42 +179,42 @@ def sample_shapes(
 class VideoTextDataset(Dataset):
     """Videos with their segments and captions, one sample per video, unpadded.
 
-    Video segments are the annotated segments (``segmentation="annotated"``: one caption per
+    Video segments are the annotated segments (`segmentation="annotated"`: one caption per
     segment, a diagonal alignment) or fixed-duration cuts of the whole video
-    (``segmentation="fixed"``; captions keep their own spans). A segment's features are its
-    frames' mean (``frames=False``) or the frames themselves, at most
-    ``max_frames_per_segment`` evenly spaced ones (``frames=True``).
+    (`segmentation="fixed"`; captions keep their own spans). A segment's features are its
+    frames' mean (`frames=False`) or the frames themselves, at most
+    `max_frames_per_segment` evenly spaced ones (`frames=True`).
 
     A sample is a dict of numpy arrays:
 
-    - ``index``: position in this dataset;
-    - ``video`` ``[S_v, D]`` float32 (pooled), or ``frames`` ``[F_total, D]`` with
-      ``frame_counts`` ``[S_v]`` (frames of each segment, in order);
-    - ``video_times`` ``[S_v, 2]`` and ``text_times`` ``[S_t, 2]`` (start, end seconds);
-    - ``text_ids`` ``[L_total]`` int64 and ``token_counts`` ``[S_t]`` (tokens of each caption).
+    - `index`: position in this dataset;
+    - `video` `[S_v, D]` float32 (pooled), or `frames` `[F_total, D]` with
+      `frame_counts` `[S_v]` (frames of each segment, in order);
+    - `video_times` `[S_v, 2]` and `text_times` `[S_t, 2]` (start, end seconds);
+    - `text_ids` `[L_total]` int64 and `token_counts` `[S_t]` (tokens of each caption).
 
-    ``lengths`` ``[N, 2]``: real elements per sample (video segments, or frames when
-    ``frames=True``; caption tokens in total). ``shapes`` ``[N, 4]``: the axes a padded batch
+    `lengths` `[N, 2]`: real elements per sample (video segments, or frames when
+    `frames=True`; caption tokens in total). `shapes` `[N, 4]`: the axes a padded batch
     takes its maxima over, per video: (segments, its longest segment in frames (1 when
     pooled), captions, its longest caption in tokens). The DataModule budgets on these.
 
-    ``__getitems__(indices)`` returns a :class:`~varlen.datasets.video_text.storage.VideoTextSelection`
-    over the :attr:`fields` (no copy, no store read); the collate gathers it. ``dataset[i]``
-    reads sample ``i`` from the store, checked again (a file changed since ``setup`` is caught).
-    Memory: :attr:`video` holds the served features once, ``4 * D`` bytes per pooled segment
-    or kept frame (at most ``max_frames_per_segment`` per segment), never the whole videos; a
-    mapped split table holds them on disk instead (:mod:`.served`).
+    `__getitems__(indices)` returns a `VideoTextSelection`
+    over the `fields` (no copy, no store read); the collate gathers it. `dataset[i]`
+    reads sample `i` from the store, checked again (a file changed since `setup` is caught).
+    Memory: `video` holds the served features once, `4 * D` bytes per pooled segment
+    or kept frame (at most `max_frames_per_segment` per segment), never the whole videos; a
+    mapped split table holds them on disk instead (`.served`).
 
     Args:
         table: captions with timestamps.
         features: the feature store.
-        tokenized: token ids of ``table.text`` (same row order).
-        videos: indices into ``table.videos`` that form this split (default: all).
+        tokenized: token ids of `table.text` (same row order).
+        videos: indices into `table.videos` that form this split (default: all).
         segmentation, segment_duration, frames, max_frames_per_segment: see above.
-        feature_dim: expected feature size; default: the store's (majority) ``dim``. A video
+        feature_dim: expected feature size; default: the store's (majority) `dim`. A video
             with another size is bad input.
         report: where bad videos / captions go (raised or counted) and truncated captions are
-            counted; default: a raising :class:`~varlen.prepare.report.DataReport`.
+            counted; default: a raising `DataReport`.
         split: the split name this dataset reports under.
     """
 
@@ -317,16 +317,16 @@ class VideoTextDataset(Dataset):
 
     @functools.cached_property
     def _frame_picks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Frames kept (``frames=True``): ``(picks [F], kept per segment [R_v], offsets [R_v + 1])``."""
+        """Frames kept (`frames=True`): `(picks [F], kept per segment [R_v], offsets [R_v + 1])`."""
         picks, counts = subsample(self.frame_first, self.frame_last, self.max_frames_per_segment)
         return picks, counts, np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
     def video_bounds(self) -> np.ndarray:
-        """``[N + 1]``: each sample's rows of the served features (segments pooled, or kept frames)."""
+        """`[N + 1]`: each sample's rows of the served features (segments pooled, or kept frames)."""
         return self._frame_picks[2][self.segment_offsets] if self.frames else self.segment_offsets
 
     def read_video(self, values: np.ndarray) -> np.ndarray:
-        """Fill ``values`` ``[video_bounds()[-1], D]`` with every sample's served features, one store
+        """Fill `values` `[video_bounds()[-1], D]` with every sample's served features, one store
         read per video (the store is keyed by video); any array will do (memory, or a mapped file)."""
         bounds, segments = self.video_bounds(), self.segment_offsets
         for i in range(len(self)):
@@ -339,7 +339,7 @@ class VideoTextDataset(Dataset):
         return values
 
     def video_field(self, values: np.ndarray) -> Ragged:
-        """The ``video`` field over ``values`` as :meth:`read_video` fills them."""
+        """The `video` field over `values` as `read_video` fills them."""
         if self.frames:
             _, counts, per_segment = self._frame_picks
             return Ragged(values, per_segment[:-1], counts, self.segment_offsets)
@@ -349,28 +349,28 @@ class VideoTextDataset(Dataset):
     def video(self) -> Ragged:
         """The served video features of every sample: read from the store once, one call per video.
 
-        Pooled: one level, ``[segments, D]`` means. Frames: two levels (video -> segments ->
-        frames), the kept frames ``[frames, D]``. Built on first use, in memory (the DataModule
-        writes them to its split tables instead, :mod:`.served`, and serves those).
+        Pooled: one level, `[segments, D]` means. Frames: two levels (video -> segments ->
+        frames), the kept frames `[frames, D]`. Built on first use, in memory (the DataModule
+        writes them to its split tables instead, `.served`, and serves those).
         """
         values = np.empty((int(self.video_bounds()[-1]), self.feature_dim), np.float32)
         return self.video_field(self.read_video(values))
 
     def captions(self, i: int) -> list[str]:
-        """The caption texts of sample ``i``, in served order."""
+        """The caption texts of sample `i`, in served order."""
         rows = self.rows[self.text_offsets[i] : self.text_offsets[i + 1]]
         return [self.table.text[r] for r in rows.tolist()]
 
     @property
     def fields(self) -> VideoTextFields:
-        """What batches are gathered from (builds :attr:`video` on first use)."""
+        """What batches are gathered from (builds `video` on first use)."""
         return VideoTextFields(self.video, self.video_times, self.text, self.text_times)
 
     def __len__(self) -> int:
         return len(self.video_ids)
 
     def load(self, i: int) -> np.ndarray:
-        """Video ``i``'s frames, checked again (a file changed since the dataset was built)."""
+        """Video `i`'s frames, checked again (a file changed since the dataset was built)."""
         vid = self.video_ids[i]
         feats = self.features.load(vid)
         where = f"{self.features.source}, video {vid!r}"
@@ -381,7 +381,7 @@ class VideoTextDataset(Dataset):
         return feats
 
     def __getitems__(self, indices: Sequence[int]) -> VideoTextSelection:
-        """The batch ``indices`` as a selection of :attr:`fields`: no loop, no copy (the collate gathers)."""
+        """The batch `indices` as a selection of `fields`: no loop, no copy (the collate gathers)."""
         rows = np.asarray(indices, np.int64).reshape(-1)
         if len(rows) and (rows.min() < 0 or rows.max() >= len(self)):
             raise IndexError(f"samples {rows.min()}..{rows.max()} out of range for {len(self)} videos")

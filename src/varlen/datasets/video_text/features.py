@@ -1,4 +1,4 @@
-"""Per-video feature stores ``[T, D]`` keyed by video id: a folder of ``.npy``, one ``.npz``, one HDF5.
+"""Per-video feature stores `[T, D]` keyed by video id: a folder of `.npy`, one `.npz`, one HDF5.
 
 Shapes are read from headers alone (no frames loaded), so a dataset knows every video's size
 without reading its features. Files are opened lazily, once per process: a forked loader worker
@@ -40,11 +40,11 @@ FETCH = (
 
 
 class FeatureStore(Protocol):
-    """Per-video features ``[T, D]`` at ``fps`` frames per second, keyed by video id.
+    """Per-video features `[T, D]` at `fps` frames per second, keyed by video id.
 
-    ``dim`` is the store's feature size ``D``: the one most of its videos have (a store is
+    `dim` is the store's feature size `D`: the one most of its videos have (a store is
     judged by its majority, so one odd file is reported as bad instead of making every good
-    video look wrong). ``checks_finite``: whether :meth:`load` can return NaN / inf at all
+    video look wrong). `checks_finite`: whether `load` can return NaN / inf at all
     (False for generated features, which need no scan).
     """
 
@@ -58,18 +58,18 @@ class FeatureStore(Protocol):
     def __contains__(self, video_id: str) -> bool: ...
 
     def shape(self, video_id: str) -> tuple[int, int]:
-        """``(T, D)`` without loading the frames; :class:`DataError` when the header is unreadable."""
+        """`(T, D)` without loading the frames; `DataError` when the header is unreadable."""
         ...
 
     def load(self, video_id: str) -> np.ndarray:
-        """The ``[T, D]`` float32 frames."""
+        """The `[T, D]` float32 frames."""
         ...
 
 
 def frame_ranges(
     start: np.ndarray, end: np.ndarray, fps: float, num_frames: np.ndarray | int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """First and one-past-last frame of each ``[start, end)`` span in seconds; at least one frame."""
+    """First and one-past-last frame of each `[start, end)` span in seconds; at least one frame."""
     first = np.clip(np.floor(np.asarray(start) * fps).astype(np.int64), 0, np.asarray(num_frames) - 1)
     last = np.clip(np.ceil(np.asarray(end) * fps).astype(np.int64), first + 1, num_frames)
     return first, last
@@ -81,7 +81,7 @@ def bad_frames(frames: np.ndarray) -> np.ndarray:
 
 
 def _majority_dim(shapes: Iterable[tuple[int, ...]], source: str) -> int:
-    """The most common last axis of ``shapes`` (ties: the smallest), or an error when there is none."""
+    """The most common last axis of `shapes` (ties: the smallest), or an error when there is none."""
     counts = Counter(int(shape[-1]) for shape in shapes if len(shape) == 2)
     if not counts:
         raise DataError(f"{source}: holds no [T, D] features")
@@ -95,7 +95,7 @@ def _check_2d(shape: tuple[int, ...], where: Any) -> tuple[int, int]:
 
 
 def _npy_member_shape(member) -> tuple[int, ...]:
-    """Shape of a ``.npy`` stream from its header alone, with numpy's own header readers.
+    """Shape of a `.npy` stream from its header alone, with numpy's own header readers.
 
     Format 3.0 only changes the header's text encoding (UTF-8 instead of Latin-1, for
     non-Latin-1 field names), so its header reads like 2.0's.
@@ -111,7 +111,7 @@ def _npy_member_shape(member) -> tuple[int, ...]:
 
 
 class NpyFolderFeatures:
-    """A folder of ``<video_id>.npy`` arrays ``[T, D]`` (memory-mapped: shapes cost a header read)."""
+    """A folder of `<video_id>.npy` arrays `[T, D]` (memory-mapped: shapes cost a header read)."""
 
     checks_finite = True
 
@@ -156,10 +156,10 @@ class NpyFolderFeatures:
 
 
 class _ArchiveFeatures:
-    """One file holding an array ``[T, D]`` per video id: shapes read once at open, the file
+    """One file holding an array `[T, D]` per video id: shapes read once at open, the file
     opened again in each process (a forked worker must not share its parent's handle and offset).
-    A subclass reads the headers (``_read_shapes``), opens the file (``_open``) and reads one video
-    from the open file (``_read``)."""
+    A subclass reads the headers (`_read_shapes`), opens the file (`_open`) and reads one video
+    from the open file (`_read`)."""
 
     checks_finite = True
     #: what the file is, in the messages when it is missing and when it cannot be read
@@ -200,7 +200,7 @@ class _ArchiveFeatures:
 
 
 class NpzFeatures(_ArchiveFeatures):
-    """One ``.npz`` archive with an array ``[T, D]`` per video id (shapes read from member headers).
+    """One `.npz` archive with an array `[T, D]` per video id (shapes read from member headers).
 
     A forked loader worker that inherited the parent's open archive would move the file offset
     every process shares: reads interleave and fail their CRC. Hence one archive per process.
@@ -225,7 +225,7 @@ class NpzFeatures(_ArchiveFeatures):
 
 
 class HDF5Features(_ArchiveFeatures):
-    """One HDF5 file with a dataset ``[T, D]`` per video id; opened lazily in each worker."""
+    """One HDF5 file with a dataset `[T, D]` per video id; opened lazily in each worker."""
 
     missing, kind = "feature file (HDF5)", "HDF5 file"
 
@@ -245,7 +245,7 @@ class HDF5Features(_ArchiveFeatures):
 
 
 def open_features(path: str | os.PathLike, fps: float) -> FeatureStore:
-    """A feature store by path: a folder of ``.npy``, a ``.npz``, or an ``.h5`` / ``.hdf5`` file."""
+    """A feature store by path: a folder of `.npy`, a `.npz`, or an `.h5` / `.hdf5` file."""
     path = Path(path)
     if path.is_dir():
         return NpyFolderFeatures(path, fps)

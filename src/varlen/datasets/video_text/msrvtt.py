@@ -1,17 +1,17 @@
 """MSR-VTT retrieval protocols from the four files its users have: the data JSON, a train list, the 1k-A pairs.
 
-CLIP4Clip-style code distributes MSR-VTT's captions as :data:`~.captions.MSRVTT_DATA_URL`
-(``msrvtt_data.zip``), four files:
+CLIP4Clip-style code distributes MSR-VTT's captions as `MSRVTT_DATA_URL`
+(`msrvtt_data.zip`), four files:
 
-- ``MSRVTT_data.json``: ``videos[*]`` (``video_id``, ``split`` train / validate / test) and
-  ``sentences[*]`` (``video_id``, ``caption``; 20 per video);
-- ``MSRVTT_train.9k.csv`` and ``MSRVTT_train.7k.csv``: a ``video_id`` column, the training videos of
+- `MSRVTT_data.json`: `videos[*]` (`video_id`, `split` train / validate / test) and
+  `sentences[*]` (`video_id`, `caption`; 20 per video);
+- `MSRVTT_train.9k.csv` and `MSRVTT_train.7k.csv`: a `video_id` column, the training videos of
   the 9k protocol (every video but the 1k-A test ones) and of the 7k one (the official train split);
-- ``MSRVTT_JSFUSION_test.csv``: ``key,vid_key,video_id,sentence``, the 1k-A test set of JSFusion
+- `MSRVTT_JSFUSION_test.csv`: `key,vid_key,video_id,sentence`, the 1k-A test set of JSFusion
   (Yu, Kim and Kim, ECCV 2018): one sentence for each of 1,000 videos.
 
-:func:`read_msrvtt_protocol` joins them into one :class:`~.captions.CaptionTable` whose
-``subsets`` give each video's split (see :func:`protocol_subset`); the DataModule splits by them
+`read_msrvtt_protocol` joins them into one `CaptionTable` whose
+`subsets` give each video's split (see `protocol_subset`); the DataModule splits by them
 and carves validation from the training videos when no video is "validate" (the 9k protocol).
 Captions describe whole videos; the features' length is each video's length (features sampled
 at any rate, e.g. 12 frames per video, fit their captions).
@@ -41,7 +41,7 @@ from varlen.prepare.report import SOURCE, DataReport
 
 __all__ = ["PAIR_COLUMNS", "protocol_subset", "read_msrvtt_protocol", "read_test_pairs", "read_video_list"]
 
-#: the columns of MSRVTT_JSFUSION_test.csv that are read (``key`` and ``vid_key`` are not needed)
+#: the columns of MSRVTT_JSFUSION_test.csv that are read (`key` and `vid_key` are not needed)
 PAIR_COLUMNS = ("video_id", "sentence")
 UNLISTED = "video in neither the train list nor the test pairs"
 OUTSIDE_PAIRS = "test video outside the test pairs"
@@ -50,7 +50,7 @@ REPLACED = "JSON caption of a test-pair video (the pair's sentence is used)"
 
 
 def _csv_rows(path: Path, what: str, columns: Sequence[str]) -> list[tuple[int, dict]]:
-    """``(line, row)`` of every data row of a CSV with a header holding ``columns``."""
+    """`(line, row)` of every data row of a CSV with a header holding `columns`."""
     if not path.is_file():
         raise DatasetNotFoundError(what, path, f"download {MSRVTT_DATA_URL} and extract {path.name} to {path}")
     reader = csv.DictReader(io.StringIO(read_text(path)))  # decompressed (.gz, .bz2, .xz, .zst) by its suffix
@@ -72,15 +72,15 @@ def _csv_rows(path: Path, what: str, columns: Sequence[str]) -> list[tuple[int, 
 
 
 def _value(row: Mapping, column: str) -> str:
-    """The stripped value of ``column``, "" when the row is too short to have one."""
+    """The stripped value of `column`, "" when the row is too short to have one."""
     value = row.get(column)
     return value.strip() if isinstance(value, str) else ""
 
 
 def read_video_list(path: str | os.PathLike, report: DataReport | None = None) -> dict[str, int]:
-    """The videos of a train list (``MSRVTT_train.9k.csv``: a ``video_id`` column) -> their line.
+    """The videos of a train list (`MSRVTT_train.9k.csv`: a `video_id` column) -> their line.
 
-    A row without a video id goes through ``report.bad``; a repeated id counts once.
+    A row without a video id goes through `report.bad`; a repeated id counts once.
     """
     path, report = Path(path), report or DataReport()
     listed: dict[str, int] = {}
@@ -93,10 +93,10 @@ def read_video_list(path: str | os.PathLike, report: DataReport | None = None) -
 
 
 def read_test_pairs(path: str | os.PathLike, report: DataReport | None = None) -> list[tuple[str, str, int]]:
-    """``(video_id, sentence, line)`` of every row of the 1k-A test pairs (``MSRVTT_JSFUSION_test.csv``).
+    """`(video_id, sentence, line)` of every row of the 1k-A test pairs (`MSRVTT_JSFUSION_test.csv`).
 
     A row without a video id, or too short to have a sentence column, goes through
-    ``report.bad``; an empty sentence is kept (the dataset reports it with its video and row).
+    `report.bad`; an empty sentence is kept (the dataset reports it with its video and row).
     """
     path, report = Path(path), report or DataReport()
     pairs = []
@@ -115,7 +115,7 @@ def protocol_subset(json_split: str, in_pairs: bool, listed: bool | None, has_pa
     In order: a test-pair video is "test"; a video of the train list is "train"; a JSON
     "validate" video is "validate"; a JSON "test" video is "test" when there are no test pairs
     (the full test split) and left out otherwise; any other video is "train" without a train
-    list (``listed`` None) and left out with one.
+    list (`listed` None) and left out with one.
     """
     split = json_split.lower()
     if in_pairs:
@@ -149,15 +149,15 @@ def read_msrvtt_protocol(
 ) -> CaptionTable:
     """MSR-VTT captions under a protocol: the data JSON, optionally a train list and the 1k-A pairs.
 
-    Without ``train_list`` and ``test_pairs`` this is :func:`~.captions.read_msrvtt` (the JSON's own
+    Without `train_list` and `test_pairs` this is `read_msrvtt` (the JSON's own
     split). Otherwise training videos are the listed ones, with every JSON caption; test videos
     are the pairs' videos, each with its pair's sentence only; the rest follows
-    :func:`protocol_subset`. Videos and JSON captions left out are counted in ``report`` as unused.
+    `protocol_subset`. Videos and JSON captions left out are counted in `report` as unused.
 
     Raises:
         DatasetNotFoundError: a file is missing (the message says where to get it).
         DataError: a file is not readable, lacks a column or holds no rows; the train list shares
-            a video with the test pairs; a bad row under ``on_bad="raise"``.
+            a video with the test pairs; a bad row under `on_bad="raise"`.
     """
     report = report or DataReport()
     table = read_msrvtt(annotations, report)

@@ -1,9 +1,9 @@
 """The packed video-text batch: segments, frames, captions and tokens back to back, nothing padded.
 
-The keys are listed in :mod:`varlen.datasets.video_text.collate`. Each field is one
-``Ragged.pack`` gather; the alignment is evaluated on the list of every same-video
-(segment, caption) pair, built with index arithmetic (``repeat``, ``//``, ``%``) and reduced per
-segment with ``reduceat``, never a loop; in numpy, where a few thousand pairs cost microseconds.
+The keys are listed in `varlen.datasets.video_text.collate`. Each field is one
+`Ragged.pack` gather; the alignment is evaluated on the list of every same-video
+(segment, caption) pair, built with index arithmetic (`repeat`, `//`, `%`) and reduced per
+segment with `reduceat`, never a loop; in numpy, where a few thousand pairs cost microseconds.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ def same_video_pairs(video_cu: np.ndarray, caption_cu: np.ndarray) -> tuple[np.n
     """Every (segment, caption) pair of one video, video by video, segment-major.
 
     Args:
-        video_cu: ``[B + 1]`` offsets of each video's segments.
-        caption_cu: ``[B + 1]`` offsets of each video's captions.
+        video_cu: `[B + 1]` offsets of each video's segments.
+        caption_cu: `[B + 1]` offsets of each video's captions.
 
     Returns:
-        ``(segment [P], caption [P], caption position within its video [P])``, global indices
-        into the packed segment / caption sequences; ``P = sum(S_v * S_t)``.
+        `(segment [P], caption [P], caption position within its video [P])`, global indices
+        into the packed segment / caption sequences; `P = sum(S_v * S_t)`.
     """
     video_cu, caption_cu = np.asarray(video_cu, np.int64), np.asarray(caption_cu, np.int64)
     segments, captions = np.diff(video_cu), np.diff(caption_cu)
@@ -48,13 +48,13 @@ def pair_alignment(
     pairs: tuple[np.ndarray, np.ndarray, np.ndarray],
     min_iou: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(aligned [P], IoU [P], target [N_v])`` of the pairs of :func:`same_video_pairs`, as padded.
+    """`(aligned [P], IoU [P], target [N_v])` of the pairs of `same_video_pairs`, as padded.
 
-    The same float32 arithmetic as :func:`~varlen.datasets.video_text.alignment.span_overlap`
+    The same float32 arithmetic as `span_overlap`
     (the same values bit for bit) and the same rule as
-    :func:`~varlen.datasets.video_text.alignment.alignment_targets`: per segment, the caption of
+    `alignment_targets`: per segment, the caption of
     highest IoU among the aligned ones; -100 when there is none or a tie. A segment's pairs are
-    contiguous (every segment has at least one), so its reductions are ``reduceat`` calls.
+    contiguous (every segment has at least one), so its reductions are `reduceat` calls.
     """
     segment, caption, position = pairs
     (vs, ve), (ts, te) = video_times[segment].T, text_times[caption].T
@@ -71,7 +71,7 @@ def pair_alignment(
 
 
 def pack_batch(selection: VideoTextSelection, min_iou: float = 0.0) -> dict[str, torch.Tensor]:
-    """The packed batch of ``selection`` (see the table in :mod:`~varlen.datasets.video_text.collate`)."""
+    """The packed batch of `selection` (see the table in `collate`)."""
     fields, rows = selection.fields, selection.rows
     video = fields.video.pack(rows, torch.float32)
     video_times = fields.video_times.pack(rows, torch.float32)  # one level: offsets = segments per video

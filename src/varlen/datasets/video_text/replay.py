@@ -1,11 +1,11 @@
-"""What building the split tables reported, stored beside them and replayed into ``dm.report`` by every setup.
+"""What building the split tables reported, stored beside them and replayed into `dm.report` by every setup.
 
-Reading and checking the source happens once, in ``prepare_data``; every ``setup`` (every rank,
+Reading and checking the source happens once, in `prepare_data`; every `setup` (every rank,
 every later run) must still count what was skipped, truncated and left unused. The build reports
-into a :class:`RecordingReport`, which keeps every call in order; :func:`write_events` stores
-them as a small Arrow table (``kind, split, item, where, reason, count``) and :func:`replay`
-makes the same calls on a fresh report. Under ``on_bad="raise"`` the first bad item raises the
-same :class:`~varlen.errors.DataError` a build would have raised.
+into a `RecordingReport`, which keeps every call in order; `write_events` stores
+them as a small Arrow table (`kind, split, item, where, reason, count`) and `replay`
+makes the same calls on a fresh report. Under `on_bad="raise"` the first bad item raises the
+same `DataError` a build would have raised.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from varlen.storage.tables import MappedTable, write_table
 
 __all__ = ["COLUMNS", "Event", "RecordingReport", "replay", "write_events"]
 
-#: ``(kind, split, item or unit, where, reason, count)``; kind is "bad", "truncate" or "unused"
+#: `(kind, split, item or unit, where, reason, count)`; kind is "bad", "truncate" or "unused"
 Event = tuple[str, str, str, str, str, int]
 COLUMNS = ("kind", "split", "item", "where", "reason", "count")
 
 
 class RecordingReport(DataReport):
-    """A :class:`~varlen.prepare.report.DataReport` that also keeps every call, in order, in :attr:`events`."""
+    """A `DataReport` that also keeps every call, in order, in `events`."""
 
     def __init__(self, on_bad: OnBad = "raise", max_examples: int = 3) -> None:
         super().__init__(on_bad, max_examples)
@@ -49,7 +49,7 @@ class RecordingReport(DataReport):
 
 
 def write_events(path: str | os.PathLike, events: Sequence[Event], *, version: str, key: str) -> Path:
-    """Store ``events`` as a table at ``path`` (atomically, with the tables' version and key)."""
+    """Store `events` as a table at `path` (atomically, with the tables' version and key)."""
     values = list(zip(*events, strict=True)) if events else [()] * len(COLUMNS)
     columns = {name: np.array(list(v), dtype=str) for name, v in zip(COLUMNS[:-1], values, strict=False)}
     columns["count"] = np.array(list(values[-1]), dtype=np.int64)
@@ -57,7 +57,7 @@ def write_events(path: str | os.PathLike, events: Sequence[Event], *, version: s
 
 
 def replay(table: MappedTable, report: DataReport) -> None:
-    """Make the stored calls on ``report``, in order (under ``on_bad="raise"``, the first bad item raises)."""
+    """Make the stored calls on `report`, in order (under `on_bad="raise"`, the first bad item raises)."""
     kinds, splits, items, wheres, reasons = (table.numpy(name).tolist() for name in COLUMNS[:-1])
     counts = table.numpy("count").tolist()
     for kind, split, item, where, reason, count in zip(kinds, splits, items, wheres, reasons, counts, strict=True):

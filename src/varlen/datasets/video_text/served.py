@@ -1,33 +1,33 @@
 """What a video-text split serves, as one Arrow table: written once per node, mapped by every process.
 
-``prepare_data`` indexes each split with :class:`~.dataset.VideoTextDataset` (which checks the
-source and reports bad items) and :func:`write_split` writes what it serves, one row per video:
+`prepare_data` indexes each split with `VideoTextDataset` (which checks the
+source and reports bad items) and `write_split` writes what it serves, one row per video:
 
 ================  =========================================  ==============================================
 column            Arrow type                                 what
 ================  =========================================  ==============================================
-``video_id``      string                                     the video's id
-``video``         list<fixed_size_list<float32, D>>          pooled segment features (``frames=False``), or
+`video_id`      string                                     the video's id
+`video`         list<fixed_size_list<float32, D>>          pooled segment features (`frames=False`), or
                   list<list<fixed_size_list<float32, D>>>    the kept frames of each segment
-``frame_counts``  list<int64>                                kept frames per segment (``frames=True`` only)
-``video_times``   list<fixed_size_list<float32, 2>>          (start, end) seconds of each segment
-``frame_range``   list<fixed_size_list<int64, 2>>            each segment's first and one-past-last frame
-``text``          list<list<int64>>                          token ids of each caption
-``token_counts``  list<int64>                                tokens per caption
-``text_times``    list<fixed_size_list<float32, 2>>          (start, end) seconds of each caption
-``caption_text``  list<string>                               the captions as the source wrote them
-``caption_row``   list<int64>                                their rows in the source's caption table
-``num_frames``    int64                                      feature frames of the video
-``duration``      float64                                    seconds of the video
-``lengths``       fixed_size_list<int64, 2>                  the sampler's sizes (see ``VideoTextDataset``)
-``shapes``        fixed_size_list<int64, 4>                  the padded axes' maxima (idem)
+`frame_counts`  list<int64>                                kept frames per segment (`frames=True` only)
+`video_times`   list<fixed_size_list<float32, 2>>          (start, end) seconds of each segment
+`frame_range`   list<fixed_size_list<int64, 2>>            each segment's first and one-past-last frame
+`text`          list<list<int64>>                          token ids of each caption
+`token_counts`  list<int64>                                tokens per caption
+`text_times`    list<fixed_size_list<float32, 2>>          (start, end) seconds of each caption
+`caption_text`  list<string>                               the captions as the source wrote them
+`caption_row`   list<int64>                                their rows in the source's caption table
+`num_frames`    int64                                      feature frames of the video
+`duration`      float64                                    seconds of the video
+`lengths`       fixed_size_list<int64, 2>                  the sampler's sizes (see `VideoTextDataset`)
+`shapes`        fixed_size_list<int64, 4>                  the padded axes' maxima (idem)
 ================  =========================================  ==============================================
 
-(``list`` is Arrow's ``large_list``, 64-bit offsets.) The features go through a scratch file
+(`list` is Arrow's `large_list`, 64-bit offsets.) The features go through a scratch file
 mapped in the cache folder, video by video, so building holds one video's frames in memory, not
-the split's. :class:`MappedVideoTextDataset` serves a table: every array a read-only view of the
+the split's. `MappedVideoTextDataset` serves a table: every array a read-only view of the
 file (processes share one copy through the page cache), and it pickles as the table's path. The
-files open in pyarrow too (``pyarrow.ipc.open_stream(path).read_all()``).
+files open in pyarrow too (`pyarrow.ipc.open_stream(path).read_all()`).
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ def input_fingerprint(path: str | os.PathLike | None) -> list[Any] | None:
     """What a cache key says of an input file or folder: its path as given (the report's messages
     name it) and its content.
 
-    A file: its SHA-256. A folder of ``.npy`` features: each file's name, size and modification
-    time (as Hugging Face ``datasets`` fingerprints local files), because hashing them would read
+    A file: its SHA-256. A folder of `.npy` features: each file's name, size and modification
+    time (as Hugging Face `datasets` fingerprints local files), because hashing them would read
     every feature file again in every process on every setup. A missing path: "missing" (the
     reader then says what is missing and where to get it).
     """
@@ -71,7 +71,7 @@ def input_fingerprint(path: str | os.PathLike | None) -> list[Any] | None:
 
 
 def split_columns(dataset: VideoTextDataset, video: Ragged) -> dict[str, np.ndarray | Ragged]:
-    """The columns of ``dataset``'s table (the module docstring), its served features being ``video``."""
+    """The columns of `dataset`'s table (the module docstring), its served features being `video`."""
     segments, captions = dataset.segment_offsets, dataset.text_offsets
     texts = np.array([dataset.table.text[r] for r in dataset.rows.tolist()], dtype=str)
     columns: dict[str, np.ndarray | Ragged] = {"video_id": np.array(dataset.video_ids, dtype=str), "video": video}
@@ -94,7 +94,7 @@ def split_columns(dataset: VideoTextDataset, video: Ragged) -> dict[str, np.ndar
 
 
 def write_split(path: str | os.PathLike, dataset: VideoTextDataset, key: str) -> Path:
-    """Write what ``dataset`` serves to the table ``path`` (atomically), its features read from the
+    """Write what `dataset` serves to the table `path` (atomically), its features read from the
     store video by video into a scratch file beside it (memory holds one video's frames)."""
     path = Path(path)
     rows = int(dataset.video_bounds()[-1])
@@ -112,26 +112,26 @@ def write_split(path: str | os.PathLike, dataset: VideoTextDataset, key: str) ->
 
 
 def _offsets(table: MappedTable, name: str, inner: bool = False) -> np.ndarray:
-    """The ``[R + 1]`` offsets of list column ``name`` (of its inner lists), a view of the file."""
+    """The `[R + 1]` offsets of list column `name` (of its inner lists), a view of the file."""
     column = table.batch.column(name)
     return (column.values if inner else column).offsets.to_numpy(zero_copy_only=True)
 
 
 class MappedVideoTextDataset(VideoTextDataset):
-    """A split served from its table: the samples and batches of the ``VideoTextDataset`` it was written from.
+    """A split served from its table: the samples and batches of the `VideoTextDataset` it was written from.
 
     Every array (features, tokens, times, sizes) is a read-only view of the mapped file: nothing
     is read from the source or the feature store, and a loader worker under any start method
-    shares the pages instead of holding a copy. Pickled (a spawned worker, ``ddp_spawn``), it is
+    shares the pages instead of holding a copy. Pickled (a spawned worker, `ddp_spawn`), it is
     the table's path and two settings: the receiving process maps the file again.
 
-    ``dataset[i]`` re-reads video ``i`` from ``features`` and checks it again when given a store
+    `dataset[i]` re-reads video `i` from `features` and checks it again when given a store
     (real feature files, in the process that set the dataset up: a file changed since the table
     was written is caught); without one (generated features, or a process it was sent to) it
     serves the table's sample, the same values.
 
     Args:
-        table: the split's mapped table (:func:`write_split`).
+        table: the split's mapped table (`write_split`).
         features: the feature store it was written from, or None.
         max_frames_per_segment: the setting it was written with (for re-reading frames).
         split: the split's name.

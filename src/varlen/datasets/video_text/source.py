@@ -32,21 +32,21 @@ def open_source(
     train_list: str | None = None,
     test_pairs: str | None = None,
 ) -> tuple[CaptionTable, FeatureStore]:
-    """The caption table and feature store of ``source``.
+    """The caption table and feature store of `source`.
 
     Args:
-        source: "synthetic" or a reader of :data:`~varlen.datasets.video_text.captions.READERS`.
+        source: "synthetic" or a reader of `READERS`.
         annotations: the caption file of a real source.
         store: real features; None: synthetic ones (the corpus's own, or derived from the
             sentences and timestamps of real annotations, which then need every duration).
         fps: feature frames per second.
         seed: seed of the synthetic corpus / features.
-        synthetic: ``num_videos``, ``num_steps``, ``dim``, ``noise`` of the synthetic corpus
-            (only ``dim`` and ``noise`` for features of real annotations).
+        synthetic: `num_videos`, `num_steps`, `dim`, `noise` of the synthetic corpus
+            (only `dim` and `noise` for features of real annotations).
         limit_videos: keep only the first this many videos.
         report: where bad captions / videos of the file go (default: raise).
-        train_list, test_pairs: MSR-VTT's train list and 1k-A test pairs (``source="msrvtt"``
-            only; see :func:`~varlen.datasets.video_text.msrvtt.read_msrvtt_protocol`).
+        train_list, test_pairs: MSR-VTT's train list and 1k-A test pairs (`source="msrvtt"`
+            only; see `read_msrvtt_protocol`).
     """
     if source == "synthetic":
         table, features = synthetic_corpus(fps=fps, seed=seed, **synthetic)

@@ -1,16 +1,16 @@
-"""What a video-text dataset serves, as :class:`~varlen.batching.ragged.Ragged` fields, and a batch of them.
+"""What a video-text dataset serves, as `Ragged` fields, and a batch of them.
 
 Four fields share one sample index (a video):
 
-- ``video``: pooled segment features (one level: video -> segments, values ``[R_v, D]``) or
-  frames (two levels: video -> segments -> frames, values ``[F, D]``);
-- ``video_times``: ``(start, end)`` seconds of each segment (one level, values ``[R_v, 2]``);
-- ``text``: caption token ids (two levels: video -> captions -> tokens, values ``[T]``);
-- ``text_times``: ``(start, end)`` seconds of each caption (one level, values ``[R_t, 2]``).
+- `video`: pooled segment features (one level: video -> segments, values `[R_v, D]`) or
+  frames (two levels: video -> segments -> frames, values `[F, D]`);
+- `video_times`: `(start, end)` seconds of each segment (one level, values `[R_v, 2]`);
+- `text`: caption token ids (two levels: video -> captions -> tokens, values `[T]`);
+- `text_times`: `(start, end)` seconds of each caption (one level, values `[R_t, 2]`).
 
-:class:`VideoTextSelection` is what ``VideoTextDataset.__getitems__`` returns: the fields and
-the rows of the batch, nothing copied; the collate gathers each field once (``Ragged.pad`` or
-``Ragged.pack``). It is also a sequence of per-sample dicts, for code that iterates a batch.
+`VideoTextSelection` is what `VideoTextDataset.__getitems__` returns: the fields and
+the rows of the batch, nothing copied; the collate gathers each field once (`Ragged.pad` or
+`Ragged.pack`). It is also a sequence of per-sample dicts, for code that iterates a batch.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ __all__ = ["VideoTextFields", "VideoTextSelection", "segment_means", "two_levels
 
 
 def two_levels(values: Sequence[np.ndarray], counts: Sequence[np.ndarray]) -> Ragged:
-    """A two-level :class:`Ragged` from per-sample flat values and per-row counts (one concatenation each)."""
+    """A two-level `Ragged` from per-sample flat values and per-row counts (one concatenation each)."""
     lengths = np.concatenate([np.asarray(c, np.int64).reshape(-1) for c in counts])
     rows = np.fromiter((len(np.asarray(c).reshape(-1)) for c in counts), np.int64, len(counts))
     flat = np.concatenate([np.asarray(v) for v in values])
@@ -37,7 +37,7 @@ def two_levels(values: Sequence[np.ndarray], counts: Sequence[np.ndarray]) -> Ra
 
 
 def segment_means(feats: np.ndarray, first: np.ndarray, last: np.ndarray) -> np.ndarray:
-    """``[S, D]`` float32 mean of ``feats[first[s]:last[s]]`` per segment (float64 running sums)."""
+    """`[S, D]` float32 mean of `feats[first[s]:last[s]]` per segment (float64 running sums)."""
     cumulative = np.concatenate([np.zeros((1, feats.shape[1])), np.cumsum(feats, 0, dtype=np.float64)])
     return ((cumulative[last] - cumulative[first]) / (last - first)[:, None]).astype(np.float32)
 
@@ -57,12 +57,12 @@ class VideoTextFields:
 
     @property
     def frames(self) -> bool:
-        """Whether ``video`` holds frames per segment (two levels) rather than pooled segments."""
+        """Whether `video` holds frames per segment (two levels) rather than pooled segments."""
         return self.video.levels == 2
 
     @classmethod
     def from_samples(cls, samples: Sequence[Mapping[str, Any]]) -> VideoTextFields:
-        """The fields of per-sample dicts (``dataset[i]``): each field concatenated once."""
+        """The fields of per-sample dicts (`dataset[i]`): each field concatenated once."""
         if "frames" in samples[0]:
             video = two_levels([s["frames"] for s in samples], [s["frame_counts"] for s in samples])
         else:
@@ -71,7 +71,7 @@ class VideoTextFields:
         return cls(video, _times(samples, "video_times"), text, _times(samples, "text_times"))
 
     def sample(self, row: int, index: int) -> dict[str, Any]:
-        """Sample ``row`` as the per-sample dict ``dataset[index]`` returns (a compact copy)."""
+        """Sample `row` as the per-sample dict `dataset[index]` returns (a compact copy)."""
         video = self.video.take([row])
         text = self.text.take([row])
         sample: dict[str, Any] = {"index": int(index)}
@@ -87,10 +87,10 @@ class VideoTextFields:
 
 @dataclass(frozen=True, eq=False)
 class VideoTextSelection(Sequence):
-    """A batch: which samples (``rows``) of ``fields``, and their dataset ``indices``. Nothing is copied.
+    """A batch: which samples (`rows`) of `fields`, and their dataset `indices`. Nothing is copied.
 
     Iterating it (or indexing it) gives per-sample dicts, so code written for a list of samples
-    keeps working; the collate reads ``fields`` and ``rows`` directly.
+    keeps working; the collate reads `fields` and `rows` directly.
     """
 
     fields: VideoTextFields

@@ -1,6 +1,6 @@
 """Generated features and the embedded synthetic corpus (offline, learnable, YouCook2-like shapes).
 
-Frames are generated on demand from ``(seed, video)``, so nothing is held in memory and every
+Frames are generated on demand from `(seed, video)`, so nothing is held in memory and every
 loader worker sees the same frames; they are finite by construction (no scan needed).
 """
 
@@ -47,7 +47,7 @@ class _SegmentFeatures:
         return max(1, int(np.ceil(self.durations[video_id] * self.fps))), self.dim
 
     def segments(self, video_id: str) -> tuple[np.ndarray, np.ndarray]:
-        """``(spans [S, 2] seconds, vectors [S, D])`` painted onto the frames."""
+        """`(spans [S, 2] seconds, vectors [S, D])` painted onto the frames."""
         raise NotImplementedError
 
     def load(self, video_id: str) -> np.ndarray:
@@ -215,19 +215,19 @@ def write_msrvtt_files(
     seed: int = 0,
     shuffle_features: bool = False,
 ) -> dict[str, Path]:
-    """MSR-VTT-shaped files with synthetic features, in the layouts of CLIP4Clip's ``msrvtt_data.zip``.
+    """MSR-VTT-shaped files with synthetic features, in the layouts of CLIP4Clip's `msrvtt_data.zip`.
 
-    Writes ``MSRVTT_data.json`` (``videos`` with ``split`` train / validate / test, ``sentences``),
-    ``MSRVTT_train.9k.csv`` (every video but the test pairs'), ``MSRVTT_train.7k.csv`` (the JSON's
-    train videos), ``MSRVTT_JSFUSION_test.csv`` (one sentence for each of ``num_test`` videos) and
-    ``features.h5`` (``[T, dim]`` per video, 10 to 30 frames). Each video shows three concepts (of
-    ``num_concepts`` pseudo-words): every frame is the sum of their embeddings plus ``noise``, and
+    Writes `MSRVTT_data.json` (`videos` with `split` train / validate / test, `sentences`),
+    `MSRVTT_train.9k.csv` (every video but the test pairs'), `MSRVTT_train.7k.csv` (the JSON's
+    train videos), `MSRVTT_JSFUSION_test.csv` (one sentence for each of `num_test` videos) and
+    `features.h5` (`[T, dim]` per video, 10 to 30 frames). Each video shows three concepts (of
+    `num_concepts` pseudo-words): every frame is the sum of their embeddings plus `noise`, and
     each caption names two of them among filler words, so captions and features share content.
-    ``shuffle_features``: store each video's frames under another video's id (a control that
+    `shuffle_features`: store each video's frames under another video's id (a control that
     keeps every shape and statistic but the pairing).
 
     Returns:
-        The paths by DataModule argument: ``annotations``, ``train_list``, ``test_pairs``, ``features``.
+        The paths by DataModule argument: `annotations`, `train_list`, `test_pairs`, `features`.
     """
     import h5py
 

@@ -1,15 +1,15 @@
 """Caption tokenisation, kept unpadded, in batches; an optional cache.
 
-:func:`tokenize_captions` encodes a few thousand captions per tokenizer call and keeps only numpy
+`tokenize_captions` encodes a few thousand captions per tokenizer call and keeps only numpy
 arrays between calls (never a Python list of the whole corpus). A cache key says of a
-tokenizer its identity, :func:`varlen.storage.cache.tokenizer_identity`.
+tokenizer its identity, `varlen.storage.cache.tokenizer_identity`.
 
-:func:`caption_tokens` can cache the tokens of a list of captions as one Arrow table (the same
-mechanism as the DataModule's split tables, :mod:`varlen.storage.tables`): written atomically, keyed by
-the tokenizer, ``max_length``, a hash of the caption texts and the format version, rebuilt with a
+`caption_tokens` can cache the tokens of a list of captions as one Arrow table (the same
+mechanism as the DataModule's split tables, `varlen.storage.tables`): written atomically, keyed by
+the tokenizer, `max_length`, a hash of the caption texts and the format version, rebuilt with a
 warning when it is cut short, of another version, changed since (its checksum) or holds an id
 outside the tokenizer's vocabulary (one the tokenizer gives is a DataError when it is built). The
-DataModule does not use it: its split tables (:mod:`.served`) hold the tokens already.
+DataModule does not use it: its split tables (`.served`) hold the tokens already.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ BATCH = 4096
 
 @functools.lru_cache(maxsize=4)
 def tokenizer(name_or_path: str | None = None):
-    """:func:`varlen.datasets.text.load_tokenizer` (None: the offline MiniLM), cached per process.
+    """`varlen.datasets.text.load_tokenizer` (None: the offline MiniLM), cached per process.
 
     DataModules built again (CLI subcommands, tests) reuse the same object instead of reading
     the tokenizer files again.
@@ -59,12 +59,12 @@ def tokenizer(name_or_path: str | None = None):
 
 @dataclass
 class Tokenized:
-    """Unpadded token ids of many captions: caption ``k`` is ``ids[offsets[k]:offsets[k + 1]]``.
+    """Unpadded token ids of many captions: caption `k` is `ids[offsets[k]:offsets[k + 1]]`.
 
     Attributes:
         ids: all token ids, concatenated (int64).
-        offsets: ``[N + 1]``.
-        truncated: ``[N]`` bool, the captions that were longer than ``max_length`` and were cut.
+        offsets: `[N + 1]`.
+        truncated: `[N]` bool, the captions that were longer than `max_length` and were cut.
     """
 
     ids: np.ndarray
@@ -80,7 +80,7 @@ class Tokenized:
 
 
 def _encode(texts: list[str], tokenizer, max_length: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(ids, lengths, truncated)`` of one batch of captions."""
+    """`(ids, lengths, truncated)` of one batch of captions."""
     encoded = tokenizer(texts, add_special_tokens=True, truncation=False, verbose=False)["input_ids"] if texts else []
     long = [k for k, e in enumerate(encoded) if len(e) > max_length]
     if long:
@@ -95,10 +95,10 @@ def _encode(texts: list[str], tokenizer, max_length: int) -> tuple[np.ndarray, n
 
 
 def tokenize_captions(texts: Sequence[str], tokenizer, max_length: int = 32, batch: int = BATCH) -> Tokenized:
-    """Tokenise all captions, ``batch`` per tokenizer call; keep the ids unpadded.
+    """Tokenise all captions, `batch` per tokenizer call; keep the ids unpadded.
 
     Captions are encoded untruncated first so that truncation is known per caption (the
-    dataset counts it per split in the report); only the captions over ``max_length`` are
+    dataset counts it per split in the report); only the captions over `max_length` are
     encoded again with truncation (the tokenizer keeps its special tokens). Between calls only
     numpy arrays are kept: memory holds one batch's Python lists, never the corpus's.
     """
@@ -117,8 +117,8 @@ def tokenize_captions(texts: Sequence[str], tokenizer, max_length: int = 32, bat
 
 
 def ids_problem(table: MappedTable, column: str, vocabulary: int) -> str | None:
-    """A caption token id of a mapped table's list column outside the tokenizer's ``vocabulary`` ids
-    (an embedding would fail on it), or None: what :func:`varlen.storage.tables.open_table`'s check says."""
+    """A caption token id of a mapped table's list column outside the tokenizer's `vocabulary` ids
+    (an embedding would fail on it), or None: what `varlen.storage.tables.open_table`'s check says."""
     found = ids_outside(table.ragged(column), vocabulary)
     if found is None:
         return None
@@ -126,7 +126,7 @@ def ids_problem(table: MappedTable, column: str, vocabulary: int) -> str | None:
 
 
 def cache_path(cache_dir: str | os.PathLike, texts: Sequence[str], tokenizer, max_length: int) -> Path:
-    """Where the tokens of ``texts`` under ``tokenizer`` and ``max_length`` are cached."""
+    """Where the tokens of `texts` under `tokenizer` and `max_length` are cached."""
     return Path(cache_dir) / f"captions-{_key(texts, tokenizer, max_length)}.arrow"
 
 
@@ -138,10 +138,10 @@ def _key(texts: Sequence[str], tokenizer, max_length: int) -> str:
 def caption_tokens(
     texts: Sequence[str], tokenizer, max_length: int = 32, cache_dir: str | os.PathLike | None = None
 ) -> Tokenized:
-    """The tokens of ``texts``: read from the cache in ``cache_dir``, else tokenised (and cached there).
+    """The tokens of `texts`: read from the cache in `cache_dir`, else tokenised (and cached there).
 
-    Without ``cache_dir`` nothing touches the disk. A cache file that is cut short, corrupt or
-    from another format version is rebuilt (:func:`varlen.storage.tables.open_table` warns). Read from
+    Without `cache_dir` nothing touches the disk. A cache file that is cut short, corrupt or
+    from another format version is rebuilt (`varlen.storage.tables.open_table` warns). Read from
     the cache, the arrays are read-only views of the mapped file.
     """
     if cache_dir is None:
