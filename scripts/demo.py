@@ -94,7 +94,20 @@ def main(argv: list[str] | None = None) -> None:
             f"| {r['scenario']} | {r['metrics']} | {r['padding_efficiency']:.4f} | "
             f"{r['samples_per_s']:.1f} | {r['data_wait']:.1%} | {r['epochs']} | {r['seconds']:.0f} |"
         )
+    print(f"\n{next_step()}")
     sys.stdout.flush()
+
+
+def next_step() -> str:
+    """Where the `varlen` command is: the demo ran inside the set-up's `.venv`, which the user's shell has not
+    activated (after the demo, a bare `varlen --help` answered "command not found")."""
+    command = Path(sys.executable).with_name("varlen")
+    activate = command.with_name("activate")
+    try:
+        command, activate = command.relative_to(Path.cwd()), activate.relative_to(Path.cwd())
+    except ValueError:
+        pass  # the venv is not under the working directory: name it by its whole path
+    return f"next: `source {activate}` then `varlen --help` (or `{command} --help` as it is)"
 
 
 if __name__ == "__main__":

@@ -38,3 +38,14 @@ def test_the_demo_runs_every_scenario_end_to_end(capsys: pytest.CaptureFixture, 
         cells = [c.strip() for c in row.strip("|").split("|")]
         assert "missing" not in cells[1] and 0 < float(cells[2]) <= 1 and float(cells[3]) > 0, row
         assert cells[4].endswith("%") and 0 <= float(cells[4].rstrip("%")) <= 100, row  # the data wait share
+    # the last line: where the installed `varlen` is, which the user's shell has not activated
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("next: `source ") and "varlen --help" in last, last
+    command = Path(last.split("or `")[1].split(" --help")[0])
+    assert (command if command.is_absolute() else tmp_path / command).exists(), last
+
+
+def test_the_readme_says_how_to_reach_the_installed_command() -> None:
+    readme = (ROOT / "README.md").read_text()
+    two_commands = readme.split("## Two commands")[1].split("\n## ")[0]
+    assert "source .venv/bin/activate" in two_commands and "varlen --help" in two_commands
