@@ -34,7 +34,7 @@ def served(index, plan, rank: int, epoch: int, seed: int) -> list[np.ndarray]:
     for window, batch, _, _ in rank_batches(plan, rank, epoch, seed).tolist():
         if window not in loaded:
             loaded = {window: read_window(index, plan, window, epoch, seed)}
-        ids, bounds = loaded[window]
+        ids, bounds, _ = loaded[window]
         out.append(ids[bounds[batch, 0] : bounds[batch, 1]])
     return out
 
@@ -81,8 +81,9 @@ def test_in_window_planner_gives_the_closed_form_count_and_budgets(spec):
         plan = layout(index, spec, seed=seed, num_replicas=3, window_batches=window)
         assert plan.num_windows > 6
         for w in range(plan.num_windows):
-            ids, bounds = read_window(index, plan, w, epoch=1, seed=seed)
+            ids, bounds, window_sizes = read_window(index, plan, w, epoch=1, seed=seed)
             assert len(bounds) == plan.window_counts[w] + plan.window_splits[w]
+            np.testing.assert_array_equal(window_sizes, sizes[ids])  # what its batches pad to, read with it
             check_budget([ids[a:b] for a, b in bounds], sizes, spec)
 
 
@@ -378,7 +379,7 @@ def test_simulated_index_sizes_match_its_histograms():
     index = SimulatedSizeIndex(300_000, 4096, seed=1)
     plan = layout(index, PlanSpec(max_tokens=(8192,)), seed=0, num_replicas=4)
     assert plan.window_counts.sum() > 0
-    ids, bounds = read_window(index, plan, 0, 0, 0)  # checks the chunk's sizes against its histogram
+    ids, bounds, _ = read_window(index, plan, 0, 0, 0)  # checks the chunk's sizes against its histogram
     assert len(bounds) == plan.window_counts[0] + plan.window_splits[0]
     assert len(np.unique(ids)) == len(ids) == plan.window_histograms[0].sum()
 

@@ -199,8 +199,14 @@ class StreamEpochs(ResumableEpochs):
         return split_tail(rows, count, lambda unit: self.unit_bounds(unit, epoch, world))
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        """This epoch's batches for this rank, as global sample ids: a unit is read when its lane reaches it (up
-        to `lanes + 1` held, the least recently used out first)."""
+        """This epoch's batches for this rank, as global sample ids."""
+        for ids, _ in self.sized_batches():
+            yield ids
+
+    def sized_batches(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """This epoch's batches for this rank: global sample ids and their sizes on the plan's axis (what a
+        batch pads to, read with its unit). A unit is read when its lane reaches it (up to `lanes + 1` held,
+        the least recently used out first)."""
         loaded, read = {}, self.reader(self.epoch)
         for world, (unit, batch, low, high) in self.positions():
             if unit in loaded:
@@ -209,9 +215,9 @@ class StreamEpochs(ResumableEpochs):
                 if len(loaded) > self.lanes:
                     loaded.pop(next(iter(loaded)))
                 loaded[unit] = read(world, unit)
-            ids, bounds = loaded[unit]
-            samples = ids[bounds[batch, 0] : bounds[batch, 1]]
-            yield samples[low:] if high < 0 else samples[low:high]
+            ids, bounds, sizes = loaded[unit]
+            taken = slice(bounds[batch, 0] + low, bounds[batch, 1] if high < 0 else bounds[batch, 0] + high)
+            yield ids[taken], sizes[taken]
 
     def key_parts(self) -> tuple:
         """What the state's `plan` key is made of: the spec, multiple, window and axis (and what a subclass adds)."""
@@ -298,7 +304,7 @@ class StreamBatchPlan(StreamEpochs):
             yield tuple(row)
 
     def reader(self, epoch: int) -> Callable[[int, int], tuple[np.ndarray, np.ndarray]]:
-        """Reads a window of `epoch` (on a world size): its ids and batches (`read_window`)."""
+        """Reads a window of `epoch` (on a world size): its ids, batches and sizes (`read_window`)."""
         return lambda world, window: read_window(self.index, self.layout_on(world), window, epoch, self.seed)
 
     def shapes(self, epoch: int | None = None) -> set[tuple[int, int]]:
