@@ -65,7 +65,8 @@ class PlanSampler(BatchSampler):
     """The part of a batch sampler that Lightning sees (see the module docstring). A subclass calls
     `_serve_on` first and `_start` last in its `__init__`, and gives `_rank_batches` (this
     rank's batches of the current epoch, as index lists with their padded lengths where its plan knows them),
-    `sizes_of` (where its sizes come from: memory, or a size index) and the plan's `spec`, `len()` and state."""
+    `sizes_of` and `bucket_sizes` (from where its sizes live: memory, or a size index) and the plan's `spec`,
+    `len()` and state."""
 
     def _serve_on(self, num_samples: int, sampler: Sampler | None, num_replicas: int | None, rank: int | None) -> None:
         """The sampler Lightning sets the epoch on (its injected one, else an `EpochTracker`) and the ranks."""
@@ -102,6 +103,10 @@ class PlanSampler(BatchSampler):
 
     def sizes_of(self, indices: list[int]) -> np.ndarray:
         """The sizes (`[n]` or `[n, D]`) of samples `indices`, from where this sampler's sizes live."""
+        raise NotImplementedError
+
+    def bucket_sizes(self) -> list[np.ndarray]:
+        """The size each bucket's samples are costed at, per size axis."""
         raise NotImplementedError
 
     def _begin(self) -> None:

@@ -312,6 +312,9 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
     def sizes_of(self, indices: list[int]) -> np.ndarray:
         return self.sizes[indices]
 
+    def bucket_sizes(self) -> list[np.ndarray]:
+        return [np.unique(self._buckets[1][:, d]) for d in range(self.sizes.shape[1])]
+
     def shape_batches(self, epoch: int | None = None) -> list[list[int]]:
         """One batch of `epoch` (every rank's plan) for each of its distinct shapes, as it is served, the
         widest first (the most memory first): what `WarmShapes` runs."""

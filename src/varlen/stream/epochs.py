@@ -30,6 +30,7 @@ import numpy as np
 from varlen.batching.plan import PlanSpec, split_largest
 from varlen.batching.resume import RESUME_VARIABLE, ResumableEpochs, changes
 from varlen.batching.shape_policy import Rungs
+from varlen.batching.spec import sizes_spec
 from varlen.storage.cache import cache_key
 from varlen.stream.layout import (
     WINDOW_BATCHES,
@@ -97,13 +98,8 @@ def stream_spec(spec: PlanSpec | None = None, **settings: Any) -> PlanSpec:
     if unknown or (spec is not None and settings):
         raise TypeError(f"give a spec or the plan settings {SPEC_ARGUMENTS}, got {sorted(settings)}")
     if spec is None:
-        tokens, ladder = settings.get("max_tokens"), settings.get("rungs")
-        spec = PlanSpec(
-            settings.get("batch_size"), None if tokens is None else tuple(np.atleast_1d(tokens).tolist()),
-            settings.get("cost", "padded"), settings.get("max_batch_size"),
-            pad_to_multiple_of=settings.get("pad_to_multiple_of"),
-            rungs=None if ladder is None else (Rungs(tuple(int(r) for r in ladder)),),
-        )  # fmt: skip
+        ladder = settings.pop("rungs", None)
+        spec = sizes_spec(1, **settings, rungs=None if ladder is None else (Rungs(tuple(int(r) for r in ladder)),))
     if spec.rung_batch_sizes is not None:
         raise ValueError("a streamed plan holds each batch to its budget: rung_batch_sizes are the in-memory plan's")
     multiple = spec.pad_to_multiple_of
