@@ -437,3 +437,30 @@ def test_an_index_of_sizes_with_an_empty_chunk_is_built():
     assert index.samples_per_chunk.tolist() == [0, 2] and index.sizes(1)[:, 0].tolist() == [3, 5]
     plan = StreamBatchPlan(index, max_tokens=BUDGET)
     assert sorted(i for batch in plan for i in batch.tolist()) == [0, 1]
+
+
+def test_a_streamed_batch_carries_the_rung_of_its_longest_sample_read_with_its_window(monkeypatch):
+    """Under rungs every batch a streamed sampler serves carries the rung of its longest sample, from the sizes
+    its window was read with: the size index is read once per window's chunk, never again per batch."""
+    import varlen.stream.sampler as stream_sampler
+    from varlen.batching.plan import SIZE_GRID
+    from varlen.stream.sampler import StreamBatchSampler
+
+    reads = []
+
+    class Counted(ArraySizeIndex):
+        def sizes(self, chunk: int) -> np.ndarray:
+            reads.append(chunk)
+            return super().sizes(chunk)
+
+    index = Counted.from_sizes(lognormal_chunks(4, 20))
+    monkeypatch.setattr(stream_sampler, "SizeIndex", lambda folder: index)
+    rungs = [int(SIZE_GRID[i]) for i in np.searchsorted(SIZE_GRID, [64, 160, 400, 1000, 3000])]
+    sampler = StreamBatchSampler("folder", max_tokens=BUDGET, rungs=rungs, window_batches=20)
+    sizes, ladder = sizes_of(index), sampler.spec.rungs[0]
+    reads.clear()
+    batches = list(sampler)
+    assert len(batches) > 2 * index.num_chunks
+    for batch in batches:
+        assert batch.widths == (ladder.round(int(sizes[batch].max())),)
+    assert len(reads) <= len(sampler.plan.layout.seg_chunk)  # each window read once, its chunks once
