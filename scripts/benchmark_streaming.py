@@ -131,7 +131,7 @@ def serve_all(index, plan, sizes: np.ndarray) -> tuple[np.ndarray, int, int, int
     seen = np.zeros(len(sizes), np.int32)
     real = padded = batches = 0
     for window in range(plan.num_windows):
-        ids, bounds = read_window(index, plan, window, 0, 0)
+        ids, bounds, _ = read_window(index, plan, window, 0, 0)
         starts = np.sort(bounds[:, 0])
         np.testing.assert_array_equal(np.sort(bounds[:, 1]), np.append(starts[1:], len(ids)))  # they tile
         np.add.at(seen, ids, 1)

@@ -34,7 +34,7 @@ def served(index, plan, rank: int, epoch: int, seed: int) -> list[np.ndarray]:
     for window, batch, _, _ in rank_batches(plan, rank, epoch, seed).tolist():
         if window not in loaded:
             loaded = {window: read_window(index, plan, window, epoch, seed)}
-        ids, bounds = loaded[window]
+        ids, bounds, _ = loaded[window]
         out.append(ids[bounds[batch, 0] : bounds[batch, 1]])
     return out
 
@@ -81,8 +81,9 @@ def test_in_window_planner_gives_the_closed_form_count_and_budgets(spec):
         plan = layout(index, spec, seed=seed, num_replicas=3, window_batches=window)
         assert plan.num_windows > 6
         for w in range(plan.num_windows):
-            ids, bounds = read_window(index, plan, w, epoch=1, seed=seed)
+            ids, bounds, window_sizes = read_window(index, plan, w, epoch=1, seed=seed)
             assert len(bounds) == plan.window_counts[w] + plan.window_splits[w]
+            np.testing.assert_array_equal(window_sizes, sizes[ids])  # what its batches pad to, read with it
             check_budget([ids[a:b] for a, b in bounds], sizes, spec)
 
 
@@ -378,7 +379,7 @@ def test_simulated_index_sizes_match_its_histograms():
     index = SimulatedSizeIndex(300_000, 4096, seed=1)
     plan = layout(index, PlanSpec(max_tokens=(8192,)), seed=0, num_replicas=4)
     assert plan.window_counts.sum() > 0
-    ids, bounds = read_window(index, plan, 0, 0, 0)  # checks the chunk's sizes against its histogram
+    ids, bounds, _ = read_window(index, plan, 0, 0, 0)  # checks the chunk's sizes against its histogram
     assert len(bounds) == plan.window_counts[0] + plan.window_splits[0]
     assert len(np.unique(ids)) == len(ids) == plan.window_histograms[0].sum()
 
@@ -436,3 +437,30 @@ def test_an_index_of_sizes_with_an_empty_chunk_is_built():
     assert index.samples_per_chunk.tolist() == [0, 2] and index.sizes(1)[:, 0].tolist() == [3, 5]
     plan = StreamBatchPlan(index, max_tokens=BUDGET)
     assert sorted(i for batch in plan for i in batch.tolist()) == [0, 1]
+
+
+def test_a_streamed_batch_carries_the_rung_of_its_longest_sample_read_with_its_window(monkeypatch):
+    """Under rungs every batch a streamed sampler serves carries the rung of its longest sample, from the sizes
+    its window was read with: the size index is read once per window's chunk, never again per batch."""
+    import varlen.stream.sampler as stream_sampler
+    from varlen.batching.plan import SIZE_GRID
+    from varlen.stream.sampler import StreamBatchSampler
+
+    reads = []
+
+    class Counted(ArraySizeIndex):
+        def sizes(self, chunk: int) -> np.ndarray:
+            reads.append(chunk)
+            return super().sizes(chunk)
+
+    index = Counted.from_sizes(lognormal_chunks(4, 20))
+    monkeypatch.setattr(stream_sampler, "SizeIndex", lambda folder: index)
+    rungs = [int(SIZE_GRID[i]) for i in np.searchsorted(SIZE_GRID, [64, 160, 400, 1000, 3000])]
+    sampler = StreamBatchSampler("folder", max_tokens=BUDGET, rungs=rungs, window_batches=20)
+    sizes, ladder = sizes_of(index), sampler.spec.rungs[0]
+    reads.clear()
+    batches = list(sampler)
+    assert len(batches) > 2 * index.num_chunks
+    for batch in batches:
+        assert batch.widths == (ladder.round(int(sizes[batch].max())),)
+    assert len(reads) <= len(sampler.plan.layout.seg_chunk)  # each window read once, its chunks once

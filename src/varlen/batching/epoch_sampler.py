@@ -12,5 +12,5 @@ __all__ = ["EpochBatchSampler", "EpochIndices"]
 class EpochBatchSampler(BucketBatchSampler):
     """`BucketBatchSampler` (same arguments, plan and state) whose batches are `EpochIndices`."""
 
-    def batch_of(self, indices: list[int], epoch: int) -> EpochIndices:
-        return EpochIndices(indices, epoch, self.widths(indices))
+    def batch_of(self, indices: list[int], epoch: int, widths: tuple[int, ...] | None = None) -> EpochIndices:
+        return EpochIndices(indices, epoch, self.widths(indices) if widths is None else widths)

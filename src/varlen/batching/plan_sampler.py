@@ -14,8 +14,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import torch.distributed as dist
 from torch.utils.data import BatchSampler, Sampler
+
+from varlen.batching.indices import BatchIndices
+from varlen.batching.shape_policy import batch_widths
 
 __all__ = ["EpochTracker", "PlanSampler", "resolve_ranks"]
 
@@ -60,7 +64,9 @@ def resolve_ranks(num_replicas: int | None, rank: int | None, sampler: Sampler |
 class PlanSampler(BatchSampler):
     """The part of a batch sampler that Lightning sees (see the module docstring). A subclass calls
     `_serve_on` first and `_start` last in its `__init__`, and gives `_rank_batches` (this
-    rank's batches of the current epoch, as index lists) and the plan's `len()` and state."""
+    rank's batches of the current epoch, as index lists with their padded lengths where its plan knows them),
+    `sizes_of` and `bucket_sizes` (from where its sizes live: memory, or a size index) and the plan's `spec`,
+    `len()` and state."""
 
     def _serve_on(self, num_samples: int, sampler: Sampler | None, num_replicas: int | None, rank: int | None) -> None:
         """The sampler Lightning sets the epoch on (its injected one, else an `EpochTracker`) and the ranks."""
@@ -84,16 +90,31 @@ class PlanSampler(BatchSampler):
         """Select the epoch whose plan the next iteration yields."""
         self.sampler.set_epoch(epoch)
 
-    def batch_of(self, indices: list[int], epoch: int) -> Sequence[int]:
-        """`indices` as this sampler serves a batch of `epoch` (a plain list here): every batch served,
-        warm-up batches too, is made here."""
-        return indices
+    def batch_of(self, indices: list[int], epoch: int, widths: tuple[int, ...] | None = None) -> Sequence[int]:
+        """`indices` as this sampler serves a batch of `epoch`: with rungs, carrying the padded length of each
+        size axis (`widths`, else read off their sizes). Every batch served, warm-up batches too, is made here."""
+        widths = self.widths(indices) if widths is None else widths
+        return indices if widths is None else BatchIndices(indices, widths)
+
+    def widths(self, indices: list[int]) -> tuple[int, ...] | None:
+        """The padded length of each size axis of the batch of `indices` (None without rungs: its longest)."""
+        rungs = self.spec.rungs
+        return None if rungs is None else batch_widths(self.sizes_of(indices), rungs)
+
+    def sizes_of(self, indices: list[int]) -> np.ndarray:
+        """The sizes (`[n]` or `[n, D]`) of samples `indices`, from where this sampler's sizes live."""
+        raise NotImplementedError
+
+    def bucket_sizes(self) -> list[np.ndarray]:
+        """The size each bucket's samples are costed at, per size axis."""
+        raise NotImplementedError
 
     def _begin(self) -> None:
         """What `iter()` fixes at once, before the first batch (nothing here)."""
 
-    def _rank_batches(self) -> Iterator[list[int]]:
-        """This rank's batches of the current epoch, as index lists, from where a loaded state stood."""
+    def _rank_batches(self) -> Iterator[tuple[list[int], tuple[int, ...] | None]]:
+        """This rank's batches of the current epoch, from where a loaded state stood: index lists and their
+        padded lengths (None: read off their sizes where rungs pad them)."""
         raise NotImplementedError
 
     def __iter__(self) -> Iterator[Sequence[int]]:
@@ -107,5 +128,5 @@ class PlanSampler(BatchSampler):
 
     def _served(self) -> Iterator[Sequence[int]]:
         epoch = self.epoch
-        for indices in self._rank_batches():
-            yield self.batch_of(indices, epoch)
+        for indices, widths in self._rank_batches():
+            yield self.batch_of(indices, epoch, widths)

@@ -22,14 +22,13 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from varlen import notices
-from varlen.batching.indices import BatchIndices
 from varlen.batching.padding import round_up
 from varlen.batching.plan import Plan, PlanSpec, as_size_matrix, bucketize, build_plan, fit_rungs, split_largest
 from varlen.batching.plan_sampler import EpochTracker, PlanSampler
 from varlen.batching.replan import PlanChanges
 from varlen.batching.resume import ResumableEpochs, canonical
 from varlen.batching.schedule_draws import ScheduledDraws, ScheduledWeights, join_pieces
-from varlen.batching.shape_policy import Rungs, batch_shapes, batch_widths, cant_hold, distinct_shapes
+from varlen.batching.shape_policy import Rungs, batch_shapes, cant_hold, distinct_shapes
 from varlen.batching.spec import sizes_spec, spec_settings
 from varlen.batching.weights import WeightedDraw, strata_of
 
@@ -310,14 +309,11 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
         shapes = np.concatenate([self._shapes_of(self._plan_of(draw, 0, self.num_replicas)) for draw in draws])
         return max(distinct_shapes(shapes), default=0)
 
-    def batch_of(self, indices: list[int], epoch: int) -> list[int]:
-        """`indices` as this sampler serves a batch of `epoch`: with rungs, carrying its padded lengths."""
-        widths = self.widths(indices)
-        return indices if widths is None else BatchIndices(indices, widths)
+    def sizes_of(self, indices: list[int]) -> np.ndarray:
+        return self.sizes[indices]
 
-    def widths(self, indices: list[int]) -> tuple[int, ...] | None:
-        """The padded length of each size axis of the batch of `indices` (None without rungs: its longest)."""
-        return None if self.rungs is None else batch_widths(self.sizes[indices], self.rungs)
+    def bucket_sizes(self) -> list[np.ndarray]:
+        return [np.unique(self._buckets[1][:, d]) for d in range(self.sizes.shape[1])]
 
     def shape_batches(self, epoch: int | None = None) -> list[list[int]]:
         """One batch of `epoch` (every rank's plan) for each of its distinct shapes, as it is served, the
@@ -348,12 +344,12 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
         epoch = self.epoch
         self._position = (epoch, self.first_batch(epoch))  # what a state_dict now names
 
-    def _rank_batches(self) -> Iterator[list[int]]:
+    def _rank_batches(self) -> Iterator[tuple[list[int], None]]:
         order = None
         for source, (first, end) in self.positions():
             if order is None:  # a resumed epoch's rows index their own order (its plans', see rest_rows)
                 order = source if isinstance(source, np.ndarray) else self._plan_on(self.epoch, source).order
-            yield order[first:end].tolist()
+            yield order[first:end].tolist(), None
 
     def state_dict(self) -> dict[str, Any]:
         """Rank-independent position: all ranks have served the same number of batches.

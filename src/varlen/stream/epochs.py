@@ -30,6 +30,7 @@ import numpy as np
 from varlen.batching.plan import PlanSpec, split_largest
 from varlen.batching.resume import RESUME_VARIABLE, ResumableEpochs, changes
 from varlen.batching.shape_policy import Rungs
+from varlen.batching.spec import sizes_spec
 from varlen.storage.cache import cache_key
 from varlen.stream.layout import (
     WINDOW_BATCHES,
@@ -97,13 +98,8 @@ def stream_spec(spec: PlanSpec | None = None, **settings: Any) -> PlanSpec:
     if unknown or (spec is not None and settings):
         raise TypeError(f"give a spec or the plan settings {SPEC_ARGUMENTS}, got {sorted(settings)}")
     if spec is None:
-        tokens, ladder = settings.get("max_tokens"), settings.get("rungs")
-        spec = PlanSpec(
-            settings.get("batch_size"), None if tokens is None else tuple(np.atleast_1d(tokens).tolist()),
-            settings.get("cost", "padded"), settings.get("max_batch_size"),
-            pad_to_multiple_of=settings.get("pad_to_multiple_of"),
-            rungs=None if ladder is None else (Rungs(tuple(int(r) for r in ladder)),),
-        )  # fmt: skip
+        ladder = settings.pop("rungs", None)
+        spec = sizes_spec(1, **settings, rungs=None if ladder is None else (Rungs(tuple(int(r) for r in ladder)),))
     if spec.rung_batch_sizes is not None:
         raise ValueError("a streamed plan holds each batch to its budget: rung_batch_sizes are the in-memory plan's")
     multiple = spec.pad_to_multiple_of
@@ -199,8 +195,14 @@ class StreamEpochs(ResumableEpochs):
         return split_tail(rows, count, lambda unit: self.unit_bounds(unit, epoch, world))
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        """This epoch's batches for this rank, as global sample ids: a unit is read when its lane reaches it (up
-        to `lanes + 1` held, the least recently used out first)."""
+        """This epoch's batches for this rank, as global sample ids."""
+        for ids, _ in self.sized_batches():
+            yield ids
+
+    def sized_batches(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """This epoch's batches for this rank: global sample ids and their sizes on the plan's axis (what a
+        batch pads to, read with its unit). A unit is read when its lane reaches it (up to `lanes + 1` held,
+        the least recently used out first)."""
         loaded, read = {}, self.reader(self.epoch)
         for world, (unit, batch, low, high) in self.positions():
             if unit in loaded:
@@ -209,9 +211,9 @@ class StreamEpochs(ResumableEpochs):
                 if len(loaded) > self.lanes:
                     loaded.pop(next(iter(loaded)))
                 loaded[unit] = read(world, unit)
-            ids, bounds = loaded[unit]
-            samples = ids[bounds[batch, 0] : bounds[batch, 1]]
-            yield samples[low:] if high < 0 else samples[low:high]
+            ids, bounds, sizes = loaded[unit]
+            taken = slice(bounds[batch, 0] + low, bounds[batch, 1] if high < 0 else bounds[batch, 0] + high)
+            yield ids[taken], sizes[taken]
 
     def key_parts(self) -> tuple:
         """What the state's `plan` key is made of: the spec, multiple, window and axis (and what a subclass adds)."""
@@ -298,7 +300,7 @@ class StreamBatchPlan(StreamEpochs):
             yield tuple(row)
 
     def reader(self, epoch: int) -> Callable[[int, int], tuple[np.ndarray, np.ndarray]]:
-        """Reads a window of `epoch` (on a world size): its ids and batches (`read_window`)."""
+        """Reads a window of `epoch` (on a world size): its ids, batches and sizes (`read_window`)."""
         return lambda world, window: read_window(self.index, self.layout_on(world), window, epoch, self.seed)
 
     def shapes(self, epoch: int | None = None) -> set[tuple[int, int]]:

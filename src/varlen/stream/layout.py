@@ -369,16 +369,17 @@ def window_bounds(plan: StreamLayout, window: int, epoch: int, seed: int) -> np.
 
 
 def read_window(index: SizeIndexLike, plan: StreamLayout, window: int, epoch: int, seed: int):
-    """Window `window`'s samples as global ids (chunk offset + position) in the order of `epoch`,
-    and its batches `[n, 2]` (offsets into them, in serving order): the in-memory plan's ordering and
-    cut over the window's samples, the window's chunks read once.
+    """Window `window`'s samples as global ids (chunk offset + position) in the order of `epoch`, its
+    batches `[n, 2]` (offsets into them, in serving order) and the samples' sizes on the plan's axis (in the
+    ids' order: what a batch pads to): the in-memory plan's ordering and cut over the window's samples, the
+    window's chunks read once.
 
     Raises:
         DataError: a chunk's sizes disagree with the index's histograms, naming the chunk.
     """
     sizes, ids, bucket = window_samples(index, plan, window)
     order, starts = order_and_cut(sizes, bucket, plan, np.random.default_rng([seed, epoch, _SAMPLES, window]))
-    return ids[order], _serve(plan, window, epoch, seed, starts)
+    return ids[order], _serve(plan, window, epoch, seed, starts), sizes[order]
 
 
 def window_samples(index: SizeIndexLike, plan: StreamLayout, window: int, weights: bool = False):

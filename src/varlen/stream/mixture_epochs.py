@@ -163,7 +163,7 @@ class MixtureBatchPlan(StreamEpochs):
         return self.draw(epoch).batches_per_rank
 
     def reader(self, epoch: int) -> Callable[[int, int], tuple[np.ndarray, np.ndarray]]:
-        """Reads a unit of `epoch` (on a world size): its ids and batches, a few drawn windows held."""
+        """Reads a unit of `epoch` (on a world size): its ids, batches and sizes, a few drawn windows held."""
         windows: dict[tuple[int, int, int], Any] = {}
 
         def read(world: int, unit: int):

@@ -284,8 +284,9 @@ def read_unit(
     seed: int,
     drawn: Callable[[int, int], tuple] | None = None,
 ):
-    """Unit `unit`'s samples as global ids in the order of `epoch` and its batches `[n, 2]` (offsets
-    into them, in serving order); `drawn(source, window)`: `drawn_window` (a caller's cache).
+    """Unit `unit`'s samples as global ids in the order of `epoch`, its batches `[n, 2]` (offsets
+    into them, in serving order) and the samples' sizes (in the ids' order); `drawn(source, window)`:
+    `drawn_window` (a caller's cache).
 
     Raises:
         DataError: a chunk's sizes disagree with the index, naming the chunk.
@@ -307,6 +308,6 @@ def read_unit(
     if not np.array_equal(np.bincount(bucket, minlength=len(plan.rounded)), draw.unit_histograms[unit]):
         raise DataError(f"unit {unit}: its drawn samples differ from those it was planned with")
     if len(ids) == 0:  # a unit of sources drawn none of this epoch
-        return ids, _serve(plan, draw, unit, epoch, seed, np.zeros(1, np.int64))
+        return ids, _serve(plan, draw, unit, epoch, seed, np.zeros(1, np.int64)), sizes
     order, starts = order_and_cut(sizes, bucket, plan.sources[0], np.random.default_rng([seed, epoch, _SAMPLES, unit]))
-    return ids[order], _serve(plan, draw, unit, epoch, seed, starts)
+    return ids[order], _serve(plan, draw, unit, epoch, seed, starts), sizes[order]

@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Sampler
 
-from varlen.batching.indices import BatchIndices
 from varlen.batching.plan import Plan, PlanSpec
 from varlen.batching.plan_sampler import PlanSampler
 from varlen.batching.shape_policy import batch_widths
@@ -85,9 +84,10 @@ class StreamBatchSampler(PlanSampler):
     def __len__(self) -> int:
         return len(self._synced())
 
-    def _rank_batches(self) -> Iterator[list[int]]:
-        for batch in self._synced():
-            yield batch.tolist()
+    def _rank_batches(self) -> Iterator[tuple[list[int], tuple[int, ...] | None]]:
+        rungs = self.spec.rungs  # each batch's sizes come with it, read with its window
+        for ids, sizes in self._synced().sized_batches():
+            yield ids.tolist(), None if rungs is None else batch_widths(sizes, rungs)
 
     def global_plan(self, epoch: int | None = None) -> Plan:
         """Every rank's batches of `epoch` in serving order (rank r's t-th batch is batch `t * W + r`),
@@ -122,7 +122,7 @@ class StreamBatchSampler(PlanSampler):
         wanted = {width: max(count for count, w in shapes if w == width) for _, width in shapes}
         found: dict[int, list[int]] = {width: [] for width in wanted}
         first = 0  # a source's first global id
-        for index in getattr(self.plan, "indexes", None) or [self.plan.index]:
+        for index in self.plan.indexes:
             for chunk in range(index.num_chunks):
                 if all(len(found[w]) >= n for w, n in wanted.items()):
                     break
@@ -137,13 +137,9 @@ class StreamBatchSampler(PlanSampler):
             self.batch_of(np.resize(found[width], count).tolist(), epoch) for count, width in shapes if found[width]
         ]
 
-    def batch_of(self, indices: list[int], epoch: int) -> Sequence[int]:
-        """`indices` as this sampler serves a batch: with rungs, carrying its padded length (the plan's axis)."""
-        rungs = self.plan.spec.rungs
-        if rungs is None:
-            return indices
-        sizes = stream_sizes(getattr(self.plan, "indexes", None) or [self.plan.index], indices)
-        return BatchIndices(indices, batch_widths(sizes, rungs))
+    def sizes_of(self, indices: list[int]) -> np.ndarray:
+        """The sizes of samples `indices` on the first axis, read from the size indexes chunk by chunk."""
+        return stream_sizes(self.plan.indexes, indices)
 
     def bucket_sizes(self) -> list[np.ndarray]:
         """The size each bucket's samples are costed at, per axis (one: the streamed plan's)."""
