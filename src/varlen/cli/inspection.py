@@ -257,7 +257,7 @@ def summarize(
         axes=axes,
         sizes=sizes,
         quantiles=np.quantile(sizes, QUANTILES, axis=0) if len(sizes) else np.zeros((5, sizes.shape[1])),
-        bucket_edges=_bucket_edges(sampler, sizes.shape[1]),
+        bucket_edges=sampler.bucket_sizes(),
         world_size=world_size,
         batches=len(batches),
         batches_per_rank=len(sampler),
@@ -301,13 +301,6 @@ def _collated(dm: VarLenDataModule, split: str, batches: list[np.ndarray]) -> di
         "largest_bytes": largest,
         "fields": [(name, r / max(p, 1)) for name, (r, p) in fields.items()] if len(fields) > 1 else [],
     }
-
-
-def _bucket_edges(sampler, axes: int) -> list[np.ndarray]:
-    """The sampler's bucket edges on each size axis (a streamed split's from its size index)."""
-    if hasattr(sampler, "bucket_sizes"):
-        return sampler.bucket_sizes()
-    return [np.unique(sampler._buckets[1][:, d]) for d in range(axes)]
 
 
 def _stages(dataset, sampler, world_size: int) -> tuple[str | None, list]:
