@@ -5,7 +5,7 @@ setting of the grid (workers from 0 up to the cores per device, prefetch factors
 pinning where a CUDA device is there; persistent workers from the same measures: see
 `varlen.tune.grid`), each until its rate is settled (`RateMeter`),
 prints the table and the best setting as `--data.init_args.*` arguments, and with `--write FILE`
-a copy of the config with them. `--with-model` puts each batch through the model's training step
+a copy of the config with them (the user's file edited: its comments, order and quoting kept). `--with-model` puts each batch through the model's training step
 (`varlen.tune.measure`); `--budget` searches the largest `max_tokens` that fits a CUDA
 device's memory (`varlen.tune.budget`). The DataModule and model come from `build`, which
 the command dispatcher gives (`varlen.cli.dispatch` builds them as `fit` would).
@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from varlen.batching.loader_rate import LoaderRate
 from varlen.tune.budget import NO_DEVICE, search_budgets, train_step
-from varlen.tune.config import command_config, epochs_and_batches, write_config
+from varlen.tune.config import command_config, config_files, epochs_and_batches, write_config
 from varlen.tune.grid import Row, grid, pick, rows_of, worker_counts
 from varlen.tune.measure import measure_setting
 from varlen.tune.rungs import device_peak, search_rungs
@@ -229,7 +229,9 @@ def tune_command(argv: Sequence[str], build: Build) -> int:
     if options.write:
         best = tuned.best
         note = f"written by varlen tune ({best.run_per_s:,.1f} batches/s over the run on this machine):\n"
-        written = write_config(options.write, config, best.setting.init_args(), note + best.setting.overrides())
+        files = config_files(rest)  # the first is the file edited; the others' values are set into it
+        source = files[0] if files else None
+        written = write_config(options.write, config, best.setting.init_args(), note + best.setting.overrides(), source)
         print(f"config written: {written}")
     return 0
 
