@@ -5,7 +5,8 @@ setting of the grid (workers from 0 up to the cores per device, prefetch factors
 pinning where a CUDA device is there; persistent workers from the same measures: see
 `varlen.tune.grid`), each until its rate is settled (`RateMeter`),
 prints the table and the best setting as `--data.init_args.*` arguments, and with `--write FILE`
-a copy of the config with them (the user's file edited: its comments, order and quoting kept). `--with-model` puts each batch through the model's training step
+a copy of the config with them (the user's file edited: its comments, order and quoting kept).
+`--with-model` puts each batch through the model's training step
 (`varlen.tune.measure`); `--budget` searches the largest `max_tokens` that fits a CUDA
 device's memory (`varlen.tune.budget`). The DataModule and model come from `build`, which
 the command dispatcher gives (`varlen.cli.dispatch` builds them as `fit` would).
