@@ -107,9 +107,15 @@ def test_tune_write_keeps_the_users_file_and_sets_the_pick_and_the_command_lines
     assert tune_command([*args, *timing, "--write", str(written)], build) == 0
     out = written.read_text()
     removed, added = changed_lines(COMMENTED, out)
-    assert removed == ["  max_epochs: 3\n", "    seed: 5\n"]  # the later file's and the command line's values
+    # the later file's and the command line's values, and the pick's (0 workers: no start method)
+    assert removed == [
+        "  max_epochs: 3\n",
+        "    seed: 5\n",
+        "    multiprocessing_context: 'fork'  # single-quoted on purpose\n",
+    ]
     assert added[0].startswith(f"# {HEADER} (") and added[1].startswith("# --data.init_args.num_workers=0 ")
     assert "  max_epochs: 4\n" in added and "    seed: 6\n" in added and "  devices: 1\n" in added
+    assert "    multiprocessing_context: null    # single-quoted on purpose\n" in added
     data = yaml.safe_load(out)
     assert data["data"]["init_args"]["num_workers"] == 0 and data["data"]["init_args"]["persistent_workers"] is False
     assert out.splitlines()[2] == "# my run: the first line is a comment"
