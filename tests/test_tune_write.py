@@ -119,3 +119,16 @@ def test_tune_write_keeps_the_users_file_and_sets_the_pick_and_the_command_lines
     data = yaml.safe_load(out)
     assert data["data"]["init_args"]["num_workers"] == 0 and data["data"]["init_args"]["persistent_workers"] is False
     assert out.splitlines()[2] == "# my run: the first line is a comment"
+
+
+def test_a_data_section_given_as_a_class_name_keeps_it(tmp_path) -> None:
+    from varlen.tune.config import write_config
+
+    source, written = tmp_path / "c.yaml", tmp_path / "out.yaml"
+    source.write_text("# short form\ndata: toy.ToyDataModule  # the class alone\n")
+    write_config(written, yaml.safe_load(source.read_text()), {"num_workers": 2}, f"{HEADER}:", source)
+    assert yaml.safe_load(written.read_text())["data"] == {
+        "class_path": "toy.ToyDataModule",
+        "init_args": {"num_workers": 2},
+    }
+    assert written.read_text().startswith(f"# {HEADER}:\n# short form\n")

@@ -95,7 +95,10 @@ def write_config(
 
     With `source` (the first `--config` file) the copy is that file edited (`edited_yaml`): every line
     holding no value that changed is kept byte for byte. Without one, `config` is dumped as YAML."""
-    out = _merge(dict(config), {"data": {"init_args": dict(init_args)}})
+    out = dict(config)
+    if isinstance(out.get("data"), str):  # `data: ClassName`, jsonargparse's short form: its init_args go beside
+        out["data"] = {"class_path": out["data"]}
+    out = _merge(out, {"data": {"init_args": dict(init_args)}})
     path = Path(path)
     if source is not None:
         text = edited_yaml(Path(source).read_text(encoding="utf-8"), out, note)
