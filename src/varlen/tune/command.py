@@ -35,8 +35,8 @@ from varlen.tune.grid import Row, grid, pick, rows_of, worker_counts
 from varlen.tune.measure import measure_setting
 from varlen.tune.repeats import Settle, repeated
 from varlen.tune.rungs import device_peak, search_rungs
+from varlen.tune.table import PRUNED, table
 from varlen.tune.table import short as _short
-from varlen.tune.table import table
 
 __all__ = ["Build", "Tuned", "parser", "run_tune", "table", "tune_command"]
 
@@ -306,7 +306,7 @@ def _repeated_passes(
 def _failed(error: Exception, limit: float) -> LoaderRate:
     said = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
     if "gave no batch in" in said or "timed out" in said:
-        said = f"pruned: no batch within {limit:.2g} s, already slower than the best setting so far"
+        said = f"{PRUNED}: no batch within {limit:.2g} s, already slower than the best setting so far"
     else:
         said = f"failed: {type(error).__name__}: {said}"[:120]
     return LoaderRate(math.nan, 0, math.nan, None, math.nan, said)
