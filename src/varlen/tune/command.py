@@ -198,7 +198,7 @@ def _noisy(measured: list, rel_tol: float) -> str:
         return ""
     return (
         f"note: {loose} of {len(errors)} settings did not settle within {2 * rel_tol:.0%} (their batches vary with "
-        "this machine's load): the pick is uncertain; raise --seconds, or run again when the machine is quieter"
+        "this machine's load): the pick is uncertain; raise --setting-seconds, or run again when the machine is quieter"
     )
 
 
