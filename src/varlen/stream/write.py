@@ -23,6 +23,7 @@ nothing under the final name, and the same command run again writes it (a folder
 interrupted LitData write leaves, from before, is replaced).
 With `compression` (`zstd` or `zstd:LEVEL`) each chunk is compressed inside its file (LitData's
 default way), read where it lies and checked as an uncompressed one.
+LitData writes quietly; the progress shown is the chunks on disk (`varlen.stream.write_progress`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from varlen.stream.draw_index import draw_values
 from varlen.stream.engine import litdata
 from varlen.stream.sidecars import write_sidecars
 from varlen.stream.size_index import FOLDER
+from varlen.stream.write_progress import ChunkProgress
 from varlen.stream.writer_group import WriteFailed, optimize_in_group
 
 __all__ = [
@@ -229,17 +231,20 @@ def _write_chunks(dataset: Any, build: Path, output: Path, need: int, settings: 
     """LitData's chunks of `dataset` written into `build` (its writers in a process group of their own) and
     checked: every sample, in order. A disk that filled up meanwhile is a DataError naming `output`'s folder,
     its free space and `need`."""
+    total = None if settings.get("compression") else need  # compressed chunks: their size is not known ahead
     try:
-        lowest = optimize_in_group(
-            build.parent,
-            fn=SampleItems(dataset),
-            inputs=list(range(len(dataset))),
-            output_dir=str(build),
-            keep_data_ordered=True,  # each worker a contiguous slice, in order: the chunks are in sample order
-            reorder_files=False,
-            verbose=sys.stderr.isatty(),  # LitData's progress bar, on a terminal
-            **settings,
-        )
+        with ChunkProgress(build, total, settings["num_workers"]) as progress:
+            lowest = optimize_in_group(
+                build.parent,
+                on_poll=progress.poll,
+                fn=SampleItems(dataset),
+                inputs=list(range(len(dataset))),
+                output_dir=str(build),
+                keep_data_ordered=True,  # each worker a contiguous slice, in order: the chunks are in sample order
+                reorder_files=False,
+                verbose=not hasattr(os, "fork") and sys.stderr.isatty(),  # LitData's bar where it runs here
+                **settings,
+            )
     except WriteFailed as failed:
         if failed.errno in NO_SPACE or _filled(failed.lowest_free):
             shutil.rmtree(build, ignore_errors=True)  # what it wrote is freed before the free space is said

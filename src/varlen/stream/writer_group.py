@@ -20,6 +20,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +48,10 @@ class WriteFailed(RuntimeError):
         self.lowest_free = lowest_free
 
 
-def optimize_in_group(watch: str | Path, **kwargs: Any) -> int | None:
+def optimize_in_group(watch: str | Path, on_poll: Callable[[], None] | None = None, **kwargs: Any) -> int | None:
     """`litdata.optimize(**kwargs)` in a forked child leading its own process group (see the module
-    docstring); `watch`: a folder on the output's disk. Returns the lowest free bytes seen there.
+    docstring); `watch`: a folder on the output's disk; `on_poll`: called at each look (a progress bar).
+    Returns the lowest free bytes seen there.
 
     Raises:
         WriteFailed: LitData raised, or its process ended otherwise than with status 0.
@@ -72,6 +74,8 @@ def optimize_in_group(watch: str | Path, **kwargs: Any) -> int | None:
             status = waited if done else None
             free = _free(watch)
             lowest = free if lowest is None else min(lowest, free if free is not None else lowest)
+            if on_poll is not None:
+                on_poll()
             if status is None:
                 time.sleep(POLL_S)
     finally:

@@ -3,9 +3,11 @@
 `varlen tune --config CONFIG [--data.* ...]` measures batches/s and real elements/s for every
 setting of the grid (workers from 0 up to the cores per device, prefetch factors, start methods,
 pinning where a CUDA device is there; persistent workers from the same measures: see
-`varlen.tune.grid`), each until its rate is settled (`RateMeter`),
+`varlen.tune.grid`), each in passes (a `RateMeter` measure each): a warm-up pass discarded, then passes
+until the last ones agree or the setting's time is up, said in the table (`varlen.tune.repeats`); it
 prints the table and the best setting as `--data.init_args.*` arguments, and with `--write FILE`
-a copy of the config with them. `--with-model` puts each batch through the model's training step
+a copy of the config with them (the user's file edited: its comments, order and quoting kept).
+`--with-model` puts each batch through the model's training step
 (`varlen.tune.measure`); `--budget` searches the largest `max_tokens` that fits a CUDA
 device's memory (`varlen.tune.budget`). The DataModule and model come from `build`, which
 the command dispatcher gives (`varlen.cli.dispatch` builds them as `fit` would).
@@ -28,10 +30,13 @@ from tqdm.auto import tqdm
 
 from varlen.batching.loader_rate import LoaderRate
 from varlen.tune.budget import NO_DEVICE, search_budgets, train_step
-from varlen.tune.config import command_config, epochs_and_batches, write_config
+from varlen.tune.config import command_config, config_files, epochs_and_batches, write_config
 from varlen.tune.grid import Row, grid, pick, rows_of, worker_counts
 from varlen.tune.measure import measure_setting
+from varlen.tune.repeats import Settle, repeated
 from varlen.tune.rungs import device_peak, search_rungs
+from varlen.tune.table import PRUNED, table
+from varlen.tune.table import short as _short
 
 __all__ = ["Build", "Tuned", "parser", "run_tune", "table", "tune_command"]
 
@@ -51,10 +56,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--prefetch", default="2,4", help="prefetch factors with workers (default: 2,4)")
     p.add_argument("--start-methods", default=None, help="e.g. fork,spawn (default: every one this platform has)")
     p.add_argument("--devices", type=int, default=None, help="devices on this node (default: the config's, else 1)")
-    p.add_argument("--max-batches", type=int, default=300, help="timed batches per setting at most (default: 300)")
-    p.add_argument("--seconds", type=float, default=5.0, help="timed seconds per setting at most (default: 5)")
-    p.add_argument("--rel-tol", type=float, default=0.05, help="settled: the rate's standard error below this share")
-    p.add_argument("--exhaustive", action="store_true", help="no early stop: every setting to its limits")
+    p.add_argument("--max-batches", type=int, default=300, help="timed batches per pass at most (default: 300)")
+    p.add_argument("--seconds", type=float, default=2.0, help="timed seconds per pass at most (default: 2)")
+    p.add_argument("--rel-tol", type=float, default=0.05, help="a pass ends at this relative standard error")
+    p.add_argument("--warmup", type=int, default=1, help="passes per setting run first and discarded (default: 1)")
+    p.add_argument("--repeats", type=int, default=3, help="a setting's figure: the median of its last passes (3)")
+    p.add_argument("--spread", type=float, default=0.1, help="settled: the last passes' rates this close (0.1)")
+    p.add_argument("--setting-seconds", type=float, default=15.0, help="seconds per setting, warm-up included (15)")
+    p.add_argument("--exhaustive", action="store_true", help="no early stop: every pass to its limits, none pruned")
     p.add_argument("--start-seconds", type=float, default=60.0, help="seconds the first batch may take (60)")
     p.add_argument("--within", type=float, default=0.02, help="the cheapest setting this close to the best wins")
     p.add_argument("--budget", action="store_true", help="search the largest max_tokens a CUDA device's memory fits")
@@ -161,6 +170,7 @@ def run_tune(dm: Any, model: Any, config: dict[str, Any], options: argparse.Name
     epochs, epoch_batches = epochs_and_batches(config, _epoch_batches(dm, devices))
     limits = {"max_batches": options.max_batches, "max_seconds": options.seconds, "rel_tol": options.rel_tol}
     limits["settle"] = not options.exhaustive
+    settle = Settle(options.warmup, options.repeats, options.spread, options.setting_seconds)
     header = (
         f"varlen tune: {type(dm).__name__} training loader, {epoch_batches:,} batches an epoch x {epochs} "
         f"epochs per rank; {cores} cores, {devices} device(s): up to {per_device} workers per device; "
@@ -170,8 +180,7 @@ def run_tune(dm: Any, model: Any, config: dict[str, Any], options: argparse.Name
     started = time.perf_counter()
     trainer_args = {k: v for k, v in (config.get("trainer") or {}).items() if k in ("precision", "accelerator")}
     run = {"epochs": epochs, "epoch_batches": epoch_batches, "trainer_args": trainer_args}
-    run["start_seconds"] = options.start_seconds
-    _measure_all(dm, points[:1], limits, model, run)  # a warm-up: the first setting reads cold caches
+    run["start_seconds"], run["settle"] = options.start_seconds, settle
     measured = _measure_all(dm, points, limits, model, run)
     drift = _drift(measured[0], _measure_all(dm, points[:1], limits, model, run)[0])  # the load: still the same?
     drift = "\n".join(note for note in (drift, _noisy(measured, options.rel_tol)) if note)
@@ -189,7 +198,7 @@ def _noisy(measured: list, rel_tol: float) -> str:
         return ""
     return (
         f"note: {loose} of {len(errors)} settings did not settle within {2 * rel_tol:.0%} (their batches vary with "
-        "this machine's load): the pick is uncertain; raise --seconds, or run again when the machine is quieter"
+        "this machine's load): the pick is uncertain; raise --setting-seconds, or run again when the machine is quieter"
     )
 
 
@@ -221,6 +230,7 @@ def tune_command(argv: Sequence[str], build: Build) -> int:
         _numbers(options.workers, "--workers")
         _numbers(options.prefetch, "--prefetch")
         _methods(options.start_methods)
+        Settle(options.warmup, options.repeats, options.spread, options.setting_seconds)
     except ValueError as error:
         p.error(str(error))
     dm, model = build(rest, options.with_model)
@@ -229,7 +239,9 @@ def tune_command(argv: Sequence[str], build: Build) -> int:
     if options.write:
         best = tuned.best
         note = f"written by varlen tune ({best.run_per_s:,.1f} batches/s over the run on this machine):\n"
-        written = write_config(options.write, config, best.setting.init_args(), note + best.setting.overrides())
+        files = config_files(rest)  # the first is the file edited; the others' values are set into it
+        source = files[0] if files else None
+        written = write_config(options.write, config, best.setting.init_args(), note + best.setting.overrides(), source)
         print(f"config written: {written}")
     return 0
 
@@ -248,7 +260,8 @@ def _epoch_batches(dm: Any, devices: int) -> int:
 
 
 def _measure_all(dm: Any, points: list, limits: dict[str, Any], model: Any, run: dict[str, Any]) -> list:
-    """Each point measured in turn, under a progress bar; a point that fails is a row saying why.
+    """Each point measured in turn (`repeated` passes by `run["settle"]`), under a progress bar; a point
+    that fails is a row saying why.
 
     A worker's batch (the first, after the workers start, included) may take `run["start_seconds"]`; under
     early stopping, no longer than the whole run takes at the best setting so far either: a setting whose
@@ -263,12 +276,8 @@ def _measure_all(dm: Any, points: list, limits: dict[str, Any], model: Any, run:
             if limits["settle"] and finite:
                 limit = min(limit, epochs * batches / max(finite))
 
-            def shown(meter, setting=setting) -> None:
-                if meter.timed % 10 == 0:
-                    bar.set_postfix_str(f"{_short(setting)}: {meter.timed} batches")
-
             try:
-                rate = measure_setting(dm, setting, limits, model, run["trainer_args"], shown, batch_limit=limit)
+                rate = _repeated_passes(dm, setting, limits, model, run, limit, bar)
             except Exception as error:  # a timeout, or e.g. a dataset spawned workers cannot import
                 rate = _failed(error, limit)
             measured.append((setting, rate))
@@ -276,65 +285,31 @@ def _measure_all(dm: Any, points: list, limits: dict[str, Any], model: Any, run:
     return measured
 
 
+def _repeated_passes(
+    dm: Any, setting: Any, limits: dict[str, Any], model: Any, run: dict[str, Any], limit: float, bar: tqdm
+) -> LoaderRate:
+    """`setting`'s figure from passes (`repeated`), the pass and its batches shown on `bar`."""
+    passes = 0
+
+    def shown(meter) -> None:
+        if meter.timed % 10 == 0:
+            bar.set_postfix_str(f"{_short(setting)}: pass {passes}, {meter.timed} batches")
+
+    def one_pass() -> LoaderRate:
+        nonlocal passes
+        passes += 1
+        return measure_setting(dm, setting, limits, model, run["trainer_args"], shown, batch_limit=limit)
+
+    return repeated(one_pass, run["settle"])
+
+
 def _failed(error: Exception, limit: float) -> LoaderRate:
     said = next((line.strip() for line in str(error).splitlines() if line.strip()), "")
     if "gave no batch in" in said or "timed out" in said:
-        said = f"pruned: no batch within {limit:.2g} s, already slower than the best setting so far"
+        said = f"{PRUNED}: no batch within {limit:.2g} s, already slower than the best setting so far"
     else:
         said = f"failed: {type(error).__name__}: {said}"[:120]
     return LoaderRate(math.nan, 0, math.nan, None, math.nan, said)
-
-
-def _short(s) -> str:
-    if not s.num_workers:
-        return "0 workers"
-    return f"{s.num_workers} workers x{s.prefetch_factor} {s.multiprocessing_context}" + (
-        " pinned" if s.pin_memory else ""
-    )
-
-
-def _figure(value: float, spec: str) -> str:
-    return spec.format(value) if math.isfinite(value) else "-"
-
-
-def table(rows: Sequence[Row], best: Row | None = None) -> list[str]:
-    """The table's lines; `best`'s row is marked `*`."""
-    head = (
-        "",
-        "workers",
-        "prefetch",
-        "start",
-        "pin",
-        "persistent",
-        "first s",
-        "batches/s",
-        "+-",
-        "real/s",
-        "run batches/s",
-    )
-    cells = [(*head, "timed", "stopped")]
-    for r in rows:
-        s, rate = r.setting, r.rate
-        real = f"{rate.real_per_s:,.0f}" if rate.real_per_s is not None else "-"
-        cells.append(
-            (
-                "*" if r is best else "",
-                str(s.num_workers),
-                str(s.prefetch_factor or "-"),
-                s.multiprocessing_context or "-",
-                "yes" if s.pin_memory else "no",
-                "yes" if s.persistent_workers else "no",
-                _figure(rate.start_s, "{:.2f}"),
-                _figure(rate.batches_per_s, "{:,.1f}"),
-                _figure(100 * rate.rel_error, "{:.0f}%"),
-                real,
-                _figure(r.run_per_s, "{:,.1f}"),
-                str(rate.batches),
-                rate.stopped,
-            )
-        )
-    widths = [max(len(row[i]) for row in cells) for i in range(len(head) + 1)]
-    return ["  ".join(c.rjust(w) for c, w in zip(row[:-1], widths, strict=False)) + "  " + row[-1] for row in cells]
 
 
 def _budget(options: argparse.Namespace, rest: list[str], config: dict[str, Any], build: Build) -> int:

@@ -4,6 +4,10 @@ Only what tune needs is read here: the YAML files of `--config` merged in order,
 `--data.*` / `--trainer.*` / `--model.*` arguments of the command line set into it (jsonargparse's
 spelling: `--data.init_args.name`, or `--data.name` for an `init_args` value). The DataModule
 and model are built by the caller from the same arguments (`varlen.cli.dispatch`), so they agree.
+
+The copy `write_config` writes is the user's first `--config` file edited in place (`varlen.tune.yaml_edit`,
+ruamel.yaml's round trip): its comments, key order, quoting and layout kept, only the values tune picked (and
+those the command line or later `--config` files changed) set.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from typing import Any
 
 import yaml
 
-__all__ = ["command_config", "epochs_and_batches", "write_config"]
+from varlen.tune.yaml_edit import edited_yaml
+
+__all__ = ["command_config", "config_files", "epochs_and_batches", "write_config"]
 
 SECTIONS = ("data", "model", "trainer")
 
@@ -73,10 +79,31 @@ def epochs_and_batches(config: Mapping[str, Any], batches: int) -> tuple[int, in
     return epochs, max(batches, 1)
 
 
-def write_config(path: str | Path, config: Mapping[str, Any], init_args: Mapping[str, Any], note: str) -> Path:
-    """A copy of `config` with `init_args` set in its `data.init_args`, headed by `note`."""
-    out = _merge(dict(config), {"data": {"init_args": dict(init_args)}})
+def config_files(argv: Sequence[str]) -> list[Path]:
+    """The `--config` files of `argv`, in order."""
+    return [Path(value) for name, value in _arguments(argv) if name == "config"]
+
+
+def write_config(
+    path: str | Path,
+    config: Mapping[str, Any],
+    init_args: Mapping[str, Any],
+    note: str,
+    source: str | Path | None = None,
+) -> Path:
+    """A copy of `config` with `init_args` set in its `data.init_args`, headed by `note` (comment lines).
+
+    With `source` (the first `--config` file) the copy is that file edited (`edited_yaml`): every line
+    holding no value that changed is kept byte for byte. Without one, `config` is dumped as YAML."""
+    out = dict(config)
+    if isinstance(out.get("data"), str):  # `data: ClassName`, jsonargparse's short form: its init_args go beside
+        out["data"] = {"class_path": out["data"]}
+    out = _merge(out, {"data": {"init_args": dict(init_args)}})
     path = Path(path)
-    text = yaml.safe_dump(out, sort_keys=False, default_flow_style=False)
-    path.write_text("".join(f"# {line}\n" for line in note.splitlines()) + text, encoding="utf-8")
+    if source is not None:
+        text = edited_yaml(Path(source).read_text(encoding="utf-8"), out, note)
+    else:
+        text = "".join(f"# {line}\n" for line in note.splitlines())
+        text += yaml.safe_dump(out, sort_keys=False, default_flow_style=False)
+    path.write_text(text, encoding="utf-8")
     return path
