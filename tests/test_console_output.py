@@ -20,22 +20,23 @@ from varlen.callbacks.summary import ModelLine
 from varlen.cli import output
 
 ROOT = Path(__file__).resolve().parents[1]
-#: the issue's run (text_bert.yaml, 5 batches) made small: 64 reviews of at most 32 tokens, 2 batches
+#: the issue's run (text_bert.yaml, 5 batches) made small: 64 reviews of at most 32 tokens, a batch of each split
 SHORT_FIT = [
-    "fit", "--config", str(ROOT / "configs" / "text_bert.yaml"), "--trainer.limit_train_batches=2",
+    "fit", "--config", str(ROOT / "configs" / "text_bert.yaml"), "--trainer.limit_train_batches=1",
     "--trainer.limit_val_batches=1", "--data.init_args.synthetic_samples=64", "--data.init_args.max_length=32",
-    "--data.init_args.max_tokens=128",
+    "--data.init_args.max_tokens=64",
 ]  # fmt: skip
 #: both runs through the console's entry (what the `varlen` script calls), in one process: the quiet one's
 #: settings must not outlive it
 TWO_RUNS = """
 import sys
 from varlen.cli.console import main
+args = sys.argv[1:]
 for extra in ([], ["--verbose=true"]):
-    sys.argv = ["varlen", *sys.argv[1:], *extra]
+    sys.argv = ["varlen", *args, *extra]
     main()
     sys.stderr.flush()
-    print("=== the verbose run ===", flush=True)
+    print("=== the run ends ===", flush=True)
 """
 #: what only Lightning's and transformers' own output prints
 THEIRS = {
@@ -53,16 +54,23 @@ def test_a_short_fit_says_what_a_user_reads_and_verbose_gives_back_the_rest(tmp_
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
     env.pop(output.VERBOSE_ENV, None)
     done = subprocess.run(
-        [sys.executable, "-u", "-c", TWO_RUNS, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env=env, cwd=tmp_path, timeout=600,
+        [sys.executable, "-u", "-c", TWO_RUNS, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
     )
     assert done.returncode == 0, done.stdout[-3000:]
-    quiet, verbose = done.stdout.split("=== the verbose run ===")
-    lines = [line for line in quiet.splitlines() if not line.startswith("tokenised ")]  # a first run's cache
+    quiet, verbose, _ = done.stdout.split("=== the run ends ===")
+    lines = quiet.strip().splitlines()  # a first run's 3 lines of tokenising included
     assert len(lines) <= 15, quiet
     for what, pattern in THEIRS.items():
         assert not any(pattern.search(line) for line in lines), f"{what} in:\n{quiet}"
-    assert any(re.fullmatch(r"model: TextClassifier \(BertForSequenceClassification\) \| .*trainable.*", x) for x in lines)
+    assert any(
+        re.fullmatch(r"model: TextClassifier \(BertForSequenceClassification\) \| .*trainable.*", x) for x in lines
+    )
     assert any(line.startswith("epoch 1/1: val/accuracy") for line in lines), quiet
     assert any(re.fullmatch(r"checkpoints: lightning_logs/version_0/checkpoints/ \(last\.ckpt, .*\)", x) for x in lines)
     assert sum("data report" in line for line in lines) == 1, quiet
@@ -146,3 +154,36 @@ def test_the_model_line_says_class_parameters_and_trainable(tmp_path, capsys) ->
 def test_a_budget_is_shown_as_a_config_writes_it() -> None:
     with pytest.warns(notices.VarLenWarning, match=r"1 samples exceed max_tokens=64 on their own"):
         BucketBatchSampler(np.array([10, 200, 12, 30]), max_tokens=64)
+
+
+def _fit_records(tmp_path, quieted: bool) -> tuple[list[str], list[str]]:
+    """The warnings and Lightning's INFO messages of a toy fit on a plain Trainer (its default logger)."""
+    said: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    tips = logging.getLogger("lightning.pytorch.utilities.rank_zero")
+    tips.addHandler(handler)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if quieted:
+                notices.quiet_third_party()
+            trainer = pl.Trainer(
+                max_epochs=1, limit_train_batches=1, limit_val_batches=1, accelerator="cpu",
+                enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path,
+            )  # fmt: skip
+            trainer.fit(ToyModel(), datamodule=ToyDataModule(num_samples=40))
+    finally:
+        tips.removeHandler(handler)
+    return [str(w.message) for w in caught], said
+
+
+def test_quiet_third_party_leaves_out_what_an_own_trainer_cannot_act_on(tmp_path) -> None:
+    """An own-Trainer script printed two `LeafSpec` deprecations (Lightning's CombinedLoader on torch >= 2.9),
+    the tensorboardX notice of Lightning's default logger, and the litlogger / litmodels tips; `import varlen`
+    leaves them (a library does not silence warnings on import), `quiet_third_party()` leaves them out."""
+    noise = re.compile(r"LeafSpec|tensorboardX|Tip:")
+    caught, said = _fit_records(tmp_path / "plain", quieted=False)
+    assert any(noise.search(m) for m in caught + said)  # what the helper is for, still there after import varlen
+    caught, said = _fit_records(tmp_path / "quiet", quieted=True)
+    assert not [m for m in caught + said if noise.search(m)]

@@ -60,6 +60,7 @@ def quiet_third_party() -> None:
     for pattern in THIRD_PARTY_NOISE:
         warnings.filterwarnings("ignore", message=pattern)
 
+
 _PACKAGES = (
     "varlen",
     "lightning",

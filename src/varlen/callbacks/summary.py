@@ -10,9 +10,9 @@ Being a `ModelSummary`, it takes the place of Lightning's own in any Trainer.
 from __future__ import annotations
 
 import lightning.pytorch as pl
-from torch.nn.parameter import UninitializedParameter
 from lightning.pytorch.callbacks import ModelSummary
 from lightning.pytorch.utilities.model_summary import get_human_readable_count, summarize
+from torch.nn.parameter import UninitializedParameter
 
 __all__ = ["ModelLine"]
 
