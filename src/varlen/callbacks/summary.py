@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ModelSummary
-from lightning.pytorch.utilities.model_summary import get_human_readable_count, summarize
+from lightning.pytorch.utilities.model_summary import get_human_readable_count
 from torch.nn.parameter import UninitializedParameter
 
 __all__ = ["ModelLine"]
@@ -31,8 +31,9 @@ class ModelLine(ModelSummary):
         self.lines: list[str] = []
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        summary = summarize(pl_module, max_depth=0)  # the totals only: no forward pass, no per-layer hooks
-        total, trainable = summary.total_parameters, summary.trainable_parameters
+        params = [p for p in pl_module.parameters() if not isinstance(p, UninitializedParameter)]
+        total = sum(p.numel() for p in params)  # counted here: Lightning's summary runs an example_input_array
+        trainable = sum(p.numel() for p in params if p.requires_grad)
         share = (
             "all trainable" if trainable == total else
             "none trainable" if trainable == 0 else
@@ -40,9 +41,9 @@ class ModelLine(ModelSummary):
         )  # fmt: skip
         inner = [type(child).__name__ for child in pl_module.children() if _holds(child, total)]
         kind = type(pl_module).__name__ + (f" ({inner[0]})" if inner else "")
-        size = f"{summary.model_size:,.1f} MB"
-        line = f"{self.name} " * bool(self.name) + f"model: {kind} | "
-        line += f"{get_human_readable_count(total).strip()} parameters, {share} | {size}"
+        size = f"{sum(p.numel() * p.element_size() for p in params) / 1e6:,.1f} MB"
+        count = get_human_readable_count(total).strip()
+        line = (f"{self.name} " if self.name else "") + f"model: {kind} | {count} parameters, {share} | {size}"
         if trainer.is_global_zero:
             self.lines.append(line)
             bar = trainer.progress_bar_callback
