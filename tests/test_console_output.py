@@ -187,3 +187,21 @@ def test_quiet_third_party_leaves_out_what_an_own_trainer_cannot_act_on(tmp_path
     assert any(noise.search(m) for m in caught + said)  # what the helper is for, still there after import varlen
     caught, said = _fit_records(tmp_path / "quiet", quieted=True)
     assert not [m for m in caught + said if noise.search(m)]
+
+
+def test_verbose_from_the_environment_keeps_lightnings_lines(monkeypatch) -> None:
+    monkeypatch.setenv(output.VERBOSE_ENV, "1")
+    with output.ConsoleRun() as run:
+        run.quiet(verbose=False)
+        assert logging.getLogger("lightning.pytorch").isEnabledFor(logging.INFO)
+
+
+def test_importing_varlen_silences_nothing() -> None:
+    """Filters and the one-line format are the console's, set when it runs: a library's import leaves them."""
+    code = (
+        "import warnings; filters = list(warnings.filters); shown = warnings.showwarning\n"
+        "import varlen, varlen.notices, varlen.cli.output\n"
+        "assert warnings.filters == filters and warnings.showwarning is shown"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
