@@ -147,7 +147,9 @@ def test_the_model_line_says_class_parameters_and_trainable(tmp_path, capsys) ->
     )  # fmt: skip
     trainer.fit(ToyModel(), datamodule=ToyDataModule(num_samples=40))
     (said,) = line.lines
-    assert re.fullmatch(r"model: ToyModel( \(\w+\))? \| [\d.]+ \w* ?parameters, all trainable \| [\d.,]+ MB", said)
+    assert re.fullmatch(
+        r"model: ToyModel( \(\w+\))? \| [\d.]+ \w* ?parameters, all trainable \| [\d.,]+ MB \| on cpu", said
+    )
     assert "Trainable params" not in capsys.readouterr().out  # in place of Lightning's table
 
 

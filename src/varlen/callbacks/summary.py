@@ -3,7 +3,7 @@
 Lightning's `ModelSummary` prints a table of the model's direct children: for a fine-tuned encoder, one row holds
 every parameter and the rest are metric collections with none (some the run never uses), with a FLOPs column
 that stays 0 unless the model defines `example_input_array`. What a user checks when a fit starts is the
-model's class, its size and how much of it trains. `varlen fit` adds this one (`--verbose`: Lightning's table).
+model's class, its size, how much of it trains and where. `varlen fit` adds this one (`--verbose`: Lightning's table).
 Being a `ModelSummary`, it takes the place of Lightning's own in any Trainer.
 """
 
@@ -18,8 +18,8 @@ __all__ = ["ModelLine"]
 
 
 class ModelLine(ModelSummary):
-    """Prints `model: TextClassifier (BertForSequenceClassification) | 22.7 M parameters, all trainable | 90.9 MB`
-    once, when a fit starts (rank zero).
+    """Prints `model: TextClassifier (BertForSequenceClassification) | 22.7 M parameters, all trainable | 90.9 MB |
+    on cpu` once, when a fit starts (rank zero).
 
     Args:
         name: a prefix naming the run.
@@ -44,6 +44,7 @@ class ModelLine(ModelSummary):
         size = f"{sum(p.numel() * p.element_size() for p in params) / 1e6:,.1f} MB"
         count = get_human_readable_count(total).strip()
         line = (f"{self.name} " if self.name else "") + f"model: {kind} | {count} parameters, {share} | {size}"
+        line += f" | {_where(trainer)}"
         if trainer.is_global_zero:
             self.lines.append(line)
             bar = trainer.progress_bar_callback
@@ -51,6 +52,14 @@ class ModelLine(ModelSummary):
                 bar.print(line)
             else:
                 print(line, flush=True)
+
+
+def _where(trainer: pl.Trainer) -> str:
+    """`on cpu`, `on 2 cuda, bf16-mixed`: the devices (Lightning's "GPU available" lines are left out) and a
+    precision other than 32-bit."""
+    devices = f"{trainer.num_devices} {trainer.strategy.root_device.type}"
+    precision = str(getattr(trainer, "precision", "32-true"))
+    return f"on {devices.removeprefix('1 ')}" + ("" if precision in ("32-true", "32") else f", {precision}")
 
 
 def _holds(module, total: int) -> bool:
