@@ -5,7 +5,11 @@ rank; here it is said by rank zero only (Lightning sets the rank before any hook
 `torchrun` sets `RANK`). A warning raised inside a Lightning hook would otherwise name a line
 of Lightning's (`trainer/call.py`); `warn` names the first line outside varlen and the
 libraries it runs under (the user's script), or varlen's own line when there is none (the
-`varlen` command).
+`varlen` command, whose console prints it as `varlen: warning: ...`).
+
+Their category is `VarLenWarning` (a `UserWarning`): `warnings.filterwarnings("ignore", category=VarLenWarning)`
+silences varlen's and nothing else. `quiet_third_party` is the opt-in for a script of your own: it leaves out the
+notices of Lightning and torchdata that a varlen user cannot act on (nothing is silenced on `import varlen`).
 """
 
 from __future__ import annotations
@@ -19,7 +23,43 @@ from pathlib import Path
 # Lightning's own rank_zero_only (Lightning sets its .rank), read without importing Lightning
 from lightning_utilities.core.rank_zero import rank_zero_only
 
-__all__ = ["info", "is_rank_zero", "warn"]
+__all__ = ["THIRD_PARTY_NOISE", "VarLenWarning", "info", "is_rank_zero", "quiet_third_party", "warn"]
+
+
+class VarLenWarning(UserWarning):
+    """What varlen warns about: something in your data or settings worth a look (never a deprecation)."""
+
+
+#: third-party warnings a user of varlen can do nothing about (regular expressions of their messages)
+THIRD_PARTY_NOISE = (
+    r".*'set_vital' is deprecated.*",  # torchdata's StatefulDataLoader calls torch.set_vital
+    r".*isinstance\(treespec, LeafSpec\).*",  # Lightning's CombinedLoader (utilities/_pytree.py) on torch >= 2.9
+    r".*LightningCLI's args parameter is intended to run from within Python.*",
+    r".*`tensorboardX` has been removed as a dependency.*",  # Lightning's default logger: its CSVLogger fallback
+)
+#: Lightning's loggers that print its cloud-service tips ("Tip: ... try installing litlogger / litmodels")
+CLOUD_TIP_LOGGERS = ("lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+
+
+class _NoCloudTips(logging.Filter):
+    """Drops Lightning's "Tip: ... try installing litlogger / litmodels" messages."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Tip:" not in str(record.getMessage())
+
+
+def quiet_third_party() -> None:
+    """Leave out what Lightning and torchdata print that a varlen user cannot act on: `THIRD_PARTY_NOISE` (the
+    `LeafSpec` deprecation Lightning's own loader code raises on torch >= 2.9, the tensorboardX notice of its
+    default logger, torchdata's `set_vital`) and Lightning's litlogger / litmodels tips. Nothing else is
+    filtered; call it once, in your script (the `varlen` command does); idempotent."""
+    for name in CLOUD_TIP_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _NoCloudTips) for f in logger.filters):
+            logger.addFilter(_NoCloudTips())
+    for pattern in THIRD_PARTY_NOISE:
+        warnings.filterwarnings("ignore", message=pattern)
+
 
 _PACKAGES = (
     "varlen",
@@ -65,7 +105,7 @@ def _stacklevel() -> int:
     return 2
 
 
-def warn(message: str, category: type[Warning] = UserWarning) -> None:
+def warn(message: str, category: type[Warning] = VarLenWarning) -> None:
     """`warnings.warn` by rank zero only, at the user's line (see the module's docstring)."""
     if is_rank_zero():
         warnings.warn(message, category, stacklevel=_stacklevel())

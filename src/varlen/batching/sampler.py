@@ -245,8 +245,9 @@ class BucketBatchSampler(PlanChanges, ResumableEpochs, PlanSampler):
         padded = round_up(self.sizes, self.spec.size_multiple)  # what the collate pads to, as the plan costs it
         count = int(np.any(padded > budget, axis=1).sum())
         if count:
+            shown = int(budget[0]) if len(set(budget.tolist())) == 1 else budget.tolist()  # as a config writes it
             notices.warn(
-                f"{count} samples exceed max_tokens={self.max_tokens} on their own; "
+                f"{count} samples exceed max_tokens={shown} on their own; "
                 "each gets a batch of its own (none is dropped)"
             )
         return count

@@ -1,18 +1,23 @@
 """LightningCLI as `varlen` runs it: its parser lists varlen's commands beside Lightning's and says a mistyped
 name in one line (`VarLenParser`); `VarLenCLI` links the data's values to the model
 (`LINKED`), expands `${VARLEN_DATA}` in data paths and adds a fit's callbacks
-(epoch lines, data wait, shape warm-up, timed and interrupted saves); `DataOnlyCLI` builds a config's
-DataModule alone. `varlen.cli.dispatch` builds and runs them."""
+(epoch lines, data wait, shape warm-up, timed and interrupted saves, the model in one line, where the
+checkpoints are) and keeps a run's console to what a user reads (`varlen.cli.output.ConsoleRun`; `--verbose`:
+Lightning's and transformers' own output); `DataOnlyCLI` builds a config's DataModule alone.
+`varlen.cli.dispatch` builds and runs them."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Literal
 
 import lightning.pytorch as pl
 from jsonargparse import ActionSubCommands, ArgumentParser
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.callbacks import ModelCheckpoint, ModelSummary
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
 import varlen.datamodules
@@ -20,12 +25,14 @@ from varlen.batching.data_wait import DataWait
 from varlen.batching.warmup import WarmShapes
 from varlen.callbacks.progress import EpochProgress, StepProgress
 from varlen.callbacks.resumable import AtomicCheckpointIO, fit_resumably, with_resumable
+from varlen.callbacks.summary import ModelLine
 from varlen.cli.commands import SUMMARIES, TRAINER
+from varlen.cli.output import VERBOSE_ENV, ConsoleRun, head_reports, is_verbose
 from varlen.cli.typos import one_line
 from varlen.datamodules.base import LINKED
 from varlen.storage.paths import expand_data_paths
 
-__all__ = ["DataOnlyCLI", "VarLenCLI", "VarLenParser"]
+__all__ = ["DataOnlyCLI", "VarLenCLI", "VarLenParser", "checkpoint_line"]
 
 
 class _Commands(ActionSubCommands):
@@ -61,14 +68,18 @@ class VarLenParser(LightningArgumentParser):
 
 class VarLenCLI(LightningCLI):
     """LightningCLI with varlen's commands (`varlen.cli.commands`), the data-to-model links of `LINKED`,
-    `${VARLEN_DATA}` data paths, and a fit's epoch lines (`--epoch_lines`)."""
+    `${VARLEN_DATA}` data paths, a fit's epoch lines (`--epoch_lines`), and a quiet console (`--verbose`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        with ConsoleRun() as self.console_run:  # quieted once `--verbose` is parsed; put back when the run ends
+            super().__init__(*args, **kwargs)
 
     @staticmethod
     def subcommands() -> dict[str, set[str]]:
         """The Trainer methods varlen runs (`TRAINER`), with the arguments Lightning skips
-        for each."""
-        lightning = LightningCLI.subcommands()
-        return {name: lightning[name] for name in TRAINER}
+        for each, and their `verbose` (the results table of `validate` and `test` stays on)."""
+        lightning = LightningCLI.subcommands()  # a method's `verbose` (validate's, test's): `--verbose` is varlen's
+        return {name: lightning[name] | {"verbose"} for name in TRAINER}
 
     def setup_parser(self, add_subcommands: bool, main_kwargs: dict, subparser_kwargs: dict) -> None:
         super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
@@ -115,6 +126,14 @@ class VarLenCLI(LightningCLI):
             "(varlen.callbacks.progress.StepProgress). 0: none.",
         )
         parser.add_argument(
+            "--verbose",
+            type=bool,
+            default=False,
+            help="Lightning's and transformers' own output besides varlen's lines: the devices, the seed, the "
+            "model table, the load report of a newly initialised head, the full path of their warnings "
+            f"(varlen.cli.output). {VERBOSE_ENV}=1 does the same for every command.",
+        )
+        parser.add_argument(
             "--warm_shapes",
             type=bool | Literal["always"],
             default=True,
@@ -132,6 +151,12 @@ class VarLenCLI(LightningCLI):
             expanded = expand_data_paths(value)
             if expanded != value:
                 data[key] = expanded
+
+    def instantiate_classes(self) -> None:
+        """Lightning's, with transformers' report of a classifier head the load initialises left out
+        (`varlen.cli.output.head_reports`)."""
+        with head_reports():
+            super().instantiate_classes()
 
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
         """The Trainer with one `DataWait`, one `WarmShapes` and one `EpochProgress` (of the
@@ -154,6 +179,8 @@ class VarLenCLI(LightningCLI):
         callbacks = _one(callbacks, EpochProgress, lines, lambda: EpochProgress(metrics=metrics))
         minutes = self._get(self.config, "checkpoint_every_min", default=15.0)
         callbacks = with_resumable(callbacks, minutes, settings.get("enable_checkpointing") is not False)
+        if settings.get("enable_model_summary") is None and not is_verbose():  # its table: --verbose, or asked
+            callbacks = callbacks if any(isinstance(c, ModelSummary) for c in callbacks) else [*callbacks, ModelLine()]
         if settings.get("enable_progress_bar") is None and not sys.stdout.isatty():
             kwargs["enable_progress_bar"] = False
         every = self._get(self.config, "progress_every", default=30.0)
@@ -169,11 +196,32 @@ class VarLenCLI(LightningCLI):
         """Lightning's, keeping the command's arguments for the line that resumes an interrupted fit."""
         self.argv = list(sys.argv[1:] if args is None else args) if isinstance(args, list | tuple | None) else None
         super().parse_arguments(parser, args)
+        command = self.config.get("subcommand")
+        self.console_run.quiet(bool((self.config.get(command) if command else self.config).get("verbose")))
 
     def fit(self, model: pl.LightningModule, **kwargs: Any) -> None:
         """`trainer.fit`, its folders checked first; interrupted, the line that resumes it and status 128 + the
         signal (`varlen.callbacks.resumable.fit_resumably`)."""
         fit_resumably(self.trainer, model, self.argv, **kwargs)
+        line = checkpoint_line(self.trainer)
+        if line and self.trainer.is_global_zero:
+            print(line, flush=True)
+
+
+def checkpoint_line(trainer: pl.Trainer) -> str | None:
+    """`checkpoints: lightning_logs/version_0/checkpoints/ (last.ckpt, epoch=0-step=5.ckpt)`: where a fit left
+    its checkpoints (relative to the current folder where under it); None where it saved none."""
+    callback = trainer.checkpoint_callback
+    if not isinstance(callback, ModelCheckpoint):
+        return None
+    files = [Path(p) for p in dict.fromkeys((callback.last_model_path, callback.best_model_path)) if p]
+    files = [f for f in files if f.exists()]
+    if not files:
+        return None
+    folder = files[0].parent
+    shown = os.path.relpath(folder) if folder.resolve().is_relative_to(Path.cwd()) else str(folder)
+    names = ", ".join(f.name if f.parent == folder else str(f) for f in files)
+    return f"checkpoints: {shown}{os.sep} ({names})"
 
 
 def _one(callbacks: list, kind: type, setting: object, make: Callable[[], object]) -> list:
