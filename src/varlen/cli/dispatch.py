@@ -35,7 +35,7 @@ from varlen.cli.lightning_cli import DataOnlyCLI, VarLenCLI, VarLenParser
 from varlen.cli.named import named_scenarios
 from varlen.cli.output import THIRD_PARTY_NOISE, quiet, show_varlen_logs
 from varlen.datamodules.base import LINKED
-from varlen.errors import DataError
+from varlen.errors import ConfigError, DataError
 from varlen.storage.cache import writable_folder
 from varlen.storage.paths import with_data_hint
 
@@ -288,7 +288,7 @@ def console() -> None:
             command.run(argv[1:])
         else:
             main()
-    except MissingExtraError as error:  # e.g. varlen optimize without the stream extra: the install says it all
+    except (MissingExtraError, ConfigError) as error:  # a missing extra, a refused argument: the line says it all
         print(f"varlen: error: {error}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:  # Ctrl-C: the status a shell gives it, without a traceback

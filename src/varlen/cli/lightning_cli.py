@@ -21,6 +21,8 @@ from varlen.batching.warmup import WarmShapes
 from varlen.callbacks.progress import EpochProgress, StepProgress
 from varlen.callbacks.resumable import AtomicCheckpointIO, fit_resumably, with_resumable
 from varlen.cli.commands import SUMMARIES, TRAINER
+from varlen.cli.refusals import refusals
+from varlen.cli.schema import record_schema
 from varlen.cli.typos import one_line
 from varlen.datamodules.base import LINKED
 from varlen.storage.paths import expand_data_paths
@@ -168,7 +170,13 @@ class VarLenCLI(LightningCLI):
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
         """Lightning's, keeping the command's arguments for the line that resumes an interrupted fit."""
         self.argv = list(sys.argv[1:] if args is None else args) if isinstance(args, list | tuple | None) else None
+        record_schema(parser)  # what the light entry checks a next command line against (varlen.cli.schema)
         super().parse_arguments(parser, args)
+
+    def instantiate_classes(self) -> None:
+        """Lightning's; a class's refusal of its arguments in one line (`varlen.cli.refusals`)."""
+        with refusals():
+            super().instantiate_classes()
 
     def fit(self, model: pl.LightningModule, **kwargs: Any) -> None:
         """`trainer.fit`, its folders checked first; interrupted, the line that resumes it and status 128 + the
@@ -192,5 +200,6 @@ class DataOnlyCLI(VarLenCLI):
         parser = ArgumentParser()
         parser.add_subclass_arguments(varlen.datamodules.VarLenDataModule, "data", required=True)
         data = parser.parse_object({"data": self.config["data"].as_dict()})
-        self.datamodule = parser.instantiate_classes(data)["data"]
+        with refusals():
+            self.datamodule = parser.instantiate_classes(data)["data"]
         self.model = self.trainer = None
