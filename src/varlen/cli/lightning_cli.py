@@ -23,7 +23,7 @@ from varlen.callbacks.resumable import AtomicCheckpointIO, fit_resumably, with_r
 from varlen.cli.commands import SUMMARIES, TRAINER
 from varlen.cli.refusals import refusals
 from varlen.cli.schema import record_schema
-from varlen.cli.typos import one_line
+from varlen.cli.typos import known_options, one_line
 from varlen.datamodules.base import LINKED
 from varlen.storage.paths import expand_data_paths
 
@@ -50,7 +50,7 @@ class VarLenParser(LightningArgumentParser):
             command = self.prog.replace(" [options]", "")
             named = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in SUMMARIES else None  # inspect, tune...
             command += f" {named}" if command == "varlen" and named else ""
-            line = one_line(message, command, self._option_string_actions)
+            line = one_line(message, command, known_options(self, message))
             if line is not None:
                 sys.stderr.write(f"varlen: error: {line}\n")
                 sys.exit(2)

@@ -90,7 +90,7 @@ class _Check:
                     self._key(where, f"{key}.{inner}", given)
             elif self.keys[key] != "group":
                 self._value(where, key, self.keys[key], value, None)
-        elif not any(key.startswith(f"{k}.") for k in self.keys):  # not inside a class-typed key
+        elif not any(key.startswith(f"{k}.") for k, kind in self.keys.items() if kind != "group"):  # in a class
             self._unknown(where, key)
 
     def _unknown(self, where: str, key: str) -> None:
@@ -155,8 +155,9 @@ class _Check:
         args = entry["args"]
         help_ = f"{where}; " if where else ""
         help_ += f"{self.command} --{section}.help {cls}"
-        if name not in args and not any(k.startswith(f"{name}.") for k in args):
-            raise Refused(f"{cls} takes no argument {unknown_name(name, args)} ({help_} lists them)")
+        head = name.split(".")[0]  # `stream.x`: only `stream` is judged, what is inside it the full parse judges
+        if head not in args and not any(k.startswith(f"{head}.") for k in args):
+            raise Refused(f"{cls} takes no argument {unknown_name(head, args)} ({help_} lists them)")
         if name in args:
             self._value(where, name, args[name], value, (cls, help_))
         floor = entry.get("positive", {}).get(name)
@@ -230,7 +231,7 @@ def _accepts(tree: object, value: object) -> bool | None:
     if tree in ("int", "float", "bool"):
         return _accepts_scalar(tree, value)
     if tree == "none":
-        return True if value is None else None
+        return value is None
     return None if tree == "str" and not isinstance(value, str) else True
 
 

@@ -6,11 +6,13 @@ naming the class, the argument and where its arguments are listed; `varlen` prin
 from __future__ import annotations
 
 import contextlib
+import importlib
 import re
 import sys
 from collections.abc import Iterator
 
 from varlen.cli.commands import SUMMARIES
+from varlen.cli.schema import SECTIONS
 from varlen.cli.typos import parameters
 from varlen.errors import ConfigError, DataError
 
@@ -18,8 +20,6 @@ __all__ = ["refusal_line", "refusals"]
 
 #: the class jsonargparse was instantiating, as its message names it
 _CLASS = re.compile(r"class_path[=\s]'(?P<path>[\w.]+)'")
-#: the section (`data`, `model`) it was under
-_SECTION = re.compile(r'Parser key "(?P<key>\w+)"')
 
 
 @contextlib.contextmanager
@@ -39,15 +39,30 @@ def refusal_line(error: BaseException, command: str) -> str:
     chain = _chain(error)
     root = str(chain[-1]).strip().splitlines()[0] if str(chain[-1]).strip() else type(chain[-1]).__name__
     said = "\n".join(str(e) for e in chain)
-    found, section = _CLASS.search(said), _SECTION.search(said)
+    found = _CLASS.search(said)
     if found is None:
         return f"a class of the config refused its arguments: {root} ({command} --help lists them)"
     path = found["path"]
     cls = path.rpartition(".")[2]
     named = [(m.start(), p) for p in parameters(path) if (m := re.search(rf"\b{re.escape(p)}\b", root))]
     argument = f"'s {min(named)[1]}" if named else ""
-    where = f"--{section['key']}.help {cls}" if section else "--help"
+    section = _section(path)
+    where = f"--{section}.help {cls}" if section else "--help"
     return f"{cls}{argument}: {root} ({command} {where} lists them)"
+
+
+def _section(path: str) -> str | None:
+    """`data` or `model`: the section whose base class the class at `path` extends (None: neither)."""
+    module, _, name = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+    for section, package in SECTIONS.items():
+        base = getattr(sys.modules.get(package), "VarLenDataModule" if section == "data" else "VarLenModule", None)
+        if isinstance(cls, type) and isinstance(base, type) and issubclass(cls, base):
+            return section
+    return None
 
 
 def _chain(error: BaseException) -> list[BaseException]:

@@ -17,9 +17,11 @@ import difflib
 import importlib
 import inspect
 import re
+import sys
 from collections.abc import Iterable
+from pathlib import Path
 
-__all__ = ["closest_key", "not_one_of", "one_line", "parameters", "types_said", "unknown_name"]
+__all__ = ["closest_key", "known_options", "not_one_of", "one_line", "parameters", "types_said", "unknown_name"]
 
 #: jsonargparse's words for a class's argument it does not know, with the class's path
 _CLASS_OPTION = re.compile(
@@ -42,6 +44,8 @@ _UNION = re.compile(
     r"Subtypes: \[(?P<types>[^\n]*)\]\n.*?Given value: (?P<value>[^\n]*)",
     re.S,
 )
+#: the subcommand a message is about
+_SUBCOMMAND = re.compile(r"Subcommand '(?P<name>[\w-]+)'")
 #: a config key (from a file) no parser level knows
 _NOT_ACCEPTED = re.compile(r"does not accept option '(?P<key>[\w.]+)'")
 #: a class path whose module has no such name
@@ -52,6 +56,17 @@ _NO_ATTRIBUTE = re.compile(
 _EMPTY_CONFIG = re.compile(r"Unexpected config: ?$")
 #: the classes a class path may name, where it names none (the scenario tables of varlen.datamodules, .models)
 _SECTIONS = {"data": "varlen.datamodules", "model": "varlen.models"}
+
+
+def known_options(parser, message: str) -> list[str]:
+    """The options `parser` knows, and where `message` is about a subcommand's (`Subcommand 'fit' does not
+    accept...`: the root parser says it), that subcommand's."""
+    options = list(parser._option_string_actions)
+    commands = getattr(getattr(parser, "commands", None), "_name_parser_map", {})
+    named = _SUBCOMMAND.search(message)
+    if named is not None and named["name"] in commands:
+        options += list(commands[named["name"]]._option_string_actions)
+    return options
 
 
 def unknown_name(name: str, known: Iterable[str]) -> str:
@@ -116,12 +131,29 @@ def _wrong_key(message: str, command: str, options: Iterable[str]) -> str | None
         keys = [o[2:] for o in options if o.startswith("--") and not o.endswith(".help")]
         return f"{command} takes no key {closest_key(found['key'], keys)} ({command} --help lists them)"
     if _EMPTY_CONFIG.search(message.strip()) is not None:
-        return f"the config is empty: nothing to read (configs/ has examples: {_EXAMPLE})"
+        empty = next((f" {path}" for path in _configs(sys.argv[1:]) if _is_empty(path)), "")
+        return f"the config{empty} is empty: nothing to read (configs/ has examples: {_EXAMPLE})"
     return None
 
 
 #: a config to copy, named where a config is empty
 _EXAMPLE = "configs/text_bert.yaml"
+
+
+def _configs(argv: list[str]) -> list[str]:
+    """The config files a command line gives (`--config X`, `-c X`, `--config=X`)."""
+    given = [a.partition("=")[2] for a in argv if a.startswith("--config=")]
+    return given + [value for flag, value in zip(argv, argv[1:], strict=False) if flag in ("-c", "--config")]
+
+
+def _is_empty(path: str) -> bool:
+    """A file that holds no YAML value (nothing, or comments only)."""
+    import yaml
+
+    try:
+        return yaml.safe_load(Path(path).read_text(encoding="utf-8")) is None
+    except (OSError, ValueError, yaml.YAMLError):
+        return False
 
 
 def closest_key(key: str, keys: Iterable[str]) -> str:
@@ -146,7 +178,7 @@ def types_said(types: Iterable[str]) -> str:
 
 def not_one_of(value: object, choices: Iterable[object]) -> str:
     """`'value' is not one of 'a', 'b'`, with the closest choice where one is close."""
-    choices = list(choices)
+    choices = list(dict.fromkeys(choices))  # a union of Literals may repeat a choice
     close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.6)
     listed = ", ".join(repr(c) for c in choices)
     return f"'{value}' is not one of {listed}" + (f": did you mean {close[0]!r}?" if close else "")
@@ -175,7 +207,7 @@ def _wrong_value(message: str, command: str) -> str | None:
         if literal is not None:
             why = not_one_of(literal["value"], [c.strip().strip("'") for c in literal["choices"].split(",")])
         elif union is not None:
-            why = f"'{union['value']}' is not {types_said(_split_types(union['types']))}"
+            why = _not_of_types(union["value"], union["types"])
         else:
             why = found["why"]
         group = f"--{key['key']}.help {cls}" if key else "--help"
@@ -186,11 +218,20 @@ def _wrong_value(message: str, command: str) -> str | None:
         return f"--{key['key']}: {_not_a_class(given, key['key'])} ({command} --help lists the installed ones)"
     found = _UNION.search(message)
     if found is not None and "class_path" not in message:
-        return (
-            f"--{found['key']}: '{found['value']}' is not {types_said(_split_types(found['types']))} "
-            f"({command} --help lists the options)"
-        )
+        why = _not_of_types(found["value"], found["types"])
+        return f"--{found['key']}: {why} ({command} --help lists the options)"
     return None
+
+
+def _not_of_types(value: str, types: str) -> str:
+    """`'x' is not an int or None`; a union of Literals: `'x' is not one of ...`, with the closest."""
+    names = _split_types(types)
+    literals = [re.fullmatch(r"typing\.Literal\[(.*)\]", n) for n in names]
+    choices = [c.strip().strip("'") for found in literals if found for c in found[1].split(",")]
+    if all(found or n == "NoneType" for found, n in zip(literals, names, strict=True)) and choices:
+        return not_one_of(value, choices)
+    said = types_said(n for found, n in zip(literals, names, strict=True) if not found)
+    return f"'{value}' is not {said}" + (f" or one of {', '.join(map(repr, choices))}" if choices else "")
 
 
 def _not_a_class(given: str, section: str) -> str:
