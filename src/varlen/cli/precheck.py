@@ -193,7 +193,7 @@ def _config(path: str | None) -> Iterator[tuple[str, str, object]]:
         raise Refused(f"the config {path} is empty: nothing to read (configs/ has examples: {EXAMPLE})")
     if isinstance(loaded, dict):
         for key, value in loaded.items():
-            yield Path(path).name, str(key), value
+            yield path, str(key), value
 
 
 def _loaded(value: str) -> object:

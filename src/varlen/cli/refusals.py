@@ -44,11 +44,21 @@ def refusal_line(error: BaseException, command: str) -> str:
         return f"a class of the config refused its arguments: {root} ({command} --help lists them)"
     path = found["path"]
     cls = path.rpartition(".")[2]
-    named = [(m.start(), p) for p in parameters(path) if (m := re.search(rf"\b{re.escape(p)}\b", root))]
-    argument = f"'s {min(named)[1]}" if named else ""
+    argument = _argument(root, parameters(path))
+    argument = f"'s {argument}" if argument else ""
     section = _section(path)
     where = f"--{section}.help {cls}" if section else "--help"
     return f"{cls}{argument}: {root} ({command} {where} lists them)"
+
+
+def _argument(said: str, names: list[str]) -> str | None:
+    """The argument `said` is about: the first it names as a word, else the longest inside a word
+    (`max_batch_size must be >= 1`: `batch_size`, the argument that became it)."""
+    words = [(m.start(), name) for name in names if (m := re.search(rf"\b{re.escape(name)}\b", said))]
+    if words:
+        return min(words)[1]
+    inside = [name for name in names if name in said]
+    return max(inside, key=len) if inside else None
 
 
 def _section(path: str) -> str | None:

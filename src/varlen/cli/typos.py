@@ -52,8 +52,8 @@ _NOT_ACCEPTED = re.compile(r"does not accept option '(?P<key>[\w.]+)'")
 _NO_ATTRIBUTE = re.compile(
     r"Problem with given class_path '(?P<path>[\w.]+)':\s*module '(?P<module>[\w.]+)' has no attribute"
 )
-#: a config file that holds nothing (jsonargparse says nothing after the colon)
-_EMPTY_CONFIG = re.compile(r"Unexpected config: ?$")
+#: a config file that holds no keys (jsonargparse says its text after the colon, an empty one nothing)
+_EMPTY_CONFIG = re.compile(r"^Unexpected config:")
 #: the classes a class path may name, where it names none (the scenario tables of varlen.datamodules, .models)
 _SECTIONS = {"data": "varlen.datamodules", "model": "varlen.models"}
 
@@ -130,9 +130,9 @@ def _wrong_key(message: str, command: str, options: Iterable[str]) -> str | None
     if found is not None:
         keys = [o[2:] for o in options if o.startswith("--") and not o.endswith(".help")]
         return f"{command} takes no key {closest_key(found['key'], keys)} ({command} --help lists them)"
-    if _EMPTY_CONFIG.search(message.strip()) is not None:
-        empty = next((f" {path}" for path in _configs(sys.argv[1:]) if _is_empty(path)), "")
-        return f"the config{empty} is empty: nothing to read (configs/ has examples: {_EXAMPLE})"
+    empty = [path for path in _configs(sys.argv[1:]) if _is_empty(path)]
+    if _EMPTY_CONFIG.search(message.strip()) is not None and empty:
+        return f"the config {empty[0]} is empty: nothing to read (configs/ has examples: {_EXAMPLE})"
     return None
 
 
