@@ -180,7 +180,9 @@ def test_a_valid_but_unusual_config_is_not_refused(schema, tmp_path) -> None:
 def test_what_the_schema_cannot_judge_falls_through(schema) -> None:
     assert precheck(["fit", "--config", TEXT, "--model=some.package.Model", "--model.init_args.anything=1"]) is None
     assert precheck(["fit", "--help"]) is None and precheck(["verify", "x"]) is None
-    assert precheck(["fit", "--config", str(ROOT / "configs/absent.yaml")]) is None  # the full parse says it
+    assert precheck(["fit", "--config"]) is None  # no file named: the full parse says it
+    absent = precheck(["fit", "--config", str(ROOT / "configs/absent.yaml")])
+    assert absent is not None and "is not a file (configs/" in absent, absent  # nothing close: no guess
 
 
 def test_types_are_kept_as_the_light_check_reads_them() -> None:
@@ -200,3 +202,25 @@ def test_a_class_refusal_names_the_class_and_argument(monkeypatch, capsys) -> No
     assert exit_.value.code == 2 and len(err) == 1 and "Traceback" not in err[0], err
     assert err[0].startswith("varlen: error: TextClassificationDataModule's batch_size: "), err
     assert err[0].endswith("(varlen fit --data.help TextClassificationDataModule lists them)"), err
+
+
+def test_a_missing_config_names_the_closest(schema, monkeypatch, capsys) -> None:
+    given = str(ROOT / "configs/text_bert.yml")
+    code, lines = varlen("fit", "--config", given)
+    assert code == 2 and len(lines) == 1, lines
+    assert f"the config {given} is not a file: did you mean '{TEXT}'?" in lines[0], lines
+    monkeypatch.setattr(sys, "argv", ["varlen", "fit", "--config", given])
+    with pytest.raises(SystemExit) as exit_:
+        cli.console()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(err) == 1 and f"did you mean '{TEXT}'?" in err[0], err
+
+
+def test_any_other_parser_error_is_one_line(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(sys, "argv", ["varlen", "fit", "--config", TEXT, "--trainer.max_epochs"])
+    with pytest.raises(SystemExit) as exit_:
+        cli.console()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and err == [
+        "varlen: error: argument --trainer.max_epochs: expected one argument (varlen fit --help lists the options)"
+    ], err

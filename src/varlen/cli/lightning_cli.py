@@ -23,7 +23,7 @@ from varlen.callbacks.resumable import AtomicCheckpointIO, fit_resumably, with_r
 from varlen.cli.commands import SUMMARIES, TRAINER
 from varlen.cli.refusals import refusals
 from varlen.cli.schema import record_schema
-from varlen.cli.typos import known_options, one_line
+from varlen.cli.typos import known_options, one_line, plain_line
 from varlen.datamodules.base import LINKED
 from varlen.storage.paths import expand_data_paths
 
@@ -45,15 +45,14 @@ class VarLenParser(LightningArgumentParser):
     commands: ActionSubCommands | None = None
 
     def error(self, message: str, ex: Exception | None = None):
-        """A mistyped name in one line (`varlen.cli.typos`), status 2; other errors as jsonargparse says them."""
+        """Every error in one line (`varlen.cli.typos`: a mistyped name with the closest), status 2."""
         if self.exit_on_error:
             command = self.prog.replace(" [options]", "")
             named = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in SUMMARIES else None  # inspect, tune...
             command += f" {named}" if command == "varlen" and named else ""
-            line = one_line(message, command, known_options(self, message))
-            if line is not None:
-                sys.stderr.write(f"varlen: error: {line}\n")
-                sys.exit(2)
+            line = one_line(message, command, known_options(self, message)) or plain_line(message, command)
+            sys.stderr.write(f"varlen: error: {line}\n")
+            sys.exit(2)
         super().error(message, ex)
 
     def add_subcommands(self, required: bool = True, dest: str = "subcommand", **kwargs) -> ActionSubCommands:

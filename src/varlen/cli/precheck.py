@@ -14,7 +14,7 @@ from pathlib import Path
 
 from varlen.cli.commands import TRAINER
 from varlen.cli.schema import SECTIONS, load_schema
-from varlen.cli.typos import closest_key, not_one_of, types_said, unknown_name
+from varlen.cli.typos import closest_key, missing_config, not_one_of, types_said, unknown_name
 
 __all__ = ["CHECKED", "precheck"]
 
@@ -184,11 +184,15 @@ def _config(path: str | None) -> Iterator[tuple[str, str, object]]:
     """A config file's top-level keys; an empty one is refused (a file it cannot read: the full parse says)."""
     import yaml
 
+    if path is None:
+        return  # `--config` and nothing: the full parse says it
     try:
-        text = Path(path).read_text(encoding="utf-8") if path else None
-        loaded = yaml.safe_load(text) if text is not None else None
+        text = Path(path).read_text(encoding="utf-8") if Path(path).is_file() else None
+        loaded = yaml.safe_load(path if text is None else text)  # not a file: a config given inline, or absent
     except (OSError, ValueError, yaml.YAMLError):
         return
+    if text is None and not isinstance(loaded, dict):
+        raise Refused(missing_config(path))
     if text is not None and loaded is None:
         raise Refused(f"the config {path} is empty: nothing to read (configs/ has examples: {EXAMPLE})")
     if isinstance(loaded, dict):

@@ -21,7 +21,17 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["closest_key", "known_options", "not_one_of", "one_line", "parameters", "types_said", "unknown_name"]
+__all__ = [
+    "closest_key",
+    "known_options",
+    "missing_config",
+    "not_one_of",
+    "one_line",
+    "parameters",
+    "plain_line",
+    "types_said",
+    "unknown_name",
+]
 
 #: jsonargparse's words for a class's argument it does not know, with the class's path
 _CLASS_OPTION = re.compile(
@@ -130,14 +140,39 @@ def _wrong_key(message: str, command: str, options: Iterable[str]) -> str | None
     if found is not None:
         keys = [o[2:] for o in options if o.startswith("--") and not o.endswith(".help")]
         return f"{command} takes no key {closest_key(found['key'], keys)} ({command} --help lists them)"
+    found = _NO_CONFIG.search(message)
+    if found is not None:
+        return missing_config(found["path"])
     empty = [path for path in _configs(sys.argv[1:]) if _is_empty(path)]
     if _EMPTY_CONFIG.search(message.strip()) is not None and empty:
         return f"the config {empty[0]} is empty: nothing to read (configs/ has examples: {_EXAMPLE})"
     return None
 
 
+#: a config file that is not there (jsonargparse names it whole)
+_NO_CONFIG = re.compile(r"Parser key \"config\":\s*(?:File does not exist|Path is not a file): '(?P<path>[^']+)'")
 #: a config to copy, named where a config is empty
 _EXAMPLE = "configs/text_bert.yaml"
+
+
+def missing_config(path: str) -> str:
+    """`the config X is not a file`, with the closest config beside where it was looked for."""
+    folder = Path(path).parent
+    try:
+        beside = [f.name for f in folder.iterdir() if f.suffix in (".yaml", ".yml", ".json")]
+    except OSError:
+        beside = []
+    close = difflib.get_close_matches(Path(path).name, beside, n=1, cutoff=0.6)
+    hint = f": did you mean {str(folder / close[0])!r}?" if close else ""
+    return f"the config {path} is not a file{hint} (configs/ has examples: {_EXAMPLE})"
+
+
+def plain_line(message: str, command: str) -> str:
+    """Any other jsonargparse error as one line: its first line (and the next, where the first ends in a
+    colon), and where the options are listed."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()] or ["no usable arguments"]
+    said = " ".join(lines[:2]) if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+    return f"{said} ({command} --help lists the options)"
 
 
 def _configs(argv: list[str]) -> list[str]:
