@@ -162,8 +162,9 @@ def missing_config(path: str) -> str:
         beside = [f.name for f in folder.iterdir() if f.suffix in (".yaml", ".yml", ".json")]
     except OSError:
         beside = []
-    close = difflib.get_close_matches(Path(path).name, beside, n=1, cutoff=0.6)
-    hint = f": did you mean {str(folder / close[0])!r}?" if close else ""
+    stems = {Path(name).stem: name for name in beside}  # `.yaml` alone makes every name close
+    close = difflib.get_close_matches(Path(path).stem, list(stems), n=1, cutoff=0.6)
+    hint = f": did you mean {str(folder / stems[close[0]])!r}?" if close else ""
     return f"the config {path} is not a file{hint} (configs/ has examples: {_EXAMPLE})"
 
 
