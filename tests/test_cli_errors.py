@@ -224,3 +224,12 @@ def test_any_other_parser_error_is_one_line(monkeypatch, capsys) -> None:
     assert exit_.value.code == 2 and err == [
         "varlen: error: argument --trainer.max_epochs: expected one argument (varlen fit --help lists the options)"
     ], err
+
+
+def test_a_commands_own_option_error_is_one_line(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(sys, "argv", ["varlen", "inspect", "--world-size", "0", "--config", TEXT])
+    with pytest.raises(SystemExit) as exit_:
+        cli.console()
+    assert exit_.value.code == 2 and capsys.readouterr().err.strip().splitlines() == [
+        "varlen: error: --world-size must be >= 1 (varlen inspect --help lists the options)"
+    ]

@@ -142,9 +142,17 @@ DESCRIPTIONS = {
 }
 
 
+class _OwnOptions(argparse.ArgumentParser):
+    """A command's own options, whose errors are one line (argparse's usage is one `--help` away)."""
+
+    def error(self, message: str):
+        sys.stderr.write(f"varlen: error: {message} ({self.prog} --help lists the options)\n")
+        sys.exit(2)
+
+
 def _own_options(command: str, options: dict[str, dict]) -> argparse.ArgumentParser:
     """The parser of a command's own options; what it does not know, `fit`'s parser reads."""
-    parser = argparse.ArgumentParser(prog=f"varlen {command}", description=DESCRIPTIONS[command])
+    parser = _OwnOptions(prog=f"varlen {command}", description=DESCRIPTIONS[command])
     for flag, settings in options.items():
         parser.add_argument(flag, **settings)
     return parser
