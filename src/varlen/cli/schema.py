@@ -78,8 +78,9 @@ def _add(schema: dict, parser) -> bool:
             changed = True
         for name, where in getattr(module, "SCENARIOS", {}).items():
             if name not in known and f"{package}.{where}" in sys.modules:
-                known[name] = _class_entry(getattr(module, name), f"{package}.{name}")
-                changed = True
+                with contextlib.suppress(Exception):  # a class jsonargparse cannot read: left to the full parse
+                    known[name] = _class_entry(getattr(module, name), f"{package}.{name}")
+                    changed = True
     return changed
 
 
