@@ -233,3 +233,28 @@ def test_a_commands_own_option_error_is_one_line(monkeypatch, capsys) -> None:
     assert exit_.value.code == 2 and capsys.readouterr().err.strip().splitlines() == [
         "varlen: error: --world-size must be >= 1 (varlen inspect --help lists the options)"
     ]
+
+
+def test_a_commands_own_options_are_left_to_it(schema) -> None:
+    assert precheck(["inspect", "--config", TEXT, "--split", "val", "--out", "plots", "--rate"]) is None
+    assert precheck(["optimize", "--config", TEXT, "--output", "chunks", "--chunk-bytes", "64MB"]) is None
+    refused = precheck(["inspect", "--config", TEXT, "--split", "val", "--data.init_args.max_token=5"])
+    assert refused is not None and "did you mean 'max_tokens'? (varlen inspect --data.help" in refused, refused
+
+
+def test_a_class_jsonargparse_cannot_make_keeps_its_words_in_one_line() -> None:
+    from varlen.cli.typos import plain_line
+
+    message = (
+        'Parser key "model":\n  Does not validate against any of the Union subtypes\n  Errors:\n'
+        "    - Problem with given class_path 'varlen.models.MoleculeGNN':\n"
+        "        varlen's molecules scenario needs rdkit: pip install 'varlen[molecules]'\n"
+        "    - Expected a <class 'NoneType'>\n"
+    )
+    assert plain_line(message, "varlen fit") == (
+        "--model: given class_path 'varlen.models.MoleculeGNN': varlen's molecules scenario needs rdkit: "
+        "pip install 'varlen[molecules]' (varlen fit --help lists the installed ones)"
+    )
+    assert plain_line("argument --x: expected one argument", "varlen fit") == (
+        "argument --x: expected one argument (varlen fit --help lists the options)"
+    )

@@ -46,6 +46,8 @@ _CLASS_VALUE = re.compile(
     r"Problem with given class_path '(?P<path>[\w.]+)':\s*Parser key \"(?P<name>\w+)\":\s*(?P<why>[^\n]+)"
 )
 _LITERAL = re.compile(r"Expected a typing\.Literal\[(?P<choices>.*)\]\. Got value: (?P<value>.*)")
+#: anything else wrong with a class path, in jsonargparse's words
+_CLASS_PROBLEM = re.compile(r"Problem with given class_path '(?P<path>[\w.]+)':\s*(?P<why>[^\n]+)")
 #: a class path that names no class
 _NOT_A_CLASS = re.compile(r"Expected a dot import path string: (?P<value>\S+)")
 #: a plain option of a union type (int | None) given a value of none of them
@@ -171,6 +173,10 @@ def missing_config(path: str) -> str:
 def plain_line(message: str, command: str) -> str:
     """Any other jsonargparse error as one line: its first line (and the next, where the first ends in a
     colon), and where the options are listed."""
+    found, key = _CLASS_PROBLEM.search(message), _KEY.search(message)
+    if found is not None:  # e.g. a scenario whose extra is not installed: jsonargparse's words on it
+        given = f"--{key['key']}: " if key else ""
+        return f"{given}given class_path '{found['path']}': {found['why']} ({command} --help lists the installed ones)"
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()] or ["no usable arguments"]
     said = " ".join(lines[:2]) if lines[0].endswith(":") and len(lines) > 1 else lines[0]
     return f"{said} ({command} --help lists the options)"
