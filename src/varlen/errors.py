@@ -10,6 +10,9 @@ message alone and exits with status 2.
   looked for, and how to get it, as torchgeo's error of the same name does.
 * `DownloadError` (also an `OSError`): a download that failed, with the URL, the file
   it was meant for, and where to put a copy fetched by hand.
+
+`ConfigError` is the command line's: a config or an argument a class refused (`max_tokens=0`), said in one
+line that names the class, the argument and where its arguments are listed; `varlen` prints it alone, status 2.
 """
 
 from __future__ import annotations
@@ -17,11 +20,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["DataError", "DatasetNotFoundError", "DownloadError"]
+__all__ = ["ConfigError", "DataError", "DatasetNotFoundError", "DownloadError"]
 
 
 class DataError(ValueError):
     """Input that cannot be used; the message names where (file, row, sample) and what is wrong."""
+
+
+class ConfigError(ValueError):
+    """A command's config or argument refused; the message is the one line `varlen` prints (class, argument,
+    what is allowed, where to look)."""
 
 
 class DatasetNotFoundError(DataError, FileNotFoundError):

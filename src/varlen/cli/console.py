@@ -1,6 +1,7 @@
 """The `varlen` command's entry: `varlen`, `varlen --help`, a mistyped command (`varlen fitt`) and a
-command's help seen before (`varlen.cli.saved_help`) answer from here, before torch, Lightning or any scenario
-is imported (under a second); every other call goes to `varlen.cli.dispatch.console`.
+command's help seen before (`varlen.cli.saved_help`) and a command line the saved schema refuses
+(`varlen.cli.precheck`: a mistyped key, a wrong value, an empty config) answer from here, before torch,
+Lightning or any scenario is imported (under a second); every other call goes to `varlen.cli.dispatch.console`.
 Output into a pipe whose reader has gone (`varlen --help | head -1`) ends quietly."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import os
 import sys
 
 from varlen.cli.commands import LIGHT, SUMMARIES
+from varlen.cli.precheck import precheck
 from varlen.cli.saved_help import is_help, printed, recorded
 from varlen.cli.typos import unknown_name
 
@@ -64,6 +66,10 @@ def _dispatch(argv: list[str]) -> None:
     help_ = is_help(argv)
     if help_ and printed(argv):  # a command's help, seen before with these packages (varlen.cli.saved_help)
         sys.exit(0)
+    refused = None if help_ else precheck(argv)  # a mistyped key or a wrong value: the saved schema says it
+    if refused is not None:
+        sys.stderr.write(f"varlen: error: {refused}\n")
+        sys.exit(2)
     from varlen.cli.dispatch import console
 
     with recorded(argv) if help_ else contextlib.nullcontext():  # a help: saved for the next time

@@ -35,7 +35,7 @@ from varlen.cli.lightning_cli import DataOnlyCLI, VarLenCLI, VarLenParser
 from varlen.cli.named import named_scenarios
 from varlen.cli.output import THIRD_PARTY_NOISE, quiet, show_varlen_logs
 from varlen.datamodules.base import LINKED
-from varlen.errors import DataError
+from varlen.errors import ConfigError, DataError
 from varlen.storage.cache import writable_folder
 from varlen.storage.paths import with_data_hint
 
@@ -142,9 +142,17 @@ DESCRIPTIONS = {
 }
 
 
+class _OwnOptions(argparse.ArgumentParser):
+    """A command's own options, whose errors are one line (argparse's usage is one `--help` away)."""
+
+    def error(self, message: str):
+        sys.stderr.write(f"varlen: error: {message} ({self.prog} --help lists the options)\n")
+        sys.exit(2)
+
+
 def _own_options(command: str, options: dict[str, dict]) -> argparse.ArgumentParser:
     """The parser of a command's own options; what it does not know, `fit`'s parser reads."""
-    parser = argparse.ArgumentParser(prog=f"varlen {command}", description=DESCRIPTIONS[command])
+    parser = _OwnOptions(prog=f"varlen {command}", description=DESCRIPTIONS[command])
     for flag, settings in options.items():
         parser.add_argument(flag, **settings)
     return parser
@@ -288,7 +296,7 @@ def console() -> None:
             command.run(argv[1:])
         else:
             main()
-    except MissingExtraError as error:  # e.g. varlen optimize without the stream extra: the install says it all
+    except (MissingExtraError, ConfigError) as error:  # a missing extra, a refused argument: the line says it all
         print(f"varlen: error: {error}", file=sys.stderr)
         sys.exit(2)
     except KeyboardInterrupt:  # Ctrl-C: the status a shell gives it, without a traceback

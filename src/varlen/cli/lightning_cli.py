@@ -28,7 +28,9 @@ from varlen.callbacks.resumable import AtomicCheckpointIO, fit_resumably, with_r
 from varlen.callbacks.summary import ModelLine
 from varlen.cli.commands import SUMMARIES, TRAINER
 from varlen.cli.output import VERBOSE_ENV, ConsoleRun, head_reports, is_verbose
-from varlen.cli.typos import one_line
+from varlen.cli.refusals import refusals
+from varlen.cli.schema import record_schema
+from varlen.cli.typos import known_options, one_line, plain_line
 from varlen.datamodules.base import LINKED
 from varlen.storage.paths import expand_data_paths
 
@@ -50,15 +52,14 @@ class VarLenParser(LightningArgumentParser):
     commands: ActionSubCommands | None = None
 
     def error(self, message: str, ex: Exception | None = None):
-        """A mistyped name in one line (`varlen.cli.typos`), status 2; other errors as jsonargparse says them."""
+        """Every error in one line (`varlen.cli.typos`: a mistyped name with the closest), status 2."""
         if self.exit_on_error:
             command = self.prog.replace(" [options]", "")
             named = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1] in SUMMARIES else None  # inspect, tune...
             command += f" {named}" if command == "varlen" and named else ""
-            line = one_line(message, command, self._option_string_actions)
-            if line is not None:
-                sys.stderr.write(f"varlen: error: {line}\n")
-                sys.exit(2)
+            line = one_line(message, command, known_options(self, message)) or plain_line(message, command)
+            sys.stderr.write(f"varlen: error: {line}\n")
+            sys.exit(2)
         super().error(message, ex)
 
     def add_subcommands(self, required: bool = True, dest: str = "subcommand", **kwargs) -> ActionSubCommands:
@@ -153,9 +154,9 @@ class VarLenCLI(LightningCLI):
                 data[key] = expanded
 
     def instantiate_classes(self) -> None:
-        """Lightning's, with transformers' report of a classifier head the load initialises left out
-        (`varlen.cli.output.head_reports`)."""
-        with head_reports():
+        """Lightning's, a class's refusal of its arguments in one line (`varlen.cli.refusals`), and transformers'
+        report of a classifier head the load initialises left out (`varlen.cli.output.head_reports`)."""
+        with refusals(), head_reports():
             super().instantiate_classes()
 
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
@@ -195,6 +196,7 @@ class VarLenCLI(LightningCLI):
     def parse_arguments(self, parser: LightningArgumentParser, args: ArgsType) -> None:
         """Lightning's, keeping the command's arguments for the line that resumes an interrupted fit."""
         self.argv = list(sys.argv[1:] if args is None else args) if isinstance(args, list | tuple | None) else None
+        record_schema(parser)  # what the light entry checks a next command line against (varlen.cli.schema)
         super().parse_arguments(parser, args)
         command = self.config.get("subcommand")
         self.console_run.quiet(bool((self.config.get(command) if command else self.config).get("verbose")))
@@ -240,5 +242,6 @@ class DataOnlyCLI(VarLenCLI):
         parser = ArgumentParser()
         parser.add_subclass_arguments(varlen.datamodules.VarLenDataModule, "data", required=True)
         data = parser.parse_object({"data": self.config["data"].as_dict()})
-        self.datamodule = parser.instantiate_classes(data)["data"]
+        with refusals():
+            self.datamodule = parser.instantiate_classes(data)["data"]
         self.model = self.trainer = None

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from varlen.cli.commands import LIGHT, SUMMARIES
 
-__all__ = ["is_help", "printed", "recorded"]
+__all__ = ["install_key", "is_help", "printed", "recorded"]
 
 #: environment variables that change a help text: the cache and data folders, the width, jsonargparse's settings
 _ENVIRONMENT = ("VARLEN_", "JSONARGPARSE_", "COLUMNS", "LINES")
@@ -111,10 +111,10 @@ def _path(argv: Sequence[str]) -> Path:
     request = hashlib.sha256("\0".join(argv).encode()).hexdigest()[:24]
     place = [str(data_root()), str(shutil.get_terminal_size()), sys.stdout.isatty()]
     place += sorted(f"{k}={v}" for k, v in os.environ.items() if k.startswith(_ENVIRONMENT))
-    return default_cache_dir() / "help" / _install(*place) / f"{request}.txt"
+    return default_cache_dir() / "help" / install_key(*place) / f"{request}.txt"
 
 
-def _install(*place: object) -> str:
+def install_key(*place: object) -> str:
     """A key of this Python, the packages installed on its path (their `*.dist-info` folders name their
     versions), varlen's own source files (an edit in a checkout changes a help) and `place`."""
     digest = hashlib.sha256(f"{sys.version}\0{sys.executable}\0{place}".encode())
