@@ -62,7 +62,8 @@ class PlanSpec:
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.max_tokens is not None and min(self.max_tokens) < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+            given = self.max_tokens[0] if len(self.max_tokens) == 1 else list(self.max_tokens)  # as a config writes it
+            raise ValueError(f"max_tokens must be >= 1, got {given}")
         if self.max_batch_size is not None and (self.max_tokens is None or self.max_batch_size < 1):
             raise ValueError(f"max_batch_size caps a token budget and must be >= 1, got {self.max_batch_size}")
         if self.cost not in COST_MODES:
