@@ -10,6 +10,8 @@ import re
 import sys
 import warnings
 
+from varlen import notices
+
 __all__ = ["THIRD_PARTY_NOISE", "quiet", "show_varlen_logs"]
 
 #: third-party deprecation warnings a user of varlen can do nothing about (regular expressions)
@@ -64,25 +66,6 @@ def quiet() -> None:
             hugging_face.disable_progress_bar()  # its own bars (loading weights) and huggingface_hub's
 
 
-class _StderrHandler(logging.StreamHandler):
-    """A handler that writes to `sys.stderr` as it is when a record comes, not as it was when the
-    handler was made (a later redirection, or a test's capture, must not leave it a closed stream)."""
-
-    @property
-    def stream(self):
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value) -> None:
-        pass
-
-
 def show_varlen_logs() -> None:
-    """Print the `varlen` logger's INFO messages (the data report) on stderr, once."""
-    logger = logging.getLogger("varlen")
-    if not logger.handlers:
-        handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
+    """Print the `varlen` logger's INFO messages (the data report) on stderr, once (`varlen.notices.show_logs`)."""
+    notices.show_logs(always=True)
