@@ -66,10 +66,7 @@ def test_the_site_builds_strict(tmp_path) -> None:
     for name in [*varlen.models.SCENARIOS, "VarLenModule"]:
         assert f'id="varlen.models.{varlen.models.SCENARIOS.get(name, "base")}.{name}"' in models, name
     # the docstrings render: no Sphinx role or reST literal is left raw on any built page
-    raw = {
-        page.relative_to(site).as_posix(): RAW_ON_PAGE.findall(page.read_text())
-        for page in site.rglob("*.html")
-    }
+    raw = {page.relative_to(site).as_posix(): RAW_ON_PAGE.findall(page.read_text()) for page in site.rglob("*.html")}
     assert not {page: found for page, found in raw.items() if found}
     # ARCHITECTURE.md stays at the root, included (not copied) by the site's page
     assert (DOCS / "architecture.md").read_text().strip() == '--8<-- "ARCHITECTURE.md"'

@@ -81,9 +81,7 @@ class VarLenModule(pl.LightningModule):
         except AttributeError:
             known = self.__dict__.get("_built") is not False or "_hparams" not in self.__dict__
             if not name.startswith("_") and not known and self.needs():
-                raise AttributeError(
-                    f"{type(self).__name__} has no layers yet: {_unknown(self, self.needs())}"
-                ) from None
+                raise AttributeError(_unknown(self, self.needs(), layers=True)) from None
             raise
 
     @staticmethod
@@ -116,16 +114,17 @@ class VarLenModule(pl.LightningModule):
         return {"index": batch["index"], "output": self(batch)}
 
 
-def _unknown(model: VarLenModule, missing: list[str], datamodule: object = None) -> str:
+def _unknown(model: VarLenModule, missing: list[str], datamodule: object = None, layers: bool = False) -> str:
     """The line that says which dimensions a model lacks and the two ways to give them."""
     name = type(model).__name__
+    needs = f"{name} has no layers yet: it needs" if layers else f"{name} needs"
     given = f"{name}({missing[0]}=...)"
     if datamodule is None:
         return (
-            f"{name} needs {', '.join(missing)}: give them ({given}) or fit it with a DataModule that has them "
+            f"{needs} {', '.join(missing)}: give them ({given}) or fit it with a DataModule that has them "
             "(trainer.fit(model, datamodule=dm))"
         )
-    return f"{name} needs {', '.join(missing)}, which {type(datamodule).__name__} has not: give them ({given})"
+    return f"{needs} {', '.join(missing)}, which {type(datamodule).__name__} has not: give them ({given})"
 
 
 class WarmupLinearDecay(torch.optim.lr_scheduler.LRScheduler):

@@ -16,6 +16,7 @@ from torch_geometric.nn import GINEConv, GraphNorm, global_add_pool, global_mean
 from torchmetrics import MeanAbsoluteError, MeanSquaredError, Metric, MetricCollection
 from torchmetrics.classification import BinaryAUROC
 
+from varlen.datasets.molecules.features import ATOM_VOCAB, BOND_VOCAB
 from varlen.models.base import VarLenModule
 
 __all__ = ["NORMS", "POOLING", "ClassCounts", "MoleculeGNN"]
@@ -118,9 +119,10 @@ class MoleculeGNN(VarLenModule):
         lr: AdamW learning rate (cosine-annealed over `max_epochs`).
         weight_decay: AdamW weight decay.
 
-    `num_tasks`, `task`, `node_features` (`ATOM_VOCAB` with varlen's featurizer), `edge_features`
-    (`BOND_VOCAB`) and `num_descriptors` are the DataModule's (`varlen fit` links them): each left None is
-    taken from the DataModule the model trains on (`VarLenModule.setup`).
+    `num_tasks`, `task`, `node_features`, `edge_features` and `num_descriptors` are the DataModule's
+    (`varlen fit` links them): each left None is taken from the DataModule the model trains on
+    (`VarLenModule.setup`); without one, the last three are varlen's featurizer's (`ATOM_VOCAB`, `BOND_VOCAB`,
+    no descriptors).
     """
 
     linked = ("num_tasks", "task", "node_features", "edge_features", "num_descriptors")
@@ -149,10 +151,15 @@ class MoleculeGNN(VarLenModule):
         self.save_hyperparameters()
         self.build_when_known()
 
+    def needs(self) -> list[str]:
+        """`num_tasks` and `task` (the featurizer's sizes stand in for the rest)."""
+        return [name for name in super().needs() if name in ("num_tasks", "task")]
+
     def build_layers(self) -> None:
         hp = self.hparams
         task, num_tasks, hidden, num_layers, norm = hp.task, hp.num_tasks, hp.hidden, hp.num_layers, hp.norm
-        node_features, edge_features, num_descriptors = hp.node_features, hp.edge_features, hp.num_descriptors
+        node_features, edge_features = hp.node_features or ATOM_VOCAB, hp.edge_features or BOND_VOCAB
+        num_descriptors = hp.num_descriptors or 0
         virtual_node, pooling, dropout = hp.virtual_node, hp.pooling, hp.dropout
         if task not in ("regression", "classification"):
             raise ValueError(f"task must be 'regression' or 'classification', got {task!r}")
