@@ -19,7 +19,7 @@ from pathlib import Path
 # Lightning's own rank_zero_only (Lightning sets its .rank), read without importing Lightning
 from lightning_utilities.core.rank_zero import rank_zero_only
 
-__all__ = ["info", "is_rank_zero", "show_logs", "warn"]
+__all__ = ["info", "is_rank_zero", "say", "show_logs", "warn"]
 
 _PACKAGES = (
     "varlen",
@@ -76,6 +76,18 @@ def info(logger: logging.Logger, message: str, *args: object) -> None:
     if is_rank_zero():
         show_logs()
         logger.info(message, *args)
+
+
+def say(line: str, trainer: object = None) -> None:
+    """A progress line of a run (an epoch's, the warm-up's, validation's), by rank zero only: above the
+    trainer's progress bar where one shows (inside it, the bar would redraw over it), else on stdout at once."""
+    if not is_rank_zero():
+        return
+    bar = getattr(trainer, "progress_bar_callback", None)
+    if bar is not None and bar.is_enabled:
+        bar.print(line)
+    else:
+        print(line, flush=True)
 
 
 class _VarlenHandler(logging.StreamHandler):

@@ -6,8 +6,8 @@ DataModule alone. `varlen.cli.dispatch` builds and runs them."""
 
 from __future__ import annotations
 
+import inspect
 import sys
-from collections.abc import Callable
 from typing import Any, Literal
 
 import lightning.pytorch as pl
@@ -16,16 +16,17 @@ from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
 import varlen.datamodules
-from varlen.batching.data_wait import DataWait
-from varlen.batching.warmup import WarmShapes
-from varlen.callbacks.progress import EpochProgress, StepProgress
-from varlen.callbacks.resumable import AtomicCheckpointIO, fit_resumably, with_resumable
+from varlen.callbacks.fit import fit_callbacks
+from varlen.callbacks.resumable import AtomicCheckpointIO, fit_resumably
 from varlen.cli.commands import SUMMARIES, TRAINER
 from varlen.cli.typos import one_line
 from varlen.datamodules.base import LINKED
 from varlen.storage.paths import expand_data_paths
 
 __all__ = ["DataOnlyCLI", "VarLenCLI", "VarLenParser"]
+
+#: the options of a fit's callbacks: `varlen.callbacks.fit_callbacks`' arguments of the same names
+FIT_OPTIONS = ("data_wait", "warm_shapes", "epoch_lines", "checkpoint_every_min", "progress_every")
 
 
 class _Commands(ActionSubCommands):
@@ -134,32 +135,23 @@ class VarLenCLI(LightningCLI):
                 data[key] = expanded
 
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
-        """The Trainer with one `DataWait`, one `WarmShapes` and one `EpochProgress` (of the
-        metrics `--epoch_lines` lists), each left out where its option is false, one
-        `Resumable` (`--checkpoint_every_min`; with Lightning's ModelCheckpoint
-        keeping `last.ckpt` where none is listed), checkpoints written whole
-        (`AtomicCheckpointIO`), and without Lightning's progress bar when stdout
+        """The Trainer with `varlen.callbacks.fit_callbacks` of the options: one `DataWait`, one `WarmShapes` and
+        one `EpochProgress` (of the metrics `--epoch_lines` lists), each left out where its option is false, one
+        `Resumable` (`--checkpoint_every_min`; with Lightning's ModelCheckpoint keeping `last.ckpt` where none is
+        listed), checkpoints written whole (`AtomicCheckpointIO`), and without Lightning's progress bar when stdout
         is no terminal, unless `trainer.enable_progress_bar` is set: its redraws (carriage returns) would fill a
         log with partial lines."""
         settings = {**self._get(self.config_init, "trainer", default={}), **kwargs}
-        callbacks = settings.get("callbacks") or []
-        callbacks = list(callbacks) if isinstance(callbacks, list | tuple) else [callbacks]
-        # a DataWait before an EpochProgress: its line shows the epoch's share
-        callbacks = _one(callbacks, DataWait, self._get(self.config, "data_wait", default=True), DataWait)
-        warm = self._get(self.config, "warm_shapes", default=True)
-        when = "always" if warm == "always" else "auto"
-        callbacks = _one(callbacks, WarmShapes, warm, lambda: WarmShapes(when=when))
-        lines = self._get(self.config, "epoch_lines", default=True)
-        metrics = None if lines is True else lines
-        callbacks = _one(callbacks, EpochProgress, lines, lambda: EpochProgress(metrics=metrics))
-        minutes = self._get(self.config, "checkpoint_every_min", default=15.0)
-        callbacks = with_resumable(callbacks, minutes, settings.get("enable_checkpointing") is not False)
         if settings.get("enable_progress_bar") is None and not sys.stdout.isatty():
             kwargs["enable_progress_bar"] = False
-        every = self._get(self.config, "progress_every", default=30.0)
-        bar = kwargs.get("enable_progress_bar", settings.get("enable_progress_bar", True))
-        if every and bar is False and not any(isinstance(c, StepProgress) for c in callbacks):
-            callbacks.append(StepProgress(every))
+        defaults = inspect.signature(fit_callbacks).parameters
+        options = {name: self._get(self.config, name, default=defaults[name].default) for name in FIT_OPTIONS}
+        callbacks = fit_callbacks(
+            settings.get("callbacks"),
+            **options,
+            checkpointing=settings.get("enable_checkpointing") is not False,
+            progress_bar=kwargs.get("enable_progress_bar", settings.get("enable_progress_bar", True)),
+        )
         trainer = super().instantiate_trainer(**{**kwargs, "callbacks": callbacks})
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # Lightning's own, not a plugin's
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
@@ -174,14 +166,6 @@ class VarLenCLI(LightningCLI):
         """`trainer.fit`, its folders checked first; interrupted, the line that resumes it and status 128 + the
         signal (`varlen.callbacks.resumable.fit_resumably`)."""
         fit_resumably(self.trainer, model, self.argv, **kwargs)
-
-
-def _one(callbacks: list, kind: type, setting: object, make: Callable[[], object]) -> list:
-    """`callbacks` without any `kind` where `setting` is False, else with one (`make()`) where none is
-    listed (a listed one replaces varlen's)."""
-    if setting is False:
-        return [c for c in callbacks if not isinstance(c, kind)]
-    return callbacks if any(isinstance(c, kind) for c in callbacks) else [*callbacks, make()]
 
 
 class DataOnlyCLI(VarLenCLI):
