@@ -71,7 +71,8 @@ class EpochProgress(pl.Callback):
         batches = sum(n for n in trainer.num_val_batches if isinstance(n, int)) if trainer.num_val_batches else 0
         epochs = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
         prefix = f"{self.name} " if self.name else ""
-        notices.say(f"{prefix}epoch {trainer.current_epoch + 1}{epochs}: validating ({batches:,} batches)", trainer)
+        counted = f"{batches:,} batch" + ("es" if batches != 1 else "")
+        notices.say(f"{prefix}epoch {trainer.current_epoch + 1}{epochs}: validating ({counted})", trainer)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
