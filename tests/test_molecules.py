@@ -67,7 +67,7 @@ class TestMoleculeContract(DataModuleContract):
         return MoleculeDataModule(**overrides)  # the packaged ESOL table
 
     def make_model(self, datamodule):
-        return MoleculeGNN(num_tasks=datamodule.num_tasks, hidden=32, num_layers=3)
+        return MoleculeGNN(num_tasks=datamodule.num_tasks, task=datamodule.task, hidden=32, num_layers=3)
 
     def budget_overrides(self):
         return {"max_tokens": 400}  # atoms + directed bonds; the largest ESOL molecule has 179
