@@ -104,7 +104,7 @@ def test_no_dimensions_and_no_datamodule_is_a_one_line_error() -> None:
     with pytest.raises(ValueError, match=r"SequenceModel needs .*feature_dim.*datamodule=") as info:
         trainer.fit(model, train_dataloaders=dm.train_dataloader())
     assert "\n" not in str(info.value)
-    with pytest.raises(AttributeError, match=r"SequenceModel has no layers yet: .*feature_dim"):
+    with pytest.raises(ValueError, match=r"SequenceModel has no layers yet: it needs .*feature_dim"):
         model(dm.fetch_batch("train", [0]))
 
 

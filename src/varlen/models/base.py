@@ -53,10 +53,19 @@ class VarLenModule(pl.LightningModule):
         `build_when_known`, never this)."""
 
     def build_when_known(self) -> None:
-        """`build_layers` now where `needs()` is empty, else at `setup` (the end of a subclass's `__init__`)."""
-        if not self.needs():
-            self.build_layers()
-            self._built = True
+        """`build_layers` now where `needs()` is empty, else at `setup` (the end of a subclass's `__init__`); till
+        then, a call of the model is the one-line error that says what it needs."""
+        if self.needs():
+            self._unbuilt = self.register_forward_pre_hook(_not_built)
+        else:
+            self._build()
+
+    def _build(self) -> None:
+        self.build_layers()
+        self._built = True
+        unbuilt = self.__dict__.pop("_unbuilt", None)
+        if unbuilt is not None:
+            unbuilt.remove()
 
     def setup(self, stage: str) -> None:
         """A model not yet built takes what it was not given from `trainer.datamodule`, then makes its layers
@@ -72,17 +81,7 @@ class VarLenModule(pl.LightningModule):
         missing = self.needs()
         if missing:
             raise ValueError(_unknown(self, missing, datamodule))
-        self.build_layers()
-        self._built = True
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            known = self.__dict__.get("_built") is not False or "_hparams" not in self.__dict__
-            if not name.startswith("_") and not known and self.needs():
-                raise AttributeError(_unknown(self, self.needs(), layers=True)) from None
-            raise
+        self._build()
 
     @staticmethod
     def batch_size_of(batch: Mapping[str, Any]) -> int:
@@ -112,6 +111,11 @@ class VarLenModule(pl.LightningModule):
     def predict_step(self, batch: Mapping[str, Any], batch_idx: int) -> dict[str, torch.Tensor]:
         """Per-sample outputs with the dataset indices they belong to."""
         return {"index": batch["index"], "output": self(batch)}
+
+
+def _not_built(model: VarLenModule, args: Any) -> None:
+    """A forward pre-hook of a model whose layers wait for their dimensions."""
+    raise ValueError(_unknown(model, model.needs(), layers=True))
 
 
 def _unknown(model: VarLenModule, missing: list[str], datamodule: object = None, layers: bool = False) -> str:
