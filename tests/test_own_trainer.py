@@ -7,6 +7,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -167,6 +168,26 @@ def test_fit_callbacks_are_what_varlen_fit_adds(tmp_path: Path, monkeypatch) -> 
     ours = [c for c in mine.callbacks if not isinstance(c, lightning_own)]  # as the Trainer orders them
     assert [type(c) for c in ours] == [type(c) for c in cli]
     assert [settings(c) for c in ours] == [settings(c) for c in cli]
+
+
+def test_the_warm_up_and_validation_say_they_run(tmp_path: Path, capsys) -> None:
+    """A loaded machine is never silent: the warm-up says when it starts and how long it took, validation says
+    when it starts (no progress bar shows it), and the epoch line gives its time."""
+    from varlen.callbacks import fit_callbacks
+
+    dm = SequenceDataModule(train=arrays(), max_tokens=256)
+    callbacks = fit_callbacks(warm_shapes="always", progress_bar=False, checkpointing=False)
+    trainer = pl.Trainer(max_epochs=1, enable_checkpointing=False, callbacks=callbacks, **QUIET)
+    trainer.fit(SequenceModel(**TINY), datamodule=dm)
+    out = capsys.readouterr().out.splitlines()
+    warm = next(c for c in trainer.callbacks if type(c).__name__ == "WarmShapes")
+    batches = trainer.num_val_batches[0]
+    assert out[:3] == [
+        f"WarmShapes: running {warm.shapes} batch shapes of epoch 1 through forward and backward on cpu",
+        f"WarmShapes: {warm.shapes} batch shapes of epoch 1 run in {warm.seconds:.1f} s",
+        f"validating epoch 1/1 ({batches} batch{'es' if batches != 1 else ''})",
+    ]
+    assert out[3].startswith("epoch 1/1: val/accuracy ") and re.search(r"\d s \(validation \d+\.\d s\)$", out[3])
 
 
 def settings(callback: pl.Callback) -> dict[str, object]:

@@ -9,7 +9,9 @@ the training samples per second (data loading included) and, where a
 `DataWait` listed before it timed the epoch, the share of it spent
 waiting for data. `varlen fit` adds one (after its DataWait) unless
 `--epoch_lines=false`; a progress bar that shows prints the line above itself, not inside it.
-Plain text: no terminal codes.
+Where no progress bar shows validation, a line says when it starts (`validating epoch 2/6 (40 batches)`); the
+epoch line gives its time (`3.1 s (validation 0.4 s)`). Plain text: no terminal codes; every line through
+`varlen.notices.say` (rank zero, above a progress bar that shows).
 
 `StepProgress`: off a terminal, where no progress bar shows, a line every 30 s while an epoch trains (the
 step of the epoch's total, samples/s, the share spent waiting for data, the time left in the epoch), so a
@@ -72,7 +74,7 @@ class EpochProgress(pl.Callback):
         epochs = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
         prefix = f"{self.name} " if self.name else ""
         counted = f"{batches:,} batch" + ("es" if batches != 1 else "")
-        notices.say(f"{prefix}epoch {trainer.current_epoch + 1}{epochs}: validating ({counted})", trainer)
+        notices.say(f"{prefix}validating epoch {trainer.current_epoch + 1}{epochs} ({counted})", trainer)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
