@@ -65,9 +65,12 @@ def test_the_report_is_shown_once_from_python(tmp_path: Path) -> None:
     assert done.stderr.count("data report") == 1, done.stderr
 
 
-def test_the_report_goes_through_the_users_logging_config(caplog, capsys) -> None:
+def test_the_report_goes_through_the_users_logging_config(caplog, capsys, monkeypatch) -> None:
     """Where the root logger has a handler (the user's `basicConfig`; here pytest's), the report goes there,
     once, and varlen's handler writes nothing itself."""
+    logger = logging.getLogger("varlen")  # as in a fresh process (a `varlen` command run in this one sets its own)
+    monkeypatch.setattr(logger, "handlers", [])
+    monkeypatch.setattr(logger, "propagate", True)
     dm = SequenceDataModule(train=arrays(), max_tokens=256)
     with caplog.at_level(logging.INFO):
         dm.setup("fit")
