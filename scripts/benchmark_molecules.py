@@ -186,7 +186,7 @@ def measure(loaders: dict, repeats: int, step_repeats: int) -> tuple[dict, dict]
     trainers = {}
     for name in loaders:
         torch.manual_seed(0)
-        model = MoleculeGNN(hidden=64, num_layers=3)
+        model = MoleculeGNN(num_tasks=1, task="regression", hidden=64, num_layers=3)
         trainers[name] = model, torch.optim.AdamW(model.parameters(), lr=1e-3)
     step: dict[str, dict[str, float]] = {}
     for _ in range(step_repeats):

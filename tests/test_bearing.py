@@ -824,7 +824,7 @@ def test_masked_batchnorm_momentum_none_is_a_cumulative_average():
 
 
 def test_very_short_tail_runs_and_stays_invariant():
-    model = BearingClassifier(num_classes=3).eval()
+    model = BearingClassifier(num_classes=3, in_channels=1).eval()
     rng = np.random.default_rng(0)
     samples = [
         {

@@ -214,7 +214,9 @@ class TestBearingAugmentedContract(base.TestBearingContract):
 
 def tiny_model() -> BearingClassifier:
     torch.manual_seed(0)
-    return BearingClassifier(num_classes=3, conv_channels=(4, 6, 5), first_kernel=8, first_stride=2, hidden=8).eval()
+    return BearingClassifier(
+        num_classes=3, in_channels=1, conv_channels=(4, 6, 5), first_kernel=8, first_stride=2, hidden=8
+    ).eval()
 
 
 def tiny_windows(lengths, offset: float = 2.0, scale: float = 3.0, seed: int = 0) -> list[dict]:
@@ -303,13 +305,13 @@ class StatisticsSeen(pl.Callback):
 
 def test_adabn_runs_before_test_on_the_test_windows_and_restores_the_source_statistics():
     dm = quiet_setup(**CROSS, batch_size=16)
-    model = BearingClassifier(num_classes=dm.num_classes, adabn=True)
+    model = BearingClassifier(num_classes=dm.num_classes, in_channels=dm.in_channels, adabn=True)
     source = {k: v.clone() for k, v in model.state_dict().items()}
     seen = StatisticsSeen()
     trainer = pl.Trainer(
         accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False, callbacks=[seen]
     )
-    adapted = BearingClassifier(num_classes=dm.num_classes)
+    adapted = BearingClassifier(num_classes=dm.num_classes, in_channels=dm.in_channels)
     adapted.load_state_dict(source)
     adapted.adapt_batchnorm(LoaderBatches(dm.test_dataloader()))
     result = trainer.test(model, datamodule=dm, verbose=False)[0]

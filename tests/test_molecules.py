@@ -67,7 +67,7 @@ class TestMoleculeContract(DataModuleContract):
         return MoleculeDataModule(**overrides)  # the packaged ESOL table
 
     def make_model(self, datamodule):
-        return MoleculeGNN(num_tasks=datamodule.num_tasks, hidden=32, num_layers=3)
+        return MoleculeGNN(num_tasks=datamodule.num_tasks, task=datamodule.task, hidden=32, num_layers=3)
 
     def budget_overrides(self):
         return {"max_tokens": 400}  # atoms + directed bonds; the largest ESOL molecule has 179
@@ -178,7 +178,7 @@ def test_multitask_missing_values_are_masked() -> None:
     batch = dm.collate_fn([dm.dataset("train")[i] for i in range(len(dm.dataset("train")))])
     assert (~batch.y_mask).any() and batch.y_mask.any()
     assert torch.all(batch.y[~batch.y_mask] == 0)
-    model = MoleculeGNN(num_tasks=2, hidden=16, num_layers=2)
+    model = MoleculeGNN(num_tasks=2, task="regression", hidden=16, num_layers=2)
     model.set_target_stats(dm.target_mean, dm.target_std)
     raw = model.raw(batch)
     target = (batch.y - model.target_mean) / model.target_std
@@ -455,7 +455,9 @@ def test_batches_round_trip_and_feed_pyg_layers() -> None:
     atoms = len(features.ATOM_FEATURES)
     mlp = torch.nn.Sequential(torch.nn.Linear(atoms, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16))
     conv = GINEConv(mlp, edge_dim=len(features.BOND_FEATURES))
-    model = MoleculeGNN(hidden=16, num_layers=2, num_descriptors=dm.num_descriptors).eval()
+    model = MoleculeGNN(
+        num_tasks=1, task="regression", hidden=16, num_layers=2, num_descriptors=dm.num_descriptors
+    ).eval()
 
     def outputs(graphs: Batch) -> tuple[torch.Tensor, ...]:
         h = conv(graphs.x.float(), graphs.edge_index, graphs.edge_attr.float())
@@ -542,7 +544,7 @@ def test_classification_targets_must_be_binary(tmp_path: Path) -> None:
 def test_regression_outputs_are_in_original_units() -> None:
     dm = MoleculeDataModule(cache_dir=str(CACHE))
     dm.setup("fit")
-    model = MoleculeGNN(hidden=16, num_layers=2).eval()
+    model = MoleculeGNN(num_tasks=1, task="regression", hidden=16, num_layers=2).eval()
     model.set_target_stats(dm.target_mean, dm.target_std)
     batch = next(iter(dm.val_dataloader()))
     with torch.no_grad():
@@ -564,7 +566,9 @@ def test_descriptors_are_standardized_collated_and_invariant() -> None:
         Crippen.MolLogP(Chem.MolFromSmiles(dm.table.smiles[position]))
     )
     val = dm.dataset("val")
-    model = MoleculeGNN(hidden=16, num_layers=2, pooling="add_mean", num_descriptors=dm.num_descriptors).eval()
+    model = MoleculeGNN(
+        num_tasks=1, task="regression", hidden=16, num_layers=2, pooling="add_mean", num_descriptors=dm.num_descriptors
+    ).eval()
     batch = next(iter(dm.val_dataloader()))
     assert batch.descriptors.shape == (batch.num_graphs, features.NUM_DESCRIPTORS)
     with torch.no_grad():

@@ -42,10 +42,10 @@ def test_the_sequence_model_packed_equals_padded(kind: str) -> None:
     torch.manual_seed(0)
     keep = keep_mask()
     if kind == "features":
-        model = SequenceModel(num_classes=3, feature_dim=4)
+        model = SequenceModel(num_classes=3, task="classification", input_field="values", feature_dim=4)
         values = torch.randn(len(LENGTHS), int(LENGTHS.max()), 4) * keep[..., None]
     else:
-        model = SequenceModel(num_classes=3, vocab_size=50)
+        model = SequenceModel(num_classes=3, task="classification", input_field="values", vocab_size=50)
         values = torch.randint(1, 50, keep.shape) * keep
     labels, index = torch.tensor([0, 1, 2, 1, 0]), torch.arange(len(LENGTHS))
     padded = {"values": values, "values_mask": keep, "labels": labels, "index": index}
@@ -108,7 +108,9 @@ def test_a_packed_sequence_epoch_serves_every_sample_once_in_rows_of_one_shape()
 def test_the_sequence_model_reads_packed_rows_as_padded_batches() -> None:
     packed, padded = sequence_dm("packed"), sequence_dm("padded")
     torch.manual_seed(0)
-    model = SequenceModel(num_classes=packed.num_classes, vocab_size=packed.vocab_size, input_field="tokens").eval()
+    model = SequenceModel(
+        num_classes=packed.num_classes, task="classification", vocab_size=packed.vocab_size, input_field="tokens"
+    ).eval()
     fits = np.cumsum(packed.dataset("val").lengths) <= 128  # as many as one row holds
     indices = list(range(int(fits.sum())))
     assert len(indices) > 3

@@ -61,7 +61,8 @@ def test_every_classifier_names_its_accuracy_and_macro_f1_alike() -> None:
     from varlen.models.text import TextClassifier
 
     tiny = {"num_hidden_layers": 1, "hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 64}
-    models = [BearingClassifier(num_classes=3), SequenceModel(num_classes=3)]
+    models = [BearingClassifier(num_classes=3, in_channels=1)]
+    models.append(SequenceModel(num_classes=3, task="classification", input_field="values", feature_dim=1))
     models.append(TextClassifier(num_classes=3, pretrained=False, config_overrides=tiny))
     for model in models:
         assert set(model.val_metrics.keys()) >= {"val/accuracy", "val/macro_f1"}, type(model).__name__

@@ -611,7 +611,14 @@ def test_training_steps_reduce_the_loss(dm) -> None:
 
 
 def test_captions_longer_than_the_position_table_raise_clearly(dm) -> None:
-    model = VideoTextAligner(feature_dim=dm.feature_dim, vocab_size=dm.vocab_size, d_model=16, nhead=2, max_positions=4)
+    model = VideoTextAligner(
+        feature_dim=dm.feature_dim,
+        vocab_size=dm.vocab_size,
+        pad_token_id=dm.pad_token_id,
+        d_model=16,
+        nhead=2,
+        max_positions=4,
+    )
     batch = dm.collate_fn([dm.dataset("val")[0]])
     with pytest.raises(ValueError, match="exceed max_positions=4"):
         model.encode(batch)

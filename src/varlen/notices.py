@@ -23,7 +23,16 @@ from pathlib import Path
 # Lightning's own rank_zero_only (Lightning sets its .rank), read without importing Lightning
 from lightning_utilities.core.rank_zero import rank_zero_only
 
-__all__ = ["THIRD_PARTY_NOISE", "VarLenWarning", "info", "is_rank_zero", "quiet_third_party", "warn"]
+__all__ = [
+    "THIRD_PARTY_NOISE",
+    "VarLenWarning",
+    "info",
+    "is_rank_zero",
+    "quiet_third_party",
+    "say",
+    "show_logs",
+    "warn",
+]
 
 
 class VarLenWarning(UserWarning):
@@ -112,6 +121,61 @@ def warn(message: str, category: type[Warning] = VarLenWarning) -> None:
 
 
 def info(logger: logging.Logger, message: str, *args: object) -> None:
-    """`logger.info` by rank zero only."""
+    """`logger.info` by rank zero only (shown: `show_logs`)."""
     if is_rank_zero():
+        show_logs()
         logger.info(message, *args)
+
+
+def say(line: str, trainer: object = None) -> None:
+    """A progress line of a run (an epoch's, the warm-up's, validation's), by rank zero only: above the
+    trainer's progress bar where one shows (inside it, the bar would redraw over it), else on stdout at once."""
+    if not is_rank_zero():
+        return
+    bar = getattr(trainer, "progress_bar_callback", None)
+    if bar is not None and bar.is_enabled:
+        bar.print(line)
+    else:
+        print(line, flush=True)
+
+
+class _VarlenHandler(logging.StreamHandler):
+    """Writes the `varlen` logger's records to `sys.stderr` as it is when a record comes (a later redirection,
+    or a test's capture, must not leave it a closed stream); unless `always`, only while the root logger has
+    no handler (the user's logging config then shows them: the records propagate there)."""
+
+    def __init__(self, always: bool = False) -> None:
+        super().__init__()
+        self.always = always
+        self.setFormatter(logging.Formatter("%(message)s"))
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.always or not logging.root.handlers:
+            super().emit(record)
+
+
+def show_logs(always: bool = False) -> None:
+    """Show the `varlen` logger's INFO lines (the data report, the warm-up) as Lightning shows its own: the
+    logger at INFO (unless a level was set on it) with a handler on stderr that writes while the root logger
+    has none; where the user configured logging (`logging.basicConfig`), the lines go through that instead.
+    `always` (the `varlen` command): on stderr whatever the root has, and not again through it. Idempotent:
+    one handler, never two."""
+    logger = logging.getLogger("varlen")
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
+    ours = next((h for h in logger.handlers if isinstance(h, _VarlenHandler)), None)
+    if ours is None and logger.handlers:  # a handler the user put on it: theirs shows the lines
+        return
+    if ours is None:
+        ours = _VarlenHandler()
+        logger.addHandler(ours)
+    if always:
+        ours.always, logger.propagate = True, False

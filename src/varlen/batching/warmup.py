@@ -55,8 +55,9 @@ class WarmShapes(pl.Callback):
     docstring); `varlen fit` adds it (`--warm_shapes=false` leaves it out). Your own Trainer:
     `Trainer(callbacks=[WarmShapes()])`.
 
-    It logs on the `varlen` logger how many shapes it ran, on which device and in how long, and keeps
-    them in `shapes` and `seconds`; or, skipped, why.
+    It says when it starts how many shapes it runs and on which device, and when done in how long (progress
+    lines: `varlen.notices.say`), and keeps them in `shapes` and `seconds`; skipped, it logs why on the `varlen`
+    logger.
 
     Args:
         max_batches: warm at most this many shapes (the widest first); None: all of them (at most as many as
@@ -94,6 +95,9 @@ class WarmShapes(pl.Callback):
         batches = shape_batches(sampler, trainer.current_epoch)[:most]
         if not batches:
             return
+        epoch, shapes = trainer.current_epoch + 1, len(batches)
+        notices.say(f"WarmShapes: running {shapes} batch shapes of epoch {epoch} through forward and backward on "
+                    f"{pl_module.device}", trainer)  # fmt: skip
         start = time.perf_counter()
         with given_back(pl_module, *_training_state(trainer)), silenced(pl_module):
             for indices in batches:
@@ -105,12 +109,8 @@ class WarmShapes(pl.Callback):
                     loss.backward()
             if pl_module.device.type == "cuda":
                 torch.cuda.synchronize(pl_module.device)
-        self.shapes, self.seconds = len(batches), time.perf_counter() - start
-        notices.info(
-            log,
-            f"WarmShapes: {self.shapes} batch shapes of epoch {trainer.current_epoch + 1} run through forward and "
-            f"backward on {pl_module.device} in {self.seconds:.1f} s",
-        )
+        self.shapes, self.seconds = shapes, time.perf_counter() - start
+        notices.say(f"WarmShapes: {shapes} batch shapes of epoch {epoch} run in {self.seconds:.1f} s", trainer)
 
 
 def _training_state(trainer: pl.Trainer) -> tuple[list[Any], list[Any], Any]:

@@ -9,7 +9,9 @@ the training samples per second (data loading included) and, where a
 `DataWait` listed before it timed the epoch, the share of it spent
 waiting for data. `varlen fit` adds one (after its DataWait) unless
 `--epoch_lines=false`; a progress bar that shows prints the line above itself, not inside it.
-Plain text: no terminal codes.
+Where no progress bar shows validation, a line says when it starts (`validating epoch 2/6 (40 batches)`); the
+epoch line gives its time (`3.1 s (validation 0.4 s)`). Plain text: no terminal codes; every line through
+`varlen.notices.say` (rank zero, above a progress bar that shows).
 
 `StepProgress`: off a terminal, where no progress bar shows, a line every 30 s while an epoch trains (the
 step of the epoch's total, samples/s, the share spent waiting for data, the time left in the epoch), so a
@@ -28,6 +30,7 @@ from collections.abc import Sequence
 import lightning.pytorch as pl
 from lightning.pytorch.utilities import rank_zero_only
 
+from varlen import notices
 from varlen.batching.telemetry import training_batch_stats, training_field_stats
 
 __all__ = ["EpochProgress", "StepProgress"]
@@ -49,6 +52,7 @@ class EpochProgress(pl.Callback):
         self._samples = self._real = self._padded = 0
         self._fields: dict[str, list[int]] = {}  # field -> [real, padded] this epoch
         self._first: int | None = None  # the epoch's first batch this run trains (> 0: resumed mid-epoch)
+        self._validating = self._validated = 0.0  # when this validation began, the epoch's seconds of it
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.on_train_epoch_start(trainer, pl_module)  # a resumed epoch starts here, with no epoch start
@@ -58,6 +62,23 @@ class EpochProgress(pl.Callback):
         self._samples = self._real = self._padded = 0
         self._fields = {}
         self._first = None
+        self._validated = 0.0
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Where no progress bar shows validation, a line says it runs (its time: in the epoch line)."""
+        self._validating = time.perf_counter()
+        bar = trainer.progress_bar_callback
+        if trainer.sanity_checking or (bar is not None and bar.is_enabled):
+            return
+        batches = sum(n for n in trainer.num_val_batches if isinstance(n, int)) if trainer.num_val_batches else 0
+        epochs = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
+        prefix = f"{self.name} " if self.name else ""
+        counted = f"{batches:,} batch" + ("es" if batches != 1 else "")
+        notices.say(f"{prefix}validating epoch {trainer.current_epoch + 1}{epochs} ({counted})", trainer)
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not trainer.sanity_checking:
+            self._validated += time.perf_counter() - self._validating
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch, batch_idx: int) -> None:
         self._first = batch_idx if self._first is None else self._first
@@ -83,15 +104,12 @@ class EpochProgress(pl.Callback):
         waited = _wait_share(trainer)
         if waited is not None:
             parts.append(f"waiting {waited:.1%}")
-        parts.append(f"{elapsed:.1f} s" + (f" (resumed at step {self._first + 1})" if self._first else ""))
+        validated = f", validation {self._validated:.1f} s" if self._validated else ""
+        resumed = f", resumed at step {self._first + 1}" if self._first else ""
+        parts.append(f"{elapsed:.1f} s" + (f" ({(validated + resumed)[2:]})" if validated or resumed else ""))
         epochs = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
         prefix = f"{self.name} " if self.name else ""
-        line = f"{prefix}epoch {trainer.current_epoch + 1}{epochs}: " + " | ".join(parts)
-        bar = trainer.progress_bar_callback
-        if bar is not None and bar.is_enabled:
-            bar.print(line)
-        else:
-            print(line, flush=True)
+        notices.say(f"{prefix}epoch {trainer.current_epoch + 1}{epochs}: " + " | ".join(parts), trainer)
 
 
 def _wait_share(trainer: pl.Trainer) -> float | None:
@@ -153,7 +171,7 @@ class StepProgress(pl.Callback):
             parts.append(f"{_duration((total - step) * elapsed / (step - (self._first or 0)))} left in the epoch")
         line = (f"{self.name} " if self.name else "") + " | ".join(parts)
         self.lines.append(line)
-        print(line, flush=True)
+        notices.say(line, trainer)
 
 
 def _waited(trainer: pl.Trainer) -> float | None:

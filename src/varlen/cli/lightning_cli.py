@@ -8,9 +8,9 @@ Lightning's and transformers' own output); `DataOnlyCLI` builds a config's DataM
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,10 +21,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint, ModelSummary
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
 import varlen.datamodules
-from varlen.batching.data_wait import DataWait
-from varlen.batching.warmup import WarmShapes
-from varlen.callbacks.progress import EpochProgress, StepProgress
-from varlen.callbacks.resumable import AtomicCheckpointIO, fit_resumably, with_resumable
+from varlen.callbacks.fit import fit_callbacks
+from varlen.callbacks.resumable import AtomicCheckpointIO, fit_resumably
 from varlen.callbacks.summary import ModelLine
 from varlen.cli.commands import SUMMARIES, TRAINER
 from varlen.cli.output import VERBOSE_ENV, ConsoleRun, head_reports, is_verbose
@@ -35,6 +33,9 @@ from varlen.datamodules.base import LINKED
 from varlen.storage.paths import expand_data_paths
 
 __all__ = ["DataOnlyCLI", "VarLenCLI", "VarLenParser", "checkpoint_line"]
+
+#: the options of a fit's callbacks: `varlen.callbacks.fit_callbacks`' arguments of the same names
+FIT_OPTIONS = ("data_wait", "warm_shapes", "epoch_lines", "checkpoint_every_min", "progress_every")
 
 
 class _Commands(ActionSubCommands):
@@ -160,34 +161,25 @@ class VarLenCLI(LightningCLI):
             super().instantiate_classes()
 
     def instantiate_trainer(self, **kwargs) -> pl.Trainer:
-        """The Trainer with one `DataWait`, one `WarmShapes` and one `EpochProgress` (of the
-        metrics `--epoch_lines` lists), each left out where its option is false, one
-        `Resumable` (`--checkpoint_every_min`; with Lightning's ModelCheckpoint
-        keeping `last.ckpt` where none is listed), checkpoints written whole
-        (`AtomicCheckpointIO`), and without Lightning's progress bar when stdout
+        """The Trainer with `varlen.callbacks.fit_callbacks` of the options: one `DataWait`, one `WarmShapes` and
+        one `EpochProgress` (of the metrics `--epoch_lines` lists), each left out where its option is false, one
+        `Resumable` (`--checkpoint_every_min`; with Lightning's ModelCheckpoint keeping `last.ckpt` where none is
+        listed), checkpoints written whole (`AtomicCheckpointIO`), and without Lightning's progress bar when stdout
         is no terminal, unless `trainer.enable_progress_bar` is set: its redraws (carriage returns) would fill a
         log with partial lines."""
         settings = {**self._get(self.config_init, "trainer", default={}), **kwargs}
-        callbacks = settings.get("callbacks") or []
-        callbacks = list(callbacks) if isinstance(callbacks, list | tuple) else [callbacks]
-        # a DataWait before an EpochProgress: its line shows the epoch's share
-        callbacks = _one(callbacks, DataWait, self._get(self.config, "data_wait", default=True), DataWait)
-        warm = self._get(self.config, "warm_shapes", default=True)
-        when = "always" if warm == "always" else "auto"
-        callbacks = _one(callbacks, WarmShapes, warm, lambda: WarmShapes(when=when))
-        lines = self._get(self.config, "epoch_lines", default=True)
-        metrics = None if lines is True else lines
-        callbacks = _one(callbacks, EpochProgress, lines, lambda: EpochProgress(metrics=metrics))
-        minutes = self._get(self.config, "checkpoint_every_min", default=15.0)
-        callbacks = with_resumable(callbacks, minutes, settings.get("enable_checkpointing") is not False)
-        if settings.get("enable_model_summary") is None and not is_verbose():  # its table: --verbose, or asked
-            callbacks = callbacks if any(isinstance(c, ModelSummary) for c in callbacks) else [*callbacks, ModelLine()]
         if settings.get("enable_progress_bar") is None and not sys.stdout.isatty():
             kwargs["enable_progress_bar"] = False
-        every = self._get(self.config, "progress_every", default=30.0)
-        bar = kwargs.get("enable_progress_bar", settings.get("enable_progress_bar", True))
-        if every and bar is False and not any(isinstance(c, StepProgress) for c in callbacks):
-            callbacks.append(StepProgress(every))
+        defaults = inspect.signature(fit_callbacks).parameters
+        options = {name: self._get(self.config, name, default=defaults[name].default) for name in FIT_OPTIONS}
+        callbacks = fit_callbacks(
+            settings.get("callbacks"),
+            **options,
+            checkpointing=settings.get("enable_checkpointing") is not False,
+            progress_bar=kwargs.get("enable_progress_bar", settings.get("enable_progress_bar", True)),
+        )
+        if settings.get("enable_model_summary") is None and not is_verbose():  # its table: --verbose, or asked
+            callbacks = callbacks if any(isinstance(c, ModelSummary) for c in callbacks) else [*callbacks, ModelLine()]
         trainer = super().instantiate_trainer(**{**kwargs, "callbacks": callbacks})
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # Lightning's own, not a plugin's
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
@@ -224,14 +216,6 @@ def checkpoint_line(trainer: pl.Trainer) -> str | None:
     shown = os.path.relpath(folder) if folder.resolve().is_relative_to(Path.cwd()) else str(folder)
     names = ", ".join(f.name if f.parent == folder else str(f) for f in files)
     return f"checkpoints: {shown}{os.sep} ({names})"
-
-
-def _one(callbacks: list, kind: type, setting: object, make: Callable[[], object]) -> list:
-    """`callbacks` without any `kind` where `setting` is False, else with one (`make()`) where none is
-    listed (a listed one replaces varlen's)."""
-    if setting is False:
-        return [c for c in callbacks if not isinstance(c, kind)]
-    return callbacks if any(isinstance(c, kind) for c in callbacks) else [*callbacks, make()]
 
 
 class DataOnlyCLI(VarLenCLI):

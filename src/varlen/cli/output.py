@@ -23,6 +23,7 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+from varlen import notices
 from varlen.notices import THIRD_PARTY_NOISE, VarLenWarning, quiet_third_party
 
 __all__ = [
@@ -83,29 +84,10 @@ def quiet() -> None:
             hugging_face.disable_progress_bar()  # its own bars (loading weights) and huggingface_hub's
 
 
-class _StderrHandler(logging.StreamHandler):
-    """A handler that writes to `sys.stderr` as it is when a record comes, not as it was when the
-    handler was made (a later redirection, or a test's capture, must not leave it a closed stream)."""
-
-    @property
-    def stream(self):
-        return sys.stderr
-
-    @stream.setter
-    def stream(self, value) -> None:
-        pass
-
-
 def show_varlen_logs() -> None:
     """Print the `varlen` logger's INFO messages (the data report) on stderr, and each of varlen's warnings once
     as `varlen: warning: ...` (`one_line_warning`), for the rest of this process: the console's (once)."""
-    logger = logging.getLogger("varlen")
-    if not logger.handlers:
-        handler = _StderrHandler()
-        handler.setFormatter(logging.Formatter("%(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
+    notices.show_logs(always=True)
     if warnings.showwarning is not _show:
         _show.shown_before = warnings.showwarning
         warnings.showwarning = _show

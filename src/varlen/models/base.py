@@ -1,4 +1,5 @@
-"""What every reference model shares: DDP-exact epoch metrics, explicit batch sizes, indexed predictions."""
+"""What every reference model shares: its dimensions taken from the DataModule it trains on, DDP-exact epoch
+metrics, explicit batch sizes, indexed predictions."""
 
 from __future__ import annotations
 
@@ -25,11 +26,62 @@ class VarLenModule(pl.LightningModule):
     mean of rank means. `log_mean` keeps such a mean in a torchmetrics `MeanMetric`
     (synced as sums); metric objects are logged as they are; values computed from metrics that
     are already synced go through `log_global`.
+
+    Its dimensions come from the DataModule it trains on, as `varlen fit` links them: every argument named in
+    `linked` (the DataModule attributes of `varlen.datamodules.base.LINKED` it takes) that is None when the
+    model is made is read from `trainer.datamodule` at `setup` (Lightning calls it before
+    `configure_optimizers`), written into the hyperparameters (the checkpoint's, so `load_from_checkpoint`
+    rebuilds the same model without a DataModule), and only then are the layers made (`build_layers`).
+    A model given every dimension it `needs` makes its layers at once.
     """
+
+    #: the `__init__` arguments a DataModule gives (None: taken from it at `setup`)
+    linked: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         super().__init__()
         self._epoch_means = nn.ModuleDict()  # name -> MeanMetric, created at first use
+        self._built = False
+
+    def needs(self) -> list[str]:
+        """The `linked` arguments still None that the layers need (every one but `class_names`; a model whose
+        values make others unneeded says so)."""
+        return [name for name in self.linked if name != "class_names" and self.hparams.get(name) is None]
+
+    def build_layers(self) -> None:
+        """Make the layers from `self.hparams`, every dimension known (a subclass's `__init__` calls
+        `build_when_known`, never this)."""
+
+    def build_when_known(self) -> None:
+        """`build_layers` now where `needs()` is empty, else at `setup` (the end of a subclass's `__init__`); till
+        then, a call of the model is the one-line error that says what it needs."""
+        if self.needs():
+            self._unbuilt = self.register_forward_pre_hook(_not_built)
+        else:
+            self._build()
+
+    def _build(self) -> None:
+        self.build_layers()
+        self._built = True
+        unbuilt = self.__dict__.pop("_unbuilt", None)
+        if unbuilt is not None:
+            unbuilt.remove()
+
+    def setup(self, stage: str) -> None:
+        """A model not yet built takes what it was not given from `trainer.datamodule`, then makes its layers
+        (a subclass's `setup` calls this first)."""
+        if self._built:
+            return
+        datamodule = getattr(self._trainer, "datamodule", None)
+        for name in self.linked:
+            if self.hparams.get(name) is None and hasattr(datamodule, name):
+                self.hparams[name] = getattr(datamodule, name)
+                if hasattr(self, "_hparams_initial"):  # what Lightning gives the loggers
+                    self._hparams_initial[name] = self.hparams[name]
+        missing = self.needs()
+        if missing:
+            raise ValueError(_unknown(self, missing, datamodule))
+        self._build()
 
     @staticmethod
     def batch_size_of(batch: Mapping[str, Any]) -> int:
@@ -59,6 +111,24 @@ class VarLenModule(pl.LightningModule):
     def predict_step(self, batch: Mapping[str, Any], batch_idx: int) -> dict[str, torch.Tensor]:
         """Per-sample outputs with the dataset indices they belong to."""
         return {"index": batch["index"], "output": self(batch)}
+
+
+def _not_built(model: VarLenModule, args: Any) -> None:
+    """A forward pre-hook of a model whose layers wait for their dimensions."""
+    raise ValueError(_unknown(model, model.needs(), layers=True))
+
+
+def _unknown(model: VarLenModule, missing: list[str], datamodule: object = None, layers: bool = False) -> str:
+    """The line that says which dimensions a model lacks and the two ways to give them."""
+    name = type(model).__name__
+    needs = f"{name} has no layers yet: it needs" if layers else f"{name} needs"
+    given = f"{name}({missing[0]}=...)"
+    if datamodule is None:
+        return (
+            f"{needs} {', '.join(missing)}: give them ({given}) or fit it with a DataModule that has them "
+            "(trainer.fit(model, datamodule=dm))"
+        )
+    return f"{needs} {', '.join(missing)}, which {type(datamodule).__name__} has not: give them ({given})"
 
 
 class WarmupLinearDecay(torch.optim.lr_scheduler.LRScheduler):

@@ -158,9 +158,9 @@ class BearingClassifier(VarLenModule):
     """WDCNN-family classifier of vibration windows, padding-invariant, with recording votes.
 
     Args:
-        num_classes: classes (linked from the DataModule).
-        in_channels: signal channels (linked from the DataModule).
-        class_names: class names (linked; kept for predictions and checkpoints).
+        num_classes: classes (None: the DataModule's, at `setup`; `varlen fit` links it).
+        in_channels: signal channels (None: the DataModule's).
+        class_names: class names (None: the DataModule's; kept for predictions and checkpoints).
         conv_channels: output channels of the wide first block and the small-kernel blocks.
         first_kernel: the wide first kernel (WDCNN: 64).
         first_stride: its stride (WDCNN: 16).
@@ -173,10 +173,12 @@ class BearingClassifier(VarLenModule):
             statistics are restored afterwards.
     """
 
+    linked = ("num_classes", "in_channels", "class_names")
+
     def __init__(
         self,
-        num_classes: int = 10,
-        in_channels: int = 1,
+        num_classes: int | None = None,
+        in_channels: int | None = None,
         class_names: list[str] | None = None,
         conv_channels: Sequence[int] = (16, 32, 64, 64, 64),
         first_kernel: int = 64,
@@ -189,20 +191,30 @@ class BearingClassifier(VarLenModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.class_names = list(class_names) if class_names else [str(i) for i in range(num_classes)]
+        self.lr, self.weight_decay, self.adabn = lr, weight_decay, adabn
+        self._source_statistics: dict[str, torch.Tensor] | None = None
+        self.build_when_known()
+
+    def build_layers(self) -> None:
+        hp = self.hparams
+        num_classes, conv_channels, first_kernel, first_stride = (
+            hp.num_classes, hp.conv_channels, hp.first_kernel, hp.first_stride
+        )  # fmt: skip
+        self.class_names = list(hp.class_names) if hp.class_names else [str(i) for i in range(num_classes)]
         blocks = [
             MaskedConvBlock(
-                in_channels, conv_channels[0], first_kernel, first_stride, (first_kernel - first_stride) // 2
+                hp.in_channels, conv_channels[0], first_kernel, first_stride, (first_kernel - first_stride) // 2
             )
         ]
         blocks += [MaskedConvBlock(a, b, 3, 1, 1) for a, b in zip(conv_channels[:-1], conv_channels[1:], strict=True)]
         self.blocks = nn.ModuleList(blocks)
         self.head = nn.Sequential(
-            nn.Linear(conv_channels[-1], hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, num_classes)
+            nn.Linear(conv_channels[-1], hp.hidden),
+            nn.ReLU(),
+            nn.Dropout(hp.dropout),
+            nn.Linear(hp.hidden, num_classes),
         )
         self.min_width = self._min_width()
-        self.lr, self.weight_decay, self.adabn = lr, weight_decay, adabn
-        self._source_statistics: dict[str, torch.Tensor] | None = None
         metrics = MetricCollection(
             {
                 "accuracy": MulticlassAccuracy(num_classes, average="micro"),

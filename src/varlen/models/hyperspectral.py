@@ -71,18 +71,24 @@ class SpectralTransformer(PooledEncoder):
     so validating on one or two processes gives the same numbers.
 
     Args:
-        num_classes: classes (linked from the DataModule).
-        class_names: their names (linked; kept in the hyperparameters for reports).
+        num_classes: classes (None: the DataModule's, at `setup`; `varlen fit` links it).
+        class_names: their names (None: the DataModule's; kept in the hyperparameters for reports).
         **kwargs: the encoder's and the optimizer's, see `PooledEncoder`.
     """
 
+    linked = ("num_classes", "class_names")
+
     def __init__(
         self,
-        num_classes: int = 16,
+        num_classes: int | None = None,
         class_names: list[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.build_when_known()
+
+    def build_layers(self) -> None:
+        num_classes = self.hparams.num_classes
         self.embed = nn.Linear(3, self.hparams.d_model)  # (centre, mean, std) per band, see patch_features
         self.build_encoder(activation="gelu")
         self.head = nn.Linear(self.hparams.d_model, num_classes)

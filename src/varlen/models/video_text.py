@@ -155,9 +155,9 @@ class VideoTextAligner(VarLenModule):
     against 6 ms. The padded layout takes 28 ms on the same videos.
 
     Args:
-        feature_dim: visual feature size (linked from the DataModule).
-        vocab_size: tokenizer vocabulary size (linked).
-        pad_token_id: tokenizer pad id (linked).
+        feature_dim: visual feature size (None: the DataModule's, at `setup`; `varlen fit` links it).
+        vocab_size: tokenizer vocabulary size (None: the DataModule's).
+        pad_token_id: tokenizer pad id (None: the DataModule's).
         d_model: model width (as `torch.nn.Transformer` names it).
         nhead: attention heads.
         num_layers: layers per transformer.
@@ -174,11 +174,13 @@ class VideoTextAligner(VarLenModule):
         packed_attention: attention within rows of packed batches, a key of `PACKED_ATTENTION`.
     """
 
+    linked = ("feature_dim", "vocab_size", "pad_token_id")
+
     def __init__(
         self,
-        feature_dim: int = 32,
-        vocab_size: int = 30522,
-        pad_token_id: int = 0,
+        feature_dim: int | None = None,
+        vocab_size: int | None = None,
+        pad_token_id: int | None = None,
         d_model: int = 64,
         nhead: int = 4,
         num_layers: int = 1,
@@ -197,6 +199,14 @@ class VideoTextAligner(VarLenModule):
             raise ValueError(f"packed_attention must be one of {sorted(PACKED_ATTENTION)}, got {packed_attention!r}")
         self.save_hyperparameters()
         self.nhead = nhead
+        self.build_when_known()
+
+    def build_layers(self) -> None:
+        hp = self.hparams
+        d_model, nhead, num_layers, dropout, embed_dim = hp.d_model, hp.nhead, hp.num_layers, hp.dropout, hp.embed_dim
+        feature_dim, vocab_size, pad_token_id, max_positions = (
+            hp.feature_dim, hp.vocab_size, hp.pad_token_id, hp.max_positions
+        )  # fmt: skip
         self.video_in = nn.Sequential(nn.Linear(feature_dim, d_model), nn.LayerNorm(d_model))
         self.video_encoder = _encoder(d_model, nhead, num_layers, dropout)
         self.token_embed = nn.Embedding(vocab_size, d_model, padding_idx=pad_token_id)
@@ -208,7 +218,7 @@ class VideoTextAligner(VarLenModule):
         self.align_key = nn.Linear(d_model, d_model)
         self.video_proj = nn.Linear(d_model, embed_dim)
         self.text_proj = nn.Linear(d_model, embed_dim)
-        self.logit_scale = nn.Parameter(torch.tensor(math.log(1.0 / temperature)))
+        self.logit_scale = nn.Parameter(torch.tensor(math.log(1.0 / hp.temperature)))
         splits = ("val", "test")
         self.retrieval = nn.ModuleDict({split: PairedEmbeddings() for split in splits})  # (video, text)
         self.span_pairs = nn.ModuleDict({split: PairedEmbeddings() for split in splits})  # (caption, its span)
