@@ -174,23 +174,35 @@ def test_fit_callbacks_are_what_varlen_fit_adds(tmp_path: Path, monkeypatch) -> 
 
 
 def test_the_warm_up_and_validation_say_they_run(tmp_path: Path, capsys) -> None:
-    """A loaded machine is never silent: the warm-up says when it starts and how long it took, validation says
-    when it starts (no progress bar shows it), and the epoch line gives its time."""
+    """A loaded machine is never silent: the warm-up says when it starts and how long it took, a validation that
+    runs long says so once (no progress bar shows it), a short one adds no line, and the epoch line gives its
+    time."""
     from varlen.callbacks import fit_callbacks
+    from varlen.callbacks.progress import EpochProgress
 
     dm = SequenceDataModule(train=arrays(), max_tokens=256)
-    callbacks = fit_callbacks(warm_shapes="always", progress_bar=False, checkpointing=False)
-    trainer = pl.Trainer(max_epochs=1, enable_checkpointing=False, callbacks=callbacks, **QUIET)
-    trainer.fit(SequenceModel(**TINY), datamodule=dm)
-    out = capsys.readouterr().out.splitlines()
-    warm = next(c for c in trainer.callbacks if type(c).__name__ == "WarmShapes")
-    batches = trainer.num_val_batches[0]
-    assert out[:3] == [
-        f"WarmShapes: running {warm.shapes} batch shapes of epoch 1 through forward and backward on cpu",
-        f"WarmShapes: {warm.shapes} batch shapes of epoch 1 run in {warm.seconds:.1f} s",
-        f"validating epoch 1/1 ({batches} batch{'es' if batches != 1 else ''})",
-    ]
-    assert out[3].startswith("epoch 1/1: val/accuracy ") and re.search(r"\d s \(validation \d+\.\d s\)$", out[3])
+    for after in (0.0, 60.0):  # every validation "long" / none
+        callbacks = fit_callbacks(warm_shapes="always", progress_bar=False, checkpointing=False)
+        next(c for c in callbacks if isinstance(c, EpochProgress)).say_validation_after = after
+        trainer = pl.Trainer(max_epochs=2, enable_checkpointing=False, callbacks=callbacks, **QUIET)
+        trainer.fit(SequenceModel(**TINY), datamodule=dm)
+        out = capsys.readouterr().out.splitlines()
+        warm = next(c for c in trainer.callbacks if type(c).__name__ == "WarmShapes")
+        batches = trainer.num_val_batches[0]
+        assert out[:2] == [
+            f"WarmShapes: running {warm.shapes} batch shapes of epoch 1 through forward and backward on cpu",
+            f"WarmShapes: {warm.shapes} batch shapes of epoch 1 run in {warm.seconds:.1f} s",
+        ]
+        epochs = [line for line in out[2:] if not line.startswith("WarmShapes")]
+        if after:
+            assert len(epochs) == 2, out
+        else:  # once per validation, after its first batch
+            assert len(epochs) == 4 and all(
+                re.fullmatch(rf"validating epoch {e}/2: 1/{batches} batches in \d+\.\d s", epochs[2 * e - 2])
+                for e in (1, 2)
+            ), out
+        assert epochs[-1].startswith("epoch 2/2: val/accuracy ")
+        assert re.search(r"\d s \(validation \d+\.\d s\)$", epochs[-1])
 
 
 def settings(callback: pl.Callback) -> dict[str, object]:

@@ -9,9 +9,10 @@ the training samples per second (data loading included) and, where a
 `DataWait` listed before it timed the epoch, the share of it spent
 waiting for data. `varlen fit` adds one (after its DataWait) unless
 `--epoch_lines=false`; a progress bar that shows prints the line above itself, not inside it.
-Where no progress bar shows validation, a line says when it starts (`validating epoch 2/6 (40 batches)`); the
-epoch line gives its time (`3.1 s (validation 0.4 s)`). Plain text: no terminal codes; every line through
-`varlen.notices.say` (rank zero, above a progress bar that shows).
+Where no progress bar shows validation, a validation still running after `say_validation_after` seconds says
+so once (`validating epoch 2/6: 12/40 batches in 5.1 s`): a long one is never silent, a short one adds no line
+to every epoch; the epoch line gives its time (`3.1 s (validation 0.4 s)`). Plain text: no terminal codes;
+every line through `varlen.notices.say` (rank zero, above a progress bar that shows).
 
 `StepProgress`: off a terminal, where no progress bar shows, a line every 30 s while an epoch trains (the
 step of the epoch's total, samples/s, the share spent waiting for data, the time left in the epoch), so a
@@ -43,11 +44,14 @@ class EpochProgress(pl.Callback):
     Args:
         metrics: logged metrics to show (default: every `val/` metric that was logged).
         name: a prefix naming the run (e.g. the scenario).
+        say_validation_after: seconds after which a validation still running says so, where no bar shows it.
     """
 
-    def __init__(self, metrics: Sequence[str] | None = None, name: str = "") -> None:
+    def __init__(self, metrics: Sequence[str] | None = None, name: str = "", say_validation_after: float = 5.0) -> None:
         self.metrics = list(metrics) if metrics else None
         self.name = name
+        self.say_validation_after = say_validation_after
+        self._said, self._val_batches = False, 0  # this validation's line was said; its batches so far
         self._start = 0.0
         self._samples = self._real = self._padded = 0
         self._fields: dict[str, list[int]] = {}  # field -> [real, padded] this epoch
@@ -65,16 +69,21 @@ class EpochProgress(pl.Callback):
         self._validated = 0.0
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        """Where no progress bar shows validation, a line says it runs (its time: in the epoch line)."""
-        self._validating = time.perf_counter()
+        self._validating, self._said, self._val_batches = time.perf_counter(), False, 0
+
+    def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args, **kwargs) -> None:
+        """Once per validation, where no progress bar shows it and it has run `say_validation_after` seconds:
+        a line that it runs, how far (its whole time: in the epoch line)."""
+        seconds, self._val_batches = time.perf_counter() - self._validating, self._val_batches + 1
         bar = trainer.progress_bar_callback
-        if trainer.sanity_checking or (bar is not None and bar.is_enabled):
+        if self._said or seconds < self.say_validation_after or trainer.sanity_checking or (bar and bar.is_enabled):
             return
-        batches = sum(n for n in trainer.num_val_batches if isinstance(n, int)) if trainer.num_val_batches else 0
+        self._said = True
+        total = sum(n for n in trainer.num_val_batches if isinstance(n, int)) if trainer.num_val_batches else 0
         epochs = f"/{trainer.max_epochs}" if trainer.max_epochs and trainer.max_epochs > 0 else ""
         prefix = f"{self.name} " if self.name else ""
-        counted = f"{batches:,} batch" + ("es" if batches != 1 else "")
-        notices.say(f"{prefix}validating epoch {trainer.current_epoch + 1}{epochs} ({counted})", trainer)
+        done = f"{self._val_batches:,}/{total:,} batches in {seconds:.1f} s"
+        notices.say(f"{prefix}validating epoch {trainer.current_epoch + 1}{epochs}: {done}", trainer)
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not trainer.sanity_checking:
