@@ -258,3 +258,19 @@ def test_a_class_jsonargparse_cannot_make_keeps_its_words_in_one_line() -> None:
     assert plain_line("argument --x: expected one argument", "varlen fit") == (
         "argument --x: expected one argument (varlen fit --help lists the options)"
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["tune", "--max-batches=abc"], "argument --max-batches: invalid int value: 'abc'"),
+        (["inspect", "--world-size=abc"], "argument --world-size: invalid int value: 'abc'"),
+        (["verify"], "the following arguments are required: path"),
+        (["index-sizes"], "the following arguments are required: dir, --size-fn"),
+    ],
+)
+def test_a_commands_own_options_are_refused_in_one_line(args, says) -> None:
+    """`varlen tune`, `inspect`, `verify` and `index-sizes` parse their own options with argparse: its two-line
+    usage-and-error becomes the one line every `varlen` error is, status 2."""
+    code, lines = varlen(*args)
+    assert code == 2 and lines == [f"varlen: error: {says} (varlen {args[0]} --help lists the options)"], lines

@@ -13,14 +13,17 @@ message alone and exits with status 2.
 
 `ConfigError` is the command line's: a config or an argument a class refused (`max_tokens=0`), said in one
 line that names the class, the argument and where its arguments are listed; `varlen` prints it alone, status 2.
+`OneLineParser` is the `argparse` parser of a command's own options, whose errors say the same in one line.
 """
 
 from __future__ import annotations
 
+import argparse
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["ConfigError", "DataError", "DatasetNotFoundError", "DownloadError"]
+__all__ = ["ConfigError", "DataError", "DatasetNotFoundError", "DownloadError", "OneLineParser"]
 
 
 class DataError(ValueError):
@@ -68,3 +71,12 @@ class DownloadError(DataError, OSError):
 
     def __reduce__(self):
         return type(self), (self.url, self.destination, self.reason)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """A command's own options (`varlen inspect`, `tune`, `verify`, `index-sizes`), whose errors are one line,
+    status 2, as every `varlen` error: argparse's usage is one `--help` away."""
+
+    def error(self, message: str):
+        sys.stderr.write(f"varlen: error: {message} ({self.prog} --help lists the options)\n")
+        sys.exit(2)

@@ -35,7 +35,7 @@ from varlen.cli.lightning_cli import DataOnlyCLI, VarLenCLI, VarLenParser
 from varlen.cli.named import named_scenarios
 from varlen.cli.output import THIRD_PARTY_NOISE, quiet, show_varlen_logs
 from varlen.datamodules.base import LINKED
-from varlen.errors import ConfigError, DataError
+from varlen.errors import ConfigError, DataError, OneLineParser
 from varlen.storage.cache import writable_folder
 from varlen.storage.paths import with_data_hint
 
@@ -142,17 +142,9 @@ DESCRIPTIONS = {
 }
 
 
-class _OwnOptions(argparse.ArgumentParser):
-    """A command's own options, whose errors are one line (argparse's usage is one `--help` away)."""
-
-    def error(self, message: str):
-        sys.stderr.write(f"varlen: error: {message} ({self.prog} --help lists the options)\n")
-        sys.exit(2)
-
-
 def _own_options(command: str, options: dict[str, dict]) -> argparse.ArgumentParser:
     """The parser of a command's own options; what it does not know, `fit`'s parser reads."""
-    parser = _OwnOptions(prog=f"varlen {command}", description=DESCRIPTIONS[command])
+    parser = OneLineParser(prog=f"varlen {command}", description=DESCRIPTIONS[command])
     for flag, settings in options.items():
         parser.add_argument(flag, **settings)
     return parser

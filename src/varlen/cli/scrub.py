@@ -20,7 +20,6 @@ when every file is ok, 1 otherwise, 2 on a path that is none of these. Imports n
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -30,7 +29,7 @@ from pathlib import Path
 import pyarrow as pa
 
 import varlen.storage.checksums as checksums
-from varlen.errors import DataError
+from varlen.errors import DataError, OneLineParser
 from varlen.storage.tables import CHECKSUM_FIELD, VERSION_FIELD, as_numpy
 from varlen.stream.chunks import IN_FILE, INDEX_JSON, ChunkList, read_index_json
 from varlen.stream.integrity import CHECKSUM, CHUNK_CHECKSUM, own_checksum, recorded_files
@@ -248,7 +247,7 @@ def summary(path: Path, rows: Sequence[Row], skipped: Iterable[str], seconds: fl
 def main(argv: Sequence[str]) -> int:
     """`varlen verify PATH`: the table and summary printed; 0 when every file is ok, 1 otherwise, 2 on a bad
     path (one line on stderr)."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="varlen verify",
         description="Hash every chunk, sidecar and cache table under PATH against the checksum recorded when it "
         "was written (markers ignored, nothing rebuilt). Exit 0: every file ok; 1: any other; 2: a bad path.",

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from varlen.errors import DataError
+from varlen.errors import DataError, OneLineParser
 from varlen.stream.chunks import ChunkList, local_folder, read_index_json, refuse_whole_file_compression
 from varlen.stream.engine import litdata
 from varlen.stream.sidecars import write_sidecars
@@ -202,7 +202,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="varlen index-sizes", description=DESCRIPTION)
+    parser = OneLineParser(prog="varlen index-sizes", description=DESCRIPTION)
     add = parser.add_argument
     add("dir", help="the LitData dataset folder (holds index.json)")
     add("--size-fn", required=True, help="module:function giving one item's size(s)")

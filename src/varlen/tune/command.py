@@ -29,6 +29,7 @@ import torch
 from tqdm.auto import tqdm
 
 from varlen.batching.loader_rate import LoaderRate
+from varlen.errors import OneLineParser
 from varlen.tune.budget import NO_DEVICE, search_budgets, train_step
 from varlen.tune.config import command_config, config_files, epochs_and_batches, write_config
 from varlen.tune.grid import Row, grid, pick, rows_of, worker_counts
@@ -45,7 +46,7 @@ Build = Callable[[list[str], bool], tuple[Any, Any]]
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = OneLineParser(
         prog="varlen tune",
         description="Measure a config's training loader over a grid of loader settings on this machine and print "
         "the best as --data.init_args.* arguments. Every other argument is the one `varlen fit` takes.",
