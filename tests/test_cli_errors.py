@@ -101,6 +101,8 @@ def test_the_light_entry_answers_in_one_line(case, schema, tmp_path) -> None:
     code, lines = varlen("fit", "--config", TEXT, *_args(case, tmp_path))
     assert code == 2 and len(lines) == 1, lines
     assert lines[0].startswith("varlen: error: ") and CASES[case][1] in lines[0], lines
+    # the light check answered it (the full parse would print the same line, only seconds later)
+    assert precheck(["fit", "--config", TEXT, *_args(case, tmp_path)]) == lines[0].removeprefix("varlen: error: ")
     assert "lists" in lines[0]  # where to look
 
 
@@ -152,7 +154,8 @@ def test_every_shipped_config_passes_the_light_check(config, schema) -> None:
     "args",
     [
         ["--ckpt_path", "last.ckpt"],
-        ["--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor=val/loss"],
+        ["--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitor=val/loss"],  # `+=`: the full parse's
+        ["--trainer.callbacks.monitor=val/loss"],  # without the `+=`, judged here: a nested key of a class option
         ["--trainer.logger.init_args.save_dir=logs", "--trainer.precision=16", "--trainer.precision=bf16-mixed"],
         ["--trainer.max_time=00:01:00:00", "--trainer.devices=auto", "--seed_everything=true"],
         ["--data.init_args.max_tokens=[64, 128]", "--data.init_args.max_tokens=1e3", "--data.max_tokens=256"],

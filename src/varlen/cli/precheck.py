@@ -14,14 +14,12 @@ from pathlib import Path
 
 from varlen.cli.commands import TRAINER
 from varlen.cli.schema import SECTIONS, load_schema
-from varlen.cli.typos import closest_key, missing_config, not_one_of, types_said, unknown_name
+from varlen.cli.typos import closest_key, empty_config, missing_config, not_one_of, types_said, unknown_name
 
 __all__ = ["CHECKED", "precheck"]
 
 #: the commands whose arguments go to `varlen fit`'s parser (inspect, optimize and tune: after their own options)
 CHECKED = (*TRAINER, "inspect", "optimize", "tune")
-#: a config to copy, named where a config is empty
-EXAMPLE = "configs/text_bert.yaml"
 #: a class section's own keys (the rest are the class's arguments)
 _CLASS_KEYS = ("class_path", "init_args", "dict_kwargs", "__path__")
 
@@ -194,7 +192,7 @@ def _config(path: str | None) -> Iterator[tuple[str, str, object]]:
     if text is None and not isinstance(loaded, dict):
         raise Refused(missing_config(path))
     if text is not None and loaded is None:
-        raise Refused(f"the config {path} is empty: nothing to read (configs/ has examples: {EXAMPLE})")
+        raise Refused(empty_config(path))
     if isinstance(loaded, dict):
         for key, value in loaded.items():
             yield path, str(key), value

@@ -21,8 +21,11 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from varlen.cli.schema import SECTIONS
+
 __all__ = [
     "closest_key",
+    "empty_config",
     "known_options",
     "missing_config",
     "not_one_of",
@@ -67,7 +70,6 @@ _NO_ATTRIBUTE = re.compile(
 #: a config file that holds no keys (jsonargparse says its text after the colon, an empty one nothing)
 _EMPTY_CONFIG = re.compile(r"^Unexpected config:")
 #: the classes a class path may name, where it names none (the scenario tables of varlen.datamodules, .models)
-_SECTIONS = {"data": "varlen.datamodules", "model": "varlen.models"}
 
 
 def known_options(parser, message: str) -> list[str]:
@@ -145,16 +147,21 @@ def _wrong_key(message: str, command: str, options: Iterable[str]) -> str | None
     found = _NO_CONFIG.search(message)
     if found is not None:
         return missing_config(found["path"])
-    empty = [path for path in _configs(sys.argv[1:]) if _is_empty(path)]
-    if _EMPTY_CONFIG.search(message.strip()) is not None and empty:
-        return f"the config {empty[0]} is empty: nothing to read (configs/ has examples: {_EXAMPLE})"
-    return None
+    if _EMPTY_CONFIG.search(message.strip()) is None:
+        return None
+    empty = [path for path in _configs(sys.argv[1:]) if _is_empty(path)]  # read only for this message
+    return empty_config(empty[0]) if empty else None
 
 
 #: a config file that is not there (jsonargparse names it whole)
 _NO_CONFIG = re.compile(r"Parser key \"config\":\s*(?:File does not exist|Path is not a file): '(?P<path>[^']+)'")
 #: a config to copy, named where a config is empty
 _EXAMPLE = "configs/text_bert.yaml"
+
+
+def empty_config(path: str) -> str:
+    """`the config X is empty`, with a config to copy."""
+    return f"the config {path} is empty: nothing to read (configs/ has examples: {_EXAMPLE})"
 
 
 def missing_config(path: str) -> str:
@@ -279,9 +286,9 @@ def _not_of_types(value: str, types: str) -> str:
 def _not_a_class(given: str, section: str) -> str:
     """`'X' is not a class`, and the closest class of the section's package (its scenario table)."""
     names: list[str] = []
-    if section in _SECTIONS:
+    if section in SECTIONS:
         try:
-            names = list(getattr(importlib.import_module(_SECTIONS[section]), "SCENARIOS", {}))
+            names = list(getattr(importlib.import_module(SECTIONS[section]), "SCENARIOS", {}))
         except ImportError:
             names = []
     close = difflib.get_close_matches(given.rpartition(".")[2], names, n=1, cutoff=0.6)
