@@ -21,7 +21,7 @@ from varlen.batching.warmup import WarmShapes
 from varlen.callbacks.progress import EpochProgress, StepProgress
 from varlen.callbacks.resumable import with_resumable
 
-__all__ = ["fit_callbacks"]
+__all__ = ["fit_callbacks", "one_of_kind"]
 
 
 def fit_callbacks(
@@ -51,11 +51,11 @@ def fit_callbacks(
     """
     given = [] if callbacks is None else [callbacks] if isinstance(callbacks, pl.Callback) else list(callbacks)
     # a DataWait before an EpochProgress: its line shows the epoch's share
-    given = _one(given, DataWait, data_wait, DataWait)
+    given = one_of_kind(given, DataWait, data_wait, DataWait)
     when = "always" if warm_shapes == "always" else "auto"
-    given = _one(given, WarmShapes, warm_shapes, lambda: WarmShapes(when=when))
+    given = one_of_kind(given, WarmShapes, warm_shapes, lambda: WarmShapes(when=when))
     metrics = None if epoch_lines is True else epoch_lines
-    given = _one(given, EpochProgress, epoch_lines, lambda: EpochProgress(metrics=metrics))
+    given = one_of_kind(given, EpochProgress, epoch_lines, lambda: EpochProgress(metrics=metrics))
     given = with_resumable(given, checkpoint_every_min, checkpointing)
     bar = sys.stdout.isatty() if progress_bar is None else progress_bar
     if progress_every and not bar and not any(isinstance(c, StepProgress) for c in given):
@@ -63,7 +63,7 @@ def fit_callbacks(
     return given
 
 
-def _one(callbacks: list, kind: type, setting: object, make: Callable[[], object]) -> list:
+def one_of_kind(callbacks: list, kind: type, setting: object, make: Callable[[], object]) -> list:
     """`callbacks` without any `kind` where `setting` is False, else with one (`make()`) where none is
     listed (a listed one replaces varlen's)."""
     if setting is False:

@@ -69,14 +69,15 @@ class EpochProgress(pl.Callback):
         self._validated = 0.0
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._validating, self._said, self._val_batches = time.perf_counter(), False, 0
+        bar = trainer.progress_bar_callback  # one that shows says it itself; a sanity check says nothing
+        self._said = trainer.sanity_checking or (bar is not None and bar.is_enabled)
+        self._validating, self._val_batches = time.perf_counter(), 0
 
     def on_validation_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args, **kwargs) -> None:
         """Once per validation, where no progress bar shows it and it has run `say_validation_after` seconds:
         a line that it runs, how far (its whole time: in the epoch line)."""
         seconds, self._val_batches = time.perf_counter() - self._validating, self._val_batches + 1
-        bar = trainer.progress_bar_callback
-        if self._said or seconds < self.say_validation_after or trainer.sanity_checking or (bar and bar.is_enabled):
+        if self._said or seconds < self.say_validation_after:
             return
         self._said = True
         total = sum(n for n in trainer.num_val_batches if isinstance(n, int)) if trainer.num_val_batches else 0

@@ -14,6 +14,8 @@ from lightning.pytorch.callbacks import ModelSummary
 from lightning.pytorch.utilities.model_summary import get_human_readable_count
 from torch.nn.parameter import UninitializedParameter
 
+from varlen import notices
+
 __all__ = ["ModelLine"]
 
 
@@ -47,11 +49,7 @@ class ModelLine(ModelSummary):
         line += f" | {_where(trainer)}"
         if trainer.is_global_zero:
             self.lines.append(line)
-            bar = trainer.progress_bar_callback
-            if bar is not None and bar.is_enabled:
-                bar.print(line)
-            else:
-                print(line, flush=True)
+        notices.say(line, trainer)
 
 
 def _where(trainer: pl.Trainer) -> str:

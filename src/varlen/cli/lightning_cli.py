@@ -21,7 +21,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint, ModelSummary
 from lightning.pytorch.cli import ArgsType, LightningArgumentParser, LightningCLI
 
 import varlen.datamodules
-from varlen.callbacks.fit import fit_callbacks
+from varlen import notices
+from varlen.callbacks.fit import fit_callbacks, one_of_kind
 from varlen.callbacks.resumable import AtomicCheckpointIO, fit_resumably
 from varlen.callbacks.summary import ModelLine
 from varlen.cli.commands import SUMMARIES, TRAINER
@@ -179,7 +180,7 @@ class VarLenCLI(LightningCLI):
             progress_bar=kwargs.get("enable_progress_bar", settings.get("enable_progress_bar", True)),
         )
         if settings.get("enable_model_summary") is None and not is_verbose():  # its table: --verbose, or asked
-            callbacks = callbacks if any(isinstance(c, ModelSummary) for c in callbacks) else [*callbacks, ModelLine()]
+            callbacks = one_of_kind(callbacks, ModelSummary, True, ModelLine)
         trainer = super().instantiate_trainer(**{**kwargs, "callbacks": callbacks})
         if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # Lightning's own, not a plugin's
             trainer.strategy.checkpoint_io = AtomicCheckpointIO()
@@ -198,8 +199,8 @@ class VarLenCLI(LightningCLI):
         signal (`varlen.callbacks.resumable.fit_resumably`)."""
         fit_resumably(self.trainer, model, self.argv, **kwargs)
         line = checkpoint_line(self.trainer)
-        if line and self.trainer.is_global_zero:
-            print(line, flush=True)
+        if line:
+            notices.say(line, self.trainer)
 
 
 def checkpoint_line(trainer: pl.Trainer) -> str | None:
