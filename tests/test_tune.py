@@ -191,12 +191,18 @@ def test_the_loader_rate_inspect_prints_is_the_configs_own_loader() -> None:
 
 
 def test_figures_too_noisy_to_rank_say_so() -> None:
-    settled = [(Setting(n), LoaderRate(0.1, 100, 50.0, None, 0.03, "settled")) for n in range(3)]
-    assert _noisy(settled, 0.05) == ""
+    settled = [(Setting(n), LoaderRate(0.1, 100, 50.0, None, 0.03, "settled: 3 passes within 4%")) for n in range(3)]
+    assert _noisy(settled, 0.1) == ""
+    # one pass a setting (`--repeats 1`): no standard error across passes, yet each settled
+    single = [(Setting(n), LoaderRate(0.1, 100, 50.0, None, math.inf, "settled: 1 passes within 0%")) for n in range(3)]
+    assert _noisy(single, 0.1) == ""
+    stops = ["not settled: last 3 passes 40% apart at the 8 s cap", "not settled: last 1 passes too few to compare"]
+    stops.append("settled: 3 passes within 2%")
     noisy = [
-        (Setting(n), LoaderRate(0.1, 5, 5.0, None, error, "time")) for n, error in enumerate([0.4, math.nan, 0.02])
+        (Setting(n), LoaderRate(0.1, 5, 5.0, None, error, stop))
+        for n, (error, stop) in enumerate(zip([0.4, math.nan, 0.02], stops, strict=True))
     ]
-    assert _noisy(noisy, 0.05).startswith("note: 2 of 3 settings did not settle within 10%")
+    assert _noisy(noisy, 0.1).startswith("note: 2 of 3 settings did not settle within 10%")
 
 
 def test_a_first_setting_that_moves_when_measured_again_says_the_load_changed() -> None:

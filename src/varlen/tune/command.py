@@ -184,21 +184,21 @@ def run_tune(dm: Any, model: Any, config: dict[str, Any], options: argparse.Name
     run["start_seconds"], run["settle"] = options.start_seconds, settle
     measured = _measure_all(dm, points, limits, model, run)
     drift = _drift(measured[0], _measure_all(dm, points[:1], limits, model, run)[0])  # the load: still the same?
-    drift = "\n".join(note for note in (drift, _noisy(measured, options.rel_tol)) if note)
+    drift = "\n".join(note for note in (drift, _noisy(measured, options.spread)) if note)
     rows = rows_of(measured, epoch_batches, epochs)
     seconds = time.perf_counter() - started
     return Tuned(rows, pick(rows, options.within), header, len(points), seconds, drift, model is not None)
 
 
-def _noisy(measured: list, rel_tol: float) -> str:
-    """A note when most settings ended on a limit with a standard error over twice the tolerance (or too few
-    batches for one): the machine is too busy for the figures to rank the settings."""
-    errors = [rate.rel_error for _, rate in measured if rate.batches]
-    loose = sum(not e <= 2 * rel_tol for e in errors)
-    if not errors or loose <= len(errors) / 2:
+def _noisy(measured: list, spread: float) -> str:
+    """A note when most measured settings did not settle (`tune.repeats`: their last passes still further apart
+    than `spread` at the cap): the machine is too busy for the figures to rank the settings."""
+    stops = [rate.stopped for _, rate in measured if rate.batches]
+    loose = sum(stop.startswith("not settled") for stop in stops)
+    if not stops or loose <= len(stops) / 2:
         return ""
     return (
-        f"note: {loose} of {len(errors)} settings did not settle within {2 * rel_tol:.0%} (their batches vary with "
+        f"note: {loose} of {len(stops)} settings did not settle within {spread:.0%} (their batches vary with "
         "this machine's load): the pick is uncertain; raise --setting-seconds, or run again when the machine is quieter"
     )
 
