@@ -21,6 +21,9 @@ from varlen.stream.write_progress import ChunkProgress, written_chunks  # noqa: 
 class Bar:
     """What a tqdm bar is told: its total, each position it is moved to, its postfix, whether it closed."""
 
+    #: a bar on a terminal (`disable`: off one) that would redraw at every look
+    disable, mininterval = False, 0.0
+
     def __init__(self, total: int | None, writers: int) -> None:
         self.total, self.writers, self.n, self.seen, self.postfix, self.closed = total, writers, 0, [], "", False
 
@@ -64,6 +67,21 @@ def test_only_chunk_files_count_and_the_bar_moves_by_what_they_hold(tmp_path: Pa
     (bar,) = bars
     assert bar.seen == [350, 1250] and bar.postfix == "3 chunks written" and bar.writers == 2
     assert bar.total == 1250 and bar.closed  # a write that ended well ends full
+
+
+def test_the_folder_is_looked_at_as_often_as_the_bar_redraws_and_never_off_a_terminal(tmp_path: Path, bars) -> None:
+    (tmp_path / "chunk-0-0.bin").write_bytes(b"x" * 300)
+    with ChunkProgress(tmp_path, 1000, 1) as shown:
+        shown.bar.mininterval = 60.0
+        shown.poll()
+        (tmp_path / "chunk-0-1.bin").write_bytes(b"x" * 200)
+        shown.poll()  # within the bar's redraw interval: not listed again
+        assert shown.bar.seen == [300]
+    assert shown.bar.seen == [300, 500]  # the last look, at close, is always taken
+    with ChunkProgress(tmp_path, 1000, 1) as hidden:
+        hidden.bar.disable = True
+        hidden.poll()
+    assert hidden.bar.seen == [] and hidden.bar.closed
 
 
 def test_a_write_shows_its_chunks_on_disk_and_litdata_stays_quiet_on_a_terminal(

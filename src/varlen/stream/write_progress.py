@@ -14,9 +14,11 @@ the lines `varlen optimize` prints at the end say what was written.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -73,8 +75,14 @@ class ChunkProgress:
         self.folder = Path(folder)
         self.chunks = self.nbytes = 0
         self.bar = make_bar(total_bytes, writers)
+        self._looked = -math.inf  # when the folder was last listed
 
-    def poll(self) -> None:
+    def poll(self, force: bool = False) -> None:
+        """A look at the folder: at most as often as the bar redraws, never where no bar shows (off a terminal)."""
+        now = time.monotonic()
+        if self.bar.disable or not (force or now - self._looked >= self.bar.mininterval):
+            return
+        self._looked = now
         chunks, nbytes = written_chunks(self.folder)
         if (chunks, nbytes) == (self.chunks, self.nbytes):
             return
@@ -86,7 +94,7 @@ class ChunkProgress:
 
     def close(self, done: bool = False) -> None:
         """The last look; `done`: the write succeeded, so what is written is the whole (the bar ends full)."""
-        self.poll()
+        self.poll(force=True)
         if done and self.bar.total != self.nbytes:
             self.bar.total = self.nbytes
             self.bar.refresh()
