@@ -6,9 +6,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from varlen.cli import dispatch as cli
 from varlen.cli.dispatch import LINKED, main
-from varlen.errors import DataError
+from varlen.errors import DataError, data_error_in
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
 #: configs of files in $VARLEN_DATA (skipped without it), and of the user's own files (MSR-VTT)
@@ -74,7 +73,7 @@ def test_config_builds_its_datamodule_and_linked_model(config: Path, tmp_path: P
     if config.stem in USER_FILES:
         with pytest.raises(Exception) as info:  # jsonargparse wraps the DataError while instantiating
             main(args, run=False)
-        error = cli._data_error_in(info.value)
+        error = data_error_in(info.value)
         assert isinstance(error, DataError) and "not found" in str(error)
         return
     built = main(args, run=False)

@@ -23,7 +23,15 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["ConfigError", "DataError", "DatasetNotFoundError", "DownloadError", "OneLineParser"]
+__all__ = [
+    "ConfigError",
+    "DataError",
+    "DatasetNotFoundError",
+    "DownloadError",
+    "OneLineParser",
+    "data_error_in",
+    "raised_chain",
+]
 
 
 class DataError(ValueError):
@@ -80,3 +88,17 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):
         sys.stderr.write(f"varlen: error: {message} ({self.prog} --help lists the options)\n")
         sys.exit(2)
+
+
+def raised_chain(error: BaseException) -> list[BaseException]:
+    """`error` and those it was raised from or while handling, the first raised last."""
+    chain: list[BaseException] = []
+    while error is not None and all(error is not e for e in chain):
+        chain.append(error)
+        error = error.__cause__ or error.__context__
+    return chain
+
+
+def data_error_in(error: BaseException) -> DataError | None:
+    """The `DataError` that `error` is or was raised from, if any (a library may wrap it: jsonargparse does)."""
+    return next((e for e in raised_chain(error) if isinstance(e, DataError)), None)

@@ -35,7 +35,7 @@ from varlen.cli.lightning_cli import DataOnlyCLI, VarLenCLI, VarLenParser
 from varlen.cli.named import named_scenarios
 from varlen.cli.output import THIRD_PARTY_NOISE, quiet, show_varlen_logs
 from varlen.datamodules.base import LINKED
-from varlen.errors import ConfigError, DataError, OneLineParser
+from varlen.errors import ConfigError, OneLineParser, data_error_in
 from varlen.storage.cache import writable_folder
 from varlen.storage.paths import with_data_hint
 
@@ -295,7 +295,7 @@ def console() -> None:
         print("varlen: interrupted", file=sys.stderr)
         sys.exit(130)
     except Exception as error:  # a DataError, also one jsonargparse wrapped while instantiating classes
-        data_error = _data_error_in(error)
+        data_error = data_error_in(error)
         if data_error is None:
             raise
         print(f"varlen: error: {with_data_hint(data_error)}", file=sys.stderr)
@@ -309,14 +309,3 @@ def _print_help() -> None:
     except SystemExit:
         pass
     sys.exit(2)
-
-
-def _data_error_in(error: BaseException | None) -> DataError | None:
-    """The `DataError` that `error` is or was raised from, if any."""
-    seen = set()
-    while error is not None and id(error) not in seen:
-        if isinstance(error, DataError):
-            return error
-        seen.add(id(error))
-        error = error.__cause__ or error.__context__
-    return None

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from varlen.cli.commands import SUMMARIES
 from varlen.cli.schema import SECTIONS
 from varlen.cli.typos import parameters
-from varlen.errors import ConfigError, DataError
+from varlen.errors import ConfigError, data_error_in, raised_chain
 
 __all__ = ["refusal_line", "refusals"]
 
@@ -29,14 +29,14 @@ def refusals() -> Iterator[None]:
     try:
         yield
     except (ValueError, TypeError) as error:
-        if any(isinstance(e, DataError) for e in _chain(error)):
+        if data_error_in(error) is not None:
             raise
         raise ConfigError(refusal_line(error, _command())) from error
 
 
 def refusal_line(error: BaseException, command: str) -> str:
     """`Class's argument: the class's own words (varlen fit --data.help Class lists them)`."""
-    chain = _chain(error)
+    chain = raised_chain(error)
     root = str(chain[-1]).strip().splitlines()[0] if str(chain[-1]).strip() else type(chain[-1]).__name__
     said = "\n".join(str(e) for e in chain)
     found = _CLASS.search(said)
@@ -73,15 +73,6 @@ def _section(path: str) -> str | None:
         if isinstance(cls, type) and isinstance(base, type) and issubclass(cls, base):
             return section
     return None
-
-
-def _chain(error: BaseException) -> list[BaseException]:
-    """`error` and those it was raised from or while handling, the first raised last."""
-    chain: list[BaseException] = []
-    while error is not None and all(error is not e for e in chain):
-        chain.append(error)
-        error = error.__cause__ or error.__context__
-    return chain
 
 
 def _command() -> str:
