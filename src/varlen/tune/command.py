@@ -38,6 +38,7 @@ from varlen.tune.repeats import Settle, repeated
 from varlen.tune.rungs import device_peak, search_rungs
 from varlen.tune.table import PRUNED, table
 from varlen.tune.table import short as _short
+from varlen.tune.yaml_edit import HEADER
 
 __all__ = ["Build", "Tuned", "parser", "run_tune", "table", "tune_command"]
 
@@ -239,7 +240,7 @@ def tune_command(argv: Sequence[str], build: Build) -> int:
     print("\n".join(tuned.lines(options.within)), flush=True)
     if options.write:
         best = tuned.best
-        note = f"written by varlen tune ({best.run_per_s:,.1f} batches/s over the run on this machine):\n"
+        note = f"{HEADER} ({best.run_per_s:,.1f} batches/s over the run on this machine):\n"
         files = config_files(rest)  # the first is the file edited; the others' values are set into it
         source = files[0] if files else None
         written = write_config(options.write, config, best.setting.init_args(), note + best.setting.overrides(), source)
